@@ -1,0 +1,39 @@
+# Quick start: `make demo` and `make test` each do all of their own setup.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup postgres demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) postgres
+
+# PostgreSQL server binaries (pg_ctl) via apt-get when absent.
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null 2>&1; then \
+		echo "installing PostgreSQL server binaries"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	fi
+
+demo: setup
+	$(BIN)/harmony demo
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy harmony harmony_server tuner_client plugins strategies workloads
+
+bench: setup
+	$(BIN)/python -m benchmarks --quick
+
+clean:
+	rm -rf $(VENV) build *.egg-info
