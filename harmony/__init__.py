@@ -1,0 +1,3 @@
+"""Harmony for PostgreSQL: shared core (errors, session core, definitions, CLI)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,40 @@
+"""The project's error hierarchy: one root, a few meaningful subclasses.
+
+Messages say what must hold, what was given, and what to do.
+"""
+
+
+class HarmonyError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class ConfigError(HarmonyError):
+    """A session definition, parameter, constraint or CLI input is invalid."""
+
+
+class SessionNotFoundError(HarmonyError):
+    """A session name or id does not exist."""
+
+
+class TrialError(HarmonyError):
+    """A report names an unknown trial or is otherwise not acceptable."""
+
+
+class KnobApplyError(HarmonyError):
+    """A PostgreSQL knob could not be applied, verified, or was overridden."""
+
+
+class ConstraintError(HarmonyError):
+    """A constraint is malformed, not affine, or its feasible set is empty."""
+
+
+class ProtocolError(HarmonyError):
+    """A request or response does not follow the client/server protocol."""
+
+
+class WorkloadError(HarmonyError):
+    """A workload definition is invalid or the workload could not run."""
+
+
+class DatabaseError(HarmonyError):
+    """The PostgreSQL server is unreachable or refused an operation."""

@@ -1,0 +1,1 @@
+"""harmony_server package."""

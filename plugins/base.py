@@ -1,0 +1,134 @@
+"""The session plugin contract: hooks, flow results, and the plugin registry.
+
+Plugins see a :class:`SessionView` (name, space, history, seed), never the server's
+internals. The session runs them in the order the definition lists them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol
+
+from harmony.errors import ConfigError
+from strategies.base import FeasibleRegion
+from strategies.space import Point, Space
+
+
+class Flow(enum.Enum):
+    """What a hook tells the session to do with the trial."""
+
+    ACCEPT = "accept"  # go on (to the next plugin, then the client / the strategy)
+    WAIT = "wait"  # not now: keep the trial queued, hand out nothing for it yet
+    RETURN = "return"  # answer without measuring: ``value`` holds the answer
+    RETRY = "retry"  # measure the same point again (e.g. another sample)
+    REJECT = "reject"  # refuse the point; ``hint`` may propose a replacement
+
+
+@dataclass
+class FlowResult:
+    flow: Flow
+    value: float | None = None
+    hint: Point | None = None
+    reason: str = ""
+
+
+ACCEPT = FlowResult(Flow.ACCEPT)
+
+
+@dataclass
+class PluginTrial:
+    """One measurement as plugins see it.
+
+    ``candidate`` is the strategy's trial id (one point); ``samples`` are the raw values
+    measured for this candidate so far, in the objective's own sign. In ``analyze`` a
+    plugin may replace ``value`` (e.g. with an aggregate) before the strategy sees it.
+    """
+
+    candidate: int
+    point: Point
+    value: float | None = None
+    failure: str | None = None
+    client: str | None = None
+    samples: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    point: Point
+    value: float | None
+    failure: str | None = None
+
+
+class SessionView(Protocol):
+    """The part of a session that plugins may see."""
+
+    name: str
+    seed: int
+    maximize: bool
+
+    @property
+    def space(self) -> Space: ...
+
+    def history(self) -> list[HistoryEntry]: ...
+
+
+class Plugin:
+    """Base class with no-op hooks. Register with ``class X(Plugin, name="x")``."""
+
+    registry: ClassVar[dict[str, type[Plugin]]] = {}
+    name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, name: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            if name in Plugin.registry and Plugin.registry[name] is not cls:
+                raise ConfigError(f"plugin name {name!r} is registered twice")
+            cls.name = name
+            Plugin.registry[name] = cls
+
+    def __init__(self, session: SessionView, **options: Any) -> None:
+        if options:
+            raise ConfigError(f"plugin {self.name!r}: unknown options {sorted(options)}")
+        self.session = session
+
+    def init(self, space: Space) -> Space:
+        """Called at launch; may return a narrowed space."""
+        return space
+
+    def region(self) -> FeasibleRegion | None:
+        """A feasible region for the strategy (only constraint-like plugins return one)."""
+        return None
+
+    def join(self, client: str) -> None:
+        """A client joined the session."""
+
+    def generate(self, trial: PluginTrial) -> FlowResult:
+        """A point is about to be handed out."""
+        return ACCEPT
+
+    def analyze(self, trial: PluginTrial) -> FlowResult:
+        """A measurement came back (``trial.value`` or ``trial.failure`` is set)."""
+        return ACCEPT
+
+    def converged(self) -> bool:
+        """Whether this plugin considers the session converged (default: no opinion)."""
+        return False
+
+    def fini(self) -> None:
+        """The session ends."""
+
+
+def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
+    """Instantiate a registered plugin by name; unknown names are errors."""
+    import plugins  # noqa: F401  (registers the built-in plugins)
+
+    if name not in Plugin.registry:
+        for ep in entry_points(group="harmony.plugins"):
+            ep.load()
+    try:
+        cls = Plugin.registry[name]
+    except KeyError:
+        raise ConfigError(f"unknown plugin {name!r}; known: {sorted(Plugin.registry)}") from None
+    return cls(session, **options)

@@ -1,0 +1,1 @@
+"""tuner_client package."""
