@@ -7,6 +7,7 @@ internals. The session runs them in the order the definition lists them.
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
@@ -67,6 +68,9 @@ class SessionView(Protocol):
     name: str
     seed: int
     maximize: bool
+    #: True while the server rebuilds the session by replaying its command log; plugins with
+    #: side effects outside the session (files, databases) skip them meanwhile
+    replaying: bool
 
     @property
     def space(self) -> Space: ...
@@ -131,4 +135,17 @@ def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
         cls = Plugin.registry[name]
     except KeyError:
         raise ConfigError(f"unknown plugin {name!r}; known: {sorted(Plugin.registry)}") from None
+    allowed = plugin_options(cls)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown and allowed is not None:
+        raise ConfigError(f"plugin {name!r}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
     return cls(session, **options)
+
+
+def plugin_options(cls: type[Plugin]) -> list[str] | None:
+    """The option names a plugin class accepts (``None`` if it takes arbitrary ``**options``)."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[2:]  # self, session
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None if cls.__init__ is not Plugin.__init__ else []
+    return [p.name for p in params
+            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]

@@ -1,12 +1,19 @@
 """Push-style search strategies (pure search logic; no I/O).
 
-Importing this package registers the built-in strategies.
+Importing this package registers the built-in strategies: ``nelder-mead``, ``pro``,
+``random`` and ``exhaustive``.
 """
 
 from strategies.base import FeasibleRegion, Strategy, Trial, WholeSpace, make_strategy
+from strategies.exhaustive import Exhaustive
+from strategies.nelder_mead import NelderMead
+from strategies.pro import PRO
+from strategies.random_search import RandomSearch
+from strategies.simplex import SimplexStrategy
 from strategies.space import EnumParam, IntParam, Param, Point, RealParam, Space, space_from_dicts
 
 __all__ = [
-    "EnumParam", "FeasibleRegion", "IntParam", "Param", "Point", "RealParam", "Space",
-    "Strategy", "Trial", "WholeSpace", "make_strategy", "space_from_dicts",
+    "PRO", "EnumParam", "Exhaustive", "FeasibleRegion", "IntParam", "NelderMead", "Param", "Point",
+    "RandomSearch", "RealParam", "SimplexStrategy", "Space", "Strategy", "Trial", "WholeSpace",
+    "make_strategy", "space_from_dicts",
 ]

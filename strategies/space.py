@@ -10,8 +10,9 @@ Grid rule: an integer or stepped real parameter takes the values ``min + k*step`
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,8 +93,13 @@ class RealParam:
         return self.value_at(self.size - 1) if self.discrete else self.max
 
     def value_at(self, index: int) -> float:
-        # round() keeps grid values free of accumulated binary noise (0.1*3 -> 0.3)
-        return round(self.min + int(index) * self.step, 12)
+        value = self.min + int(index) * self.step
+        if self.step >= 1e-9:
+            # round() keeps grid values free of accumulated binary noise (0.1*3 -> 0.3);
+            # only when the step is coarse enough that the rounding cannot move a grid point
+            value = round(value, 12)
+        # clip: a grid value never leaves the bounds, even by a rounding error
+        return min(max(value, self.min), self.max)
 
     def index_of(self, value: Value) -> int:
         return int(round((float(value) - self.min) / self.step))
@@ -231,6 +237,21 @@ class Space:
         if missing or extra:
             raise ConfigError(f"point {dict(point)} does not match the space: missing {missing}, "
                               f"unknown {extra}")
+
+    def key(self, point: Mapping[str, Any]) -> tuple[Value, ...]:
+        """A hashable identity for a (snapped) point: its values in parameter order."""
+        return tuple(point[n] for n in self.names)
+
+    def iter_grid(self) -> Iterator[Point]:
+        """Every grid point in odometer order (the last parameter changes fastest)."""
+        if not self.is_discrete:
+            continuous = [p.name for p in self.params
+                          if isinstance(p, RealParam) and not p.discrete]
+            raise ConfigError(f"the space cannot be enumerated: parameters {continuous} are "
+                              "continuous (step 0); give them a step > 0")
+        names = self.names
+        for indices in itertools.product(*(range(p.size) for p in self.params)):
+            yield {n: p.value_at(i) for n, p, i in zip(names, self.params, indices, strict=True)}
 
     def snap(self, point: Mapping[str, Any]) -> Point:
         """Put every value on its grid and inside its bounds."""

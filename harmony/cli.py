@@ -1,0 +1,79 @@
+"""The single console script, ``harmony``: one subcommand per job.
+
+Each subsystem owns its subcommands (a module with ``add_parser(subparsers)``); this module
+only wires them together, configures logging, and turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from harmony import __version__
+from harmony.errors import ConfigError, HarmonyError
+
+#: modules that register subcommands, in the order ``harmony --help`` lists them
+SUBCOMMAND_MODULES = (
+    "harmony_server.cli",      # harmony server, harmony sessions
+    "tuner_client.tune_cli",   # harmony tune
+    "tuner_client.demo",       # harmony demo
+    "harmony.synth_cli",       # harmony synth
+    "tuner_client.bme.cli",    # harmony bme ...
+    "workloads.cli",           # harmony tpch ..., harmony pgbench
+    "harmony.define_cli",      # harmony validate
+)
+
+#: exit codes: 0 ok, 1 unexpected failure, 2 bad input, 3 other Harmony error, 130 interrupted
+EXIT_BAD_INPUT = 2
+EXIT_HARMONY_ERROR = 3
+
+
+def env_default(name: str, default: str | None = None) -> str | None:
+    """A CLI option's default read from ``HARMONY_<NAME>`` (every option has one)."""
+    return os.environ.get(f"HARMONY_{name.upper()}", default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harmony",
+        description="Harmony for PostgreSQL: find the PostgreSQL configuration that gives the most "
+                    "throughput for a workload, safely, on a live server.")
+    parser.add_argument("--version", action="version", version=f"harmony {__version__}")
+    parser.add_argument("--log-level", default=env_default("log_level", "INFO"),
+                        help="logging level (env HARMONY_LOG_LEVEL; default INFO)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=str(args.log_level).upper(),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(func(args) or 0)
+    except ConfigError as exc:
+        print(f"harmony: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except HarmonyError as exc:
+        print(f"harmony: error: {exc}", file=sys.stderr)
+        return EXIT_HARMONY_ERROR
+    except KeyboardInterrupt:
+        print("harmony: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

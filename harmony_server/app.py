@@ -1,0 +1,304 @@
+"""The aiohttp HTTP/JSON API over a :class:`SessionManager`.
+
+One route table (:data:`ENDPOINTS`) registers the handlers and feeds the OpenAPI document
+served at ``/openapi.json``. Errors are always JSON ``{"error": kind, "message": text}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from harmony.errors import ProtocolError
+from harmony_server.hosted import HostedSession
+from harmony_server.manager import SessionManager
+from harmony_server.protocol import UnavailableError, error_kind, validate_request
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+@dataclass(frozen=True)
+class AppSettings:
+    """What the HTTP layer needs to know: auth token, long-poll cap, metrics renderer."""
+
+    token: str | None = None
+    max_wait: float = 60.0
+    retry_after: float = 1.0
+    #: returns the ``/metrics`` body; empty until the observability layer plugs in
+    render_metrics: Callable[[SessionManager], str] | None = None
+
+
+MANAGER = web.AppKey("manager", SessionManager)
+SETTINGS = web.AppKey("settings", AppSettings)
+CLOSING = web.AppKey("closing", asyncio.Event)
+
+
+# -- helpers -------------------------------------------------------------------------
+async def _body(request: web.Request, operation: str) -> dict[str, Any]:
+    raw = await request.read()  # raises 413 past client_max_size
+    if not raw.strip():
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
+    return validate_request(operation, data)
+
+
+def _session(request: web.Request) -> HostedSession:
+    return request.app[MANAGER].get(request.match_info["name"])
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+# -- handlers ------------------------------------------------------------------------
+async def healthz(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    return _json({"status": "ok", "sessions": len(manager.sessions),
+                  "broken": len(manager.broken)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    render = request.app[SETTINGS].render_metrics
+    body = render(request.app[MANAGER]) if render is not None else ""
+    return web.Response(text=body, content_type="text/plain")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    from harmony_server.openapi import openapi_document
+
+    return _json(openapi_document(ENDPOINTS))
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    return _json({"sessions": request.app[MANAGER].list()})
+
+
+async def create_session(request: web.Request) -> web.Response:
+    body = await _body(request, "create")
+    hosted, created = request.app[MANAGER].create(body["definition"],
+                                                  exist_ok=body.get("exist_ok", False))
+    return _json(hosted.describe(), status=201 if created else 200)
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return _json(_session(request).describe())
+
+
+async def kill_session(request: web.Request) -> web.Response:
+    request.app[MANAGER].kill(request.match_info["name"])
+    return _json({"killed": request.match_info["name"]})
+
+
+async def join(request: web.Request) -> web.Response:
+    body = await _body(request, "join")
+    hosted = _session(request)
+    hosted.join(body["client"], body.get("host"))
+    return _json({"session": hosted.name, "client": body["client"],
+                  "lease_seconds": hosted.definition.lease_seconds,
+                  "definition": hosted.definition.to_dict()})
+
+
+async def fetch(request: web.Request) -> web.Response:
+    body = await _body(request, "fetch")
+    settings = request.app[SETTINGS]
+    hosted = _session(request)
+    wait = min(float(body.get("wait", 0.0)), settings.max_wait)
+    result = await hosted.fetch(body["client"], wait, closing=request.app[CLOSING])
+    if result.assignment is not None:
+        a = result.assignment
+        return _json({"status": "trial", "trial_id": a.trial_id, "point": a.point,
+                      "candidate": a.candidate, "lease_expires": result.lease_expires})
+    return _json({"status": "wait", "best": hosted.best(), "paused": hosted.core.paused,
+                  "converged": hosted.core.converged, "retry_after": settings.retry_after})
+
+
+async def report(request: web.Request) -> web.Response:
+    body = await _body(request, "report")
+    hosted = _session(request)
+    failure = (body.get("reason") or "failed") if body.get("failure") else None
+    accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure,
+                             body.get("client"))
+    return _json({"accepted": accepted, "converged": hosted.core.converged})
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    body = await _body(request, "heartbeat")
+    expires = _session(request).heartbeat(int(body["trial_id"]), body.get("client"))
+    return _json({"trial_id": body["trial_id"], "lease_expires": expires})
+
+
+async def best(request: web.Request) -> web.Response:
+    hosted = _session(request)
+    return _json({"best": hosted.best(), "converged": hosted.core.converged})
+
+
+async def pause(request: web.Request) -> web.Response:
+    await _body(request, "empty")
+    hosted = _session(request)
+    hosted.pause()
+    return _json({"status": hosted.status()})
+
+
+async def resume(request: web.Request) -> web.Response:
+    await _body(request, "empty")
+    hosted = _session(request)
+    hosted.resume()
+    return _json({"status": hosted.status()})
+
+
+async def restart(request: web.Request) -> web.Response:
+    body = await _body(request, "restart")
+    hosted = _session(request)
+    hosted.restart(body.get("point"))
+    return _json({"status": hosted.status()})
+
+
+async def leave(request: web.Request) -> web.Response:
+    body = await _body(request, "leave")
+    released = _session(request).leave(body["client"])
+    return _json({"released": released})
+
+
+async def trials(request: web.Request) -> web.Response:
+    return _json({"trials": _session(request).trial_dicts()})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route: method, path, handler, and what the OpenAPI document says about it."""
+
+    method: str
+    path: str
+    handler: Handler
+    operation: str
+    summary: str
+    request: str | None = None  # name in protocol.REQUEST_SCHEMAS
+    responses: tuple[int, ...] = (200,)
+    public: bool = False  # no bearer token needed
+
+
+_S = "/sessions/{name}"
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("GET", "/healthz", healthz, "healthz", "Liveness: the server is up and serving.",
+             public=True),
+    Endpoint("GET", "/metrics", metrics, "metrics",
+             "Prometheus metrics (text exposition format; reserved).", public=True),
+    Endpoint("GET", "/openapi.json", openapi, "openapi", "This OpenAPI 3 document.", public=True),
+    Endpoint("GET", "/sessions", list_sessions, "listSessions",
+             "Every session with its status and best result so far."),
+    Endpoint("POST", "/sessions", create_session, "createSession",
+             "Create a session from a definition (SessionDefinition.to_dict()); with exist_ok an "
+             "identical existing session is returned (200) instead of a 409.", "create",
+             (201, 200, 400, 409)),
+    Endpoint("GET", _S, get_session, "getSession",
+             "Status, best, convergence, trial counts and definition of one session.",
+             responses=(200, 404)),
+    Endpoint("DELETE", _S, kill_session, "killSession",
+             "Kill a session: end it and delete everything stored for it.", responses=(200, 404)),
+    Endpoint("POST", _S + "/join", join, "join",
+             "Join a session as a client, with host metadata (hostname, CPUs, RAM, OS).", "join",
+             (200, 400, 404)),
+    Endpoint("POST", _S + "/fetch", fetch, "fetch",
+             "Long-poll for a point to measure: answers a leased trial as soon as one is ready, "
+             "or status 'wait' with the best so far and a retry hint after 'wait' seconds.",
+             "fetch", (200, 400, 404)),
+    Endpoint("POST", _S + "/report", report, "report",
+             "Report a trial's value, or a failure with a reason; a duplicate is ignored "
+             "(accepted: false).", "report", (200, 400, 404)),
+    Endpoint("POST", _S + "/heartbeat", heartbeat, "heartbeat",
+             "Extend a leased trial's lease by the session's lease_seconds; 409 if the lease "
+             "was lost.", "heartbeat", (200, 404, 409)),
+    Endpoint("GET", _S + "/best", best, "best", "The best point and value so far.",
+             responses=(200, 404)),
+    Endpoint("POST", _S + "/pause", pause, "pause",
+             "Pause: fetches answer 'wait' until resumed.", "empty", (200, 404)),
+    Endpoint("POST", _S + "/resume", resume, "resume", "Resume a paused session.", "empty",
+             (200, 404)),
+    Endpoint("POST", _S + "/restart", restart, "restart",
+             "Restart the search, optionally from a point.", "restart", (200, 400, 404)),
+    Endpoint("POST", _S + "/leave", leave, "leave",
+             "A client leaves; its leased trials are handed out again.", "leave", (200, 404)),
+    Endpoint("GET", _S + "/trials", trials, "listTrials",
+             "Every trial of the session with status, value, client and lease information.",
+             responses=(200, 404)),
+)
+
+
+# -- middlewares ------------------------------------------------------------------------
+def _error(kind: str, message: str, status: int) -> web.Response:
+    return web.json_response({"error": kind, "message": message}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every failure into a JSON error body with the right 4xx/5xx status."""
+    manager = request.app[MANAGER]
+    started = time.perf_counter()
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource \
+        else "unmatched"
+    manager.stats.requests[route] += 1
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = {413: "too_large", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status, "http_error")
+        manager.stats.errors[kind] += 1
+        return _error(kind, exc.text or exc.reason, exc.status)
+    except Exception as exc:
+        kind, status = error_kind(exc)
+        manager.stats.errors[kind] += 1
+        if status >= 500 and not isinstance(exc, UnavailableError):
+            logger.exception("internal error on %s %s", request.method, request.path)
+            return _error(kind, f"internal error: {type(exc).__name__}: {exc}", status)
+        return _error(kind, str(exc), status)
+    finally:
+        manager.stats.request_latency.observe(time.perf_counter() - started)
+
+
+def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in public:
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                request.app[MANAGER].stats.errors["unauthorized"] += 1
+                return _error("unauthorized", "missing or wrong bearer token "
+                              "(send 'Authorization: Bearer <token>')", 401)
+        return await handler(request)
+
+    return auth
+
+
+def make_app(manager: SessionManager, settings: AppSettings | None = None, *,
+             max_body: int = 1 << 20) -> web.Application:
+    """Build the aiohttp application; bodies larger than ``max_body`` bytes get a 413."""
+    settings = settings or AppSettings()
+    middlewares: list[Any] = [error_middleware]
+    if settings.token:
+        middlewares.append(_auth_middleware(settings.token,
+                                            {e.path for e in ENDPOINTS if e.public}))
+    app = web.Application(middlewares=middlewares, client_max_size=max_body)
+    app[MANAGER] = manager
+    app[SETTINGS] = settings
+    app[CLOSING] = asyncio.Event()
+    for endpoint in ENDPOINTS:
+        app.router.add_route(endpoint.method, endpoint.path, endpoint.handler,
+                             name=endpoint.operation)
+    return app

@@ -1,0 +1,136 @@
+"""The set of sessions one server hosts: create, look up, kill, recover, and expire leases."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from harmony.definition import SessionDefinition
+from harmony.errors import HarmonyError, SessionNotFoundError
+from harmony_server.hosted import HostedSession
+from harmony_server.protocol import SessionExistsError, UnavailableError
+from harmony_server.stats import ServerStats
+from harmony_server.store import Store, StoreError
+
+logger = logging.getLogger(__name__)
+
+
+class SessionManager:
+    """Owns every :class:`HostedSession` of a server and the store they write to."""
+
+    def __init__(self, store: Store, *, sweep_interval: float = 0.05) -> None:
+        self.store = store
+        self.stats = ServerStats()
+        self.sessions: dict[str, HostedSession] = {}
+        #: sessions whose log could not be replayed: name -> reason (kept in the store)
+        self.broken: dict[str, str] = {}
+        self.sweep_interval = sweep_interval
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+    def recover(self) -> None:
+        """Rebuild every live session of the store by replaying its command log."""
+        started = time.perf_counter()
+        for stored in self.store.live_sessions():
+            try:
+                definition = SessionDefinition.from_dict(stored.definition,
+                                                         source=f"stored session {stored.name!r}")
+                self.sessions[stored.name] = HostedSession.recover(
+                    definition, self.store, created=stored.created, stats=self.stats)
+            except (HarmonyError, KeyError, TypeError, ValueError) as exc:
+                logger.error("session %s cannot be recovered and is not served: %s",
+                             stored.name, exc)
+                self.broken[stored.name] = str(exc)
+        logger.info("recovered %d sessions in %.3f s (%d broken)", len(self.sessions),
+                    time.perf_counter() - started, len(self.broken))
+
+    def start_sweeper(self) -> None:
+        """Start the background task that releases expired leases."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval)
+            now = time.monotonic()
+            for hosted in list(self.sessions.values()):
+                if hosted.leases and not hosted.closed:
+                    try:
+                        hosted.expire_leases(now)
+                    except HarmonyError as exc:
+                        logger.warning("session %s: could not expire leases: %s", hosted.name, exc)
+
+    async def close(self) -> None:
+        """Stop the sweeper and end every session (their state stays in the store)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for hosted in self.sessions.values():
+            try:
+                hosted.close()
+            except Exception:  # a plugin's fini must not stop the shutdown
+                logger.exception("session %s: error while closing", hosted.name)
+
+    # -- sessions ----------------------------------------------------------------
+    def get(self, name: str) -> HostedSession:
+        try:
+            return self.sessions[name]
+        except KeyError:
+            if name in self.broken:
+                raise UnavailableError(f"session {name!r} could not be recovered from the store: "
+                                       f"{self.broken[name]}") from None
+            raise SessionNotFoundError(f"no session named {name!r} on this server; known: "
+                                       f"{sorted(self.sessions)[:20]}") from None
+
+    def create(self, data: Mapping[str, Any], *, exist_ok: bool = False
+               ) -> tuple[HostedSession, bool]:
+        """Create a session from a definition dict; returns ``(session, created)``.
+
+        With ``exist_ok`` an existing session of the same name and definition is returned;
+        a different definition under the same name is always a conflict.
+        """
+        definition = SessionDefinition.from_dict(data, source="session definition")
+        canonical = definition.to_dict()
+        existing = self.sessions.get(definition.name)
+        if existing is not None or definition.name in self.broken:
+            if existing is not None and exist_ok and existing.definition.to_dict() == canonical:
+                return existing, False
+            why = ("with a different definition" if exist_ok else
+                   "(pass exist_ok to join it, or pick another name)")
+            raise SessionExistsError(f"a session named {definition.name!r} already exists {why}")
+        created = time.time()
+        hosted = HostedSession(definition, self.store, created=created, stats=self.stats)
+        try:
+            self.store.create_session(definition.name, canonical, created)
+        except StoreError as exc:
+            hosted.close()
+            raise UnavailableError(f"could not store session {definition.name!r}: {exc}") from None
+        self.sessions[definition.name] = hosted
+        logger.info("created session %s (strategy %s, %d parameters)", definition.name,
+                    definition.strategy, definition.space.dim)
+        return hosted, True
+
+    def kill(self, name: str) -> None:
+        """End a session and delete everything stored for it."""
+        if name in self.broken:
+            self.store.delete_session(name)
+            del self.broken[name]
+            return
+        hosted = self.get(name)
+        self.store.delete_session(name)
+        del self.sessions[name]
+        hosted.close()
+        logger.info("killed session %s", name)
+
+    def list(self) -> list[dict[str, Any]]:
+        """A summary of every session, with the broken ones flagged."""
+        out = [hosted.summary() for hosted in self.sessions.values()]
+        out += [{"name": name, "status": "broken", "error": reason}
+                for name, reason in self.broken.items()]
+        return sorted(out, key=lambda s: s["name"])

@@ -1,0 +1,142 @@
+"""The wire protocol: request body schemas, error kinds and their HTTP status codes.
+
+Every request body is a JSON object validated here (unknown keys rejected); every error is
+answered as ``{"error": kind, "message": text}``. The client maps the kinds back to the
+project's exceptions without importing this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+
+from harmony.errors import (
+    ConfigError, HarmonyError, ProtocolError, SessionNotFoundError, TrialError,
+)
+
+
+class ConflictError(HarmonyError):
+    """The request is well formed but clashes with the session's state (HTTP 409)."""
+
+    kind = "conflict"
+
+
+class SessionExistsError(ConflictError):
+    """A session of that name already exists with another definition."""
+
+    kind = "session_exists"
+
+
+class LeaseLostError(ConflictError):
+    """The trial is no longer leased (it expired and was handed out again, or was reported)."""
+
+    kind = "lease_lost"
+
+
+class UnavailableError(HarmonyError):
+    """The server cannot serve the request now (store down, shutting down, session broken)."""
+
+    kind = "unavailable"
+
+
+#: error kind and HTTP status for each exception class (first match wins)
+ERROR_STATUS: tuple[tuple[type[BaseException], str, int], ...] = (
+    (SessionExistsError, "session_exists", 409),
+    (LeaseLostError, "lease_lost", 409),
+    (ConflictError, "conflict", 409),
+    (UnavailableError, "unavailable", 503),
+    (SessionNotFoundError, "session_not_found", 404),
+    (TrialError, "trial_not_found", 404),
+    (ConfigError, "invalid_definition", 400),
+    (ProtocolError, "bad_request", 400),
+)
+
+
+def error_kind(exc: BaseException) -> tuple[str, int]:
+    """The ``(kind, http_status)`` of an exception raised while serving a request."""
+    for cls, kind, status in ERROR_STATUS:
+        if isinstance(exc, cls):
+            return kind, status
+    return "internal", 500
+
+
+_CLIENT_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+_TRIAL_ID = {"type": "integer", "minimum": 0}
+_HOST = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "hostname": {"type": "string", "maxLength": 255},
+        "cpu_count": {"type": ["integer", "null"], "minimum": 0},
+        "ram_bytes": {"type": ["integer", "null"], "minimum": 0},
+        "os": {"type": "string", "maxLength": 255},
+        "python": {"type": "string", "maxLength": 64},
+    },
+}
+_POINT = {"type": "object", "additionalProperties": {"type": ["integer", "number", "string",
+                                                               "boolean"]}}
+
+
+def _body(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            "required": required or []}
+
+
+#: request body schemas by operation (the OpenAPI document reuses them)
+REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
+    "create": _body({"definition": {"type": "object"}, "exist_ok": {"type": "boolean"}},
+                    ["definition"]),
+    "join": _body({"client": _CLIENT_ID, "host": _HOST}, ["client"]),
+    "fetch": _body({"client": _CLIENT_ID, "wait": {"type": "number", "minimum": 0}}, ["client"]),
+    "report": {
+        **_body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID, "value": {"type": "number"},
+                 "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000}},
+                ["trial_id"]),
+        "oneOf": [
+            {"required": ["value"], "not": {"required": ["failure"]}},
+            {"required": ["value", "failure"], "properties": {"failure": {"const": False}}},
+            {"required": ["failure"], "properties": {"failure": {"const": True}},
+             "not": {"required": ["value"]}},
+        ],
+    },
+    "heartbeat": _body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID}, ["trial_id"]),
+    "restart": _body({"point": {"oneOf": [_POINT, {"type": "null"}]}}),
+    "leave": _body({"client": _CLIENT_ID}, ["client"]),
+    "empty": _body({}),
+}
+
+_VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
+               for name, schema in REQUEST_SCHEMAS.items()}
+
+
+def validate_request(operation: str, body: Any) -> dict[str, Any]:
+    """Check a decoded request body against its schema; :class:`ProtocolError` names the key."""
+    if not isinstance(body, Mapping):
+        raise ProtocolError(f"{operation}: the request body must be a JSON object, "
+                            f"got {type(body).__name__}")
+    errors = sorted(_VALIDATORS[operation].iter_errors(body), key=lambda e: len(e.path))
+    if errors:
+        err = errors[0]
+        key = ".".join(str(p) for p in err.path) or "(body)"
+        if err.validator == "additionalProperties":
+            allowed = sorted(err.schema.get("properties", {}))
+            extra = sorted(set(err.instance) - set(allowed))
+            raise ProtocolError(f"{operation}: unknown key {extra[0]!r} in {key}; "
+                                f"allowed keys: {allowed}")
+        if err.validator == "oneOf" and operation == "report":
+            raise ProtocolError("report: give either 'value' (a number) or 'failure': true "
+                                "with a 'reason', not both and not neither")
+        raise ProtocolError(f"{operation}: {key}: {err.message}")
+    return dict(body)
+
+
+def finite_or_failure(value: float | None) -> tuple[float | None, str | None]:
+    """A reported value as (value, failure): NaN and infinities become a failure reason."""
+    if value is None:
+        return None, None
+    if not math.isfinite(value):
+        return None, f"non-finite measurement {value!r}"
+    return float(value), None

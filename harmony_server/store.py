@@ -1,0 +1,327 @@
+"""The durable store: session definitions, the per-session command log, trials and clients.
+
+One set of SQLAlchemy Core tables serves SQLite (the default: a file under the state
+directory, WAL mode) and PostgreSQL (``postgresql+psycopg://...``). The command log is the
+source of truth — a session is rebuilt by replaying it — while the trials and clients tables
+are materialised views kept for queries and exports. Every write is one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection, Engine
+
+from harmony.errors import ConfigError, HarmonyError
+from harmony_server.stats import StoreStats
+
+logger = logging.getLogger(__name__)
+
+#: bump when the tables change, and add a step to ``_MIGRATIONS``
+SCHEMA_VERSION = 1
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "harmony_schema_version", metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("applied", sa.Float, nullable=False),
+)
+
+sessions = sa.Table(
+    "harmony_sessions", metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("definition", sa.JSON, nullable=False),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),  # "live" | "closed"
+)
+
+commands = sa.Table(
+    "harmony_commands", metadata,
+    sa.Column("session", sa.String(200), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("client", sa.String(200), nullable=True),
+)
+
+trials = sa.Table(
+    "harmony_trials", metadata,
+    sa.Column("session", sa.String(200), primary_key=True),
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("candidate", sa.Integer, nullable=False),
+    sa.Column("point", sa.JSON, nullable=False),
+    sa.Column("client", sa.String(200), nullable=True),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("value", sa.Float, nullable=True),
+    sa.Column("failure", sa.Text, nullable=True),
+    sa.Column("leased_at", sa.Float, nullable=True),
+    sa.Column("reported_at", sa.Float, nullable=True),
+)
+
+clients = sa.Table(
+    "harmony_clients", metadata,
+    sa.Column("session", sa.String(200), primary_key=True),
+    sa.Column("client_id", sa.String(200), primary_key=True),
+    sa.Column("hostname", sa.String(255), nullable=True),
+    sa.Column("cpu_count", sa.Integer, nullable=True),
+    sa.Column("ram_bytes", sa.BigInteger, nullable=True),
+    sa.Column("os", sa.String(255), nullable=True),
+    sa.Column("python", sa.String(64), nullable=True),
+    sa.Column("joined", sa.Float, nullable=False),
+    sa.Column("left", sa.Float, nullable=True),
+)
+
+# version reached -> DDL/DML steps that bring a store from version-1 to it
+_MIGRATIONS: dict[int, list[str]] = {}
+
+
+class StoreError(HarmonyError):
+    """The durable store could not be opened, read or written."""
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session row: its definition (``SessionDefinition.to_dict()``) and lifecycle."""
+
+    name: str
+    definition: dict[str, Any]
+    created: float
+    status: str
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """One entry of a session's append-only command log."""
+
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    time: float
+    client: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """The materialised state of one handed-out measurement."""
+
+    id: int
+    candidate: int
+    point: dict[str, Any]
+    client: str | None
+    status: str
+    value: float | None
+    failure: str | None
+    leased_at: float | None
+    reported_at: float | None
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """A client of a session and the host it runs on (kept for reuse of prior data)."""
+
+    client_id: str
+    joined: float
+    hostname: str | None = None
+    cpu_count: int | None = None
+    ram_bytes: int | None = None
+    os: str | None = None
+    python: str | None = None
+    left: float | None = None
+
+
+def default_store_url(state_dir: str | Path) -> str:
+    """The SQLite file URL used when no ``--store`` is given."""
+    return f"sqlite:///{Path(state_dir).resolve() / 'harmony.sqlite3'}"
+
+
+def normalise_store_url(url: str) -> str:
+    """Map ``postgresql://`` to the psycopg 3 driver; reject schemes we do not support."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith(("sqlite:", "postgresql+psycopg:")):
+        return url
+    scheme = url.split(":", 1)[0]
+    raise ConfigError(f"--store must be a sqlite:/// or postgresql:// URL, but got scheme "
+                      f"{scheme!r}")
+
+
+class Store:
+    """SQLAlchemy Core access to the server's tables; one transaction per write.
+
+    ``synchronous`` sets SQLite's durability: ``NORMAL`` (with WAL) survives a killed
+    process, ``FULL`` also survives a power loss at the price of an fsync per commit.
+    """
+
+    def __init__(self, url: str, *, synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ConfigError(f"store synchronous must be NORMAL or FULL, got {synchronous!r}")
+        self.url = normalise_store_url(url)
+        self.stats = StoreStats()
+        self.engine: Engine = self._make_engine(self.url, synchronous.upper())
+        self._upsert_cache: dict[str, Any] = {}
+        try:
+            self._migrate()
+        except sa.exc.SQLAlchemyError as exc:
+            self.engine.dispose()
+            raise StoreError(f"cannot open the store {self._safe_url()}: {exc}") from exc
+
+    # -- setup ------------------------------------------------------------------
+    @staticmethod
+    def _make_engine(url: str, synchronous: str) -> Engine:
+        if url.startswith("sqlite"):
+            path = sa.engine.make_url(url).database
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+            @sa.event.listens_for(engine, "connect")
+            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={synchronous}")
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.close()
+
+            return engine
+        return sa.create_engine(url, pool_pre_ping=True)
+
+    def _safe_url(self) -> str:
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def _migrate(self) -> None:
+        with self.engine.begin() as conn:
+            metadata.create_all(conn, checkfirst=True)
+            found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+            if found is None:
+                conn.execute(schema_version.insert().values(version=SCHEMA_VERSION,
+                                                            applied=time.time()))
+                logger.info("initialised store %s at schema version %s", self._safe_url(),
+                            SCHEMA_VERSION)
+                return
+            if found > SCHEMA_VERSION:
+                raise ConfigError(f"store {self._safe_url()} has schema version {found}, newer "
+                                  f"than this server's {SCHEMA_VERSION}; upgrade harmony")
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS.get(version, []):
+                    conn.execute(sa.text(statement))
+                conn.execute(schema_version.insert().values(version=version, applied=time.time()))
+                logger.info("migrated store %s to schema version %s", self._safe_url(), version)
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[Connection]:
+        started = time.perf_counter()
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except sa.exc.SQLAlchemyError as exc:
+            self.stats.failures += 1
+            raise StoreError(f"store write failed ({what}): {exc}") from exc
+        self.stats.writes += 1
+        self.stats.write_latency.observe(time.perf_counter() - started)
+
+    def _upsert(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+        """Insert rows, or update them where the primary key exists (one portable call)."""
+        if not rows:
+            return
+        stmt = self._upsert_cache.get(table.name)
+        if stmt is None:
+            insert = (sqlite_dialect.insert(table) if conn.dialect.name == "sqlite"
+                      else pg_dialect.insert(table))
+            keys = [c.name for c in table.primary_key.columns]
+            stmt = insert.on_conflict_do_update(
+                index_elements=keys,
+                set_={c.name: insert.excluded[c.name] for c in table.columns if c.name not in keys})
+            self._upsert_cache[table.name] = stmt
+        conn.execute(stmt, rows)
+
+    # -- writes -----------------------------------------------------------------
+    def create_session(self, name: str, definition: dict[str, Any], created: float) -> None:
+        """Store a new live session; raises :class:`StoreError` if the name is taken."""
+        with self._transaction(f"create session {name!r}") as conn:
+            conn.execute(sessions.insert().values(name=name, definition=definition,
+                                                  created=created, status="live"))
+
+    def write(self, session: str, log: Sequence[CommandRecord], trial_rows: Sequence[TrialRow] = (),
+              client_rows: Sequence[ClientRow] = ()) -> None:
+        """Append commands and upsert the trials/clients they changed, in one transaction."""
+        with self._transaction(f"session {session!r}") as conn:
+            if log:
+                conn.execute(commands.insert(), [
+                    {"session": session, "seq": c.seq, "kind": c.kind, "payload": c.payload,
+                     "time": c.time, "client": c.client} for c in log])
+            self._upsert(conn, trials, [{"session": session, **asdict(t)} for t in trial_rows])
+            self._upsert(conn, clients, [{"session": session, **asdict(c)} for c in client_rows])
+        self.stats.commands += len(log)
+        self.stats.trial_rows += len(trial_rows)
+
+    def delete_session(self, name: str) -> bool:
+        """Remove a session and everything recorded for it; False if it did not exist."""
+        with self._transaction(f"delete session {name!r}") as conn:
+            for table in (commands, trials, clients):
+                conn.execute(table.delete().where(table.c.session == name))
+            return conn.execute(sessions.delete().where(sessions.c.name == name)).rowcount > 0
+
+    # -- reads ------------------------------------------------------------------
+    def _read(self, stmt: sa.Executable) -> list[sa.Row[Any]]:
+        try:
+            with self.engine.connect() as conn:
+                return list(conn.execute(stmt))
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    def live_sessions(self) -> list[StoredSession]:
+        """Every session that should be running, oldest first."""
+        rows = self._read(sa.select(sessions).where(sessions.c.status == "live")
+                          .order_by(sessions.c.created, sessions.c.name))
+        return [StoredSession(r.name, r.definition, r.created, r.status) for r in rows]
+
+    def get_session(self, name: str) -> StoredSession | None:
+        rows = self._read(sa.select(sessions).where(sessions.c.name == name))
+        return StoredSession(rows[0].name, rows[0].definition, rows[0].created,
+                             rows[0].status) if rows else None
+
+    def commands(self, session: str) -> list[CommandRecord]:
+        """The session's command log in ``seq`` order."""
+        rows = self._read(sa.select(commands).where(commands.c.session == session)
+                          .order_by(commands.c.seq))
+        return [CommandRecord(r.seq, r.kind, r.payload, r.time, r.client) for r in rows]
+
+    def trials(self, session: str) -> list[TrialRow]:
+        rows = self._read(sa.select(trials).where(trials.c.session == session)
+                          .order_by(trials.c.id))
+        return [TrialRow(r.id, r.candidate, r.point, r.client, r.status, r.value, r.failure,
+                         r.leased_at, r.reported_at) for r in rows]
+
+    def clients(self, session: str) -> list[ClientRow]:
+        rows = self._read(sa.select(clients).where(clients.c.session == session)
+                          .order_by(clients.c.joined, clients.c.client_id))
+        return [ClientRow(r.client_id, r.joined, r.hostname, r.cpu_count, r.ram_bytes, r.os,
+                          r.python, r.left) for r in rows]
+
+    def check_integrity(self) -> list[str]:
+        """Problems found in the store (empty when healthy): SQLite's own check plus log gaps."""
+        problems: list[str] = []
+        if self.engine.dialect.name == "sqlite":
+            result = [r[0] for r in self._read(sa.text("PRAGMA integrity_check"))]
+            if result != ["ok"]:
+                problems.extend(str(r) for r in result)
+        for s in self.live_sessions():
+            seqs = [c.seq for c in self.commands(s.name)]
+            if seqs != list(range(1, len(seqs) + 1)):
+                problems.append(f"session {s.name!r}: command log seq is not 1..{len(seqs)}")
+        return problems

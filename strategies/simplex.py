@@ -1,0 +1,491 @@
+"""Shared machinery of the simplex strategies (Nelder-Mead and Parallel Rank Ordering).
+
+A simplex strategy works on the unit-normalised space: every vertex is a vector of
+``[0, 1]^dim`` whose point is snapped to the grid. It moves in *batches* of candidate
+vertices; :meth:`ask` hands out a batch's unmeasured points (several at once when the
+batch holds several), and the state machine advances once every candidate has a value.
+
+Candidates get their values from three places besides a measurement: a candidate outside
+the feasible region is handled by ``reject_method`` (``penalty`` scores it
+:attr:`Strategy.PENALTY`, ``random`` replaces it by a random feasible point, ``project``
+by the region's projection); a candidate whose snapped point was measured before is
+answered from memory; a candidate sharing its point with another outstanding one waits
+for that measurement. So a grid that turns a move into a no-op never costs a measurement.
+
+When the simplex stalls on the grid (all vertices on one grid point, a degenerate simplex,
+a shrink that moves nothing, or a cycle of steps that needs no new measurement) it is
+re-expanded around the best vertex, first at its current size and then at one grid step;
+if it stalls again at the same best point after the one-step re-expansion, the search has
+converged.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harmony.errors import ConfigError
+from strategies.base import FeasibleRegion, Strategy, Trial
+from strategies.space import Point, RealParam, Space, Value
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[Value, ...]
+
+INIT_METHODS = ("point", "random-point", "lhs", "random")
+REJECT_METHODS = ("penalty", "random", "project")
+#: attempts at drawing a non-degenerate random / Latin-hypercube initial simplex
+_INIT_ATTEMPTS = 20
+#: attempts at drawing a feasible replacement for an infeasible candidate
+_REPLACE_ATTEMPTS = 100
+#: safety net: state-machine steps in a row without handing out a point
+_MAX_SILENT_STEPS = 100_000
+
+
+class Phase(enum.Enum):
+    """What the batch being measured is for."""
+
+    INIT = "init"
+    REFLECT = "reflect"
+    EXPAND = "expand"
+    EXPAND_ONE = "expand-one"
+    EXPAND_ALL = "expand-all"
+    CONTRACT_OUTSIDE = "contract-outside"
+    CONTRACT_INSIDE = "contract-inside"
+    SHRINK = "shrink"
+    CONVERGED = "converged"
+
+
+@dataclass
+class Candidate:
+    """A vertex waiting for its value: unit coordinates, snapped point, and its value."""
+
+    u: np.ndarray
+    point: Point
+    key: Key
+    value: float | None = None
+    handed_out: bool = False
+
+
+def option_error(strategy: str, option: str, must: str, got: Any) -> ConfigError:
+    """A uniform message for a bad strategy option."""
+    return ConfigError(f"strategy {strategy!r}: option {option} must be {must}, got {got!r}")
+
+
+class SimplexStrategy(Strategy):
+    """Base of the simplex strategies: initial simplex, candidate resolution, convergence.
+
+    Subclasses implement :meth:`_step` (start the next move from the sorted simplex) and
+    :meth:`_advance` (consume a finished batch).
+    """
+
+    def __init__(self, space: Space, *, seed: int = 0, region: FeasibleRegion | None = None,
+                 simplex_size: int | None = None, init_method: str | None = None,
+                 init_point: Mapping[str, Any] | None = None, init_radius: float = 0.1,
+                 reject_method: str = "penalty", fval_tol: float = 1e-4, fval_atol: float = 0.0,
+                 size_tol: float = 1e-4, max_evals: int | None = None, reexpand: bool = True,
+                 shrink: float = 0.5):
+        super().__init__(space, seed=seed, region=region)
+        name = type(self).name
+        spans = [not _is_fixed(p) for p in space.params]
+        #: indices of the axes that can move (a parameter with one grid value cannot)
+        self.active_axes = [k for k, moves in enumerate(spans) if moves]
+        n_eff = len(self.active_axes)
+        if simplex_size is None:
+            simplex_size = n_eff + 1
+        if isinstance(simplex_size, bool) or not isinstance(simplex_size, int) \
+                or simplex_size < n_eff + 1:
+            raise option_error(name, "simplex_size", f"an integer >= {n_eff + 1} (the number of "
+                               f"movable parameters + 1)", simplex_size)
+        if init_method is None:
+            init_method = "point" if init_point is not None else "lhs"
+        if init_method not in INIT_METHODS:
+            raise option_error(name, "init_method", f"one of {', '.join(INIT_METHODS)}", init_method)
+        if reject_method not in REJECT_METHODS:
+            raise option_error(name, "reject_method", f"one of {', '.join(REJECT_METHODS)}",
+                               reject_method)
+        _check_real(name, "init_radius", init_radius, low=0.0, high=1.0, low_open=True)
+        _check_real(name, "fval_tol", fval_tol, low=0.0)
+        _check_real(name, "fval_atol", fval_atol, low=0.0)
+        _check_real(name, "size_tol", size_tol, low=0.0)
+        _check_real(name, "shrink", shrink, low=0.0, high=1.0, low_open=True, high_open=True)
+        if max_evals is not None and (isinstance(max_evals, bool) or not isinstance(max_evals, int)
+                                      or max_evals < 1):
+            raise option_error(name, "max_evals", "a positive integer (or absent)", max_evals)
+        if init_point is not None:
+            if not isinstance(init_point, Mapping):
+                raise option_error(name, "init_point", "a mapping of parameter name to value",
+                                   init_point)
+            try:
+                init_point = space.snap(init_point)
+            except (ConfigError, TypeError, ValueError) as exc:
+                raise ConfigError(f"strategy {name!r}: option init_point is not a point of the "
+                                  f"space: {exc}") from None
+        self.simplex_size: int = simplex_size
+        self.init_method: str = init_method
+        self.init_point: Point = dict(init_point) if init_point is not None \
+            else space.default_point()
+        self.init_radius = float(init_radius)
+        self.reject_method = reject_method
+        self.fval_tol = float(fval_tol)
+        self.fval_atol = float(fval_atol)
+        self.size_tol = float(size_tol)
+        self.max_evals = max_evals
+        self.reexpand = bool(reexpand)
+        self.shrink_coef = float(shrink)
+
+        res = space.unit_resolution()
+        self._continuous = np.array([isinstance(p, RealParam) and not p.discrete
+                                     for p in space.params])
+        #: one grid step per axis in unit coordinates (``size_tol`` for continuous axes)
+        self._min_step = np.where(self._continuous, max(self.size_tol, 1e-9), res)
+        #: per-axis scale that turns unit differences into grid steps (for the rank test)
+        self._rank_scale = np.where(res > 0, 1.0 / np.where(res > 0, res, 1.0), 1.0)
+
+        self.phase = Phase.INIT
+        self.vertices = np.zeros((0, space.dim))
+        self.values = np.zeros(0)
+        self.keys: list[Key] = []
+        self.points: list[Point] = []
+        self.iterations = 0
+        self.convergence_reason: str | None = None
+        self._batch: list[Candidate] = []
+        self._memo: dict[Key, float] = {}
+        self._refused: dict[Key, None] = {}
+        self._outstanding: dict[Key, int] = {}
+        self._trial_key: dict[int, Key] = {}
+        self._seen_silent: set[tuple[Key, ...]] = set()
+        self._silent_steps = 0
+        self._reexpanded_at: tuple[Key, bool] | None = None
+        self._evals_at_start = 0
+        self._start_batch(Phase.INIT, self._initial_simplex())
+
+    # -- the Strategy contract ---------------------------------------------------
+    def ask(self) -> Trial | None:
+        if self.converged:
+            return None
+        self._pump()
+        if self.converged:
+            return None
+        for c in self._batch:
+            if c.value is not None or c.handed_out:
+                continue
+            c.handed_out = True
+            if c.key in self._outstanding:  # the same point is being measured already
+                continue
+            trial = self._new_trial(c.point)
+            self._outstanding[c.key] = trial.id
+            self._trial_key[trial.id] = c.key
+            self._seen_silent.clear()
+            self._silent_steps = 0
+            logger.debug("%s: hand out trial %d (%s) %s", self.name, trial.id, self.phase.value,
+                         trial.point)
+            return trial
+        return None
+
+    @property
+    def converged(self) -> bool:
+        if self.phase is Phase.CONVERGED:
+            return True
+        return self.max_evals is not None and self.evaluations >= self.max_evals
+
+    @property
+    def evaluations(self) -> int:
+        """Points handed out since the start or the last restart."""
+        return len(self.trials) - self._evals_at_start
+
+    def _on_result(self, trial: Trial) -> None:
+        key = self._trial_key.pop(trial.id, None)
+        if key is None:  # a late answer from before a restart: recorded, not used
+            return
+        self._outstanding.pop(key, None)
+        value = self.score(trial)
+        self._memo[key] = value
+        for c in self._batch:
+            if c.value is None and c.key == key:
+                c.value = value
+        self._pump()
+
+    def rejected(self, trial_id: int, hint: Point | None = None) -> None:
+        """A plugin refused a point: never hand it out again; replace it per ``reject_method``."""
+        trial = self._trial(trial_id)
+        if trial.done:
+            return
+        trial.failure = "rejected"
+        key = self._trial_key.pop(trial_id, None)
+        if key is None:
+            return
+        self._outstanding.pop(key, None)
+        self._refused[key] = None
+        for c in self._batch:
+            if c.value is None and c.key == key:
+                c.handed_out = False
+                self._reject(c, hint)
+                if c.value is None:
+                    c.value = self._memo.get(c.key)
+        self._pump()
+
+    def restart(self, point: Point | None = None, simplex: list[Point] | None = None) -> None:
+        """Start again: around ``point``, from ``simplex``, or from a new initial simplex.
+
+        Remembered measurements are forgotten (the objective may have changed, e.g. after a
+        workload shift); refused points stay refused. ``max_evals`` counts anew.
+        """
+        if simplex is not None:
+            if len(simplex) != self.simplex_size:
+                raise ConfigError(f"strategy {self.name!r}: a restart simplex needs "
+                                  f"{self.simplex_size} points (simplex_size), got {len(simplex)}")
+            us = [self._unit(self.space.snap(p)) for p in simplex]
+        elif point is not None:
+            us = self._axis_simplex(self._unit(self.space.snap(point)),
+                                    np.maximum(self.init_radius, self._min_step))
+        else:
+            us = self._initial_simplex()
+        self._memo.clear()
+        self._outstanding.clear()
+        self._trial_key.clear()
+        self._seen_silent.clear()
+        self._silent_steps = 0
+        self._reexpanded_at = None
+        self.convergence_reason = None
+        self._evals_at_start = len(self.trials)
+        logger.info("%s: restart (%s)", self.name,
+                    "given simplex" if simplex is not None else
+                    f"around {point}" if point is not None else self.init_method)
+        self._start_batch(Phase.INIT, us)
+
+    # -- views ---------------------------------------------------------------------
+    def simplex(self) -> list[tuple[Point, float]]:
+        """The current simplex, best first: each vertex's point and value."""
+        return [(dict(p), float(v)) for p, v in zip(self.points, self.values, strict=True)]
+
+    # -- subclass interface ----------------------------------------------------------
+    @abstractmethod
+    def _step(self) -> None:
+        """Start the next move from the sorted, non-converged simplex."""
+
+    @abstractmethod
+    def _advance(self) -> None:
+        """Consume the finished batch (every candidate has a value) of ``self.phase``."""
+
+    # -- batches -------------------------------------------------------------------------
+    def _start_batch(self, phase: Phase, us: Sequence[np.ndarray]) -> None:
+        self.phase = phase
+        self._batch = [self._candidate(u) for u in us]
+
+    def _candidate(self, u: np.ndarray) -> Candidate:
+        point = self.space.from_unit(u)
+        c = Candidate(u=self._unit(point, raw=u), point=point, key=self.space.key(point))
+        if not self._feasible(point):
+            self._reject(c, None)
+        if c.value is None:
+            c.value = self._memo.get(c.key)
+        return c
+
+    def _pump(self) -> None:
+        """Advance the state machine while the current batch needs no measurement."""
+        while self.phase is not Phase.CONVERGED and all(c.value is not None for c in self._batch):
+            self._silent_steps += 1
+            if self._silent_steps > _MAX_SILENT_STEPS:
+                logger.warning("%s: %d steps without a new point; stopping", self.name,
+                               _MAX_SILENT_STEPS)
+                self._converge("no progress")
+                return
+            self._advance()
+
+    def _feasible(self, point: Point) -> bool:
+        return self.space.key(point) not in self._refused and self.region.contains(point)
+
+    def _reject(self, c: Candidate, hint: Point | None) -> None:
+        """Apply ``reject_method`` to an infeasible or refused candidate."""
+        if self.reject_method != "penalty":
+            for replacement in self._replacements(c.point, hint):
+                try:
+                    replacement = self.space.snap(replacement)
+                except ConfigError as exc:
+                    logger.warning("%s: ignoring a replacement that is not a point: %s",
+                                   self.name, exc)
+                    continue
+                if self._feasible(replacement):
+                    c.point, c.key, c.u = (replacement, self.space.key(replacement),
+                                           self._unit(replacement))
+                    return
+        c.value = self.PENALTY
+
+    def _replacements(self, point: Point, hint: Point | None) -> Iterator[Point]:
+        if hint is not None:
+            yield hint
+        if self.reject_method == "project":
+            projected = self.region.project(point)
+            if projected is not None:
+                yield projected
+        else:
+            for _ in range(_REPLACE_ATTEMPTS):
+                yield self.region.sample(self.rng)
+
+    def _unit(self, point: Point, raw: np.ndarray | None = None) -> np.ndarray:
+        """Unit coordinates of a snapped point (continuous axes keep the exact ``raw``)."""
+        u = self.space.to_unit(point)
+        if raw is not None:
+            u = np.where(self._continuous, np.clip(raw, 0.0, 1.0), u)
+        return u
+
+    # -- the simplex ------------------------------------------------------------------------
+    def _accept(self, candidates: Sequence[Candidate]) -> None:
+        """Make ``candidates`` the simplex, sorted best first (stable), then go on."""
+        values = np.array([c.value for c in candidates], dtype=float)
+        order = np.argsort(values, kind="stable")
+        self.vertices = np.array([candidates[i].u for i in order])
+        self.values = values[order]
+        self.keys = [candidates[i].key for i in order]
+        self.points = [candidates[i].point for i in order]
+        self.iterations += 1
+        self._check_and_step()
+
+    def _vertex(self, i: int) -> Candidate:
+        return Candidate(u=self.vertices[i], point=self.points[i], key=self.keys[i],
+                         value=float(self.values[i]), handed_out=True)
+
+    def _check_and_step(self) -> None:
+        if self.max_evals is not None and self.evaluations >= self.max_evals:
+            self._converge("max_evals")
+            return
+        if len(set(self.keys)) == 1:
+            self._stall("collapsed on the grid")
+            return
+        f0 = self.values[0]
+        # penalised (infinite) vertices: never converged by tolerance
+        spread = float(np.max(np.abs(self.values[1:] - f0))) \
+            if np.all(np.isfinite(self.values)) else math.inf
+        size = float(np.max(np.abs(self.vertices[1:] - self.vertices[0])))
+        if spread <= self.fval_tol * abs(f0) + self.fval_atol and size <= self.size_tol:
+            self._converge(f"tolerances (value spread {spread:.3g}, size {size:.3g})")
+            return
+        if self._degenerate(self.vertices):
+            self._stall("degenerate simplex")
+            return
+        signature = tuple(self.keys)
+        if signature in self._seen_silent:
+            self._stall("cycle without new measurements")
+            return
+        self._seen_silent.add(signature)
+        self._step()
+
+    def _degenerate(self, vertices: np.ndarray) -> bool:
+        n_eff = len(self.active_axes)
+        if n_eff == 0:
+            return False
+        diffs = (vertices[1:] - vertices[0]) * self._rank_scale
+        return int(np.linalg.matrix_rank(diffs[:, self.active_axes])) < n_eff
+
+    def _stall(self, reason: str) -> None:
+        """Re-expand around the best vertex, or converge if that was already tried there."""
+        best = self.keys[0]
+        extent = np.max(np.abs(self.vertices - self.vertices[0]), axis=0)
+        radius = np.maximum(self._min_step, extent)
+        minimal = bool(np.all(radius <= self._min_step))
+        if self._reexpanded_at is not None and self._reexpanded_at[0] == best:
+            if self._reexpanded_at[1] or not self.reexpand:
+                self._converge(reason)
+                return
+            radius, minimal = self._min_step.copy(), True
+        if not self.reexpand:
+            self._converge(reason)
+            return
+        self._reexpanded_at = (best, minimal)
+        logger.debug("%s: %s; re-expanding around %s (radius %s)", self.name, reason,
+                     self.points[0], radius)
+        us = self._axis_simplex(self.vertices[0], radius)
+        self.phase = Phase.INIT
+        self._batch = [self._vertex(0)] + [self._candidate(u) for u in us[1:]]
+
+    def _converge(self, reason: str) -> None:
+        self.phase = Phase.CONVERGED
+        self.convergence_reason = reason
+        self._batch = []
+        logger.info("%s: converged (%s) after %d evaluations; best %s", self.name, reason,
+                    self.evaluations, self.points[0] if self.points else None)
+
+    # -- initial simplices ----------------------------------------------------------------------
+    def _initial_simplex(self) -> list[np.ndarray]:
+        if self.init_method in ("point", "random-point"):
+            start = self.init_point if self.init_method == "point" \
+                else self.space.snap(self.region.sample(self.rng))
+            return self._axis_simplex(self._unit(start),
+                                      np.maximum(self.init_radius, self._min_step))
+        best: list[np.ndarray] = []
+        for _ in range(_INIT_ATTEMPTS):
+            if self.init_method == "lhs":
+                us = self._latin_hypercube()
+            else:
+                us = [self._unit(self.space.snap(self.region.sample(self.rng)))
+                      for _ in range(self.simplex_size)]
+            best = us
+            if not self._degenerate(np.array(us)):
+                break
+        return best
+
+    def _latin_hypercube(self) -> list[np.ndarray]:
+        """``simplex_size`` points, one per stratum of every axis; infeasible ones resampled."""
+        k, dim = self.simplex_size, self.space.dim
+        u = np.full((k, dim), 0.5)
+        for axis in range(dim):
+            u[:, axis] = (self.rng.permutation(k) + self.rng.random(k)) / k
+        out = []
+        for row in u:
+            point = self.space.from_unit(row)
+            if not self._feasible(point):
+                for _ in range(_REPLACE_ATTEMPTS):
+                    sampled = self.space.snap(self.region.sample(self.rng))
+                    if self._feasible(sampled):
+                        point = sampled
+                        break
+            out.append(self._unit(point, raw=row if self._feasible(point) else None))
+        return out
+
+    def _axis_simplex(self, x0: np.ndarray, radius: np.ndarray) -> list[np.ndarray]:
+        """``x0`` plus axis steps (like scipy's initial simplex): vertex j moves along one axis.
+
+        With more vertices than movable axes + 1, later rounds step the other way and further.
+        A step that would leave the unit cube is taken in the opposite direction.
+        """
+        us = [np.array(x0, dtype=float)]
+        n_eff = len(self.active_axes)
+        for j in range(1, self.simplex_size):
+            axis = self.active_axes[(j - 1) % n_eff]
+            ring = (j - 1) // n_eff
+            sign = 1.0 if ring % 2 == 0 else -1.0
+            step = float(radius[axis]) * (1 + ring // 2)
+            u = np.array(x0, dtype=float)
+            moved = u[axis] + sign * step
+            if moved > 1.0 or moved < 0.0:
+                moved = u[axis] - sign * step
+            u[axis] = min(max(moved, 0.0), 1.0)
+            us.append(u)
+        return us
+
+
+def _is_fixed(p: Any) -> bool:
+    if isinstance(p, RealParam) and not p.discrete:
+        return p.max == p.min
+    return bool(p.size == 1)
+
+
+def _check_real(strategy: str, option: str, value: Any, *, low: float | None = None,
+                high: float | None = None, low_open: bool = False,
+                high_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise option_error(strategy, option, "a finite number", value)
+    bad_low = low is not None and (value <= low if low_open else value < low)
+    bad_high = high is not None and (value >= high if high_open else value > high)
+    if bad_low or bad_high:
+        lo = "" if low is None else f"{low} {'<' if low_open else '<='} "
+        hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
+        raise option_error(strategy, option, f"{lo}{option}{hi}".strip(), value)

@@ -1,0 +1,300 @@
+"""The typed client API: connect to a Harmony server (or run standalone), fetch, report.
+
+``connect(url)`` talks HTTP/JSON to a server over pooled keep-alive connections (urllib3),
+retrying with backoff while the server is unreachable; ``connect(None)`` runs sessions
+in-process on the same :class:`harmony.session.SessionCore` with the same semantics. The
+client never imports the server's HTTP layer or store.
+
+    with connect("http://127.0.0.1:1979") as client:
+        session = client.create_session(definition, exist_ok=True)
+        while (got := session.fetch(timeout=30)) is not None:
+            session.report(got.trial_id, measure(got.point))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import urllib3
+
+from harmony.definition import SessionDefinition
+from harmony.errors import (
+    ConfigError, HarmonyError, ProtocolError, SessionNotFoundError, TrialError,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Fetched", "HarmonyClient", "LeaseLostError", "ServerUnavailableError", "Session",
+           "connect", "host_metadata"]
+
+#: longest single long-poll the client asks the server for (seconds)
+MAX_POLL = 30.0
+
+
+class LeaseLostError(TrialError):
+    """The trial's lease expired (it was handed out again) or it was already reported."""
+
+
+class ServerUnavailableError(HarmonyError):
+    """The server could not be reached (or kept answering 503) within the retry budget."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A point to measure, and the trial id to report it under."""
+
+    trial_id: int
+    point: dict[str, Any]
+
+
+_KIND_ERRORS: dict[str, type[HarmonyError]] = {
+    "session_not_found": SessionNotFoundError,
+    "trial_not_found": TrialError,
+    "lease_lost": LeaseLostError,
+    "session_exists": ConfigError,
+    "invalid_definition": ConfigError,
+    "conflict": HarmonyError,
+    "unavailable": ServerUnavailableError,
+}
+
+
+def error_from_answer(kind: str, message: str) -> HarmonyError:
+    """The project exception for an error answer ``{"error": kind, "message": ...}``."""
+    return _KIND_ERRORS.get(kind, ProtocolError)(message)
+
+
+def host_metadata() -> dict[str, Any]:
+    """Facts about this host, stored with the session so later runs can reuse prior data."""
+    try:
+        ram: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = None
+    return {"hostname": socket.gethostname()[:255], "cpu_count": os.cpu_count(),
+            "ram_bytes": ram, "os": platform.platform()[:255],
+            "python": platform.python_version()}
+
+
+class Backend(Protocol):
+    """What a :class:`Session` needs from the transport (HTTP or in-process)."""
+
+    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
+                timeout: float | None = None) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class HttpBackend:
+    """JSON over HTTP with a keep-alive connection pool and retries on connection errors."""
+
+    def __init__(self, url: str, *, token: str | None = None, retry_seconds: float = 30.0,
+                 pool_size: int = 4, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.retry_seconds = retry_seconds
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        try:
+            self.pool = urllib3.connection_from_url(self.url, maxsize=pool_size, block=False,
+                                                    retries=False)
+        except (urllib3.exceptions.LocationValueError, ValueError) as exc:
+            raise ConfigError(f"server URL {url!r} is not a valid http(s) URL: {exc}") from None
+
+    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
+                timeout: float | None = None) -> dict[str, Any]:
+        """Send one request; retry with exponential backoff while the server is unreachable."""
+        payload = json.dumps(body, allow_nan=False).encode() if body is not None else None
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                response = self.pool.request(
+                    method, path, body=payload, headers=self.headers,
+                    timeout=urllib3.Timeout(connect=5.0, read=timeout or self.timeout),
+                    retries=False, preload_content=True)
+            except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ProtocolError,
+                    urllib3.exceptions.ConnectTimeoutError, ConnectionError) as exc:
+                problem: str = f"{type(exc).__name__}: {exc}"
+            except urllib3.exceptions.ReadTimeoutError as exc:
+                raise ServerUnavailableError(f"{method} {self.url}{path}: no answer within "
+                                             f"{timeout or self.timeout} s") from exc
+            else:
+                if response.status != 503:
+                    return self._decode(method, path, response)
+                problem = f"503: {response.data[:200]!r}"
+            if time.monotonic() + delay > deadline:
+                raise ServerUnavailableError(f"{method} {self.url}{path}: server unavailable for "
+                                             f"{self.retry_seconds} s ({problem})")
+            logger.debug("%s %s failed (%s); retrying in %.2f s", method, path, problem, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _decode(self, method: str, path: str, response: Any) -> dict[str, Any]:
+        try:
+            data = json.loads(response.data) if response.data else {}
+        except ValueError:
+            data = None
+        if response.status >= 400:
+            if isinstance(data, dict) and "error" in data:
+                raise error_from_answer(data["error"], data.get("message", ""))
+            raise ProtocolError(f"{method} {self.url}{path}: HTTP {response.status}: "
+                                f"{response.data[:200]!r}")
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{method} {self.url}{path}: the answer is not a JSON object")
+        return data
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class Session:
+    """One session as seen by one client: fetch points, report values, steer the search."""
+
+    def __init__(self, backend: Backend, name: str, client_id: str) -> None:
+        self._backend = backend
+        self.name = name
+        self.client_id = client_id
+        self._path = f"/sessions/{quote(name, safe='')}"
+
+    def _call(self, method: str, action: str = "", body: Mapping[str, Any] | None = None,
+              timeout: float | None = None) -> dict[str, Any]:
+        path = self._path + (f"/{action}" if action else "")
+        return self._backend.request(method, path, body, timeout=timeout)
+
+    def fetch(self, timeout: float = 30.0) -> Fetched | None:
+        """The next point to measure; ``None`` if none is ready within ``timeout`` seconds
+        (or at once when the session has converged)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            wait = min(max(deadline - time.monotonic(), 0.0), MAX_POLL)
+            asked = time.monotonic()
+            answer = self._call("POST", "fetch", {"client": self.client_id, "wait": wait},
+                                timeout=wait + 30.0)
+            if answer.get("status") == "trial":
+                return Fetched(int(answer["trial_id"]), dict(answer["point"]))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (answer.get("converged") and not answer.get("paused")):
+                return None
+            if time.monotonic() - asked < wait - 0.05:
+                # the server answered early (e.g. it is shutting down): honour its retry hint
+                time.sleep(min(float(answer.get("retry_after", 1.0)), remaining))
+
+    def report(self, trial_id: int, value: float) -> None:
+        """Report a measurement; NaN or infinite values are reported as a failure."""
+        value = float(value)
+        if not math.isfinite(value):
+            self.report_failure(trial_id, f"non-finite measurement {value!r}")
+            return
+        self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
+                                      "value": value})
+
+    def report_failure(self, trial_id: int, reason: str) -> None:
+        """Report that the trial could not be measured, and why."""
+        self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
+                                      "failure": True, "reason": str(reason)[:4000]})
+
+    def heartbeat(self, trial_id: int) -> None:
+        """Extend the trial's lease; :class:`LeaseLostError` if it is no longer ours."""
+        self._call("POST", "heartbeat", {"client": self.client_id, "trial_id": int(trial_id)})
+
+    def best(self) -> tuple[dict[str, Any], float] | None:
+        """The best point and value so far (in the objective's own sign), or ``None``."""
+        best = self._call("GET", "best")["best"]
+        return None if best is None else (dict(best["point"]), float(best["value"]))
+
+    @property
+    def converged(self) -> bool:
+        return bool(self._call("GET", "best")["converged"])
+
+    def status(self) -> dict[str, Any]:
+        """The session's full status (counts, best, definition)."""
+        return self._call("GET")
+
+    def pause(self) -> None:
+        self._call("POST", "pause", {})
+
+    def resume(self) -> None:
+        self._call("POST", "resume", {})
+
+    def restart(self, point: dict[str, Any] | None = None) -> None:
+        """Restart the search, optionally from ``point``."""
+        self._call("POST", "restart", {"point": point})
+
+    def trials(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "trials")["trials"])
+
+    def leave(self) -> None:
+        """Leave the session; trials still leased to this client are handed out again."""
+        self._call("POST", "leave", {"client": self.client_id})
+
+    def kill(self) -> None:
+        """End the session and delete everything stored for it."""
+        self._call("DELETE")
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r}, client={self.client_id!r})"
+
+
+class HarmonyClient:
+    """A connection to a server (or to in-process sessions); a context manager."""
+
+    def __init__(self, backend: Backend, client_id: str) -> None:
+        self._backend = backend
+        self.client_id = client_id
+
+    def create_session(self, definition: SessionDefinition | Mapping[str, Any], *,
+                       exist_ok: bool = False) -> Session:
+        """Create a session and join it; with ``exist_ok`` an identical one is joined instead."""
+        data = definition.to_dict() if isinstance(definition, SessionDefinition) else dict(definition)
+        if isinstance(definition, Mapping):
+            # validate here too, so a typo is reported before anything is sent
+            data = SessionDefinition.from_dict(data).to_dict()
+        answer = self._backend.request("POST", "/sessions", {"definition": data,
+                                                             "exist_ok": exist_ok})
+        return self.join(answer["name"])
+
+    def join(self, name: str) -> Session:
+        """Join an existing session by name (:class:`SessionNotFoundError` if unknown)."""
+        session = Session(self._backend, name, self.client_id)
+        session._call("POST", "join", {"client": self.client_id, "host": host_metadata()})
+        return session
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        """Every session with status and best result."""
+        return list(self._backend.request("GET", "/sessions")["sessions"])
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> HarmonyClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def default_client_id() -> str:
+    """A client id unique to this process: ``host-pid-random``."""
+    return f"{socket.gethostname()[:64]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def connect(url: str | None = None, *, token: str | None = None,
+            client_id: str | None = None) -> HarmonyClient:
+    """A client for the server at ``url``; ``None`` runs sessions in-process (standalone)."""
+    client_id = client_id or default_client_id()
+    if url is None:
+        from tuner_client.standalone import StandaloneBackend
+
+        return HarmonyClient(StandaloneBackend(), client_id)
+    return HarmonyClient(HttpBackend(url, token=token), client_id)

@@ -1,0 +1,503 @@
+"""A private PostgreSQL cluster owned by the tuner: initdb, start, stop, restart.
+
+The cluster listens on 127.0.0.1 only (its own port, unix socket inside the state
+directory) with trust authentication for the superuser ``postgres``. When the tuner runs
+as root (PostgreSQL refuses root), every server command runs as an unprivileged OS user
+(default ``harmony``, created with ``useradd --system`` if missing) through ``runuser``.
+
+Restarts are always ``pg_ctl stop`` + ``pg_ctl start`` with no ``-o`` options: options
+given with ``-o`` are saved in ``postmaster.opts`` and would silently override
+``ALTER SYSTEM`` on every later restart. The listen address, port and socket directory are
+written once into ``postgresql.conf``; ``postgresql.auto.conf`` is left to the tuner.
+
+Optionally the postmaster runs inside a memory cgroup (v2 ``memory.max`` or v1
+``memory.limit_in_bytes``) so that the OS page cache cannot hide buffer misses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from harmony.errors import ConfigError, DatabaseError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OS_USER = "harmony"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def find_bin_dir(bin_dir: Path | None = None) -> Path:
+    """Return the directory holding ``pg_ctl``/``initdb``/``postgres``, or raise DatabaseError.
+
+    Looks at ``bin_dir`` if given, then ``pg_config --bindir``, then the highest
+    ``/usr/lib/postgresql/<major>/bin``, then ``PATH``.
+    """
+    candidates: list[Path] = []
+    if bin_dir is not None:
+        if not (Path(bin_dir) / "pg_ctl").exists():
+            raise DatabaseError(
+                f"PostgreSQL bin_dir {bin_dir} must contain pg_ctl, initdb and postgres, "
+                "but pg_ctl is not there"
+            )
+        return Path(bin_dir)
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            if out:
+                candidates.append(Path(out))
+
+    def major(p: Path) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in p.parent.name.split("."))
+        except ValueError:
+            return (0,)
+
+    candidates.extend(
+        sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=major, reverse=True)
+    )
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    for cand in candidates:
+        if (cand / "pg_ctl").exists() and (cand / "initdb").exists():
+            return cand
+    raise DatabaseError(
+        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found via "
+        "pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; install them "
+        "(`make postgres` runs apt-get install postgresql) or pass bin_dir"
+    )
+
+
+def find_free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_os_user(name: str) -> pwd.struct_passwd:
+    """Return the passwd entry of ``name``, creating it as a system user if missing (root only)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    proc = subprocess.run(
+        [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # exit code 9: the user appeared meanwhile (another process created it)
+    if proc.returncode not in (0, 9):
+        raise DatabaseError(
+            f"could not create the unprivileged OS user {name!r} to run PostgreSQL "
+            f"(useradd exit {proc.returncode}: {proc.stderr.strip()})"
+        )
+    logger.info("created system user %s to run PostgreSQL (it refuses to run as root)", name)
+    return pwd.getpwnam(name)
+
+
+class LocalCluster:
+    """A private PostgreSQL cluster in ``state_dir`` (data in ``state_dir/data``).
+
+    Use as a context manager (``with LocalCluster(d) as c:`` initialises if needed,
+    starts, and stops on exit) or call :meth:`start` / :meth:`stop` yourself.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        port: int | None = None,
+        os_user: str | None = None,
+        bin_dir: Path | None = None,
+        memory_limit_bytes: int | None = None,
+        timeout_s: float = 60.0,
+        sync_initdb: bool = True,
+    ) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self._bin_dir = find_bin_dir(bin_dir)
+        self._port_given = port is not None
+        self._port = port if port is not None else find_free_port()
+        self.timeout_s = timeout_s
+        self.sync_initdb = sync_initdb
+        if memory_limit_bytes is not None and memory_limit_bytes <= 0:
+            raise ConfigError(
+                f"memory_limit_bytes must be a positive number of bytes, got {memory_limit_bytes}"
+            )
+        self.memory_limit_bytes = memory_limit_bytes
+        self._cgroup_procs: Path | None = None
+        self._cgroup_dir: Path | None = None
+        self._cgroup_checked = False
+        if os.geteuid() == 0:
+            self.os_user: str | None = os_user or DEFAULT_OS_USER
+            self._pw: pwd.struct_passwd | None = ensure_os_user(self.os_user)
+        else:
+            if os_user is not None and os_user != pwd.getpwuid(os.geteuid()).pw_name:
+                raise ConfigError(
+                    f"os_user={os_user!r} needs root to switch users; the tuner runs as "
+                    f"{pwd.getpwuid(os.geteuid()).pw_name!r}"
+                )
+            self.os_user = None
+            self._pw = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def bin_dir(self) -> Path:
+        return self._bin_dir
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.state_dir / "sock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "postgres.log"
+
+    @property
+    def dsn(self) -> str:
+        """libpq key/value connection string for the ``postgres`` database."""
+        return self.dsn_for("postgres")
+
+    def dsn_for(self, dbname: str) -> str:
+        """libpq key/value connection string for ``dbname`` as superuser ``postgres``."""
+        quoted = dbname.replace("\\", "\\\\").replace("'", "\\'")
+        return f"host=127.0.0.1 port={self._port} user=postgres dbname='{quoted}'"
+
+    # ------------------------------------------------------------------ commands
+    def command_prefix(self) -> list[str]:
+        """argv prefix that runs a command as the cluster's OS user (empty when not root)."""
+        if self.os_user is None:
+            return []
+        runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+        return [runuser, "-u", self.os_user, "--"]
+
+    def run(
+        self, argv: list[str], *, timeout_s: float | None = None, cgroup: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a server-side command as the cluster's OS user; returns the completed process."""
+        full = self.command_prefix() + argv
+        if cgroup and self._cgroup_procs is not None:
+            # a root shell joins the cgroup first, so pg_ctl and the postmaster it forks
+            # are born inside it; then it drops to the unprivileged user
+            full = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self._cgroup_procs), *full]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LC_ALL": "C",
+            "LANG": "C",
+            "HOME": self._pw.pw_dir if self._pw else os.environ.get("HOME", "/tmp"),
+        }
+        try:
+            return subprocess.run(
+                full,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s if timeout_s is not None else self.timeout_s + 30,
+                check=False,
+                env=env,
+                cwd=str(self.state_dir),
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise DatabaseError(
+                f"{' '.join(argv[:2])} did not finish within {exc.timeout:.0f} s "
+                f"(cluster {self.data_dir})"
+            ) from exc
+
+    def _pg(self, tool: str) -> str:
+        return str(self._bin_dir / tool)
+
+    # ------------------------------------------------------------------ lifecycle
+    def is_initialized(self) -> bool:
+        return (self.data_dir / "PG_VERSION").exists()
+
+    def init(self) -> None:
+        """Create the state directory and run initdb unless a cluster already exists there."""
+        self._prepare_state_dir()
+        if self.is_initialized():
+            self._write_conf()
+            return
+        argv = [
+            self._pg("initdb"),
+            "-D", str(self.data_dir),
+            "-U", "postgres",
+            "-E", "UTF8",
+            "--no-locale",
+            "--auth=trust",
+        ]
+        if not self.sync_initdb:
+            argv.append("--no-sync")
+        proc = self.run(argv, timeout_s=300)
+        if proc.returncode != 0:
+            raise DatabaseError(
+                f"initdb into {self.data_dir} failed (exit {proc.returncode}): "
+                f"{(proc.stderr or proc.stdout).strip()[-2000:]}"
+            )
+        self._write_hba()
+        self._write_conf()
+        logger.info("initialised PostgreSQL cluster in %s", self.data_dir)
+
+    def _prepare_state_dir(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(exist_ok=True)
+        if self._pw is None:
+            self.socket_dir.chmod(0o700)
+            return
+        if self.state_dir == Path("/root") or Path("/root") in self.state_dir.parents:
+            raise ConfigError(
+                f"state_dir {self.state_dir} is under /root, which the unprivileged user "
+                f"{self.os_user!r} running PostgreSQL cannot reach; use a directory under "
+                "/var/tmp or /tmp"
+            )
+        for parent in reversed(self.state_dir.parents):
+            mode = parent.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                logger.warning(
+                    "making %s traversable (o+x) so that user %s can reach %s",
+                    parent, self.os_user, self.state_dir,
+                )
+                parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+        uid, gid = self._pw.pw_uid, self._pw.pw_gid
+        for path in (self.state_dir, self.socket_dir):
+            os.chown(path, uid, gid)
+            path.chmod(0o700)
+        if self.log_path.exists():
+            os.chown(self.log_path, uid, gid)
+
+    def _write_hba(self) -> None:
+        text = (
+            "# written by harmony: trust on the private socket and loopback only\n"
+            "local all all trust\n"
+            "host all all 127.0.0.1/32 trust\n"
+            "local replication all trust\n"
+            "host replication all 127.0.0.1/32 trust\n"
+        )
+        self._write_owned(self.data_dir / "pg_hba.conf", text)
+
+    def _write_conf(self) -> None:
+        """Write the cluster's fixed settings into an include file of postgresql.conf."""
+        conf = self.data_dir / "postgresql.conf"
+        include_line = "include_if_exists = 'harmony_local.conf'"
+        body = conf.read_text()
+        if include_line not in body:
+            self._write_owned(conf, body.rstrip("\n") + "\n\n# harmony local cluster\n"
+                              + include_line + "\n")
+        sock = str(self.socket_dir).replace("'", "''")
+        self._write_owned(
+            self.data_dir / "harmony_local.conf",
+            "# fixed by harmony's LocalCluster; tuned knobs go to postgresql.auto.conf\n"
+            "listen_addresses = '127.0.0.1'\n"
+            f"port = {self._port}\n"
+            f"unix_socket_directories = '{sock}'\n",
+        )
+
+    def _write_owned(self, path: Path, text: str) -> None:
+        path.write_text(text)
+        if self._pw is not None:
+            os.chown(path, self._pw.pw_uid, self._pw.pw_gid)
+        path.chmod(0o600)
+
+    def is_running(self) -> bool:
+        """True when ``pg_ctl status`` finds a live postmaster for the data directory."""
+        if not self.is_initialized():
+            return False
+        proc = self.run([self._pg("pg_ctl"), "-D", str(self.data_dir), "status"], timeout_s=30)
+        return proc.returncode == 0
+
+    def start(self, timeout_s: float | None = None) -> None:
+        """Initialise if needed and start the server, waiting until it accepts connections."""
+        if not self.is_initialized():
+            self.init()
+        else:
+            self._prepare_state_dir()
+        if self.is_running():
+            return
+        self._setup_cgroup()
+        attempts = 1 if self._port_given else 3
+        for attempt in range(attempts):
+            proc = self._pg_ctl_start(timeout_s)
+            if proc.returncode == 0:
+                logger.info("PostgreSQL started on 127.0.0.1:%s (%s)", self._port, self.data_dir)
+                return
+            tail = self.log_tail()
+            if "could not bind" in tail and attempt + 1 < attempts:
+                # another process took the port between picking and starting: pick again
+                logger.warning("port %s is taken, retrying on another port", self._port)
+                self._port = find_free_port()
+                self._write_conf()
+                continue
+            raise DatabaseError(
+                f"PostgreSQL in {self.data_dir} did not start (pg_ctl exit {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-500:]}); server log tail:\n{tail}"
+            )
+
+    def _pg_ctl_start(self, timeout_s: float | None) -> subprocess.CompletedProcess[str]:
+        t = int(timeout_s if timeout_s is not None else self.timeout_s)
+        return self.run(
+            [
+                self._pg("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path),
+                "-w", "-t", str(max(1, t)), "start",
+            ],
+            timeout_s=t + 30,
+            cgroup=True,
+        )
+
+    def stop(self, timeout_s: float | None = None, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running."""
+        if not self.is_running():
+            self._remove_cgroup()
+            return
+        t = int(timeout_s if timeout_s is not None else self.timeout_s)
+        proc = self.run(
+            [self._pg("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t",
+             str(max(1, t)), "stop"],
+            timeout_s=t + 30,
+        )
+        if proc.returncode != 0 and self.is_running():
+            if mode != "immediate":
+                logger.warning("pg_ctl stop -m %s failed; stopping with -m immediate", mode)
+                self.stop(timeout_s, mode="immediate")
+                return
+            raise DatabaseError(
+                f"PostgreSQL in {self.data_dir} did not stop: "
+                f"{(proc.stderr or proc.stdout).strip()[-500:]}"
+            )
+        self._remove_cgroup()
+        logger.info("PostgreSQL stopped (%s)", self.data_dir)
+
+    def restart(self, timeout_s: float | None = None) -> None:
+        """Stop then start (never ``pg_ctl restart -o``, see the module docstring)."""
+        self.stop(timeout_s)
+        self.start(timeout_s)
+
+    def destroy(self) -> None:
+        """Stop the server and delete the whole state directory."""
+        with contextlib.suppress(DatabaseError):
+            self.stop()
+        self._remove_cgroup()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def log_tail(self, max_lines: int = 20) -> str:
+        """Last lines of the server log (empty when there is none yet)."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-max_lines:])
+
+    def postmaster_opts(self) -> str:
+        """The content of ``postmaster.opts`` (what the last start was given), or ''."""
+        try:
+            return (self.data_dir / "postmaster.opts").read_text()
+        except OSError:
+            return ""
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ memory cgroup
+    def effective_ram_bytes(self) -> int | None:
+        """The memory limit the server runs under when one was set, else None."""
+        return self.memory_limit_bytes
+
+    def cgroup_path(self) -> Path | None:
+        """The memory cgroup directory the server is started in (None when unlimited)."""
+        return self._cgroup_dir
+
+    def _setup_cgroup(self) -> None:
+        if self.memory_limit_bytes is None or self._cgroup_dir is not None:
+            return
+        name = f"harmony-pg-{self._port}-{os.getpid()}"
+        for make in (self._cgroup_v2, self._cgroup_v1):
+            try:
+                made = make(name)
+            except OSError as exc:
+                logger.debug("memory cgroup via %s not usable: %s", make.__name__, exc)
+                continue
+            if made:
+                return
+        logger.warning(
+            "memory_limit_bytes=%s requested but no writable memory cgroup (v2 memory.max or "
+            "v1 memory.limit_in_bytes under %s) was found; PostgreSQL runs without the limit "
+            "and the OS page cache may hide buffer misses",
+            self.memory_limit_bytes, CGROUP_ROOT,
+        )
+
+    def _cgroup_v2(self, name: str) -> bool:
+        for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+            controllers = root / "cgroup.controllers"
+            if not controllers.exists() or "memory" not in controllers.read_text().split():
+                continue
+            subtree = root / "cgroup.subtree_control"
+            if "memory" not in subtree.read_text().split():
+                subtree.write_text("+memory")
+            cg = root / name
+            cg.mkdir(exist_ok=True)
+            (cg / "memory.max").write_text(str(self.memory_limit_bytes))
+            with contextlib.suppress(OSError):
+                (cg / "memory.swap.max").write_text("0")
+            self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
+            logger.info("PostgreSQL memory cgroup v2 %s, memory.max=%s", cg,
+                        self.memory_limit_bytes)
+            return True
+        return False
+
+    def _cgroup_v1(self, name: str) -> bool:
+        root = CGROUP_ROOT / "memory"
+        if not (root / "memory.limit_in_bytes").exists():
+            return False
+        cg = root / name
+        cg.mkdir(exist_ok=True)
+        (cg / "memory.limit_in_bytes").write_text(str(self.memory_limit_bytes))
+        with contextlib.suppress(OSError):
+            # also cap swap so the limit really bounds resident memory
+            (cg / "memory.memsw.limit_in_bytes").write_text(str(self.memory_limit_bytes))
+        self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
+        logger.info("PostgreSQL memory cgroup v1 %s, limit=%s", cg, self.memory_limit_bytes)
+        return True
+
+    def _remove_cgroup(self) -> None:
+        cg = self._cgroup_dir
+        if cg is None:
+            return
+        for _ in range(20):
+            try:
+                cg.rmdir()
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    logger.warning("could not remove memory cgroup %s: %s", cg, exc)
+                    break
+                time.sleep(0.05)
+        self._cgroup_dir = self._cgroup_procs = None

@@ -1,0 +1,392 @@
+"""Measuring one configuration: apply it safely, warm up, take throughput samples.
+
+Online knobs go through :func:`tuner_client.apply.apply_online_knobs` (verified in a fresh
+session); offline knobs through the controller's restart with rollback, the workload
+stopped meanwhile. Each throughput sample comes from the workload driver (completed queries
+per minute) with the ``pg_stat_database`` deltas beside it (transactions, buffer hits and
+reads — the Buffer Miss Equation prior's input — and temp-file bytes). A point that the
+memory budget forbids is never applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError
+from tuner_client.apply import apply_online_knobs
+from tuner_client.config import MeasureConfig
+from tuner_client.knobs import KnobCatalog
+
+logger = logging.getLogger(__name__)
+
+
+class Workload(Protocol):
+    """What the measurer needs of a workload driver (TPC-H mix, schedule or pgbench)."""
+
+    def start(self) -> None: ...
+
+    def sample(self, seconds: float | None = None, *, queries: int | None = None,
+               timeout_s: float | None = None) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+class Restarter(Protocol):
+    """What the measurer needs of a controller: restart with new offline values, or roll back."""
+
+    def restart_with(self, offline_values: Mapping[str, Any], timeout_s: float) -> Any: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# pg_stat_database counters
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """The database's cumulative counters at one moment."""
+
+    xact_commit: int
+    blks_hit: int
+    blks_read: int
+    temp_bytes: int
+    stats_reset: datetime | None
+    taken: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
+class StatsDelta:
+    """Counter increments over a window (``None`` fields never: a reset voids the whole delta)."""
+
+    xact_commit: int
+    blks_hit: int
+    blks_read: int
+    temp_bytes: int
+    seconds: float
+
+    @property
+    def miss_ratio(self) -> float | None:
+        """``blks_read / (blks_read + blks_hit)``: P for the shared_buffers in force."""
+        total = self.blks_hit + self.blks_read
+        return self.blks_read / total if total else None
+
+    @property
+    def xact_per_minute(self) -> float:
+        return 60.0 * self.xact_commit / self.seconds if self.seconds > 0 else 0.0
+
+
+def read_database_stats(conn: psycopg.Connection[Any]) -> StatsSnapshot:
+    """Counters of the connection's database, read after dropping any cached stats snapshot."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT xact_commit, blks_hit, blks_read, temp_bytes, stats_reset "
+        "FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    if row is None:
+        raise DatabaseError("pg_stat_database has no row for the current database")
+    return StatsSnapshot(int(row[0]), int(row[1]), int(row[2]), int(row[3]), row[4],
+                         time.monotonic())
+
+
+def stats_delta(before: StatsSnapshot, after: StatsSnapshot) -> StatsDelta | None:
+    """``after - before``, or ``None`` when the counters were reset in between."""
+    fields = ("xact_commit", "blks_hit", "blks_read", "temp_bytes")
+    diffs = {f: getattr(after, f) - getattr(before, f) for f in fields}
+    if after.stats_reset != before.stats_reset or any(v < 0 for v in diffs.values()):
+        logger.warning("pg_stat_database counters were reset during the window (stats_reset "
+                       "%s -> %s); its deltas are not recorded", before.stats_reset,
+                       after.stats_reset)
+        return None
+    return StatsDelta(seconds=after.taken - before.taken, **diffs)
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+@dataclass
+class SampleRecord:
+    """One throughput sample: the driver's count and the server's counters beside it."""
+
+    qpm: float
+    completed: int
+    errors: int
+    seconds: float
+    stats: StatsDelta | None = None
+
+
+@dataclass
+class PointRecord:
+    """Everything measured for one configuration (one candidate of a session)."""
+
+    session: str
+    point: dict[str, Any]
+    settings: dict[str, str]
+    in_force: dict[str, str] = field(default_factory=dict)
+    samples: list[SampleRecord] = field(default_factory=list)
+    restart_s: float | None = None
+    apply_s: float | None = None
+    failure: str | None = None
+    value: float | None = None  # the aggregate of the samples
+    started: float = field(default_factory=time.time)
+
+    def stats_total(self) -> StatsDelta | None:
+        """The samples' counters summed (None when any sample lost its counters)."""
+        deltas = [s.stats for s in self.samples]
+        if not deltas or any(d is None for d in deltas):
+            return None
+        return StatsDelta(*(sum(getattr(d, f) for d in deltas)  # type: ignore[misc]
+                            for f in ("xact_commit", "blks_hit", "blks_read", "temp_bytes",
+                                      "seconds")))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for sample, raw in zip(self.samples, out["samples"], strict=True):
+            if sample.stats is not None:
+                raw["stats"]["miss_ratio"] = sample.stats.miss_ratio
+        return out
+
+
+def aggregate(values: list[float], how: str) -> float:
+    """Best (max throughput), median or mean of the samples."""
+    if not values:
+        raise ConfigError("cannot aggregate zero samples")
+    if how == "best":
+        return max(values)
+    if how == "median":
+        return float(statistics.median(values))
+    if how == "mean":
+        return float(statistics.fmean(values))
+    raise ConfigError(f"measure.aggregate must be best, median or mean, got {how!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurer
+
+
+@dataclass
+class ApplyOutcome:
+    changed: bool
+    restart_s: float | None = None
+    apply_s: float | None = None
+    failure: str | None = None
+
+
+class Measurer:
+    """Applies configurations to one server and measures the workload's throughput on it.
+
+    ``in_force`` is the tuner's view of the tuned knobs' current values (PostgreSQL strings
+    with units); :meth:`apply` changes only what differs. ``feasible`` (optional) returns a
+    reason when a configuration breaks the memory budget: such a configuration is refused
+    and never reaches the server.
+    """
+
+    def __init__(self, dsn: str, catalog: KnobCatalog, workload: Workload, config: MeasureConfig,
+                 *, controller: Restarter | None = None, restart_timeout_s: float = 60.0,
+                 feasible: Callable[[Mapping[str, str]], str | None] | None = None,
+                 sample_timeout_s: float = 600.0) -> None:
+        self.dsn = dsn
+        self.catalog = catalog
+        self.workload = workload
+        self.config = config
+        self.controller = controller
+        self.restart_timeout_s = restart_timeout_s
+        self.feasible = feasible
+        self.sample_timeout_s = sample_timeout_s
+        self.in_force: dict[str, str] = {}
+        self.applied_log: list[dict[str, str]] = []  # every configuration sent to the server
+        self._conn: psycopg.Connection[Any] | None = None
+        self._running = False
+        self._stats: StatsSnapshot | None = None
+
+    # -- connection ----------------------------------------------------------------------
+    def conn(self) -> psycopg.Connection[Any]:
+        """An autocommit admin connection to the workload's database (reopened if broken)."""
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        deadline = time.monotonic() + self.restart_timeout_s
+        while True:
+            try:
+                self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+                return self._conn
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise DatabaseError(f"cannot connect to the database being tuned: "
+                                        f"{exc}") from exc
+                time.sleep(0.5)
+
+    def current_settings(self, names: list[str]) -> dict[str, str]:
+        """``current_setting()`` of each knob in a session of this connection's role/db."""
+        rows = self.conn().execute(
+            "SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(%s)",
+            [names]).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._running:
+            self.workload.start()
+            self._running = True
+
+    def stop(self) -> None:
+        if self._running:
+            self.workload.stop()
+            self._running = False
+
+    def close(self) -> None:
+        self.stop()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- applying ------------------------------------------------------------------------
+    def _same(self, name: str, a: str | None, b: str | None) -> bool:
+        if a is None or b is None:
+            return a == b
+        knob = self.catalog[name]
+        try:
+            x, y = knob.parse(a), knob.parse(b)
+        except ConfigError:
+            return a == b
+        if isinstance(x, float) or isinstance(y, float):
+            return math.isclose(float(x), float(y), rel_tol=1e-9)
+        return x == y
+
+    def apply(self, settings: Mapping[str, str]) -> ApplyOutcome:
+        """Put ``settings`` in force (a restart when an offline knob changes); warm up.
+
+        Returns what happened; a failure leaves the server running with its last good
+        configuration (the controller rolls back a restart that does not come up).
+        """
+        changed = {n: v for n, v in settings.items() if not self._same(n, v, self.in_force.get(n))}
+        if not changed:
+            return ApplyOutcome(changed=False)
+        wanted = {**self.in_force, **settings}
+        if self.feasible is not None:
+            reason = self.feasible(wanted)
+            if reason is not None:
+                logger.warning("refusing to apply %s: %s", changed, reason)
+                return ApplyOutcome(changed=False, failure=f"infeasible: {reason}")
+        offline = {n: v for n, v in changed.items() if self.catalog[n].kind == "offline"}
+        online = {n: v for n, v in changed.items() if n not in offline}
+        outcome = ApplyOutcome(changed=True)
+        if offline:
+            outcome.restart_s, failure = self._restart(offline)
+            if failure is not None:
+                outcome.failure = failure
+                return outcome
+        if online:
+            started = time.monotonic()
+            self.applied_log.append(dict(online))
+            try:
+                apply_online_knobs(self.conn(), self.catalog, online)
+            except (KnobApplyError, ConfigError, DatabaseError, psycopg.Error) as exc:
+                outcome.failure = f"applying {online} failed: {exc}"
+                logger.warning("%s", outcome.failure)
+                self._refresh_in_force(list(online))
+                return outcome
+            outcome.apply_s = time.monotonic() - started
+            self.in_force.update(online)
+        self.warm_up()
+        return outcome
+
+    def _restart(self, offline: dict[str, str]) -> tuple[float, str | None]:
+        if self.controller is None:
+            return 0.0, (f"offline knobs {sorted(offline)} need a restart, but no controller "
+                         f"is configured")
+        logger.info("restarting PostgreSQL with %s", offline)
+        self.applied_log.append(dict(offline))
+        was_running = self._running
+        self.stop()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        started = time.monotonic()
+        failure: str | None = None
+        try:
+            report = self.controller.restart_with(offline, self.restart_timeout_s)
+            ok = bool(getattr(report, "ok", True))
+            if not ok:
+                failure = f"restart with {offline} failed: {getattr(report, 'reason', report)}"
+        except HarmonyError as exc:
+            failure = f"restart with {offline} failed: {exc}"
+        elapsed = time.monotonic() - started
+        if failure is None:
+            self.in_force.update(offline)
+            logger.info("restart with %s took %.1f s", offline, elapsed)
+        else:
+            logger.warning("%s (after %.1f s); the controller restored the last good "
+                           "configuration", failure, elapsed)
+            self._refresh_in_force(list(offline))
+        if was_running:
+            self.start()
+        return elapsed, failure
+
+    def _refresh_in_force(self, names: list[str]) -> None:
+        try:
+            self.in_force.update(self.current_settings(names))
+        except (DatabaseError, psycopg.Error) as exc:
+            logger.warning("could not read the settings in force: %s", exc)
+
+    def warm_up(self) -> None:
+        """Let caches settle under the workload (a discarded time window)."""
+        if self.config.warmup_s > 0:
+            self.start()
+            sample = self.workload.sample(seconds=self.config.warmup_s)
+            logger.info("warm-up %.1f s: %.0f qpm (discarded)", self.config.warmup_s,
+                        float(getattr(sample, "qpm", math.nan)))
+
+    # -- sampling ------------------------------------------------------------------------
+    def sample(self) -> SampleRecord:
+        """One throughput sample (fixed work or a time window) with the counters' deltas."""
+        self.start()
+        try:
+            before = read_database_stats(self.conn())
+        except (DatabaseError, psycopg.Error) as exc:
+            logger.warning("pg_stat_database not readable before the sample: %s", exc)
+            before = None
+        if self.config.queries is not None:
+            got = self.workload.sample(queries=self.config.queries,
+                                       timeout_s=self.sample_timeout_s)
+        else:
+            got = self.workload.sample(seconds=self.config.seconds)
+        delta = None
+        if before is not None:
+            try:
+                delta = stats_delta(before, read_database_stats(self.conn()))
+            except (DatabaseError, psycopg.Error) as exc:
+                logger.warning("pg_stat_database not readable after the sample: %s", exc)
+        return SampleRecord(qpm=float(got.qpm), completed=int(got.completed),
+                            errors=int(got.errors), seconds=float(got.seconds), stats=delta)
+
+    def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
+                samples: int | None = None) -> PointRecord:
+        """Apply ``settings``, warm up and take ``samples`` samples; the aggregate is ``value``.
+
+        Used for the final default-vs-best comparison and for monitoring, where the same
+        protocol as the sessions' must hold but no session aggregates.
+        """
+        record = PointRecord(session=session, point=dict(point), settings=dict(settings))
+        outcome = self.apply(settings)
+        record.restart_s, record.apply_s, record.failure = (outcome.restart_s, outcome.apply_s,
+                                                            outcome.failure)
+        if outcome.failure is not None:
+            return record
+        if not outcome.changed:
+            self.warm_up()  # same protocol whether or not anything changed
+        record.in_force = {n: self.in_force.get(n, "") for n in settings}
+        for _ in range(samples or self.config.samples):
+            try:
+                record.samples.append(self.sample())
+            except HarmonyError as exc:
+                record.failure = f"sampling failed: {exc}"
+                return record
+        record.value = aggregate([s.qpm for s in record.samples], self.config.aggregate)
+        return record

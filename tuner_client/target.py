@@ -1,0 +1,166 @@
+"""The database a tuning run works on: an existing server (DSN + controller) or an embedded one.
+
+With no DSN the tuner creates and owns a private :class:`LocalCluster` in its state
+directory (optionally inside a memory cgroup) and loads a small TPC-H database into it;
+the cluster and the loaded data are reused by later runs with the same state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from harmony.errors import ConfigError, DatabaseError
+from tuner_client.config import TunerConfig
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measure import Workload
+
+logger = logging.getLogger(__name__)
+
+#: the database of the embedded cluster that holds the TPC-H data
+EMBEDDED_DBNAME = "tpch"
+
+
+def default_state_dir(name: str) -> Path:
+    """Where the embedded cluster lives when no ``--state-dir`` is given.
+
+    Not under the home directory: when the tuner runs as root, PostgreSQL runs as an
+    unprivileged user that must reach the directory.
+    """
+    base = os.environ.get("HARMONY_STATE_DIR")
+    if base:
+        return Path(base) / name
+    return Path("/var/tmp") / f"harmony-{os.geteuid()}" / name
+
+
+@dataclass
+class Target:
+    """A reachable server with its knob catalog and a controller that can restart it."""
+
+    dsn: str
+    catalog: KnobCatalog
+    controller: Any
+    cluster: LocalCluster | None
+    ram_bytes: int | None  # a limit known from the setup (memory cgroup), else None
+
+    @property
+    def embedded(self) -> bool:
+        return self.cluster is not None
+
+    def close(self) -> None:
+        """Stop the embedded cluster (an existing server is left running)."""
+        if self.cluster is not None:
+            with contextlib.suppress(DatabaseError):
+                self.cluster.stop()
+
+
+def open_target(config: TunerConfig, state_dir: Path | None = None) -> Target:
+    """Connect to the configured server, or start (and fill) the embedded one."""
+    if config.database.embedded:
+        return _open_embedded(config, state_dir or default_state_dir(config.name))
+    dsn = config.database.dsn
+    assert dsn is not None  # embedded is False exactly when a DSN is given
+    catalog = _read_catalog(dsn)
+    controller = make_controller(config, dsn=dsn, cluster=None)
+    return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=None, ram_bytes=None)
+
+
+def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(state_dir / "cluster", memory_limit_bytes=config.database.memory_limit_bytes,
+                           timeout_s=config.database.restart_timeout_s)
+    cluster.start()
+    try:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                  [EMBEDDED_DBNAME]).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DBNAME)))
+        dsn = cluster.dsn_for(EMBEDDED_DBNAME)
+        if config.workload.kind == "tpch":
+            from workloads.tpch.load import load_tpch
+
+            logger.info("loading TPC-H scale %s into the embedded cluster (reused if present)",
+                        config.workload.scale)
+            result = load_tpch(dsn, config.workload.scale, workdir=state_dir / "tpch-data")
+            logger.info("TPC-H scale %s %s (%.1f MB)", result.scale,
+                        "reused" if result.reused else f"loaded in {result.seconds:.1f} s",
+                        result.database_bytes / 2**20)
+        catalog = _read_catalog(dsn)
+        controller = make_controller(config, dsn=dsn, cluster=cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+    return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=cluster,
+                  ram_bytes=cluster.effective_ram_bytes())
+
+
+def _read_catalog(dsn: str) -> KnobCatalog:
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            return KnobCatalog.from_connection(conn)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot connect to the database to tune ({dsn}): {exc}") from exc
+
+
+def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | None) -> Any:
+    """The configured controller (``local`` for the embedded cluster)."""
+    from tuner_client import controllers
+
+    options = dict(config.database.controller.options)
+    kind = config.database.controller.kind
+    try:
+        if kind == "local":
+            if cluster is None:
+                raise ConfigError("controller kind 'local' needs the embedded cluster")
+            return controllers.LocalController(cluster, dsn=dsn, **options)
+        if kind == "pg_ctl":
+            return controllers.PgCtlController(dsn=dsn, **options)
+        if kind == "docker":
+            return controllers.DockerController(dsn=dsn, **options)
+        if kind == "command":
+            return controllers.CommandController(dsn=dsn, **options)
+    except TypeError as exc:
+        raise ConfigError(f"{config.source}: database.controller.options for kind {kind!r}: "
+                          f"{exc}") from None
+    raise ConfigError(f"{config.source}: unknown controller kind {kind!r}")
+
+
+def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> Workload:
+    """The configured workload driver (TPC-H mix or schedule, or pgbench) on ``dsn``."""
+    wl = config.workload
+    seed = config.seed if seed is None else seed
+    if wl.kind == "pgbench":
+        from workloads.pgbench import PgbenchWorkload
+
+        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))  # type: ignore[return-value]
+    if wl.schedule is not None:
+        from workloads.schedule import ScheduledDriver
+
+        return ScheduledDriver(dsn, wl.schedule, seed=seed,  # type: ignore[return-value]
+                               statement_timeout_s=wl.statement_timeout_s)
+    from workloads.driver import WorkloadDriver
+
+    return WorkloadDriver(dsn, wl.mix, seed=seed, statement_timeout_s=wl.statement_timeout_s)
+
+
+def stream_count(config: TunerConfig) -> int:
+    """Concurrent connections the workload opens (the budget's ``m`` when set to auto)."""
+    wl = config.workload
+    if wl.kind == "pgbench":
+        return wl.clients
+    from workloads.mix import parse_mix
+    from workloads.schedule import parse_schedule
+
+    if wl.schedule is not None:
+        schedule = parse_schedule(wl.schedule)
+        return max(phase.mix.total_streams for phase in schedule.phases)
+    return parse_mix(wl.mix).total_streams

@@ -1,0 +1,210 @@
+"""Throughput samples: counting completed queries over a time window or a fixed amount of work.
+
+Streams report each finished query to a :class:`Recorder`; a sample opens a window on the
+recorder and collects the completions that fall into it. Completion times are taken under
+the recorder's lock, so every completion lands in a window or outside it, never both and
+never twice.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harmony.errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    """One query's share of a sample: completions, errors, rate and latency percentiles (s)."""
+
+    completed: int
+    errors: int
+    qpm: float
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    mean: float | None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A throughput measurement: ``qpm`` is completed queries per minute over ``seconds``."""
+
+    seconds: float
+    completed: int
+    errors: int
+    qpm: float
+    per_query: dict[str, QueryStats]
+    mix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output."""
+        return asdict(self)
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) with linear interpolation; None for no values."""
+    if not sorted_values:
+        return None
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    rank = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
+
+
+@dataclass
+class _Window:
+    start: float | None  # None until the first completion marks the start (fixed work)
+    target: int | None
+    completions: list[tuple[str, float]] = field(default_factory=list)  # (query, latency)
+    errors: list[str] = field(default_factory=list)
+    end: float | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def summarize(
+    completions: Iterable[tuple[str, float]],
+    errors: Iterable[str],
+    seconds: float,
+    queries: Iterable[str] = (),
+    mix: str = "",
+) -> Sample:
+    """Build a Sample from (query, latency) completions and failed query names."""
+    latencies: dict[str, list[float]] = {q: [] for q in queries}
+    error_counts: dict[str, int] = {q: 0 for q in latencies}
+    for query, latency in completions:
+        latencies.setdefault(query, []).append(latency)
+    for query in errors:
+        error_counts[query] = error_counts.get(query, 0) + 1
+        latencies.setdefault(query, [])
+    per_query: dict[str, QueryStats] = {}
+    for query, values in latencies.items():
+        values.sort()
+        per_query[query] = QueryStats(
+            completed=len(values),
+            errors=error_counts.get(query, 0),
+            qpm=len(values) * 60.0 / seconds if seconds > 0 else 0.0,
+            p50=percentile(values, 50),
+            p95=percentile(values, 95),
+            p99=percentile(values, 99),
+            mean=sum(values) / len(values) if values else None,
+        )
+    completed = sum(s.completed for s in per_query.values())
+    return Sample(
+        seconds=seconds,
+        completed=completed,
+        errors=sum(s.errors for s in per_query.values()),
+        qpm=completed * 60.0 / seconds if seconds > 0 else 0.0,
+        per_query=per_query,
+        mix=mix,
+    )
+
+
+class Recorder:
+    """Collects completions from all streams and serves samples; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._windows: list[_Window] = []
+        self.total_completed = 0
+        self.total_errors = 0
+        self._stopped = threading.Event()
+
+    def record(self, query: str, started: float, ok: bool) -> None:
+        """Report that one instance of ``query``, started at monotonic ``started``, ended."""
+        with self._lock:
+            now = time.monotonic()
+            if ok:
+                self.total_completed += 1
+            else:
+                self.total_errors += 1
+            for window in self._windows:
+                if window.done.is_set():
+                    continue
+                if window.start is None:
+                    if ok:  # fixed work: the first completion marks the start, uncounted
+                        window.start = now
+                    continue
+                if ok:
+                    window.completions.append((query, now - started))
+                    if window.target is not None and len(window.completions) >= window.target:
+                        window.end = now
+                        window.done.set()
+                else:
+                    window.errors.append(query)
+
+    def stop(self) -> None:
+        """Wake any waiting sample: no more completions will come."""
+        self._stopped.set()
+        with self._lock:
+            for window in self._windows:
+                window.done.set()
+
+    def reset(self) -> None:
+        """Allow sampling again after :meth:`stop` (a restarted driver)."""
+        self._stopped.clear()
+
+    def sample(
+        self,
+        seconds: float | None = None,
+        *,
+        queries: int | None = None,
+        timeout_s: float | None = None,
+        labels: Callable[[], tuple[Iterable[str], str]] = lambda: ((), ""),
+    ) -> Sample:
+        """A time-window sample (``seconds``) or a fixed-work sample (``queries``).
+
+        Fixed work: the first completion after the call marks the start (it is not counted,
+        because the work before it began before the call); the sample then counts the next
+        ``queries`` completions and is timed from the mark to the last of them.
+        ``labels`` gives the query names to always report and the mix label.
+        """
+        if (seconds is None) == (queries is None):
+            raise WorkloadError("a sample needs exactly one of seconds=... or queries=...")
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+            raise WorkloadError(f"a sample window must be > 0 seconds, but got {seconds!r}")
+        if queries is not None and (
+            isinstance(queries, bool) or not isinstance(queries, int) or queries < 1
+        ):
+            raise WorkloadError(f"a fixed-work sample needs queries >= 1, but got {queries!r}")
+        if self._stopped.is_set():
+            raise WorkloadError("the workload is stopped; start it before sampling")
+        if seconds is not None:
+            window = _Window(start=time.monotonic(), target=None)
+        else:
+            window = _Window(start=None, target=queries)
+        with self._lock:
+            if seconds is not None:
+                window.start = time.monotonic()
+            self._windows.append(window)
+        try:
+            if seconds is not None:
+                window.done.wait(seconds)
+            elif not window.done.wait(timeout_s):
+                raise WorkloadError(
+                    f"a fixed-work sample of {queries} queries did not finish within "
+                    f"{timeout_s} s ({len(window.completions)} completed, "
+                    f"{len(window.errors)} errors); check the streams' errors in the log"
+                )
+        finally:
+            with self._lock:
+                self._windows.remove(window)
+                if window.end is None:
+                    window.end = time.monotonic()
+        if queries is not None and len(window.completions) < queries:
+            raise WorkloadError(
+                f"the workload stopped before the fixed-work sample of {queries} queries "
+                f"finished ({len(window.completions)} completed)"
+            )
+        assert window.start is not None and window.end is not None
+        names, mix = labels()
+        return summarize(
+            window.completions, window.errors, window.end - window.start, names, mix
+        )
