@@ -204,12 +204,15 @@ class SynthTrace:
 def trace_synthetic(strategy: str, function: str, dim: int, *, grid: str = "real",
                     evals: int, seed: int = 0, parallel: int = 1, noise: float = 0.0,
                     strategy_options: Mapping[str, Any] | None = None,
-                    restart_on_converge: bool = False) -> SynthTrace:
+                    restart_on_converge: bool = False,
+                    stop_within: float | None = None) -> SynthTrace:
     """Run ``strategy`` for up to ``evals`` evaluations and record the best value after each.
 
     With ``noise`` > 0 every measurement gets Gaussian noise of that standard deviation; the
     strategy ranks noisy values, the trace shows the true value of its best point.
     With ``restart_on_converge`` a converged strategy is restarted until the budget is used.
+    With ``stop_within`` the run ends early once the best is within that fraction of the
+    typical gap of the optimum (see :meth:`SynthTrace.evals_to_within`).
     """
     if isinstance(evals, bool) or not isinstance(evals, int) or evals < 1:
         raise ConfigError(f"synthetic evals must be a positive integer, got {evals!r}")
@@ -222,6 +225,8 @@ def trace_synthetic(strategy: str, function: str, dim: int, *, grid: str = "real
                                     **dict(strategy_options or {}))
     noise_rng = np.random.default_rng([seed, 0x5EED])
     trace = SynthTrace(problem)
+    target = -math.inf if stop_within is None \
+        else problem.optimum + stop_within * problem.typical_gap()
     out: deque[Trial] = deque()
     best_measured = math.inf
     best_true = math.inf
@@ -249,6 +254,8 @@ def trace_synthetic(strategy: str, function: str, dim: int, *, grid: str = "real
             best_measured, best_true = measured, true_value
             trace.best_point = dict(trial.point)
         trace.best.append(best_true)
+        if best_true <= target:
+            break
     trace.converged = strat.converged
     return trace
 

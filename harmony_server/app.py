@@ -34,7 +34,8 @@ class AppSettings:
     max_wait: float = 60.0
     retry_after: float = 1.0
     #: returns the ``/metrics`` body; empty until the observability layer plugs in
-    render_metrics: Callable[[SessionManager], str] | None = None
+    render_metrics: Callable[[SessionManager], str | bytes] | None = None
+    metrics_content_type: str = "text/plain; version=0.0.4; charset=utf-8"
 
 
 MANAGER = web.AppKey("manager", SessionManager)
@@ -71,9 +72,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    render = request.app[SETTINGS].render_metrics
-    body = render(request.app[MANAGER]) if render is not None else ""
-    return web.Response(text=body, content_type="text/plain")
+    settings = request.app[SETTINGS]
+    if settings.render_metrics is None:
+        return web.Response(text="", content_type="text/plain")
+    body = settings.render_metrics(request.app[MANAGER])
+    return web.Response(body=body.encode() if isinstance(body, str) else body,
+                        headers={"Content-Type": settings.metrics_content_type})
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -116,7 +120,8 @@ async def fetch(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     hosted = _session(request)
     wait = min(float(body.get("wait", 0.0)), settings.max_wait)
-    result = await hosted.fetch(body["client"], wait, closing=request.app[CLOSING])
+    result = await hosted.fetch(body["client"], wait, request=body.get("request"),
+                                closing=request.app[CLOSING])
     if result.assignment is not None:
         a = result.assignment
         return _json({"status": "trial", "trial_id": a.trial_id, "point": a.point,
@@ -213,7 +218,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              (200, 400, 404)),
     Endpoint("POST", _S + "/fetch", fetch, "fetch",
              "Long-poll for a point to measure: answers a leased trial as soon as one is ready, "
-             "or status 'wait' with the best so far and a retry hint after 'wait' seconds.",
+             "or status 'wait' with the best so far and a retry hint after 'wait' seconds. A "
+             "repeated 'request' id gets the same trial again (safe retries).",
              "fetch", (200, 400, 404)),
     Endpoint("POST", _S + "/report", report, "report",
              "Report a trial's value, or a failure with a reason; a duplicate is ignored "
@@ -267,7 +273,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             return _error(kind, f"internal error: {type(exc).__name__}: {exc}", status)
         return _error(kind, str(exc), status)
     finally:
-        manager.stats.request_latency.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        manager.stats.request_latency.observe(elapsed)
+        per_operation = manager.stats.route_latency.get(request.match_info.route.name or "")
+        if per_operation is not None:
+            per_operation.observe(elapsed)
 
 
 def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:

@@ -74,6 +74,8 @@ class HostedSession:
         self._leased_at: dict[int, float] = {}
         self._reported_at: dict[int, float] = {}
         self._clients: dict[str, ClientRow] = {}
+        #: the last fetch each client was answered: (request id, trial id), for retries
+        self._answered: dict[str, tuple[str, int]] = {}
         self._changed = asyncio.Event()
 
     # -- recovery ---------------------------------------------------------------
@@ -118,6 +120,8 @@ class HostedSession:
         elif command.kind == "fetch":
             got = core.fetch(p["client"])
             got_id = got.trial_id if got is not None else None
+            if got is not None and p.get("request") is not None:
+                self._answered[p["client"]] = (p["request"], got.trial_id)
             if got_id != p.get("trial_id"):
                 raise ReplayMismatchError(
                     f"session {self.name!r}: replaying fetch seq {command.seq} handed out trial "
@@ -147,7 +151,7 @@ class HostedSession:
             tid: lease for tid, lease in fresh.leases.items() if tid not in leases}
         self.core, self.seq, self.leases = fresh.core, fresh.seq, fresh.leases
         self._leased_at, self._reported_at = fresh._leased_at, fresh._reported_at
-        self._clients = fresh._clients
+        self._clients, self._answered = fresh._clients, fresh._answered
 
     # -- the logged command wrapper ----------------------------------------------
     def _command(self, kind: str, payload: dict[str, Any], client: str | None,
@@ -209,33 +213,50 @@ class HostedSession:
                       client_row=row)
         self._clients[client] = row
 
-    def try_fetch(self, client: str) -> FetchResult:
-        """One non-blocking fetch: expire leases, then ask the core for a trial."""
+    def try_fetch(self, client: str, request: str | None = None) -> FetchResult:
+        """One non-blocking fetch: expire leases, then ask the core for a trial.
+
+        ``request`` makes a retried fetch idempotent: when the client repeats the request id
+        of a fetch whose answer it never received, it gets the same (still leased) trial.
+        """
         self.expire_leases()
+        if request is not None:
+            repeated = self._answered.get(client)
+            if repeated is not None and repeated[0] == request and repeated[1] in self.leases:
+                return self._leased(self.core.trial(repeated[1]))
         if client not in self.core.clients:
             self.join(client)
+        payload: dict[str, Any] = {"client": client}
+        if request is not None:
+            payload["request"] = request
         assignment = self._command(
-            "fetch", {"client": client}, client, lambda: self._fetch_and_lease(client),
+            "fetch", payload, client, lambda: self._fetch_and_lease(client, request),
             touched=lambda a: [a.trial_id] if a is not None else [])
         if assignment is None:
             return FetchResult(None)
-        lease = self.leases[assignment.trial_id]
-        return FetchResult(assignment, time.time() + (lease.expires - time.monotonic()))
+        return self._leased(self.core.trial(assignment.trial_id))
 
-    def _fetch_and_lease(self, client: str) -> Assignment | None:
+    def _leased(self, record: TrialRecord) -> FetchResult:
+        lease = self.leases[record.id]
+        return FetchResult(Assignment(record.id, dict(record.point), record.candidate),
+                           time.time() + (lease.expires - time.monotonic()))
+
+    def _fetch_and_lease(self, client: str, request: str | None) -> Assignment | None:
         assignment = self.core.fetch(client)
         if assignment is not None:
             self.leases[assignment.trial_id] = Lease(
                 assignment.trial_id, client, time.monotonic() + self.definition.lease_seconds)
             self._leased_at[assignment.trial_id] = time.time()
+            if request is not None:
+                self._answered[client] = (request, assignment.trial_id)
         return assignment
 
-    async def fetch(self, client: str, wait: float, *, closing: asyncio.Event | None = None
-                    ) -> FetchResult:
+    async def fetch(self, client: str, wait: float, *, request: str | None = None,
+                    closing: asyncio.Event | None = None) -> FetchResult:
         """Long-poll fetch: a trial as soon as one is ready, or nothing after ``wait`` seconds."""
         deadline = time.monotonic() + wait
         while True:
-            result = self.try_fetch(client)
+            result = self.try_fetch(client, request)
             if result.assignment is not None:
                 self.stats.fetch_trials += 1
                 return result
@@ -366,7 +387,8 @@ class HostedSession:
         now = time.monotonic()
         for record in self.core.trials():
             lease = self.leases.get(record.id)
+            remaining = None if lease is None else max(lease.expires - now, 0.0)
             out.append({**record.to_dict(), "leased_at": self._leased_at.get(record.id),
                         "reported_at": self._reported_at.get(record.id),
-                        "lease_remaining": None if lease is None else max(lease.expires - now, 0.0)})
+                        "lease_remaining": remaining})
         return out

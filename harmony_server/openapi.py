@@ -59,6 +59,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             op["requestBody"] = {"required": e.request not in ("empty", "restart"), "content": {
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{e.request}"}}}}
         for status in e.responses:
+            content: dict[str, Any]
             if status >= 400:
                 content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
             elif e.operation == "fetch":

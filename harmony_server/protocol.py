@@ -14,7 +14,11 @@ from typing import Any
 import jsonschema
 
 from harmony.errors import (
-    ConfigError, HarmonyError, ProtocolError, SessionNotFoundError, TrialError,
+    ConfigError,
+    HarmonyError,
+    ProtocolError,
+    SessionNotFoundError,
+    TrialError,
 )
 
 
@@ -90,7 +94,8 @@ REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
     "create": _body({"definition": {"type": "object"}, "exist_ok": {"type": "boolean"}},
                     ["definition"]),
     "join": _body({"client": _CLIENT_ID, "host": _HOST}, ["client"]),
-    "fetch": _body({"client": _CLIENT_ID, "wait": {"type": "number", "minimum": 0}}, ["client"]),
+    "fetch": _body({"client": _CLIENT_ID, "wait": {"type": "number", "minimum": 0},
+                    "request": {"type": "string", "minLength": 1, "maxLength": 100}}, ["client"]),
     "report": {
         **_body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID, "value": {"type": "number"},
                  "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000}},

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class ServerConfig:
     shutdown_timeout: float = 5.0
     sweep_interval: float = 0.05
     synchronous: str = "NORMAL"
+    #: builds the ``/metrics`` body from the session manager (None: an empty body)
+    render_metrics: Callable[[SessionManager], str | bytes] | None = None
 
     @property
     def resolved_store_url(self) -> str:
@@ -75,9 +78,9 @@ class _Server:
     async def start(self) -> None:
         self.manager.recover()
         self.manager.start_sweeper()
-        self.app = make_app(self.manager, AppSettings(token=self.config.token,
-                                                      max_wait=self.config.max_wait),
-                            max_body=self.config.max_body)
+        settings = AppSettings(token=self.config.token, max_wait=self.config.max_wait,
+                               render_metrics=self.config.render_metrics)
+        self.app = make_app(self.manager, settings, max_body=self.config.max_body)
         self.runner = web.AppRunner(self.app, access_log=None,
                                     shutdown_timeout=self.config.shutdown_timeout)
         await self.runner.setup()
@@ -165,8 +168,7 @@ class ServerHandle:
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the server's loop thread and return its result (for tests)."""
-        future: asyncio.Future[Any] = asyncio.run_coroutine_threadsafe(_call(fn, *args), self._loop)
-        return future.result(timeout=30)
+        return asyncio.run_coroutine_threadsafe(_call(fn, *args), self._loop).result(timeout=30)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Graceful shutdown: stop accepting, finish in-flight requests, close the store."""

@@ -84,3 +84,6 @@ class ServerStats:
     duplicate_reports: int = 0
     leases_expired: int = 0
     request_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    #: latency of the operations that carry the tuning load ("fetch", "report")
+    route_latency: dict[str, LatencyHistogram] = field(default_factory=lambda: {
+        "fetch": LatencyHistogram(), "report": LatencyHistogram()})

@@ -14,9 +14,9 @@ for that measurement. So a grid that turns a move into a no-op never costs a mea
 
 When the simplex stalls on the grid (all vertices on one grid point, a degenerate simplex,
 a shrink that moves nothing, or a cycle of steps that needs no new measurement) it is
-re-expanded around the best vertex, first at its current size and then at one grid step;
-if it stalls again at the same best point after the one-step re-expansion, the search has
-converged.
+re-expanded around the best vertex: at its current size, then one grid step up and one
+grid step down every axis. If it stalls again at the same best point after that, every
+axis neighbour of the best point has been measured: the search has converged.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from harmony.errors import ConfigError
-from strategies.base import FeasibleRegion, Strategy, Trial
+from strategies.base import FeasibleRegion, Strategy, Trial, WholeSpace
 from strategies.space import Point, RealParam, Space, Value
 
 logger = logging.getLogger(__name__)
@@ -146,6 +146,7 @@ class SimplexStrategy(Strategy):
                                      for p in space.params])
         #: one grid step per axis in unit coordinates (``size_tol`` for continuous axes)
         self._min_step = np.where(self._continuous, max(self.size_tol, 1e-9), res)
+        self._all_continuous = bool(np.all(self._continuous[self.active_axes]))
         #: per-axis scale that turns unit differences into grid steps (for the rank test)
         self._rank_scale = np.where(res > 0, 1.0 / np.where(res > 0, res, 1.0), 1.0)
 
@@ -163,13 +164,15 @@ class SimplexStrategy(Strategy):
         self._trial_key: dict[int, Key] = {}
         self._seen_silent: set[tuple[Key, ...]] = set()
         self._silent_steps = 0
-        self._reexpanded_at: tuple[Key, bool] | None = None
+        self._reexpanded_at: tuple[Key, int] | None = None
         self._evals_at_start = 0
         self._start_batch(Phase.INIT, self._initial_simplex())
 
     # -- the Strategy contract ---------------------------------------------------
     def ask(self) -> Trial | None:
         if self.converged:
+            if self.convergence_reason is None:
+                self.convergence_reason = "max_evals"
             return None
         self._pump()
         if self.converged:
@@ -301,7 +304,10 @@ class SimplexStrategy(Strategy):
             self._advance()
 
     def _feasible(self, point: Point) -> bool:
-        return self.space.key(point) not in self._refused and self.region.contains(point)
+        if self._refused and self.space.key(point) in self._refused:
+            return False
+        # every snapped point is in the whole space: skip the check for the trivial region
+        return isinstance(self.region, WholeSpace) or self.region.contains(point)
 
     def _reject(self, c: Candidate, hint: Point | None) -> None:
         """Apply ``reject_method`` to an infeasible or refused candidate."""
@@ -382,27 +388,36 @@ class SimplexStrategy(Strategy):
         n_eff = len(self.active_axes)
         if n_eff == 0:
             return False
-        diffs = (vertices[1:] - vertices[0]) * self._rank_scale
-        return int(np.linalg.matrix_rank(diffs[:, self.active_axes])) < n_eff
+        active = vertices[:, self.active_axes]
+        if self._all_continuous and not np.any((active == 0.0) | (active == 1.0)):
+            # off the grid and off the bounds nothing snaps, so nothing can flatten the simplex
+            return False
+        diffs = (active[1:] - active[0]) * self._rank_scale[self.active_axes]
+        return int(np.linalg.matrix_rank(diffs)) < n_eff
 
     def _stall(self, reason: str) -> None:
-        """Re-expand around the best vertex, or converge if that was already tried there."""
+        """Re-expand around the best vertex, or converge once that was tried there in full.
+
+        Stages at one best point: 0 = at the simplex's own extent (when larger than a grid
+        step), 1 = one grid step up every axis, 2 = one grid step down every axis. After
+        stage 2 every axis neighbour of the best point has been measured without a better
+        one, so the best point is a local minimum on the grid.
+        """
         best = self.keys[0]
         extent = np.max(np.abs(self.vertices - self.vertices[0]), axis=0)
-        radius = np.maximum(self._min_step, extent)
-        minimal = bool(np.all(radius <= self._min_step))
         if self._reexpanded_at is not None and self._reexpanded_at[0] == best:
-            if self._reexpanded_at[1] or not self.reexpand:
-                self._converge(reason)
-                return
-            radius, minimal = self._min_step.copy(), True
-        if not self.reexpand:
+            stage = self._reexpanded_at[1] + 1
+        else:
+            stage = 0 if np.any(extent > self._min_step) else 1
+        if not self.reexpand or stage > 2:
             self._converge(reason)
             return
-        self._reexpanded_at = (best, minimal)
-        logger.debug("%s: %s; re-expanding around %s (radius %s)", self.name, reason,
-                     self.points[0], radius)
-        us = self._axis_simplex(self.vertices[0], radius)
+        self._reexpanded_at = (best, stage)
+        radius = np.maximum(self._min_step, extent) if stage == 0 else self._min_step
+        sign = -1.0 if stage == 2 else 1.0
+        logger.debug("%s: %s; re-expanding around %s (stage %d)", self.name, reason,
+                     self.points[0], stage)
+        us = self._axis_simplex(self.vertices[0], radius, sign=sign)
         self.phase = Phase.INIT
         self._batch = [self._vertex(0)] + [self._candidate(u) for u in us[1:]]
 
@@ -450,7 +465,8 @@ class SimplexStrategy(Strategy):
             out.append(self._unit(point, raw=row if self._feasible(point) else None))
         return out
 
-    def _axis_simplex(self, x0: np.ndarray, radius: np.ndarray) -> list[np.ndarray]:
+    def _axis_simplex(self, x0: np.ndarray, radius: np.ndarray,
+                      sign: float = 1.0) -> list[np.ndarray]:
         """``x0`` plus axis steps (like scipy's initial simplex): vertex j moves along one axis.
 
         With more vertices than movable axes + 1, later rounds step the other way and further.
@@ -461,12 +477,12 @@ class SimplexStrategy(Strategy):
         for j in range(1, self.simplex_size):
             axis = self.active_axes[(j - 1) % n_eff]
             ring = (j - 1) // n_eff
-            sign = 1.0 if ring % 2 == 0 else -1.0
+            direction = sign if ring % 2 == 0 else -sign
             step = float(radius[axis]) * (1 + ring // 2)
             u = np.array(x0, dtype=float)
-            moved = u[axis] + sign * step
+            moved = u[axis] + direction * step
             if moved > 1.0 or moved < 0.0:
-                moved = u[axis] - sign * step
+                moved = u[axis] - direction * step
             u[axis] = min(max(moved, 0.0), 1.0)
             us.append(u)
         return us

@@ -294,7 +294,10 @@ class Space:
         if hi == p.min:
             return 0.5
         if p.log:
-            return (math.log(float(value)) - math.log(p.min)) / (math.log(hi) - math.log(p.min))
+            span = math.log(hi) - math.log(p.min)
+            if span == 0.0:  # a range too narrow for its logarithm to tell its ends apart
+                return 0.5
+            return (math.log(float(value)) - math.log(p.min)) / span
         return (float(value) - p.min) / (hi - p.min)
 
     @staticmethod
@@ -303,7 +306,9 @@ class Space:
         if isinstance(p, EnumParam):
             return p.values[int(round(u * (p.size - 1)))]
         hi = p.upper
-        if p.log:
+        if u <= 0.0 or u >= 1.0:  # the ends exactly, without exp/log round-off
+            raw = p.min if u <= 0.0 else hi
+        elif p.log:
             raw = math.exp(math.log(p.min) + u * (math.log(hi) - math.log(p.min)))
         else:
             raw = p.min + u * (hi - p.min)

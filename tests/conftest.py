@@ -1,22 +1,28 @@
-"""Shared fixtures: a real PostgreSQL cluster started by the tests themselves (no mocks).
+"""Shared fixtures: real PostgreSQL clusters started by the tests themselves (no mocks).
 
 * ``pg_cluster`` (session): one started :class:`LocalCluster` shared by all tests; do not
   restart it or change its ``ALTER SYSTEM`` settings (use ``own_cluster`` for that).
 * ``fresh_dsn`` (function): a new database on ``pg_cluster``, dropped afterwards; its DSN.
 * ``own_cluster`` (function): a private started cluster for tests that restart the server
   or change server-wide settings; destroyed afterwards.
+* ``cluster_factory`` (session): ``cluster_factory(tag, **LocalCluster kwargs)`` starts another
+  private cluster (e.g. module-scoped ones); all are destroyed at the end of the session.
 
-State directories live under /tmp (not pytest's 0700 tmp dirs) so that the unprivileged
-user PostgreSQL runs as when the tests run as root can reach them.
+initdb runs once per session into a stopped template; every cluster is a copy of it (a copy
+takes well under a second, initdb several on a loaded machine). State directories live under
+/tmp (not pytest's 0700 tmp dirs) so that the unprivileged user PostgreSQL runs as when the
+tests run as root can reach them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,20 +30,48 @@ from psycopg import sql
 
 from tuner_client.local_cluster import LocalCluster
 
+ClusterFactory = Callable[..., LocalCluster]
+
 
 def _new_state_dir(tag: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"harmony-test-{tag}-", dir="/tmp"))
 
 
 @pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[LocalCluster]:
-    """A started PostgreSQL shared by the whole test session; stopped and removed at the end."""
-    cluster = LocalCluster(_new_state_dir("session"), sync_initdb=False)
+def _pg_template() -> Iterator[Path]:
+    """The data directory of a stopped, freshly initdb'ed cluster to copy from."""
+    template = LocalCluster(_new_state_dir("template"), sync_initdb=False)
     try:
-        cluster.start()
-        yield cluster
+        template.init()
+        yield template.data_dir
     finally:
-        cluster.destroy()
+        shutil.rmtree(template.state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster_factory(_pg_template: Path) -> Iterator[ClusterFactory]:
+    """Start private clusters on demand; every one is destroyed at the end of the session."""
+    made: list[LocalCluster] = []
+
+    def make(tag: str = "own", **kwargs: Any) -> LocalCluster:
+        kwargs.setdefault("template_data_dir", _pg_template)
+        kwargs.setdefault("sync_initdb", False)
+        cluster = LocalCluster(_new_state_dir(tag), **kwargs)
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(cluster_factory: ClusterFactory) -> LocalCluster:
+    """A started PostgreSQL shared by the whole test session; stopped and removed at the end."""
+    return cluster_factory("session")
 
 
 @pytest.fixture
@@ -59,11 +93,10 @@ def fresh_dsn(pg_cluster: LocalCluster) -> Iterator[str]:
 
 
 @pytest.fixture
-def own_cluster() -> Iterator[LocalCluster]:
+def own_cluster(cluster_factory: ClusterFactory) -> Iterator[LocalCluster]:
     """A private started cluster for one test (restarts, ALTER SYSTEM); destroyed afterwards."""
-    cluster = LocalCluster(_new_state_dir("own"), sync_initdb=False)
+    cluster = cluster_factory("own")
     try:
-        cluster.start()
         yield cluster
     finally:
         cluster.destroy()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -20,12 +18,10 @@ MB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
+def cluster(cluster_factory: Callable[..., LocalCluster]) -> Iterator[LocalCluster]:
     """A private cluster for this module: ALTER SYSTEM here must not leak into shared tests."""
-    c = LocalCluster(Path(tempfile.mkdtemp(prefix="harmony-test-apply-", dir="/tmp")),
-                     sync_initdb=False)
+    c = cluster_factory("apply")
     try:
-        c.start()
         yield c
     finally:
         c.destroy()
@@ -127,7 +123,8 @@ def test_database_setting_override_is_detected(cluster: LocalCluster,
         conn.execute(sql.SQL("DROP DATABASE overridden WITH (FORCE)"))
 
 
-def test_command_line_override_is_detected(own_cluster: LocalCluster) -> None:
+def test_command_line_override_is_detected(cluster: LocalCluster) -> None:
+    own_cluster = cluster  # restarted here; the module's last test
     own_cluster.stop()
     # what `pg_ctl restart -o "-c work_mem=8MB"` would leave behind
     proc = own_cluster.run([str(own_cluster.bin_dir / "pg_ctl"), "-D", str(own_cluster.data_dir),
@@ -144,4 +141,5 @@ def test_command_line_override_is_detected(own_cluster: LocalCluster) -> None:
     assert "-c" not in own_cluster.postmaster_opts().split()
     with psycopg.connect(own_cluster.dsn, autocommit=True) as c:
         report = apply_online_knobs(c, catalog, {"work_mem": "64MB"})
+        c.execute("ALTER SYSTEM RESET ALL")
     assert report.in_force == {"work_mem": "64MB"}

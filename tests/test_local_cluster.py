@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pwd
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -78,12 +79,12 @@ def _memory_cgroup_writable() -> bool:
 
 
 @pytest.mark.skipif(not _memory_cgroup_writable(), reason="no writable memory cgroup here")
-def test_memory_limit_puts_postmaster_in_a_cgroup() -> None:
+def test_memory_limit_puts_postmaster_in_a_cgroup(
+    cluster_factory: Callable[..., LocalCluster],
+) -> None:
     limit = 512 * 1024 * 1024
-    state = Path(tempfile.mkdtemp(prefix="harmony-test-cg-", dir="/tmp"))
-    cluster = LocalCluster(state, memory_limit_bytes=limit, sync_initdb=False)
+    cluster = cluster_factory("cg", memory_limit_bytes=limit)
     try:
-        cluster.start()
         cg = cluster.cgroup_path()
         assert cg is not None
         pid = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
@@ -97,3 +98,21 @@ def test_memory_limit_puts_postmaster_in_a_cgroup() -> None:
         assert not cg.exists()
     finally:
         cluster.destroy()
+
+
+def test_context_manager_and_loopback_only_hba(_pg_template: Path) -> None:
+    # _pg_template went through initdb (LocalCluster.init) in this session; copy it
+    state = Path(tempfile.mkdtemp(prefix="harmony-test-cm-", dir="/tmp"))
+    cluster = LocalCluster(state, template_data_dir=_pg_template)
+    try:
+        with cluster as c:
+            assert c.is_running()
+            with psycopg.connect(c.dsn) as conn:
+                enc = conn.execute("SHOW server_encoding").fetchone()
+            assert enc == ("UTF8",)
+        assert not cluster.is_running()
+        hba = (cluster.data_dir / "pg_hba.conf").read_text()
+        assert "127.0.0.1/32 trust" in hba and "0.0.0.0" not in hba and "::1" not in hba
+    finally:
+        cluster.destroy()
+    assert not state.exists()

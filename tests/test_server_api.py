@@ -227,3 +227,21 @@ def test_non_finite_values_become_failures(tmp_path: Path, value: str) -> None:
         assert http("POST", "/sessions/n/report", raw=raw)[1]["accepted"] is True
         (trial,) = http("GET", "/sessions/n/trials")[1]["trials"]
         assert trial["status"] == "failed" and "non-finite" in trial["failure"]
+
+
+def test_a_retried_fetch_gets_the_same_trial_even_after_a_restart(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        http("POST", "/sessions", {"definition": definition("r")})
+        _, first = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
+        _, again = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
+        assert (again["trial_id"], again["point"]) == (first["trial_id"], first["point"])
+        _, other = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-2"})
+        assert other["trial_id"] != first["trial_id"]
+    with running_server(tmp_path) as server:  # the answer is recovered from the command log
+        http = Raw(server.url)
+        _, repeat = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-2"})
+        assert repeat["trial_id"] == other["trial_id"]
+        _, stale = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
+        assert stale["trial_id"] not in (first["trial_id"], other["trial_id"])
+    assert _commands(tmp_path, "r") == ["join", "fetch", "fetch", "fetch"]

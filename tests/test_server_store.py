@@ -9,7 +9,13 @@ import pytest
 
 from harmony.errors import ConfigError
 from harmony_server.store import (
-    SCHEMA_VERSION, ClientRow, CommandRecord, Store, StoreError, TrialRow, default_store_url,
+    SCHEMA_VERSION,
+    ClientRow,
+    CommandRecord,
+    Store,
+    StoreError,
+    TrialRow,
+    default_store_url,
     normalise_store_url,
 )
 

@@ -30,7 +30,11 @@ import urllib3
 
 from harmony.definition import SessionDefinition
 from harmony.errors import (
-    ConfigError, HarmonyError, ProtocolError, SessionNotFoundError, TrialError,
+    ConfigError,
+    HarmonyError,
+    ProtocolError,
+    SessionNotFoundError,
+    TrialError,
 )
 
 logger = logging.getLogger(__name__)
@@ -179,7 +183,9 @@ class Session:
         while True:
             wait = min(max(deadline - time.monotonic(), 0.0), MAX_POLL)
             asked = time.monotonic()
-            answer = self._call("POST", "fetch", {"client": self.client_id, "wait": wait},
+            # the request id makes the backend's retries of this one call idempotent
+            answer = self._call("POST", "fetch", {"client": self.client_id, "wait": wait,
+                                                  "request": uuid.uuid4().hex[:16]},
                                 timeout=wait + 30.0)
             if answer.get("status") == "trial":
                 return Fetched(int(answer["trial_id"]), dict(answer["point"]))
@@ -256,10 +262,10 @@ class HarmonyClient:
     def create_session(self, definition: SessionDefinition | Mapping[str, Any], *,
                        exist_ok: bool = False) -> Session:
         """Create a session and join it; with ``exist_ok`` an identical one is joined instead."""
-        data = definition.to_dict() if isinstance(definition, SessionDefinition) else dict(definition)
-        if isinstance(definition, Mapping):
+        if not isinstance(definition, SessionDefinition):
             # validate here too, so a typo is reported before anything is sent
-            data = SessionDefinition.from_dict(data).to_dict()
+            definition = SessionDefinition.from_dict(definition)
+        data = definition.to_dict()
         answer = self._backend.request("POST", "/sessions", {"definition": data,
                                                              "exist_ok": exist_ok})
         return self.join(answer["name"])

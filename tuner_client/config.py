@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 

@@ -46,7 +46,8 @@ class WorkloadShiftDetector:
         if isinstance(self.outside, bool) or not isinstance(self.outside, int) or self.outside < 1:
             raise ConfigError(f"flow.shift.outside must be an integer >= 1, got {self.outside!r}")
         if not (isinstance(self.margin, int | float) and 0 <= self.margin < 1):
-            raise ConfigError(f"flow.shift.margin must be a fraction in [0, 1), got {self.margin!r}")
+            raise ConfigError(f"flow.shift.margin must be a fraction in [0, 1), "
+                              f"got {self.margin!r}")
 
     @property
     def armed(self) -> bool:

@@ -183,14 +183,15 @@ class Measurer:
     """Applies configurations to one server and measures the workload's throughput on it.
 
     ``in_force`` is the tuner's view of the tuned knobs' current values (PostgreSQL strings
-    with units); :meth:`apply` changes only what differs. ``feasible`` (optional) returns a
-    reason when a configuration breaks the memory budget: such a configuration is refused
-    and never reaches the server.
+    with units); :meth:`apply` changes only what differs. ``feasible(wanted, changed)``
+    (optional) returns a reason when a configuration breaks the memory budget: such a
+    configuration is refused and never reaches the server.
     """
 
     def __init__(self, dsn: str, catalog: KnobCatalog, workload: Workload, config: MeasureConfig,
                  *, controller: Restarter | None = None, restart_timeout_s: float = 60.0,
-                 feasible: Callable[[Mapping[str, str]], str | None] | None = None,
+                 feasible: Callable[[Mapping[str, str], Mapping[str, str]], str | None]
+                 | None = None,
                  sample_timeout_s: float = 600.0) -> None:
         self.dsn = dsn
         self.catalog = catalog
@@ -259,7 +260,7 @@ class Measurer:
             return math.isclose(float(x), float(y), rel_tol=1e-9)
         return x == y
 
-    def apply(self, settings: Mapping[str, str]) -> ApplyOutcome:
+    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force (a restart when an offline knob changes); warm up.
 
         Returns what happened; a failure leaves the server running with its last good
@@ -269,8 +270,8 @@ class Measurer:
         if not changed:
             return ApplyOutcome(changed=False)
         wanted = {**self.in_force, **settings}
-        if self.feasible is not None:
-            reason = self.feasible(wanted)
+        if self.feasible is not None and check_budget:
+            reason = self.feasible(wanted, changed)
             if reason is not None:
                 logger.warning("refusing to apply %s: %s", changed, reason)
                 return ApplyOutcome(changed=False, failure=f"infeasible: {reason}")
@@ -367,14 +368,14 @@ class Measurer:
                             errors=int(got.errors), seconds=float(got.seconds), stats=delta)
 
     def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
-                samples: int | None = None) -> PointRecord:
+                samples: int | None = None, *, check_budget: bool = True) -> PointRecord:
         """Apply ``settings``, warm up and take ``samples`` samples; the aggregate is ``value``.
 
         Used for the final default-vs-best comparison and for monitoring, where the same
         protocol as the sessions' must hold but no session aggregates.
         """
         record = PointRecord(session=session, point=dict(point), settings=dict(settings))
-        outcome = self.apply(settings)
+        outcome = self.apply(settings, check_budget=check_budget)
         record.restart_s, record.apply_s, record.failure = (outcome.restart_s, outcome.apply_s,
                                                             outcome.failure)
         if outcome.failure is not None:
@@ -390,3 +391,53 @@ class Measurer:
                 return record
         record.value = aggregate([s.qpm for s in record.samples], self.config.aggregate)
         return record
+
+    # -- leaving the server as it was ------------------------------------------------------
+    def restore(self, settings: Mapping[str, str], *, auto_conf: str | None = None) -> str:
+        """Put ``settings`` back in force without warm-up or budget checks; say what was done.
+
+        With ``auto_conf`` (the original ``postgresql.auto.conf`` text) and a controller that
+        can write it, the file itself is restored, so knobs that were at their defaults go
+        back to *not set* rather than to an explicit value.
+        """
+        self.stop()
+        differs = {n: v for n, v in settings.items() if not self._same(n, v, self.in_force.get(n))}
+        offline = {n: v for n, v in differs.items() if self.catalog[n].kind == "offline"}
+        controller = self.controller
+        if auto_conf is not None and controller is not None and hasattr(controller,
+                                                                        "write_auto_conf"):
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            try:
+                controller.write_auto_conf(auto_conf)  # type: ignore[attr-defined]
+            except (HarmonyError, OSError) as exc:
+                logger.warning("could not write postgresql.auto.conf back (%s); restoring "
+                               "with ALTER SYSTEM instead", exc)
+            else:
+                if offline:
+                    controller.stop_server(self.restart_timeout_s)  # type: ignore[attr-defined]
+                    controller.start_server(self.restart_timeout_s)  # type: ignore[attr-defined]
+                else:
+                    self.conn().execute("SELECT pg_reload_conf()")
+                self._refresh_in_force(list(settings))
+                still = {n: v for n, v in settings.items()
+                         if not self._same(n, v, self.in_force.get(n))}
+                if not still:
+                    return ("postgresql.auto.conf restored" + (", restarted" if offline else
+                                                                ", reloaded"))
+                logger.warning("after restoring postgresql.auto.conf %s differ from %s",
+                               sorted(still), {n: settings[n] for n in still})
+                differs = still
+                offline = {n: v for n, v in differs.items() if self.catalog[n].kind == "offline"}
+        if not differs:
+            return "nothing to change"
+        if offline:
+            _, failure = self._restart(offline)
+            if failure is not None:
+                raise HarmonyError(f"could not restore {offline}: {failure}")
+        online = {n: v for n, v in differs.items() if n not in offline}
+        if online:
+            apply_online_knobs(self.conn(), self.catalog, online)
+            self.in_force.update(online)
+        return f"set {differs} with ALTER SYSTEM"

@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 class _LocalSession:
     core: SessionCore
     created: float
-    leases: dict[int, tuple[str | None, float]] = field(default_factory=dict)  # id -> (client, expires)
+    #: trial id -> (client, expiry in ``time.monotonic`` seconds)
+    leases: dict[int, tuple[str | None, float]] = field(default_factory=dict)
 
     def best(self) -> dict[str, Any] | None:
         best = self.core.best()

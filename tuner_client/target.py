@@ -75,8 +75,14 @@ def open_target(config: TunerConfig, state_dir: Path | None = None) -> Target:
 
 def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
     state_dir.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(state_dir / "cluster", memory_limit_bytes=config.database.memory_limit_bytes,
+    cluster = LocalCluster(state_dir / "cluster",
+                           memory_limit_bytes=config.database.memory_limit_bytes,
                            timeout_s=config.database.restart_timeout_s)
+    if cluster.is_initialized():
+        # a cluster from an earlier run: stop a leftover server, then init() rewrites the
+        # port this object picked into the cluster's config before starting
+        cluster.stop()
+        cluster.init()
     cluster.start()
     try:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
@@ -121,17 +127,11 @@ def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | No
         if kind == "local":
             if cluster is None:
                 raise ConfigError("controller kind 'local' needs the embedded cluster")
-            return controllers.LocalController(cluster, dsn=dsn, **options)
-        if kind == "pg_ctl":
-            return controllers.PgCtlController(dsn=dsn, **options)
-        if kind == "docker":
-            return controllers.DockerController(dsn=dsn, **options)
-        if kind == "command":
-            return controllers.CommandController(dsn=dsn, **options)
-    except TypeError as exc:
-        raise ConfigError(f"{config.source}: database.controller.options for kind {kind!r}: "
+            return controllers.LocalController(cluster, **options)
+        return controllers.make_controller(kind, dsn=dsn, **options)
+    except (TypeError, ConfigError) as exc:
+        raise ConfigError(f"{config.source}: database.controller (kind {kind!r}): "
                           f"{exc}") from None
-    raise ConfigError(f"{config.source}: unknown controller kind {kind!r}")
 
 
 def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> Workload:

@@ -105,7 +105,9 @@ def _format_sample(sample: Sample, streams: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
-def _emit(samples: list[Sample], streams: dict[str, int], as_json: bool, extra: dict[str, Any]) -> None:
+def _emit(
+    samples: list[Sample], streams: dict[str, int], as_json: bool, extra: dict[str, Any]
+) -> None:
     if as_json:
         print(json.dumps({"samples": [s.to_dict() for s in samples], **extra}, indent=2))
         return
@@ -159,9 +161,10 @@ def _cmd_queries(args: argparse.Namespace) -> int:
         raise _as_config_error(exc) from exc
     rng = random.Random(args.seed)
     for name in names:
-        instance = (
-            validation_query(name, args.scale) if args.default else make_query(name, rng, args.scale)
-        )
+        if args.default:
+            instance = validation_query(name, args.scale)
+        else:
+            instance = make_query(name, rng, args.scale)
         print(f"-- {name} {instance.params}\n{instance.text()};\n")
     return 0
 
@@ -193,7 +196,8 @@ def add_parser(subparsers: Any) -> None:
         help="TPC-H scale factor, > 0 (env HARMONY_TPCH_SCALE; default 0.1)",
     )  # fmt: skip
     load.add_argument("--workdir", default=env_default("tpch_workdir"),
-                      help="keep the generated CSV files here and reuse them (env HARMONY_TPCH_WORKDIR)")
+                      help="keep the generated CSV files here and reuse them "
+                           "(env HARMONY_TPCH_WORKDIR)")
     load.add_argument("--replace", action="store_true",
                       help="replace TPC-H data of another scale factor in the database")
     load.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -214,7 +218,7 @@ def add_parser(subparsers: Any) -> None:
                      help="seconds to run before the first sample")
     run.add_argument("--seed", type=int, default=0, help="seed of the substitution parameters")
     run.add_argument("--statement-timeout", type=_positive_float, default=None,
-                     help="cancel queries running longer than this many seconds (counted as errors)")
+                     help="cancel queries running longer than this (s); counted as errors")
     run.add_argument("--json", action="store_true", help="print the samples as JSON")
     run.set_defaults(func=_cmd_run)
 

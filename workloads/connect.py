@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 
 def describe_dsn(dsn: str) -> str:
-    """A short, password-free description of a DSN, e.g. ``host=127.0.0.1 port=5433 dbname=tpch``."""
+    """A password-free description of a DSN, e.g. ``host=127.0.0.1 port=5433 dbname=tpch``."""
     try:
         parts = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:

@@ -90,7 +90,9 @@ class StreamSet:
                 stream.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             pending = [s for s in pending if s.is_alive()]
         if pending:
-            logger.warning("streams %s did not stop within %.1f s", [s.name for s in pending], timeout_s)
+            logger.warning(
+                "streams %s did not stop within %.1f s", [s.name for s in pending], timeout_s
+            )
 
     @property
     def reconnects(self) -> int:

@@ -19,7 +19,6 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-
 from harmony.errors import DatabaseError, WorkloadError
 from workloads.connect import connect, describe_dsn
 from workloads.sample import Sample, summarize

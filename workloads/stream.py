@@ -69,7 +69,9 @@ class QueryStream(threading.Thread):
                     )
             except (DatabaseError, psycopg.Error) as exc:
                 self.connect_failures += 1
-                logger.debug("stream %s cannot connect (retry in %.2f s): %s", self.name, delay, exc)
+                logger.debug(
+                    "stream %s cannot connect (retry in %.2f s): %s", self.name, delay, exc
+                )
                 self.stop_event.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue

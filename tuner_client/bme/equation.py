@@ -69,8 +69,8 @@ class BMEParams:
             raise ConfigError(f"{source}: {exc}") from None
 
 
-def _h_factor(params: BMEParams, m: NDArray[np.float64]) -> tuple[NDArray[np.float64], ...]:
-    """H, the shifted size M + Mb, and the mask of sizes on the falling part (M + Mb > 0, M < M*)."""
+def _h_factor(params: BMEParams, m: NDArray[np.float64]) -> tuple[NDArray[Any], ...]:
+    """H, the shifted size M + Mb, and the mask of the falling part (M + Mb > 0, M < M*)."""
     shifted = m + params.m_b
     on_curve = (m < params.m_star) & (shifted > 0)
     safe = np.where(on_curve, shifted, 1.0)
@@ -84,9 +84,9 @@ def miss_probability(params: BMEParams, m: ArrayLike) -> NDArray[np.float64] | f
     The value is the equation's: it may exceed 1 at sizes the fit never saw.
     """
     arr = np.asarray(m, dtype=float)
-    h, shifted, _ = _h_factor(params, arr)
+    h, shifted, on_curve = _h_factor(params, arr)
     root = 0.5 * (h + np.sqrt(np.maximum(h * h - 4.0, 0.0)))
-    p = root * (params.p_star + params.p_c) - params.p_c
+    p = np.where(on_curve, root * (params.p_star + params.p_c) - params.p_c, params.p_star)
     p = np.where(shifted > 0, p, np.inf)
     return float(p) if p.ndim == 0 else p
 

@@ -149,7 +149,13 @@ def _fit(m: NDArray[np.float64], y: NDArray[np.float64], p_star: float | None,
     size_scale = float(m.max())
     value_scale = float(y.max()) if counts and y.max() > 0 else 1.0
     u, yn = m / size_scale, y / value_scale
-    is_plateau = plateaus(u, yn) if plateau is None else bool(plateau)
+    if plateau is not None:
+        is_plateau = bool(plateau)
+    elif p_star is not None:      # a known floor: one point on it is enough
+        floor = p_star / value_scale
+        is_plateau = bool((yn <= floor * (1 + _PLATEAU_TOL) + 1e-12).any())
+    else:
+        is_plateau = plateaus(u, yn)
     u_min = float(u.min())
     if is_plateau:
         positive = u[u > 0]
@@ -249,8 +255,8 @@ def _grid_starts(prob: _Problem) -> list[NDArray[np.float64]]:
     mstars = prob.mstar_lo * np.logspace(0.0, _MSTAR_DECADES, _N_MSTAR)
     if prob.mstar_lo < 1.0:  # plateau: make sure the grid is dense inside the data range
         mstars = np.unique(np.concatenate([mstars, np.geomspace(prob.mstar_lo, 1.0, 25)]))
-    off, ms = np.meshgrid(_OFFSET_GRID, mstars, indexing="ij")
-    off, ms = off.ravel(), ms.ravel()
+    off_grid, ms_grid = np.meshgrid(_OFFSET_GRID, mstars, indexing="ij")
+    off, ms = off_grid.ravel(), ms_grid.ravel()
     g = _excess(prob.u[None, :], prob.u_min, off[:, None], ms[:, None])
     c, p, sse = _linear_part(prob, g)
     order = np.argsort(sse, kind="stable")[:_N_STARTS]
@@ -274,7 +280,8 @@ def _bounds(prob: _Problem) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     return np.array(lo), np.array(hi)
 
 
-def _unpack(prob: _Problem, theta: Sequence[float]) -> tuple[float, float, float, float]:
+def _unpack(prob: _Problem, theta: Sequence[float] | NDArray[np.float64],
+            ) -> tuple[float, float, float, float]:
     offset, mstar, c = math.exp(theta[0]), math.exp(theta[1]), math.exp(theta[2])
     p = prob.p_fixed if prob.p_fixed is not None else float(theta[3])
     return offset, mstar, c, p

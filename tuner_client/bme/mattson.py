@@ -52,14 +52,29 @@ class StackHistogram:
         return self.misses(sizes) / max(self.n_refs, 1)
 
 
-def page_indices(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
-    """Map the page ids of a trace (any hashables, or an integer array) to 0 .. D−1."""
-    arr = trace if isinstance(trace, np.ndarray) else np.asarray(list(trace))
+def page_keys(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
+    """The trace as non-negative int64 page keys (integers shifted to 0, others numbered)."""
+    if isinstance(trace, np.ndarray):
+        arr = trace
+    else:
+        items = list(trace)
+        try:
+            arr = np.asarray(items)
+        except ValueError:                # ragged sequences as page ids
+            arr = np.zeros(0)
+        if arr.ndim != 1 or arr.size != len(items):   # e.g. tuples as ids: keep them whole
+            arr = np.empty(len(items), dtype=object)
+            arr[:] = items
     if arr.ndim != 1:
         raise ConfigError(f"a page-reference trace must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if arr.dtype.kind in "iub" or arr.dtype.kind in "US":
+    if arr.dtype.kind in "iub":
+        keys = arr.astype(np.int64)
+        low, high = int(keys.min()), int(keys.max())
+        if high - low < (1 << 62) // max(arr.size, 1):
+            return keys - low
+    if arr.dtype.kind in "iubUS":
         _, inverse = np.unique(arr, return_inverse=True)
         return inverse.astype(np.int64).ravel()
     ids: dict[Any, int] = {}
@@ -68,65 +83,73 @@ def page_indices(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
 
 
 def previous_reference(pages: NDArray[np.int64]) -> NDArray[np.int64]:
-    """For each reference, the index of the previous reference to the same page (−1: none)."""
+    """For each reference, the index of the previous reference to the same page (−1: none).
+
+    ``pages`` are non-negative keys small enough that key·n fits in int64 (see
+    :func:`page_keys`); one plain sort of key·n + position replaces a slower stable argsort.
+    """
     n = pages.size
-    order = np.argsort(pages, kind="stable")
     prev = np.full(n, -1, dtype=np.int64)
-    if n > 1:
-        same = pages[order[1:]] == pages[order[:-1]]
-        prev[order[1:][same]] = order[:-1][same]
+    if n < 2:
+        return prev
+    packed = np.sort(pages * n + np.arange(n, dtype=np.int64))
+    page_sorted, pos_sorted = np.divmod(packed, n)
+    same = page_sorted[1:] == page_sorted[:-1]
+    prev[pos_sorted[1:][same]] = pos_sorted[:-1][same]
     return prev
 
 
 def earlier_greater_counts(values: NDArray[np.int64]) -> NDArray[np.int64]:
     """For each i, #{j < i : values[j] > values[i]} (values >= 0), by an MSB-first radix pass.
 
-    At each bit, elements are grouped by their higher bits (keeping position order inside a
-    group); an element whose bit is 0 is exceeded by every earlier group member whose bit is 1.
+    Slots hold the elements grouped by the bits above the current one, in position order
+    inside a group (each group's start is carried along). At each bit, an element whose bit
+    is 0 is exceeded by every earlier member of its group whose bit is 1; then the whole array
+    is stably partitioned by the bit, which keeps every refined group contiguous.
     """
     n = values.size
     result = np.zeros(n, dtype=np.int64)
-    if n < 2:
-        return result
-    top = int(values.max())
-    if top <= 0:
+    top = int(values.max()) if n else 0
+    if n < 2 or top <= 0:
         return result
     idx = np.arange(n, dtype=np.int64)
-    order = idx.copy()                       # element index at each slot
-    v = values.astype(np.int64, copy=True)   # values in slot order
-    acc = np.zeros(n, dtype=np.int64)        # counts in slot order
-    zeros_prefix = np.empty(n + 1, dtype=np.int64)
-    zeros_prefix[0] = 0
+    v, order = values.astype(np.int64), idx.copy()
+    acc, start = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    bit, ones, zeros, tmp = (np.empty(n, dtype=np.int64) for _ in range(4))
+    v2, order2, acc2, start2 = (np.empty(n, dtype=np.int64) for _ in range(4))
     for k in range(top.bit_length() - 1, -1, -1):
-        high = v >> (k + 1)
-        bit = (v >> k) & 1
-        starts_flag = np.empty(n, dtype=bool)
-        starts_flag[0] = True
-        np.not_equal(high[1:], high[:-1], out=starts_flag[1:])
-        starts = np.flatnonzero(starts_flag)
-        group = np.cumsum(starts_flag) - 1
-        gs = starts[group]
-        ge = np.append(starts[1:], n)[group]
-        np.cumsum(1 - bit, out=zeros_prefix[1:])
-        z_i = zeros_prefix[:-1]
-        z_gs = zeros_prefix[gs]
-        ones_before = (idx - gs) - (z_i - z_gs)
-        acc += np.where(bit == 0, ones_before, 0)
-        dest = np.where(bit == 0, gs + z_i - z_gs, zeros_prefix[ge] + idx - z_i)
-        new_order = np.empty_like(order)
-        new_order[dest] = order
-        new_v = np.empty_like(v)
-        new_v[dest] = v
-        new_acc = np.empty_like(acc)
-        new_acc[dest] = acc
-        order, v, acc = new_order, new_v, new_acc
+        np.right_shift(v, k, out=bit)
+        np.bitwise_and(bit, 1, out=bit)
+        np.cumsum(bit, out=ones)
+        ones -= bit                                     # ones in earlier slots
+        np.subtract(idx, ones, out=zeros)               # zeros in earlier slots
+        zeros_total = int(zeros[-1]) + 1 - int(bit[-1])
+        zeros_at_start = zeros[start]
+        # ones earlier in the group = ones - ones[start]; they exceed this element if its bit is 0
+        np.subtract(start, zeros_at_start, out=tmp)
+        np.subtract(ones, tmp, out=tmp)
+        tmp *= 1 - bit
+        acc += tmp
+        # slot after the partition: zeros keep their rank among zeros, ones follow all zeros
+        np.add(ones, zeros_total, out=tmp)
+        tmp -= zeros
+        tmp *= bit
+        tmp += zeros
+        v2[tmp] = v
+        order2[tmp] = order
+        acc2[tmp] = acc
+        # the refined group's start: zeros -> zeros_at_start, ones -> zeros_total + ones[start]
+        new_start = (zeros_total + start - 2 * zeros_at_start) * bit + zeros_at_start
+        start2[tmp] = new_start
+        v, v2, order, order2 = v2, v, order2, order
+        acc, acc2, start, start2 = acc2, acc, start2, start
     result[order] = acc
     return result
 
 
 def stack_distances(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
     """LRU stack distance of each reference (1 = the most recently used page; 0 = cold)."""
-    pages = page_indices(trace)
+    pages = page_keys(trace)
     prev = previous_reference(pages)
     reuse = np.flatnonzero(prev >= 0)
     dist = np.zeros(pages.size, dtype=np.int64)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
 from harmony.errors import WorkloadError
 
 logger = logging.getLogger(__name__)

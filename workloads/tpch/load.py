@@ -91,7 +91,7 @@ def loaded_scale(conn: psycopg.Connection[Any]) -> float | None:
         if not conn.execute("select to_regclass(%s) is not null", (t,)).fetchone()[0]  # type: ignore[index]
     ]  # fmt: skip
     if missing:
-        logger.warning("TPC-H marker present but tables %s are missing; treating as unloaded", missing)
+        logger.warning("TPC-H marker present but tables %s are missing; reloading", missing)
         return None
     return float(found[0])
 
@@ -102,7 +102,8 @@ def _recorded_rows(conn: psycopg.Connection[Any]) -> dict[str, int]:
             sql.Identifier(MARKER_TABLE)
         )
     ).fetchone()
-    return {k: int(v) for k, v in (found[0] if found else {}).items()}
+    recorded = found[0] if found else {}
+    return {t: int(recorded[t]) for t in TABLES if t in recorded}
 
 
 def _database_bytes(conn: psycopg.Connection[Any]) -> int:

@@ -65,7 +65,9 @@ def _brand(rng: random.Random) -> str:
     return f"Brand#{rng.randint(1, 5)}{rng.randint(1, 5)}"
 
 
-def _month_start(rng: random.Random, first: tuple[int, int], last: tuple[int, int]) -> datetime.date:
+def _month_start(
+    rng: random.Random, first: tuple[int, int], last: tuple[int, int]
+) -> datetime.date:
     """First day of a month drawn uniformly from ``first`` to ``last`` (year, month), inclusive."""
     lo = first[0] * 12 + first[1] - 1
     hi = last[0] * 12 + last[1] - 1
@@ -226,7 +228,9 @@ _VALIDATION: dict[str, Params] = {
     "Q13": {"word1": "special", "word2": "requests"},
     "Q14": {"date": datetime.date(1995, 9, 1)},
     "Q15": {"date": datetime.date(1996, 1, 1)},
-    "Q16": {"brand": "Brand#45", "type": "MEDIUM POLISHED", "sizes": (49, 14, 23, 45, 19, 3, 36, 9)},
+    "Q16": {
+        "brand": "Brand#45", "type": "MEDIUM POLISHED", "sizes": (49, 14, 23, 45, 19, 3, 36, 9),
+    },
     "Q17": {"brand": "Brand#23", "container": "MED BOX"},
     "Q18": {"quantity": 300},
     "Q19": {

@@ -1,0 +1,31 @@
+# The Harmony for PostgreSQL image: the session server, the tuner and the TPC-H tools.
+# Build: docker build -t harmony-postgres .   (docker-compose.yml builds it for you)
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY harmony ./harmony
+COPY harmony_server ./harmony_server
+COPY tuner_client ./tuner_client
+COPY plugins ./plugins
+COPY strategies ./strategies
+COPY workloads ./workloads
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+LABEL org.opencontainers.image.title="harmony-postgres" \
+      org.opencontainers.image.description="Active-Harmony-style autotuner for PostgreSQL throughput"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HARMONY_STATE_DIR=/var/lib/harmony
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && useradd --system --create-home --uid 10001 harmony \
+    && mkdir -p /var/lib/harmony /etc/harmony && chown harmony /var/lib/harmony
+COPY configs /etc/harmony/configs
+COPY deploy/tuner /etc/harmony/tuner
+COPY --chmod=0755 deploy/docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
+USER harmony
+WORKDIR /var/lib/harmony
+EXPOSE 1979 9188
+ENTRYPOINT ["/usr/local/bin/docker-entrypoint.sh"]
+CMD ["harmony", "server", "--host", "0.0.0.0"]

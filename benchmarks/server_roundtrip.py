@@ -1,0 +1,261 @@
+"""Benchmark: fetch+report round trips over loopback, one connection and 100 sessions at once.
+
+    python -m benchmarks.server_roundtrip [--quick]
+
+The server runs as its own process (``python -m harmony_server``, SQLite store in a temp
+dir, WAL, synchronous=NORMAL); the Python client (:mod:`tuner_client.client`) drives it.
+Also measures the session core + store alone (no HTTP) to separate the costs. Writes
+``benchmarks/results/server.json`` and ``server.md``. Targets: >= 1,000 pairs/s on one
+connection, p99 < 10 ms per pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+from harmony.definition import SessionDefinition
+from tuner_client.client import connect
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _definition(name: str) -> dict[str, Any]:
+    return {"name": name, "strategy": "random", "seed": 1,
+            "parameters": [{"name": f"x{i}", "type": "int", "min": -10_000, "max": 10_000}
+                           for i in range(4)]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def q(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000.0
+
+    return {"p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99), "max_ms": ordered[-1] * 1e3,
+            "mean_ms": statistics.fmean(ordered) * 1000.0}
+
+
+class ServerProcess:
+    """``python -m harmony_server`` on a free loopback port with a fresh SQLite store."""
+
+    def __init__(self, state: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HARMONY_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "harmony_server", "--port",
+                                      str(self.port), "--state-dir", str(state)], cwd=ROOT,
+                                     env=env, stdout=subprocess.DEVNULL)
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", self.port, retries=False)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if pool.request("GET", "/healthz", timeout=1.0).status == 200:
+                    return
+            except urllib3.exceptions.HTTPError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("server did not come up")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def one_connection(url: str, pairs: int, warmup: int) -> dict[str, Any]:
+    """Sequential fetch+report pairs on one keep-alive connection."""
+    with connect(url, client_id="bench") as client:
+        s = client.create_session(_definition("one-connection"))
+        pair_times: list[float] = []
+        fetch_times: list[float] = []
+        report_times: list[float] = []
+        for i in range(warmup + pairs):
+            t0 = time.perf_counter()
+            got = s.fetch(timeout=5)
+            t1 = time.perf_counter()
+            assert got is not None
+            s.report(got.trial_id, float(sum(v * v for v in got.point.values())))  # type: ignore[operator]
+            t2 = time.perf_counter()
+            if i >= warmup:
+                pair_times.append(t2 - t0)
+                fetch_times.append(t1 - t0)
+                report_times.append(t2 - t1)
+        total = sum(pair_times)
+        s.kill()
+    return {"pairs": pairs, "seconds": total, "pairs_per_second": pairs / total,
+            "pair": _percentiles(pair_times), "fetch": _percentiles(fetch_times),
+            "report": _percentiles(report_times)}
+
+
+def many_sessions(url: str, sessions: int, threads: int, pairs_per_session: int
+                  ) -> dict[str, Any]:
+    """``sessions`` live sessions driven at once by ``threads`` clients (one connection each)."""
+    with connect(url, client_id="bench-admin") as admin:
+        for i in range(sessions):
+            admin.create_session(_definition(f"many-{i:03d}"))
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def drive(t: int) -> None:
+        mine = [f"many-{i:03d}" for i in range(t, sessions, threads)]
+        with connect(url, client_id=f"bench-{t}") as client:
+            handles = [client.join(name) for name in mine]
+            barrier.wait()
+            for _ in range(pairs_per_session):
+                for s in handles:
+                    t0 = time.perf_counter()
+                    got = s.fetch(timeout=5)
+                    assert got is not None
+                    s.report(got.trial_id, 1.0)
+                    latencies[t].append(time.perf_counter() - t0)
+
+    workers = [threading.Thread(target=drive, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - started
+    flat = [x for per in latencies for x in per]
+    with connect(url, client_id="bench-admin") as admin:
+        listing = admin.list_sessions()
+        assert len(listing) == sessions
+        assert all(r["completed"] == pairs_per_session for r in listing)
+    return {"sessions": sessions, "client_threads": threads, "pairs": len(flat),
+            "seconds": elapsed, "pairs_per_second": len(flat) / elapsed,
+            "pair": _percentiles(flat)}
+
+
+def core_and_store(state: Path, pairs: int) -> dict[str, Any]:
+    """The hosted session (core + durable store) alone, no HTTP: the server's floor."""
+    import asyncio
+
+    from harmony_server.hosted import HostedSession
+    from harmony_server.store import Store, default_store_url
+
+    async def run() -> dict[str, Any]:
+        store = Store(default_store_url(state))
+        d = SessionDefinition.from_dict(_definition("core-only"))
+        store.create_session(d.name, d.to_dict(), time.time())
+        hosted = HostedSession(d, store, created=time.time())
+        times = []
+        for _ in range(pairs):
+            t0 = time.perf_counter()
+            got = hosted.try_fetch("c").assignment
+            assert got is not None
+            hosted.report(got.trial_id, 1.0)
+            times.append(time.perf_counter() - t0)
+        writes = store.stats.write_latency
+        out = {"pairs": pairs, "pairs_per_second": pairs / sum(times),
+               "pair": _percentiles(times),
+               "store_write": {"count": writes.count, "mean_ms": writes.total / writes.count * 1e3,
+                               "p99_upper_bound_ms": writes.quantile(0.99) * 1e3,
+                               "max_ms": writes.maximum * 1e3}}
+        store.close()
+        return out
+
+    return asyncio.run(run())
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_1m": os.getloadavg()[0]}
+
+
+def write_markdown(result: dict[str, Any], path: Path) -> None:
+    one, many, core = result["one_connection"], result["many_sessions"], result["core_and_store"]
+    m = result["machine"]
+    lines = [
+        "# Server round-trip benchmark",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, {m['platform']} "
+        f"(1-min load average at start: {m['loadavg_1m']:.2f}; the machine is shared).  ",
+        "Server: `python -m harmony_server` as its own process, SQLite store (WAL, "
+        "synchronous=NORMAL: durable against a killed process), strategy `random`, 4 integer "
+        "parameters. Client: `tuner_client.client` (urllib3 keep-alive) over loopback.",
+        "",
+        "| scenario | pairs | pairs/s | p50 ms | p99 ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| one connection, sequential fetch+report | {one['pairs']} | "
+        f"{one['pairs_per_second']:.0f} | {one['pair']['p50_ms']:.2f} | "
+        f"{one['pair']['p99_ms']:.2f} | {one['pair']['max_ms']:.2f} |",
+        f"| {many['sessions']} sessions, {many['client_threads']} client threads | "
+        f"{many['pairs']} | {many['pairs_per_second']:.0f} | {many['pair']['p50_ms']:.2f} | "
+        f"{many['pair']['p99_ms']:.2f} | {many['pair']['max_ms']:.2f} |",
+        f"| core + store only (no HTTP) | {core['pairs']} | {core['pairs_per_second']:.0f} | "
+        f"{core['pair']['p50_ms']:.3f} | {core['pair']['p99_ms']:.3f} | "
+        f"{core['pair']['max_ms']:.3f} |",
+        "",
+        f"One connection: fetch p50 {one['fetch']['p50_ms']:.2f} ms / p99 "
+        f"{one['fetch']['p99_ms']:.2f} ms, report p50 {one['report']['p50_ms']:.2f} ms / p99 "
+        f"{one['report']['p99_ms']:.2f} ms. Store commit: mean "
+        f"{core['store_write']['mean_ms']:.3f} ms, p99 <= "
+        f"{core['store_write']['p99_upper_bound_ms']:.3f} ms over {core['store_write']['count']} "
+        "writes.",
+        "",
+        f"Targets: >= 1,000 pairs/s on one connection: **{'met' if result['targets']['throughput'] else 'NOT met'}**; "
+        f"p99 < 10 ms: **{'met' if result['targets']['p99'] else 'NOT met'}**.",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer pairs (a smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    pairs, per_session = (1000, 5) if args.quick else (5000, 20)
+    result: dict[str, Any] = {"command": "python -m benchmarks.server_roundtrip"
+                              + (" --quick" if args.quick else ""), "machine": machine()}
+    with tempfile.TemporaryDirectory(prefix="harmony-bench-") as tmp:
+        server = ServerProcess(Path(tmp) / "state")
+        try:
+            result["one_connection"] = one_connection(server.url, pairs, warmup=200)
+            result["many_sessions"] = many_sessions(server.url, 100, 10, per_session)
+        finally:
+            server.stop()
+        result["core_and_store"] = core_and_store(Path(tmp) / "core", min(pairs, 2000))
+    one = result["one_connection"]
+    result["targets"] = {"throughput": one["pairs_per_second"] >= 1000,
+                         "p99": one["pair"]["p99_ms"] < 10.0}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "server.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_markdown(result, args.out / "server.md")
+    print(json.dumps({k: result[k] for k in ("one_connection", "many_sessions",
+                                              "core_and_store", "targets")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

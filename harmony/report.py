@@ -1,0 +1,423 @@
+"""A session's report: one self-contained HTML page (PNGs embedded) plus the PNG files.
+
+It shows the tuning curve (performance per evaluation and best-so-far), the knob
+trajectories, the default vs recommended vs tuned comparison when known, and the Buffer
+Miss Equation fit when known. The comparison and the fit come from the session metadata
+(``metadata["comparison"]``, ``metadata["bme"]``) or are passed in (see :func:`write_report`).
+Figures are drawn with matplotlib's object API on the Agg canvas (no pyplot, no display).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from harmony import __version__
+from harmony.errors import ConfigError
+from harmony.priordata import PriorSession, PriorTrial
+
+__all__ = ["Comparison", "ReportFigures", "bme_from_metadata", "comparison_from_metadata",
+           "render_html", "write_report"]
+
+logger = logging.getLogger(__name__)
+
+#: the comparison's rows, in the order they are drawn
+COMPARISON_LABELS = ("default", "recommended", "tuned")
+#: trials listed in the HTML table at most (the newest are kept)
+MAX_TABLE_ROWS = 500
+
+_BEST = "#1f77b4"
+_POINTS = "#7f7f7f"
+_FAIL = "#d62728"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Throughput of named configurations (default, recommended, tuned), same protocol."""
+
+    values: dict[str, float]
+    unit: str = "qpm"
+
+    def gain(self, label: str, over: str = "default") -> float | None:
+        """Relative gain of ``label`` over ``over`` (0.5 = +50 %)."""
+        a, b = self.values.get(label), self.values.get(over)
+        if a is None or not b:
+            return None
+        return a / b - 1.0
+
+
+@dataclass
+class ReportFigures:
+    """The PNGs of one report, by file name (bytes)."""
+
+    images: dict[str, bytes] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------
+# inputs
+
+
+def comparison_from_metadata(data: Any, *, source: str = "comparison") -> Comparison | None:
+    """A comparison from ``{"default": 1200, "tuned": {"value": 4800}, "unit": "qpm"}`` or
+    from a ``harmony tune`` summary.json (``default_qpm``, ``best_qpm``)."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected an object like {{'default': 1200.0, 'tuned': "
+                          f"4800.0}}, got {type(data).__name__}")
+    if "best_qpm" in data or "default_qpm" in data:
+        # a ``harmony tune`` summary.json: default vs best measured interleaved
+        data = {label: data[key] for label, key in (("default", "default_qpm"),
+                                                    ("recommended", "recommended_qpm"),
+                                                    ("tuned", "best_qpm"))
+                if data.get(key) is not None}
+    values: dict[str, float] = {}
+    for key, raw in data.items():
+        if key == "unit":
+            continue
+        number = raw.get("value") if isinstance(raw, Mapping) else raw
+        if isinstance(number, bool) or not isinstance(number, int | float) \
+                or not math.isfinite(number):
+            raise ConfigError(f"{source}: {key} must be a finite number (or {{'value': n}}), "
+                              f"got {raw!r}")
+        values[str(key)] = float(number)
+    if not values:
+        return None
+    return Comparison(values, str(data.get("unit", "qpm")))
+
+
+def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | None:
+    """The BME fit: p_star, p_c, m_b, m_star (bytes) and optional r2 and points [[M, P], ...]."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected an object with p_star, p_c, m_b, m_star")
+    from tuner_client.bme.equation import PARAM_KEYS, BMEParams
+
+    params = BMEParams.from_dict({k: data.get(k) for k in PARAM_KEYS}, source=source)
+    points = []
+    for item in data.get("points", []) or []:
+        try:
+            m, p = float(item[0]), float(item[1])
+        except (TypeError, ValueError, IndexError):
+            raise ConfigError(f"{source}: points must be [size, miss probability] pairs, got "
+                              f"{item!r}") from None
+        points.append((m, p))
+    r2 = data.get("r2")
+    return {"params": params, "points": sorted(points),
+            "r2": float(r2) if isinstance(r2, int | float) else None}
+
+
+def evaluation_order(prior: PriorSession) -> list[PriorTrial]:
+    """Finished trials (done or failed) in the order their results arrived."""
+    finished = [t for t in prior.trials if t.status in ("done", "failed")]
+    return sorted(finished, key=lambda t: (t.reported_at if t.reported_at is not None
+                                           else math.inf, t.id))
+
+
+# ---------------------------------------------------------------------------------------
+# figures
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()
+
+
+def tuning_curve_png(prior: PriorSession) -> bytes:
+    """Performance of every evaluation, the best so far, and failures along the bottom."""
+    order = evaluation_order(prior)
+    fig = Figure(figsize=(8, 4), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    xs = [i + 1 for i, t in enumerate(order) if t.value is not None]
+    ys = [float(t.value) for t in order if t.value is not None]  # type: ignore[arg-type]
+    ax.plot(xs, ys, "o", color=_POINTS, markersize=4, label="evaluation")
+    best: list[float] = []
+    for y in ys:
+        best.append(y if not best else (max(best[-1], y) if prior.maximize else min(best[-1], y)))
+    if xs:
+        ax.step(xs, best, where="post", color=_BEST, linewidth=2, label="best so far")
+    failed = [i + 1 for i, t in enumerate(order) if t.value is None]
+    if failed:
+        low = min(ys) if ys else 0.0
+        ax.plot(failed, [low] * len(failed), "x", color=_FAIL, label=f"failed ({len(failed)})")
+    objective = prior.definition.get("objective", {})
+    ax.set_xlabel("evaluation")
+    ax.set_ylabel(str(objective.get("name", "value")))
+    ax.set_title(f"{prior.name}: tuning curve ({objective.get('goal', 'minimize')})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    return _png(fig)
+
+
+def knob_trajectories_png(prior: PriorSession) -> bytes:
+    """Each parameter's value per evaluation (failed points marked)."""
+    order = evaluation_order(prior)
+    params = prior.definition.get("parameters", [])
+    n = max(len(params), 1)
+    fig = Figure(figsize=(8, 1.9 * n + 0.6), dpi=100, layout="constrained")
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    for ax, p in zip(axes, params, strict=False):
+        name = p["name"]
+        values = p.get("values")
+        xs, ys, fx, fy = [], [], [], []
+        for i, t in enumerate(order):
+            v = t.point.get(name)
+            if v is None:
+                continue
+            y = values.index(v) if values and v in values else float(v)
+            (xs if t.value is not None else fx).append(i + 1)
+            (ys if t.value is not None else fy).append(y)
+        ax.plot(xs, ys, ".-", color=_BEST, linewidth=1, markersize=5)
+        if fx:
+            ax.plot(fx, fy, "x", color=_FAIL)
+        if values:
+            ax.set_yticks(range(len(values)), [str(v) for v in values])
+        unit = f" ({p['unit']})" if p.get("unit") else ""
+        ax.set_ylabel(f"{name}{unit}", fontsize=9)
+        if "min" in p and "max" in p:
+            ax.axhline(p["min"], color="#cccccc", linewidth=0.8)
+            ax.axhline(p["max"], color="#cccccc", linewidth=0.8)
+        ax.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("evaluation")
+    fig.suptitle(f"{prior.name}: knob trajectories")
+    return _png(fig)
+
+
+def comparison_png(comparison: Comparison) -> bytes:
+    """Bars for default, recommended and tuned (and any other label), gains over default."""
+    labels = [k for k in COMPARISON_LABELS if k in comparison.values] + sorted(
+        k for k in comparison.values if k not in COMPARISON_LABELS)
+    values = [comparison.values[k] for k in labels]
+    fig = Figure(figsize=(6, 3.6), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    colors = ["#9e9e9e", "#ff7f0e", "#2ca02c", "#1f77b4", "#8c564b"]
+    bars = ax.bar(labels, values, color=colors[:len(labels)] + [_BEST] * (len(labels) - 5))
+    for bar, label in zip(bars, labels, strict=True):
+        gain = comparison.gain(label)
+        text = f"{bar.get_height():.4g}" + (f"\n{gain:+.0%}" if gain is not None and
+                                            label != "default" else "")
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel(comparison.unit)
+    ax.set_ylim(0, max(values) * 1.25 if values and max(values) > 0 else 1)
+    ax.set_title("default vs recommended vs tuned")
+    ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def bme_png(fit: Mapping[str, Any]) -> bytes:
+    """Measured miss probabilities against buffer size, the fitted curve, and M*."""
+    import numpy as np
+
+    from tuner_client.bme.equation import miss_probability
+
+    params = fit["params"]
+    points: Sequence[tuple[float, float]] = fit["points"]
+    high = max([params.m_star * 1.5] + [m * 1.1 for m, _ in points])
+    low = max(1.0, -params.m_b + 1.0)
+    sizes = np.linspace(low, high, 300)
+    mib = 1024.0 * 1024.0
+    fig = Figure(figsize=(7, 4), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(sizes / mib, np.minimum(miss_probability(params, sizes), 1.0), color=_BEST,
+            label="BME fit" + (f" (R² {fit['r2']:.3f})" if fit.get("r2") is not None else ""))
+    if points:
+        ax.plot([m / mib for m, _ in points], [p for _, p in points], "o", color="#ff7f0e",
+                label="measured")
+    ax.axvline(params.m_star / mib, color="#2ca02c", linestyle="--",
+               label=f"M* = {params.m_star / mib:.0f} MiB")
+    ax.set_xlabel("shared_buffers (MiB)")
+    ax.set_ylabel("miss probability")
+    ax.set_title("buffer miss equation")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# page
+
+
+def render_figures(prior: PriorSession, comparison: Comparison | None,
+                   bme: Mapping[str, Any] | None) -> ReportFigures:
+    """Every PNG the report has, by file name."""
+    figures = ReportFigures()
+    figures.images["tuning_curve.png"] = tuning_curve_png(prior)
+    figures.images["knobs.png"] = knob_trajectories_png(prior)
+    if comparison is not None:
+        figures.images["comparison.png"] = comparison_png(comparison)
+    if bme is not None:
+        figures.images["bme.png"] = bme_png(bme)
+    return figures
+
+
+def render_html(prior: PriorSession, figures: ReportFigures, comparison: Comparison | None,
+                bme: Mapping[str, Any] | None) -> str:
+    """The self-contained page: summary, figures (as data: URIs), comparison, trials."""
+    e = html.escape
+    best = prior.best()
+    objective = prior.definition.get("objective", {})
+    counts: dict[str, int] = {}
+    for t in prior.trials:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    ended = max((t.reported_at for t in prior.trials if t.reported_at is not None), default=None)
+    strategy = prior.definition.get("strategy", {})
+    strategy_name = strategy.get("name") if isinstance(strategy, Mapping) else strategy
+    rows = [
+        ("session", e(prior.name)),
+        ("status", e(prior.status)),
+        ("objective", e(f"{objective.get('name', 'value')} ({objective.get('goal', 'minimize')})")),
+        ("strategy", e(str(strategy_name))),
+        ("plugins", e(", ".join(p.get("name", "?") for p in prior.definition.get("plugins", []))
+                      or "none")),
+        ("started", e(_when(prior.created))),
+        ("duration", e(_duration(prior.created, ended))),
+        ("trials", e(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none")),
+        ("best value", e(f"{best[1]:.6g}" if best else "none yet")),
+        ("best point", e(", ".join(f"{k} = {v}" for k, v in best[0].items()) if best else "-")),
+    ]
+    summary = "\n".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    params = "\n".join(
+        "<tr>" + "".join(f"<td>{e(str(p.get(k, '')))}</td>" for k in
+                         ("name", "type", "min", "max", "step", "unit"))
+        + f"<td>{e(', '.join(map(str, p.get('values', []))))}</td></tr>"
+        for p in prior.definition.get("parameters", []))
+    hosts = "\n".join(
+        f"<tr><td>{e(h.client_id)}</td><td>{e(h.hostname or '')}</td>"
+        f"<td>{e(str(h.cpu_count or ''))}</td><td>{e(_gib(h.ram_bytes))}</td>"
+        f"<td>{e(h.os or '')}</td><td>{e(_when(h.joined))}</td></tr>" for h in prior.hosts)
+    sections = [_figure(figures, "tuning_curve.png", "Tuning curve",
+                        "Every evaluation's performance (grey), the best so far (blue), "
+                        "failed evaluations (red x).")]
+    sections.append(_figure(figures, "knobs.png", "Knob trajectories",
+                            "The value of each parameter at each evaluation, within its range "
+                            "(grey lines)."))
+    if comparison is not None:
+        table = "".join(
+            f"<tr><th>{e(k)}</th><td>{v:.6g} {e(comparison.unit)}</td>"
+            f"<td>{e(_pct(comparison.gain(k)) if k != 'default' else '')}</td></tr>"
+            for k, v in comparison.values.items())
+        sections.append(_figure(figures, "comparison.png", "Default vs recommended vs tuned",
+                                "Measured with the same protocol; percentages are gains over "
+                                "the default.") + f"<table>{table}</table>")
+    else:
+        sections.append("<h2>Default vs recommended vs tuned</h2><p class=note>No comparison "
+                        "was recorded for this session (session metadata <code>comparison</code>"
+                        " or <code>--comparison FILE.json</code>).</p>")
+    if bme is not None:
+        p = bme["params"]
+        sections.append(_figure(figures, "bme.png", "Buffer miss equation",
+                                f"Fitted P* = {p.p_star:.4g}, Pc = {p.p_c:.4g}, "
+                                f"Mb = {_mib(p.m_b)}, M* = {_mib(p.m_star)}."))
+    else:
+        sections.append("<h2>Buffer miss equation</h2><p class=note>No BME fit was recorded for "
+                        "this session (session metadata <code>bme</code> or <code>--bme "
+                        "FILE.json</code>).</p>")
+    trial_rows = []
+    shown = prior.trials[-MAX_TABLE_ROWS:]
+    for t in shown:
+        point = ", ".join(f"{k}={v}" for k, v in t.point.items())
+        outcome = f"{t.value:.6g}" if t.value is not None else e(t.failure or "")
+        trial_rows.append(f"<tr><td>{t.id}</td><td>{t.candidate}</td><td>{e(t.status)}</td>"
+                          f"<td>{outcome}</td><td>{e(point)}</td><td>{e(t.client or '')}</td>"
+                          f"<td>{e(_when(t.reported_at))}</td></tr>")
+    more = (f"<p class=note>Showing the last {len(shown)} of {len(prior.trials)} trials.</p>"
+            if len(shown) < len(prior.trials) else "")
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Harmony report: {e(prior.name)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }}
+h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid
+#ddd; }} table {{ border-collapse: collapse; margin: 0.5em 0; }}
+th, td {{ text-align: left; padding: 0.2em 0.8em; border-bottom: 1px solid #eee;
+font-size: 0.92em; vertical-align: top; }} th {{ color: #555; font-weight: 600; }}
+img {{ max-width: 100%; border: 1px solid #eee; }} .note {{ color: #666; font-size: 0.9em; }}
+</style></head><body>
+<h1>Harmony report: {e(prior.name)}</h1>
+<table>{summary}</table>
+<h2>Parameters</h2>
+<table><tr><th>name</th><th>type</th><th>min</th><th>max</th><th>step</th><th>unit</th>
+<th>values</th></tr>{params}</table>
+<h2>Hosts</h2>
+<table><tr><th>client</th><th>hostname</th><th>CPUs</th><th>RAM</th><th>OS</th><th>joined</th>
+</tr>{hosts}</table>
+{"".join(sections)}
+<h2>Trials</h2>{more}
+<table><tr><th>trial</th><th>candidate</th><th>status</th><th>value / failure</th><th>point</th>
+<th>client</th><th>reported</th></tr>{"".join(trial_rows)}</table>
+<p class=note>Generated {generated} by harmony {e(__version__)}.</p>
+</body></html>
+"""
+
+
+def write_report(prior: PriorSession, out_dir: str | Path, *,
+                 comparison: Mapping[str, Any] | Comparison | None = None,
+                 bme: Mapping[str, Any] | None = None) -> Path:
+    """Write ``report.html`` and the PNGs into ``out_dir``; returns the HTML file's path.
+
+    ``comparison`` and ``bme`` default to the session metadata's ``comparison`` and ``bme``.
+    """
+    metadata = prior.definition.get("metadata", {}) or {}
+    if not isinstance(comparison, Comparison):
+        comparison = comparison_from_metadata(
+            comparison if comparison is not None else metadata.get("comparison"),
+            source="comparison" if comparison is not None else "session metadata comparison")
+    fit = bme_from_metadata(bme if bme is not None else metadata.get("bme"),
+                            source="bme" if bme is not None else "session metadata bme")
+    figures = render_figures(prior, comparison, fit)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in figures.images.items():
+        (out / name).write_bytes(data)
+    page = out / "report.html"
+    page.write_text(render_html(prior, figures, comparison, fit), encoding="utf-8")
+    logger.info("wrote the report of session %s to %s (%d figures)", prior.name, page,
+                len(figures.images))
+    return page
+
+
+# -- formatting helpers ----------------------------------------------------------------------
+def _figure(figures: ReportFigures, name: str, title: str, caption: str) -> str:
+    data = base64.b64encode(figures.images[name]).decode("ascii")
+    return (f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" "
+            f"src=\"data:image/png;base64,{data}\"><p class=note>{html.escape(caption)}</p>")
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None or end is None or end < start:
+        return "-"
+    seconds = int(end - start)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+def _gib(n: int | None) -> str:
+    return "" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1024**2:.1f} MiB"
+
+
+def _pct(g: float | None) -> str:
+    return "" if g is None else f"{g:+.0%}"

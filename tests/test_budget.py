@@ -1,0 +1,100 @@
+"""The memory budget: RAM detection and the constraint strings, with exact numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harmony.errors import ConfigError, ConstraintError
+from tuner_client.budget import MemoryBudget, detect_ram_bytes, mem_total_bytes
+
+MB = 2**20
+GB = 2**30
+
+
+def _fake_proc(tmp_path: Path, cgroup: str, meminfo_kb: int) -> tuple[Path, Path]:
+    (tmp_path / "cgroup").write_text(cgroup)
+    (tmp_path / "meminfo").write_text(f"MemTotal:       {meminfo_kb} kB\nMemFree: 1 kB\n")
+    return tmp_path / "cgroup", tmp_path / "meminfo"
+
+
+def test_ram_from_meminfo_and_cgroup_limits(tmp_path: Path) -> None:
+    root = tmp_path / "sys"
+    # v1: memory:/a/b limited to 3GB at /a, unlimited at /a/b
+    (root / "memory" / "a" / "b").mkdir(parents=True)
+    (root / "memory" / "a" / "memory.limit_in_bytes").write_text(str(3 * GB))
+    (root / "memory" / "a" / "b" / "memory.limit_in_bytes").write_text("9223372036854771712")
+    cg, mi = _fake_proc(tmp_path, "4:memory:/a/b\n0::/\n", 8 * 1024 * 1024)
+    assert mem_total_bytes(mi) == 8 * GB
+    assert detect_ram_bytes(proc_self_cgroup=cg, cgroup_root=root, meminfo=mi) == 3 * GB
+    # v2: 0::/svc with memory.max = 1GB; "max" above it means unlimited
+    root2 = tmp_path / "sys2"
+    (root2 / "svc").mkdir(parents=True)
+    (root2 / "memory.max").write_text("max\n")
+    (root2 / "svc" / "memory.max").write_text(str(GB))
+    cg2, _ = _fake_proc(tmp_path, "0::/svc\n", 8 * 1024 * 1024)
+    assert detect_ram_bytes(proc_self_cgroup=cg2, cgroup_root=root2, meminfo=mi) == GB
+    # no limit anywhere: MemTotal
+    cg3, _ = _fake_proc(tmp_path, "0::/\n", 4 * 1024 * 1024)
+    assert detect_ram_bytes(proc_self_cgroup=cg3, cgroup_root=tmp_path / "none",
+                            meminfo=mi) == 4 * GB
+    # this machine: positive and at most MemTotal
+    assert 0 < detect_ram_bytes() <= mem_total_bytes()
+
+
+def test_study_budget_constraints_in_mb() -> None:
+    # 4GB machine, 512MB for the OS, 20 connections, hash_mem_multiplier 2 (PG 15 default)
+    budget = MemoryBudget(ram_bytes=4 * GB, os_reserved_bytes=512 * MB, connections=20)
+    assert budget.work_mem_coefficient == 40
+    assert budget.shared_buffers_max_bytes == 2 * GB
+    assert budget.offline_constraints() == ["shared_buffers <= 2048"]
+    # shared_buffers in force 1GB: 4096 - 1024 - 512 = 2560MB left
+    assert budget.online_constraints(GB) == [
+        "work_mem * 40 + maintenance_work_mem + temp_buffers <= 2560"
+    ]
+    point = {"work_mem": 50, "maintenance_work_mem": 256, "temp_buffers": 256}
+    # 50*40 + 256 + 256 = 2512 <= 2560 -> 48MB of slack
+    assert budget.slack(point, GB) == 48 * MB and budget.is_feasible(point, GB)
+    point["work_mem"] = 52  # 2080 + 512 = 2592 > 2560
+    assert budget.slack(point, GB) == -32 * MB and not budget.is_feasible(point, GB)
+    assert budget.slack({"shared_buffers": 2048}) == 0
+    assert not budget.is_feasible({"shared_buffers": 2049})
+
+
+def test_hash_multiplier_fraction_units_and_fixed_knobs() -> None:
+    budget = MemoryBudget(ram_bytes=8 * GB, os_reserved_bytes=GB, connections=7,
+                          hash_mem_multiplier=1.5, shared_buffers_fraction=0.25,
+                          units={"work_mem": "kB"})
+    assert budget.work_mem_coefficient == 11  # ceil(7 * 1.5) = ceil(10.5)
+    assert budget.offline_constraints() == ["shared_buffers <= 2048"]
+    # mixed units: the constraint is written in kB (the finest), MB knobs scaled by 1024
+    assert budget.online_constraints(2 * GB) == [
+        "work_mem * 11 + maintenance_work_mem * 1024 + temp_buffers * 1024 <= 5242880"
+    ]
+    # temp_buffers not tuned: its value in force (8MB) comes off the right-hand side
+    assert budget.online_constraints(
+        2 * GB, tuned=["work_mem", "maintenance_work_mem"], fixed={"temp_buffers": 8 * MB}
+    ) == ["work_mem * 11 + maintenance_work_mem * 1024 <= 5234688"]
+    with pytest.raises(ConfigError, match="temp_buffers"):
+        budget.online_constraints(2 * GB, tuned=["work_mem", "maintenance_work_mem"])
+    # the study's tight online budget: a fixed 64MB instead of RAM - S - O
+    tight = MemoryBudget(ram_bytes=4 * GB, connections=4, hash_mem_multiplier=1,
+                         online_limit_bytes=64 * MB)
+    assert tight.online_constraints(GB) == [
+        "work_mem * 4 + maintenance_work_mem + temp_buffers <= 64"
+    ]
+
+
+def test_bad_budgets_are_errors() -> None:
+    with pytest.raises(ConfigError, match="os_reserved"):
+        MemoryBudget(ram_bytes=GB, os_reserved_bytes=2 * GB)
+    with pytest.raises(ConfigError, match="shared_buffers_fraction"):
+        MemoryBudget(ram_bytes=GB, shared_buffers_fraction=1.5)
+    with pytest.raises(ConfigError, match="unit of work_mem"):
+        MemoryBudget(ram_bytes=GB, units={"work_mem": "mb"})
+    budget = MemoryBudget(ram_bytes=GB, os_reserved_bytes=512 * MB)
+    with pytest.raises(ConstraintError, match="online memory budget is empty"):
+        budget.online_constraints(512 * MB)
+    with pytest.raises(ConfigError, match="shared_buffers in force"):
+        budget.slack({"work_mem": 4})

@@ -1,0 +1,115 @@
+"""A short real one-pass tuning run: PostgreSQL + TPC-H SF 0.01 + a Harmony server (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import psycopg
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from harmony_server.server import start_server
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner, alter_system_sql, conf_fragment
+from tuner_client.knobs import KnobCatalog
+from tuner_client.target import Target
+
+CONFIG = """\
+name: flowtest
+seed: 4
+workload:
+  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
+  statement_timeout_s: 60
+measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 15}
+budget: {os_reserved: 256MB, connections: auto, online: 48MB}
+offline:
+  knobs: {shared_buffers: {min: 16MB, max: 64MB, step: 8MB}}
+  evaluations: 2
+online:
+  knobs:
+    work_mem: {min: 1MB, max: 32MB}
+    maintenance_work_mem: {min: 1MB, max: 32MB}
+    temp_buffers: {min: 1MB, max: 16MB}
+    random_page_cost: {min: 0.5, max: 8, step: 0.5}
+  strategy: {name: nelder-mead, options: {simplex_size: 5}}
+  evaluations: 3
+flow: {kind: one-pass}
+final: {rounds: 1}
+"""
+MB = 2**20
+
+
+def _settings(dsn: str, names: list[str]) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        return {n: conn.execute("SELECT current_setting(%s)", [n]).fetchone()[0]  # type: ignore[index]
+                for n in names}
+
+
+def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
+    cluster, dsn = tpch_cluster.cluster, tpch_cluster.dsn
+    names = ["shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers",
+             "random_page_cost"]
+    before = _settings(dsn, names)
+    auto_conf = (cluster.data_dir / "postgresql.auto.conf").read_text()
+    log_start = cluster.log_path.stat().st_size
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
+                    ram_bytes=None)
+    config = parse_tuner_config(CONFIG, source="flowtest.yaml")
+    out = tmp_path / "out"
+    with start_server(port=0, state_dir=tmp_path / "server") as server:
+        with connect(server.url) as client:
+            tuner = Tuner(config, client=client, target=target, output_dir=out, run_id="t1")
+            result = tuner.run()
+            sessions = {s["name"] for s in client.list_sessions()}
+    assert {"flowtest-t1-p1-offline", "flowtest-t1-p1-online"} <= sessions
+
+    # the run measured 2 offline + 3 online points, each with three positive samples
+    measured = [r for r in tuner.records if r.session.startswith("p1-")]
+    assert [r.session for r in measured].count("p1-offline") == 2
+    assert [r.session for r in measured].count("p1-online") == 3
+    for r in measured:
+        assert r.failure is None and len(r.samples) == 3 and min(s.qpm for s in r.samples) > 0
+    assert result.passes == 1 and result.evaluations == 5
+    assert result.default_qpm is not None and result.default_qpm > 0
+    assert result.best_qpm is not None and result.best_qpm > 0
+
+    # no point breaking work_mem*6 + maintenance_work_mem + temp_buffers <= 48MB reached the server
+    for r in measured:
+        if r.session == "p1-online":
+            used = sum(catalog[n].parse(r.in_force[n]) * (6 if n == "work_mem" else 1)
+                       for n in ("work_mem", "maintenance_work_mem", "temp_buffers"))
+            assert used <= 48 * MB, r.in_force
+    log = cluster.log_path.read_text(errors="replace")[log_start:]
+    work_mem_seen = [int(v) for v in re.findall(r'parameter "work_mem" changed to "(\d+)MB"', log)]
+    assert work_mem_seen, "the online session changed work_mem on the server"
+    assert max(work_mem_seen) <= 7  # 6*7 + 1 + 1 <= 48: nothing beyond the feasible box
+
+    # outputs: ALTER SYSTEM statements and a postgresql.conf fragment for the best settings
+    sql_text = (out / "alter_system.sql").read_text()
+    assert "SELECT pg_reload_conf();" in sql_text
+    changed = {k: v for k, v in result.best_settings.items() if v != result.default_settings[k]}
+    for name, value in changed.items():
+        assert f"ALTER SYSTEM SET {name} = '{value}';" in sql_text
+        assert f"{name} = '{value}'" in (out / "postgresql.conf.fragment").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passes"] == 1 and len(summary["ab_rounds"]) == 1
+    assert len((out / "trials.jsonl").read_text().splitlines()) == len(tuner.records)
+
+    # the server is left running with its original configuration
+    assert cluster.is_running()
+    assert _settings(dsn, names) == before
+    assert (cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+
+
+def test_output_statements_are_quoted() -> None:
+    text = alter_system_sql({"shared_buffers": "256MB", "search_path": "a', b"},
+                            {"shared_buffers"})
+    assert "ALTER SYSTEM SET shared_buffers = '256MB';  -- needs a restart" in text
+    assert "ALTER SYSTEM SET search_path = 'a'', b';" in text
+    assert "restart PostgreSQL for shared_buffers" in text
+    assert conf_fragment({"work_mem": "64MB"}).endswith("work_mem = '64MB'\n")

@@ -1,0 +1,101 @@
+"""Measuring one configuration on a real PostgreSQL with a real TPC-H workload (no mocks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from tuner_client.apply import reset_knobs
+from tuner_client.budget import MemoryBudget
+from tuner_client.budget_view import BudgetView
+from tuner_client.config import MeasureConfig, parse_tuner_config, resolve_knob_space
+from tuner_client.knobs import KnobCatalog
+from tuner_client.measure import Measurer, StatsSnapshot, read_database_stats, stats_delta
+from workloads.driver import WorkloadDriver
+
+MEASURE = MeasureConfig(warmup_s=0.5, samples=3, aggregate="best", queries=15)
+
+
+def _setting(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+@pytest.fixture
+def measurer(tpch_cluster: TpchCluster) -> Iterator[Measurer]:  # noqa: F811
+    with psycopg.connect(tpch_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
+                 MEASURE)
+    m.in_force = m.current_settings(["work_mem", "shared_buffers", "maintenance_work_mem",
+                                     "temp_buffers", "random_page_cost"])
+    try:
+        yield m
+    finally:
+        m.close()
+        with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+            reset_knobs(conn, ["work_mem", "random_page_cost"], catalog)
+
+
+def test_one_point_gives_three_samples_with_counters(measurer: Measurer,
+                                                      tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    record = measurer.measure("test", {"work_mem": 8}, {"work_mem": "8MB",
+                                                        "random_page_cost": "1.5"})
+    assert record.failure is None
+    assert len(record.samples) == 3
+    assert all(s.qpm > 0 and s.completed == 15 and s.errors == 0 for s in record.samples)
+    assert record.value == max(s.qpm for s in record.samples)  # best of three
+    assert record.in_force == {"work_mem": "8MB", "random_page_cost": "1.5"}
+    assert _setting(tpch_cluster.dsn, "work_mem") == "8MB"
+    total = record.stats_total()
+    assert total is not None and total.blks_hit + total.blks_read > 0
+    assert total.miss_ratio is not None and 0.0 <= total.miss_ratio <= 1.0
+    # applying the same settings again changes nothing on the server
+    assert measurer.apply({"work_mem": "8MB"}).changed is False
+
+
+def test_infeasible_point_is_never_applied(measurer: Measurer, tpch_cluster: TpchCluster  # noqa: F811
+                                           ) -> None:
+    cfg = parse_tuner_config("name: t\nonline: {knobs: {work_mem: {min: 1MB, max: 64MB}, "
+                             "maintenance_work_mem: {min: 1MB, max: 64MB}, "
+                             "temp_buffers: {min: 1MB, max: 64MB}}}\n")
+    offline = resolve_knob_space(cfg.offline.knobs, measurer.catalog, kind="offline")
+    online = resolve_knob_space(cfg.online.knobs, measurer.catalog, kind="online")
+    # 3 connections x hash_mem_multiplier 2 -> work_mem*6 + mwm + tb <= 64MB
+    view = BudgetView(MemoryBudget(ram_bytes=8 * 2**30, connections=3, online_limit_bytes=64 * 2**20),
+                      measurer.catalog, offline, online)
+    measurer.feasible = view.violation
+    assert view.online_constraints(measurer.in_force) == [
+        "work_mem * 6 + maintenance_work_mem + temp_buffers <= 64"]
+    before = _setting(tpch_cluster.dsn, "work_mem")
+    outcome = measurer.apply({"work_mem": "32MB"})  # 192MB + 64MB + 8MB > 64MB
+    assert outcome.failure is not None and outcome.failure.startswith("infeasible")
+    assert "exceeds the online budget 64MB" in outcome.failure
+    assert measurer.applied_log == []
+    assert _setting(tpch_cluster.dsn, "work_mem") == before
+    record = measurer.measure("test", {}, {"work_mem": "32MB"})
+    assert record.failure is not None and record.samples == []
+    assert _setting(tpch_cluster.dsn, "work_mem") == before
+    # a feasible one goes through: 2MB*6 + 64MB... still above: shrink maintenance_work_mem too
+    ok = measurer.apply({"work_mem": "2MB", "maintenance_work_mem": "16MB"})
+    assert ok.failure is None and _setting(tpch_cluster.dsn, "work_mem") == "2MB"
+    with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+        reset_knobs(conn, ["maintenance_work_mem"], measurer.catalog)
+
+
+def test_stats_delta_guards_against_resets(tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+        a = read_database_stats(conn)
+        conn.execute("SELECT count(*) FROM lineitem").fetchone()
+        b = read_database_stats(conn)
+    delta = stats_delta(a, b)
+    assert delta is not None and delta.blks_hit + delta.blks_read >= 0
+    reset = StatsSnapshot(0, 0, 0, 0, b.stats_reset, b.taken)
+    assert stats_delta(b, reset) is None  # counters went down: a reset, no delta
+    moved = StatsSnapshot(b.xact_commit + 5, b.blks_hit, b.blks_read, b.temp_bytes, None, b.taken)
+    assert stats_delta(b, moved) is None or b.stats_reset is None

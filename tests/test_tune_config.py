@@ -1,0 +1,140 @@
+"""The tuner config: schema, defaults, every shipped config, and errors naming file/line/knob."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from harmony.errors import ConfigError
+from tuner_client.config import (
+    DEFAULT_ONLINE_KNOBS,
+    format_bytes,
+    load_tuner_config,
+    parse_bytes,
+    parse_tuner_config,
+    resolve_knob_space,
+)
+from tuner_client.demo import _FALLBACK_YAML, DEMO_CONFIG_YAML
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+TUNER_CONFIGS = sorted([*CONFIGS.glob("tpch-*.yaml"), *CONFIGS.glob("pg-*.yaml")])
+
+
+@pytest.fixture(scope="module")
+def catalog(pg_cluster: LocalCluster) -> KnobCatalog:
+    with psycopg.connect(pg_cluster.dsn) as conn:
+        return KnobCatalog.from_connection(conn)
+
+
+def test_every_shipped_config_loads_and_resolves(catalog: KnobCatalog) -> None:
+    names = {p.name for p in TUNER_CONFIGS}
+    assert {"tpch-onepass-4q6-4q9-4q13.yaml", "tpch-multipass-3q6-3q7-3q8-3q13.yaml",
+            "tpch-tight-budget.yaml", "pg-existing-server.yaml", "tpch-demo.yaml"} <= names
+    for path in TUNER_CONFIGS:
+        cfg = load_tuner_config(path)
+        offline = resolve_knob_space(cfg.offline.knobs, catalog, kind="offline")
+        online = resolve_knob_space(cfg.online.knobs, catalog, kind="online")
+        assert offline.names == ["shared_buffers"], path
+        assert online.space.dim >= 4, path
+    tight = load_tuner_config(CONFIGS / "tpch-tight-budget.yaml")
+    assert tight.budget.online_limit_bytes == 64 * 2**20
+    assert tight.flow.kind == "multi-pass"
+    existing = load_tuner_config(CONFIGS / "pg-existing-server.yaml")
+    assert existing.database.dsn and existing.database.controller.kind == "pg_ctl"
+
+
+def test_demo_config_file_matches_built_in_copy() -> None:
+    body = [ln for ln in DEMO_CONFIG_YAML.read_text().splitlines() if not ln.startswith("#")]
+    assert body == _FALLBACK_YAML.splitlines()
+
+
+def test_defaults_are_the_study_setup() -> None:
+    cfg = parse_tuner_config("name: x\n")
+    assert cfg.database.embedded and cfg.database.controller.kind == "local"
+    assert (cfg.measure.warmup_s, cfg.measure.samples, cfg.measure.aggregate) == (10.0, 3, "best")
+    assert cfg.measure.queries == 20 and cfg.measure.seconds is None  # fixed work by default
+    assert cfg.budget.shared_buffers_fraction == 0.5
+    assert [k.name for k in cfg.online.knobs] == list(DEFAULT_ONLINE_KNOBS)
+    assert cfg.offline.strategy_options == {"simplex_size": 2}
+    assert cfg.online.strategy_options == {"simplex_size": 6}
+    assert cfg.flow.kind == "one-pass" and cfg.flow.max_passes == 1
+    assert cfg.flow.shift_outside == 3
+
+
+def test_units_resolved_exactly(catalog: KnobCatalog) -> None:
+    cfg = parse_tuner_config(
+        "name: x\n"
+        "offline: {knobs: {shared_buffers: {min: 32MB, max: 2GB, step: 8MB}}}\n"
+        "online:\n  knobs:\n"
+        "    work_mem: {min: 64kB, max: 200MB, step: 64kB}\n"
+        "    random_page_cost: {min: 0.1, max: 30, step: 0.1}\n"
+        "    jit: {values: [off, on]}\n"
+        "    max_parallel_workers_per_gather: null\n")
+    off = resolve_knob_space(cfg.offline.knobs, catalog, kind="offline")
+    on = resolve_knob_space(cfg.online.knobs, catalog, kind="online")
+    sb = off["shared_buffers"]
+    assert (sb.unit, sb.param.min, sb.param.max, sb.param.step) == ("MB", 32, 2048, 8)
+    wm = on["work_mem"]
+    assert (wm.unit, wm.param.min, wm.param.max, wm.param.step) == ("kB", 64, 204800, 64)
+    point = {"work_mem": 65536, "random_page_cost": 1.1, "jit": "off",
+             "max_parallel_workers_per_gather": 0}
+    assert on.settings(point) == {"work_mem": "64MB", "random_page_cost": "1.1", "jit": "off",
+                                  "max_parallel_workers_per_gather": "0"}
+    assert on.point_from_settings(on.settings(point)) == point
+    assert off.settings({"shared_buffers": 1024}) == {"shared_buffers": "1GB"}
+    assert parse_bytes("1.5GB", what="x") == 1536 * 2**20 and format_bytes(1536 * 2**20) == "1536MB"
+
+
+def _error(text: str, source: str = "configs/bad.yaml") -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_tuner_config(text, source=source)
+    return str(info.value)
+
+
+def _resolve_error(text: str, catalog: KnobCatalog, kind: str = "online") -> str:
+    cfg = parse_tuner_config(text, source="configs/bad.yaml")
+    specs: Any = cfg.online.knobs if kind == "online" else cfg.offline.knobs
+    with pytest.raises(ConfigError) as info:
+        resolve_knob_space(specs, catalog, kind=kind)
+    return str(info.value)
+
+
+def test_unknown_key_names_file_line_and_key() -> None:
+    msg = _error("name: x\nmeasure:\n  warmup_s: 5\n  sampels: 3\n")
+    assert "configs/bad.yaml, line 4" in msg and "'sampels'" in msg
+
+
+def test_schema_errors_name_the_line() -> None:
+    msg = _error("name: x\nflow:\n  kind: two-pass\n")
+    assert "configs/bad.yaml, line 3" in msg and "flow.kind" in msg
+    msg = _error("name: x\nmeasure: {queries: 10, seconds: 5}\n")
+    assert "line 2" in msg and "not both" in msg
+    msg = _error("name: x\ndatabase: {dsn: 'host=db'}\n")
+    assert "controller" in msg
+
+
+def test_knob_range_checked_against_live_catalog(catalog: KnobCatalog) -> None:
+    msg = _resolve_error("name: x\nonline:\n  knobs:\n    work_mem: {min: 1MB, max: 5TB}\n",
+                         catalog)
+    assert "configs/bad.yaml, line 4" in msg and "work_mem" in msg
+    assert "64kB" in msg and "5TB" in msg  # the allowed range and the value given
+
+
+def test_knob_errors_unknown_wrong_section_bad_unit(catalog: KnobCatalog) -> None:
+    msg = _resolve_error("name: x\nonline:\n  knobs:\n    work_mme: {min: 1MB, max: 2MB}\n",
+                         catalog)
+    assert "line 4" in msg and "work_mme" in msg and "work_mem" in msg  # suggestion
+    msg = _resolve_error("name: x\noffline:\n  knobs:\n    work_mem: {min: 1MB, max: 2MB}\n"
+                         "online: {knobs: [random_page_cost]}\n", catalog, kind="offline")
+    assert "line 4" in msg and "online.knobs" in msg
+    msg = _resolve_error("name: x\nonline:\n  knobs:\n    work_mem: {min: 1mb, max: 2MB}\n",
+                         catalog)
+    assert "line 4" in msg and "work_mem" in msg and "'MB'" in msg
+    msg = _error("name: x\nonline:\n  knobs: [fsync_whatever]\n")
+    assert "line 3" in msg and "no built-in range" in msg
+

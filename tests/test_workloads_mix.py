@@ -1,0 +1,150 @@
+"""Unit tests: mixes, schedules, durations and the sample arithmetic (no database)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from harmony.errors import WorkloadError
+from workloads.mix import Mix, parse_mix
+from workloads.sample import Recorder, percentile, summarize
+from workloads.schedule import Schedule, parse_duration, parse_schedule
+
+
+def test_compact_mix_keeps_order_and_counts() -> None:
+    mix = parse_mix("4Q6,4Q9, 4q13")
+    assert mix.streams == (("Q6", 4), ("Q9", 4), ("Q13", 4))
+    assert mix.total_streams == 12
+    assert str(mix) == "4Q6,4Q9,4Q13"
+    assert parse_mix(mix) is mix
+
+
+def test_yaml_list_forms_give_the_same_mix() -> None:
+    expected = Mix((("Q6", 2), ("Q13", 1)))
+    assert parse_mix("- 2Q6\n- 1Q13\n") == expected
+    assert parse_mix("- {query: Q6, streams: 2}\n- {query: 13, streams: 1}") == expected
+    assert parse_mix(["2Q6", {"query": "q13", "streams": 1}]) == expected
+    assert parse_mix("[2Q6, 1Q13]") == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("4Q23", "Q1..Q22"),
+        ("Q6", "stream count before the query, like 1Q6"),
+        ("-1Q6", "must be >= 1, but got -1"),
+        ("0Q6", "must be >= 1, but got 0"),
+        ("", "at least one term"),
+        ("   ", "at least one term"),
+        ("4Q6,", "<streams>Q<query>"),
+        ("4Q6,2Q6", "appears twice"),
+        ("four Q6", "<streams>Q<query>"),
+        ([], "at least one term"),
+        ([{"query": "Q6"}], "{query: Q6, streams: 4}"),
+        ([{"query": "Q6", "streams": "2"}], "whole number"),
+        ("- 1Q6\n- [bad", "not valid YAML"),
+    ],
+)
+def test_bad_mixes_name_the_problem(spec: object, fragment: str) -> None:
+    with pytest.raises(WorkloadError, match=None) as info:
+        parse_mix(spec)  # type: ignore[arg-type]
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90m", 5400.0), ("1h30m", 5400.0), ("45s", 45.0), ("30", 30.0), (2.5, 2.5), ("0.5m", 30.0)],
+)
+def test_durations(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0s", "-5m", "abc", "5x", "90m extra", "", "inf", "nan"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(WorkloadError, match="duration"):
+        parse_duration(text)
+
+
+def test_schedule_compact_and_yaml_agree() -> None:
+    compact = parse_schedule("12Q6:90m;6Q7,6Q13:30m")
+    yaml_form = parse_schedule(
+        "- {mix: 12Q6, duration: 90m}\n- {mix: [6Q7, 6Q13], duration: 1800}\n"
+    )
+    assert compact == yaml_form
+    assert [(str(p.mix), p.seconds) for p in compact.phases] == [
+        ("12Q6", 5400.0),
+        ("6Q7,6Q13", 1800.0),
+    ]
+    assert compact.total_seconds == 7200.0
+    assert Schedule([("1Q6", 10)]).phases[0].seconds == 10.0
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "12Q6", "12Q6:0s", "Q6:5m", "4Q23:1m", "- {mix: 1Q6}", "- {mix: 1Q6, duration: 1, x: 2}"],
+)
+def test_bad_schedules(spec: str) -> None:
+    with pytest.raises(WorkloadError):
+        parse_schedule(spec)
+
+
+def test_percentile_interpolates() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([], 50) is None
+
+
+def test_summarize_counts_rates_and_lists_idle_queries() -> None:
+    sample = summarize(
+        [("Q6", 0.1), ("Q6", 0.3), ("Q13", 1.0)], ["Q13"], 30.0, ("Q6", "Q13", "Q9"), "x"
+    )
+    assert sample.completed == 3 and sample.errors == 1
+    assert sample.qpm == pytest.approx(6.0)
+    assert sample.per_query["Q6"].qpm == pytest.approx(4.0)
+    assert sample.per_query["Q6"].p50 == pytest.approx(0.2)
+    assert sample.per_query["Q13"].errors == 1
+    assert sample.per_query["Q9"].completed == 0 and sample.per_query["Q9"].p50 is None
+
+
+def test_fixed_work_counts_exactly_after_the_first_completion() -> None:
+    recorder = Recorder()
+    stop = threading.Event()
+
+    def produce(query: str) -> None:
+        while not stop.is_set():
+            recorder.record(query, time.monotonic() - 0.001, ok=True)
+            time.sleep(0.001)
+
+    threads = [threading.Thread(target=produce, args=(q,)) for q in ("Q6", "Q6", "Q13")]
+    for t in threads:
+        t.start()
+    try:
+        before = recorder.total_completed
+        sample = recorder.sample(queries=200, timeout_s=10)
+        after = recorder.total_completed
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert sample.completed == 200
+    assert sum(s.completed for s in sample.per_query.values()) == 200
+    assert after - before >= 201  # the marking completion is not counted
+    assert sample.seconds > 0
+
+
+def test_sample_arguments_are_checked() -> None:
+    recorder = Recorder()
+    with pytest.raises(WorkloadError, match="exactly one"):
+        recorder.sample()
+    with pytest.raises(WorkloadError, match="exactly one"):
+        recorder.sample(1.0, queries=3)
+    with pytest.raises(WorkloadError, match="> 0 seconds"):
+        recorder.sample(0.0)
+    with pytest.raises(WorkloadError, match="queries >= 1"):
+        recorder.sample(queries=0)
+    with pytest.raises(WorkloadError, match="did not finish within 0.05 s"):
+        recorder.sample(queries=1, timeout_s=0.05)

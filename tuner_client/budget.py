@@ -1,0 +1,261 @@
+"""The memory budget: what RAM the server has, and the constraints it puts on the memory knobs.
+
+Following the study (background §2)::
+
+    offline:  shared_buffers <= fraction · RAM                      (fraction 0.5 by default)
+    online:   work_mem·m + maintenance_work_mem + temp_buffers <= RAM − S − O
+
+with S the shared_buffers in force, O the OS reserve and m = connections ·
+hash_mem_multiplier (a hash node may use work_mem × hash_mem_multiplier, so the worst case
+per connection is that product; it is rounded *up* to an integer so the constraint stays a
+conservative integer inequality). temp_buffers and maintenance_work_mem count once, as in the
+study's formula.
+
+Units: session parameters express memory knobs as **integers in MB** by default (``unit="MB"``;
+``"kB"`` for finer grids), the same unit on both sides of each constraint string. Knobs given
+in different units (``units={"work_mem": "kB"}``) get scaled coefficients and the right-hand
+side is written in the finest unit involved. Constraint strings are what the ``constraint``
+plugin compiles into an isl integer set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harmony.errors import ConfigError, ConstraintError
+
+logger = logging.getLogger(__name__)
+
+UNIT_BYTES = {"B": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3}
+ONLINE_MEMORY_KNOBS = ("work_mem", "maintenance_work_mem", "temp_buffers")
+_UNLIMITED = 1 << 60  # cgroup v1 reports "no limit" as a huge page-aligned number
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max" or not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return None if value >= _UNLIMITED else value
+
+
+def _cgroup_limits(proc_self_cgroup: Path, cgroup_root: Path) -> list[int]:
+    """Memory limits of this process's cgroup and its ancestors (v2 and v1)."""
+    limits: list[int] = []
+    try:
+        lines = proc_self_cgroup.read_text().splitlines()
+    except OSError:
+        return limits
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        rel_path = Path(rel.lstrip("/"))
+        if controllers == "":  # v2 unified hierarchy
+            bases = [cgroup_root, cgroup_root / "unified"]
+            file_name = "memory.max"
+        elif "memory" in controllers.split(","):
+            bases = [cgroup_root / "memory"]
+            file_name = "memory.limit_in_bytes"
+        else:
+            continue
+        for base in bases:
+            node = base / rel_path
+            while True:
+                value = _read_int(node / file_name)
+                if value is not None:
+                    limits.append(value)
+                if node == base or base not in node.parents:
+                    break
+                node = node.parent
+    return limits
+
+
+def mem_total_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """MemTotal from /proc/meminfo, in bytes."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError) as exc:
+        raise ConfigError(f"cannot read MemTotal from {meminfo}: {exc}; give the RAM size") from exc
+    raise ConfigError(f"no MemTotal line in {meminfo}; give the RAM size explicitly")
+
+
+def detect_ram_bytes(
+    *,
+    proc_self_cgroup: Path = Path("/proc/self/cgroup"),
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    meminfo: Path = Path("/proc/meminfo"),
+) -> int:
+    """The RAM this process may use: the tightest cgroup memory limit, else MemTotal."""
+    total = mem_total_bytes(meminfo)
+    limits = [v for v in _cgroup_limits(proc_self_cgroup, cgroup_root) if v > 0]
+    ram = min([total, *limits])
+    logger.debug("RAM: MemTotal %s, cgroup limits %s -> %s", total, limits, ram)
+    return ram
+
+
+def _fmt(x: int) -> str:
+    return str(int(x))
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """The budget inequalities for one machine, as constraint strings and point checks.
+
+    ``ram_bytes``/``os_reserved_bytes`` in bytes; ``connections`` = m of the formula;
+    ``online_limit_bytes`` replaces RAM − S − O with a fixed online budget (the study's
+    tight 64MB setting) when given.
+    """
+
+    ram_bytes: int
+    os_reserved_bytes: int = 0
+    connections: int = 1
+    hash_mem_multiplier: float = 2.0
+    shared_buffers_fraction: float = 0.5
+    unit: str = "MB"
+    units: Mapping[str, str] = field(default_factory=dict)
+    online_limit_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.ram_bytes <= 0:
+            raise ConfigError(f"budget: ram must be positive, got {self.ram_bytes} bytes")
+        if not 0 <= self.os_reserved_bytes < self.ram_bytes:
+            raise ConfigError(f"budget: os_reserved must be in [0, RAM={self.ram_bytes}) bytes, "
+                              f"got {self.os_reserved_bytes}")
+        if self.connections < 1:
+            raise ConfigError(f"budget: connections must be >= 1, got {self.connections}")
+        if self.hash_mem_multiplier < 1:
+            raise ConfigError(f"budget: hash_mem_multiplier must be >= 1, got "
+                              f"{self.hash_mem_multiplier}")
+        if not 0 < self.shared_buffers_fraction <= 1:
+            raise ConfigError(f"budget: shared_buffers_fraction must be in (0, 1], got "
+                              f"{self.shared_buffers_fraction}")
+        for name, u in {"unit": self.unit, **self.units}.items():
+            if u not in UNIT_BYTES:
+                raise ConfigError(f"budget: unit of {name} must be one of "
+                                  f"{', '.join(UNIT_BYTES)}, got {u!r}")
+
+    @classmethod
+    def detect(cls, **kwargs: object) -> MemoryBudget:
+        """A budget with the RAM detected (cgroup limit or MemTotal)."""
+        return cls(ram_bytes=detect_ram_bytes(), **kwargs)  # type: ignore[arg-type]
+
+    # -- units ----------------------------------------------------------------------------------
+    def unit_of(self, knob: str) -> str:
+        return self.units.get(knob, self.unit)
+
+    def to_bytes(self, knob: str, value: float) -> int:
+        """A session value of ``knob`` (in its unit) in bytes."""
+        return int(round(value * UNIT_BYTES[self.unit_of(knob)]))
+
+    # -- derived numbers -----------------------------------------------------------------------
+    @property
+    def work_mem_coefficient(self) -> int:
+        """m of the online budget: connections × hash_mem_multiplier, rounded up."""
+        return math.ceil(self.connections * self.hash_mem_multiplier - 1e-9)
+
+    @property
+    def shared_buffers_max_bytes(self) -> int:
+        """The offline cap on shared_buffers: fraction · RAM, down to whole 8kB blocks."""
+        return int(self.ram_bytes * self.shared_buffers_fraction) // 8192 * 8192
+
+    def online_limit(self, shared_buffers_bytes: int) -> int:
+        """RAM − S − O in bytes (or the fixed online budget); ConstraintError if not positive."""
+        if self.online_limit_bytes is not None:
+            return self.online_limit_bytes
+        limit = self.ram_bytes - shared_buffers_bytes - self.os_reserved_bytes
+        if limit <= 0:
+            raise ConstraintError(
+                f"online memory budget is empty: RAM {self.ram_bytes // 2**20}MB − "
+                f"shared_buffers {shared_buffers_bytes // 2**20}MB − OS reserve "
+                f"{self.os_reserved_bytes // 2**20}MB = {limit // 2**20}MB"
+            )
+        return limit
+
+    # -- constraint strings --------------------------------------------------------------------
+    def offline_constraints(self) -> list[str]:
+        """``["shared_buffers <= N"]`` with N = fraction · RAM in shared_buffers' unit."""
+        cap = self.shared_buffers_max_bytes // UNIT_BYTES[self.unit_of("shared_buffers")]
+        return [f"shared_buffers <= {cap}"]
+
+    def online_constraints(
+        self,
+        shared_buffers_in_force: int,
+        *,
+        tuned: Iterable[str] = ONLINE_MEMORY_KNOBS,
+        fixed: Mapping[str, int] | None = None,
+    ) -> list[str]:
+        """``["work_mem * m + maintenance_work_mem + temp_buffers <= L"]`` for the online session.
+
+        ``shared_buffers_in_force`` is in bytes. Knobs of the formula that the session does
+        not tune are constants: give their values in force in bytes via ``fixed`` (they are
+        subtracted from the right-hand side).
+        """
+        tuned = [k for k in tuned if k in ONLINE_MEMORY_KNOBS]
+        if not tuned:
+            return []
+        fixed = dict(fixed or {})
+        missing = [k for k in ONLINE_MEMORY_KNOBS if k not in tuned and k not in fixed]
+        if missing:
+            raise ConfigError(f"budget: the online constraint needs the values in force of "
+                              f"{', '.join(missing)} (pass fixed={{name: bytes}})")
+        base_bytes = min(UNIT_BYTES[self.unit_of(k)] for k in tuned)
+        rhs = self.online_limit(shared_buffers_in_force)
+        for name, value in fixed.items():
+            if name in ONLINE_MEMORY_KNOBS and name not in tuned:
+                rhs -= value * (self.work_mem_coefficient if name == "work_mem" else 1)
+        if rhs < 0:
+            raise ConstraintError(f"online memory budget is exhausted by the fixed knobs "
+                                  f"{fixed}: {rhs} bytes left")
+        terms = []
+        for name in ONLINE_MEMORY_KNOBS:
+            if name not in tuned:
+                continue
+            coef = (self.work_mem_coefficient if name == "work_mem" else 1) * (
+                UNIT_BYTES[self.unit_of(name)] // base_bytes)
+            terms.append(name if coef == 1 else f"{name} * {coef}")
+        return [f"{' + '.join(terms)} <= {rhs // base_bytes}"]
+
+    # -- point checks --------------------------------------------------------------------------
+    def slack(self, point: Mapping[str, float], shared_buffers_bytes: int | None = None) -> int:
+        """Bytes left under the tightest applicable budget inequality (< 0: infeasible).
+
+        A point with ``shared_buffers`` is checked against the offline cap; a point with
+        online memory knobs against the online budget with ``shared_buffers_bytes`` (or the
+        point's own shared_buffers). Values are in the session units (see module docstring).
+        """
+        slacks: list[int] = []
+        sb = shared_buffers_bytes
+        if "shared_buffers" in point:
+            sb_point = self.to_bytes("shared_buffers", point["shared_buffers"])
+            slacks.append(self.shared_buffers_max_bytes - sb_point)
+            sb = sb if sb is not None else sb_point
+        online = [k for k in ONLINE_MEMORY_KNOBS if k in point]
+        if online:
+            if sb is None:
+                raise ConfigError("budget: the online slack needs the shared_buffers in force")
+            used = sum(self.to_bytes(k, point[k]) * (self.work_mem_coefficient
+                                                      if k == "work_mem" else 1)
+                       for k in online)
+            slacks.append(self.online_limit(sb) - used)
+        if not slacks:
+            raise ConfigError(f"budget: point {dict(point)} has no memory knob of the budget")
+        return min(slacks)
+
+    def is_feasible(self, point: Mapping[str, float],
+                    shared_buffers_bytes: int | None = None) -> bool:
+        """True when the point satisfies every applicable budget inequality."""
+        return self.slack(point, shared_buffers_bytes) >= 0

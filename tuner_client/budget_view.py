@@ -1,0 +1,100 @@
+"""The memory budget as the tuner's sessions need it: constraint strings and a last check.
+
+Wraps :class:`tuner_client.budget.MemoryBudget` with the session units of the tuned knobs
+(:class:`tuner_client.config.KnobSpace`: MB, or kB for finer grids) and the settings in
+force (PostgreSQL strings), so the flows can ask for the offline cap, the online budget under
+the ``shared_buffers`` actually in force, and whether a configuration about to be applied
+breaks the budget (it is then never applied).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from tuner_client.budget import ONLINE_MEMORY_KNOBS, MemoryBudget, detect_ram_bytes
+from tuner_client.config import KnobSpace, TunerConfig, format_bytes
+from tuner_client.knobs import KnobCatalog
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """The budget of one run, over the offline and online knob spaces."""
+
+    budget: MemoryBudget
+    catalog: KnobCatalog
+    offline: KnobSpace
+    online: KnobSpace
+
+    def _bytes(self, settings: Mapping[str, str], name: str) -> int:
+        return int(self.catalog[name].parse(settings[name]))
+
+    def offline_constraints(self) -> list[str]:
+        """The shared_buffers cap (fraction of RAM) when the offline session tunes it."""
+        return self.budget.offline_constraints() if "shared_buffers" in self.offline.names else []
+
+    def online_constraints(self, in_force: Mapping[str, str]) -> list[str]:
+        """The online budget with the shared_buffers in force; untuned memory knobs fixed."""
+        tuned = [n for n in self.online.names if n in ONLINE_MEMORY_KNOBS]
+        if not tuned:
+            return []
+        fixed = {n: self._bytes(in_force, n) for n in ONLINE_MEMORY_KNOBS if n not in tuned}
+        sb = self._bytes(in_force, "shared_buffers")
+        out = self.budget.online_constraints(sb, tuned=tuned, fixed=fixed)
+        logger.info("online budget with shared_buffers %s in force: %s (RAM %s, OS reserve %s, "
+                    "work_mem coefficient %d)", format_bytes(sb), out,
+                    format_bytes(self.budget.ram_bytes),
+                    format_bytes(self.budget.os_reserved_bytes),
+                    self.budget.work_mem_coefficient)
+        return out
+
+    def violation(self, wanted: Mapping[str, str], changed: Mapping[str, str]) -> str | None:
+        """Why applying ``changed`` (giving ``wanted`` in force) breaks the budget, or None.
+
+        Only the inequalities the change touches are checked, so measuring the offline
+        knobs under the user's original online settings is not refused.
+        """
+        in_bytes = replace(self.budget, unit="B", units={})
+        if "shared_buffers" in changed:
+            sb = self._bytes(wanted, "shared_buffers")
+            if sb > self.budget.shared_buffers_max_bytes:
+                return (f"shared_buffers {wanted['shared_buffers']} is above the budget's cap "
+                        f"{format_bytes(self.budget.shared_buffers_max_bytes)}")
+        touched = [n for n in ONLINE_MEMORY_KNOBS if n in changed]
+        if touched and all(n in wanted for n in ONLINE_MEMORY_KNOBS) and "shared_buffers" in wanted:
+            point = {n: float(self._bytes(wanted, n)) for n in ONLINE_MEMORY_KNOBS}
+            sb = self._bytes(wanted, "shared_buffers")
+            slack = in_bytes.slack(point, sb)
+            if slack < 0:
+                used = (point["work_mem"] * self.budget.work_mem_coefficient
+                        + point["maintenance_work_mem"] + point["temp_buffers"])
+                return (f"work_mem*{self.budget.work_mem_coefficient} + maintenance_work_mem + "
+                        f"temp_buffers = {format_bytes(int(used))} exceeds the online budget "
+                        f"{format_bytes(in_bytes.online_limit(sb))}")
+        return None
+
+
+def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
+                     online: KnobSpace, *, connections: int,
+                     known_ram_bytes: int | None = None) -> BudgetView:
+    """The run's budget: RAM given, or the local cluster's cgroup limit, or detected."""
+    b = config.budget
+    ram = b.ram_bytes or known_ram_bytes or detect_ram_bytes()
+    units = {p.name: p.unit for p in offline.params + online.params
+             if p.unit in ("MB", "kB") and p.name in (*ONLINE_MEMORY_KNOBS, "shared_buffers")}
+    hash_mult = float(catalog["hash_mem_multiplier"].current() or 1.0) \
+        if "hash_mem_multiplier" in catalog else 1.0
+    budget = MemoryBudget(ram_bytes=ram, os_reserved_bytes=b.os_reserved_bytes,
+                          connections=connections, hash_mem_multiplier=max(1.0, hash_mult),
+                          shared_buffers_fraction=b.shared_buffers_fraction, unit="MB",
+                          units=units, online_limit_bytes=b.online_limit_bytes)
+    logger.info("memory budget: RAM %s, OS reserve %s, %d connections x hash_mem_multiplier "
+                "%.1f, shared_buffers <= %s%s", format_bytes(ram),
+                format_bytes(b.os_reserved_bytes), connections, hash_mult,
+                format_bytes(budget.shared_buffers_max_bytes),
+                f", fixed online budget {format_bytes(b.online_limit_bytes)}"
+                if b.online_limit_bytes else "")
+    return BudgetView(budget, catalog, offline, online)

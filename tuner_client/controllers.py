@@ -1,0 +1,696 @@
+"""Controllers: restart PostgreSQL with new offline knobs, and roll back when it does not come up.
+
+Every controller follows the same protocol in :meth:`Controller.restart_with`:
+
+1. the server must be up; its ``postgresql.auto.conf`` is remembered as *last good* (when no
+   setting is pending a restart, the file is exactly what the running server uses) and
+   written next to the backups (``postgresql.auto.conf.last-good``, plus ``.original`` on
+   first use);
+2. the new values are written with ``ALTER SYSTEM`` (composed SQL, checked against the
+   catalog), the server is stopped, a pre-check runs where the controller can do one
+   (``postgres -C shared_memory_size`` on the stopped data directory, PG ≥ 15: the server
+   would need more shared memory than the machine or cgroup has), then it is started and
+   must accept connections within ``timeout_s``;
+3. the values are verified in ``pg_settings`` of a fresh session;
+4. on any failure the last good ``postgresql.auto.conf`` is put back and the server started
+   again; the report says ``ok=False`` with the reason (the FATAL lines of the server log).
+   Only when even that fails is :class:`DatabaseError` raised: the server is down.
+
+Interruptions: inside ``restart_with`` SIGINT/SIGTERM are held until the restart finished or
+was rolled back, then delivered. Wrap a tuning run in ``with controller.safe_restart_guard():``
+to turn SIGTERM into ``SystemExit`` and, when the block is left for any reason (or the
+interpreter exits), to make sure the server is running, restoring the last good
+configuration when it is not. After a ``kill -9`` of the tuner, copy
+``postgresql.auto.conf.last-good`` over the data directory's ``postgresql.auto.conf``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import logging
+import os
+import pwd
+import re
+import shlex
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, ClassVar
+
+import psycopg
+
+from harmony.errors import ConfigError, DatabaseError, HarmonyError
+from tuner_client.apply import alter_system, check_settings, read_settings
+from tuner_client.budget import detect_ram_bytes
+from tuner_client.knobs import Knob, KnobCatalog, KnobValue
+from tuner_client.local_cluster import LocalCluster, find_bin_dir
+
+logger = logging.getLogger(__name__)
+
+AUTO_CONF = "postgresql.auto.conf"
+_FATAL_RE = re.compile(r"\b(FATAL|PANIC|ERROR):")
+
+
+@dataclass
+class RestartReport:
+    """Outcome of one :meth:`Controller.restart_with` call."""
+
+    ok: bool
+    requested: dict[str, str]  # knob -> value written with ALTER SYSTEM
+    in_force: dict[str, str] = field(default_factory=dict)  # current_setting() after it all
+    restart_s: float = 0.0  # stop + start (+ rollback) wall time
+    reason: str | None = None  # why the point failed (None when ok)
+    rolled_back: bool = False
+    precheck: str | None = None  # what the pre-check found, e.g. "shared_memory_size=143MB"
+
+
+class Controller(ABC):
+    """Restarts one PostgreSQL server; subclasses register with ``kind=`` (local, pg_ctl, ...)."""
+
+    registry: ClassVar[dict[str, type[Controller]]] = {}
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            if kind in Controller.registry:
+                raise ConfigError(f"controller kind {kind!r} is registered twice")
+            cls.kind = kind
+            Controller.registry[kind] = cls
+
+    def __init__(self, dsn: str, *, backup_dir: Path | None = None,
+                 connect_timeout_s: float = 5.0) -> None:
+        self.dsn = dsn
+        self.backup_dir = Path(backup_dir) if backup_dir is not None else None
+        self.connect_timeout_s = connect_timeout_s
+        self.last_good: str | None = None
+        self.original: str | None = None
+        self.restarts = 0
+        self.failures = 0
+        self._catalog: KnobCatalog | None = None
+        self._in_restart = False
+        self._held: list[int] = []
+
+    # -- primitives subclasses provide -----------------------------------------------
+    @abstractmethod
+    def stop_server(self, timeout_s: float) -> None:
+        """Stop the server (no-op when it is already down); DatabaseError if it will not stop."""
+
+    @abstractmethod
+    def start_server(self, timeout_s: float) -> None:
+        """Start the server and wait until it accepts connections; DatabaseError with the reason."""
+
+    @abstractmethod
+    def read_auto_conf(self) -> str | None:
+        """The server's ``postgresql.auto.conf`` (None when this controller cannot reach it)."""
+
+    @abstractmethod
+    def write_auto_conf(self, text: str) -> None:
+        """Replace the server's ``postgresql.auto.conf`` (the server may be down)."""
+
+    def precheck(self, knobs: Mapping[str, tuple[Knob, KnobValue]]
+                 ) -> tuple[str | None, str | None]:
+        """Check the stopped server's new configuration: (what was found, failure or None)."""
+        return None, None
+
+    def log_mark(self) -> int:
+        """A position in the server log; :meth:`log_since` returns what was written after it."""
+        return 0
+
+    def log_since(self, mark: int) -> str:
+        return ""
+
+    # -- shared machinery ------------------------------------------------------------------
+    def connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection to the server (DatabaseError when it is unreachable)."""
+        try:
+            return psycopg.connect(self.dsn, autocommit=True,
+                                   connect_timeout=max(1, int(self.connect_timeout_s)))
+        except psycopg.Error as exc:
+            raise DatabaseError(f"cannot connect to PostgreSQL ({self.dsn}): {exc}") from exc
+
+    def is_up(self) -> bool:
+        """True when the server accepts connections and answers a query."""
+        try:
+            with self.connect() as conn:
+                conn.execute("SELECT 1")
+            return True
+        except (DatabaseError, psycopg.Error):
+            return False
+
+    def wait_until_up(self, timeout_s: float, *, still_starting: Any = None) -> bool:
+        """Poll until the server answers; ``still_starting()`` False stops early (it died)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.is_up():
+                return True
+            if still_starting is not None and not still_starting():
+                return False
+            time.sleep(0.2)
+        return self.is_up()
+
+    def catalog(self, conn: psycopg.Connection[Any] | None = None) -> KnobCatalog:
+        if self._catalog is None:
+            if conn is None:
+                with self.connect() as c:
+                    self._catalog = KnobCatalog.from_connection(c)
+            else:
+                self._catalog = KnobCatalog.from_connection(conn)
+        return self._catalog
+
+    def _remember_last_good(self, text: str | None) -> None:
+        if text is None:
+            return
+        self.last_good = text
+        if self.original is None:
+            self.original = text
+            self._write_backup(f"{AUTO_CONF}.original", text)
+        self._write_backup(f"{AUTO_CONF}.last-good", text)
+
+    def _write_backup(self, name: str, text: str) -> None:
+        if self.backup_dir is None:
+            return
+        path = self.backup_dir / name
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        os.replace(tmp, path)
+
+    def restart_with(self, offline_values: Mapping[str, Any], timeout_s: float = 60.0
+                     ) -> RestartReport:
+        """Restart with the given knob values; roll back and report failure if they do not work.
+
+        Values are strings with units (``'256MB'``) or canonical values (bytes, ms, numbers).
+        Raises ConfigError for unknown or out-of-range knobs (nothing changed) and
+        DatabaseError only when the server cannot be brought back even with the last good
+        configuration.
+        """
+        with self._signals_held():
+            return self._restart_with(offline_values, timeout_s)
+
+    def _restart_with(self, offline_values: Mapping[str, Any], timeout_s: float
+                      ) -> RestartReport:
+        self.ensure_running(timeout_s)
+        with self.connect() as conn:
+            catalog = self.catalog(conn)
+            knobs: dict[str, tuple[Knob, KnobValue]] = {}
+            for name, raw in offline_values.items():
+                knob = catalog.tunable(name)
+                knobs[knob.name.lower()] = (knob, knob.coerce(raw))
+            formatted = {k.name: k.format(v) for k, v in knobs.values()}
+            pending = conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart"
+                                   ).fetchone()
+            if self.last_good is None or (pending is not None and pending[0] == 0):
+                self._remember_last_good(self.read_auto_conf())
+            if self.last_good is None:
+                logger.warning("%s controller cannot read postgresql.auto.conf: a failed restart "
+                               "cannot be rolled back by restoring it", self.kind)
+            self._in_restart = True
+            try:
+                alter_system(conn, formatted)
+            except HarmonyError:
+                # the server refused a value: undo what was already written, nothing restarted
+                if self.last_good is not None:
+                    self.write_auto_conf(self.last_good)
+                self._in_restart = False
+                raise
+        started = time.monotonic()
+        self.restarts += 1
+        reason, found = self._cycle(knobs, timeout_s)
+        in_force: dict[str, str] = {}
+        if reason is None:
+            reason, in_force = self._verify(knobs)
+        if reason is None:
+            self._remember_last_good(self.read_auto_conf())
+            self._in_restart = False
+            elapsed = time.monotonic() - started
+            logger.info("restarted with %s in %.2f s", formatted, elapsed)
+            return RestartReport(True, formatted, in_force, elapsed, precheck=found)
+        self.failures += 1
+        logger.warning("restart with %s failed: %s; restoring the last good configuration",
+                       formatted, reason)
+        self.roll_back(timeout_s)
+        self._in_restart = False
+        with contextlib.suppress(DatabaseError, psycopg.Error), self.connect() as conn:
+            states = read_settings(conn, knobs)
+            in_force = {k.name: states[key].shown for key, (k, _) in knobs.items()
+                        if key in states}
+        return RestartReport(False, formatted, in_force, time.monotonic() - started,
+                             reason=reason, rolled_back=True, precheck=found)
+
+    def _cycle(self, knobs: Mapping[str, tuple[Knob, KnobValue]], timeout_s: float
+               ) -> tuple[str | None, str | None]:
+        """Stop, pre-check, start: (failure reason or None, pre-check finding)."""
+        try:
+            self.stop_server(timeout_s)
+            found, failure = self.precheck(knobs)
+            if failure is not None:
+                return f"pre-check: {failure}", found
+            mark = self.log_mark()
+            try:
+                self.start_server(timeout_s)
+            except DatabaseError as exc:
+                fatal = [ln for ln in self.log_since(mark).splitlines() if _FATAL_RE.search(ln)]
+                reason = "; ".join(fatal[-3:]) if fatal else str(exc)
+                return f"server did not start: {reason}", found
+            return None, found
+        except DatabaseError as exc:
+            return str(exc), None
+
+    def _verify(self, knobs: Mapping[str, tuple[Knob, KnobValue]]
+                ) -> tuple[str | None, dict[str, str]]:
+        try:
+            with self.connect() as conn:
+                states = read_settings(conn, knobs)
+        except DatabaseError as exc:
+            return f"server is not reachable after the restart: {exc}", {}
+        in_force = {k.name: states[key].shown for key, (k, _) in knobs.items() if key in states}
+        problems = check_settings(knobs, states)
+        return ("; ".join(problems.values()) if problems else None), in_force
+
+    def roll_back(self, timeout_s: float = 60.0) -> None:
+        """Put the last good ``postgresql.auto.conf`` back and (re)start the server."""
+        with contextlib.suppress(DatabaseError):
+            self.stop_server(timeout_s)
+        if self.last_good is not None:
+            self.write_auto_conf(self.last_good)
+        try:
+            self.start_server(timeout_s)
+        except DatabaseError as first:
+            if self.original is not None and self.original != self.last_good:
+                logger.error("the last good configuration did not start either (%s); "
+                             "trying the original one", first)
+                self.write_auto_conf(self.original)
+                try:
+                    self.start_server(timeout_s)
+                    return
+                except DatabaseError:
+                    pass
+            raise DatabaseError(
+                f"PostgreSQL is DOWN: it did not start with the last good configuration "
+                f"either ({first}); check the server log and {AUTO_CONF}"
+                + (f" (backups in {self.backup_dir})" if self.backup_dir else "")
+            ) from first
+        logger.info("PostgreSQL is running again with the last good configuration")
+
+    def ensure_running(self, timeout_s: float = 60.0) -> None:
+        """Make sure the server is up: start it, and restore the last good config if needed."""
+        if self._in_restart or not self.is_up():
+            logger.warning("PostgreSQL is not running%s: restoring the last good configuration",
+                           " (a restart was interrupted)" if self._in_restart else "")
+            self.roll_back(timeout_s)
+            self._in_restart = False
+
+    # -- signals -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _signals_held(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        held: list[int] = []
+
+        def hold(signum: int, frame: FrameType | None) -> None:
+            logger.warning("signal %s received during a restart: it is delivered once the "
+                           "server is back", signal.Signals(signum).name)
+            held.append(signum)
+
+        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            for signum in dict.fromkeys(held):
+                signal.raise_signal(signum)
+
+    @contextlib.contextmanager
+    def safe_restart_guard(self, timeout_s: float = 60.0) -> Iterator[Controller]:
+        """Run a tuning loop so that an interrupted tuner leaves the server up and sane.
+
+        SIGTERM becomes ``SystemExit(143)`` (SIGINT stays KeyboardInterrupt), so ``finally``
+        blocks run; on leaving the block, and at interpreter exit, :meth:`ensure_running`
+        restarts the server with the last good configuration if it is down or a restart was
+        cut short.
+        """
+        def on_exit() -> None:
+            try:
+                self.ensure_running(timeout_s)
+            except HarmonyError as exc:
+                logger.error("could not leave PostgreSQL running: %s", exc)
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            raise SystemExit(128 + signum)
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, on_term) if main else None
+        atexit.register(on_exit)
+        try:
+            yield self
+        finally:
+            try:
+                on_exit()
+            finally:
+                atexit.unregister(on_exit)
+                if main and previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# data-directory controllers
+
+
+class PgCtlController(Controller, kind="pg_ctl"):
+    """An existing data directory, restarted with ``pg_ctl -w -t`` stop + start.
+
+    When the tuner runs as root, pg_ctl runs as the data directory's owner (PostgreSQL
+    refuses root). Backups go to ``backup_dir`` (default: the data directory).
+    """
+
+    def __init__(self, data_dir: Path, dsn: str, *, bin_dir: Path | None = None,
+                 os_user: str | None = None, log_path: Path | None = None,
+                 backup_dir: Path | None = None, ram_bytes: int | None = None,
+                 precheck_memory: bool = True) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        if not (self.data_dir / "PG_VERSION").exists():
+            raise ConfigError(f"pg_ctl controller: {self.data_dir} is not a PostgreSQL data "
+                              "directory (no PG_VERSION file)")
+        super().__init__(dsn, backup_dir=backup_dir if backup_dir is not None else self.data_dir)
+        self.bin_dir = find_bin_dir(bin_dir)
+        self.log_path = Path(log_path) if log_path else self.data_dir / "harmony-pg_ctl.log"
+        self.ram_bytes = ram_bytes
+        self.precheck_memory = precheck_memory
+        st = self.data_dir.stat()
+        self._owner = pwd.getpwuid(st.st_uid)
+        if os.geteuid() == 0:
+            if st.st_uid == 0:
+                raise ConfigError(f"pg_ctl controller: {self.data_dir} is owned by root; "
+                                  "PostgreSQL cannot run as root")
+            self.os_user: str | None = os_user or self._owner.pw_name
+        else:
+            if st.st_uid != os.geteuid():
+                raise ConfigError(
+                    f"pg_ctl controller: {self.data_dir} belongs to {self._owner.pw_name!r} "
+                    f"but the tuner runs as {pwd.getpwuid(os.geteuid()).pw_name!r}; run it as "
+                    "the owner or as root"
+                )
+            self.os_user = None
+
+    def _write_backup(self, name: str, text: str) -> None:
+        super()._write_backup(name, text)
+        if self.backup_dir is not None and os.geteuid() == 0:
+            # backups inside a data directory must stay readable by its owner (pg_basebackup)
+            st = self.data_dir.stat()
+            os.chown(self.backup_dir / name, st.st_uid, st.st_gid)
+
+    def _run(self, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", self.os_user, "--"] if self.os_user else []
+        try:
+            return subprocess.run(prefix + argv, capture_output=True, text=True, check=False,
+                                  timeout=timeout_s, cwd="/",
+                                  env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                       "LC_ALL": "C"})
+        except subprocess.TimeoutExpired as exc:
+            raise DatabaseError(f"{Path(argv[0]).name} did not finish within "
+                                f"{timeout_s:.0f} s") from exc
+
+    def _pg_ctl(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        return self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), *args],
+                         timeout_s=timeout_s + 30)
+
+    def server_running(self) -> bool:
+        return self._pg_ctl("status", timeout_s=10).returncode == 0
+
+    def stop_server(self, timeout_s: float) -> None:
+        if not self.server_running():
+            return
+        t = str(max(1, int(timeout_s)))
+        proc = self._pg_ctl("-m", "fast", "-w", "-t", t, "stop", timeout_s=timeout_s)
+        if proc.returncode != 0 and self.server_running():
+            raise DatabaseError(f"pg_ctl stop failed: {(proc.stderr or proc.stdout).strip()}")
+
+    def start_server(self, timeout_s: float) -> None:
+        t = str(max(1, int(timeout_s)))
+        proc = self._pg_ctl("-l", str(self.log_path), "-w", "-t", t, "start",
+                            timeout_s=timeout_s)
+        if proc.returncode != 0:
+            raise DatabaseError(f"pg_ctl start failed: {(proc.stderr or proc.stdout).strip()}")
+        if not self.wait_until_up(min(timeout_s, 10.0)):
+            raise DatabaseError("pg_ctl reported the server started, but it does not accept "
+                                f"connections on {self.dsn}")
+
+    def read_auto_conf(self) -> str | None:
+        try:
+            return (self.data_dir / AUTO_CONF).read_text()
+        except FileNotFoundError:
+            return ""
+
+    def write_auto_conf(self, text: str) -> None:
+        path = self.data_dir / AUTO_CONF
+        tmp = path.with_name(path.name + ".harmony-tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        st = self.data_dir.stat()
+        if os.geteuid() == 0:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, path)
+
+    def log_mark(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, mark: int) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(mark)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def effective_ram_bytes(self) -> int:
+        return self.ram_bytes if self.ram_bytes is not None else detect_ram_bytes()
+
+    def precheck(self, knobs: Mapping[str, tuple[Knob, KnobValue]]
+                 ) -> tuple[str | None, str | None]:
+        """``postgres -C shared_memory_size`` on the stopped server (PG ≥ 15), against RAM."""
+        proc = self._run([str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-C",
+                          "shared_memory_size"], timeout_s=60)
+        if proc.returncode != 0:
+            err = (proc.stderr or proc.stdout).strip()
+            if "unrecognized configuration parameter" in err:
+                return None, None  # PostgreSQL < 15: nothing to pre-check
+            return None, f"postgres -C rejected the configuration: {err[-500:]}"
+        try:
+            need = int(proc.stdout.strip()) * 1024 * 1024  # reported in MB
+        except ValueError:
+            return None, None
+        found = f"shared_memory_size={need // (1024 * 1024)}MB"
+        ram = self.effective_ram_bytes()
+        if self.precheck_memory and need > ram:
+            return found, (f"the server would need {need // 2**20}MB of shared memory "
+                           f"(shared_memory_size) but only {ram // 2**20}MB of RAM is available")
+        return found, None
+
+
+class LocalController(PgCtlController, kind="local"):
+    """The tuner's own :class:`LocalCluster` (the embedded default); backups in its state dir."""
+
+    def __init__(self, cluster: LocalCluster, *, precheck_memory: bool = True) -> None:
+        self.cluster = cluster
+        if not cluster.is_initialized():
+            cluster.init()
+        super().__init__(cluster.data_dir, cluster.dsn, bin_dir=cluster.bin_dir,
+                         os_user=cluster.os_user, log_path=cluster.log_path,
+                         backup_dir=cluster.state_dir, ram_bytes=cluster.effective_ram_bytes(),
+                         precheck_memory=precheck_memory)
+
+    def server_running(self) -> bool:
+        return self.cluster.is_running()
+
+    def stop_server(self, timeout_s: float) -> None:
+        self.cluster.stop(timeout_s)
+
+    def start_server(self, timeout_s: float) -> None:
+        self.cluster.start(timeout_s)
+        self.dsn = self.cluster.dsn  # the cluster may have moved to another free port
+
+
+# ---------------------------------------------------------------------------------------------
+# docker and command controllers
+
+
+class DockerController(Controller, kind="docker"):
+    """A PostgreSQL container restarted through the Docker SDK (``docker`` package).
+
+    ``postgresql.auto.conf`` is copied out of / into the container with the archive API,
+    which also works while the container is stopped.
+    """
+
+    def __init__(self, container: str, dsn: str, *,
+                 data_dir: str = "/var/lib/postgresql/data", client: Any = None,
+                 backup_dir: Path | None = None) -> None:
+        super().__init__(dsn, backup_dir=backup_dir)
+        self.container_name = container
+        self.data_dir = data_dir.rstrip("/")
+        try:
+            import docker  # type: ignore[import-untyped]
+            import docker.errors  # type: ignore[import-untyped]
+        except ImportError as exc:  # pragma: no cover - docker is a declared dependency
+            raise ConfigError("the docker controller needs the 'docker' package") from exc
+        self._errors = docker.errors
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if client is None and host.startswith("unix://") and not Path(host[7:]).exists():
+            # checked here: the SDK leaks its socket when the engine's socket is missing
+            raise DatabaseError(f"docker controller: no Docker engine reachable (DOCKER_HOST="
+                                f"{host}: socket {host[7:]} does not exist)")
+        self.client = None
+        try:
+            self.client = client if client is not None else docker.from_env()
+            self.client.ping()
+        except Exception as exc:  # the SDK raises DockerException or requests errors
+            if self.client is not None and client is None:
+                self.client.close()
+            raise DatabaseError(
+                "docker controller: no Docker engine reachable (DOCKER_HOST="
+                f"{os.environ.get('DOCKER_HOST', 'unset, default unix socket')}): {exc}"
+            ) from exc
+        try:
+            self.container = self.client.containers.get(container)
+        except self._errors.NotFound as exc:
+            raise ConfigError(f"docker controller: no container named {container!r}") from exc
+
+    def stop_server(self, timeout_s: float) -> None:
+        self.container.reload()
+        if self.container.status == "running":
+            self.container.stop(timeout=max(1, int(timeout_s)))
+
+    def start_server(self, timeout_s: float) -> None:
+        self.container.start()
+
+        def alive() -> bool:
+            self.container.reload()
+            return bool(self.container.status in ("running", "created", "restarting"))
+
+        if not self.wait_until_up(timeout_s, still_starting=alive):
+            logs = self.container.logs(tail=20).decode(errors="replace")
+            raise DatabaseError(f"container {self.container_name} did not come up within "
+                                f"{timeout_s:.0f} s:\n{logs}")
+
+    def log_since(self, mark: int) -> str:
+        return str(self.container.logs(tail=50).decode(errors="replace"))
+
+    def read_auto_conf(self) -> str | None:
+        stream, _ = self.container.get_archive(f"{self.data_dir}/{AUTO_CONF}")
+        data = io.BytesIO(b"".join(stream))
+        with tarfile.open(fileobj=data) as tar:
+            member = tar.getmembers()[0]
+            self._owner = (member.uid, member.gid)
+            fh = tar.extractfile(member)
+            return fh.read().decode() if fh else ""
+
+    def write_auto_conf(self, text: str) -> None:
+        payload = text.encode()
+        info = tarfile.TarInfo(AUTO_CONF)
+        info.size, info.mode, info.mtime = len(payload), 0o600, int(time.time())
+        info.uid, info.gid = getattr(self, "_owner", (999, 999))
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.addfile(info, io.BytesIO(payload))
+        if not self.container.put_archive(self.data_dir, buf.getvalue()):
+            raise DatabaseError(f"could not write {AUTO_CONF} into container "
+                                f"{self.container_name}")
+
+
+class CommandController(Controller, kind="command"):
+    """A user-given restart command (systemd etc.) plus a health check.
+
+    ``restart_command`` (or ``stop_command`` + ``start_command``) is split with shlex and run
+    without a shell. Health: ``health_command`` exiting 0, else a successful connection.
+    Rollback needs ``auto_conf_path`` (the server's postgresql.auto.conf on this machine).
+    """
+
+    def __init__(self, dsn: str, *, restart_command: str | None = None,
+                 stop_command: str | None = None, start_command: str | None = None,
+                 health_command: str | None = None, auto_conf_path: Path | None = None,
+                 backup_dir: Path | None = None) -> None:
+        super().__init__(dsn, backup_dir=backup_dir)
+        if restart_command is None and (stop_command is None or start_command is None):
+            raise ConfigError("command controller: give restart_command, or both stop_command "
+                              "and start_command")
+        self.restart_command = restart_command
+        self.stop_command = stop_command
+        self.start_command = start_command
+        self.health_command = health_command
+        self.auto_conf_path = Path(auto_conf_path) if auto_conf_path else None
+
+    def _run(self, command: str, timeout_s: float) -> None:
+        try:
+            proc = subprocess.run(shlex.split(command), capture_output=True, text=True,
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise DatabaseError(f"{command!r} did not finish within {timeout_s:.0f} s") from exc
+        except OSError as exc:
+            raise DatabaseError(f"could not run {command!r}: {exc}") from exc
+        if proc.returncode != 0:
+            raise DatabaseError(f"{command!r} exited {proc.returncode}: "
+                                f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+
+    def is_up(self) -> bool:
+        if self.health_command is None:
+            return super().is_up()
+        try:
+            self._run(self.health_command, 30)
+            return True
+        except DatabaseError:
+            return False
+
+    def stop_server(self, timeout_s: float) -> None:
+        if self.stop_command is not None:
+            self._run(self.stop_command, timeout_s + 30)
+
+    def start_server(self, timeout_s: float) -> None:
+        command = self.start_command if self.stop_command is not None else self.restart_command
+        assert command is not None  # guaranteed by __init__
+        self._run(command, timeout_s + 30)
+        if not self.wait_until_up(timeout_s):
+            raise DatabaseError(f"the server is not healthy {timeout_s:.0f} s after {command!r}")
+
+    def read_auto_conf(self) -> str | None:
+        if self.auto_conf_path is None:
+            return None
+        return self.auto_conf_path.read_text() if self.auto_conf_path.exists() else ""
+
+    def write_auto_conf(self, text: str) -> None:
+        if self.auto_conf_path is None:
+            raise DatabaseError("command controller: cannot restore postgresql.auto.conf "
+                                "without auto_conf_path")
+        st = self.auto_conf_path.stat() if self.auto_conf_path.exists() else None
+        tmp = self.auto_conf_path.with_name(self.auto_conf_path.name + ".harmony-tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        if st is not None and os.geteuid() == 0:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, self.auto_conf_path)
+
+
+def make_controller(kind: str, **options: Any) -> Controller:
+    """Build a registered controller by kind (``local``, ``pg_ctl``, ``docker``, ``command``)."""
+    try:
+        cls = Controller.registry[kind]
+    except KeyError:
+        raise ConfigError(f"unknown controller kind {kind!r}; known: "
+                          f"{', '.join(sorted(Controller.registry))}") from None
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise ConfigError(f"controller {kind!r}: bad options {sorted(options)}: {exc}") from exc

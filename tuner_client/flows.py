@@ -1,0 +1,627 @@
+"""The tuning flows: one-pass (offline then online) and multi-pass (repeated, detector-driven).
+
+A flow drives Harmony sessions (on a server, or standalone in-process) with the PostgreSQL
+measurements of :mod:`tuner_client.measure`:
+
+* the **offline session** tunes the restart-only knobs (``shared_buffers``) with a 2-vertex
+  simplex, capped by the memory budget; once three sizes are measured the Buffer Miss
+  Equation prior is fitted and, when the fit is good, the search restarts inside the
+  advised range from the advised size (on a poor fit the plain search goes on, and says so);
+* the **online session** tunes the reload-only knobs under the online budget computed with
+  the ``shared_buffers`` actually in force;
+* the **multi-pass** flow repeats offline -> online while the local-minimum detector (online
+  simplex stuck below the offline best) or the workload-shift detector (after convergence,
+  measurements leaving the converged band) ask for it.
+
+At the end the default and the best configuration are re-measured interleaved (A/B/A/B) with
+the same protocol, and the best is written as ``ALTER SYSTEM`` statements and a
+``postgresql.conf`` fragment. Whatever happens (an error, Ctrl-C, SIGTERM), the server is left
+running with its original configuration (or the best one with ``final.apply_best``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from harmony.definition import PluginSpec, SessionDefinition
+from harmony.errors import ConfigError, HarmonyError
+from strategies.space import Space
+from tuner_client.budget_view import BudgetView, make_budget_view
+from tuner_client.client import HarmonyClient, Session, connect
+from tuner_client.config import KnobParam, KnobSpace, TunerConfig, resolve_knob_space
+from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
+from tuner_client.measure import Measurer, PointRecord, aggregate
+from tuner_client.target import Target, make_workload, open_target, stream_count
+
+logger = logging.getLogger(__name__)
+
+#: knobs the memory budget reads, tuned or not
+BUDGET_KNOBS = ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")
+#: how long one fetch waits for a point before the session is considered idle (seconds)
+FETCH_TIMEOUT_S = 10.0
+
+
+@dataclass
+class TuneResult:
+    """What a run found: the best configuration, the A/B comparison, and where files went."""
+
+    best_settings: dict[str, str]
+    default_settings: dict[str, str]
+    best_qpm: float | None
+    default_qpm: float | None
+    ab_rounds: list[dict[str, float | None]]
+    passes: int
+    evaluations: int
+    output_dir: Path | None
+    decisions: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def improvement(self) -> float | None:
+        """Best over default throughput, minus one (0.25 = 25 % more queries per minute)."""
+        if not self.best_qpm or not self.default_qpm:
+            return None
+        return self.best_qpm / self.default_qpm - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"best_settings": self.best_settings, "default_settings": self.default_settings,
+                "best_qpm": self.best_qpm, "default_qpm": self.default_qpm,
+                "improvement": self.improvement, "ab_rounds": self.ab_rounds,
+                "passes": self.passes, "evaluations": self.evaluations,
+                "decisions": self.decisions, "interrupted": self.interrupted}
+
+
+def alter_system_sql(settings: Mapping[str, str], offline: set[str]) -> str:
+    """``ALTER SYSTEM`` statements for ``settings`` (values quoted as SQL literals)."""
+    lines = ["-- written by harmony tune: apply with psql as a superuser"]
+    for name, value in settings.items():
+        quoted = value.replace("'", "''")
+        note = "  -- needs a restart" if name in offline else ""
+        lines.append(f"ALTER SYSTEM SET {name} = '{quoted}';{note}")
+    lines.append("SELECT pg_reload_conf();")
+    if offline & set(settings):
+        lines.append(f"-- then restart PostgreSQL for {', '.join(sorted(offline & set(settings)))}")
+    return "\n".join(lines) + "\n"
+
+
+def conf_fragment(settings: Mapping[str, str]) -> str:
+    """The same settings as ``postgresql.conf`` lines."""
+    body = "".join(f"{name} = '{value.replace(chr(39), chr(39) * 2)}'\n"
+                   for name, value in settings.items())
+    return "# written by harmony tune\n" + body
+
+
+@dataclass
+class PriorAdvice:
+    """The BME prior's advice in session units: a start point and a narrowed range."""
+
+    usable: bool
+    reason: str
+    start: dict[str, Any] = field(default_factory=dict)
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def range_text(self) -> str:
+        return ", ".join(f"{n} {lo:g}..{hi:g}" for n, (lo, hi) in self.bounds.items())
+
+
+class OfflinePrior:
+    """Feeds offline measurements to the Buffer Miss Equation prior and converts its advice.
+
+    Each measured shared_buffers size gives a point (size, buffer hits, buffer reads over the
+    samples); with three distinct sizes the equation is fitted once. P* is estimated from the
+    pages the database holds over the block accesses of the first window, when known.
+    """
+
+    def __init__(self, space: KnobSpace, max_bytes: int, min_r2: float,
+                 relpages_bytes: int | None) -> None:
+        from tuner_client.bme.prior import SharedBuffersPrior
+
+        self.space = space
+        self.param = space["shared_buffers"]
+        self.max_bytes = max_bytes
+        self.min_r2 = min_r2
+        self.relpages_bytes = relpages_bytes
+        self._prior_cls = SharedBuffersPrior
+        self.prior: Any = None
+        self.last: PriorAdvice | None = None
+
+    def add(self, record: PointRecord) -> None:
+        stats = record.stats_total()
+        if stats is None or record.value is None or "shared_buffers" not in record.in_force:
+            return
+        if self.prior is None:
+            p_star = None
+            if self.relpages_bytes and stats.blks_hit + stats.blks_read > 0:
+                from tuner_client.bme import prior as prior_module
+
+                helper = getattr(prior_module, "touched_pages_p_star", None)
+                if helper is not None:
+                    try:
+                        p_star = helper(self.relpages_bytes // 8192,
+                                        stats.blks_hit + stats.blks_read)
+                    except HarmonyError as exc:
+                        logger.info("no P* estimate for the BME prior: %s", exc)
+            self.prior = self._prior_cls(p_star=p_star, min_r2=self.min_r2)
+        size = int(self.param.knob.parse(record.in_force["shared_buffers"]))
+        try:
+            self.prior.add_point(size, stats.blks_hit, stats.blks_read)
+        except HarmonyError as exc:
+            # e.g. no block access counted yet: backends flush their stats about once a
+            # second, so very short windows can miss them
+            logger.info("BME prior: point at shared_buffers %s skipped: %s",
+                        record.in_force["shared_buffers"], exc)
+
+    def advice(self) -> PriorAdvice | None:
+        """None until three sizes are measured; then the advice (usable or not, with why)."""
+        if self.prior is None or not self.prior.ready:
+            return None
+        p = self.param.param
+        lo_bytes = int(self.param.canonical(p.min))
+        try:
+            raw = self.prior.recommend(max_bytes=self.max_bytes, min_bytes=lo_bytes)
+        except HarmonyError as exc:
+            self.last = PriorAdvice(False, f"fit failed: {exc}")
+            return self.last
+        if not raw.usable:
+            self.last = PriorAdvice(False, str(raw.reason))
+            return self.last
+        m_star = self.param.session_value(int(raw.m_star_bytes))
+        rng = getattr(raw, "range_bytes", None) or getattr(raw, "search_range_bytes", None)
+        if rng is not None:
+            bounds = (self.param.session_value(int(rng[0])), self.param.session_value(int(rng[1])))
+        else:
+            bounds = (p.min, p.upper)
+        if bounds[0] >= bounds[1]:
+            bounds = (p.min, p.upper)
+        self.last = PriorAdvice(True, f"{raw.reason}; M* = {m_star} {self.param.unit}",
+                                start={"shared_buffers": m_star},
+                                bounds={"shared_buffers": (float(bounds[0]), float(bounds[1]))})
+        return self.last
+
+
+class Tuner:
+    """One tuning run of a :class:`TunerConfig` (see the module docstring)."""
+
+    def __init__(self, config: TunerConfig, *, server: str | None = None,
+                 state_dir: Path | None = None, output_dir: Path | None = None,
+                 client: HarmonyClient | None = None, target: Target | None = None,
+                 run_id: str | None = None) -> None:
+        self.config = config
+        self.server = server if server is not None else config.server
+        self.state_dir = state_dir
+        self.output_dir = output_dir
+        self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
+        self._client = client
+        self._target = target
+        self.records: list[PointRecord] = []
+        self.decisions: list[str] = []
+        self.best: PointRecord | None = None
+        self.original: dict[str, str] = {}
+        self.measurer: Measurer | None = None
+        self.budget: BudgetView | None = None
+        self.offline_space: KnobSpace | None = None
+        self.online_space: KnobSpace | None = None
+        self.on_record: Callable[[PointRecord], None] | None = None
+        self.original_auto_conf: str | None = None
+        self.relpages_bytes: int | None = None
+
+    # -- top level -------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        """Run the configured flow, compare default vs best, write the outputs, clean up."""
+        own_target = self._target is None
+        target = self._target or open_target(self.config, self.state_dir)
+        own_client = self._client is None
+        client = self._client or connect(self.server)
+        interrupted = False
+        result: TuneResult | None = None
+        try:
+            self._prepare(target)
+            passes = self._run_flow(client)
+            result = self._finish(passes)
+            return result
+        except KeyboardInterrupt:
+            interrupted = True
+            logger.warning("interrupted: restoring the original configuration")
+            raise
+        finally:
+            self._cleanup(keep_best=bool(result is not None and self.config.final.apply_best),
+                          interrupted=interrupted)
+            if own_client:
+                client.close()
+            if own_target:
+                target.close()
+
+    def _prepare(self, target: Target) -> None:
+        self._target = target
+        cfg = self.config
+        self.offline_space = resolve_knob_space(cfg.offline.knobs, target.catalog, kind="offline")
+        self.online_space = resolve_knob_space(cfg.online.knobs, target.catalog, kind="online")
+        connections = cfg.budget.connections or stream_count(cfg)
+        self.budget = make_budget_view(cfg, target.catalog, self.offline_space,
+                                       self.online_space, connections=connections,
+                                       known_ram_bytes=target.ram_bytes)
+        workload = make_workload(cfg, target.dsn)
+        self.measurer = Measurer(target.dsn, target.catalog, workload, cfg.measure,
+                                 controller=target.controller,
+                                 restart_timeout_s=cfg.database.restart_timeout_s,
+                                 feasible=self.budget.violation)
+        names = self.offline_space.names + self.online_space.names
+        # the budget's knobs are tracked even when not tuned: the online budget needs them
+        tracked = names + [n for n in BUDGET_KNOBS if n not in names]
+        current = self.measurer.current_settings(tracked)
+        self.original = {n: current[n] for n in names}
+        self.measurer.in_force = dict(current)
+        try:
+            self.original_auto_conf = target.controller.read_auto_conf()
+        except (HarmonyError, OSError, AttributeError) as exc:
+            logger.warning("cannot read postgresql.auto.conf (%s): the original configuration "
+                           "will be restored with ALTER SYSTEM", exc)
+        try:
+            row = self.measurer.conn().execute(
+                "SELECT sum(pg_relation_size(oid)) FROM pg_class WHERE relkind IN ('r', 'i', 'm') "
+                "AND relnamespace NOT IN ('pg_catalog'::regnamespace, "
+                "'information_schema'::regnamespace)").fetchone()
+            self.relpages_bytes = int(row[0]) if row and row[0] else None
+        except (HarmonyError, psycopg.Error) as exc:
+            logger.info("database size unknown (%s)", exc)
+        logger.info("tuning %s on %s: offline %s, online %s; original %s", cfg.name,
+                    "the embedded cluster" if target.embedded else target.dsn,
+                    self.offline_space.names, self.online_space.names, self.original)
+        self.measurer.start()
+
+    def _cleanup(self, *, keep_best: bool, interrupted: bool) -> None:
+        measurer = self.measurer
+        if measurer is None:
+            return
+        measurer.stop()
+        wanted = dict(self.best.in_force) if keep_best and self.best is not None \
+            else dict(self.original)
+        what = "best" if keep_best and self.best is not None else "original"
+        try:
+            outcome = measurer.restore(wanted, auto_conf=None if keep_best
+                                       else self.original_auto_conf)
+            logger.info("left the server running with the %s configuration%s", what,
+                        f" ({outcome})" if outcome else "")
+        except (HarmonyError, OSError) as exc:
+            logger.error("could not restore the %s configuration: %s", what, exc)
+        finally:
+            measurer.close()
+
+    # -- sessions --------------------------------------------------------------------------
+    def _definition(self, label: str, space: KnobSpace, constraints: list[str],
+                    strategy: str, options: Mapping[str, Any],
+                    init_point: Mapping[str, Any] | None) -> SessionDefinition:
+        cfg = self.config
+        sp = space.space
+        opts = dict(options)
+        if init_point is not None and "init_point" not in opts:
+            opts["init_point"] = sp.snap(init_point)
+            opts.setdefault("init_method", "point")
+        plugins = []
+        if constraints:
+            plugins.append(PluginSpec("constraint", {"constraints": constraints}))
+        plugins.append(PluginSpec("agg", {"times": cfg.measure.samples,
+                                          "how": cfg.measure.aggregate}))
+        return SessionDefinition(
+            name=f"{cfg.name}-{self.run_id}-{label}"[:200], space=sp, strategy=strategy,
+            strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
+            seed=cfg.seed, lease_seconds=3600.0,
+            metadata={"tuner": cfg.name, "run": self.run_id, "session": label,
+                      "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench")})
+
+    def _run_session(self, session: Session, space: KnobSpace, evaluations: int, label: str,
+                     after_eval: Callable[[PointRecord], bool] | None = None) -> str:
+        """Fetch, measure, report until converged, out of evaluations, or stopped by a hook.
+
+        Every fetched trial is one throughput sample; the session's ``agg`` plugin asks for
+        the same point ``samples`` times and aggregates. Returns why it stopped.
+        """
+        assert self.measurer is not None
+        measurer, samples = self.measurer, self.config.measure.samples
+        done = 0
+        current: PointRecord | None = None
+        idle = 0
+        while done < evaluations:
+            got = session.fetch(timeout=FETCH_TIMEOUT_S)
+            if got is None:
+                if session.converged:
+                    logger.info("[%s] converged after %d evaluations", label, done)
+                    return "converged"
+                idle += 1
+                if idle >= 3:
+                    logger.warning("[%s] no point to measure after %d tries; ending the session",
+                                   label, idle)
+                    return "idle"
+                continue
+            idle = 0
+            settings = space.settings(got.point)
+            if current is None or current.point != got.point or len(current.samples) >= samples:
+                current = PointRecord(session=label, point=dict(got.point), settings=settings)
+                outcome = measurer.apply(settings)
+                current.restart_s, current.apply_s = outcome.restart_s, outcome.apply_s
+                if outcome.failure is not None:
+                    current.failure = outcome.failure
+                    current.in_force = dict(measurer.in_force)
+                    session.report_failure(got.trial_id, outcome.failure)
+                    logger.info("[%s] eval %d/%d %s failed: %s", label, done + 1, evaluations,
+                                settings, outcome.failure)
+                    done += 1
+                    self._recorded(current)
+                    current = None
+                    continue
+                current.in_force = dict(measurer.in_force)
+            try:
+                sample = measurer.sample()
+            except HarmonyError as exc:
+                current.failure = f"sampling failed: {exc}"
+                session.report_failure(got.trial_id, current.failure)
+                logger.warning("[%s] %s: %s", label, settings, current.failure)
+                done += 1
+                self._recorded(current)
+                current = None
+                continue
+            current.samples.append(sample)
+            session.report(got.trial_id, sample.qpm)
+            best = self.best.value if self.best is not None else None
+            logger.info("[%s] eval %d/%d %s sample %d/%d: %.1f qpm (best so far %s)", label,
+                        done + 1, evaluations, settings, len(current.samples), samples,
+                        sample.qpm, f"{best:.1f} qpm" if best is not None else "none")
+            if len(current.samples) >= samples:
+                current.value = aggregate([s.qpm for s in current.samples],
+                                          self.config.measure.aggregate)
+                done += 1
+                self._recorded(current)
+                finished, current = current, None
+                if after_eval is not None and after_eval(finished):
+                    return "stopped"
+        return "budget"
+
+    def _recorded(self, record: PointRecord) -> None:
+        self.records.append(record)
+        if record.value is not None and (self.best is None
+                                         or record.value > (self.best.value or 0.0)):
+            self.best = record
+            logger.info("new best: %.1f qpm with %s", record.value, record.in_force)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    # -- the passes ------------------------------------------------------------------------
+    def _run_flow(self, client: HarmonyClient) -> int:
+        cfg = self.config
+        passes = 0
+        for n in range(1, cfg.flow.max_passes + 1):
+            passes = n
+            logger.info("=== pass %d of at most %d (%s) ===", n, cfg.flow.max_passes,
+                        cfg.flow.kind)
+            offline_best = self._offline_pass(client, n)
+            again = self._online_pass(client, n, offline_best)
+            if cfg.flow.kind == "one-pass" or not again:
+                break
+            if n == cfg.flow.max_passes:
+                self._decide(f"pass {n}: a restart was asked for, but max_passes "
+                             f"{cfg.flow.max_passes} is reached")
+        return passes
+
+    def _decide(self, text: str) -> None:
+        self.decisions.append(text)
+        logger.info("decision: %s", text)
+
+    def _offline_pass(self, client: HarmonyClient, n: int) -> float | None:
+        assert self.measurer and self.offline_space and self.budget
+        cfg, space = self.config, self.offline_space
+        label = f"p{n}-offline"
+        start = space.point_from_settings(self._best_or_current(space.names))
+        definition = self._definition(label, space, self.budget.offline_constraints(),
+                                      cfg.offline.strategy, cfg.offline.strategy_options, start)
+        session = client.create_session(definition, exist_ok=True)
+        first = len(self.records)
+        prior = None
+        if cfg.offline.prior and "shared_buffers" in space.names:
+            try:
+                prior = OfflinePrior(space, self.budget.budget.shared_buffers_max_bytes,
+                                     cfg.offline.prior_min_r2, self.relpages_bytes)
+            except ImportError as exc:
+                self._decide(f"{label}: BME prior unavailable ({exc}); plain search")
+        used_prior = False
+
+        def after_eval(record: PointRecord) -> bool:
+            nonlocal used_prior
+            if prior is None or used_prior:
+                return False
+            prior.add(record)
+            advice = prior.advice()
+            if advice is None:
+                return False
+            used_prior = True
+            if not advice.usable:
+                self._decide(f"{label}: BME prior not used ({advice.reason}); the plain "
+                             f"search goes on")
+                return False
+            self._decide(f"{label}: BME prior fitted ({advice.reason}); restarting the offline "
+                         f"search in {advice.range_text} from {advice.start}")
+            return True
+
+        evaluations = cfg.offline.evaluations
+        reason = self._run_session(session, space, evaluations, label, after_eval)
+        if reason == "stopped" and used_prior:
+            # the prior advised a range and start: a fresh session inside the advised range
+            advice = prior.last  # type: ignore[union-attr]
+            narrowed = KnobSpace(tuple(p if p.name not in advice.bounds else
+                                       _with_bounds(p, advice.bounds[p.name])
+                                       for p in space.params))
+            spent = len(self.records) - first
+            label2 = f"p{n}-offline-bme"
+            definition = self._definition(label2, narrowed, self.budget.offline_constraints(),
+                                          cfg.offline.strategy, cfg.offline.strategy_options,
+                                          advice.start)
+            session2 = client.create_session(definition, exist_ok=True)
+            self._run_session(session2, narrowed, max(1, evaluations - spent), label2)
+        best = self._best_of(self.records[first:])
+        if best is None:
+            self._decide(f"{label}: no offline point measured successfully; keeping "
+                         f"{self._current(space.names)}")
+            return None
+        # put the offline best in force for the online session
+        outcome = self.measurer.apply({k: best.in_force[k] for k in space.names})
+        if outcome.failure is not None:
+            logger.warning("%s: could not put the offline best back in force: %s", label,
+                           outcome.failure)
+        logger.info("[%s] best %.1f qpm with %s", label, best.value or 0.0,
+                    {k: best.in_force[k] for k in space.names})
+        return best.value
+
+    def _online_pass(self, client: HarmonyClient, n: int, offline_best: float | None) -> bool:
+        """Run the online session; True when a detector asks for another pass."""
+        assert self.measurer and self.online_space and self.budget
+        cfg, space = self.config, self.online_space
+        label = f"p{n}-online"
+        constraints = self.budget.online_constraints(self.measurer.in_force)
+        start = space.point_from_settings(self._best_or_current(space.names)) if n > 1 else None
+        options = dict(cfg.online.strategy_options)
+        definition = self._definition(label, space, constraints, cfg.online.strategy, options,
+                                      start)
+        session = client.create_session(definition, exist_ok=True)
+        first = len(self.records)
+        vertices = int(options.get("simplex_size", len(space.names) + 1))
+        multi = cfg.flow.kind == "multi-pass"
+        local_min = LocalMinimumDetector(cfg.flow.local_minimum_threshold)
+        stuck = False
+
+        def after_eval(record: PointRecord) -> bool:
+            nonlocal stuck
+            mine = self.records[first:]
+            if not (multi and cfg.flow.local_minimum and offline_best is not None) \
+                    or len(mine) < vertices:
+                return False
+            window = [r.value if r.value is not None else math.nan for r in mine[-vertices:]]
+            if local_min.check(window, offline_best):
+                stuck = True
+                self._decide(f"{label}: local minimum: the last {vertices} online vertices "
+                             f"{[round(v, 1) for v in window]} are all worse than the offline "
+                             f"best {offline_best:.1f} by more than "
+                             f"{100 * cfg.flow.local_minimum_threshold:.0f}%: back to offline")
+                return True
+            return False
+
+        reason = self._run_session(session, space, cfg.online.evaluations, label, after_eval)
+        mine = self.records[first:]
+        best = self._best_of(mine)
+        if best is not None:
+            self.measurer.apply({k: best.in_force[k] for k in space.names})
+        if stuck:
+            return True
+        if not multi or cfg.flow.monitor == 0 or best is None:
+            return False
+        # after convergence (or the evaluation budget): watch for a workload shift
+        values = [r.value for r in mine[-vertices:] if r.value is not None]
+        if not values:
+            return False
+        shift = WorkloadShiftDetector(cfg.flow.shift_outside, cfg.flow.shift_margin)
+        band = shift.arm(values)
+        self._decide(f"{label}: {reason}; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] "
+                     f"from the last {len(values)} vertices; monitoring {cfg.flow.monitor} "
+                     f"measurements of the best point")
+        for i in range(cfg.flow.monitor):
+            record = self.measurer.measure(f"{label}-monitor", best.point,
+                                           {k: best.in_force[k] for k in space.names})
+            record.in_force = dict(self.measurer.in_force)
+            self.records.append(record)
+            value = record.value if record.value is not None else math.nan
+            logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
+            if shift.observe(value):
+                self._decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
+                             f"measurements outside [{band[0]:.1f}, {band[1]:.1f}]: back to "
+                             f"offline")
+                return True
+        return False
+
+    # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _best_of(records: list[PointRecord]) -> PointRecord | None:
+        done = [r for r in records if r.value is not None]
+        return max(done, key=lambda r: r.value or 0.0) if done else None
+
+    def _current(self, names: list[str]) -> dict[str, str]:
+        assert self.measurer is not None
+        return {n: self.measurer.in_force[n] for n in names}
+
+    def _best_or_current(self, names: list[str]) -> dict[str, str]:
+        if self.best is not None:
+            return {n: self.best.in_force.get(n, self.original[n]) for n in names}
+        return self._current(names)
+
+    # -- the end ---------------------------------------------------------------------------
+    def _finish(self, passes: int) -> TuneResult:
+        assert self.measurer is not None and self.offline_space is not None
+        cfg = self.config
+        best = ({n: self.best.in_force[n] for n in self.original} if self.best is not None
+                else dict(self.original))
+        rounds: list[dict[str, float | None]] = []
+        if self.best is not None and cfg.final.rounds > 0:
+            logger.info("=== default vs best, interleaved, %d rounds ===", cfg.final.rounds)
+            for r in range(cfg.final.rounds):
+                row: dict[str, float | None] = {}
+                for which, settings in (("default", self.original), ("best", best)):
+                    # the default is the user's own configuration: measured even when it
+                    # breaks the budget the search was held to
+                    record = self.measurer.measure(f"final-{which}", {}, settings,
+                                                   check_budget=which == "best")
+                    self.records.append(record)
+                    row[which] = record.value
+                    logger.info("[final] round %d/%d %s: %s qpm%s", r + 1, cfg.final.rounds,
+                                which, f"{record.value:.1f}" if record.value else "n/a",
+                                f" ({record.failure})" if record.failure else "")
+                rounds.append(row)
+
+        def mean(which: str) -> float | None:
+            vals = [row[which] for row in rounds if row.get(which) is not None]
+            return sum(vals) / len(vals) if vals else None  # type: ignore[arg-type]
+
+        changed = {k: v for k, v in best.items() if v != self.original.get(k)}
+        result = TuneResult(best_settings=best, default_settings=dict(self.original),
+                            best_qpm=mean("best"), default_qpm=mean("default"),
+                            ab_rounds=rounds, passes=passes,
+                            evaluations=sum(1 for r in self.records
+                                            if not r.session.startswith("final")),
+                            output_dir=self.output_dir, decisions=list(self.decisions))
+        if self.output_dir is not None:
+            self._write_outputs(result, changed or best)
+        return result
+
+    def _write_outputs(self, result: TuneResult, settings: Mapping[str, str]) -> None:
+        out = self.output_dir
+        assert out is not None and self.offline_space is not None
+        out.mkdir(parents=True, exist_ok=True)
+        offline = set(self.offline_space.names)
+        (out / "alter_system.sql").write_text(alter_system_sql(settings, offline))
+        (out / "postgresql.conf.fragment").write_text(conf_fragment(settings))
+        with (out / "trials.jsonl").open("w") as fh:
+            for record in self.records:
+                fh.write(json.dumps(record.to_dict(), default=str) + "\n")
+        (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=str)
+                                          + "\n")
+        logger.info("wrote %s", ", ".join(str(out / f) for f in (
+            "alter_system.sql", "postgresql.conf.fragment", "trials.jsonl", "summary.json")))
+
+
+def _with_bounds(param: KnobParam, bounds: tuple[float, float]) -> KnobParam:
+    """``param`` with its session range narrowed to ``bounds`` (on its grid)."""
+    narrowed = Space((param.param,)).narrowed({param.name: bounds}).params[0]
+    return replace(param, param=narrowed)
+
+
+def run_tuning(config: TunerConfig, **kwargs: Any) -> TuneResult:
+    """Convenience wrapper: ``Tuner(config, **kwargs).run()``."""
+    if config.flow.kind not in ("one-pass", "multi-pass"):
+        raise ConfigError(f"flow.kind must be one-pass or multi-pass, got {config.flow.kind!r}")
+    return Tuner(config, **kwargs).run()

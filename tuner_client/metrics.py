@@ -1,0 +1,443 @@
+"""The tuner daemon's own Prometheus metrics, served on its own port (loopback by default).
+
+:class:`TunerMetrics` is a plain object with update methods the flows call at the moments
+that matter (a pass starts, a point was measured, a restart finished, a detector fired);
+it holds a private registry, so several tuners in one process (tests) never collide.
+Throughput is exported in queries per second (the base unit; the flows pass qpm and it is
+converted here), memory in bytes, durations in seconds. Every label is bounded: ``knob``
+takes the tuned knob names, ``phase`` and ``kind`` fixed sets, and the BME curve and the
+recent miss observations use fixed slot numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from harmony import __version__
+from harmony.errors import ConfigError
+from tuner_client.bme.equation import PARAM_KEYS, BMEParams, miss_probability
+
+__all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
+           "TunerMetrics", "setting_to_base_units"]
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: the tuner's metrics port unless told otherwise (the server's API is on 1979)
+DEFAULT_METRICS_PORT = 9188
+#: what the tuner is doing (values of the ``phase`` label)
+PHASES = ("idle", "offline", "online", "baseline", "final")
+#: why a point failed (values of the ``kind`` label)
+FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
+#: how many recent (shared_buffers, miss probability) observations are kept as slots
+MISS_SLOTS = 16
+#: how many points of the fitted BME curve are exported
+CURVE_POINTS = 24
+
+#: every series this module exports (sample names) -> what it means; docs and tests use it
+TUNER_METRICS: dict[str, str] = {
+    "harmony_tuner_info": "constant 1; labels version and tuner (the config name)",
+    "harmony_tuner_start_time_seconds": "when the tuner started (Unix time)",
+    "harmony_tuner_pass": "the current tuning pass (1, 2, ...; 0 before the first)",
+    "harmony_tuner_passes_total": "tuning passes started",
+    "harmony_tuner_phase": "1 for the phase the tuner is in (label phase), 0 for the others",
+    "harmony_tuner_session_info": "1 for the session being tuned (labels session, kind)",
+    "harmony_tuner_throughput_queries_per_second": "throughput of the last measured point",
+    "harmony_tuner_best_throughput_queries_per_second": "best throughput found so far",
+    "harmony_tuner_default_throughput_queries_per_second":
+        "throughput of the default configuration (baseline), when measured",
+    "harmony_tuner_knob_value": "value in force of each tuned knob (label knob; bytes, "
+                                "seconds or plain number)",
+    "harmony_tuner_best_knob_value": "each knob's value in the best configuration so far",
+    "harmony_tuner_evaluations_total": "points measured, by kind (offline, online, baseline)",
+    "harmony_tuner_samples_total": "throughput samples taken",
+    "harmony_tuner_point_samples": "samples taken for the last measured point",
+    "harmony_tuner_sample_spread_ratio": "(max - min) / mean of the last point's samples",
+    "harmony_tuner_sample_stddev_queries_per_second": "standard deviation of the last point's "
+                                                      "samples",
+    "harmony_tuner_failed_points_total": "points that failed, by kind (apply, restart, measure, "
+                                         "infeasible, other)",
+    "harmony_tuner_restarts_total": "PostgreSQL restarts (offline knob changes)",
+    "harmony_tuner_failed_restarts_total": "restarts that failed (rolled back)",
+    "harmony_tuner_restart_duration_seconds_bucket": "restart duration histogram",
+    "harmony_tuner_restart_duration_seconds_sum": "sum of restart durations",
+    "harmony_tuner_restart_duration_seconds_count": "number of restarts timed",
+    "harmony_tuner_budget_slack_bytes": "memory budget left by the configuration in force "
+                                        "(RAM - W*n - S - M - T - O)",
+    "harmony_tuner_buffer_miss_probability": "buffer miss probability of the last measured point "
+                                             "(blks_read / (blks_read + blks_hit))",
+    "harmony_tuner_shared_buffers_bytes": "shared_buffers in force",
+    "harmony_tuner_miss_observation_probability": "recent miss probabilities, label slot",
+    "harmony_tuner_miss_observation_shared_buffers_bytes": "shared_buffers of each slot's "
+                                                           "observation",
+    "harmony_tuner_bme_m_star_bytes": "fitted natural buffer size M* (BME)",
+    "harmony_tuner_bme_m_b_bytes": "fitted memory outside the buffer Mb (BME)",
+    "harmony_tuner_bme_p_star": "fitted cold-miss probability P* (BME)",
+    "harmony_tuner_bme_p_c": "fitted convexity parameter Pc (BME)",
+    "harmony_tuner_bme_r2": "R^2 of the BME fit",
+    "harmony_tuner_bme_fits_total": "BME fits made",
+    "harmony_tuner_bme_curve_probability": "fitted miss probability at curve point (label point)",
+    "harmony_tuner_bme_curve_shared_buffers_bytes": "shared_buffers at curve point (label point)",
+    "harmony_tuner_workload_shifts_total": "workload shifts detected (restart from offline)",
+    "harmony_tuner_local_minima_total": "local minima detected (online session abandoned)",
+    "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
+}
+
+_MEMORY = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
+_TIME = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_SETTING_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*$")
+_BOOLS = {"on": 1.0, "true": 1.0, "yes": 1.0, "off": 0.0, "false": 0.0, "no": 0.0}
+
+
+def setting_to_base_units(value: Any) -> float | None:
+    """A knob value as one number: ``'64MB'`` -> bytes, ``'200ms'`` -> seconds, ``'on'`` -> 1.
+
+    Numbers pass through; anything else (an enum such as ``'pglz'``) gives ``None``.
+    """
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    if text.lower() in _BOOLS:
+        return _BOOLS[text.lower()]
+    m = _SETTING_RE.match(text)
+    if not m:
+        return None
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if not unit:
+        return number
+    if unit in _MEMORY:
+        return number * _MEMORY[unit]
+    if unit in _TIME:
+        return number * _TIME[unit]
+    return None
+
+
+class TunerMetrics:
+    """The tuner's metrics and the plain methods that update them.
+
+    ``knobs`` are the knob names the tuner may set (the ``knob`` label's values); a knob
+    outside it is refused so that the label stays bounded. ``maximize`` tells which
+    throughput is "best" (throughput: True).
+    """
+
+    def __init__(self, knobs: Sequence[str] = (), *, tuner: str = "harmony",
+                 registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.knobs: set[str] = set(knobs)
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._best_qps: float | None = None
+        self._misses: deque[tuple[float, float]] = deque(maxlen=MISS_SLOTS)
+        r = self.registry
+        Info("harmony_tuner", "The tuner: harmony version and config name.",
+             registry=r).info({"version": __version__, "tuner": tuner})
+        Gauge("harmony_tuner_start_time_seconds", "When the tuner started (Unix time).",
+              registry=r).set(time.time())
+        self.pass_number = Gauge("harmony_tuner_pass", "The current tuning pass.", registry=r)
+        self.passes = Counter("harmony_tuner_passes", "Tuning passes started.", registry=r)
+        self.phase = Gauge("harmony_tuner_phase", "1 for the phase the tuner is in.",
+                           ["phase"], registry=r)
+        for phase in PHASES:
+            self.phase.labels(phase).set(1.0 if phase == "idle" else 0.0)
+        self.session = Gauge("harmony_tuner_session_info", "The session being tuned.",
+                             ["session", "kind"], registry=r)
+        self.throughput = Gauge("harmony_tuner_throughput_queries_per_second",
+                                "Throughput of the last measured point.", registry=r)
+        self.best_throughput = Gauge("harmony_tuner_best_throughput_queries_per_second",
+                                     "Best throughput so far.", registry=r)
+        self.default_throughput = Gauge("harmony_tuner_default_throughput_queries_per_second",
+                                        "Throughput of the default configuration.", registry=r)
+        self.knob_value = Gauge("harmony_tuner_knob_value", "Value in force of each tuned knob.",
+                                ["knob"], registry=r)
+        self.best_knob_value = Gauge("harmony_tuner_best_knob_value",
+                                     "Each knob's value in the best configuration so far.",
+                                     ["knob"], registry=r)
+        self.evaluations = Counter("harmony_tuner_evaluations", "Points measured, by kind.",
+                                   ["kind"], registry=r)
+        self.samples = Counter("harmony_tuner_samples", "Throughput samples taken.", registry=r)
+        self.point_samples = Gauge("harmony_tuner_point_samples",
+                                   "Samples of the last measured point.", registry=r)
+        self.spread = Gauge("harmony_tuner_sample_spread_ratio",
+                            "(max - min) / mean of the last point's samples.", registry=r)
+        self.stddev = Gauge("harmony_tuner_sample_stddev_queries_per_second",
+                            "Standard deviation of the last point's samples.", registry=r)
+        self.failures = Counter("harmony_tuner_failed_points", "Points that failed, by kind.",
+                                ["kind"], registry=r)
+        for kind in FAILURE_KINDS:
+            self.failures.labels(kind)
+        self.restarts = Counter("harmony_tuner_restarts", "PostgreSQL restarts.", registry=r)
+        self.failed_restarts = Counter("harmony_tuner_failed_restarts",
+                                       "Restarts that failed (rolled back).", registry=r)
+        self.restart_duration = Histogram(
+            "harmony_tuner_restart_duration_seconds", "Restart duration.",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
+        self.budget_slack = Gauge("harmony_tuner_budget_slack_bytes",
+                                  "Memory budget left by the configuration in force.", registry=r)
+        self.miss = Gauge("harmony_tuner_buffer_miss_probability",
+                          "Buffer miss probability of the last measured point.", registry=r)
+        self.shared_buffers = Gauge("harmony_tuner_shared_buffers_bytes",
+                                    "shared_buffers in force.", registry=r)
+        self.miss_obs = Gauge("harmony_tuner_miss_observation_probability",
+                              "Recent miss probabilities, by slot.", ["slot"], registry=r)
+        self.miss_obs_size = Gauge("harmony_tuner_miss_observation_shared_buffers_bytes",
+                                   "shared_buffers of each slot's observation.", ["slot"],
+                                   registry=r)
+        self.m_star = Gauge("harmony_tuner_bme_m_star_bytes", "Fitted M* (BME).", registry=r)
+        self.m_b = Gauge("harmony_tuner_bme_m_b_bytes", "Fitted Mb (BME).", registry=r)
+        self.p_star = Gauge("harmony_tuner_bme_p_star", "Fitted P* (BME).", registry=r)
+        self.p_c = Gauge("harmony_tuner_bme_p_c", "Fitted Pc (BME).", registry=r)
+        self.r2 = Gauge("harmony_tuner_bme_r2", "R^2 of the BME fit.", registry=r)
+        self.fits = Counter("harmony_tuner_bme_fits", "BME fits made.", registry=r)
+        self.curve = Gauge("harmony_tuner_bme_curve_probability",
+                           "Fitted miss probability at each curve point.", ["point"], registry=r)
+        self.curve_size = Gauge("harmony_tuner_bme_curve_shared_buffers_bytes",
+                                "shared_buffers at each curve point.", ["point"], registry=r)
+        self.shifts = Counter("harmony_tuner_workload_shifts", "Workload shifts detected.",
+                              registry=r)
+        self.local_minima = Counter("harmony_tuner_local_minima", "Local minima detected.",
+                                    registry=r)
+        self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
+                                "When a detector last fired.", ["event"], registry=r)
+        for knob in sorted(self.knobs):
+            self.knob_value.labels(knob)
+
+    # -- serving -------------------------------------------------------------------------
+    def serve(self, host: str = "127.0.0.1", port: int = DEFAULT_METRICS_PORT) -> int:
+        """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns the bound port."""
+        if self._server is not None:
+            raise ConfigError("the tuner's metrics endpoint is already being served")
+        try:
+            self._server, self._thread = start_http_server(port, addr=host,
+                                                           registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve tuner metrics on {host}:{port}: {exc.strerror}; "
+                              f"pick another --metrics-port") from None
+        bound = int(self._server.server_address[1])
+        logger.info("tuner metrics on http://%s:%d/metrics", host, bound)
+        return bound
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            self._server = self._thread = None
+
+    def render(self) -> bytes:
+        """The exposition text (for tests, or to serve from another HTTP server)."""
+        return generate_latest(self.registry)
+
+    # -- flow events ---------------------------------------------------------------------
+    def start_pass(self, number: int) -> None:
+        """A tuning pass (offline then online) begins."""
+        self.pass_number.set(number)
+        self.passes.inc()
+
+    def set_phase(self, phase: str) -> None:
+        """What the tuner is doing now: one of :data:`PHASES`."""
+        if phase not in PHASES:
+            raise ConfigError(f"tuner phase must be one of {', '.join(PHASES)}, got {phase!r}")
+        for p in PHASES:
+            self.phase.labels(p).set(1.0 if p == phase else 0.0)
+
+    def start_session(self, name: str, kind: str) -> None:
+        """The tuner works in session ``name`` now (``kind`` offline/online); sets the phase."""
+        with self._lock:
+            self.session.clear()  # only the current session is exported: one series
+            self.session.labels(name, kind).set(1.0)
+        if kind in PHASES:
+            self.set_phase(kind)
+
+    def set_knobs(self, values: Mapping[str, Any]) -> None:
+        """The knob values now in force (PostgreSQL strings like ``'64MB'`` or numbers)."""
+        for knob, value in values.items():
+            number = self._knob_number(knob, value)
+            if number is not None:
+                self.knob_value.labels(knob).set(number)
+                if knob == "shared_buffers":
+                    self.shared_buffers.set(number)
+
+    def record_measurement(self, samples_qpm: Sequence[float], value_qpm: float | None = None,
+                           *, kind: str = "online", knobs: Mapping[str, Any] | None = None,
+                           maximize: bool = True) -> None:
+        """One point measured: its samples (qpm) and aggregate; updates best-so-far.
+
+        ``knobs`` are the point's values in force; with a new best they become the best knobs.
+        """
+        samples = [float(s) for s in samples_qpm if s is not None and math.isfinite(float(s))]
+        self.samples.inc(len(samples))
+        self.point_samples.set(len(samples))
+        self.evaluations.labels(kind).inc()
+        if samples:
+            mean = statistics.fmean(samples)
+            self.spread.set((max(samples) - min(samples)) / mean if mean > 0 else 0.0)
+            self.stddev.set(statistics.pstdev(samples) / 60.0)
+        if value_qpm is None and samples:
+            value_qpm = max(samples) if maximize else min(samples)
+        if knobs is not None:
+            self.set_knobs(knobs)
+        if value_qpm is None or not math.isfinite(value_qpm):
+            return
+        qps = value_qpm / 60.0
+        self.throughput.set(qps)
+        if kind == "baseline":
+            return
+        with self._lock:
+            better = self._best_qps is None or (qps > self._best_qps if maximize
+                                                else qps < self._best_qps)
+            if better:
+                self._best_qps = qps
+        if better:
+            self.best_throughput.set(qps)
+            for knob, value in (knobs or {}).items():
+                number = self._knob_number(knob, value)
+                if number is not None:
+                    self.best_knob_value.labels(knob).set(number)
+
+    def record_point(self, record: Any, *, kind: str = "online") -> None:
+        """Everything of one measured point from a ``measure.PointRecord``-like object.
+
+        Reads ``samples[*].qpm``, ``value``, ``in_force``, ``failure``, ``restart_s`` and the
+        counters' miss ratio (``stats_total().miss_ratio``) when present.
+        """
+        failure = getattr(record, "failure", None)
+        in_force = dict(getattr(record, "in_force", {}) or {})
+        restart_s = getattr(record, "restart_s", None)
+        if restart_s:
+            self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
+        if failure:
+            self.record_failure(_failure_kind(str(failure)))
+            if in_force:
+                self.set_knobs(in_force)
+            return
+        qpms = [float(s.qpm) for s in getattr(record, "samples", [])]
+        self.record_measurement(qpms, getattr(record, "value", None), kind=kind,
+                                knobs=in_force or None)
+        stats_total = getattr(record, "stats_total", None)
+        delta = stats_total() if callable(stats_total) else None
+        miss = getattr(delta, "miss_ratio", None) if delta is not None else None
+        size = setting_to_base_units(in_force.get("shared_buffers")) \
+            if "shared_buffers" in in_force else None
+        if miss is not None:
+            self.record_buffer_miss(size, float(miss))
+
+    def record_default(self, value_qpm: float) -> None:
+        """The default configuration's throughput (the baseline of the comparison)."""
+        self.default_throughput.set(value_qpm / 60.0)
+
+    def record_failure(self, kind: str = "other") -> None:
+        """A point failed (:data:`FAILURE_KINDS`; anything else counts as ``other``)."""
+        self.failures.labels(kind if kind in FAILURE_KINDS else "other").inc()
+
+    def record_restart(self, seconds: float, *, ok: bool = True) -> None:
+        """A PostgreSQL restart finished (``ok``) or failed and was rolled back."""
+        self.restarts.inc()
+        if ok:
+            self.restart_duration.observe(seconds)
+        else:
+            self.failed_restarts.inc()
+
+    def set_budget_slack(self, slack_bytes: float) -> None:
+        """Memory left under the budget by the configuration in force (negative: over it)."""
+        self.budget_slack.set(slack_bytes)
+
+    def record_buffer_miss(self, shared_buffers_bytes: float | None,
+                           miss_probability: float) -> None:
+        """A measured miss probability, at the shared_buffers in force when known."""
+        if not 0.0 <= miss_probability <= 1.0:
+            logger.warning("ignoring miss probability %r outside [0, 1]", miss_probability)
+            return
+        self.miss.set(miss_probability)
+        if shared_buffers_bytes is None:
+            return
+        self.shared_buffers.set(shared_buffers_bytes)
+        with self._lock:
+            self._misses.append((float(shared_buffers_bytes), miss_probability))
+            observations = sorted(self._misses)
+        for slot, (size, miss) in enumerate(observations):
+            self.miss_obs.labels(str(slot)).set(miss)
+            self.miss_obs_size.labels(str(slot)).set(size)
+
+    def record_bme_fit(self, params: Any, *, r2: float | None = None,
+                       sizes: tuple[float, float] | None = None) -> None:
+        """A BME fit: ``params`` a ``BMEParams`` or a dict with p_star, p_c, m_b, m_star (bytes).
+
+        The fitted curve is exported at :data:`CURVE_POINTS` sizes over ``sizes`` (min, max
+        bytes; default 1/16 .. 2x M*) so a dashboard can draw it beside the observations.
+        """
+        data = params.to_dict() if hasattr(params, "to_dict") else dict(params)
+        if r2 is None and data.get("r2") is not None:
+            r2 = float(data["r2"])
+        fitted = BMEParams.from_dict({k: data.get(k) for k in PARAM_KEYS},
+                                     source="tuner metrics: BME fit")
+        p_star, p_c, m_b, m_star = fitted.p_star, fitted.p_c, fitted.m_b, fitted.m_star
+        self.fits.inc()
+        self.p_star.set(p_star)
+        self.p_c.set(p_c)
+        self.m_b.set(m_b)
+        self.m_star.set(m_star)
+        if r2 is not None:
+            self.r2.set(float(r2))
+        low, high = sizes if sizes is not None else (m_star / 16.0, m_star * 2.0)
+        low = max(low, 1.0, -m_b + 1.0)  # the law holds where M + Mb > 0
+        for i in range(CURVE_POINTS):
+            m = low + (high - low) * i / (CURVE_POINTS - 1)
+            self.curve.labels(str(i)).set(float(miss_probability(fitted, m)))
+            self.curve_size.labels(str(i)).set(m)
+
+    def record_workload_shift(self) -> None:
+        """The workload-shift detector fired: the tuner restarts from the offline session."""
+        self.shifts.inc()
+        self.last_event.labels("workload_shift").set(time.time())
+
+    def record_local_minimum(self) -> None:
+        """The local-minimum detector fired: the online session is abandoned."""
+        self.local_minima.inc()
+        self.last_event.labels("local_minimum").set(time.time())
+
+    # -- helpers -------------------------------------------------------------------------
+    def _knob_number(self, knob: str, value: Any) -> float | None:
+        if self.knobs and knob not in self.knobs:
+            logger.debug("metrics: knob %s is not a tuned knob; not exported", knob)
+            return None
+        number = setting_to_base_units(value)
+        if number is None:
+            logger.debug("metrics: knob %s=%r has no numeric form; not exported", knob, value)
+        return number
+
+
+def _failure_kind(reason: str) -> str:
+    text = reason.lower()
+    if text.startswith("infeasible"):
+        return "infeasible"
+    if "restart" in text:
+        return "restart"
+    if text.startswith("applying") or "apply" in text:
+        return "apply"
+    if "sampl" in text or "measur" in text:
+        return "measure"
+    return "other"

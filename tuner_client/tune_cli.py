@@ -1,0 +1,89 @@
+"""``harmony tune CONFIG.yaml``: run a tuning flow against PostgreSQL and report the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from tuner_client.config import load_tuner_config
+from tuner_client.flows import TuneResult, Tuner
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(f"HARMONY_{name.upper()}")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``harmony tune``."""
+    parser = subparsers.add_parser(
+        "tune", help="tune a PostgreSQL server for a workload (one-pass or multi-pass flow)",
+        description="Run the tuning flow a config file describes: offline session "
+                    "(shared_buffers, restarts) then online session (reloadable knobs), "
+                    "default vs best measured interleaved at the end, ALTER SYSTEM statements "
+                    "written. Without a DSN in the config, an embedded local cluster with a "
+                    "small TPC-H database is used.")
+    parser.add_argument("config", type=Path, help="tuner config YAML (see configs/)")
+    parser.add_argument("--server", default=_env("server"),
+                        help="URL of a harmony server to host the sessions (env HARMONY_SERVER; "
+                             "default: the config's server, else standalone in-process)")
+    parser.add_argument("--state-dir", type=Path, default=_env("state_dir"),
+                        help="where the embedded cluster lives (env HARMONY_STATE_DIR; default "
+                             "/var/tmp/harmony-<uid>/<config name>)")
+    parser.add_argument("--output", type=Path, default=_env("output"),
+                        help="directory for alter_system.sql, postgresql.conf.fragment, "
+                             "trials.jsonl, summary.json (env HARMONY_OUTPUT; default "
+                             "./harmony-out/<config name>)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run_tune)
+
+
+def format_result(result: TuneResult) -> str:
+    """A readable summary: best configuration, throughput vs the default, files written."""
+    lines = [f"passes: {result.passes}, evaluations: {result.evaluations}"]
+    changed = {k: v for k, v in result.best_settings.items()
+               if v != result.default_settings.get(k)}
+    lines.append("best configuration:" if changed else
+                 "best configuration: the default (nothing measured better)")
+    width = max((len(k) for k in result.best_settings), default=0)
+    for name, value in result.best_settings.items():
+        mark = "" if name not in changed else f"   (default {result.default_settings.get(name)})"
+        lines.append(f"  {name:<{width}} = {value}{mark}")
+    if result.best_qpm is not None and result.default_qpm is not None:
+        lines.append(f"throughput, default vs best interleaved over {len(result.ab_rounds)} "
+                     f"round(s): {result.default_qpm:.1f} -> {result.best_qpm:.1f} queries/min "
+                     f"({100 * (result.improvement or 0.0):+.1f}%)")
+    for text in result.decisions:
+        lines.append(f"decision: {text}")
+    if result.output_dir is not None:
+        lines.append(f"ALTER SYSTEM statements: {result.output_dir / 'alter_system.sql'}")
+        lines.append(f"postgresql.conf fragment: {result.output_dir / 'postgresql.conf.fragment'}")
+    return "\n".join(lines)
+
+
+def _term_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Entry point of ``harmony tune``; the CLI maps errors to exit codes."""
+    config = load_tuner_config(args.config)
+    output = args.output or Path("harmony-out") / config.name
+    tuner = Tuner(config, server=args.server, state_dir=args.state_dir, output_dir=output)
+    # SIGTERM unwinds like Ctrl-C: the flow restores the configuration and leaves the
+    # server running before the process exits
+    previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
+    try:
+        result = tuner.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(format_result(result))
+    return 0
