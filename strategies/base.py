@@ -175,7 +175,8 @@ def make_strategy(name: str, space: Space, *, seed: int = 0,
     try:
         cls = Strategy.registry[name]
     except KeyError:
-        raise ConfigError(f"unknown strategy {name!r}; known: {sorted(Strategy.registry)}") from None
+        raise ConfigError(f"unknown strategy {name!r}; "
+                          f"known: {sorted(Strategy.registry)}") from None
     try:
         return cls(space, seed=seed, region=region, **options)
     except TypeError as exc:

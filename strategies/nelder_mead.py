@@ -73,7 +73,7 @@ class NelderMead(SimplexStrategy, name="nelder-mead"):
                 rc = self.rho * self.chi
                 self._start_batch(Phase.EXPAND, [(1 + rc) * c - rc * w])
             elif fr < f[-2]:
-                self._replace_worst(self.reflected)
+                self._replace_worst(batch[0])
             elif fr < f[-1]:
                 rg = self.rho * self.gamma_outside
                 self._start_batch(Phase.CONTRACT_OUTSIDE, [(1 + rg) * c - rg * w])
@@ -82,9 +82,9 @@ class NelderMead(SimplexStrategy, name="nelder-mead"):
                 self._start_batch(Phase.CONTRACT_INSIDE, [(1 - g) * c + g * w])
         elif phase is Phase.EXPAND:
             self.expanded = batch[0]
-            better = self.expanded if _value(self.expanded) < _value(self.reflected) \
-                else self.reflected
-            self._replace_worst(better)
+            reflected = self.reflected if self.reflected is not None else batch[0]
+            self._replace_worst(self.expanded if _value(self.expanded) < _value(reflected)
+                                else reflected)
         elif phase is Phase.CONTRACT_OUTSIDE:
             self.contracted = batch[0]
             if _value(self.contracted) <= _value(self.reflected):

@@ -107,7 +107,8 @@ class SimplexStrategy(Strategy):
         if init_method is None:
             init_method = "point" if init_point is not None else "lhs"
         if init_method not in INIT_METHODS:
-            raise option_error(name, "init_method", f"one of {', '.join(INIT_METHODS)}", init_method)
+            raise option_error(name, "init_method", f"one of {', '.join(INIT_METHODS)}",
+                               init_method)
         if reject_method not in REJECT_METHODS:
             raise option_error(name, "reject_method", f"one of {', '.join(REJECT_METHODS)}",
                                reject_method)

@@ -167,7 +167,8 @@ def _check_numeric(p: IntParam | RealParam) -> None:
                 raise ConfigError(f"parameter {p.name!r}: {key} of an integer parameter must be "
                                   f"an integer, got {getattr(p, key)!r}")
     if p.min > p.max:
-        raise ConfigError(f"parameter {p.name!r}: min must be <= max, got min={p.min} > max={p.max}")
+        raise ConfigError(f"parameter {p.name!r}: min must be <= max, "
+                          f"got min={p.min} > max={p.max}")
     if isinstance(p, IntParam) and p.step <= 0:
         raise ConfigError(f"parameter {p.name!r}: step must be > 0, got {p.step}")
     if isinstance(p, RealParam) and p.step < 0:
@@ -284,7 +285,8 @@ class Space:
 
     def from_unit(self, x: Sequence[float] | np.ndarray) -> Point:
         """Map a vector of ``[0, 1]^dim`` (clipped) back to a snapped point."""
-        return {p.name: self.from_unit_value(p, float(v)) for p, v in zip(self.params, x, strict=True)}
+        return {p.name: self.from_unit_value(p, float(v))
+                for p, v in zip(self.params, x, strict=True)}
 
     @staticmethod
     def to_unit_value(p: Param, value: Value) -> float:
@@ -342,13 +344,14 @@ class Space:
             if p.name in bounds and not isinstance(p, EnumParam):
                 lo, hi = bounds[p.name]
                 default = p.default if p.default is not None and lo <= p.default <= hi else None
+                changes: dict[str, Any] = {"min": type(p.min)(lo), "max": type(p.max)(hi),
+                                           "default": default}
                 try:
-                    params.append(replace(p, min=type(p.min)(lo), max=type(p.max)(hi),
-                                          default=default))
+                    params.append(replace(p, **changes))
                 except ConfigError:
                     # a single grid value: keep the step so the parameter stays valid
-                    params.append(replace(p, min=type(p.min)(lo), max=type(p.max)(lo),
-                                          default=default))
+                    changes["max"] = changes["min"]
+                    params.append(replace(p, **changes))
             else:
                 params.append(p)
         return Space(tuple(params))

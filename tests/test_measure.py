@@ -67,8 +67,8 @@ def test_infeasible_point_is_never_applied(measurer: Measurer, tpch_cluster: Tpc
     offline = resolve_knob_space(cfg.offline.knobs, measurer.catalog, kind="offline")
     online = resolve_knob_space(cfg.online.knobs, measurer.catalog, kind="online")
     # 3 connections x hash_mem_multiplier 2 -> work_mem*6 + mwm + tb <= 64MB
-    view = BudgetView(MemoryBudget(ram_bytes=8 * 2**30, connections=3, online_limit_bytes=64 * 2**20),
-                      measurer.catalog, offline, online)
+    budget = MemoryBudget(ram_bytes=8 * 2**30, connections=3, online_limit_bytes=64 * 2**20)
+    view = BudgetView(budget, measurer.catalog, offline, online)
     measurer.feasible = view.violation
     assert view.online_constraints(measurer.in_force) == [
         "work_mem * 6 + maintenance_work_mem + temp_buffers <= 64"]

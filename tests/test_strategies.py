@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def square_space(lo: int = 0, hi: int = 100) -> Space:
 
 
 def _concrete_subclasses(cls: type) -> list[type]:
-    found = []
+    found: list[type] = []
     for sub in cls.__subclasses__():
         if not inspect.isabstract(sub):
             found.append(sub)
@@ -100,7 +101,8 @@ def test_every_concrete_strategy_is_registered_under_its_name() -> None:
     concrete = [c for c in _concrete_subclasses(Strategy) if c.__module__.startswith("strategies")]
     assert {c.__name__ for c in concrete} >= {"NelderMead", "PRO", "RandomSearch", "Exhaustive"}
     for cls in concrete:
-        assert cls.name and Strategy.registry[cls.name] is cls
+        name = getattr(cls, "name", "")
+        assert name and Strategy.registry[name] is cls
     assert {"nelder-mead", "pro", "random", "exhaustive"} <= set(Strategy.registry)
     assert not inspect.isabstract(NelderMead) and inspect.isabstract(strategies.SimplexStrategy)
 
@@ -206,7 +208,8 @@ def test_simplex_strategies_never_measure_a_grid_point_twice() -> None:
     space = Space((IntParam("x", 0, 12), IntParam("y", 0, 12), IntParam("z", 0, 12)))
 
     def bowl(p: Point) -> float:
-        return float((p["x"] - 4) ** 2 + 2 * (p["y"] - 9) ** 2 + (p["z"] - 1) ** 2)  # type: ignore[operator]
+        x, y, z = (int(p[n]) for n in "xyz")
+        return float((x - 4) ** 2 + 2 * (y - 9) ** 2 + (z - 1) ** 2)
 
     for name, parallel in (("nelder-mead", 1), ("pro", 3)):
         s = make_strategy(name, space, seed=3)
@@ -223,7 +226,7 @@ def test_pro_with_four_clients_reaches_the_exact_optimum_of_a_5d_integer_sphere(
     optimum = {"x0": 7, "x1": -13, "x2": 22, "x3": 3, "x4": -31}
 
     def sphere(p: Point) -> float:
-        return float(sum((p[k] - v) ** 2 for k, v in optimum.items()))  # type: ignore[operator]
+        return float(sum((int(p[k]) - v) ** 2 for k, v in optimum.items()))
 
     for seed in range(3):
         pro = make_strategy("pro", space, seed=seed)
@@ -336,7 +339,7 @@ def test_restart_from_a_point_and_from_a_simplex() -> None:
     batch = [nm.ask() for _ in range(3)]
     assert [t.point for t in batch] == [{"x": 80, "y": 20}, {"x": 85, "y": 20},  # type: ignore[union-attr]
                                         {"x": 80, "y": 25}]
-    simplex = [{"x": 1, "y": 2}, {"x": 30, "y": 2}, {"x": 1, "y": 40}]
+    simplex: list[Point] = [{"x": 1, "y": 2}, {"x": 30, "y": 2}, {"x": 1, "y": 40}]
     nm.restart(simplex=simplex)
     assert [nm.ask().point for _ in range(3)] == simplex  # type: ignore[union-attr]
     # an answer from before the restart is recorded but does not disturb the new simplex
@@ -347,6 +350,7 @@ def test_restart_from_a_point_and_from_a_simplex() -> None:
 
 def test_simplex_view_is_sorted_best_first() -> None:
     nm = make_strategy("nelder-mead", square_space(), init_point={"x": 50, "y": 50})
+    assert isinstance(nm, NelderMead)
     drive(nm, lambda p: float(abs(p["x"] - 30) + abs(p["y"] - 60)), evals=3)  # type: ignore[operator]
     values = [v for _, v in nm.simplex()]
     assert len(values) == 3 and values == sorted(values)
@@ -412,7 +416,7 @@ def test_infeasible_candidates_never_reach_a_client(name: str, reject_method: st
             assert best.value == constrained_optimum
         else:
             # PRO keeps its simplex's shape, so penalties can pin it to the boundary early
-            assert best.value <= 2 * constrained_optimum
+            assert best.value is not None and best.value <= 2 * constrained_optimum
 
 
 @pytest.mark.parametrize("reject_method", ["penalty", "random", "project"])
@@ -456,7 +460,7 @@ def test_rejection_hint_replaces_the_point() -> None:
 
 @st.composite
 def mixed_spaces(draw: st.DrawFn) -> Space:
-    params = []
+    params: list[IntParam | RealParam | EnumParam] = []
     for i in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(["int", "log", "real", "step", "enum"]))
         if kind == "enum":
@@ -464,13 +468,13 @@ def mixed_spaces(draw: st.DrawFn) -> Space:
         elif kind in ("int", "log"):
             lo = draw(st.integers(1, 50))
             width = draw(st.integers(0, 300))
-            params.append(IntParam(f"p{i}", lo, lo + width, step=draw(st.integers(1, max(1, width))),
-                                   log=kind == "log"))
+            step = draw(st.integers(1, max(1, width)))
+            params.append(IntParam(f"p{i}", lo, lo + width, step=step, log=kind == "log"))
         else:
-            lo = draw(st.floats(-10, 10))
-            hi = lo + draw(st.floats(0.02, 50))
-            step = draw(st.floats(0.01, (hi - lo) * 0.999)) if kind == "step" else 0.0
-            params.append(RealParam(f"p{i}", lo, hi, step=step))
+            low = draw(st.floats(-10, 10))
+            high = low + draw(st.floats(0.02, 50))
+            real_step = draw(st.floats(0.01, (high - low) * 0.999)) if kind == "step" else 0.0
+            params.append(RealParam(f"p{i}", low, high, step=real_step))
     return Space(tuple(params))
 
 
@@ -479,7 +483,7 @@ def mixed_spaces(draw: st.DrawFn) -> Space:
        name=st.sampled_from(["nelder-mead", "pro", "random"]),
        init=st.sampled_from(["lhs", "random", "random-point"]))
 def test_points_never_leave_the_space(space: Space, seed: int, name: str, init: str) -> None:
-    options = {} if name == "random" else {"init_method": init}
+    options: dict[str, Any] = {} if name == "random" else {"init_method": init}
     s = make_strategy(name, space, seed=seed, **options)
     rng = np.random.default_rng(seed)
     weights = rng.normal(size=space.dim)

@@ -621,18 +621,19 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
         unit = "ms"
     scale = Fraction(1) if unit is None else Fraction(knob.to_unit(1, unit))
     lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
-    default = None
+    current_u: Fraction | None = None
     if current is not None and lo <= current <= hi:  # type: ignore[operator]
-        default = Fraction(current) * scale  # type: ignore[arg-type]
+        current_u = Fraction(current) * scale  # type: ignore[arg-type]
     if knob.vartype == "integer":
         if any(v.denominator != 1 for v in (lo_u, hi_u, step_u)):
             raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole numbers of "
                               f"{unit or 'units'}")
         param = IntParam(knob.name, int(lo_u), int(hi_u), step=max(1, int(step_u)), log=spec.log,
-                         default=int(round(default)) if default is not None else None, unit=unit)
+                         default=int(round(current_u)) if current_u is not None else None,
+                         unit=unit)
     else:
         param = RealParam(knob.name, float(lo_u), float(hi_u), step=float(step_u), log=spec.log,
-                          default=float(default) if default is not None else None, unit=unit)
+                          default=float(current_u) if current_u is not None else None, unit=unit)
     return KnobParam(knob, param, unit)
 
 

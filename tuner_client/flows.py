@@ -21,6 +21,7 @@ running with its original configuration (or the best one with ``final.apply_best
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -34,7 +35,7 @@ import psycopg
 
 from harmony.definition import PluginSpec, SessionDefinition
 from harmony.errors import ConfigError, HarmonyError
-from strategies.space import Space
+from strategies.space import EnumParam, Space
 from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient, Session, connect
 from tuner_client.config import KnobParam, KnobSpace, TunerConfig, resolve_knob_space
@@ -166,26 +167,29 @@ class OfflinePrior:
         if self.prior is None or not self.prior.ready:
             return None
         p = self.param.param
-        lo_bytes = int(self.param.canonical(p.min))
+        if isinstance(p, EnumParam):
+            return None
+        lo_bytes = int(self.param.canonical(p.min))  # type: ignore[arg-type]
+        hi_bytes = min(int(self.param.canonical(p.upper)), self.max_bytes)  # type: ignore[arg-type]
         try:
-            raw = self.prior.recommend(max_bytes=self.max_bytes, min_bytes=lo_bytes)
+            raw = self.prior.recommend(max_bytes=hi_bytes, min_bytes=lo_bytes)
         except HarmonyError as exc:
             self.last = PriorAdvice(False, f"fit failed: {exc}")
             return self.last
-        if not raw.usable:
+        if not raw.usable or raw.m_star_bytes is None:
             self.last = PriorAdvice(False, str(raw.reason))
             return self.last
         m_star = self.param.session_value(int(raw.m_star_bytes))
-        rng = getattr(raw, "range_bytes", None) or getattr(raw, "search_range_bytes", None)
-        if rng is not None:
-            bounds = (self.param.session_value(int(rng[0])), self.param.session_value(int(rng[1])))
-        else:
-            bounds = (p.min, p.upper)
-        if bounds[0] >= bounds[1]:
-            bounds = (p.min, p.upper)
-        self.last = PriorAdvice(True, f"{raw.reason}; M* = {m_star} {self.param.unit}",
+        lo, hi = float(p.min), float(p.upper)
+        if raw.search_range is not None:
+            lo = float(self.param.session_value(int(raw.search_range[0])))  # type: ignore[arg-type]
+            hi = float(self.param.session_value(int(raw.search_range[1])))  # type: ignore[arg-type]
+            if lo >= hi:
+                lo, hi = float(p.min), float(p.upper)
+        self.last = PriorAdvice(True, f"{raw.reason}; M* = {m_star}{self.param.unit or ''}"
+                                f"{' (capped by the budget)' if raw.capped else ''}",
                                 start={"shared_buffers": m_star},
-                                bounds={"shared_buffers": (float(bounds[0]), float(bounds[1]))})
+                                bounds={"shared_buffers": (lo, hi)})
         return self.last
 
 
@@ -224,12 +228,18 @@ class Tuner:
         client = self._client or connect(self.server)
         interrupted = False
         result: TuneResult | None = None
+        guard = getattr(target.controller, "safe_restart_guard", None)
         try:
-            self._prepare(target)
-            passes = self._run_flow(client)
-            result = self._finish(passes)
+            with guard(self.config.database.restart_timeout_s) if guard is not None \
+                    else contextlib.nullcontext():
+                # the guard turns SIGTERM into SystemExit and, on the way out, makes sure
+                # the server is up (restoring the last good configuration if a restart was
+                # cut short); the finally below then restores the original configuration
+                self._prepare(target)
+                passes = self._run_flow(client)
+                result = self._finish(passes)
             return result
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):
             interrupted = True
             logger.warning("interrupted: restoring the original configuration")
             raise
@@ -455,7 +465,8 @@ class Tuner:
         reason = self._run_session(session, space, evaluations, label, after_eval)
         if reason == "stopped" and used_prior:
             # the prior advised a range and start: a fresh session inside the advised range
-            advice = prior.last  # type: ignore[union-attr]
+            advice = prior.last if prior is not None else None
+            assert advice is not None  # used_prior is only set with an advice
             narrowed = KnobSpace(tuple(p if p.name not in advice.bounds else
                                        _with_bounds(p, advice.bounds[p.name])
                                        for p in space.params))

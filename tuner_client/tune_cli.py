@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner_client.config import load_tuner_config
-from tuner_client.flows import TuneResult, Tuner
+from tuner_client.flows import Tuner, TuneResult
 
 
 def _env(name: str) -> str | None:
