@@ -77,19 +77,26 @@ class ServerProcess:
         self.stop()
         raise RuntimeError("server did not come up")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (from /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
 
 
-def one_connection(url: str, pairs: int, warmup: int) -> dict[str, Any]:
+def one_connection(server: ServerProcess, pairs: int, warmup: int) -> dict[str, Any]:
     """Sequential fetch+report pairs on one keep-alive connection."""
-    with connect(url, client_id="bench") as client:
+    with connect(server.url, client_id="bench") as client:
         s = client.create_session(_definition("one-connection"))
         pair_times: list[float] = []
         fetch_times: list[float] = []
         report_times: list[float] = []
         for i in range(warmup + pairs):
+            if i == warmup:
+                server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
             t0 = time.perf_counter()
             got = s.fetch(timeout=5)
             t1 = time.perf_counter()
@@ -101,8 +108,13 @@ def one_connection(url: str, pairs: int, warmup: int) -> dict[str, Any]:
                 fetch_times.append(t1 - t0)
                 report_times.append(t2 - t1)
         total = sum(pair_times)
+        server_cpu = (server.cpu_seconds() - server_cpu) / pairs
+        client_cpu = (time.process_time() - client_cpu) / pairs
         s.kill()
     return {"pairs": pairs, "seconds": total, "pairs_per_second": pairs / total,
+            "cpu_ms_per_pair": {"server": server_cpu * 1e3, "client": client_cpu * 1e3},
+            # what one pair costs in CPU: the throughput a machine with idle cores would reach
+            "cpu_bound_pairs_per_second": 1.0 / (server_cpu + client_cpu),
             "pair": _percentiles(pair_times), "fetch": _percentiles(fetch_times),
             "report": _percentiles(report_times)}
 
@@ -241,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="harmony-bench-") as tmp:
         server = ServerProcess(Path(tmp) / "state")
         try:
-            result["one_connection"] = one_connection(server.url, pairs, warmup=200)
+            result["one_connection"] = one_connection(server, pairs, warmup=200)
             result["many_sessions"] = many_sessions(server.url, 100, 10, per_session)
         finally:
             server.stop()

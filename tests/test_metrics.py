@@ -355,3 +355,9 @@ def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
     finally:
         store.close()
     assert server == set(SERVER_METRICS)
+
+
+def test_operations_doc_lists_every_series() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    undocumented = [n for n in (*SERVER_METRICS, *TUNER_METRICS) if f"`{n}`" not in doc]
+    assert not undocumented, f"docs/operations.md does not list {undocumented}"

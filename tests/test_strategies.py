@@ -90,6 +90,7 @@ def square_space(lo: int = 0, hi: int = 100) -> Space:
 
 def _concrete_subclasses(cls: type) -> list[type]:
     found: list[type] = []
+    sub: type
     for sub in cls.__subclasses__():
         if not inspect.isabstract(sub):
             found.append(sub)

@@ -1,0 +1,227 @@
+"""The deployment files: docker-compose.yml against the Compose specification, the policies an
+operator relies on (loopback ports, secrets, health checks, no -c options), Prometheus and
+Grafana provisioning, and every dashboard query naming a metric that is really exported."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from harmony_server.metrics import SERVER_METRICS
+from tuner_client.metrics import TUNER_METRICS
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "harmony.json"
+PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+#: standard series prometheus_client adds to every registry the server serves
+STANDARD = {"process_virtual_memory_bytes", "process_resident_memory_bytes",
+            "process_start_time_seconds", "process_cpu_seconds_total", "process_open_fds",
+            "process_max_fds", "python_info"}
+EXPORTED = set(SERVER_METRICS) | set(TUNER_METRICS) | STANDARD
+
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
+                 "or", "unless", "offset", "inf", "nan"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (functions, labels, keywords removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals (label values, regexes)
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        word = m.group(0)
+        following = text[m.end():].lstrip()
+        if following.startswith("(") or word.lower() in _PROMQL_WORDS:
+            continue  # a function call or a keyword
+        if m.start() > 0 and text[m.start() - 1] in "$0123456789.":
+            continue  # a template variable or a number's exponent/unit
+        names.add(word)
+    return names
+
+
+def load_compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_promql_metric_name_parser() -> None:
+    assert promql_metric_names(
+        'histogram_quantile(0.99, sum by (le) (rate(harmony_x_bucket{a="b:c"}[5m])))') == \
+        {"harmony_x_bucket"}
+    assert promql_metric_names("a_total / b_total - 1 > 0 and on(x) c") == \
+        {"a_total", "b_total", "c"}
+    assert promql_metric_names('m{knob=~".*(mem|x)"} * 60 + 1e3') == {"m"}
+
+
+# -- compose -----------------------------------------------------------------------------------
+def test_compose_validates_against_the_compose_specification() -> None:
+    schema = json.loads((ROOT / "tests" / "data" / "compose-spec.json").read_text())
+    # the vendored file names draft 2019-09 (with a trailing '#' jsonschema does not map)
+    assert "2019-09" in schema["$schema"]
+    errors = sorted(jsonschema.Draft201909Validator(schema).iter_errors(load_compose()), key=str)
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors[:10])
+
+
+def test_compose_config_with_the_compose_tool(tmp_path: Path) -> None:
+    """``docker compose config`` (plugin) or ``docker-compose config`` when installed."""
+    commands = []
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True,
+                                 timeout=30).returncode == 0:
+        commands.append([docker, "compose"])
+    if shutil.which("docker-compose"):
+        commands.append([shutil.which("docker-compose") or "docker-compose"])
+    if not commands:
+        pytest.skip("neither the docker compose plugin nor docker-compose is installed")
+    for command in commands:
+        result = subprocess.run(
+            [*command, "--env-file", str(ROOT / ".env.example"), "-f", str(COMPOSE),
+             "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+
+def test_compose_operator_policies() -> None:
+    compose = load_compose()
+    services: dict[str, Any] = compose["services"]
+    assert set(services) == {"postgres", "harmony-server", "tpch-loader", "tuner", "prometheus",
+                             "grafana"}
+    pg = services["postgres"]
+    image = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", pg["image"])  # the default of ${VAR:-...}
+    assert image.startswith("postgres:"), image  # the official image
+    assert re.search(r"^POSTGRES_IMAGE=postgres:", (ROOT / ".env.example").read_text(), re.M)
+    assert "command" not in pg and "entrypoint" not in pg  # no -c overriding ALTER SYSTEM
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in pg["volumes"])
+    assert pg["volumes"][0].split(":")[0] in compose["volumes"]  # a named volume
+    for name, service in services.items():
+        assert service.get("restart") or name in ("tpch-loader",), name
+        if name != "tpch-loader":
+            assert "healthcheck" in service or name == "tpch-loader", name
+            assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+        # no secret values in the file: password-like settings point at files
+        for key, value in (service.get("environment") or {}).items():
+            if re.search(r"PASSWORD|SECRET|TOKEN", key):
+                assert key.endswith("_FILE") and str(value).startswith("/run/secrets/"), key
+    assert services["tpch-loader"]["restart"] == "no"
+    for secret in compose["secrets"].values():
+        assert secret["file"].startswith("./deploy/secrets/")
+    tuner = services["tuner"]
+    assert "/var/run/docker.sock:/var/run/docker.sock" in tuner["volumes"]
+    assert tuner["depends_on"]["tpch-loader"]["condition"] == "service_completed_successfully"
+    assert tuner["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
+    env_example = (ROOT / ".env.example").read_text()
+    assert not re.search(r"^\s*\w*(PASSWORD|SECRET|TOKEN)\w*\s*=", env_example, re.M)
+
+
+def test_dockerfile_builds_from_files_in_the_repo() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^USER\s+(?!root)\S+", text, re.M), "the image must not run as root"
+    for line in re.findall(r"^COPY\s+(?!--from)(.+)$", text, re.M):
+        sources = [s for s in line.split()[:-1] if not s.startswith("--")]
+        for source in sources:
+            assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert "deploy/secrets" in ignored and ".env" in ignored
+
+
+def test_tuner_config_of_the_deployment_loads() -> None:
+    from tuner_client.config import load_tuner_config
+
+    config = load_tuner_config(ROOT / "deploy" / "tuner" / "tpch-docker.yaml")
+    compose = load_compose()
+    assert config.database.controller.kind == "docker"
+    assert config.database.controller.options["container"] == \
+        compose["services"]["postgres"]["container_name"]
+    assert "host=postgres " in (config.database.dsn or "")
+    command = compose["services"]["tuner"]["command"]
+    assert command[:2] == ["harmony", "tune"] and "tpch-docker.yaml" in command[2]
+
+
+# -- Prometheus ------------------------------------------------------------------------------
+def test_prometheus_scrapes_server_and_tuner() -> None:
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"]
+               for job in config["scrape_configs"]}
+    assert targets == {"harmony-server": ["harmony-server:1979"], "harmony-tuner": ["tuner:9188"]}
+    services = load_compose()["services"]
+    assert "9188" in services["tuner"]["environment"]["HARMONY_METRICS_PORT"]
+    assert "1979" in services["harmony-server"]["command"]
+
+
+def test_promtool_accepts_the_config() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package 'prometheus')")
+    result = subprocess.run([promtool, "check", "config", str(PROMETHEUS)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- Grafana ---------------------------------------------------------------------------------
+def dashboard_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, expr) of every panel target, annotation and variable query."""
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            out.append((f"panel {panel['title']!r} {target['refId']}", target["expr"]))
+    for annotation in dashboard["annotations"]["list"]:
+        if "expr" in annotation:
+            out.append((f"annotation {annotation['name']!r}", annotation["expr"]))
+    for variable in dashboard["templating"]["list"]:
+        query = variable["query"]["query"]
+        inner = re.fullmatch(r"label_values\((\w+),\s*\w+\)", query)
+        assert inner, f"variable {variable['name']}: unexpected query {query}"
+        out.append((f"variable {variable['name']!r}", inner.group(1)))
+    return out
+
+
+def test_dashboard_queries_name_exported_metrics() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = dashboard_queries(dashboard)
+    assert len(queries) >= 30
+    unknown = {(where, name) for where, expr in queries for name in promql_metric_names(expr)
+               if name not in EXPORTED}
+    assert not unknown, f"dashboard queries name metrics nobody exports: {sorted(unknown)}"
+    every = {name for _, expr in queries for name in promql_metric_names(expr)}
+    # the views the issue asks for
+    for needed in ("harmony_tuner_throughput_queries_per_second",
+                   "harmony_tuner_best_throughput_queries_per_second",
+                   "harmony_tuner_knob_value", "harmony_tuner_bme_curve_probability",
+                   "harmony_tuner_miss_observation_probability", "harmony_tuner_pass",
+                   "harmony_tuner_failed_points_total", "harmony_server_errors_total"):
+        assert needed in every, needed
+
+
+def test_dashboard_structure_and_provisioning() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    for p in panels:
+        grid = p["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, p["title"]
+        if p["type"] != "row":
+            assert p["targets"], p["title"]
+            assert p["datasource"]["uid"] == "harmony-prometheus"
+    titles = {p["title"] for p in panels}
+    assert {"Throughput (queries per minute)", "Memory knobs in force",
+            "Miss probability vs shared_buffers (BME)", "Failures"} <= titles
+    assert any(a.get("name") == "Tuning pass" for a in dashboard["annotations"]["list"])
+    datasources = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/"
+                                  "prometheus.yml").read_text())["datasources"]
+    assert datasources[0]["uid"] == "harmony-prometheus"
+    assert datasources[0]["url"] == "http://prometheus:9090"
+    providers = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/"
+                                "harmony.yml").read_text())["providers"]
+    mounts = load_compose()["services"]["grafana"]["volumes"]
+    assert f"./deploy/grafana/dashboards:{providers[0]['options']['path']}:ro" in mounts
