@@ -109,7 +109,9 @@ def prior_from_server(url: str, name: str, *, token: str | None = None) -> Prior
         backend.close()
     hosts = described.get("hosts")
     if isinstance(hosts, list):
-        host_info = [HostInfo(**{k: h.get(k) for k in HostInfo.__dataclass_fields__})
+        host_info = [HostInfo(str(h["client_id"]), h.get("joined"), h.get("hostname"),
+                              h.get("cpu_count"), h.get("ram_bytes"), h.get("os"),
+                              h.get("python"), h.get("left"))
                      for h in hosts if isinstance(h, Mapping) and h.get("client_id")]
     else:
         seen = dict.fromkeys(r.get("client") for r in rows if r.get("client"))

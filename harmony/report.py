@@ -172,7 +172,10 @@ def knob_trajectories_png(prior: PriorSession) -> bytes:
     for ax, p in zip(axes, params, strict=False):
         name = p["name"]
         values = p.get("values")
-        xs, ys, fx, fy = [], [], [], []
+        xs: list[int] = []
+        fx: list[int] = []
+        ys: list[float] = []
+        fy: list[float] = []
         for i, t in enumerate(order):
             v = t.point.get(name)
             if v is None:
