@@ -69,6 +69,8 @@ class ServerProcess:
         pool = urllib3.HTTPConnectionPool("127.0.0.1", self.port, retries=False)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}")
             try:
                 if pool.request("GET", "/healthz", timeout=1.0).status == 200:
                     return

@@ -14,6 +14,7 @@ import html
 import io
 import logging
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,8 +28,8 @@ from harmony import __version__
 from harmony.errors import ConfigError
 from harmony.priordata import PriorSession, PriorTrial
 
-__all__ = ["Comparison", "ReportFigures", "bme_from_metadata", "comparison_from_metadata",
-           "render_html", "write_report"]
+__all__ = ["Comparison", "Evaluation", "ReportFigures", "bme_from_metadata",
+           "comparison_from_metadata", "evaluations", "render_html", "write_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +120,50 @@ def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | Non
             "r2": float(r2) if isinstance(r2, int | float) else None}
 
 
-def evaluation_order(prior: PriorSession) -> list[PriorTrial]:
-    """Finished trials (done or failed) in the order their results arrived."""
+@dataclass(frozen=True)
+class Evaluation:
+    """One measured point: its samples (one per trial) and their aggregate, or its failure."""
+
+    candidate: int
+    point: dict[str, Any]
+    samples: tuple[float, ...]
+    value: float | None
+    failure: str | None
+
+
+def evaluations(prior: PriorSession) -> list[Evaluation]:
+    """Finished trials grouped by candidate (the ``agg`` plugin's samples of one point), in
+    the order their last result arrived; the value aggregates the samples like the session."""
+    how = "best"
+    for plugin in prior.definition.get("plugins", []):
+        if plugin.get("name") == "agg":
+            how = str((plugin.get("options") or {}).get("how", "best"))
     finished = [t for t in prior.trials if t.status in ("done", "failed")]
-    return sorted(finished, key=lambda t: (t.reported_at if t.reported_at is not None
-                                           else math.inf, t.id))
+    finished.sort(key=lambda t: (t.reported_at if t.reported_at is not None else math.inf, t.id))
+    groups: dict[int, list[PriorTrial]] = {}
+    last: dict[int, int] = {}  # candidate -> index of its last result
+    for i, t in enumerate(finished):
+        groups.setdefault(t.candidate, []).append(t)
+        last[t.candidate] = i
+    out = []
+    for candidate in sorted(groups, key=lambda c: last[c]):
+        trials = groups[candidate]
+        samples = tuple(float(t.value) for t in trials if t.value is not None)
+        failure = None if samples else next((t.failure for t in reversed(trials)
+                                             if t.failure), "failed")
+        value = _aggregate(samples, how, prior.maximize) if samples else None
+        out.append(Evaluation(candidate, dict(trials[0].point), samples, value, failure))
+    return out
+
+
+def _aggregate(samples: Sequence[float], how: str, maximize: bool) -> float:
+    if how == "best":
+        how = "max" if maximize else "min"
+    if how == "mean":
+        return statistics.fmean(samples)
+    if how == "median":
+        return float(statistics.median(samples))
+    return float(min(samples) if how == "min" else max(samples))
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,19 +177,23 @@ def _png(fig: Figure) -> bytes:
 
 
 def tuning_curve_png(prior: PriorSession) -> bytes:
-    """Performance of every evaluation, the best so far, and failures along the bottom."""
-    order = evaluation_order(prior)
+    """Every evaluation's aggregate and samples, the best so far, failures along the bottom."""
+    evals = evaluations(prior)
     fig = Figure(figsize=(8, 4), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    xs = [i + 1 for i, t in enumerate(order) if t.value is not None]
-    ys = [float(t.value) for t in order if t.value is not None]  # type: ignore[arg-type]
-    ax.plot(xs, ys, "o", color=_POINTS, markersize=4, label="evaluation")
+    sx = [i + 1 for i, ev in enumerate(evals) for _ in ev.samples if len(ev.samples) > 1]
+    sy = [y for ev in evals for y in ev.samples if len(ev.samples) > 1]
+    if sx:
+        ax.plot(sx, sy, ".", color="#c7c7c7", markersize=4, label="samples")
+    xs = [i + 1 for i, ev in enumerate(evals) if ev.value is not None]
+    ys = [float(ev.value) for ev in evals if ev.value is not None]  # type: ignore[arg-type]
+    ax.plot(xs, ys, "o", color=_POINTS, markersize=5, label="evaluation")
     best: list[float] = []
     for y in ys:
         best.append(y if not best else (max(best[-1], y) if prior.maximize else min(best[-1], y)))
     if xs:
         ax.step(xs, best, where="post", color=_BEST, linewidth=2, label="best so far")
-    failed = [i + 1 for i, t in enumerate(order) if t.value is None]
+    failed = [i + 1 for i, ev in enumerate(evals) if ev.value is None]
     if failed:
         low = min(ys) if ys else 0.0
         ax.plot(failed, [low] * len(failed), "x", color=_FAIL, label=f"failed ({len(failed)})")
@@ -164,7 +208,7 @@ def tuning_curve_png(prior: PriorSession) -> bytes:
 
 def knob_trajectories_png(prior: PriorSession) -> bytes:
     """Each parameter's value per evaluation (failed points marked)."""
-    order = evaluation_order(prior)
+    evals = evaluations(prior)
     params = prior.definition.get("parameters", [])
     n = max(len(params), 1)
     fig = Figure(figsize=(8, 1.9 * n + 0.6), dpi=100, layout="constrained")
@@ -176,13 +220,13 @@ def knob_trajectories_png(prior: PriorSession) -> bytes:
         fx: list[int] = []
         ys: list[float] = []
         fy: list[float] = []
-        for i, t in enumerate(order):
-            v = t.point.get(name)
+        for i, ev in enumerate(evals):
+            v = ev.point.get(name)
             if v is None:
                 continue
             y = values.index(v) if values and v in values else float(v)
-            (xs if t.value is not None else fx).append(i + 1)
-            (ys if t.value is not None else fy).append(y)
+            (xs if ev.value is not None else fx).append(i + 1)
+            (ys if ev.value is not None else fy).append(y)
         ax.plot(xs, ys, ".-", color=_BEST, linewidth=1, markersize=5)
         if fx:
             ax.plot(fx, fy, "x", color=_FAIL)
@@ -206,8 +250,8 @@ def comparison_png(comparison: Comparison) -> bytes:
     values = [comparison.values[k] for k in labels]
     fig = Figure(figsize=(6, 3.6), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    colors = ["#9e9e9e", "#ff7f0e", "#2ca02c", "#1f77b4", "#8c564b"]
-    bars = ax.bar(labels, values, color=colors[:len(labels)] + [_BEST] * (len(labels) - 5))
+    colors = {"default": "#9e9e9e", "recommended": "#ff7f0e", "tuned": "#2ca02c"}
+    bars = ax.bar(labels, values, color=[colors.get(k, _BEST) for k in labels])
     for bar, label in zip(bars, labels, strict=True):
         gain = comparison.gain(label)
         text = f"{bar.get_height():.4g}" + (f"\n{gain:+.0%}" if gain is not None and
@@ -271,7 +315,11 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
                 bme: Mapping[str, Any] | None) -> str:
     """The self-contained page: summary, figures (as data: URIs), comparison, trials."""
     e = html.escape
-    best = prior.best()
+    evals = evaluations(prior)
+    measured = [ev for ev in evals if ev.value is not None]
+    pick = max if prior.maximize else min
+    top = pick(measured, key=lambda ev: ev.value) if measured else None  # type: ignore[arg-type, return-value]
+    best = (top.point, float(top.value)) if top is not None else None  # type: ignore[arg-type]
     objective = prior.definition.get("objective", {})
     counts: dict[str, int] = {}
     for t in prior.trials:
@@ -289,6 +337,9 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
         ("started", e(_when(prior.created))),
         ("duration", e(_duration(prior.created, ended))),
         ("trials", e(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none")),
+        ("evaluations", e(f"{len(evals)} points measured"
+                          + (f", {sum(v.value is None for v in evals)} failed"
+                             if any(v.value is None for v in evals) else ""))),
         ("best value", e(f"{best[1]:.6g}" if best else "none yet")),
         ("best point", e(", ".join(f"{k} = {v}" for k, v in best[0].items()) if best else "-")),
     ]
@@ -303,8 +354,9 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
         f"<td>{e(str(h.cpu_count or ''))}</td><td>{e(_gib(h.ram_bytes))}</td>"
         f"<td>{e(h.os or '')}</td><td>{e(_when(h.joined))}</td></tr>" for h in prior.hosts)
     sections = [_figure(figures, "tuning_curve.png", "Tuning curve",
-                        "Every evaluation's performance (grey), the best so far (blue), "
-                        "failed evaluations (red x).")]
+                        "Every evaluation's performance (grey; light grey: its samples when "
+                        "a point is measured several times), the best so far (blue), failed "
+                        "evaluations (red x).")]
     sections.append(_figure(figures, "knobs.png", "Knob trajectories",
                             "The value of each parameter at each evaluation, within its range "
                             "(grey lines)."))

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.definition import SessionDefinition
@@ -379,6 +379,7 @@ class HostedSession:
         """The full status: summary, counts, leases and the definition."""
         return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
                 "counts": self.core.counts(), "leases": len(self.leases), "seq": self.seq,
+                "hosts": [asdict(row) for row in self._clients.values()],
                 "definition": self.definition.to_dict()}
 
     def trial_dicts(self) -> list[dict[str, Any]]:

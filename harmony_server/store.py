@@ -216,7 +216,10 @@ class Store:
             path = sa.engine.make_url(url).database
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            engine = sa.create_engine(url, connect_args={"timeout": 30})
+            # one writer thread at a time (the server's loop); the pool may hand a connection
+            # to another thread later, which pysqlite refuses unless told it is fine
+            engine = sa.create_engine(url, connect_args={"timeout": 30,
+                                                         "check_same_thread": False})
 
             @sa.event.listens_for(engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:

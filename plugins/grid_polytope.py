@@ -42,6 +42,20 @@ class IntegerRow:
         return r == 0 if self.equality else r >= 0
 
 
+def in_box_and_rows(rows: Sequence[IntegerRow], upper: Sequence[int], k: Sequence[int]) -> bool:
+    """Whether ``0 <= k <= upper`` holds and every row holds at ``k`` (exact integers)."""
+    for x, u in zip(k, upper, strict=True):
+        if x < 0 or x > u:
+            return False
+    for row in rows:
+        r = row.constant
+        for a, x in zip(row.coeffs, k, strict=True):
+            r += a * x
+        if r < 0 or (row.equality and r != 0):
+            return False
+    return True
+
+
 def grid_of(param: Param, text: str) -> tuple[Fraction, Fraction]:
     """The exact ``(min, step)`` of a parameter's grid, or a ConstraintError for gridless ones."""
     if isinstance(param, EnumParam):
@@ -165,16 +179,7 @@ class GridPolytope:
     # -- membership and enumeration --------------------------------------------
     def contains(self, k: Sequence[int]) -> bool:
         """Exact membership of an index vector (box and rows), evaluated in Python."""
-        for x, u in zip(k, self.upper, strict=True):
-            if x < 0 or x > u:
-                return False
-        for row in self.rows:
-            r = row.constant
-            for a, x in zip(row.coeffs, k, strict=True):
-                r += a * x
-            if r < 0 or (row.equality and r != 0):
-                return False
-        return True
+        return in_box_and_rows(self.rows, self.upper, k)
 
     def violated(self, k: Sequence[int]) -> list[IntegerRow]:
         return [r for r in self.rows if not r.holds(k)]

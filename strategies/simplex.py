@@ -82,6 +82,19 @@ def option_error(strategy: str, option: str, must: str, got: Any) -> ConfigError
 class SimplexStrategy(Strategy):
     """Base of the simplex strategies: initial simplex, candidate resolution, convergence.
 
+    Options shared by the simplex strategies:
+      * ``simplex_size``: vertices (default: movable parameters + 1; never fewer).
+      * ``init_method``: ``point`` (``init_point`` plus one axis step of ``init_radius`` per
+        vertex, like scipy's initial simplex), ``random-point`` (the same around a random
+        feasible point), ``lhs`` (a Latin hypercube) or ``random`` (random feasible vertices).
+        Default: ``point`` when ``init_point`` is given, else ``lhs``.
+      * ``init_point`` (default: the space's default point), ``init_radius`` (unit cube, 0.1).
+      * ``reject_method``: ``penalty`` | ``random`` | ``project`` for infeasible candidates.
+      * ``fval_tol`` (relative to ``|best|``) plus ``fval_atol`` (absolute), and ``size_tol``
+        (unit cube): converged when both hold. ``max_evals``: points handed out per start.
+      * ``reexpand``: re-expand a stalled simplex (default) or converge at once.
+      * ``shrink``: the shrink coefficient (0.5).
+
     Subclasses implement :meth:`_step` (start the next move from the sorted simplex) and
     :meth:`_advance` (consume a finished batch).
     """
@@ -475,6 +488,8 @@ class SimplexStrategy(Strategy):
         """
         us = [np.array(x0, dtype=float)]
         n_eff = len(self.active_axes)
+        if n_eff == 0:  # nothing can move: every vertex is the one point of the space
+            return us * self.simplex_size
         for j in range(1, self.simplex_size):
             axis = self.active_axes[(j - 1) % n_eff]
             ring = (j - 1) // n_eff

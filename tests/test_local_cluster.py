@@ -116,3 +116,32 @@ def test_context_manager_and_loopback_only_hba(_pg_template: Path) -> None:
     finally:
         cluster.destroy()
     assert not state.exists()
+
+
+def test_reopened_cluster_starts_on_its_own_new_port(_pg_template: Path) -> None:
+    # a second LocalCluster object on an existing state dir picks a new port (port=None):
+    # the config written on start must follow it, so the object's DSN reaches the server
+    state = Path(tempfile.mkdtemp(prefix="harmony-test-port-", dir="/tmp"))
+    first = LocalCluster(state, template_data_dir=_pg_template, sync_initdb=False)
+    try:
+        first.start()
+        old_port = first.port
+        first.stop()
+        second = LocalCluster(state)
+        while second.port == old_port:  # a free port may be handed out twice; force a change
+            second = LocalCluster(state)
+        second.start()
+        conf = (second.data_dir / "harmony_local.conf").read_text()
+        assert f"port = {second.port}\n" in conf
+        with psycopg.connect(second.dsn, connect_timeout=10) as conn:
+            row = conn.execute("SELECT current_setting('port')::int").fetchone()
+        assert row == (second.port,)
+        # a third object while the server runs adopts the running port instead of a dead one
+        third = LocalCluster(state)
+        third.start()
+        assert third.port == second.port == third.running_port()
+        second.stop()
+        assert not third.is_running()
+    finally:
+        first.destroy()
+    assert not state.exists()

@@ -132,3 +132,24 @@ def test_report_cli_from_xml_and_from_a_store(session: PriorSession, tmp_path: P
         args = parser.parse_args(argv)
         with pytest.raises(ConfigError, match=message):
             args.func(args)
+
+
+def test_evaluations_aggregate_the_samples_of_a_point_like_the_session() -> None:
+    """With the agg plugin every point is measured 3 times: one evaluation, best of 3."""
+    definition = make_definition("agg").to_dict()
+    definition["plugins"] = [{"name": "agg", "options": {"times": 3, "how": "best"}}]
+    from harmony.definition import SessionDefinition
+    from harmony.report import evaluations
+    from harmony.session import SessionCore
+
+    core = SessionCore(SessionDefinition.from_dict(definition))
+    core.join("c")
+    noise = [0.0, 40.0, -25.0]
+    for i in range(18):
+        got = core.fetch("c")
+        assert got is not None
+        core.report(got.trial_id, 1000.0 + got.point["work_mem"] / 1024 + noise[i % 3])
+    evals = evaluations(prior_from_core(core))
+    assert len(evals) == 6 and all(len(ev.samples) == 3 for ev in evals)
+    assert [ev.value for ev in evals] == [max(ev.samples) for ev in evals]
+    assert [ev.value for ev in evals] == [h.value for h in core.history()]

@@ -52,6 +52,8 @@ def test_create_join_fetch_report_and_duplicates(tmp_path: Path) -> None:
         status, info = http("GET", "/sessions/s1")
         assert info["counts"]["done"] == 1 and info["counts"]["completed"] == 1
         assert info["definition"]["name"] == "s1" and info["clients"] == 1
+        assert [(h["client_id"], h["hostname"], h["cpu_count"]) for h in info["hosts"]] == \
+            [("c1", "h", 2)]
         status, listing = http("GET", "/sessions")
         assert [s["name"] for s in listing["sessions"]] == ["s1"]
         assert listing["sessions"][0]["best"]["value"] == 2.5

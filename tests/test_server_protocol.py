@@ -21,7 +21,7 @@ _keys = st.sampled_from(["client", "wait", "request", "trial_id", "value", "fail
                          "extra"])
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(operation=st.sampled_from(["fetch", "report"]),
        body=st.dictionaries(_keys, _values, max_size=5))
 def test_fast_path_accepts_only_what_the_schema_accepts(operation: str,

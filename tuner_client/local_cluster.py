@@ -8,7 +8,8 @@ as root (PostgreSQL refuses root), every server command runs as an unprivileged 
 Restarts are always ``pg_ctl stop`` + ``pg_ctl start`` with no ``-o`` options: options
 given with ``-o`` are saved in ``postmaster.opts`` and would silently override
 ``ALTER SYSTEM`` on every later restart. The listen address, port and socket directory are
-written once into ``postgresql.conf``; ``postgresql.auto.conf`` is left to the tuner.
+written into ``harmony_local.conf`` (included by ``postgresql.conf``) before every start, so
+the port always matches this object's DSN; ``postgresql.auto.conf`` is left to the tuner.
 
 Optionally the postmaster runs inside a memory cgroup (v2 ``memory.max`` or v1
 ``memory.limit_in_bytes``) so that the OS page cache cannot hide buffer misses.
@@ -360,7 +361,11 @@ class LocalCluster:
         else:
             self._prepare_state_dir()
         if self.is_running():
+            self._adopt_running_port()
             return
+        # the port this object connects to goes into the config on every start: an
+        # existing cluster may have been written with another port by an earlier object
+        self._write_conf()
         self._setup_cgroup()
         attempts = 1 if self._port_given else 3
         for attempt in range(attempts):
@@ -379,6 +384,28 @@ class LocalCluster:
                 f"PostgreSQL in {self.data_dir} did not start (pg_ctl exit {proc.returncode}: "
                 f"{(proc.stderr or proc.stdout).strip()[-500:]}); server log tail:\n{tail}"
             )
+
+    def running_port(self) -> int | None:
+        """The port in the running postmaster's ``postmaster.pid`` (None when unreadable)."""
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            return int(lines[3])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _adopt_running_port(self) -> None:
+        """Make the DSN follow a server that is already running (started by another object)."""
+        running = self.running_port()
+        if running is None or running == self._port:
+            return
+        if self._port_given:
+            raise DatabaseError(
+                f"PostgreSQL in {self.data_dir} is already running on port {running}, but this "
+                f"LocalCluster was given port {self._port}; stop the server first"
+            )
+        logger.info("PostgreSQL in %s already runs on port %s; using that port", self.data_dir,
+                    running)
+        self._port = running
 
     def _pg_ctl_start(self, timeout_s: float | None) -> subprocess.CompletedProcess[str]:
         t = int(timeout_s if timeout_s is not None else self.timeout_s)

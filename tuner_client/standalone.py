@@ -54,7 +54,7 @@ class _LocalSession:
                 "completed": counts.get("completed", 0), "clients": len(self.core.clients),
                 "created": self.created, "paused": self.core.paused,
                 "converged": self.core.converged, "counts": counts,
-                "leases": len(self.leases), "definition": d.to_dict()}
+                "leases": len(self.leases), "hosts": [], "definition": d.to_dict()}
 
 
 class StandaloneBackend:

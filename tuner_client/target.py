@@ -79,10 +79,9 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
                            memory_limit_bytes=config.database.memory_limit_bytes,
                            timeout_s=config.database.restart_timeout_s)
     if cluster.is_initialized():
-        # a cluster from an earlier run: stop a leftover server, then init() rewrites the
-        # port this object picked into the cluster's config before starting
+        # a cluster from an earlier run: a leftover server is stopped so that this run
+        # starts it afresh (on this object's port, inside this run's memory cgroup)
         cluster.stop()
-        cluster.init()
     cluster.start()
     try:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:

@@ -1,0 +1,172 @@
+"""Workload shift: the mix switches mid-run; multi-pass (shift detector) vs one-pass.
+
+A schedule runs mix A for ``switch_s`` seconds, then mix B for the rest of the run. Both
+flows start on A; the one-pass flow tunes once and stops; the multi-pass flow, once its online
+session has used its budget, monitors the best point and restarts from the offline session
+when 3 measurements in a row leave the converged band. Reported: when the detector fired
+(seconds after the switch), and throughput under mix B at the end (the tuner's own
+interleaved default-vs-best rounds, which run on B since the last mix keeps running).
+
+Run: ``python -m benchmarks.evidence shift [--quick]`` (small cluster, SF 0.1, no cgroup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.flowrun import open_small_target, run_flow, small_config
+from tuner_client import flows
+
+logger = logging.getLogger(__name__)
+
+MIX_A = "3Q6,3Q13"
+MIX_B = "3Q1,3Q9"
+
+
+class WallClockShift:
+    """Mix A until a wall-clock deadline, mix B after it, whatever restarts happen between.
+
+    The project's ``ScheduledDriver`` starts its schedule over from phase 0 on every
+    ``start()``, and the measurer stops and starts the workload around each PostgreSQL
+    restart, so an offline evaluation after the switch would bring mix A back. This driver
+    keeps one clock for the whole run; the switch waits for a running sample to finish.
+    """
+
+    def __init__(self, dsn: str, switch_at: float, seed: int) -> None:
+        from workloads.driver import WorkloadDriver
+
+        self._make = lambda mix: WorkloadDriver(dsn, mix, seed=seed, statement_timeout_s=120)
+        self.switch_at = switch_at
+        self.switched_at: float | None = None
+        self._lock = threading.Lock()
+        self._driver: Any = None
+        self._running = False
+        self._timer = threading.Thread(target=self._watch, daemon=True)
+        self._done = threading.Event()
+        self._timer.start()
+
+    def _mix(self) -> str:
+        return MIX_B if time.monotonic() >= self.switch_at else MIX_A
+
+    def _watch(self) -> None:
+        delay = self.switch_at - time.monotonic()
+        if self._done.wait(max(delay, 0.0)):
+            return
+        with self._lock:
+            if self._running and self._driver is not None:
+                self._driver.stop()
+                self._driver = self._make(MIX_B)
+                self._driver.start()
+            self.switched_at = time.monotonic()
+            logger.info("workload switched to %s", MIX_B)
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._running:
+                self._driver = self._make(self._mix())
+                self._driver.start()
+                self._running = True
+
+    def sample(self, seconds: float | None = None, *, queries: int | None = None,
+               timeout_s: float | None = None) -> Any:
+        with self._lock:
+            return self._driver.sample(seconds, queries=queries, timeout_s=timeout_s)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._running:
+                self._driver.stop()
+                self._running = False
+
+    def close(self) -> None:
+        self._done.set()
+        self.stop()
+
+
+def run_pair(target: Any, switch_s: float, quick: bool) -> dict[str, Any]:
+    schedule = f"{MIX_A} for {switch_s:g} s, then {MIX_B}"
+    out: dict[str, Any] = {"schedule": schedule, "switch_s": switch_s}
+    for flow in ("one-pass", "multi-pass"):
+        cfg = small_config(f"evidence-shift-{flow}", flow=flow, mix=MIX_A,
+                           offline_evals=2, online_evals=4 if quick else 8, queries=9,
+                           monitor=6 if quick else 10, max_passes=2)
+        la = load_average()
+        started = time.monotonic()
+        shift = WallClockShift(target.dsn, started + switch_s, seed=1)
+        original = flows.make_workload
+        # the tuner builds its workload through flows.make_workload: hand it the shifting one
+        flows.make_workload = lambda config, dsn, seed=None: shift  # type: ignore[assignment]
+        try:
+            result = run_flow(cfg, target)
+        finally:
+            flows.make_workload = original  # type: ignore[assignment]
+            shift.close()
+        result["load_average_start"] = la
+        result["load_average_end"] = load_average()
+        fired = [d for d in result["timed_decisions"] if "workload shift" in d["text"]]
+        result["detected_at_s"] = fired[0]["t"] if fired else None
+        result["detect_delay_s"] = (fired[0]["t"] - switch_s) if fired else None
+        result["wall_s"] = time.monotonic() - started
+        out[flow] = result
+        logger.info("%s: detected at %s s; tuned/default under B %s", flow,
+                    result["detected_at_s"], result["tuned_over_default"])
+    return out
+
+
+def markdown(data: dict[str, Any]) -> str:
+    cmd = "python -m benchmarks.evidence shift" + (" --quick" if data["quick"] else "")
+    extra = (f"\nSchedule `{data['pair']['schedule']}` (mix A for {data['pair']['switch_s']:g} s "
+             f"from the start of each run, then mix B). TPC-H SF 0.1, embedded cluster without a "
+             f"memory cgroup (budget RAM declared as 1GB). The one-pass flow gets 2 offline + "
+             f"online evaluations; the multi-pass flow the same per pass (at most 2 passes) plus "
+             f"monitoring. 'under B' = the tuner's own final rounds (default vs best, "
+             f"interleaved A/B/A/B), which run after the switch.\n")
+    lines = [header("Workload shift: multi-pass vs one-pass", cmd, data["machine"], extra)]
+    lines.append("| flow | passes | evaluations | shift detected at (s) | delay after switch (s) "
+                 "| default qpm under B | best qpm under B | best/default | wall s | load avg |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for flow in ("one-pass", "multi-pass"):
+        r = data["pair"].get(flow)
+        if r is None:
+            continue
+        lines.append(f"| {flow} | {r['passes']} | {r['evaluations']} | {fmt(r['detected_at_s'])} "
+                     f"| {fmt(r['detect_delay_s'])} | {fmt(r['default_qpm'])} | "
+                     f"{fmt(r['best_qpm'])} | {fmt(r['tuned_over_default'])} | "
+                     f"{fmt(r['wall_s'])} | {r['load_average_end']} |")
+    for flow in ("one-pass", "multi-pass"):
+        r = data["pair"].get(flow)
+        if r is None:
+            continue
+        lines.append(f"\n**{flow}** timeline (s since start: session, qpm):\n")
+        lines.append(", ".join(f"{e['t']:.0f}: {e['session']} {fmt(e['qpm'])}"
+                               for e in r["timeline"]))
+        lines.append("\nDecisions: " + ("; ".join(f"[{d['t']:.0f} s] {d['text']}"
+                                                  for d in r["timed_decisions"]) or "none"))
+        lines.append(f"\nBest settings: {r['best_settings']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer evaluations and monitoring")
+    parser.add_argument("--switch-s", type=float, default=None,
+                        help="seconds of mix A before the switch")
+    parser.add_argument("--state-dir", type=Path,
+                        default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
+    args = parser.parse_args(argv)
+    mach = machine()
+    target = open_small_target(args.state_dir)
+    try:
+        pair = run_pair(target, args.switch_s or (150.0 if args.quick else 300.0), args.quick)
+    finally:
+        target.close()
+    data = {"machine": mach, "quick": args.quick, "pair": pair}
+    write_results("evidence_shift" + (".quick" if args.quick else ""), data, markdown(data))
+    return 0
