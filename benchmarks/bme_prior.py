@@ -24,7 +24,9 @@ import math
 import os
 import platform
 import statistics
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +85,16 @@ def _size_text(size: int) -> str:
     return f"{size // MB}MB" if size % MB == 0 else f"{size // KB}kB"
 
 
-def _mix_relations(conn: psycopg.Connection[Any], mix: str, scale: float) -> dict[str, int]:
-    """Tables and indexes the mix's plans read, with their sizes in 8 kB pages."""
+def _mix_statements(mix: str, scale: float) -> list[str]:
+    """The SQL statements of a TPC-H mix (validation parameters)."""
+    out: list[str] = []
+    for query, _ in parse_mix(mix):
+        out += [s for s in validation_query(query, scale).text().split(";") if s.strip()]
+    return out
+
+
+def _plan_relations(conn: psycopg.Connection[Any], statements: list[str]) -> dict[str, int]:
+    """Tables and indexes the statements' plans read, with their sizes in 8 kB pages."""
     names: set[str] = set()
 
     def walk(node: dict[str, Any]) -> None:
@@ -94,16 +104,14 @@ def _mix_relations(conn: psycopg.Connection[Any], mix: str, scale: float) -> dic
         for child in node.get("Plans", []):
             walk(child)
 
-    for query, _ in parse_mix(mix):
-        text = validation_query(query, scale).text()
-        for statement in [s for s in text.split(";") if s.strip()]:
-            try:
-                row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + sql.SQL(statement)
-                                   ).fetchone()
-            except psycopg.Error:
-                continue  # e.g. Q15's view statements
-            if row:
-                walk(row[0][0]["Plan"])
+    for statement in statements:
+        try:
+            row = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + sql.SQL(statement)  # type: ignore[arg-type]
+                               ).fetchone()
+        except psycopg.Error:
+            continue  # e.g. Q15's view statements
+        if row:
+            walk(row[0][0]["Plan"])
     pages: dict[str, int] = {}
     for name in sorted(names):
         got = conn.execute("SELECT pg_relation_size(%s::regclass) / 8192", [name]).fetchone()
@@ -111,9 +119,88 @@ def _mix_relations(conn: psycopg.Connection[Any], mix: str, scale: float) -> dic
     return pages
 
 
+@dataclass(frozen=True)
+class LookupSample:
+    """Completed lookups over one window."""
+
+    qpm: float
+    completed: int
+    errors: int
+    seconds: float
+
+
+class LookupDriver:
+    """Skewed primary-key lookups of one order's line items from ``streams`` threads.
+
+    Order keys are shuffled once; a lookup takes the key at rank ``n·u**skew`` (u uniform),
+    so a few keys are hot and the hot keys are spread over the table's pages.
+    """
+
+    def __init__(self, dsn: str, *, streams: int = 4, skew: float = 3.0, seed: int = 1) -> None:
+        self.dsn, self.streams, self.skew, self.seed = dsn, streams, skew, seed
+        self._keys: np.ndarray | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._completed = 0
+        self._errors = 0
+
+    def start(self) -> None:
+        if self._keys is None:
+            with psycopg.connect(self.dsn) as conn:
+                keys = [r[0] for r in conn.execute("SELECT o_orderkey FROM orders")]
+            self._keys = np.array(keys, dtype=np.int64)
+            np.random.default_rng(self.seed).shuffle(self._keys)
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                         for i in range(self.streams)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, index: int) -> None:
+        assert self._keys is not None
+        rng = np.random.default_rng(self.seed * 1000 + index)
+        n = self._keys.size
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self._stop.is_set():
+                    ranks = (n * rng.random(32) ** self.skew).astype(np.int64)
+                    for key in self._keys[ranks]:
+                        try:
+                            conn.execute(LOOKUP_SQL, [int(key)], prepare=True)
+                        except psycopg.Error:
+                            with self._lock:
+                                self._errors += 1
+                            continue
+                        with self._lock:
+                            self._completed += 1
+        except psycopg.Error as exc:
+            logger.warning("lookup stream %d ended: %s", index, exc)
+
+    def sample(self, seconds: float | None = None, **_: Any) -> LookupSample:
+        with self._lock:
+            c0, e0 = self._completed, self._errors
+        t0 = time.monotonic()
+        time.sleep(seconds or 1.0)
+        with self._lock:
+            c1, e1 = self._completed, self._errors
+        dt = time.monotonic() - t0
+        return LookupSample(60.0 * (c1 - c0) / dt, c1 - c0, e1 - e0, dt)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads = []
+
+
+LOOKUP_SQL = "SELECT sum(l_extendedprice) FROM lineitem WHERE l_orderkey = %s"
+
+
 def measure_sizes(cluster: LocalCluster, dsn: str, mix: str, sizes: list[int], *,
                   warmup_s: float, samples: int, seconds: float, passes: int,
                   seed: int) -> list[dict[str, Any]]:
+    # mix "lookup": the skewed key-lookup workload; otherwise a TPC-H mix
     """Restart at each size (passes alternate the order) and take samples with stat deltas."""
     rows: list[dict[str, Any]] = []
     for n in range(passes):
@@ -125,7 +212,8 @@ def measure_sizes(cluster: LocalCluster, dsn: str, mix: str, sizes: list[int], *
             started = time.monotonic()
             cluster.restart()
             restart_s = time.monotonic() - started
-            driver = WorkloadDriver(dsn, mix, seed=seed + n)
+            driver: Any = (LookupDriver(dsn, seed=seed + n) if mix == "lookup"
+                           else WorkloadDriver(dsn, mix, seed=seed + n))
             row: dict[str, Any] = {"size": size, "pass": n, "restart_s": restart_s,
                                    "samples": []}
             with psycopg.connect(dsn, autocommit=True) as conn:
@@ -176,7 +264,9 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
         dsn = cluster.dsn_for(DBNAME)
         load = load_tpch(dsn, args.scale, workdir=state / "tpch-data")
         with psycopg.connect(dsn, autocommit=True) as conn:
-            relations = _mix_relations(conn, args.mix, args.scale)
+            statements = ([LOOKUP_SQL.replace("%s", "1")] if args.mix == "lookup"
+                          else _mix_statements(args.mix, args.scale))
+            relations = _plan_relations(conn, statements)
             version = conn.execute("SHOW server_version").fetchone()
         rows = measure_sizes(cluster, dsn, args.mix, args.sizes, warmup_s=args.warmup,
                              samples=args.samples, seconds=args.seconds, passes=args.passes,
@@ -408,7 +498,8 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += ["", f"P* from touched pages: {an['touched_pages']:,} / "
               f"{an['accesses_per_sample']:,} accesses per sample window = "
               + (f"{ps:.5f}" if ps is not None else "n/a") + ".", "", "## Fits", "",
-              "| points | P* | M* | P* value | Pc | Mb | R² |", "|---|---|---:|---:|---:|---:|---:|"]
+              "| points | P* | M* | P* value | Pc | Mb | R² |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     for key, f in an["fits"].items():
         subset, mode = key.split("/")
         if f.get("error"):
@@ -450,10 +541,11 @@ def _markdown(report: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="5 sizes, one pass, short samples (about 2 minutes)")
+                        help="6 sizes, one pass, short samples (about 2 minutes)")
     parser.add_argument("--state-dir", default="/var/tmp/harmony-bench-bme-prior")
     parser.add_argument("--scale", type=float, default=0.1)
-    parser.add_argument("--mix", default="2Q6,2Q13")
+    parser.add_argument("--mix", default="2Q6,2Q13",
+                        help="a TPC-H mix, or 'lookup' for skewed lineitem key lookups")
     parser.add_argument("--sizes", help="comma-separated sizes in kB")
     parser.add_argument("--memory-limit-mb", type=int, default=0,
                         help="run the cluster in a memory cgroup of this many MB (0: none)")
@@ -471,10 +563,12 @@ def main() -> int:
     if args.sizes:
         args.sizes = [int(s) * KB for s in args.sizes.split(",")]
     elif args.quick:
-        args.sizes = [128 * KB, 16 * MB, 64 * MB, 192 * MB, 384 * MB]
+        args.sizes = [128 * KB, 16 * MB, 64 * MB, 192 * MB, 384 * MB, 512 * MB]
     else:
-        args.sizes = [128 * KB, 8 * MB, 32 * MB, 64 * MB, 128 * MB, 192 * MB, 256 * MB,
-                      384 * MB]
+        # past the knee: sequential scans of a table larger than shared_buffers/4 go through
+        # a ring buffer, so lineitem (~90 MB at SF 0.1) misses until about 4x its size
+        args.sizes = [128 * KB, 16 * MB, 48 * MB, 96 * MB, 192 * MB, 288 * MB, 384 * MB,
+                      512 * MB]
     args.warmup = args.warmup if args.warmup is not None else (4.0 if args.quick else 8.0)
     args.samples = args.samples or (2 if args.quick else 3)
     args.seconds = args.seconds or (3.0 if args.quick else 5.0)
@@ -492,13 +586,16 @@ def main() -> int:
     analysis = analyse(measured, budget=args.budget, seeds=args.seeds, starts_mb=starts,
                        min_r2=args.min_r2)
     command = "python -m benchmarks.bme_prior" + (" --quick" if args.quick else "")
+    if args.mix != "2Q6,2Q13":
+        command += f" --mix {args.mix}"
     if args.memory_limit_mb:
         command += f" --memory-limit-mb {args.memory_limit_mb}"
     report = {"machine": machine, "command": command, "measure_seconds": measure_seconds,
               "load_average_end": list(os.getloadavg()), "measured": measured,
               "analysis": analysis}
     RESULTS.mkdir(exist_ok=True)
-    stem = "bme_prior.quick" if args.quick else "bme_prior"
+    stem = "bme_prior" + ("_lookup" if args.mix == "lookup" else "") \
+        + (".quick" if args.quick else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (RESULTS / f"{stem}.md").write_text(_markdown(report))
     print(_markdown(report))

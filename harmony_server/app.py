@@ -20,7 +20,7 @@ from aiohttp import web
 from harmony.errors import ProtocolError
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
-from harmony_server.protocol import UnavailableError, error_kind, validate_request
+from harmony_server.protocol import error_kind, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception as exc:
         kind, status = error_kind(exc)
         manager.stats.errors[kind] += 1
-        if status >= 500 and not isinstance(exc, UnavailableError):
+        if kind == "internal":
             logger.exception("internal error on %s %s", request.method, request.path)
             return _error(kind, f"internal error: {type(exc).__name__}: {exc}", status)
         return _error(kind, str(exc), status)

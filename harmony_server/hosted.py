@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError, HarmonyError, TrialError
+from harmony.errors import ConfigError, HarmonyError, SessionNotFoundError, TrialError
 from harmony.session import Assignment, SessionCore, TrialRecord
 from harmony_server.protocol import LeaseLostError, UnavailableError, finite_or_failure
 from harmony_server.stats import ServerStats
@@ -71,6 +71,7 @@ class HostedSession:
         self.seq = 0
         self.leases: dict[int, Lease] = {}
         self.closed = False
+        self._stale = False  # the core may differ from the log: rebuild before the next command
         self._leased_at: dict[int, float] = {}
         self._reported_at: dict[int, float] = {}
         self._clients: dict[str, ClientRow] = {}
@@ -141,17 +142,32 @@ class HostedSession:
                                       f"{command.kind!r} at seq {command.seq}")
 
     def _rebuild(self) -> None:
-        """Throw the in-memory core away and rebuild it from the durable log."""
+        """Throw the in-memory core away and rebuild it from the durable log.
+
+        If the store cannot be read right now the session stays marked stale and every
+        command retries the rebuild first (answering 503 until it succeeds).
+        """
         logger.warning("session %s: rebuilding from the command log", self.name)
-        leases = self.leases
-        fresh = HostedSession.recover(self.definition, self.store, created=self.created,
-                                      stats=self.stats)
-        # keep the leases we already had (their deadlines), drop those the log does not know
+        self._stale = True
+        try:
+            fresh = HostedSession.recover(self.definition, self.store, created=self.created,
+                                          stats=self.stats)
+        except Exception as exc:
+            logger.error("session %s: cannot rebuild from the store now (%s); will retry",
+                         self.name, exc)
+            return
+        old, leases = self.core, self.leases
+        # keep the deadlines of leases we already had; add those only the log knows
         fresh.leases = {tid: lease for tid, lease in leases.items() if tid in fresh.leases} | {
             tid: lease for tid, lease in fresh.leases.items() if tid not in leases}
         self.core, self.seq, self.leases = fresh.core, fresh.seq, fresh.leases
         self._leased_at, self._reported_at = fresh._leased_at, fresh._reported_at
         self._clients, self._answered = fresh._clients, fresh._answered
+        self._stale = False
+        try:
+            old.close()
+        except Exception:  # the discarded core's plugins must not break the rebuild
+            logger.exception("session %s: closing the discarded core failed", self.name)
 
     # -- the logged command wrapper ----------------------------------------------
     def _command(self, kind: str, payload: dict[str, Any], client: str | None,
@@ -159,7 +175,12 @@ class HostedSession:
                  client_row: ClientRow | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
         if self.closed:
-            raise UnavailableError(f"session {self.name!r} has been killed")
+            raise SessionNotFoundError(f"session {self.name!r} has been killed")
+        if self._stale:
+            self._rebuild()
+            if self._stale:
+                raise UnavailableError(f"session {self.name!r} cannot be restored from the "
+                                       f"store right now; retry later")
         before = self.core.version
         try:
             result = action()
@@ -256,6 +277,8 @@ class HostedSession:
         """Long-poll fetch: a trial as soon as one is ready, or nothing after ``wait`` seconds."""
         deadline = time.monotonic() + wait
         while True:
+            if self.closed:
+                raise SessionNotFoundError(f"session {self.name!r} has been killed")
             result = self.try_fetch(client, request)
             if result.assignment is not None:
                 self.stats.fetch_trials += 1

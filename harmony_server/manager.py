@@ -12,7 +12,7 @@ from typing import Any
 from harmony.definition import SessionDefinition
 from harmony.errors import HarmonyError, SessionNotFoundError
 from harmony_server.hosted import HostedSession
-from harmony_server.protocol import SessionExistsError, UnavailableError
+from harmony_server.protocol import SessionBrokenError, SessionExistsError, UnavailableError
 from harmony_server.stats import ServerStats
 from harmony_server.store import Store, StoreError
 
@@ -83,8 +83,8 @@ class SessionManager:
             return self.sessions[name]
         except KeyError:
             if name in self.broken:
-                raise UnavailableError(f"session {name!r} could not be recovered from the store: "
-                                       f"{self.broken[name]}") from None
+                raise SessionBrokenError(f"session {name!r} could not be recovered from the "
+                                         f"store: {self.broken[name]}") from None
             raise SessionNotFoundError(f"no session named {name!r} on this server; known: "
                                        f"{sorted(self.sessions)[:20]}") from None
 

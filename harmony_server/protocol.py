@@ -46,8 +46,15 @@ class UnavailableError(HarmonyError):
     kind = "unavailable"
 
 
+class SessionBrokenError(HarmonyError):
+    """The session's command log could not be replayed; it is kept but not served (HTTP 500)."""
+
+    kind = "session_broken"
+
+
 #: error kind and HTTP status for each exception class (first match wins)
 ERROR_STATUS: tuple[tuple[type[BaseException], str, int], ...] = (
+    (SessionBrokenError, "session_broken", 500),
     (SessionExistsError, "session_exists", 409),
     (LeaseLostError, "lease_lost", 409),
     (ConflictError, "conflict", 409),

@@ -43,9 +43,11 @@ class AggregatePlugin(Plugin, name="agg"):
                  retry_failures: int | bool = 0):
         super().__init__(session)
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
-            raise ConfigError(f"plugin 'agg': option 'times' must be an integer >= 1, got {times!r}")
+            raise ConfigError(f"plugin 'agg': option 'times' must be an integer >= 1, "
+                              f"got {times!r}")
         if how not in _HOW:
-            raise ConfigError(f"plugin 'agg': option 'how' must be one of {list(_HOW)}, got {how!r}")
+            raise ConfigError(f"plugin 'agg': option 'how' must be one of {list(_HOW)}, "
+                              f"got {how!r}")
         if isinstance(retry_failures, bool):
             retry_failures = times if retry_failures else 0
         if not isinstance(retry_failures, int) or retry_failures < 0:

@@ -136,9 +136,10 @@ def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
     except KeyError:
         raise ConfigError(f"unknown plugin {name!r}; known: {sorted(Plugin.registry)}") from None
     allowed = plugin_options(cls)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown and allowed is not None:
-        raise ConfigError(f"plugin {name!r}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+    unknown = sorted(set(options) - set(allowed)) if allowed is not None else []
+    if unknown:
+        raise ConfigError(f"plugin {name!r}: unknown option(s) {unknown}; "
+                          f"allowed: {sorted(allowed or [])}")
     return cls(session, **options)
 
 

@@ -58,7 +58,8 @@ def _read_csv(path: Path) -> Iterator[tuple[dict[str, str], str]]:
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"plugin 'cache': cannot read prior file {path}: {exc.strerror}") from None
+        raise ConfigError(f"plugin 'cache': cannot read prior file {path}: "
+                          f"{exc.strerror}") from None
     with handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or "value" not in reader.fieldnames:
@@ -74,7 +75,8 @@ def read_prior(path: Path, space: Space) -> dict[Key, float]:
         with path.open(encoding="utf-8") as handle:
             head = handle.read(1)
     except OSError as exc:
-        raise ConfigError(f"plugin 'cache': cannot read prior file {path}: {exc.strerror}") from None
+        raise ConfigError(f"plugin 'cache': cannot read prior file {path}: "
+                          f"{exc.strerror}") from None
     rows: Iterator[tuple[Mapping[str, Any], Any]]
     if head == "{":
         rows = ((r["point"], r.get("value")) for r in read_log(path) if r.get("failure") is None)

@@ -66,9 +66,10 @@ class ConstraintPlugin(Plugin, name="constraint"):
             raise ConstraintError(self._empty_message(space, polytope))
         bounds = polytope.bounds()
         narrowed = _narrowed(space, dict(zip(polytope.names, bounds, strict=True)))
+        lower = [lo for lo, _ in bounds]
         upper = [hi - lo for lo, hi in bounds]
-        self._region = ConstrainedRegion(narrowed, polytope.shifted([lo for lo, _ in bounds], upper))
-        for name, (lo, hi) in zip(polytope.names, bounds, strict=True):
+        self._region = ConstrainedRegion(narrowed, polytope.shifted(lower, upper))
+        for name in polytope.names:
             before, after = space[name], narrowed[name]
             logger.info("constraint: %s narrowed from %s..%s to %s..%s", name,
                         before.min, before.max, after.min, after.max)  # type: ignore[union-attr]

@@ -7,8 +7,7 @@ polytope's integer rows in Python; sampling and projection stay on the grid.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,12 +77,15 @@ class ConstrainedRegion:
         snapped = self.space.snap(point)
         targets = [self._unit(p, point[p.name]) for p in self.dims]
         costs = [IndexCost(p, t) for p, t in zip(self.dims, targets, strict=True)]
+        nearest = tuple(next(c.order())[1] for c in costs)
+        if self.polytope.contains(nearest):  # the nearest grid point is already feasible
+            return self._point(snapped, nearest)
         best = nearest_feasible(self.polytope, costs, self._anchors())
         return None if best is None else self._point(snapped, best)
 
     # -- helpers ----------------------------------------------------------------
     def indices(self, point: Mapping[str, Any]) -> tuple[int, ...] | None:
-        """The grid indices of the constrained parameters, or ``None`` if ``point`` is off the grid."""
+        """Grid indices of the constrained parameters; ``None`` if ``point`` is off the grid."""
         try:
             for p, dim in zip(self.space.params, self._dim_of, strict=True):
                 if dim is None and p.snap(point[p.name]) != point[p.name]:

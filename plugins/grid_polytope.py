@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class IntegerRow:
-    """One exact integer constraint ``sum(coeffs[i] * k[i]) + constant >= 0`` (``== 0`` if ``equality``)."""
+    """An exact integer constraint ``sum(coeffs[i] * k[i]) + constant >= 0`` (or ``== 0``)."""
 
     coeffs: tuple[int, ...]
     constant: int
@@ -115,7 +115,8 @@ class GridPolytope:
         self._points: list[tuple[int, ...]] | None = None
 
     @classmethod
-    def from_constraints(cls, space: Space, constraints: Sequence[AffineConstraint]) -> GridPolytope:
+    def from_constraints(cls, space: Space,
+                         constraints: Sequence[AffineConstraint]) -> GridPolytope:
         """Compile ``constraints`` over the grids of the parameters they name (in space order)."""
         named = {n for c in constraints for n in c.coeffs}
         names = [n for n in space.names if n in named]
@@ -134,9 +135,10 @@ class GridPolytope:
             space = space.set_dim_name(isl.dim_type.set, i, f"k{i}")
         bset = isl.BasicSet.universe(space)
         local = isl.LocalSpace.from_space(space)
+        n = len(self.names)
         for i, u in enumerate(self.upper):
-            lower_row = IntegerRow(tuple(int(j == i) for j in range(len(self.names))), 0, False, "")
-            upper_row = IntegerRow(tuple(-int(j == i) for j in range(len(self.names))), u, False, "")
+            lower_row = IntegerRow(tuple(int(j == i) for j in range(n)), 0, False, "")
+            upper_row = IntegerRow(tuple(-int(j == i) for j in range(n)), u, False, "")
             bset = bset.add_constraint(self._constraint(local, lower_row))
             bset = bset.add_constraint(self._constraint(local, upper_row))
         for row in rows:

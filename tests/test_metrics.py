@@ -361,3 +361,26 @@ def test_operations_doc_lists_every_series() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     undocumented = [n for n in (*SERVER_METRICS, *TUNER_METRICS) if f"`{n}`" not in doc]
     assert not undocumented, f"docs/operations.md does not list {undocumented}"
+
+
+def test_metrics_arguments_serve_on_loopback_when_a_port_is_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from tuner_client.metrics import add_metrics_arguments, metrics_from_args
+
+    monkeypatch.delenv("HARMONY_METRICS_PORT", raising=False)
+    monkeypatch.delenv("HARMONY_METRICS_HOST", raising=False)
+    parser = argparse.ArgumentParser()
+    add_metrics_arguments(parser)
+    quiet = metrics_from_args(parser.parse_args([]), ["work_mem"])
+    assert quiet._server is None  # not served unless asked
+    served = metrics_from_args(parser.parse_args(["--metrics-port", "0"]), ["work_mem"],
+                               tuner="cli")
+    try:
+        host, port = served._server.server_address[:2]
+        assert host == "127.0.0.1"
+        assert value(scrape(f"http://127.0.0.1:{port}/metrics"), "harmony_tuner_pass") == 0
+    finally:
+        served.stop()
+    assert served._server is None

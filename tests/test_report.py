@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from test_priordata import make_definition, run_session
+from test_priordata import make_definition, run_session, space_dicts
 
 from harmony import report_cli
 from harmony.errors import ConfigError
@@ -112,15 +112,18 @@ def test_report_cli_from_xml_and_from_a_store(session: PriorSession, tmp_path: P
     assert "+150%" in page and len(embedded_images(page)) == 4
 
     state = tmp_path / "state"
+    small = prior_from_core(run_session(make_definition("small", params=space_dicts()[:1]), 5,
+                                        clients=("c",)))
     store = Store(default_store_url(state))
     try:
-        import_into_store(store, session)
+        import_into_store(store, small)
     finally:
         store.close()
-    args = parser.parse_args(["report", "tpch-online", "--state-dir", str(state), "--out",
+    args = parser.parse_args(["report", "small", "--state-dir", str(state), "--out",
                               str(tmp_path / "r2")])
     assert args.func(args) == 0
-    assert len(embedded_images((tmp_path / "r2" / "report.html").read_text())) == 4
+    page = (tmp_path / "r2" / "report.html").read_text()
+    assert len(embedded_images(page)) == 2 and "5 points measured, 1 failed" in page
 
     bad: list[tuple[list[str], str]] = [
         (["report", "other", "--from-xml", str(xml)], "holds session 'tpch-online'"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 from server_support import Raw, definition, running_server
 
 from harmony_server.app import ENDPOINTS
-from harmony_server.store import Store, default_store_url
+from harmony_server.server import start_server
+from harmony_server.store import Store, StoreError, default_store_url
 
 
 def _commands(state: Path, name: str) -> list[str]:
@@ -247,3 +249,70 @@ def test_a_retried_fetch_gets_the_same_trial_even_after_a_restart(tmp_path: Path
         _, stale = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
         assert stale["trial_id"] not in (first["trial_id"], other["trial_id"])
     assert _commands(tmp_path, "r") == ["join", "fetch", "fetch", "fetch"]
+
+
+def test_a_failed_store_write_is_not_acknowledged_and_the_session_heals(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        http("POST", "/sessions", {"definition": definition("w")})
+        _, got = http("POST", "/sessions/w/fetch", {"client": "c"})
+        store = server.manager.store
+        real_write = store.write
+        failures = []
+
+        def failing_write(*args: object, **kwargs: object) -> None:
+            failures.append(args)
+            raise StoreError("disk full (injected)")
+
+        store.write = failing_write  # type: ignore[method-assign]
+        try:
+            status, answer = http("POST", "/sessions/w/report", {"trial_id": got["trial_id"],
+                                                                "value": 3.0})
+        finally:
+            store.write = real_write  # type: ignore[method-assign]
+        assert (status, answer["error"]) == (503, "unavailable") and len(failures) == 1
+        # not acknowledged, so not applied: the trial is still leased and the report can be sent
+        (trial,) = http("GET", "/sessions/w/trials")[1]["trials"]
+        assert trial["status"] == "leased"
+        assert http("POST", "/sessions/w/report", {"trial_id": got["trial_id"],
+                                                  "value": 3.0})[1]["accepted"] is True
+        assert http("GET", "/sessions/w")[1]["counts"]["done"] == 1
+    assert _commands(tmp_path, "w") == ["join", "fetch", "report"]
+
+
+def test_shutdown_answers_pending_long_polls_promptly(tmp_path: Path) -> None:
+    server = start_server(port=0, state_dir=tmp_path)
+    http = Raw(server.url)
+    http("POST", "/sessions", {"definition": definition("z")})
+    http("POST", "/sessions/z/pause", {})
+    answers: list[tuple[int, object]] = []
+    poller = threading.Thread(target=lambda: answers.append(
+        Raw(server.url)("POST", "/sessions/z/fetch", {"client": "c", "wait": 30})))
+    poller.start()
+    time.sleep(0.3)  # the poll is now parked on the server
+    started = time.monotonic()
+    server.stop()
+    poller.join(10)
+    assert time.monotonic() - started < 3.0
+    assert answers and answers[0][0] == 200 and answers[0][1]["status"] == "wait"  # type: ignore[index]
+
+
+def test_a_session_whose_log_cannot_be_replayed_is_flagged_not_fatal(tmp_path: Path) -> None:
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        for name in ("good", "bad"):
+            http("POST", "/sessions", {"definition": definition(name)})
+            http("POST", f"/sessions/{name}/fetch", {"client": "c"})
+    with sqlite3.connect(tmp_path / "harmony.sqlite3") as conn:  # a log written by a future version
+        conn.execute("INSERT INTO harmony_commands VALUES ('bad', 3, 'teleport', '{}', 0, NULL)")
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        assert http("GET", "/healthz")[1] == {"status": "ok", "sessions": 1, "broken": 1}
+        status, answer = http("GET", "/sessions/bad")
+        assert (status, answer["error"]) == (500, "session_broken")
+        assert "teleport" in answer["message"]
+        assert [(s["name"], s["status"]) for s in http("GET", "/sessions")[1]["sessions"]] == \
+            [("bad", "broken"), ("good", "running")]
+        assert http("POST", "/sessions/good/fetch", {"client": "c"})[1]["status"] == "trial"
+        assert http("DELETE", "/sessions/bad")[0] == 200
+        assert http("GET", "/healthz")[1]["broken"] == 0

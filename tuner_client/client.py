@@ -70,6 +70,8 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
     "invalid_definition": ConfigError,
     "conflict": HarmonyError,
     "unavailable": ServerUnavailableError,
+    "session_broken": HarmonyError,
+    "internal": HarmonyError,
 }
 
 

@@ -430,6 +430,34 @@ class TunerMetrics:
         return number
 
 
+def add_metrics_arguments(parser: Any) -> None:
+    """``--metrics-host`` / ``--metrics-port`` for ``harmony tune`` (env ``HARMONY_METRICS_*``)."""
+    import os
+
+    port = os.environ.get("HARMONY_METRICS_PORT")
+    parser.add_argument("--metrics-port", type=int, default=int(port) if port else None,
+                        help="serve the tuner's Prometheus metrics on this port (0: any free "
+                             f"port; default: not served; env HARMONY_METRICS_PORT; "
+                             f"{DEFAULT_METRICS_PORT} in docker-compose)")
+    parser.add_argument("--metrics-host", default=os.environ.get("HARMONY_METRICS_HOST",
+                                                                 "127.0.0.1"),
+                        help="address for --metrics-port (default 127.0.0.1; env "
+                             "HARMONY_METRICS_HOST)")
+
+
+def metrics_from_args(args: Any, knobs: Sequence[str], *, tuner: str = "harmony"
+                      ) -> TunerMetrics:
+    """A :class:`TunerMetrics` for the run, served when ``--metrics-port`` was given.
+
+    The flows can call its methods unconditionally; the caller calls ``stop()`` at the end.
+    """
+    metrics = TunerMetrics(knobs, tuner=tuner)
+    port = getattr(args, "metrics_port", None)
+    if port is not None:
+        metrics.serve(getattr(args, "metrics_host", "127.0.0.1"), int(port))
+    return metrics
+
+
 def _failure_kind(reason: str) -> str:
     text = reason.lower()
     if text.startswith("infeasible"):

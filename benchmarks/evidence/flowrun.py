@@ -8,7 +8,7 @@ tuner's own final default-vs-best rounds give the outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,23 +65,35 @@ def open_small_target(state_dir: Path, scale: float = 0.1) -> Target:
     return open_target(cfg, state_dir)
 
 
-def run_flow(config: Mapping[str, Any], target: Target) -> dict[str, Any]:
-    """Run the flow; return the outcome with a timeline of evaluations and decisions."""
+def run_flow(config: Mapping[str, Any], target: Target, *,
+             on_record: Callable[[int], None] | None = None,
+             on_decision: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the flow; return the outcome with a timeline of evaluations and decisions.
+
+    ``on_record(n)`` is called after the n-th session evaluation, ``on_decision(text)`` after
+    each decision of the flow (the shift benchmark switches the mix from them).
+    """
     cfg = tuner_config_from_dict(dict(config))
     tuner = Tuner(cfg, target=target, client=connect(None))
     started = time.monotonic()
     started_epoch = time.time()
     timeline: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
-    tuner.on_record = lambda r: timeline.append({
-        "t": time.monotonic() - started, "session": r.session, "qpm": r.value,
-        "settings": dict(r.settings), "failure": r.failure,
-        "restart_s": r.restart_s})
+    def record(r: Any) -> None:
+        timeline.append({"t": time.monotonic() - started, "session": r.session, "qpm": r.value,
+                         "settings": dict(r.settings), "failure": r.failure,
+                         "restart_s": r.restart_s})
+        if on_record is not None:
+            on_record(len(timeline))
+
+    tuner.on_record = record
     plain_decide = tuner._decide
 
     def decide(text: str) -> None:
         decisions.append({"t": time.monotonic() - started, "text": text})
         plain_decide(text)
+        if on_decision is not None:
+            on_decision(text)
 
     tuner._decide = decide  # type: ignore[method-assign]
     result = tuner.run()

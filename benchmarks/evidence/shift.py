@@ -28,49 +28,48 @@ logger = logging.getLogger(__name__)
 
 MIX_A = "3Q6,3Q13"
 MIX_B = "3Q1,3Q9"
+#: seconds after the multi-pass monitoring starts before the mix switches
+SWITCH_DELAY_S = 15.0
 
 
-class WallClockShift:
-    """Mix A until a wall-clock deadline, mix B after it, whatever restarts happen between.
+class ShiftingWorkload:
+    """Mix A until :meth:`switch` is called, mix B after it, whatever restarts happen between.
 
     The project's ``ScheduledDriver`` starts its schedule over from phase 0 on every
     ``start()``, and the measurer stops and starts the workload around each PostgreSQL
-    restart, so an offline evaluation after the switch would bring mix A back. This driver
-    keeps one clock for the whole run; the switch waits for a running sample to finish.
+    restart, so an offline evaluation after a timed switch would bring mix A back. This
+    driver switches once, on an event, for good; a switch waits for a running sample.
     """
 
-    def __init__(self, dsn: str, switch_at: float, seed: int) -> None:
+    def __init__(self, dsn: str, seed: int) -> None:
         from workloads.driver import WorkloadDriver
 
         self._make = lambda mix: WorkloadDriver(dsn, mix, seed=seed, statement_timeout_s=120)
-        self.switch_at = switch_at
+        self.mix = MIX_A
         self.switched_at: float | None = None
         self._lock = threading.Lock()
         self._driver: Any = None
         self._running = False
-        self._timer = threading.Thread(target=self._watch, daemon=True)
-        self._done = threading.Event()
-        self._timer.start()
 
-    def _mix(self) -> str:
-        return MIX_B if time.monotonic() >= self.switch_at else MIX_A
-
-    def _watch(self) -> None:
-        delay = self.switch_at - time.monotonic()
-        if self._done.wait(max(delay, 0.0)):
-            return
+    def switch(self) -> None:
         with self._lock:
+            if self.mix == MIX_B:
+                return
+            self.mix = MIX_B
             if self._running and self._driver is not None:
                 self._driver.stop()
                 self._driver = self._make(MIX_B)
                 self._driver.start()
             self.switched_at = time.monotonic()
-            logger.info("workload switched to %s", MIX_B)
+        logger.info("workload switched to %s", MIX_B)
+
+    def switch_later(self, delay_s: float) -> None:
+        threading.Timer(delay_s, self.switch).start()
 
     def start(self) -> None:
         with self._lock:
             if not self._running:
-                self._driver = self._make(self._mix())
+                self._driver = self._make(self.mix)
                 self._driver.start()
                 self._running = True
 
@@ -85,59 +84,80 @@ class WallClockShift:
                 self._driver.stop()
                 self._running = False
 
-    def close(self) -> None:
-        self._done.set()
-        self.stop()
 
+def run_pair(target: Any, quick: bool) -> dict[str, Any]:
+    """Both flows on mix A; the mix switches to B when the first pass's online session ends.
 
-def run_pair(target: Any, switch_s: float, quick: bool) -> dict[str, Any]:
-    schedule = f"{MIX_A} for {switch_s:g} s, then {MIX_B}"
-    out: dict[str, Any] = {"schedule": schedule, "switch_s": switch_s}
+    One-pass: right after its last online evaluation (so its final rounds run on B).
+    Multi-pass: ``SWITCH_DELAY_S`` after its monitoring of the converged point starts.
+    """
+    offline, online = 2, 4 if quick else 8
+    out: dict[str, Any] = {"schedule": f"{MIX_A}, then {MIX_B}", "offline_evals": offline,
+                           "online_evals": online, "switch_delay_s": SWITCH_DELAY_S}
     for flow in ("one-pass", "multi-pass"):
         cfg = small_config(f"evidence-shift-{flow}", flow=flow, mix=MIX_A,
-                           offline_evals=2, online_evals=4 if quick else 8, queries=9,
+                           offline_evals=offline, online_evals=online, queries=9,
                            monitor=6 if quick else 10, max_passes=2)
         la = load_average()
         started = time.monotonic()
-        shift = WallClockShift(target.dsn, started + switch_s, seed=1)
+        shift = ShiftingWorkload(target.dsn, seed=1)
+
+        def on_record(n: int, shift: ShiftingWorkload = shift, flow: str = flow) -> None:
+            if flow == "one-pass" and n == offline + online:
+                shift.switch()
+
+        def on_decision(text: str, shift: ShiftingWorkload = shift) -> None:
+            if "workload-shift band" in text and shift.switched_at is None:
+                shift.switch_later(SWITCH_DELAY_S)
+
         original = flows.make_workload
         # the tuner builds its workload through flows.make_workload: hand it the shifting one
         flows.make_workload = lambda config, dsn, seed=None: shift  # type: ignore[assignment]
         try:
-            result = run_flow(cfg, target)
+            result = run_flow(cfg, target, on_record=on_record, on_decision=on_decision)
         finally:
             flows.make_workload = original  # type: ignore[assignment]
-            shift.close()
+            shift.stop()
+        switch_t = shift.switched_at - started if shift.switched_at is not None else None
+        result["switch_at_s"] = switch_t
         result["load_average_start"] = la
         result["load_average_end"] = load_average()
-        fired = [d for d in result["timed_decisions"] if "workload shift" in d["text"]]
+        fired = [d for d in result["timed_decisions"] if "workload shift:" in d["text"]]
         result["detected_at_s"] = fired[0]["t"] if fired else None
-        result["detect_delay_s"] = (fired[0]["t"] - switch_s) if fired else None
+        result["detect_delay_s"] = (fired[0]["t"] - switch_t) if fired and switch_t else None
+        result["measurements_to_detect"] = (
+            sum(1 for e in result["timeline"] if e["session"].endswith("-monitor")
+                and switch_t is not None and switch_t <= e["t"] <= fired[0]["t"])
+            if fired else None)
         result["wall_s"] = time.monotonic() - started
         out[flow] = result
-        logger.info("%s: detected at %s s; tuned/default under B %s", flow,
-                    result["detected_at_s"], result["tuned_over_default"])
+        logger.info("%s: switch at %s s, detected at %s s; tuned/default under B %s", flow,
+                    switch_t, result["detected_at_s"], result["tuned_over_default"])
     return out
 
 
 def markdown(data: dict[str, Any]) -> str:
     cmd = "python -m benchmarks.evidence shift" + (" --quick" if data["quick"] else "")
-    extra = (f"\nSchedule `{data['pair']['schedule']}` (mix A for {data['pair']['switch_s']:g} s "
-             f"from the start of each run, then mix B). TPC-H SF 0.1, embedded cluster without a "
+    extra = (f"\nMix A `{MIX_A}`, then mix B `{MIX_B}`: one-pass switches right after its last "
+             f"online evaluation, multi-pass {SWITCH_DELAY_S:g} s into its monitoring of the "
+             f"converged point. TPC-H SF 0.1, embedded cluster without a "
              f"memory cgroup (budget RAM declared as 1GB). The one-pass flow gets 2 offline + "
              f"online evaluations; the multi-pass flow the same per pass (at most 2 passes) plus "
              f"monitoring. 'under B' = the tuner's own final rounds (default vs best, "
              f"interleaved A/B/A/B), which run after the switch.\n")
     lines = [header("Workload shift: multi-pass vs one-pass", cmd, data["machine"], extra)]
-    lines.append("| flow | passes | evaluations | shift detected at (s) | delay after switch (s) "
-                 "| default qpm under B | best qpm under B | best/default | wall s | load avg |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines.append("| flow | passes | evaluations | switch at (s) | shift detected at (s) | "
+                 "delay (s) | monitor measurements after switch | default qpm under B | "
+                 "best qpm under B | best/default | wall s | load avg |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for flow in ("one-pass", "multi-pass"):
         r = data["pair"].get(flow)
         if r is None:
             continue
-        lines.append(f"| {flow} | {r['passes']} | {r['evaluations']} | {fmt(r['detected_at_s'])} "
-                     f"| {fmt(r['detect_delay_s'])} | {fmt(r['default_qpm'])} | "
+        lines.append(f"| {flow} | {r['passes']} | {r['evaluations']} | {fmt(r['switch_at_s'])} | "
+                     f"{fmt(r['detected_at_s'])} | {fmt(r['detect_delay_s'])} | "
+                     f"{r['measurements_to_detect'] if r['measurements_to_detect'] is not None else '–'} | "
+                     f"{fmt(r['default_qpm'])} | "
                      f"{fmt(r['best_qpm'])} | {fmt(r['tuned_over_default'])} | "
                      f"{fmt(r['wall_s'])} | {r['load_average_end']} |")
     for flow in ("one-pass", "multi-pass"):
@@ -156,15 +176,13 @@ def markdown(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer evaluations and monitoring")
-    parser.add_argument("--switch-s", type=float, default=None,
-                        help="seconds of mix A before the switch")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
     args = parser.parse_args(argv)
     mach = machine()
     target = open_small_target(args.state_dir)
     try:
-        pair = run_pair(target, args.switch_s or (150.0 if args.quick else 300.0), args.quick)
+        pair = run_pair(target, args.quick)
     finally:
         target.close()
     data = {"machine": mach, "quick": args.quick, "pair": pair}
