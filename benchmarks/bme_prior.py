@@ -38,7 +38,7 @@ from harmony.definition import SessionDefinition
 from harmony.errors import HarmonyError
 from harmony.session import SessionCore
 from strategies.space import IntParam, Space
-from tuner_client.bme import SharedBuffersPrior, fit_bme, touched_pages_p_star
+from tuner_client.bme import PriorAdvice, SharedBuffersPrior, fit_bme, touched_pages_p_star
 from tuner_client.bme.fit import BMEFit
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import read_database_stats, stats_delta
@@ -130,10 +130,11 @@ class LookupSample:
 
 
 class LookupDriver:
-    """Skewed primary-key lookups of one order's line items from ``streams`` threads.
+    """Skewed primary-key lookups of orders' line items from ``streams`` threads.
 
     Order keys are shuffled once; a lookup takes the key at rank ``n·u**skew`` (u uniform),
-    so a few keys are hot and the hot keys are spread over the table's pages.
+    so a few keys are hot and the hot keys are spread over the table's pages. Throughput is
+    looked-up keys per minute (``qpm``).
     """
 
     def __init__(self, dsn: str, *, streams: int = 4, skew: float = 3.0, seed: int = 1) -> None:
@@ -164,16 +165,15 @@ class LookupDriver:
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 while not self._stop.is_set():
-                    ranks = (n * rng.random(32) ** self.skew).astype(np.int64)
-                    for key in self._keys[ranks]:
-                        try:
-                            conn.execute(LOOKUP_SQL, [int(key)], prepare=True)
-                        except psycopg.Error:
-                            with self._lock:
-                                self._errors += 1
-                            continue
+                    ranks = (n * rng.random(LOOKUP_BATCH) ** self.skew).astype(np.int64)
+                    try:
+                        conn.execute(LOOKUP_SQL, [self._keys[ranks].tolist()], prepare=True)
+                    except psycopg.Error:
                         with self._lock:
-                            self._completed += 1
+                            self._errors += 1
+                        continue
+                    with self._lock:
+                        self._completed += LOOKUP_BATCH
         except psycopg.Error as exc:
             logger.warning("lookup stream %d ended: %s", index, exc)
 
@@ -194,7 +194,10 @@ class LookupDriver:
         self._threads = []
 
 
-LOOKUP_SQL = "SELECT sum(l_extendedprice) FROM lineitem WHERE l_orderkey = %s"
+#: one statement looks up a batch of keys (index scans on lineitem_pkey), so the client's
+#: round trips do not bound the rate
+LOOKUP_SQL = "SELECT sum(l_extendedprice) FROM lineitem WHERE l_orderkey = ANY(%s::bigint[])"
+LOOKUP_BATCH = 200
 
 
 def measure_sizes(cluster: LocalCluster, dsn: str, mix: str, sizes: list[int], *,
@@ -264,7 +267,7 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
         dsn = cluster.dsn_for(DBNAME)
         load = load_tpch(dsn, args.scale, workdir=state / "tpch-data")
         with psycopg.connect(dsn, autocommit=True) as conn:
-            statements = ([LOOKUP_SQL.replace("%s", "1")] if args.mix == "lookup"
+            statements = ([LOOKUP_SQL.replace("%s", "'{1,2}'")] if args.mix == "lookup"
                           else _mix_statements(args.mix, args.scale))
             relations = _plan_relations(conn, statements)
             version = conn.execute("SHOW server_version").fetchone()
@@ -354,6 +357,9 @@ def _session(space: Space, start_mb: int, seed: int, label: str) -> SessionCore:
     return SessionCore(definition)
 
 
+_ADVICE_CACHE: dict[tuple[Any, ...], PriorAdvice] = {}
+
+
 def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior: bool,
            p_star: float | None, noise_cv: float, seed: int, target: float,
            min_r2: float) -> dict[str, Any]:
@@ -366,6 +372,7 @@ def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior:
     """
     rng = np.random.default_rng(seed)
     prior = SharedBuffersPrior(p_star=p_star, min_r2=min_r2) if use_prior else None
+    added: list[int] = []
     param = space.params[0]
     assert isinstance(param, IntParam)
     core = _session(space, start_mb, seed, "plain")
@@ -387,9 +394,15 @@ def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior:
             continue
         reads = int(round(miss * table.accesses))
         prior.add_point(size_mb * MB, int(table.accesses) - reads, reads)
+        added.append(size_mb)
         if not prior.ready:
             continue
-        advice = prior.recommend(max_bytes=param.upper * MB, min_bytes=param.min * MB)
+        # P is a function of the size alone here, so the same sizes give the same fit
+        key = (tuple(sorted(added)), p_star, min_r2, param.min, param.upper)
+        advice = _ADVICE_CACHE.get(key)
+        if advice is None:
+            advice = prior.recommend(max_bytes=param.upper * MB, min_bytes=param.min * MB)
+            _ADVICE_CACHE[key] = advice
         advice_text = advice.reason
         if not advice.usable or advice.search_range is None or advice.m_star_bytes is None:
             continue
@@ -575,6 +588,8 @@ def main() -> int:
     args.passes = args.passes or (1 if args.quick else 2)
     machine = _machine()
     started = time.monotonic()
+    stem = "bme_prior" + ("_lookup" if args.mix == "lookup" else "") \
+        + (".quick" if args.quick else "")
     if args.from_json:
         earlier = json.loads(Path(args.from_json).read_text())
         measured, machine = earlier["measured"], earlier["machine"]
@@ -582,6 +597,11 @@ def main() -> int:
     else:
         measured = run_measurements(args)
         measure_seconds = time.monotonic() - started
+        # keep the measurements before the (slower) analysis: --from-json can redo it
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{stem}.json").write_text(json.dumps(
+            {"machine": machine, "measure_seconds": measure_seconds, "measured": measured,
+             "analysis": None}, indent=2, default=str) + "\n")
     starts = [32, 128, 256] if not args.quick else [128]
     analysis = analyse(measured, budget=args.budget, seeds=args.seeds, starts_mb=starts,
                        min_r2=args.min_r2)
@@ -594,8 +614,6 @@ def main() -> int:
               "load_average_end": list(os.getloadavg()), "measured": measured,
               "analysis": analysis}
     RESULTS.mkdir(exist_ok=True)
-    stem = "bme_prior" + ("_lookup" if args.mix == "lookup" else "") \
-        + (".quick" if args.quick else "")
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (RESULTS / f"{stem}.md").write_text(_markdown(report))
     print(_markdown(report))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from harmony.errors import ConfigError, ConstraintError
@@ -18,7 +17,7 @@ from plugins.affine import AffineConstraint, exact_number, parse_constraint
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.feasible import ConstrainedRegion
 from plugins.grid_polytope import GridPolytope
-from strategies.space import IntParam, Param, RealParam, Space
+from strategies.space import IntParam, RealParam, Space
 
 logger = logging.getLogger(__name__)
 
@@ -105,14 +104,9 @@ class ConstraintPlugin(Plugin, name="constraint"):
 
 def _narrowed(space: Space, bounds: Mapping[str, tuple[int, int]]) -> Space:
     """``space`` with each named parameter cut to grid indices ``lo..hi`` (grid kept aligned)."""
-    params: list[Param] = []
-    for p in space.params:
-        if p.name in bounds and isinstance(p, IntParam | RealParam):
-            lo, hi = bounds[p.name]
-            cast = int if isinstance(p, IntParam) else float
-            vlo, vhi = cast(p.value_at(lo)), cast(p.value_at(hi))
-            default = p.default if p.default is not None and vlo <= p.default <= vhi else None
-            params.append(replace(p, min=vlo, max=vhi, default=default))  # type: ignore[arg-type]
-        else:
-            params.append(p)
-    return Space(tuple(params))
+    values = {}
+    for name, (lo, hi) in bounds.items():
+        p = space[name]
+        if isinstance(p, IntParam | RealParam):
+            values[name] = (p.value_at(lo), p.value_at(hi))
+    return space.narrowed(values)

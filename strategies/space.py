@@ -338,20 +338,17 @@ class Space:
         return out
 
     def narrowed(self, bounds: Mapping[str, tuple[float, float]]) -> Space:
-        """A new space with the given parameters' ``(min, max)`` replaced (values on the grid)."""
+        """A new space with the given parameters' ``(min, max)`` replaced by grid values.
+
+        Bounds are snapped onto the parameter's existing grid, so the grid stays aligned.
+        """
         params: list[Param] = []
         for p in self.params:
             if p.name in bounds and not isinstance(p, EnumParam):
-                lo, hi = bounds[p.name]
+                cast = int if isinstance(p, IntParam) else float
+                lo, hi = (cast(p.snap(v)) for v in bounds[p.name])
                 default = p.default if p.default is not None and lo <= p.default <= hi else None
-                changes: dict[str, Any] = {"min": type(p.min)(lo), "max": type(p.max)(hi),
-                                           "default": default}
-                try:
-                    params.append(replace(p, **changes))
-                except ConfigError:
-                    # a single grid value: keep the step so the parameter stays valid
-                    changes["max"] = changes["min"]
-                    params.append(replace(p, **changes))
+                params.append(replace(p, min=lo, max=max(lo, hi), default=default))  # type: ignore[arg-type]
             else:
                 params.append(p)
         return Space(tuple(params))

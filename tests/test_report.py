@@ -113,7 +113,7 @@ def test_report_cli_from_xml_and_from_a_store(session: PriorSession, tmp_path: P
 
     state = tmp_path / "state"
     small = prior_from_core(run_session(make_definition("small", params=space_dicts()[:1]), 5,
-                                        clients=("c",)))
+                                        lambda p: p["work_mem"] / 1024, clients=("c",)))
     store = Store(default_store_url(state))
     try:
         import_into_store(store, small)
