@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -554,7 +554,3 @@ def _guess(cell: str) -> Value:
             pass
     return {"true": True, "false": False}.get(cell, cell)
 
-
-def sessions_by_name(priors: Iterable[PriorSession]) -> dict[str, PriorSession]:
-    """Index prior sessions by name (later ones win)."""
-    return {p.name: p for p in priors}

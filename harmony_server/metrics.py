@@ -22,7 +22,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
@@ -34,8 +34,8 @@ __all__ = ["CONTENT_TYPE", "SERVER_METRICS", "ServerCollector", "render_metrics"
 
 logger = logging.getLogger(__name__)
 
-#: the Content-Type of the exposition text ``render_metrics`` returns
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: the Content-Type of the exposition text ``render_metrics`` returns (classic text format)
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 #: every series this module exports (sample names) -> what it means; docs and tests use it
 SERVER_METRICS: dict[str, str] = {
@@ -48,9 +48,10 @@ SERVER_METRICS: dict[str, str] = {
     "harmony_server_request_duration_seconds_sum": "sum of HTTP request latencies",
     "harmony_server_request_duration_seconds_count": "number of HTTP requests timed",
     "harmony_server_operation_duration_seconds_bucket":
-        "latency of fetch and report requests, label operation (only when the server times them)",
-    "harmony_server_operation_duration_seconds_sum": "sum of fetch/report latencies",
-    "harmony_server_operation_duration_seconds_count": "number of fetch/report requests timed",
+        "latency per API operation (label operation: fetch, report, ...) when the server keeps "
+        "ServerStats.route_latency",
+    "harmony_server_operation_duration_seconds_sum": "sum of latencies per operation",
+    "harmony_server_operation_duration_seconds_count": "requests timed per operation",
     "harmony_trials_handed_out_total": "trials handed out by fetch (leases granted)",
     "harmony_fetch_waits_total": "fetches that answered 'wait' (nothing ready in time)",
     "harmony_reports_total": "reports accepted",
@@ -166,7 +167,7 @@ class ServerCollector:
         per_route: Mapping[str, LatencyHistogram] | None = getattr(stats, "route_latency", None)
         if per_route:
             family = HistogramMetricFamily("harmony_server_operation_duration_seconds",
-                                           "Latency of fetch and report requests.",
+                                           "Latency per API operation (fetch, report, ...).",
                                            labels=["operation"])
             for operation in sorted(per_route):
                 histogram_family(family.name, family.documentation, per_route[operation],

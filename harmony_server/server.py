@@ -166,10 +166,6 @@ class ServerHandle:
     def manager(self) -> SessionManager:
         return self._running().manager
 
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` on the server's loop thread and return its result (for tests)."""
-        return asyncio.run_coroutine_threadsafe(_call(fn, *args), self._loop).result(timeout=30)
-
     def stop(self, timeout: float = 30.0) -> None:
         """Graceful shutdown: stop accepting, finish in-flight requests, close the store."""
         if self._thread.is_alive() and self._stop is not None:
@@ -183,10 +179,6 @@ class ServerHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-async def _call(fn: Any, *args: Any) -> Any:
-    return fn(*args)
 
 
 def start_server(config: ServerConfig | None = None, **overrides: Any) -> ServerHandle:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import urllib3
 from server_support import definition, free_port, sphere
 
@@ -21,6 +22,8 @@ from harmony_server.store import Store, default_store_url
 from tuner_client.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow  # each test starts the server process twice
 
 
 @contextmanager

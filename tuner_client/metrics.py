@@ -30,7 +30,7 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from harmony import __version__
 from harmony.errors import ConfigError
@@ -41,7 +41,7 @@ __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "T
 
 logger = logging.getLogger(__name__)
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: the tuner's metrics port unless told otherwise (the server's API is on 1979)
 DEFAULT_METRICS_PORT = 9188
 #: what the tuner is doing (values of the ``phase`` label)
