@@ -5,7 +5,7 @@ Every optimizer sees the same objective interface: a point in, one value out, a 
 clients, random) run inside the real session core (:class:`harmony.session.SessionCore`), so
 the constrained runs go through the ``constraint`` plugin (isl bounding box, rejection of
 infeasible points with a penalty); Optuna's TPE runs through its ask/tell API on the same
-(narrowed) box, and an infeasible point it proposes is told as failed. Infeasible proposals
+(narrowed) box, and an infeasible point it proposes is told a penalty worse than every measurement. Infeasible proposals
 are never "measured": they cost no evaluation (like a configuration the tuner refuses to
 apply), for every optimizer alike.
 
@@ -49,8 +49,8 @@ OPTIMIZERS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
     ("random", "random", 1, {}),
     ("optuna-tpe", "optuna-tpe", 1, {}),
 )
-#: a simplex that converges is restarted (new initial simplex) until the budget is spent
-MAX_PROPOSALS_PER_EVAL = 200
+#: cap on Optuna proposals (feasible or not) per measured evaluation
+MAX_PROPOSALS_PER_EVAL = 50
 
 
 def budget_constraint(problem: Problem) -> tuple[str, int]:
@@ -129,6 +129,7 @@ def run_optuna(problem: Problem, constrained: bool, budget: int, seed: int) -> l
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
     best: list[float] = []
     current = math.inf
+    worst = -math.inf
     proposals = 0
     while len(best) < budget and proposals < MAX_PROPOSALS_PER_EVAL * budget:
         trial = study.ask()
@@ -140,9 +141,12 @@ def run_optuna(problem: Problem, constrained: bool, budget: int, seed: int) -> l
             else:
                 point[p.name] = trial.suggest_float(p.name, p.min, p.max)  # type: ignore[arg-type]
         if not check(point):
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            # not measured: ranked worse than every measurement (TPE is rank-based), the
+            # same penalty the simplex strategies give a rejected point
+            study.tell(trial, worst + 1.0 if math.isfinite(worst) else 1e12)
             continue
         value = problem(point)
+        worst = max(worst, value) if math.isfinite(worst) else value
         study.tell(trial, value)
         current = min(current, value)
         best.append(current)
