@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 Key = tuple[Value, ...]
 
-INIT_METHODS = ("point", "random-point", "lhs", "random")
+INIT_METHODS = ("point", "random-point", "lhs", "random", "simplex")
 REJECT_METHODS = ("penalty", "random", "project")
 #: attempts at drawing a non-degenerate random / Latin-hypercube initial simplex
 _INIT_ATTEMPTS = 20
@@ -89,6 +89,8 @@ class SimplexStrategy(Strategy):
         feasible point), ``lhs`` (a Latin hypercube) or ``random`` (random feasible vertices).
         Default: ``point`` when ``init_point`` is given, else ``lhs``.
       * ``init_point`` (default: the space's default point), ``init_radius`` (unit cube, 0.1).
+      * ``init_simplex``: the initial vertices themselves (``init_method: simplex``), e.g. the
+        best points of prior sessions; infeasible ones are replaced by feasible samples.
       * ``reject_method``: ``penalty`` | ``random`` | ``project`` for infeasible candidates.
       * ``fval_tol`` (relative to ``|best|``) plus ``fval_atol`` (absolute), and ``size_tol``
         (unit cube): converged when both hold. ``max_evals``: points handed out per start.
@@ -102,6 +104,7 @@ class SimplexStrategy(Strategy):
     def __init__(self, space: Space, *, seed: int = 0, region: FeasibleRegion | None = None,
                  simplex_size: int | None = None, init_method: str | None = None,
                  init_point: Mapping[str, Any] | None = None, init_radius: float = 0.1,
+                 init_simplex: Sequence[Mapping[str, Any]] | None = None,
                  reject_method: str = "penalty", fval_tol: float = 1e-4, fval_atol: float = 0.0,
                  size_tol: float = 1e-4, max_evals: int | None = None, reexpand: bool = True,
                  shrink: float = 0.5):
@@ -111,6 +114,20 @@ class SimplexStrategy(Strategy):
         #: indices of the axes that can move (a parameter with one grid value cannot)
         self.active_axes = [k for k, moves in enumerate(spans) if moves]
         n_eff = len(self.active_axes)
+        if init_simplex is not None:
+            if isinstance(init_simplex, str | bytes | Mapping) or not isinstance(init_simplex, Sequence):
+                raise option_error(name, "init_simplex", "a list of points", init_simplex)
+            if simplex_size is None:
+                simplex_size = len(init_simplex)
+            elif simplex_size != len(init_simplex):
+                raise option_error(name, "init_simplex", f"{simplex_size} points (simplex_size)",
+                                   f"{len(init_simplex)} points")
+            try:
+                init_simplex = [space.snap(p) for p in init_simplex]
+            except (ConfigError, TypeError, ValueError) as exc:
+                raise ConfigError(f"strategy {name!r}: option init_simplex holds a point that is "
+                                  f"not a point of the space: {exc}") from None
+            init_method = init_method or "simplex"
         if simplex_size is None:
             simplex_size = n_eff + 1
         if isinstance(simplex_size, bool) or not isinstance(simplex_size, int) \
@@ -122,6 +139,9 @@ class SimplexStrategy(Strategy):
         if init_method not in INIT_METHODS:
             raise option_error(name, "init_method", f"one of {', '.join(INIT_METHODS)}",
                                init_method)
+        if init_method == "simplex" and init_simplex is None:
+            raise option_error(name, "init_simplex", "a list of points when init_method is simplex",
+                               None)
         if reject_method not in REJECT_METHODS:
             raise option_error(name, "reject_method", f"one of {', '.join(REJECT_METHODS)}",
                                reject_method)
@@ -147,6 +167,9 @@ class SimplexStrategy(Strategy):
         self.init_point: Point = dict(init_point) if init_point is not None \
             else space.default_point()
         self.init_radius = float(init_radius)
+        #: a given initial simplex (e.g. the best points of prior sessions: a warm start)
+        self.init_simplex: list[Point] | None = (
+            [dict(p) for p in init_simplex] if init_simplex is not None else None)
         self.reject_method = reject_method
         self.fval_tol = float(fval_tol)
         self.fval_atol = float(fval_atol)
@@ -444,6 +467,13 @@ class SimplexStrategy(Strategy):
 
     # -- initial simplices ----------------------------------------------------------------------
     def _initial_simplex(self) -> list[np.ndarray]:
+        if self.init_method == "simplex" and self.init_simplex is not None:
+            out = []
+            for point in self.init_simplex:
+                if not self._feasible(point):
+                    point = self.space.snap(self.region.sample(self.rng))
+                out.append(self._unit(point))
+            return out
         if self.init_method in ("point", "random-point"):
             start = self.init_point if self.init_method == "point" \
                 else self.space.snap(self.region.sample(self.rng))

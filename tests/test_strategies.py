@@ -504,3 +504,29 @@ def test_points_never_leave_the_space(space: Space, seed: int, name: str, init: 
         assert isinstance(s, NelderMead | PRO)
         counts = Counter(space.key(p) for p in handed)
         assert max(counts.values()) == 1  # remembered, never re-measured
+
+
+def test_init_simplex_is_the_first_batch_handed_out() -> None:
+    from strategies import IntParam, Space, make_strategy
+
+    space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))
+    given = [{"x": 10, "y": 20}, {"x": 50, "y": 20}, {"x": 10, "y": 70}]
+    for name in ("nelder-mead", "pro"):
+        strategy = make_strategy(name, space, seed=1, init_simplex=given)
+        first = []
+        while len(first) < 3 and (trial := strategy.ask()) is not None:
+            first.append(trial.point)
+            if name == "nelder-mead":
+                strategy.tell(trial.id, float(trial.point["x"] + trial.point["y"]))
+        assert sorted(map(lambda p: (p["x"], p["y"]), first)) == sorted((p["x"], p["y"]) for p in given)
+
+
+def test_init_simplex_of_the_wrong_size_is_a_config_error() -> None:
+    import pytest
+
+    from harmony.errors import ConfigError
+    from strategies import IntParam, Space, make_strategy
+
+    space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))
+    with pytest.raises(ConfigError, match="init_simplex"):
+        make_strategy("nelder-mead", space, simplex_size=4, init_simplex=[{"x": 1, "y": 1}] * 3)

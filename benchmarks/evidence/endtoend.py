@@ -17,6 +17,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -164,6 +165,27 @@ def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
     }
 
 
+def as_postgres_accepts(target: Target, settings: dict[str, str]) -> dict[str, str]:
+    """Memory values rounded down to the knob's unit, as PostgreSQL itself does.
+
+    PGTune prints e.g. ``wal_buffers = 1966kB``; PostgreSQL takes it (245 blocks of 8kB), the
+    tuner's knob check refuses a value that is not a whole number of units.
+    """
+    out = {}
+    for name, value in settings.items():
+        if name not in target.catalog:
+            continue
+        knob = target.catalog[name]
+        m = re.fullmatch(r"(\d+)(kB|MB|GB)", value)
+        if m and knob.quantity == "memory":
+            size = int(m.group(1)) * {"kB": 1024, "MB": 1024**2, "GB": 1024**3}[m.group(2)]
+            unit = int(knob.unit_size)
+            out[name] = f"{size // unit * unit // 1024}kB"
+        else:
+            out[name] = value
+    return out
+
+
 def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]],
             rounds: int) -> dict[str, Any]:
     """Measure each configuration ``rounds`` times, interleaved, with the tuner's protocol."""
@@ -175,8 +197,7 @@ def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]]
     auto_conf = target.controller.read_auto_conf()
     default = measurer.current_settings(names)
     measurer.in_force = dict(default)
-    full = {label: {**default, **{k: v for k, v in c.items() if k in target.catalog}}
-            for label, c in configs.items()}
+    full = {label: {**default, **as_postgres_accepts(target, c)} for label, c in configs.items()}
     rows: list[dict[str, Any]] = []
     measurer.start()
     try:
@@ -236,7 +257,7 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
             streams = stream_count(tuner_config_from_dict(tuner_dict(
                 "x", mix, scale=scale, memory_limit=memory_limit, offline_evals=1,
                 online_evals=1, queries=1, warmup_s=1, seed=1)))
-            queries = max(6, streams // 2) if quick else streams
+            queries = streams
             cfg = tuner_config_from_dict(tuner_dict(
                 f"evidence-e2e-{i}", mix, scale=scale, memory_limit=memory_limit,
                 offline_evals=offline_evals, online_evals=online_evals, queries=queries,
@@ -352,7 +373,7 @@ def _mb(x: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
-                        help="fewer evaluations, short samples, two final rounds")
+                        help="3 offline + 7 online evaluations, 3-s warm-up (full: 6 + 30, 10 s)")
     parser.add_argument("--scale", type=float, default=0.4, help="TPC-H scale factor")
     parser.add_argument("--memory-limit-mb", type=int, default=256,
                         help="memory cgroup limit of the embedded cluster (MB)")
@@ -367,6 +388,6 @@ def main(argv: list[str] | None = None) -> int:
     name = "evidence_endtoend" + (".quick" if quick else "")
     run(quick, args.scale, args.memory_limit_mb * MB,
         args.offline_evals or (3 if quick else 6), args.online_evals or (7 if quick else 30),
-        args.rounds or (2 if quick else 3), tuple(m for m in args.mixes.split(";") if m),
+        args.rounds or 3, tuple(m for m in args.mixes.split(";") if m),
         args.state_dir, name)
     return 0
