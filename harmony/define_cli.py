@@ -35,6 +35,9 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"{r['file']}: ok — session {r['name']!r}, strategy {r['strategy']}, "
                   f"plugins {r['plugins'] or 'none'}")
             for p in r["space"]:
-                rng = p.get("values") if p["type"] == "enum" else f"{p['min']}..{p['max']} step {p['step']}"
+                if p["type"] == "enum":
+                    rng = str(p.get("values"))
+                else:
+                    rng = f"{p['min']}..{p['max']} step {p['step']}"
                 print(f"    {p['name']:<24} {p['type']:<5} {rng}")
     return 0

@@ -117,7 +117,8 @@ class SessionDefinition:
         out: dict[str, Any] = {
             "name": self.name,
             "parameters": params,
-            "strategy": {"name": self.strategy, "options": copy.deepcopy(dict(self.strategy_options))},
+            "strategy": {"name": self.strategy,
+                         "options": copy.deepcopy(dict(self.strategy_options))},
             "plugins": [{"name": p.name, "options": copy.deepcopy(dict(p.options))}
                         for p in self.plugins],
             "objective": {"name": self.objective,
@@ -156,8 +157,8 @@ class SessionDefinition:
         constraints = list(data.get("constraints", []))
         if constraints:
             if any(p.name == "constraint" for p in plugins):
-                raise ConfigError(f"{source}: give constraints either under 'constraints' or in the "
-                                  f"'constraint' plugin's options, not both")
+                raise ConfigError(f"{source}: give constraints either under 'constraints' or in "
+                                  f"the 'constraint' plugin's options, not both")
             # constraints go first so that no later plugin ever sees an infeasible point
             plugins.insert(0, PluginSpec("constraint", {
                 "constraints": constraints, "constants": dict(data.get("constants", {}))}))
@@ -188,7 +189,8 @@ def validate(data: Any, schema: Mapping[str, Any], *, source: str,
              lines: Mapping[tuple[Any, ...], int] | None = None) -> None:
     """Raise :class:`ConfigError` naming the file, line and key of the first schema violation."""
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.path), list(map(str, e.path))))
+    errors = sorted(validator.iter_errors(data),
+                    key=lambda e: (len(e.path), list(map(str, e.path))))
     if not errors:
         return
     err = _most_specific(errors[0])

@@ -121,10 +121,13 @@ class SessionCore:
         for plugin in self.plugins:
             self._space = plugin.init(self._space)
         regions = [r for r in (p.region() for p in self.plugins) if r is not None]
-        self.region: FeasibleRegion | None = (
-            regions[0] if len(regions) == 1 else _Intersection(self._space, regions) if regions else None)
-        self.strategy: Strategy = make_strategy(definition.strategy, self._space, seed=definition.seed,
-                                                region=self.region,
+        self.region: FeasibleRegion | None = None
+        if len(regions) == 1:
+            self.region = regions[0]
+        elif regions:
+            self.region = _Intersection(self._space, regions)
+        self.strategy: Strategy = make_strategy(definition.strategy, self._space,
+                                                seed=definition.seed, region=self.region,
                                                 **dict(definition.strategy_options))
 
     # -- SessionView (what plugins see) -----------------------------------------
@@ -235,7 +238,8 @@ class SessionCore:
             # strategies without restart support start over from scratch with a new seed
             self.strategy = make_strategy(self.definition.strategy, self._space,
                                           seed=self.definition.seed + self._generation,
-                                          region=self.region, **dict(self.definition.strategy_options))
+                                          region=self.region,
+                                          **dict(self.definition.strategy_options))
         self.version += 1
 
     def close(self) -> None:

@@ -115,7 +115,8 @@ class SimplexStrategy(Strategy):
         self.active_axes = [k for k, moves in enumerate(spans) if moves]
         n_eff = len(self.active_axes)
         if init_simplex is not None:
-            if isinstance(init_simplex, str | bytes | Mapping) or not isinstance(init_simplex, Sequence):
+            if isinstance(init_simplex, str | bytes | Mapping) \
+                    or not isinstance(init_simplex, Sequence):
                 raise option_error(name, "init_simplex", "a list of points", init_simplex)
             if simplex_size is None:
                 simplex_size = len(init_simplex)

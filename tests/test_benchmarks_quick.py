@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.evidence.optimizers import (OPTIMIZERS, budget_constraint, markdown, measure,
-                                            run_harmony, run_optuna)
+from benchmarks.evidence.optimizers import (
+    OPTIMIZERS,
+    budget_constraint,
+    markdown,
+    measure,
+    run_harmony,
+    run_optuna,
+)
 from harmony.synth import make_problem
 
 

@@ -518,7 +518,7 @@ def test_init_simplex_is_the_first_batch_handed_out() -> None:
             first.append(trial.point)
             if name == "nelder-mead":
                 strategy.tell(trial.id, float(trial.point["x"] + trial.point["y"]))
-        assert sorted(map(lambda p: (p["x"], p["y"]), first)) == sorted((p["x"], p["y"]) for p in given)
+        assert sorted((p["x"], p["y"]) for p in first) == sorted((p["x"], p["y"]) for p in given)
 
 
 def test_init_simplex_of_the_wrong_size_is_a_config_error() -> None:

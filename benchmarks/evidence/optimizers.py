@@ -5,7 +5,8 @@ Every optimizer sees the same objective interface: a point in, one value out, a 
 clients, random) run inside the real session core (:class:`harmony.session.SessionCore`), so
 the constrained runs go through the ``constraint`` plugin (isl bounding box, rejection of
 infeasible points with a penalty); Optuna's TPE runs through its ask/tell API on the same
-(narrowed) box, and an infeasible point it proposes is told a penalty worse than every measurement. Infeasible proposals
+(narrowed) box, and an infeasible point it proposes is told a penalty worse than every
+measurement. Infeasible proposals
 are never "measured": they cost no evaluation (like a configuration the tuner refuses to
 apply), for every optimizer alike.
 
@@ -25,7 +26,6 @@ import argparse
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +35,7 @@ from benchmarks.evidence.common import fmt, header, machine, spread, write_resul
 from harmony.definition import PluginSpec, SessionDefinition
 from harmony.session import SessionCore
 from harmony.synth import Problem, make_problem
-from strategies.space import IntParam, Point, Space
+from strategies.space import IntParam, Point
 
 logger = logging.getLogger(__name__)
 

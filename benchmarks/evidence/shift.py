@@ -112,7 +112,7 @@ def run_pair(target: Any, quick: bool) -> dict[str, Any]:
 
         original = flows.make_workload
         # the tuner builds its workload through flows.make_workload: hand it the shifting one
-        flows.make_workload = lambda config, dsn, seed=None: shift  # type: ignore[assignment]
+        flows.make_workload = lambda config, dsn, seed=None, w=shift: w  # type: ignore[assignment]
         try:
             result = run_flow(cfg, target, on_record=on_record, on_decision=on_decision)
         finally:
@@ -136,6 +136,10 @@ def run_pair(target: Any, quick: bool) -> dict[str, Any]:
     return out
 
 
+def _count(n: int | None) -> str:
+    return "–" if n is None else str(n)
+
+
 def markdown(data: dict[str, Any]) -> str:
     cmd = "python -m benchmarks.evidence shift" + (" --quick" if data["quick"] else "")
     extra = (f"\nMix A `{MIX_A}`, then mix B `{MIX_B}`: one-pass switches right after its last "
@@ -156,7 +160,7 @@ def markdown(data: dict[str, Any]) -> str:
             continue
         lines.append(f"| {flow} | {r['passes']} | {r['evaluations']} | {fmt(r['switch_at_s'])} | "
                      f"{fmt(r['detected_at_s'])} | {fmt(r['detect_delay_s'])} | "
-                     f"{r['measurements_to_detect'] if r['measurements_to_detect'] is not None else '–'} | "
+                     f"{_count(r['measurements_to_detect'])} | "
                      f"{fmt(r['default_qpm'])} | "
                      f"{fmt(r['best_qpm'])} | {fmt(r['tuned_over_default'])} | "
                      f"{fmt(r['wall_s'])} | {r['load_average_end']} |")
