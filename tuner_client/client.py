@@ -100,6 +100,37 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class _OneWriteConnection(urllib3.connection.HTTPConnection):
+    """Sends the request line, headers and a small body in one write.
+
+    urllib3 writes the headers and then the body, so every small JSON request costs two
+    packets and two wake-ups of the server; handing the body to ``endheaders`` (as
+    ``http.client`` allows) makes it one.
+    """
+
+    _pending: bytes | None = None
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None,
+                **kwargs: Any) -> None:
+        self._pending = body if isinstance(body, bytes) and 0 < len(body) <= 65536 else None
+        try:
+            super().request(method, url, body=body, headers=headers, **kwargs)
+        finally:
+            self._pending = None
+
+    def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+        if self._pending is not None and message_body is None:
+            super().endheaders(self._pending, encode_chunked=encode_chunked)
+            return
+        super().endheaders(message_body, encode_chunked=encode_chunked)
+
+    def send(self, data: Any) -> None:
+        if self._pending is not None and data is self._pending:
+            self._pending = None  # already sent with the headers
+            return
+        super().send(data)
+
+
 class HttpBackend:
     """JSON over HTTP with a keep-alive connection pool and retries on connection errors."""
 
@@ -116,6 +147,8 @@ class HttpBackend:
                                                     retries=False)
         except (urllib3.exceptions.LocationValueError, ValueError) as exc:
             raise ConfigError(f"server URL {url!r} is not a valid http(s) URL: {exc}") from None
+        if type(self.pool) is urllib3.HTTPConnectionPool:
+            self.pool.ConnectionCls = _OneWriteConnection
 
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
                 timeout: float | None = None) -> dict[str, Any]:

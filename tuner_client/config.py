@@ -144,7 +144,16 @@ TUNER_SCHEMA: dict[str, Any] = {
         "final": {
             "type": "object", "additionalProperties": False,
             "properties": {"rounds": {"type": "integer", "minimum": 0, "maximum": 20},
-                           "apply_best": {"type": "boolean"}},
+                           "apply_best": {"type": "boolean"},
+                           "recommended": {"type": "boolean"}},
+        },
+        "warm_start": {
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "properties": {
+                "from": {"type": "array", "minItems": 1,
+                         "items": {"type": "string", "minLength": 1}},
+                "store": {"type": "string", "minLength": 1},
+            },
         },
     },
 }
@@ -291,10 +300,28 @@ class FlowConfig:
 
 @dataclass(frozen=True)
 class FinalConfig:
-    """Default vs best re-measured interleaved (A/B) ``rounds`` times; optionally keep the best."""
+    """Default vs best re-measured interleaved (A/B) ``rounds`` times; optionally keep the best.
+
+    ``recommended``: also measure the BME prior's recommendation (the original settings with
+    ``shared_buffers`` = M*) in the same rounds, when the prior gave a usable one.
+    """
 
     rounds: int = 2
     apply_best: bool = False
+    recommended: bool = False
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Prior sessions to start the searches from: exported files (XML, CSV, text log, or
+    directories of them; paths relative to the working directory) and/or a store URL."""
+
+    sources: tuple[str, ...] = ()
+    store: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sources or self.store)
 
 
 @dataclass(frozen=True)
@@ -314,6 +341,7 @@ class TunerConfig:
     server: str | None = None
     description: str = ""
     source: str = "tuner config"
+    warm_start: WarmStartConfig = WarmStartConfig()
 
     def knob_specs(self) -> tuple[KnobSpec, ...]:
         return self.offline.knobs + self.online.knobs
@@ -451,11 +479,15 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                           f"pass; use kind: multi-pass for max_passes {flow.max_passes}")
     fin = data.get("final") or {}
     final = FinalConfig(rounds=int(fin.get("rounds", 2)),
-                        apply_best=bool(fin.get("apply_best", False)))
+                        apply_best=bool(fin.get("apply_best", False)),
+                        recommended=bool(fin.get("recommended", False)))
+    ws = data.get("warm_start") or {}
+    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), store=ws.get("store"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
                        budget=budget, offline=offline, online=online, flow=flow, final=final,
                        seed=int(data.get("seed", 0)), server=data.get("server"),
-                       description=data.get("description", ""), source=source)
+                       description=data.get("description", ""), source=source,
+                       warm_start=warm_start)
 
 
 def _knob_specs(raw: Any, path: tuple[str, ...], where: Any) -> tuple[KnobSpec, ...]:

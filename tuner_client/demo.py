@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner_client.config import TunerConfig, parse_tuner_config
-from tuner_client.flows import Tuner
-from tuner_client.tune_cli import format_result
+from tuner_client.metrics import add_metrics_arguments
+from tuner_client.tune_cli import format_result, run_with_metrics
 
 #: the demo's tuner config (identical to configs/tpch-demo.yaml; a test keeps them equal)
 DEMO_CONFIG_YAML = (Path(__file__).resolve().parent.parent / "configs" / "tpch-demo.yaml")
@@ -65,14 +65,15 @@ def add_parser(subparsers: Any) -> None:
                         help="output directory (env HARMONY_OUTPUT; default ./harmony-out/demo)")
     parser.add_argument("--server", default=os.environ.get("HARMONY_SERVER"),
                         help="harmony server URL (env HARMONY_SERVER; default standalone)")
+    add_metrics_arguments(parser)
     parser.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """Entry point of ``harmony demo``."""
     config = demo_config()
     output = args.output or Path("harmony-out") / "demo"
-    result = Tuner(config, server=args.server, state_dir=args.state_dir,
-                   output_dir=output).run()
+    result = run_with_metrics(config, args, output)
     print(format_result(result))
     if result.best_qpm is not None and result.default_qpm is not None:
         print(f"\ndemo: default {result.default_qpm:.1f} qpm, tuned {result.best_qpm:.1f} qpm "

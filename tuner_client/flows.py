@@ -17,6 +17,14 @@ At the end the default and the best configuration are re-measured interleaved (A
 the same protocol, and the best is written as ``ALTER SYSTEM`` statements and a
 ``postgresql.conf`` fragment. Whatever happens (an error, Ctrl-C, SIGTERM), the server is left
 running with its original configuration (or the best one with ``final.apply_best``).
+
+Every step updates a :class:`tuner_client.metrics.TunerMetrics` (served by ``harmony tune
+--metrics-port``; otherwise kept on a private registry nobody reads). With ``warm_start`` in
+the config, the first offline and online sessions start from the best points of compatible
+prior sessions. The run's sessions are exported (``sessions/NAME.xml`` in the output
+directory) with ``metadata["comparison"]`` (default vs tuned, and recommended when measured)
+and, for the offline sessions, ``metadata["bme"]`` (the fit and its points), which
+``harmony report NAME --from-xml FILE`` shows without further flags.
 """
 
 from __future__ import annotations
@@ -35,13 +43,18 @@ import psycopg
 
 from harmony.definition import PluginSpec, SessionDefinition
 from harmony.errors import ConfigError, HarmonyError
+from harmony.priordata import HostInfo, PriorSession, PriorTrial, dump
+from harmony.warmstart import apply_warm_start
 from strategies.space import EnumParam, Space
+from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.budget_view import BudgetView, make_budget_view
-from tuner_client.client import HarmonyClient, Session, connect
+from tuner_client.client import HarmonyClient, Session, connect, host_metadata
 from tuner_client.config import KnobParam, KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.measure import Measurer, PointRecord, aggregate
+from tuner_client.metrics import TunerMetrics
 from tuner_client.target import Target, make_workload, open_target, stream_count
+from tuner_client.warm import load_priors
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +78,16 @@ class TuneResult:
     output_dir: Path | None
     decisions: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: the best aggregate found by the search (before the final re-measurement)
+    search_best_qpm: float | None = None
+    #: the BME recommendation's throughput, when ``final.recommended`` measured it
+    recommended_qpm: float | None = None
+    #: what ``harmony report`` shows as the comparison (qpm by label), when measured
+    comparison: dict[str, Any] | None = None
+    #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
+    bme: dict[str, Any] | None = None
+    #: the run's session names
+    sessions: list[str] = field(default_factory=list)
 
     @property
     def improvement(self) -> float | None:
@@ -76,9 +99,11 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         return {"best_settings": self.best_settings, "default_settings": self.default_settings,
                 "best_qpm": self.best_qpm, "default_qpm": self.default_qpm,
+                "recommended_qpm": self.recommended_qpm, "search_best_qpm": self.search_best_qpm,
                 "improvement": self.improvement, "ab_rounds": self.ab_rounds,
                 "passes": self.passes, "evaluations": self.evaluations,
-                "decisions": self.decisions, "interrupted": self.interrupted}
+                "decisions": self.decisions, "interrupted": self.interrupted,
+                "comparison": self.comparison, "bme": self.bme, "sessions": self.sessions}
 
 
 def alter_system_sql(settings: Mapping[str, str], offline: set[str]) -> str:
@@ -135,6 +160,8 @@ class OfflinePrior:
         self._prior_cls = SharedBuffersPrior
         self.prior: Any = None
         self.last: PriorAdvice | None = None
+        self.fit: Any = None  # the BMEFit behind the last advice (good or poor), if any
+        self.size_range: tuple[int, int] | None = None  # the bytes the advice searched in
 
     def add(self, record: PointRecord) -> None:
         stats = record.stats_total()
@@ -171,11 +198,13 @@ class OfflinePrior:
             return None
         lo_bytes = int(self.param.canonical(p.min))  # type: ignore[arg-type]
         hi_bytes = min(int(self.param.canonical(p.upper)), self.max_bytes)  # type: ignore[arg-type]
+        self.size_range = (lo_bytes, hi_bytes)
         try:
             raw = self.prior.recommend(max_bytes=hi_bytes, min_bytes=lo_bytes)
         except HarmonyError as exc:
             self.last = PriorAdvice(False, f"fit failed: {exc}")
             return self.last
+        self.fit = raw.fit
         if not raw.usable or raw.m_star_bytes is None:
             self.last = PriorAdvice(False, str(raw.reason))
             return self.last
@@ -192,6 +221,16 @@ class OfflinePrior:
                                 bounds={"shared_buffers": (lo, hi)})
         return self.last
 
+    def metadata(self) -> dict[str, Any] | None:
+        """The fit for a session's ``metadata["bme"]``: parameters (bytes), r2, points."""
+        if self.fit is None or self.prior is None:
+            return None
+        points = sorted(zip(self.prior.sizes, self.prior.misses, strict=True))
+        return {**self.fit.params.to_dict(), "r2": float(self.fit.r2),
+                "points": [[float(m), float(p)] for m, p in points],
+                "usable": bool(self.last.usable) if self.last is not None else False,
+                "reason": self.last.reason if self.last is not None else ""}
+
 
 class Tuner:
     """One tuning run of a :class:`TunerConfig` (see the module docstring)."""
@@ -199,7 +238,7 @@ class Tuner:
     def __init__(self, config: TunerConfig, *, server: str | None = None,
                  state_dir: Path | None = None, output_dir: Path | None = None,
                  client: HarmonyClient | None = None, target: Target | None = None,
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, metrics: TunerMetrics | None = None) -> None:
         self.config = config
         self.server = server if server is not None else config.server
         self.state_dir = state_dir
@@ -218,10 +257,20 @@ class Tuner:
         self.on_record: Callable[[PointRecord], None] | None = None
         self.original_auto_conf: str | None = None
         self.relpages_bytes: int | None = None
+        # never None: without a metrics port the updates go to a registry nobody serves
+        self.metrics = metrics if metrics is not None else TunerMetrics(
+            [k.name for k in config.knob_specs()], tuner=config.name)
+        self.priors: list[PriorSession] = []
+        self.sessions: list[tuple[Session, str]] = []  # (session, offline | online)
+        self.bme: dict[str, Any] | None = None
+        self.recommended: dict[str, str] | None = None
 
     # -- top level -------------------------------------------------------------------------
     def run(self) -> TuneResult:
         """Run the configured flow, compare default vs best, write the outputs, clean up."""
+        if self.config.warm_start.enabled:
+            # read before anything starts: a missing file is a config error
+            self.priors = load_priors(self.config.warm_start, source=self.config.source)
         own_target = self._target is None
         target = self._target or open_target(self.config, self.state_dir)
         own_client = self._client is None
@@ -246,6 +295,7 @@ class Tuner:
         finally:
             self._cleanup(keep_best=bool(result is not None and self.config.final.apply_best),
                           interrupted=interrupted)
+            self.metrics.set_phase("idle")
             if own_client:
                 client.close()
             if own_target:
@@ -264,13 +314,15 @@ class Tuner:
         self.measurer = Measurer(target.dsn, target.catalog, workload, cfg.measure,
                                  controller=target.controller,
                                  restart_timeout_s=cfg.database.restart_timeout_s,
-                                 feasible=self.budget.violation)
+                                 feasible=self.budget.violation,
+                                 on_restart=self._restarted)
         names = self.offline_space.names + self.online_space.names
         # the budget's knobs are tracked even when not tuned: the online budget needs them
         tracked = names + [n for n in BUDGET_KNOBS if n not in names]
         current = self.measurer.current_settings(tracked)
         self.original = {n: current[n] for n in names}
         self.measurer.in_force = dict(current)
+        self._in_force_changed()
         try:
             self.original_auto_conf = target.controller.read_auto_conf()
         except (HarmonyError, OSError, AttributeError) as exc:
@@ -302,32 +354,86 @@ class Tuner:
                                        else self.original_auto_conf)
             logger.info("left the server running with the %s configuration%s", what,
                         f" ({outcome})" if outcome else "")
+            self._in_force_changed()
         except (HarmonyError, OSError) as exc:
             logger.error("could not restore the %s configuration: %s", what, exc)
         finally:
             measurer.close()
 
+    # -- metrics ---------------------------------------------------------------------------
+    def _restarted(self, seconds: float, ok: bool) -> None:
+        self.metrics.record_restart(seconds, ok=ok)
+
+    def _in_force_changed(self) -> None:
+        """Export the knobs now in force and the budget slack they leave."""
+        assert self.measurer is not None
+        in_force = self.measurer.in_force
+        self.metrics.set_knobs(in_force)
+        slack = self._budget_slack(in_force)
+        if slack is not None:
+            self.metrics.set_budget_slack(slack)
+
+    def _budget_slack(self, in_force: Mapping[str, str]) -> int | None:
+        """Bytes the settings in force leave under the tightest budget inequality."""
+        if self.budget is None or not all(n in in_force for n in BUDGET_KNOBS):
+            return None
+        budget = replace(self.budget.budget, unit="B", units={})
+        catalog = self.budget.catalog
+        try:
+            point = {n: float(catalog[n].parse(in_force[n]))
+                     for n in ("shared_buffers", *ONLINE_MEMORY_KNOBS)}
+            return budget.slack(point)
+        except HarmonyError as exc:
+            logger.debug("no budget slack for %s: %s", in_force, exc)
+            return None
+
     # -- sessions --------------------------------------------------------------------------
     def _definition(self, label: str, space: KnobSpace, constraints: list[str],
                     strategy: str, options: Mapping[str, Any],
-                    init_point: Mapping[str, Any] | None) -> SessionDefinition:
+                    init_point: Mapping[str, Any] | None, *, warm: bool = False,
+                    metadata: Mapping[str, Any] | None = None) -> SessionDefinition:
+        """The session's definition; with ``warm`` (and prior sessions) the search starts
+        from the priors' best points, else from ``init_point`` (when given)."""
         cfg = self.config
         sp = space.space
         opts = dict(options)
-        if init_point is not None and "init_point" not in opts:
-            opts["init_point"] = sp.snap(init_point)
-            opts.setdefault("init_method", "point")
         plugins = []
         if constraints:
             plugins.append(PluginSpec("constraint", {"constraints": constraints}))
         plugins.append(PluginSpec("agg", {"times": cfg.measure.samples,
                                           "how": cfg.measure.aggregate}))
-        return SessionDefinition(
+        definition = SessionDefinition(
             name=f"{cfg.name}-{self.run_id}-{label}"[:200], space=sp, strategy=strategy,
             strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
             seed=cfg.seed, lease_seconds=3600.0,
             metadata={"tuner": cfg.name, "run": self.run_id, "session": label,
-                      "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench")})
+                      "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench"),
+                      **dict(metadata or {})})
+        if warm and self.priors:
+            warmed = apply_warm_start(definition, self.priors, host=host_metadata())
+            info = warmed.metadata.get("warm_start")
+            if warmed is not definition and info is not None:
+                self._decide(f"{label}: warm start from prior session(s) "
+                             f"{', '.join(info['sessions'])}: first point {info['start']} "
+                             f"({info['option']})")
+                return warmed
+            where = f"from {dict(init_point)}" if init_point else "as configured"
+            self._decide(f"{label}: warm start: no compatible prior session has a point in "
+                         f"range; starting {where}")
+        if init_point is not None and "init_point" not in opts:
+            opts["init_point"] = sp.snap(init_point)
+            opts.setdefault("init_method", "point")
+            definition = replace(definition, strategy_options=opts)
+        return definition
+
+    def _open_session(self, client: HarmonyClient, definition: SessionDefinition,
+                      kind: str) -> Session:
+        """Create (or join) the session and make it the one the metrics show."""
+        session = client.create_session(definition, exist_ok=True)
+        if all(s.name != session.name for s, _ in self.sessions):
+            self.sessions.append((session, kind))
+        self.metrics.start_session(session.name, kind)
+        return session
 
     def _run_session(self, session: Session, space: KnobSpace, evaluations: int, label: str,
                      after_eval: Callable[[PointRecord], bool] | None = None) -> str:
@@ -398,6 +504,8 @@ class Tuner:
 
     def _recorded(self, record: PointRecord) -> None:
         self.records.append(record)
+        self.metrics.record_point(record, kind=_kind(record.session), restarts=False)
+        self._in_force_changed()
         if record.value is not None and (self.best is None
                                          or record.value > (self.best.value or 0.0)):
             self.best = record
@@ -411,6 +519,7 @@ class Tuner:
         passes = 0
         for n in range(1, cfg.flow.max_passes + 1):
             passes = n
+            self.metrics.start_pass(n)
             logger.info("=== pass %d of at most %d (%s) ===", n, cfg.flow.max_passes,
                         cfg.flow.kind)
             offline_best = self._offline_pass(client, n)
@@ -432,8 +541,9 @@ class Tuner:
         label = f"p{n}-offline"
         start = space.point_from_settings(self._best_or_current(space.names))
         definition = self._definition(label, space, self.budget.offline_constraints(),
-                                      cfg.offline.strategy, cfg.offline.strategy_options, start)
-        session = client.create_session(definition, exist_ok=True)
+                                      cfg.offline.strategy, cfg.offline.strategy_options, start,
+                                      warm=n == 1)
+        session = self._open_session(client, definition, "offline")
         first = len(self.records)
         prior = None
         if cfg.offline.prior and "shared_buffers" in space.names:
@@ -453,12 +563,15 @@ class Tuner:
             if advice is None:
                 return False
             used_prior = True
+            self._note_bme(prior)
             if not advice.usable:
                 self._decide(f"{label}: BME prior not used ({advice.reason}); the plain "
                              f"search goes on")
                 return False
             self._decide(f"{label}: BME prior fitted ({advice.reason}); restarting the offline "
                          f"search in {advice.range_text} from {advice.start}")
+            self.recommended = {**self.original, **space.settings(
+                {**space.point_from_settings(self.original), **advice.start})}
             return True
 
         evaluations = cfg.offline.evaluations
@@ -474,8 +587,9 @@ class Tuner:
             label2 = f"p{n}-offline-bme"
             definition = self._definition(label2, narrowed, self.budget.offline_constraints(),
                                           cfg.offline.strategy, cfg.offline.strategy_options,
-                                          advice.start)
-            session2 = client.create_session(definition, exist_ok=True)
+                                          advice.start, metadata={"bme": self.bme}
+                                          if self.bme is not None else None)
+            session2 = self._open_session(client, definition, "offline")
             self._run_session(session2, narrowed, max(1, evaluations - spent), label2)
         best = self._best_of(self.records[first:])
         if best is None:
@@ -484,6 +598,7 @@ class Tuner:
             return None
         # put the offline best in force for the online session
         outcome = self.measurer.apply({k: best.in_force[k] for k in space.names})
+        self._in_force_changed()
         if outcome.failure is not None:
             logger.warning("%s: could not put the offline best back in force: %s", label,
                            outcome.failure)
@@ -500,8 +615,8 @@ class Tuner:
         start = space.point_from_settings(self._best_or_current(space.names)) if n > 1 else None
         options = dict(cfg.online.strategy_options)
         definition = self._definition(label, space, constraints, cfg.online.strategy, options,
-                                      start)
-        session = client.create_session(definition, exist_ok=True)
+                                      start, warm=n == 1)
+        session = self._open_session(client, definition, "online")
         first = len(self.records)
         vertices = int(options.get("simplex_size", len(space.names) + 1))
         multi = cfg.flow.kind == "multi-pass"
@@ -517,6 +632,7 @@ class Tuner:
             window = [r.value if r.value is not None else math.nan for r in mine[-vertices:]]
             if local_min.check(window, offline_best):
                 stuck = True
+                self.metrics.record_local_minimum()
                 self._decide(f"{label}: local minimum: the last {vertices} online vertices "
                              f"{[round(v, 1) for v in window]} are all worse than the offline "
                              f"best {offline_best:.1f} by more than "
@@ -529,6 +645,7 @@ class Tuner:
         best = self._best_of(mine)
         if best is not None:
             self.measurer.apply({k: best.in_force[k] for k in space.names})
+            self._in_force_changed()
         if stuck:
             return True
         if not multi or cfg.flow.monitor == 0 or best is None:
@@ -547,9 +664,12 @@ class Tuner:
                                            {k: best.in_force[k] for k in space.names})
             record.in_force = dict(self.measurer.in_force)
             self.records.append(record)
+            self.metrics.record_point(record, kind="online", restarts=False)
+            self._in_force_changed()
             value = record.value if record.value is not None else math.nan
             logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
             if shift.observe(value):
+                self.metrics.record_workload_shift()
                 self._decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
                              f"measurements outside [{band[0]:.1f}, {band[1]:.1f}]: back to "
                              f"offline")
@@ -572,22 +692,43 @@ class Tuner:
         return self._current(names)
 
     # -- the end ---------------------------------------------------------------------------
+    def _note_bme(self, prior: OfflinePrior) -> None:
+        """Export the prior's BME fit (metrics) and keep it for the sessions' metadata."""
+        meta = prior.metadata()
+        if meta is None:
+            return
+        self.bme = meta
+        try:
+            self.metrics.record_bme_fit(prior.fit.params, r2=float(prior.fit.r2),
+                                        sizes=prior.size_range)
+        except HarmonyError as exc:
+            logger.info("BME fit not exported to the metrics: %s", exc)
+
     def _finish(self, passes: int) -> TuneResult:
         assert self.measurer is not None and self.offline_space is not None
         cfg = self.config
         best = ({n: self.best.in_force[n] for n in self.original} if self.best is not None
                 else dict(self.original))
+        candidates: list[tuple[str, dict[str, str]]] = [("default", self.original)]
+        if cfg.final.recommended and self.recommended is not None:
+            candidates.append(("recommended", self.recommended))
+        candidates.append(("best", best))
         rounds: list[dict[str, float | None]] = []
         if self.best is not None and cfg.final.rounds > 0:
-            logger.info("=== default vs best, interleaved, %d rounds ===", cfg.final.rounds)
+            logger.info("=== %s, interleaved, %d rounds ===",
+                        " vs ".join(w for w, _ in candidates), cfg.final.rounds)
             for r in range(cfg.final.rounds):
                 row: dict[str, float | None] = {}
-                for which, settings in (("default", self.original), ("best", best)):
+                for which, settings in candidates:
+                    kind = "baseline" if which == "default" else "final"
+                    self.metrics.set_phase(kind)
                     # the default is the user's own configuration: measured even when it
                     # breaks the budget the search was held to
                     record = self.measurer.measure(f"final-{which}", {}, settings,
-                                                   check_budget=which == "best")
+                                                   check_budget=which != "default")
                     self.records.append(record)
+                    self.metrics.record_point(record, kind=kind, restarts=False)
+                    self._in_force_changed()
                     row[which] = record.value
                     logger.info("[final] round %d/%d %s: %s qpm%s", r + 1, cfg.final.rounds,
                                 which, f"{record.value:.1f}" if record.value else "n/a",
@@ -598,13 +739,25 @@ class Tuner:
             vals = [row[which] for row in rounds if row.get(which) is not None]
             return sum(vals) / len(vals) if vals else None  # type: ignore[arg-type]
 
+        default_qpm, best_qpm = mean("default"), mean("best")
+        recommended_qpm = mean("recommended")
+        if default_qpm is not None:
+            self.metrics.record_default(default_qpm)
+        comparison: dict[str, Any] | None = None
+        if default_qpm is not None and best_qpm is not None:
+            comparison = {"default": default_qpm, "tuned": best_qpm, "unit": "qpm"}
+            if recommended_qpm is not None:
+                comparison["recommended"] = recommended_qpm
         changed = {k: v for k, v in best.items() if v != self.original.get(k)}
         result = TuneResult(best_settings=best, default_settings=dict(self.original),
-                            best_qpm=mean("best"), default_qpm=mean("default"),
+                            best_qpm=best_qpm, default_qpm=default_qpm,
                             ab_rounds=rounds, passes=passes,
                             evaluations=sum(1 for r in self.records
                                             if not r.session.startswith("final")),
-                            output_dir=self.output_dir, decisions=list(self.decisions))
+                            output_dir=self.output_dir, decisions=list(self.decisions),
+                            search_best_qpm=self.best.value if self.best is not None else None,
+                            recommended_qpm=recommended_qpm, comparison=comparison,
+                            bme=self.bme, sessions=[s.name for s, _ in self.sessions])
         if self.output_dir is not None:
             self._write_outputs(result, changed or best)
         return result
@@ -621,8 +774,68 @@ class Tuner:
                 fh.write(json.dumps(record.to_dict(), default=str) + "\n")
         (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=str)
                                           + "\n")
+        exported = self._export_sessions(out / "sessions", result)
         logger.info("wrote %s", ", ".join(str(out / f) for f in (
             "alter_system.sql", "postgresql.conf.fragment", "trials.jsonl", "summary.json")))
+        if exported:
+            logger.info("exported %d session(s) to %s; e.g. harmony report %s --from-xml %s",
+                        len(exported), out / "sessions", exported[0].stem, exported[0])
+
+    def _export_sessions(self, directory: Path, result: TuneResult) -> list[Path]:
+        """Each session of the run as prior data (XML), its metadata completed with the
+        comparison and (offline sessions) the BME fit, for reports and later warm starts."""
+        written = []
+        for session, kind in self.sessions:
+            try:
+                prior = session_prior(session)
+            except HarmonyError as exc:
+                logger.warning("session %s not exported: %s", session.name, exc)
+                continue
+            metadata = dict(prior.definition.get("metadata") or {})
+            if result.comparison is not None:
+                metadata["comparison"] = result.comparison
+            if kind == "offline" and self.bme is not None:
+                metadata["bme"] = self.bme
+            prior.definition = {**prior.definition, "metadata": metadata}
+            written.append(dump(prior, directory / f"{_file_name(prior.name)}.xml"))
+        return written
+
+
+def session_prior(session: Session) -> PriorSession:
+    """A session (on a server or standalone) as prior data; in standalone mode, where the
+    session keeps no host records, this process's host stands for its one client."""
+    described = session.status()
+    rows = session.trials()
+    hosts = [HostInfo(str(h["client_id"]), h.get("joined"), h.get("hostname"),
+                      h.get("cpu_count"), h.get("ram_bytes"), h.get("os"), h.get("python"),
+                      h.get("left"))
+             for h in described.get("hosts") or [] if isinstance(h, Mapping)
+             and h.get("client_id")]
+    if not hosts:
+        facts = host_metadata()
+        hosts = [HostInfo(session.client_id, described.get("created"), facts.get("hostname"),
+                          facts.get("cpu_count"), facts.get("ram_bytes"), facts.get("os"),
+                          facts.get("python"))]
+    trials = [PriorTrial(int(r["id"]), int(r["candidate"]), dict(r["point"]), r.get("client"),
+                         str(r["status"]), r.get("value"), r.get("failure"), r.get("leased_at"),
+                         r.get("reported_at")) for r in rows]
+    return PriorSession(name=str(described.get("name", session.name)),
+                        definition=dict(described["definition"]),
+                        created=described.get("created"), trials=trials, hosts=hosts,
+                        status=str(described.get("status", "live")))
+
+
+def _file_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _kind(label: str) -> str:
+    """The metrics' evaluation kind of a record's session label."""
+    if label.startswith("final-default"):
+        return "baseline"
+    if label.startswith("final"):
+        return "final"
+    return "offline" if "offline" in label else "online"
 
 
 def _with_bounds(param: KnobParam, bounds: tuple[float, float]) -> KnobParam:

@@ -192,7 +192,8 @@ class Measurer:
                  *, controller: Restarter | None = None, restart_timeout_s: float = 60.0,
                  feasible: Callable[[Mapping[str, str], Mapping[str, str]], str | None]
                  | None = None,
-                 sample_timeout_s: float = 600.0) -> None:
+                 sample_timeout_s: float = 600.0,
+                 on_restart: Callable[[float, bool], None] | None = None) -> None:
         self.dsn = dsn
         self.catalog = catalog
         self.workload = workload
@@ -201,6 +202,8 @@ class Measurer:
         self.restart_timeout_s = restart_timeout_s
         self.feasible = feasible
         self.sample_timeout_s = sample_timeout_s
+        #: told of every server restart this measurer makes: (seconds, succeeded)
+        self.on_restart = on_restart
         self.in_force: dict[str, str] = {}
         self.applied_log: list[dict[str, str]] = []  # every configuration sent to the server
         self._conn: psycopg.Connection[Any] | None = None
@@ -319,6 +322,7 @@ class Measurer:
         except HarmonyError as exc:
             failure = f"restart with {offline} failed: {exc}"
         elapsed = time.monotonic() - started
+        self._restarted(elapsed, failure is None)
         if failure is None:
             self.in_force.update(offline)
             logger.info("restart with %s took %.1f s", offline, elapsed)
@@ -329,6 +333,10 @@ class Measurer:
         if was_running:
             self.start()
         return elapsed, failure
+
+    def _restarted(self, seconds: float, ok: bool) -> None:
+        if self.on_restart is not None:
+            self.on_restart(seconds, ok)
 
     def _refresh_in_force(self, names: list[str]) -> None:
         try:
@@ -416,8 +424,10 @@ class Measurer:
                                "with ALTER SYSTEM instead", exc)
             else:
                 if offline:
+                    started = time.monotonic()
                     controller.stop_server(self.restart_timeout_s)  # type: ignore[attr-defined]
                     controller.start_server(self.restart_timeout_s)  # type: ignore[attr-defined]
+                    self._restarted(time.monotonic() - started, True)
                 else:
                     self.conn().execute("SELECT pg_reload_conf()")
                 self._refresh_in_force(list(settings))

@@ -48,6 +48,8 @@ DEFAULT_METRICS_PORT = 9188
 PHASES = ("idle", "offline", "online", "baseline", "final")
 #: why a point failed (values of the ``kind`` label)
 FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
+#: evaluation kinds that re-measure known configurations (never a new best-so-far)
+REMEASURE_KINDS = ("baseline", "final")
 #: how many recent (shared_buffers, miss probability) observations are kept as slots
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
@@ -68,7 +70,8 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_knob_value": "value in force of each tuned knob (label knob; bytes, "
                                 "seconds or plain number)",
     "harmony_tuner_best_knob_value": "each knob's value in the best configuration so far",
-    "harmony_tuner_evaluations_total": "points measured, by kind (offline, online, baseline)",
+    "harmony_tuner_evaluations_total": "points measured, by kind (offline, online, baseline, "
+                                       "final)",
     "harmony_tuner_samples_total": "throughput samples taken",
     "harmony_tuner_point_samples": "samples taken for the last measured point",
     "harmony_tuner_sample_spread_ratio": "(max - min) / mean of the last point's samples",
@@ -304,8 +307,8 @@ class TunerMetrics:
             return
         qps = value_qpm / 60.0
         self.throughput.set(qps)
-        if kind == "baseline":
-            return
+        if kind in REMEASURE_KINDS:
+            return  # re-measurements for the comparison are not search results
         with self._lock:
             better = self._best_qps is None or (qps > self._best_qps if maximize
                                                 else qps < self._best_qps)
@@ -318,16 +321,17 @@ class TunerMetrics:
                 if number is not None:
                     self.best_knob_value.labels(knob).set(number)
 
-    def record_point(self, record: Any, *, kind: str = "online") -> None:
+    def record_point(self, record: Any, *, kind: str = "online", restarts: bool = True) -> None:
         """Everything of one measured point from a ``measure.PointRecord``-like object.
 
         Reads ``samples[*].qpm``, ``value``, ``in_force``, ``failure``, ``restart_s`` and the
-        counters' miss ratio (``stats_total().miss_ratio``) when present.
+        counters' miss ratio (``stats_total().miss_ratio``) when present. ``restarts=False``
+        when the caller counts restarts itself (the flows do, at the measurer).
         """
         failure = getattr(record, "failure", None)
         in_force = dict(getattr(record, "in_force", {}) or {})
         restart_s = getattr(record, "restart_s", None)
-        if restart_s:
+        if restart_s and restarts:
             self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
         if failure:
             self.record_failure(_failure_kind(str(failure)))

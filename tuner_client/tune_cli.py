@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner_client.config import load_tuner_config
+from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
+from tuner_client.metrics import add_metrics_arguments, metrics_from_args
 
 
 def _env(name: str) -> str | None:
@@ -39,6 +40,7 @@ def add_parser(subparsers: Any) -> None:
                              "trials.jsonl, summary.json (env HARMONY_OUTPUT; default "
                              "./harmony-out/<config name>)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_metrics_arguments(parser)
     parser.set_defaults(func=run_tune)
 
 
@@ -62,6 +64,11 @@ def format_result(result: TuneResult) -> str:
     if result.output_dir is not None:
         lines.append(f"ALTER SYSTEM statements: {result.output_dir / 'alter_system.sql'}")
         lines.append(f"postgresql.conf fragment: {result.output_dir / 'postgresql.conf.fragment'}")
+        if result.sessions:
+            first = result.sessions[-1]
+            lines.append(f"sessions exported to {result.output_dir / 'sessions'}; report: "
+                         f"harmony report {first} --from-xml "
+                         f"{result.output_dir / 'sessions' / (first + '.xml')}")
     return "\n".join(lines)
 
 
@@ -69,18 +76,26 @@ def _term_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_tune(args: argparse.Namespace) -> int:
-    """Entry point of ``harmony tune``; the CLI maps errors to exit codes."""
-    config = load_tuner_config(args.config)
-    output = args.output or Path("harmony-out") / config.name
-    tuner = Tuner(config, server=args.server, state_dir=args.state_dir, output_dir=output)
+def run_with_metrics(config: TunerConfig, args: argparse.Namespace, output: Path) -> TuneResult:
+    """Run ``config``'s flow with the metrics endpoint ``args`` ask for (stopped at the end)."""
+    metrics = metrics_from_args(args, [k.name for k in config.knob_specs()], tuner=config.name)
     # SIGTERM unwinds like Ctrl-C: the flow restores the configuration and leaves the
     # server running before the process exits
     previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
-        result = tuner.run()
+        tuner = Tuner(config, server=args.server, state_dir=args.state_dir, output_dir=output,
+                      metrics=metrics)
+        return tuner.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        metrics.stop()
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Entry point of ``harmony tune``; the CLI maps errors to exit codes."""
+    config = load_tuner_config(args.config)
+    output = args.output or Path("harmony-out") / config.name
+    result = run_with_metrics(config, args, output)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
         print()

@@ -6,9 +6,8 @@ clients, random) run inside the real session core (:class:`harmony.session.Sessi
 the constrained runs go through the ``constraint`` plugin (isl bounding box, rejection of
 infeasible points with a penalty); Optuna's TPE runs through its ask/tell API on the same
 (narrowed) box, and an infeasible point it proposes is told a penalty worse than every
-measurement. Infeasible proposals
-are never "measured": they cost no evaluation (like a configuration the tuner refuses to
-apply), for every optimizer alike.
+measurement. Infeasible proposals are never "measured": they cost no evaluation (like a
+configuration the tuner refuses to apply), for every optimizer alike.
 
 The constraint is memory-budget shaped: ``2·x0 + x1 + ... + x_{d-1} <= K`` on the integer
 grid (index k of 0..levels per axis), with K just above the optimum's left-hand side, so the
@@ -88,7 +87,7 @@ def run_harmony(strategy: str, options: dict[str, Any], problem: Problem, constr
     restarts = 0
     round_no = 0
     while len(best) < budget:
-        batch = []
+        batch: list[int] = []
         while len(batch) < parallel and len(best) + len(batch) < budget:
             got = core.fetch("c")
             if got is None:
@@ -139,7 +138,8 @@ def run_optuna(problem: Problem, constrained: bool, budget: int, seed: int) -> l
             if isinstance(p, IntParam):
                 point[p.name] = trial.suggest_int(p.name, p.min, p.max)
             else:
-                point[p.name] = trial.suggest_float(p.name, p.min, p.max)  # type: ignore[arg-type]
+                point[p.name] = trial.suggest_float(p.name, float(p.min),  # type: ignore[union-attr]
+                                                    float(p.max))  # type: ignore[union-attr]
         if not check(point):
             # not measured: ranked worse than every measurement (TPE is rank-based), the
             # same penalty the simplex strategies give a rejected point

@@ -112,7 +112,11 @@ def run_pair(target: Any, quick: bool) -> dict[str, Any]:
 
         original = flows.make_workload
         # the tuner builds its workload through flows.make_workload: hand it the shifting one
-        flows.make_workload = lambda config, dsn, seed=None, w=shift: w  # type: ignore[assignment]
+        def shifting(config: Any, dsn: str, seed: int | None = None,
+                     w: ShiftingWorkload = shift) -> Any:
+            return w
+
+        flows.make_workload = shifting  # type: ignore[assignment]
         try:
             result = run_flow(cfg, target, on_record=on_record, on_decision=on_decision)
         finally:

@@ -1,0 +1,77 @@
+"""Warm start for the tuner: read the prior sessions a config's ``warm_start`` names.
+
+``warm_start: {from: [FILE or DIRECTORY, ...], store: URL}`` — exported prior data files
+(XML, CSV or text log; a directory contributes every such file in it) and/or every session
+of a Harmony store. The flows then hand them to :func:`harmony.warmstart.apply_warm_start`
+before each session is created; which priors fit a session is decided there (same
+parameters and objective, same workload, similar host).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from harmony.errors import ConfigError, HarmonyError
+from harmony.priordata import FORMATS, PriorSession, load
+from tuner_client.config import WarmStartConfig
+
+__all__ = ["load_priors"]
+
+logger = logging.getLogger(__name__)
+
+#: file name endings read from a directory named in ``warm_start.from``
+PRIOR_SUFFIXES = (*FORMATS.values(), ".txt")
+
+
+def _files(source: str, where: str) -> list[Path]:
+    path = Path(source).expanduser()
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir()
+                       if p.is_file() and p.suffix.lower() in PRIOR_SUFFIXES)
+        if not found:
+            logger.warning("%s: directory %s holds no prior data file (%s)", where, path,
+                           ", ".join(PRIOR_SUFFIXES))
+        return found
+    if not path.is_file():
+        raise ConfigError(f"{where}: prior data file {source!r} does not exist (give exported "
+                          f"sessions: .xml, .csv, .log, or a directory of them)")
+    return [path]
+
+
+def _safe(url: str) -> str:
+    """``url`` with any password hidden, for messages."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return repr(url)
+
+
+def load_priors(config: WarmStartConfig, *, source: str = "tuner config") -> list[PriorSession]:
+    """Every prior session ``config`` names, files first, then the store's sessions."""
+    priors: list[PriorSession] = []
+    where = f"{source}: warm_start.from"
+    for item in config.sources:
+        for path in _files(item, where):
+            try:
+                priors.append(load(path))
+            except HarmonyError as exc:
+                raise ConfigError(f"{where}: cannot read prior data {path}: {exc}") from None
+    if config.store is not None:
+        from harmony.priordata_sources import priors_from_store
+        from harmony_server.store import Store
+
+        try:
+            store = Store(config.store)
+        except (HarmonyError, sa.exc.SQLAlchemyError) as exc:
+            raise ConfigError(f"{source}: warm_start.store: cannot open "
+                              f"{_safe(config.store)}: {exc}") from None
+        try:
+            priors.extend(priors_from_store(store))
+        finally:
+            store.close()
+    logger.info("warm start: %d prior session(s) read (%s)", len(priors),
+                ", ".join(p.name for p in priors[:10]) + (" ..." if len(priors) > 10 else ""))
+    return priors
