@@ -3,7 +3,9 @@
 Matching rule (stated once, used everywhere): a prior session is *compatible* with a new
 definition when
 
-1. it tunes exactly the same parameter names (as a set; ranges may differ),
+1. it tunes exactly the same parameter names (as a set; ranges may differ) in the same or
+   convertible units (memory ``B``/``kB``/``MB``/``GB``/``TB``, time ``us``/``ms``/``s``/
+   ``min``/``h``/``d``: prior values are converted to the new session's unit),
 2. its objective has the same name and goal (maximize/minimize),
 3. when both definitions' metadata name a ``workload``, the workloads are equal, and
 4. its host is *similar*: at least one of its clients ran on a host with the same CPU count
@@ -48,6 +50,13 @@ logger = logging.getLogger(__name__)
 RAM_TOLERANCE = 0.25
 #: axis step (unit cube) used to complete a simplex when prior points run out
 FILL_RADIUS = 0.1
+#: parameter units the warm start converts between: unit -> (quantity, size in base units)
+UNIT_SIZES: dict[str, tuple[str, float]] = {
+    "B": ("memory", 1.0), "kB": ("memory", 1024.0), "MB": ("memory", 1024.0**2),
+    "GB": ("memory", 1024.0**3), "TB": ("memory", 1024.0**4),
+    "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0), "min": ("time", 60.0),
+    "h": ("time", 3600.0), "d": ("time", 86400.0),
+}
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,27 @@ def _facts(h: Mapping[str, Any] | HostInfo) -> tuple[int | None, int | None]:
     return h.get("cpu_count"), h.get("ram_bytes")
 
 
+def unit_factors(prior: PriorSession, space: Space) -> dict[str, float] | str:
+    """Per parameter, the factor turning the prior's values into ``space``'s unit; or why
+    the units cannot be converted."""
+    old_units = {p.get("name"): p.get("unit") for p in prior.definition.get("parameters", [])}
+    factors: dict[str, float] = {}
+    for p in space.params:
+        if isinstance(p, EnumParam):
+            factors[p.name] = 1.0
+            continue
+        old, new = old_units.get(p.name), p.unit
+        if old == new:
+            factors[p.name] = 1.0
+            continue
+        a, b = UNIT_SIZES.get(str(old)), UNIT_SIZES.get(str(new))
+        if a is None or b is None or a[0] != b[0]:
+            return (f"parameter {p.name} is in {old or 'no unit'} in the prior session and in "
+                    f"{new or 'no unit'} in the new one; they do not convert")
+        factors[p.name] = a[1] / b[1]
+    return factors
+
+
 def check_compatible(prior: PriorSession, definition: SessionDefinition,
                      host: Mapping[str, Any] | None = None, *,
                      ram_tolerance: float = RAM_TOLERANCE) -> Compatibility:
@@ -96,6 +126,9 @@ def check_compatible(prior: PriorSession, definition: SessionDefinition,
     if want != have:
         return Compatibility(name, False, None, f"different parameters: prior has "
                              f"{sorted(have)}, the new session {sorted(want)}")
+    factors = unit_factors(prior, definition.space)
+    if isinstance(factors, str):
+        return Compatibility(name, False, None, factors)
     objective = prior.definition.get("objective", {})
     goal = "maximize" if definition.maximize else "minimize"
     if objective.get("name", "value") != definition.objective or \
@@ -141,8 +174,12 @@ def ranked_prior_points(priors: Iterable[PriorSession], space: Space, *, maximiz
     """Distinct measured points inside ``space`` (snapped to its grid), best value first."""
     best: dict[tuple[Any, ...], tuple[Point, float]] = {}
     for prior in priors:
+        factors = unit_factors(prior, space)
+        if isinstance(factors, str):
+            logger.debug("warm start: prior session %s skipped: %s", prior.name, factors)
+            continue
         for trial in prior.completed():
-            point = _inside(trial.point, space)
+            point = _inside(_converted(trial.point, factors), space)
             if point is None:
                 continue
             key = space.key(point)
@@ -268,6 +305,16 @@ def _movable(p: Any) -> bool:
     if isinstance(p, RealParam) and not p.discrete:
         return p.max > p.min
     return bool(p.size > 1)
+
+
+def _converted(point: Mapping[str, Any], factors: Mapping[str, float]) -> dict[str, Any]:
+    """``point``'s numbers scaled into the new units (others unchanged)."""
+    out = dict(point)
+    for name, factor in factors.items():
+        v = out.get(name)
+        if factor != 1.0 and isinstance(v, int | float) and not isinstance(v, bool):
+            out[name] = v * factor
+    return out
 
 
 def _inside(point: Mapping[str, Any], space: Space) -> Point | None:

@@ -41,7 +41,7 @@ workload:
 measure: {{warmup_s: 0.3, samples: 3, aggregate: best, queries: 15}}
 budget: {{os_reserved: 256MB, connections: auto, online: 48MB}}
 offline:
-  knobs: {{shared_buffers: {{min: 16MB, max: 64MB, step: 8MB}}}}
+  knobs: {{shared_buffers: {{min: 16MB, max: 160MB, step: 8MB}}}}
   evaluations: 3
   prior: {{min_r2: 0.0}}
 online:
@@ -58,6 +58,9 @@ warm_start: {{from: [PRIORS]}}
 """
 PRIOR_BEST = {"work_mem": 4, "maintenance_work_mem": 8, "temp_buffers": 2,
               "random_page_cost": 1.5}
+#: the same point in the new session's units: these ranges have kB grids (no MB step given)
+PRIOR_BEST_KB = {"work_mem": 4096, "maintenance_work_mem": 8192, "temp_buffers": 2048,
+                 "random_page_cost": 1.5}
 
 
 def _prior_online_session(path: Path) -> Path:
@@ -123,8 +126,8 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     assert all(r.failure is None and r.value and r.value > 0 for r in searched)
     assert result.passes == 1 and len(result.ab_rounds) == 1
 
-    # warm start: the online session's first point is the prior session's best
-    assert online[0].point == PRIOR_BEST
+    # warm start: the online session's first point is the prior session's best (MB -> kB)
+    assert online[0].point == PRIOR_BEST_KB
     assert online[0].in_force["work_mem"] == "4MB"
     assert any("warm start from prior session(s) wiring-earlier-p1-online" in d
                for d in result.decisions)
@@ -153,7 +156,18 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     # back at the original configuration: the knob gauges say so
     assert value("harmony_tuner_knob_value", knob="shared_buffers") == \
         catalog["shared_buffers"].parse(original_sb)
-    assert value("harmony_tuner_budget_slack_bytes") > 0
+    # the budget slack of the original settings: the tightest of the shared_buffers cap and
+    # the 48MB online budget (which the server's own defaults break: negative)
+    budget = tuner.budget.budget  # type: ignore[union-attr]
+    with psycopg.connect(dsn) as conn:
+        now = {n: catalog[n].parse(conn.execute("SELECT current_setting(%s)", [n])
+                                   .fetchone()[0])  # type: ignore[index]
+               for n in ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")}
+    online_used = (now["work_mem"] * budget.work_mem_coefficient + now["maintenance_work_mem"]
+                   + now["temp_buffers"])
+    expected = min(budget.shared_buffers_max_bytes - now["shared_buffers"],
+                   48 * 2**20 - online_used)
+    assert value("harmony_tuner_budget_slack_bytes") == expected
 
     # the BME fit of the offline points: exported, and in the offline sessions' metadata
     assert result.bme is not None, result.decisions
@@ -168,7 +182,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     assert summary["sessions"][0] == "wiring-w1-p1-offline"
     online_xml = load(out / "sessions" / "wiring-w1-p1-online.xml")
     assert online_xml.definition["metadata"]["comparison"] == summary["comparison"]
-    assert online_xml.definition["metadata"]["warm_start"]["start"] == PRIOR_BEST
+    assert online_xml.definition["metadata"]["warm_start"]["start"] == PRIOR_BEST_KB
     assert len(online_xml.completed()) == 3 * len(online)  # one trial per sample
     offline_xml = load(out / "sessions" / "wiring-w1-p1-offline.xml")
     assert offline_xml.definition["metadata"]["bme"]["m_star"] == result.bme["m_star"]
@@ -195,3 +209,22 @@ def test_warm_start_config_is_checked(tmp_path: Path) -> None:
     (tmp_path / "dir" / "notes.md").write_text("not prior data")
     cfg = parse_tuner_config(base + f"{{from: [{tmp_path / 'dir'}]}}\n")
     assert [p.name for p in load_priors(cfg.warm_start)] == ["wiring-earlier-p1-online"]
+
+
+def test_warm_start_converts_units_and_refuses_unrelated_ones(tmp_path: Path) -> None:
+    from harmony.warmstart import check_compatible, warm_start_simplex
+
+    prior = load(_prior_online_session(tmp_path / "a.xml"))
+    kb = Space((IntParam("work_mem", 64, 32768, unit="kB"),
+                IntParam("maintenance_work_mem", 1024, 32768, unit="kB"),
+                IntParam("temp_buffers", 1024, 16384, step=8, unit="kB"),
+                RealParam("random_page_cost", 0.5, 8.0, step=0.5)))
+    new = SessionDefinition(name="new", space=kb, strategy="nelder-mead", maximize=True,
+                            objective="qpm", metadata={"workload": MIX})
+    simplex = warm_start_simplex([prior], new, 5, host=host_metadata())
+    assert simplex[0] == PRIOR_BEST_KB and len(simplex) == 5
+    ms = Space((IntParam("work_mem", 1, 100, unit="ms"), *kb.params[1:]))
+    verdict = check_compatible(prior, SessionDefinition(name="n2", space=ms,
+                                                        strategy="nelder-mead", maximize=True,
+                                                        objective="qpm"))
+    assert not verdict.compatible and "work_mem is in MB" in verdict.reason

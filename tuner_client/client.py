@@ -103,30 +103,37 @@ class Backend(Protocol):
 class _OneWriteConnection(urllib3.connection.HTTPConnection):
     """Sends the request line, headers and a small body in one write.
 
-    urllib3 writes the headers and then the body, so every small JSON request costs two
-    packets and two wake-ups of the server; handing the body to ``endheaders`` (as
-    ``http.client`` allows) makes it one.
+    urllib3 writes the header block and then the body, so every small JSON request costs
+    two packets and two wake-ups of the server; appending the body to the header block
+    makes it one.
     """
 
-    _pending: bytes | None = None
+    _pending: bytes | None = None  # the body of the request being sent
+    _in_headers = False  # endheaders() is about to send the header block
+    _body_sent = False
 
     def request(self, method: str, url: str, body: Any = None, headers: Any = None,
                 **kwargs: Any) -> None:
-        self._pending = body if isinstance(body, bytes) and 0 < len(body) <= 65536 else None
+        small = isinstance(body, bytes) and 0 < len(body) <= 65536
+        self._pending = body if small else None
+        self._body_sent = False
         try:
             super().request(method, url, body=body, headers=headers, **kwargs)
         finally:
-            self._pending = None
+            self._pending, self._in_headers, self._body_sent = None, False, False
 
     def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
-        if self._pending is not None and message_body is None:
-            super().endheaders(self._pending, encode_chunked=encode_chunked)
-            return
+        self._in_headers = self._pending is not None
         super().endheaders(message_body, encode_chunked=encode_chunked)
 
     def send(self, data: Any) -> None:
-        if self._pending is not None and data is self._pending:
-            self._pending = None  # already sent with the headers
+        if self._in_headers and self._pending is not None:
+            self._in_headers = False
+            self._body_sent = True
+            super().send(bytes(data) + self._pending)
+            return
+        if self._body_sent and data is self._pending:
+            self._body_sent = False  # already sent with the header block
             return
         super().send(data)
 
