@@ -22,6 +22,7 @@ from aiohttp import web
 from harmony.errors import ConfigError, HarmonyError
 from harmony_server.app import CLOSING, AppSettings, make_app
 from harmony_server.manager import SessionManager
+from harmony_server.metrics import render_metrics as render_prometheus_metrics
 from harmony_server.store import Store, default_store_url
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class ServerConfig:
     sweep_interval: float = 0.05
     synchronous: str = "NORMAL"
     #: builds the ``/metrics`` body from the session manager (None: an empty body)
-    render_metrics: Callable[[SessionManager], str | bytes] | None = None
+    render_metrics: Callable[[SessionManager], str | bytes] | None = render_prometheus_metrics
 
     @property
     def resolved_store_url(self) -> str:

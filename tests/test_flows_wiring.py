@@ -160,8 +160,8 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     # the 48MB online budget (which the server's own defaults break: negative)
     budget = tuner.budget.budget  # type: ignore[union-attr]
     with psycopg.connect(dsn) as conn:
-        now = {n: catalog[n].parse(conn.execute("SELECT current_setting(%s)", [n])
-                                   .fetchone()[0])  # type: ignore[index]
+        now = {n: int(catalog[n].parse(conn.execute(  # type: ignore[arg-type]
+                   "SELECT current_setting(%s)", [n]).fetchone()[0]))  # type: ignore[index]
                for n in ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")}
     online_used = (now["work_mem"] * budget.work_mem_coefficient + now["maintenance_work_mem"]
                    + now["temp_buffers"])

@@ -493,6 +493,8 @@ class Tuner:
                         done + 1, evaluations, settings, len(current.samples), samples,
                         sample.qpm, f"{best:.1f} qpm" if best is not None else "none")
             if len(current.samples) >= samples:
+                if _no_block_counts(current):
+                    current.window = measurer.point_window()
                 current.value = aggregate([s.qpm for s in current.samples],
                                           self.config.measure.aggregate)
                 done += 1
@@ -823,6 +825,12 @@ def session_prior(session: Session) -> PriorSession:
                         definition=dict(described["definition"]),
                         created=described.get("created"), trials=trials, hosts=hosts,
                         status=str(described.get("status", "live")))
+
+
+def _no_block_counts(record: PointRecord) -> bool:
+    """True when the samples' counters show no block access (not flushed yet)."""
+    total = record.stats_total()
+    return total is None or total.blks_hit + total.blks_read == 0
 
 
 def _file_name(name: str) -> str:

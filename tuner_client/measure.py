@@ -28,6 +28,9 @@ from tuner_client.knobs import KnobCatalog
 
 logger = logging.getLogger(__name__)
 
+#: how long a point's counters are waited for when its samples counted no block access
+POINT_FLUSH_WAIT_S = 1.5
+
 
 class Workload(Protocol):
     """What the measurer needs of a workload driver (TPC-H mix, schedule or pgbench)."""
@@ -136,15 +139,24 @@ class PointRecord:
     failure: str | None = None
     value: float | None = None  # the aggregate of the samples
     started: float = field(default_factory=time.time)
+    #: the counters over the whole point (after warm-up to after the last sample, waiting
+    #: for the backends to flush them): see :meth:`Measurer.point_window`
+    window: StatsDelta | None = None
 
     def stats_total(self) -> StatsDelta | None:
-        """The samples' counters summed (None when any sample lost its counters)."""
+        """The samples' counters summed (None when any sample lost its counters); when
+        they counted no block access (short samples end before the backends flush their
+        statistics, about once a second) the point's whole window instead, if known."""
         deltas = [s.stats for s in self.samples]
-        if not deltas or any(d is None for d in deltas):
-            return None
-        return StatsDelta(*(sum(getattr(d, f) for d in deltas)  # type: ignore[misc]
-                            for f in ("xact_commit", "blks_hit", "blks_read", "temp_bytes",
-                                      "seconds")))
+        summed = None
+        if deltas and all(d is not None for d in deltas):
+            summed = StatsDelta(*(sum(getattr(d, f) for d in deltas)  # type: ignore[misc]
+                                  for f in ("xact_commit", "blks_hit", "blks_read",
+                                            "temp_bytes", "seconds")))
+        if self.window is not None and (summed is None
+                                        or summed.blks_hit + summed.blks_read == 0):
+            return self.window
+        return summed
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -152,6 +164,10 @@ class PointRecord:
             if sample.stats is not None:
                 raw["stats"]["miss_ratio"] = sample.stats.miss_ratio
         return out
+
+
+def _no_blocks(delta: StatsDelta | None) -> bool:
+    return delta is None or delta.blks_hit + delta.blks_read == 0
 
 
 def aggregate(values: list[float], how: str) -> float:
@@ -209,6 +225,8 @@ class Measurer:
         self._conn: psycopg.Connection[Any] | None = None
         self._running = False
         self._stats: StatsSnapshot | None = None
+        #: the counters when the configuration in force started being measured
+        self._point_start: StatsSnapshot | None = None
 
     # -- connection ----------------------------------------------------------------------
     def conn(self) -> psycopg.Connection[Any]:
@@ -351,6 +369,28 @@ class Measurer:
             sample = self.workload.sample(seconds=self.config.warmup_s)
             logger.info("warm-up %.1f s: %.0f qpm (discarded)", self.config.warmup_s,
                         float(getattr(sample, "qpm", math.nan)))
+        self._point_start = None  # the next sample starts the point's window
+
+    def point_window(self, wait_s: float = POINT_FLUSH_WAIT_S) -> StatsDelta | None:
+        """The counters since the first sample under the configuration in force.
+
+        Backends flush their statistics about once a second, so a window of fast queries
+        may show no block access yet; the workload keeps running under the same
+        configuration, so this waits up to ``wait_s`` for the counters to arrive.
+        """
+        if self._point_start is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                delta = stats_delta(self._point_start, read_database_stats(self.conn()))
+            except (DatabaseError, psycopg.Error) as exc:
+                logger.warning("pg_stat_database not readable for the point's window: %s", exc)
+                return None
+            if delta is None or delta.blks_hit + delta.blks_read > 0 \
+                    or time.monotonic() >= deadline or not self._running:
+                return delta
+            time.sleep(0.2)
 
     # -- sampling ------------------------------------------------------------------------
     def sample(self) -> SampleRecord:
@@ -361,6 +401,8 @@ class Measurer:
         except (DatabaseError, psycopg.Error) as exc:
             logger.warning("pg_stat_database not readable before the sample: %s", exc)
             before = None
+        if self._point_start is None:
+            self._point_start = before
         if self.config.queries is not None:
             got = self.workload.sample(queries=self.config.queries,
                                        timeout_s=self.sample_timeout_s)
@@ -398,6 +440,8 @@ class Measurer:
                 record.failure = f"sampling failed: {exc}"
                 return record
         record.value = aggregate([s.qpm for s in record.samples], self.config.aggregate)
+        if record.stats_total() is None or _no_blocks(record.stats_total()):
+            record.window = self.point_window()
         return record
 
     # -- leaving the server as it was ------------------------------------------------------
