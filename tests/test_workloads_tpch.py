@@ -220,6 +220,20 @@ def test_schedule_switches_mix_at_the_phase_boundary(tpch_dsn: str) -> None:
     assert later.mix == "1Q13" and set(later.per_query) == {"Q13"}
 
 
+def test_schedule_clock_survives_a_stop_and_start(tpch_dsn: str) -> None:
+    # the tuner stops and starts the driver around every restart: the schedule must not rewind
+    driver = ScheduledDriver(tpch_dsn, "1Q6:1;1Q13:60")
+    driver.start()
+    assert driver.phase_index == 0
+    driver.stop()
+    time.sleep(1.2)
+    driver.start()
+    try:
+        assert driver.phase_index == 1 and str(driver.current_mix) == "1Q13"
+    finally:
+        driver.stop()
+
+
 def test_schedule_repeat_cycles(tpch_dsn: str) -> None:
     with ScheduledDriver(tpch_dsn, "1Q6:0.3;1Q14:0.3", repeat=True) as driver:
         assert wait_for_phase(driver, 1, 5)

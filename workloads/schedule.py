@@ -158,6 +158,8 @@ class ScheduledDriver:
         self._mixes_seen: list[Mix] = []
         self._stop_event = threading.Event()
         self._controller: threading.Thread | None = None
+        #: when the schedule began: a restart (stop + start) resumes the phase the clock is in
+        self._epoch: float | None = None
 
     @property
     def phase_index(self) -> int:
@@ -175,9 +177,13 @@ class ScheduledDriver:
         self.scale = check_tpch_database(self.dsn)
         self._recorder.reset()
         self._stop_event.clear()
-        self._switch_to(0)
+        if self._epoch is None:
+            self._epoch = time.monotonic()
+        index, remaining = self._phase_at(time.monotonic() - self._epoch)
+        self._switch_to(index)
         self._controller = threading.Thread(
-            target=self._follow_schedule, name="harmony-schedule", daemon=True
+            target=self._follow_schedule, args=(index, remaining), name="harmony-schedule",
+            daemon=True,
         )
         self._controller.start()
 
@@ -198,11 +204,24 @@ class ScheduledDriver:
         new.start()
         logger.info("schedule phase %d: mix %s for %g s", index, phase.mix, phase.seconds)
 
-    def _follow_schedule(self) -> None:
-        index = 0
+    def _phase_at(self, elapsed: float) -> tuple[int, float]:
+        """The phase the schedule's clock is in after ``elapsed`` seconds, and its time left."""
+        phases = self.schedule.phases
+        total = sum(p.seconds for p in phases)
+        if self.repeat and total > 0:
+            elapsed %= total
+        for index, phase in enumerate(phases):
+            if elapsed < phase.seconds:
+                return index, phase.seconds - elapsed
+            elapsed -= phase.seconds
+        return len(phases) - 1, float("inf")  # past the end: the last mix keeps running
+
+    def _follow_schedule(self, index: int, remaining: float) -> None:
+        wait = remaining
         while True:
-            if self._stop_event.wait(self.schedule.phases[index].seconds):
+            if self._stop_event.wait(None if wait == float("inf") else wait):
                 return
+            wait = self.schedule.phases[(index + 1) % len(self.schedule.phases)].seconds
             if index + 1 < len(self.schedule.phases):
                 index += 1
             elif self.repeat:
