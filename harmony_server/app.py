@@ -115,19 +115,24 @@ async def join(request: web.Request) -> web.Response:
                   "definition": hosted.definition.to_dict()})
 
 
-async def fetch(request: web.Request) -> web.Response:
-    body = await _body(request, "fetch")
+async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str,
+                        wait: float, request_id: str | None) -> dict[str, Any]:
+    """A trial for ``client``, or "wait" with the best so far (the fetch answer's body)."""
     settings = request.app[SETTINGS]
-    hosted = _session(request)
-    wait = min(float(body.get("wait", 0.0)), settings.max_wait)
-    result = await hosted.fetch(body["client"], wait, request=body.get("request"),
+    result = await hosted.fetch(client, min(wait, settings.max_wait), request=request_id,
                                 closing=request.app[CLOSING])
     if result.assignment is not None:
         a = result.assignment
-        return _json({"status": "trial", "trial_id": a.trial_id, "point": a.point,
-                      "candidate": a.candidate, "lease_expires": result.lease_expires})
-    return _json({"status": "wait", "best": hosted.best(), "paused": hosted.core.paused,
-                  "converged": hosted.core.converged, "retry_after": settings.retry_after})
+        return {"status": "trial", "trial_id": a.trial_id, "point": a.point,
+                "candidate": a.candidate, "lease_expires": result.lease_expires}
+    return {"status": "wait", "best": hosted.best(), "paused": hosted.core.paused,
+            "converged": hosted.core.converged, "retry_after": settings.retry_after}
+
+
+async def fetch(request: web.Request) -> web.Response:
+    body = await _body(request, "fetch")
+    return _json(await _fetch_answer(request, _session(request), body["client"],
+                                     float(body.get("wait", 0.0)), body.get("request")))
 
 
 async def report(request: web.Request) -> web.Response:
@@ -136,7 +141,14 @@ async def report(request: web.Request) -> web.Response:
     failure = (body.get("reason") or "failed") if body.get("failure") else None
     accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure,
                              body.get("client"))
-    return _json({"accepted": accepted, "converged": hosted.core.converged})
+    answer: dict[str, Any] = {"accepted": accepted, "converged": hosted.core.converged}
+    if "next" in body:
+        if not body.get("client"):
+            raise ProtocolError("report: 'next' (a piggybacked fetch) needs 'client'")
+        nxt = body["next"]
+        answer["next"] = await _fetch_answer(request, hosted, body["client"],
+                                             float(nxt.get("wait", 0.0)), nxt.get("request"))
+    return _json(answer)
 
 
 async def heartbeat(request: web.Request) -> web.Response:

@@ -105,7 +105,11 @@ REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
                     "request": {"type": "string", "minLength": 1, "maxLength": 100}}, ["client"]),
     "report": {
         **_body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID, "value": {"type": "number"},
-                 "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000}},
+                 "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000},
+                 # piggybacked fetch: answer with the next trial for the same client
+                 "next": _body({"wait": {"type": "number", "minimum": 0},
+                                "request": {"type": "string", "minLength": 1,
+                                            "maxLength": 100}})},
                 ["trial_id"]),
         "oneOf": [
             {"required": ["value"], "not": {"required": ["failure"]}},
@@ -149,7 +153,13 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
             return False
         if "client" in body and not _is_str(body["client"], 200):
             return False
-        keys = body.keys() - {"client", "trial_id"}
+        if "next" in body:
+            nxt = body["next"]
+            if not (isinstance(nxt, dict) and nxt.keys() <= {"wait", "request"}
+                    and ("wait" not in nxt or (_is_number(nxt["wait"]) and nxt["wait"] >= 0))
+                    and ("request" not in nxt or _is_str(nxt["request"], 100))):
+                return False
+        keys = body.keys() - {"client", "trial_id", "next"}
         if keys == {"value"}:
             return _is_number(body["value"])
         if keys <= {"failure", "reason"} and body.get("failure") is True:

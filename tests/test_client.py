@@ -59,6 +59,24 @@ def test_standalone_and_server_hand_out_the_same_points(tmp_path: Path, strategy
 
 
 @pytest.mark.parametrize("mode", ["server", "standalone"])
+def test_report_and_fetch_gives_the_same_points_in_one_round_trip(tmp_path: Path,
+                                                                  mode: str) -> None:
+    d = definition(f"piggy-{mode}", strategy="nelder-mead", dims=3, seed=5)
+    with client_for(mode, tmp_path) as client:
+        separate = _run(client, {**d, "name": "separate"}, 25)
+        s = client.create_session(d)
+        got = s.fetch(timeout=1)
+        piggybacked = []
+        for _ in range(25):
+            assert got is not None
+            piggybacked.append(got.point)
+            got = s.report_and_fetch(got.trial_id, sphere(got.point), timeout=1)
+        done = [t for t in s.trials() if t["status"] == "done"]
+    assert piggybacked == separate
+    assert len(done) == 25  # every piggybacked report stored once
+
+
+@pytest.mark.parametrize("mode", ["server", "standalone"])
 def test_the_same_semantics_in_both_modes(tmp_path: Path, mode: str) -> None:
     with client_for(mode, tmp_path, client_id="me") as client:
         d = SessionDefinition.from_dict(definition("sem", lease=0.3))

@@ -247,6 +247,32 @@ class Session:
         self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
                                       "value": value})
 
+    def report_and_fetch(self, trial_id: int, value: float,
+                         timeout: float = 30.0) -> Fetched | None:
+        """Report a measurement and fetch the next point in one round trip.
+
+        The same as :meth:`report` then :meth:`fetch`, but the server answers the report
+        with the next trial (Active Harmony's piggybacked fetch), halving the round trips
+        of a tuning loop.
+        """
+        value = float(value)
+        if not math.isfinite(value):
+            self.report_failure(trial_id, f"non-finite measurement {value!r}")
+            return self.fetch(timeout)
+        deadline = time.monotonic() + max(timeout, 0.0)
+        wait = min(max(timeout, 0.0), MAX_POLL)
+        answer = self._call("POST", "report",
+                            {"client": self.client_id, "trial_id": int(trial_id), "value": value,
+                             "next": {"wait": wait, "request": uuid.uuid4().hex[:16]}},
+                            timeout=wait + 30.0)
+        nxt = answer.get("next") or {}
+        if nxt.get("status") == "trial":
+            return Fetched(int(nxt["trial_id"]), dict(nxt["point"]))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or (nxt.get("converged") and not nxt.get("paused")):
+            return None
+        return self.fetch(remaining)
+
     def report_failure(self, trial_id: int, reason: str) -> None:
         """Report that the trial could not be measured, and why."""
         self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),

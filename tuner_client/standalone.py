@@ -90,6 +90,9 @@ class StandaloneBackend:
                 return self._fetch(local, body["client"], float(body.get("wait", 0.0)))
             answer = self._dispatch(local, method, action, body)
             self._cond.notify_all()
+            if action == "report" and "next" in body:
+                answer["next"] = self._fetch(local, body["client"],
+                                             float(body["next"].get("wait", 0.0)))
             return answer
 
     def _get(self, name: str) -> _LocalSession:
