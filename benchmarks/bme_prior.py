@@ -34,6 +34,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from benchmarks.machine import cpu_model
 from harmony.definition import SessionDefinition
 from harmony.errors import HarmonyError
 from harmony.session import SessionCore
@@ -61,14 +62,7 @@ STEP_MB = 8
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mem = 0
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

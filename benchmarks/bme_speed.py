@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import cpu_model
 from tuner_client.bme import BMEParams, fit_bme, miss_probability, partition, stack_histogram
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -36,14 +37,7 @@ def _best_of(repeats: int, func: Callable[[], Any]) -> tuple[float, float]:
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "platform": platform.platform(),
             "load_average": list(os.getloadavg())}

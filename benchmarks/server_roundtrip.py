@@ -27,6 +27,7 @@ from typing import Any
 
 import urllib3
 
+from benchmarks.machine import cpu_model
 from harmony.definition import SessionDefinition
 from tuner_client.client import connect
 
@@ -220,14 +221,7 @@ def core_and_store(state: Path, pairs: int) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "loadavg_1m": os.getloadavg()[0]}
 

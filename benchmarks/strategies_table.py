@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import cpu_model
 from harmony.synth import FUNCTIONS, trace_synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -43,14 +44,7 @@ BUDGET_PER_DIM = 200
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "platform": platform.platform(),
             "load_average": list(os.getloadavg())}

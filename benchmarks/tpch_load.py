@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from benchmarks.machine import cpu_model
 from tuner_client.local_cluster import LocalCluster
 from workloads.connect import connect
 from workloads.driver import WorkloadDriver
@@ -41,14 +42,7 @@ Q6_SF1_REVENUE = Decimal("123141078.2283")
 
 
 def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mem_kb = 0
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

@@ -13,19 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.machine import cpu_model
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def machine() -> dict[str, Any]:
     """CPU, cores, RAM, OS, Python, PostgreSQL version and the load average right now."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     ram = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

@@ -1,0 +1,16 @@
+"""Facts about the machine a benchmark ran on (recorded with every result)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` ("unknown" where it cannot be read)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
