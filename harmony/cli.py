@@ -18,7 +18,8 @@ from harmony.errors import ConfigError, HarmonyError
 
 #: modules that register subcommands, in the order ``harmony --help`` lists them
 SUBCOMMAND_MODULES = (
-    "harmony_server.cli",      # harmony server, harmony sessions
+    "harmony_server.cli",      # harmony server
+    "tuner_client.sessions_cli",  # harmony sessions
     "tuner_client.tune_cli",   # harmony tune
     "tuner_client.demo",       # harmony demo
     "harmony.synth_cli",       # harmony synth

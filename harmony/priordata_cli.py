@@ -98,7 +98,7 @@ def read_prior(args: argparse.Namespace, name: str) -> PriorSession:
         server = os.environ.get("HARMONY_SERVER")
     if server:
         from harmony.priordata_sources import prior_from_server
-        from harmony_server.server import read_token_file
+        from harmony.tokens import read_token_file
 
         token = read_token_file(args.token_file) if getattr(args, "token_file", None) else None
         return prior_from_server(server, name, token=token)

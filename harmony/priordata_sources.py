@@ -122,6 +122,20 @@ def prior_from_server(url: str, name: str, *, token: str | None = None) -> Prior
                         status=described.get("status", "live"))
 
 
+def priors_from_server(url: str, *, token: str | None = None,
+                       exclude: Iterable[str] = ()) -> list[PriorSession]:
+    """Every session of a running server as prior data (read-only, over HTTP)."""
+    from tuner_client.client import HttpBackend
+
+    backend = HttpBackend(url, token=token, retry_seconds=5.0)
+    try:
+        names = [s["name"] for s in backend.request("GET", "/sessions")["sessions"]]
+    finally:
+        backend.close()
+    skip = set(exclude)
+    return [prior_from_server(url, name, token=token) for name in names if name not in skip]
+
+
 def prior_from_core(core: Any, *, created: float | None = None,
                     hosts: Iterable[HostInfo] = ()) -> PriorSession:
     """A :class:`~harmony.session.SessionCore` (standalone mode) as prior data (no times)."""

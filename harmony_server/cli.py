@@ -1,13 +1,12 @@
-"""CLI subcommands ``harmony server`` and ``harmony sessions``.
+"""CLI subcommand ``harmony server`` (``harmony sessions``, a client, lives in tuner_client).
 
 Every option can also come from the environment: ``HARMONY_HOST``, ``HARMONY_PORT``,
-``HARMONY_STORE``, ``HARMONY_STATE_DIR``, ``HARMONY_TOKEN_FILE``, ``HARMONY_SERVER``.
+``HARMONY_STORE``, ``HARMONY_STATE_DIR``, ``HARMONY_TOKEN_FILE``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -31,7 +30,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def add_parser(subparsers: Any) -> None:
-    """Register ``server`` and ``sessions`` on the ``harmony`` command's subparsers."""
+    """Register ``server`` on the ``harmony`` command's subparsers."""
     server = subparsers.add_parser(
         "server", help="run the session server",
         description="Run the Harmony session server (HTTP/JSON API, durable store).")
@@ -51,16 +50,6 @@ def add_parser(subparsers: Any) -> None:
                              "HARMONY_TOKEN_FILE)")
     server.set_defaults(func=run_server_command)
 
-    sessions = subparsers.add_parser(
-        "sessions", help="list the sessions of a server with their best results")
-    sessions.add_argument("--server", default=os.environ.get(
-        "HARMONY_SERVER", f"http://127.0.0.1:{DEFAULT_PORT}"),
-        help="server URL (env HARMONY_SERVER)")
-    sessions.add_argument("--token-file", default=os.environ.get("HARMONY_TOKEN_FILE"),
-                          help="file holding the bearer token (env HARMONY_TOKEN_FILE)")
-    sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    sessions.set_defaults(func=list_sessions_command)
-
 
 def run_server_command(args: argparse.Namespace) -> int:
     """``harmony server``: serve until SIGINT/SIGTERM."""
@@ -71,48 +60,13 @@ def run_server_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def list_sessions_command(args: argparse.Namespace) -> int:
-    """``harmony sessions``: a table (or JSON) of sessions and their best results."""
-    from harmony_server.server import read_token_file
-    from tuner_client.client import connect
-
-    token = read_token_file(args.token_file) if args.token_file else None
-    with connect(args.server, token=token) as client:
-        rows = client.list_sessions()
-    if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return 0
-    sys.stdout.write(format_sessions_table(rows))
-    return 0
-
-
-def format_sessions_table(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table: name, status, strategy, trials, best value and point."""
-    header = ("NAME", "STATUS", "STRATEGY", "TRIALS", "GOAL", "BEST", "BEST POINT")
-    lines = [header]
-    for r in rows:
-        best = r.get("best")
-        lines.append((
-            str(r["name"]), str(r.get("status", "")), str(r.get("strategy", "")),
-            str(r.get("trials", "")), str(r.get("goal", "")),
-            f"{best['value']:.6g}" if best else "-",
-            ", ".join(f"{k}={v}" for k, v in best["point"].items()) if best else "-"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    out = []
-    for line in lines:
-        out.append("  ".join(c.ljust(w) for c, w in zip(line[:-1], widths, strict=True))
-                   + "  " + line[-1])
-    return "\n".join(out) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m harmony_server``: the ``server`` subcommand on its own."""
     parser = argparse.ArgumentParser(prog="python -m harmony_server")
     sub = parser.add_subparsers(dest="command")
     add_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("server", "sessions"):
+    if not argv or argv[0] != "server":
         argv = ["server", *argv]
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("HARMONY_LOG_LEVEL", "INFO"),

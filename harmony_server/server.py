@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from harmony.errors import ConfigError, HarmonyError
+from harmony.errors import HarmonyError
+from harmony.tokens import read_token_file
 from harmony_server.app import CLOSING, AppSettings, make_app
 from harmony_server.manager import SessionManager
 from harmony_server.metrics import render_metrics as render_prometheus_metrics
@@ -50,19 +51,6 @@ class ServerConfig:
     @property
     def resolved_store_url(self) -> str:
         return self.store_url or default_store_url(self.state_dir)
-
-
-def read_token_file(path: str | Path) -> str:
-    """The bearer token in ``path`` (first line, stripped); errors name the file."""
-    p = Path(path)
-    try:
-        text = p.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--token-file {p}: cannot read it: {exc.strerror}") from None
-    token = text.splitlines()[0].strip() if text else ""
-    if not token:
-        raise ConfigError(f"--token-file {p}: the file is empty; put the token on its first line")
-    return token
 
 
 class _Server:

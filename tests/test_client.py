@@ -15,7 +15,6 @@ from server_support import definition, free_port, running_server, sphere
 
 from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError, ProtocolError, SessionNotFoundError, TrialError
-from harmony_server.cli import add_parser
 from harmony_server.server import ServerConfig, ServerHandle
 from tuner_client.client import (
     HarmonyClient,
@@ -24,6 +23,7 @@ from tuner_client.client import (
     ServerUnavailableError,
     connect,
 )
+from tuner_client.sessions_cli import add_parser
 
 
 @contextmanager

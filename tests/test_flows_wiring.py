@@ -202,7 +202,7 @@ def test_warm_start_config_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"line 2.*warm_start"):
         parse_tuner_config(base + "{form: [a.xml]}\n", source="x.yaml")
     cfg = parse_tuner_config(base + f"{{from: [{tmp_path / 'missing.xml'}]}}\n", source="x.yaml")
-    assert cfg.warm_start.enabled and cfg.warm_start.store is None
+    assert cfg.warm_start.enabled and cfg.warm_start.server is None
     with pytest.raises(ConfigError, match=r"x.yaml: warm_start.from: .*missing.xml"):
         load_priors(cfg.warm_start, source="x.yaml")
     _prior_online_session(tmp_path / "dir" / "a.xml")

@@ -152,7 +152,7 @@ TUNER_SCHEMA: dict[str, Any] = {
             "properties": {
                 "from": {"type": "array", "minItems": 1,
                          "items": {"type": "string", "minLength": 1}},
-                "store": {"type": "string", "minLength": 1},
+                "server": {"type": "string", "minLength": 1, "pattern": "^https?://"},
             },
         },
     },
@@ -314,14 +314,15 @@ class FinalConfig:
 @dataclass(frozen=True)
 class WarmStartConfig:
     """Prior sessions to start the searches from: exported files (XML, CSV, text log, or
-    directories of them; paths relative to the working directory) and/or a store URL."""
+    directories of them; paths relative to the working directory) and/or every session of a
+    running Harmony server (read over its HTTP API: the tuner never opens the store)."""
 
     sources: tuple[str, ...] = ()
-    store: str | None = None
+    server: str | None = None
 
     @property
     def enabled(self) -> bool:
-        return bool(self.sources or self.store)
+        return bool(self.sources or self.server)
 
 
 @dataclass(frozen=True)
@@ -482,7 +483,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                         apply_best=bool(fin.get("apply_best", False)),
                         recommended=bool(fin.get("recommended", False)))
     ws = data.get("warm_start") or {}
-    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), store=ws.get("store"))
+    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
                        budget=budget, offline=offline, online=online, flow=flow, final=final,
                        seed=int(data.get("seed", 0)), server=data.get("server"),

@@ -1,9 +1,10 @@
 """Warm start for the tuner: read the prior sessions a config's ``warm_start`` names.
 
-``warm_start: {from: [FILE or DIRECTORY, ...], store: URL}`` — exported prior data files
+``warm_start: {from: [FILE or DIRECTORY, ...], server: URL}`` — exported prior data files
 (XML, CSV or text log; a directory contributes every such file in it) and/or every session
-of a Harmony store. The flows then hand them to :func:`harmony.warmstart.apply_warm_start`
-before each session is created; which priors fit a session is decided there (same
+of a running Harmony server (read over HTTP; the client never opens the server's store).
+The flows then hand them to :func:`harmony.warmstart.apply_warm_start` before each session
+is created; which priors fit a session is decided there (same
 parameters and objective, same workload, similar host).
 """
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-import sqlalchemy as sa
 
 from harmony.errors import ConfigError, HarmonyError
 from harmony.priordata import FORMATS, PriorSession, load
@@ -41,16 +40,8 @@ def _files(source: str, where: str) -> list[Path]:
     return [path]
 
 
-def _safe(url: str) -> str:
-    """``url`` with any password hidden, for messages."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return repr(url)
-
-
 def load_priors(config: WarmStartConfig, *, source: str = "tuner config") -> list[PriorSession]:
-    """Every prior session ``config`` names, files first, then the store's sessions."""
+    """Every prior session ``config`` names, files first, then the server's sessions."""
     priors: list[PriorSession] = []
     where = f"{source}: warm_start.from"
     for item in config.sources:
@@ -59,19 +50,14 @@ def load_priors(config: WarmStartConfig, *, source: str = "tuner config") -> lis
                 priors.append(load(path))
             except HarmonyError as exc:
                 raise ConfigError(f"{where}: cannot read prior data {path}: {exc}") from None
-    if config.store is not None:
-        from harmony.priordata_sources import priors_from_store
-        from harmony_server.store import Store
+    if config.server is not None:
+        from harmony.priordata_sources import priors_from_server
 
         try:
-            store = Store(config.store)
-        except (HarmonyError, sa.exc.SQLAlchemyError) as exc:
-            raise ConfigError(f"{source}: warm_start.store: cannot open "
-                              f"{_safe(config.store)}: {exc}") from None
-        try:
-            priors.extend(priors_from_store(store))
-        finally:
-            store.close()
+            priors.extend(priors_from_server(config.server))
+        except HarmonyError as exc:
+            raise ConfigError(f"{source}: warm_start.server: cannot read prior sessions from "
+                              f"{config.server}: {exc}") from None
     logger.info("warm start: %d prior session(s) read (%s)", len(priors),
                 ", ".join(p.name for p in priors[:10]) + (" ..." if len(priors) > 10 else ""))
     return priors
