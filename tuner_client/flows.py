@@ -674,7 +674,10 @@ class Tuner:
                 self.metrics.record_workload_shift()
                 self._decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
                              f"measurements outside [{band[0]:.1f}, {band[1]:.1f}]: back to "
-                             f"offline")
+                             f"offline; the best so far was measured under the old workload "
+                             f"and is forgotten")
+                # values from before the shift do not rank configurations for the new workload
+                self.best = None
                 return True
         return False
 
