@@ -15,6 +15,7 @@ from server_support import definition, free_port, running_server, sphere
 
 from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError, ProtocolError, SessionNotFoundError, TrialError
+from harmony_server.cli import add_parser as add_server_parser
 from harmony_server.server import ServerConfig, ServerHandle
 from tuner_client.client import (
     HarmonyClient,
@@ -189,7 +190,7 @@ def test_server_command_reads_options_from_the_environment(
     monkeypatch.setenv("HARMONY_STORE", "sqlite:////tmp/x.db")
     monkeypatch.setenv("HARMONY_STATE_DIR", "/tmp/st")
     parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
+    add_server_parser(parser.add_subparsers())
     args = parser.parse_args(["server"])
     assert (args.host, args.store, args.state_dir, args.port) == (
         "127.0.0.2", "sqlite:////tmp/x.db", "/tmp/st", None)
