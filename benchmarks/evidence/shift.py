@@ -97,7 +97,7 @@ def run_pair(target: Any, quick: bool) -> dict[str, Any]:
     for flow in ("one-pass", "multi-pass"):
         cfg = small_config(f"evidence-shift-{flow}", flow=flow, mix=MIX_A,
                            offline_evals=offline, online_evals=online, queries=9,
-                           monitor=6 if quick else 10, max_passes=2)
+                           monitor=10 if quick else 16, max_passes=2)
         la = load_average()
         started = time.monotonic()
         shift = ShiftingWorkload(target.dsn, seed=1)
