@@ -21,6 +21,7 @@ from typing import Any
 import islpy
 import numpy as np
 
+from benchmarks.machine import cpu_model
 from plugins.base import HistoryEntry, make_plugin
 from plugins.constraint import ConstraintPlugin
 from strategies.space import IntParam, RealParam, Space
@@ -120,7 +121,7 @@ def run(quick: bool) -> dict[str, Any]:
 
     bounds = {d["name"]: [d["min"], d["max"]] for d in narrowed.to_dict()}
     return {
-        "machine": {"platform": platform.platform(), "processor": _cpu_model(),
+        "machine": {"platform": platform.platform(), "processor": cpu_model(),
                     "python": sys.version.split()[0], "islpy": islpy.__version__,
                     "cores": _cores(), "load_average": _load()},
         "command": "python -m benchmarks.isl_constraint" + (" --quick" if quick else ""),
@@ -138,16 +139,6 @@ def run(quick: bool) -> dict[str, Any]:
         "sample_us": {**samples, "samples": 500},
         "project_us": {**projections, "points": len(infeasible)},
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _load() -> str:

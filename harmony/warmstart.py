@@ -26,9 +26,6 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import os
-import platform
-import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,10 +34,11 @@ import numpy as np
 
 from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError
+from harmony.hostinfo import host_metadata
 from harmony.priordata import HostInfo, PriorSession
 from strategies.space import EnumParam, Point, RealParam, Space
 
-__all__ = ["Compatibility", "apply_warm_start", "check_compatible", "local_host",
+__all__ = ["Compatibility", "apply_warm_start", "check_compatible",
            "ranked_prior_points", "select_compatible", "warm_start_options",
            "warm_start_simplex"]
 
@@ -67,16 +65,6 @@ class Compatibility:
     compatible: bool
     host_match: bool | None  # None: unknown (no host facts on one side)
     reason: str
-
-
-def local_host() -> dict[str, Any]:
-    """This machine's facts in the shape of a session client's host record."""
-    try:
-        ram: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = None
-    return {"hostname": socket.gethostname()[:255], "cpu_count": os.cpu_count(),
-            "ram_bytes": ram, "os": platform.platform()[:255]}
 
 
 def hosts_similar(a: Mapping[str, Any] | HostInfo, b: Mapping[str, Any] | HostInfo, *,
@@ -287,7 +275,7 @@ def apply_warm_start(definition: SessionDefinition, prior_sessions: Sequence[Pri
     """``definition`` with warm-start strategy options merged in (explicit options win) and
     ``metadata["warm_start"]`` naming the prior sessions and the prior best."""
     if host is None:
-        host = definition.metadata.get("host") or local_host()
+        host = definition.metadata.get("host") or host_metadata()
     options = warm_start_options(prior_sessions, definition, host=host)
     if not options:
         return definition

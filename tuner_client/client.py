@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import platform
 import socket
 import time
 import uuid
@@ -36,6 +35,7 @@ from harmony.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony.hostinfo import host_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -78,17 +78,6 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
 def error_from_answer(kind: str, message: str) -> HarmonyError:
     """The project exception for an error answer ``{"error": kind, "message": ...}``."""
     return _KIND_ERRORS.get(kind, ProtocolError)(message)
-
-
-def host_metadata() -> dict[str, Any]:
-    """Facts about this host, stored with the session so later runs can reuse prior data."""
-    try:
-        ram: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = None
-    return {"hostname": socket.gethostname()[:255], "cpu_count": os.cpu_count(),
-            "ram_bytes": ram, "os": platform.platform()[:255],
-            "python": platform.python_version()}
 
 
 class Backend(Protocol):

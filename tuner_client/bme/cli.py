@@ -201,19 +201,10 @@ def cmd_mattson(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``bme`` standalone (``python -m tuner_client.bme``): same commands and exit codes."""
-    parser = argparse.ArgumentParser(prog="harmony")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        return int(func(args) or 0)
-    except ConfigError as exc:
-        print(f"harmony: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    """Run ``bme`` standalone (``python -m tuner_client.bme``): the ``harmony`` CLI itself."""
+    from harmony.cli import main as harmony_main
+
+    return harmony_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
