@@ -25,22 +25,12 @@ from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyEr
 from tuner_client.apply import apply_online_knobs
 from tuner_client.config import MeasureConfig
 from tuner_client.knobs import KnobCatalog
+from workloads.base import Workload
 
 logger = logging.getLogger(__name__)
 
 #: how long a point's counters are waited for when its samples counted no block access
 POINT_FLUSH_WAIT_S = 1.5
-
-
-class Workload(Protocol):
-    """What the measurer needs of a workload driver (TPC-H mix, schedule or pgbench)."""
-
-    def start(self) -> None: ...
-
-    def sample(self, seconds: float | None = None, *, queries: int | None = None,
-               timeout_s: float | None = None) -> Any: ...
-
-    def stop(self) -> None: ...
 
 
 class Restarter(Protocol):

@@ -1,9 +1,11 @@
 """Workloads the tuner measures: TPC-H query mixes and schedules, and pgbench.
 
-The tuner's interface is ``start()`` / ``sample(seconds | queries=)`` / ``stop()`` on
-:class:`WorkloadDriver`, :class:`ScheduledDriver` and :class:`PgbenchWorkload`.
+The tuner's interface is :class:`Workload`: ``start()`` / ``sample(seconds | queries=)`` /
+``stop()``, offered by :class:`WorkloadDriver`, :class:`ScheduledDriver` and
+:class:`PgbenchWorkload`.
 """
 
+from workloads.base import Workload
 from workloads.driver import WorkloadDriver
 from workloads.mix import Mix, parse_mix
 from workloads.pgbench import PgbenchWorkload
@@ -19,6 +21,7 @@ __all__ = [
     "Sample",
     "Schedule",
     "ScheduledDriver",
+    "Workload",
     "WorkloadDriver",
     "load_tpch",
     "parse_mix",

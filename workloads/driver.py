@@ -12,9 +12,9 @@ import logging
 import math
 import threading
 import time
-from types import TracebackType
 
 from harmony.errors import WorkloadError
+from workloads.base import Workload
 from workloads.connect import connect, describe_dsn
 from workloads.mix import Mix, parse_mix
 from workloads.sample import QueryStats, Recorder, Sample
@@ -99,7 +99,7 @@ class StreamSet:
         return sum(s.reconnects for s in self.streams)
 
 
-class WorkloadDriver:
+class WorkloadDriver(Workload):
     """Runs a TPC-H mix against ``dsn`` and measures its throughput on request."""
 
     def __init__(
@@ -173,14 +173,3 @@ class WorkloadDriver:
         streams.stop()
         logger.info("stopped TPC-H mix %s", self.mix)
 
-    def __enter__(self) -> WorkloadDriver:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

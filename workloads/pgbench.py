@@ -17,9 +17,9 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from types import TracebackType
 
 from harmony.errors import DatabaseError, WorkloadError
+from workloads.base import Workload
 from workloads.connect import connect, describe_dsn
 from workloads.sample import Sample, summarize
 
@@ -61,7 +61,7 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-class PgbenchWorkload:
+class PgbenchWorkload(Workload):
     """pgbench against ``dsn`` with ``clients`` connections at pgbench scale ``scale``."""
 
     def __init__(
@@ -189,17 +189,6 @@ class PgbenchWorkload:
         if proc is not None and proc.poll() is None:
             proc.terminate()
 
-    def __enter__(self) -> PgbenchWorkload:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["PgbenchWorkload", "find_pgbench"]

@@ -14,12 +14,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import yaml
 
 from harmony.errors import WorkloadError
+from workloads.base import Workload
 from workloads.driver import StreamSet, _check_timeout, check_tpch_database
 from workloads.mix import Mix, parse_mix
 from workloads.sample import Recorder, Sample
@@ -127,7 +127,7 @@ def parse_schedule(spec: Schedule | str | Sequence[Any]) -> Schedule:
     return Schedule([_phase_from_item(item) for item in spec])
 
 
-class ScheduledDriver:
+class ScheduledDriver(Workload):
     """Runs a schedule's mixes in turn; ``sample()`` works as on :class:`WorkloadDriver`.
 
     At a phase boundary the old streams' queries are cancelled (not counted) and the new
@@ -269,17 +269,6 @@ class ScheduledDriver:
         if current is not None:
             current.stop()
 
-    def __enter__(self) -> ScheduledDriver:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def wait_for_phase(driver: ScheduledDriver, index: int, timeout_s: float) -> bool:
