@@ -255,6 +255,13 @@ class SessionCore:
     def converged(self) -> bool:
         return bool(self.strategy.converged or any(p.converged() for p in self.plugins))
 
+    @property
+    def status(self) -> str:
+        """``paused``, ``converged`` or ``running`` (what session listings show)."""
+        if self.paused:
+            return "paused"
+        return "converged" if self.converged else "running"
+
     def trials(self) -> list[TrialRecord]:
         return list(self._trials.values())
 

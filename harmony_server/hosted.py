@@ -384,9 +384,7 @@ class HostedSession:
         return None if best is None else {"point": best[0], "value": best[1]}
 
     def status(self) -> str:
-        if self.core.paused:
-            return "paused"
-        return "converged" if self.core.converged else "running"
+        return self.core.status
 
     def summary(self) -> dict[str, Any]:
         """The short form used by the session list."""

@@ -7,35 +7,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plugin_support import SessionView
 
 from harmony.errors import ConstraintError
 from plugins.affine import parse_constraint
-from plugins.base import Flow, HistoryEntry, PluginTrial, make_plugin
+from plugins.base import Flow, PluginTrial, make_plugin
 from plugins.constraint import ConstraintPlugin
 from plugins.feasible import ConstrainedRegion
 from strategies.space import EnumParam, IntParam, Param, RealParam, Space
-
-
-@dataclass
-class SessionView:
-    """A plain session value object with what plugins may see."""
-
-    space: Space
-    name: str = "test"
-    seed: int = 0
-    maximize: bool = False
-    replaying: bool = False
-    entries: list[HistoryEntry] = field(default_factory=list)
-
-    def history(self) -> list[HistoryEntry]:
-        return list(self.entries)
 
 
 def launch(space: Space, constraints: list[str], constants: dict | None = None,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from plugin_support import SessionView
 
 import plugins
 from harmony.errors import ConfigError
@@ -15,22 +15,6 @@ from plugins.base import Flow, HistoryEntry, Plugin, PluginTrial, make_plugin
 from plugins.cache import CachePlugin
 from plugins.log import LogPlugin, read_log
 from strategies.space import EnumParam, IntParam, RealParam, Space
-
-
-@dataclass
-class SessionView:
-    """A plain session value object with what plugins may see."""
-
-    space: Space
-    name: str = "test"
-    seed: int = 0
-    maximize: bool = False
-    replaying: bool = False
-    entries: list[HistoryEntry] = field(default_factory=list)
-
-    def history(self) -> list[HistoryEntry]:
-        return list(self.entries)
-
 
 SPACE = Space((IntParam("work_mem", 1, 64), RealParam("random_page_cost", 0.5, 8.0, 0.5),
                EnumParam("jit", ("on", "off"))))

@@ -78,9 +78,9 @@ def test_released_trial_is_handed_out_again_before_new_points() -> None:
 def test_pause_really_pauses() -> None:
     core = SessionCore(_definition())
     core.pause()
-    assert core.fetch("c") is None
+    assert core.fetch("c") is None and core.status == "paused"
     core.resume()
-    assert core.fetch("c") is not None
+    assert core.fetch("c") is not None and core.status == "running"
 
 
 def test_agg_measures_three_times_and_tells_the_best() -> None:

@@ -34,9 +34,7 @@ class _LocalSession:
         return None if best is None else {"point": best[0], "value": best[1]}
 
     def status(self) -> str:
-        if self.core.paused:
-            return "paused"
-        return "converged" if self.core.converged else "running"
+        return self.core.status
 
     def expire(self, now: float) -> bool:
         expired = [tid for tid, (_, expires) in self.leases.items() if expires <= now]
