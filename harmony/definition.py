@@ -179,10 +179,6 @@ class SessionDefinition:
             description=data.get("description", ""),
         )
 
-    def with_name(self, name: str) -> SessionDefinition:
-        from dataclasses import replace
-
-        return replace(self, name=name)
 
 
 def validate(data: Any, schema: Mapping[str, Any], *, source: str,
