@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from harmony.errors import ConfigError, ConstraintError
 from tuner_client.budget import MemoryBudget, detect_ram_bytes, mem_total_bytes
+from tuner_client.budget_view import worker_processes
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
 
 MB = 2**20
 GB = 2**30
@@ -98,3 +102,16 @@ def test_bad_budgets_are_errors() -> None:
         budget.online_constraints(512 * MB)
     with pytest.raises(ConfigError, match="shared_buffers in force"):
         budget.slack({"work_mem": 4})
+
+
+def test_auto_connections_count_the_parallel_workers(pg_cluster: LocalCluster) -> None:
+    """Each parallel worker may use work_mem too: m = streams + the workers they can start."""
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        per_gather = int(conn.execute("SHOW max_parallel_workers_per_gather").fetchone()[0])
+        cap = min(int(conn.execute("SHOW max_parallel_workers").fetchone()[0]),
+                  int(conn.execute("SHOW max_worker_processes").fetchone()[0]))
+    assert (per_gather, cap) == (2, 8)  # PostgreSQL 15's defaults
+    assert worker_processes(catalog, 1) == 1 + 2
+    assert worker_processes(catalog, 3) == 3 + 6
+    assert worker_processes(catalog, 12) == 12 + 8  # the server-wide cap binds

@@ -39,7 +39,7 @@ workload:
   tpch: {{scale: 0.01, mix: "{MIX}"}}
   statement_timeout_s: 60
 measure: {{warmup_s: 0.3, samples: 3, aggregate: best, queries: 15}}
-budget: {{os_reserved: 256MB, connections: auto, online: 48MB}}
+budget: {{os_reserved: 256MB, connections: 3, online: 48MB}}
 offline:
   knobs: {{shared_buffers: {{min: 16MB, max: 160MB, step: 8MB}}}}
   evaluations: 3

@@ -148,3 +148,51 @@ def test_sample_arguments_are_checked() -> None:
         recorder.sample(queries=0)
     with pytest.raises(WorkloadError, match="did not finish within 0.05 s"):
         recorder.sample(queries=1, timeout_s=0.05)
+
+
+def test_fixed_work_sample_fails_fast_when_queries_keep_failing() -> None:
+    """A crash-looping server fails the sample after ``queries`` errors, not at the timeout."""
+    recorder = Recorder()
+    stop = threading.Event()
+    failures = 0
+
+    def produce() -> None:
+        nonlocal failures
+        while not stop.is_set():
+            recorder.record("Q9", time.monotonic() - 0.001, ok=False)
+            failures += 1
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(WorkloadError, match=r"20 queries failed .* \(0 completed\)"):
+            recorder.sample(queries=20, timeout_s=60)
+    finally:
+        stop.set()
+        thread.join()
+    assert time.monotonic() - started < 10  # not the 60-s timeout
+    assert failures >= 20
+
+
+def test_fixed_work_sample_tolerates_fewer_failures_than_its_work() -> None:
+    recorder = Recorder()
+    stop = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            recorder.record("Q6", time.monotonic() - 0.001, ok=i % 4 != 0)  # 1 in 4 fails
+            i += 1
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        sample = recorder.sample(queries=30, timeout_s=30)
+    finally:
+        stop.set()
+        thread.join()
+    assert sample.completed == 30
+    assert 8 <= sample.errors <= 11  # ~1 failure per 3 completions inside the window

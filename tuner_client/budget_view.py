@@ -77,6 +77,22 @@ class BudgetView:
         return None
 
 
+def worker_processes(catalog: KnobCatalog, streams: int) -> int:
+    """Processes that may each use work_mem: the streams plus the parallel workers they can get.
+
+    Every Gather may start ``max_parallel_workers_per_gather`` workers, bounded for the whole
+    server by ``max_parallel_workers`` (and ``max_worker_processes``); each worker sorts and
+    hashes with its own work_mem, like a connection. Values in force when the run starts.
+    """
+    def setting(name: str, fallback: int) -> int:
+        value = catalog[name].current() if name in catalog else None
+        return int(value) if isinstance(value, (int, float)) else fallback
+
+    per_gather = setting("max_parallel_workers_per_gather", 0)
+    cap = min(setting("max_parallel_workers", 8), setting("max_worker_processes", 8))
+    return streams + max(0, min(cap, streams * per_gather))
+
+
 def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
                      online: KnobSpace, *, connections: int,
                      known_ram_bytes: int | None = None) -> BudgetView:

@@ -67,6 +67,8 @@ class _Window:
     errors: list[str] = field(default_factory=list)
     end: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    #: fixed work only: failed queries since the sample began (before the start mark too)
+    failed: int = 0
 
 
 def summarize(
@@ -128,6 +130,12 @@ class Recorder:
             for window in self._windows:
                 if window.done.is_set():
                     continue
+                if window.target is not None and not ok:
+                    window.failed += 1
+                    if window.failed >= window.target:
+                        # as many failures as the work asked for: the server is not serving
+                        # this configuration (crash loop, OOM kills); waiting is pointless
+                        window.done.set()
                 if window.start is None:
                     if ok:  # fixed work: the first completion marks the start, uncounted
                         window.start = now
@@ -198,6 +206,14 @@ class Recorder:
                 self._windows.remove(window)
                 if window.end is None:
                     window.end = time.monotonic()
+        if queries is not None and len(window.completions) < queries \
+                and window.failed >= queries:
+            raise WorkloadError(
+                f"{window.failed} queries failed before the fixed-work sample of {queries} "
+                f"queries finished ({len(window.completions)} completed): the server is not "
+                f"serving the workload (crashed or killed backends?); see the streams' errors "
+                f"in the log"
+            )
         if queries is not None and len(window.completions) < queries:
             raise WorkloadError(
                 f"the workload stopped before the fixed-work sample of {queries} queries "

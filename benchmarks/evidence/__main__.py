@@ -6,7 +6,7 @@ import importlib
 import logging
 import sys
 
-NAMES = ("optimizers", "endtoend", "shift", "tight", "overheads")
+NAMES = ("optimizers", "endtoend", "sensitivity", "shift", "tight", "overheads")
 
 
 def main(argv: list[str] | None = None) -> int:
