@@ -3,8 +3,10 @@
 The embedded cluster runs in a memory cgroup sized so that the TPC-H database is at least
 2.5x the memory PostgreSQL may use (the study: 4 GB of RAM for a 10 GB database). For each
 mix the one-pass tuner runs a fixed evaluation budget; then the three configurations are
-re-measured with the tuner's own protocol (warm-up, three fixed-work samples, best of
-three), interleaved A/B/C/A/B/C so that drift hits all three alike. The cgroup's memory
+re-measured with the tuner's own protocol (warm-up, three fixed-work samples, their median
+by default), interleaved A/B/C/A/B/C so that drift hits all three alike; the table shows each
+configuration's median over rounds and how many of its rounds failed (a failed round: the
+server stopped serving the workload, e.g. backends OOM-killed in a crash loop). The cgroup's memory
 counters are read around every final measurement to show the limit really holds.
 
 Run: ``python -m benchmarks.evidence endtoend [--quick]``; writes
@@ -18,6 +20,7 @@ import logging
 import math
 import os
 import re
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,13 +45,14 @@ MB = 1024**2
 
 def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_evals: int,
                online_evals: int, queries: int, warmup_s: float, seed: int,
-               flow: str = "one-pass") -> dict[str, Any]:
+               flow: str = "one-pass", aggregate: str = "median") -> dict[str, Any]:
     """A one-pass tuner config for ``mix`` on the memory-limited embedded cluster."""
     return {
         "name": name, "seed": seed,
         "database": {"memory_limit": memory_limit, "restart_timeout_s": 120},
         "workload": {"tpch": {"scale": scale, "mix": mix}, "statement_timeout_s": 300},
-        "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": "best", "queries": queries},
+        "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": aggregate,
+                    "queries": queries},
         "budget": {"ram": "auto", "os_reserved": "32MB", "connections": "auto"},
         "offline": {"knobs": {"shared_buffers": {"min": "16MB", "max": "128MB", "step": "8MB"}},
                     "strategy": {"name": "nelder-mead", "options": {"simplex_size": 2}},
@@ -223,17 +227,21 @@ def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]]
         measurer.close()
     out: dict[str, Any] = {"settings": full, "rounds": rows}
     for label in full:
-        vals = [row["qpm"] for row in rows if row["config"] == label and row["qpm"] is not None]
-        out[f"{label}_qpm"] = sum(vals) / len(vals) if vals else None
+        mine = [row for row in rows if row["config"] == label]
+        vals = [row["qpm"] for row in mine if row["qpm"] is not None]
+        out[f"{label}_qpm"] = statistics.median(vals) if vals else None
+        out[f"{label}_failed_rounds"] = sum(1 for row in mine if row["qpm"] is None)
     return out
 
 
 def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online_evals: int,
-        rounds: int, mixes: tuple[str, ...], state_dir: Path, name: str) -> dict[str, Any]:
+        rounds: int, mixes: tuple[str, ...], state_dir: Path, name: str,
+        aggregate: str = "median") -> dict[str, Any]:
     mach = machine()
     data: dict[str, Any] = {"machine": mach, "scale": scale, "memory_limit_bytes": memory_limit,
                             "offline_evals": offline_evals, "online_evals": online_evals,
-                            "rounds": rounds, "mixes": {}, "quick": quick}
+                            "rounds": rounds, "mixes": {}, "quick": quick,
+                            "aggregate": aggregate}
     first = tuner_config_from_dict(tuner_dict("evidence-e2e", mixes[0], scale=scale,
                                               memory_limit=memory_limit, offline_evals=1,
                                               online_evals=1, queries=6, warmup_s=3, seed=1))
@@ -261,7 +269,7 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
             cfg = tuner_config_from_dict(tuner_dict(
                 f"evidence-e2e-{i}", mix, scale=scale, memory_limit=memory_limit,
                 offline_evals=offline_evals, online_evals=online_evals, queries=queries,
-                warmup_s=3 if quick else 10, seed=1 + i))
+                warmup_s=3 if quick else 5, seed=1 + i, aggregate=aggregate))
             entry: dict[str, Any] = {"streams": streams, "queries_per_sample": queries,
                                      "load_average_start": load_average()}
             data["mixes"][mix] = entry
@@ -289,6 +297,7 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
     lim = data["memory_limit_bytes"]
     size = data.get("database_bytes") or 0
     cg = data.get("cgroup_at_start") or {}
+    agg = data.get("aggregate", "best")
     extra = (f"\nTPC-H scale {data['scale']} ({size / MB:.0f} MB on disk) on the embedded cluster "
              f"in a memory cgroup of {lim / MB:.0f} MB: database / limit = "
              f"{data.get('db_over_limit', 0):.2f}. cgroup {cg.get('cgroup')} "
@@ -296,20 +305,21 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
              f"{cg.get('postmaster_in_cgroup')}.\nTuner budget: {data['offline_evals']} offline "
              f"(+1 after the BME prior) + {data['online_evals']} online evaluations, one-pass. "
              f"Final comparison: {data['rounds']} interleaved rounds of default/pgtune/tuned, each "
-             f"warm-up + 3 fixed-work samples, best of 3 (qpm = completed queries per minute); "
-             f"the table shows the mean over rounds.\n")
+             f"warm-up + 3 fixed-work samples, {agg} of 3 (qpm = completed queries per minute); "
+             f"the table shows the median over rounds; failed rounds (the server stopped "
+             f"serving, e.g. OOM-killed backends) are counted, not averaged in.\n")
     cmd = "python -m benchmarks.evidence endtoend" + (" --quick" if quick else "")
     lines = [header("End to end: default vs PGTune vs tuned (memory-bound)", cmd,
                     data["machine"], extra)]
     lines.append("| mix | default qpm | PGTune qpm | tuned qpm | tuned/default | tuned/PGTune | "
-                 "evals | evals to 90% | s to 90% | restarts | failures | peak cgroup MB | "
-                 "OOM kills | load avg |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+                 "failed rounds d/P/t | evals | evals to 90% | s to 90% | restarts | "
+                 "failed evals | peak cgroup MB | OOM kills | load avg |")
+    lines.append("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
     ratios_d: list[float] = []
     ratios_r: list[float] = []
     for mix, e in data["mixes"].items():
         if "error" in e:
-            lines.append(f"| {mix} | error: {e['error']} |" + " |" * 12)
+            lines.append(f"| {mix} | error: {e['error']} |" + " |" * 13)
             continue
         if "compare" not in e:
             continue
@@ -324,9 +334,11 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
         peaks = [row["cgroup"].get("peak") for row in c["rounds"]
                  if isinstance(row["cgroup"].get("peak"), int)]
         kills = sum(row["backend_oom_kills"] for row in c["rounds"])
-        fails = len(t["failures"]) + sum(1 for row in c["rounds"] if row["failure"])
+        failed = "/".join(str(c.get(f"{k}_failed_rounds", 0))
+                          for k in ("default", "pgtune", "tuned"))
+        fails = len(t["failures"])
         lines.append(f"| {mix} | {fmt(d)} | {fmt(p)} | {fmt(b)} | {fmt(rd)} | {fmt(rr)} | "
-                     f"{t['evaluations']} | {t['evals_to_90pct']} | "
+                     f"{failed} | {t['evaluations']} | {t['evals_to_90pct']} | "
                      f"{fmt(t['seconds_to_90pct'])} | {t['restarts']} | {fails} | "
                      f"{_mb(max(peaks) if peaks else None)} | {kills} | "
                      f"{e.get('load_average_end')} |")
@@ -344,7 +356,7 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
             continue
         lines.append(f"**{mix}** (streams {e['streams']}, {e['queries_per_sample']} queries per "
                      f"sample)\n")
-        lines.append("| round | config | qpm (best of 3) | samples | cgroup usage MB | peak MB | "
+        lines.append(f"| round | config | qpm ({agg} of 3) | samples | cgroup usage MB | peak MB | "
                      "failure |")
         lines.append("|---:|---|---:|---|---:|---:|---|")
         for row in e["compare"]["rounds"]:
@@ -381,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offline-evals", type=int, default=None)
     parser.add_argument("--online-evals", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--aggregate", default="median", choices=["best", "median", "mean"],
+                        help="aggregate of the 3 samples, in the search and the comparison")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -389,5 +403,5 @@ def main(argv: list[str] | None = None) -> int:
     run(quick, args.scale, args.memory_limit_mb * MB,
         args.offline_evals or (3 if quick else 6), args.online_evals or (7 if quick else 30),
         args.rounds or 3, tuple(m for m in args.mixes.split(";") if m),
-        args.state_dir, name)
+        args.state_dir, name, args.aggregate)
     return 0
