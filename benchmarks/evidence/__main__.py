@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import signal
 import sys
 
-NAMES = ("optimizers", "endtoend", "sensitivity", "shift", "tight", "overheads")
+NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "shift", "tight", "overheads")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m benchmarks.evidence {{{','.join(NAMES)},all}} [--quick] ...")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # SIGTERM unwinds like Ctrl-C, so the benchmarks' finally blocks put the configuration back
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     names = NAMES if argv[0] == "all" else (argv[0],)
     rc = 0
     for name in names:

@@ -45,7 +45,8 @@ MB = 1024**2
 
 def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_evals: int,
                online_evals: int, queries: int, warmup_s: float, seed: int,
-               flow: str = "one-pass", aggregate: str = "median") -> dict[str, Any]:
+               flow: str = "one-pass", aggregate: str = "median", final_rounds: int = 0,
+               candidates: int = 1) -> dict[str, Any]:
     """A one-pass tuner config for ``mix`` on the memory-limited embedded cluster."""
     return {
         "name": name, "seed": seed,
@@ -66,7 +67,7 @@ def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_
             "strategy": {"name": "nelder-mead", "options": {"simplex_size": 6}},
             "evaluations": online_evals},
         "flow": {"kind": flow},
-        "final": {"rounds": 0},
+        "final": {"rounds": final_rounds, "candidates": candidates},
     }
 
 
@@ -136,6 +137,24 @@ def oom_lines(target: Target) -> int:
     return sum(1 for line in text.splitlines() if "terminated by signal 9" in line)
 
 
+def open_memory_bound(cfg: TunerConfig, state_dir: Path) -> Target:
+    """The embedded cluster of ``cfg`` inside its memory cgroup, TPC-H loaded (or reused).
+
+    The data is loaded *without* the limit first (COPY and index builds under a small cgroup
+    v1 limit get the backend OOM-killed: dirty page cache is not reclaimed fast enough), then
+    the cluster restarts inside the cgroup on the same data.
+    """
+    unlimited = replace(cfg, database=replace(cfg.database, memory_limit_bytes=None))
+    loader = open_target(unlimited, state_dir)
+    try:
+        # "the default" must be PostgreSQL's: forget what an earlier (interrupted) run set
+        with psycopg.connect(loader.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET ALL")
+    finally:
+        loader.close()
+    return open_target(cfg, state_dir)
+
+
 # -- one mix ---------------------------------------------------------------------------------
 def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
     """The tuner's one-pass run on ``target``; its trajectory, failures and restarts."""
@@ -163,6 +182,7 @@ def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
         "failures": [{"settings": r.settings, "failure": r.failure} for r in records
                      if r.failure],
         "decisions": result.decisions, "passes": result.passes,
+        "final_rounds": result.ab_rounds,
         "trajectory": [{"session": r.session, "settings": r.settings, "qpm": r.value,
                         "samples": [s.qpm for s in r.samples], "failure": r.failure}
                        for r in records],
@@ -246,13 +266,7 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
                                               memory_limit=memory_limit, offline_evals=1,
                                               online_evals=1, queries=6, warmup_s=3, seed=1))
     t0 = time.monotonic()
-    # load without the limit (COPY + index builds under a small cgroup v1 limit get the
-    # backend OOM-killed: dirty page cache is not reclaimed fast enough), then restart
-    # inside the cgroup on the same data
-    unlimited = replace(first, database=replace(first.database, memory_limit_bytes=None))
-    open_target(unlimited, state_dir).close()
-    data["load_s"] = time.monotonic() - t0
-    target = open_target(first, state_dir)
+    target = open_memory_bound(first, state_dir)
     data["open_target_s"] = time.monotonic() - t0
     try:
         size = database_bytes(target.dsn)
@@ -269,7 +283,8 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
             cfg = tuner_config_from_dict(tuner_dict(
                 f"evidence-e2e-{i}", mix, scale=scale, memory_limit=memory_limit,
                 offline_evals=offline_evals, online_evals=online_evals, queries=queries,
-                warmup_s=3 if quick else 5, seed=1 + i, aggregate=aggregate))
+                warmup_s=3 if quick else 5, seed=1 + i, aggregate=aggregate,
+                final_rounds=1 if quick else 2, candidates=2 if quick else 3))
             entry: dict[str, Any] = {"streams": streams, "queries_per_sample": queries,
                                      "load_average_start": load_average()}
             data["mixes"][mix] = entry
@@ -303,7 +318,9 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
              f"{data.get('db_over_limit', 0):.2f}. cgroup {cg.get('cgroup')} "
              f"limit {cg.get('limit')} bytes; postmaster inside: "
              f"{cg.get('postmaster_in_cgroup')}.\nTuner budget: {data['offline_evals']} offline "
-             f"(+1 after the BME prior) + {data['online_evals']} online evaluations, one-pass. "
+             f"(+1 after the BME prior) + {data['online_evals']} online evaluations, one-pass; "
+             f"then the tuner re-measures its best candidates interleaved with the default "
+             f"(final.candidates) and keeps the best mean. "
              f"Final comparison: {data['rounds']} interleaved rounds of default/pgtune/tuned, each "
              f"warm-up + 3 fixed-work samples, {agg} of 3 (qpm = completed queries per minute); "
              f"the table shows the median over rounds; failed rounds (the server stopped "

@@ -25,8 +25,8 @@ import argparse
 import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from benchmarks.evidence.common import fmt, header, machine, spread, write_resul
 from harmony.definition import PluginSpec, SessionDefinition
 from harmony.session import SessionCore
 from harmony.synth import Problem, make_problem
-from strategies.space import IntParam, Point
+from strategies.space import IntParam, Point, RealParam, Space
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,15 @@ OPTIMIZERS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
     ("random", "random", 1, {}),
     ("optuna-tpe", "optuna-tpe", 1, {}),
 )
+class Objective(Protocol):
+    """What an optimizer sees: a space and a value to minimise per point."""
+
+    @property
+    def space(self) -> Space: ...
+
+    def __call__(self, point: Mapping[str, Any]) -> float: ...
+
+
 #: cap on Optuna proposals (feasible or not) per measured evaluation
 MAX_PROPOSALS_PER_EVAL = 50
 
@@ -67,17 +76,26 @@ def _gap(problem: Problem, value: float) -> float:
     return (value - problem.optimum) / problem.typical_gap()
 
 
-def run_harmony(strategy: str, options: dict[str, Any], problem: Problem, constrained: bool,
-                budget: int, seed: int, parallel: int) -> tuple[list[float], list[int]]:
+def _constraints(problem: Objective, constrained: bool | list[str]) -> list[str]:
+    """The constraint strings: given, the synthetic budget shape (True), or none (False)."""
+    if isinstance(constrained, list):
+        return constrained
+    return [budget_constraint(problem)[0]] if constrained else []  # type: ignore[arg-type]
+
+
+def run_harmony(strategy: str, options: dict[str, Any], problem: Objective,
+                constrained: bool | list[str], budget: int, seed: int,
+                parallel: int) -> tuple[list[float], list[int]]:
     """Best true value after each measured evaluation, and the round it was measured in.
 
     ``parallel`` clients work in synchronous rounds: each round fetches up to ``parallel``
     points (what the session can hand out now), measures them, reports them all.
+    ``constrained``: the synthetic budget constraint (True) or the constraint strings.
     """
     plugins: tuple[PluginSpec, ...] = ()
-    if constrained:
-        text, _ = budget_constraint(problem)
-        plugins = (PluginSpec("constraint", {"constraints": [text]}),)
+    texts = _constraints(problem, constrained)
+    if texts:
+        plugins = (PluginSpec("constraint", {"constraints": texts}),)
     core = SessionCore(SessionDefinition(name="bench", space=problem.space, strategy=strategy,
                                          strategy_options=dict(options), plugins=plugins,
                                          seed=seed))
@@ -109,18 +127,19 @@ def run_harmony(strategy: str, options: dict[str, Any], problem: Problem, constr
     return best, rounds
 
 
-def run_optuna(problem: Problem, constrained: bool, budget: int, seed: int) -> list[float]:
+def run_optuna(problem: Objective, constrained: bool | list[str], budget: int,
+               seed: int) -> list[float]:
     """Optuna TPE (default settings) by ask/tell on the same box; infeasible = failed."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = problem.space
     check: Callable[[Point], bool] = space.contains
-    if constrained:
-        text, _ = budget_constraint(problem)
+    texts = _constraints(problem, constrained)
+    if texts:
         core = SessionCore(SessionDefinition(name="box", space=space, strategy="random",
                                              plugins=(PluginSpec("constraint",
-                                                                 {"constraints": [text]}),)))
+                                                                 {"constraints": texts}),)))
         space = core.space  # the isl-narrowed box, as the Harmony strategies get
         region = core.region
         assert region is not None
@@ -135,8 +154,10 @@ def run_optuna(problem: Problem, constrained: bool, budget: int, seed: int) -> l
         proposals += 1
         point: Point = {}
         for p in space.params:
-            if isinstance(p, IntParam):
-                point[p.name] = trial.suggest_int(p.name, p.min, p.max)
+            if isinstance(p, IntParam) or (isinstance(p, RealParam) and p.discrete):
+                # grid parameters by index, as Harmony's strategies see them: every
+                # proposal is a grid point (a step of 8MB or 0.1 stays a step)
+                point[p.name] = p.value_at(trial.suggest_int(p.name, 0, p.size - 1))
             else:
                 point[p.name] = trial.suggest_float(p.name, float(p.min),  # type: ignore[union-attr]
                                                     float(p.max))  # type: ignore[union-attr]

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
-from benchmarks.evidence.endtoend import MB, compare, database_bytes, tuner_dict
+from benchmarks.evidence.endtoend import MB, compare, database_bytes, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
-from tuner_client.target import open_target, stream_count
+from tuner_client.target import stream_count
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +57,7 @@ def run(mix: str, scale: float, memory_limit: int, rounds: int, names: tuple[str
         "evidence-e2e", mix, scale=scale, memory_limit=memory_limit, offline_evals=1,
         online_evals=1, queries=streams, warmup_s=3, seed=7))
     cfg = replace(cfg, measure=replace(cfg.measure, aggregate=aggregate))
-    unlimited = replace(cfg, database=replace(cfg.database, memory_limit_bytes=None))
-    open_target(unlimited, state_dir).close()  # load (or reuse) without the limit
-    target = open_target(cfg, state_dir)
+    target = open_memory_bound(cfg, state_dir)
     data: dict[str, Any] = {"machine": machine(), "mix": mix, "scale": scale,
                             "memory_limit_bytes": memory_limit, "rounds": rounds,
                             "aggregate": aggregate, "streams": streams, "quick": quick}
