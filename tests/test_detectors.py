@@ -8,6 +8,8 @@ import pytest
 
 from harmony.errors import ConfigError
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
+from tuner_client.flows import sample_spread
+from tuner_client.measure import PointRecord, SampleRecord
 
 
 def decisions(detector: WorkloadShiftDetector, values: list[float]) -> list[int]:
@@ -98,3 +100,30 @@ def test_local_minimum_bad_threshold_and_band() -> None:
         LocalMinimumDetector(threshold=-1)
     with pytest.raises(ConfigError, match="finite"):
         WorkloadShiftDetector().arm([1.0, float("inf")])
+
+
+def test_measured_noise_widens_the_band_past_the_margin() -> None:
+    """The quick shift run's false alarms: 1191 and 1063 qpm under the *old* workload fell
+    below a band of [1208, 1377] widened by 5 %; with the samples' own spread (15 %) they are
+    noise, and only the real drop (253 qpm) counts."""
+    d = WorkloadShiftDetector(outside=3, margin=0.05)
+    low, high = d.arm([1208.0, 1377.0], noise=0.15)
+    assert (low, high) == pytest.approx((1208.0 - 0.15 * 1292.5, 1377.0 + 0.15 * 1292.5))
+    assert decisions(d, [1191.0, 1063.0, 1250.0, 1191.0]) == []
+    assert decisions(d, [253.0, 240.0, 260.0]) == [2]
+    quiet = WorkloadShiftDetector(outside=1, margin=0.05)
+    assert quiet.arm([100.0, 100.0], noise=0.01) == pytest.approx((95.0, 105.0))  # margin wins
+    with pytest.raises(ConfigError, match="noise must be a finite fraction >= 0, got -0.1"):
+        quiet.arm([100.0], noise=-0.1)
+
+
+def test_sample_spread_is_the_median_relative_spread_of_the_points() -> None:
+    def point(*qpm: float) -> PointRecord:
+        return PointRecord(session="s", point={}, settings={},
+                           samples=[SampleRecord(qpm=q, completed=1, errors=0, seconds=1.0,
+                                                 stats=None) for q in qpm])
+
+    # spreads 0.2, 0.5, 0.1 (and a single-sample point ignored): median 0.2
+    records = [point(90, 100, 110), point(80, 100, 130), point(95, 100, 105), point(100)]
+    assert sample_spread(records) == pytest.approx(0.2)
+    assert sample_spread([point(100), point(0, 50)]) == 0.0

@@ -31,8 +31,10 @@ def _finite(values: Sequence[float], what: str) -> list[float]:
 class WorkloadShiftDetector:
     """Flags a workload shift after ``outside`` consecutive measurements outside a band.
 
-    The band is ``[worst, best]`` of the converged online simplex, recorded with :meth:`arm`
-    (optionally widened by ``margin``, a fraction of the band's centre). A measurement back
+    The band is ``[worst, best]`` of the converged online simplex, recorded with :meth:`arm`,
+    widened by ``margin`` (a fraction of the band's centre) or by the measured noise when that
+    is larger: the relative spread of the samples within one point, so that only a drop
+    bigger than what repeated samples of one configuration already show counts. A measurement back
     inside the band resets the run of outliers; after a detection the detector disarms.
     """
 
@@ -53,11 +55,17 @@ class WorkloadShiftDetector:
     def armed(self) -> bool:
         return self.band is not None
 
-    def arm(self, simplex_values: Sequence[float]) -> tuple[float, float]:
-        """Record the band from the converged simplex's values; returns ``(low, high)``."""
+    def arm(self, simplex_values: Sequence[float], noise: float = 0.0) -> tuple[float, float]:
+        """Record the band from the converged simplex's values; returns ``(low, high)``.
+
+        ``noise``: the relative spread of repeated samples of one point (e.g. the median over
+        the vertices of (max − min) / median of each vertex's samples).
+        """
         values = _finite(simplex_values, "workload-shift band")
+        if not (math.isfinite(noise) and noise >= 0):
+            raise ConfigError(f"workload-shift noise must be a finite fraction >= 0, got {noise!r}")
         low, high = min(values), max(values)
-        pad = self.margin * abs(low + high) / 2
+        pad = max(self.margin, noise) * abs(low + high) / 2
         self.band = (low - pad, high + pad)
         self.run = 0
         self.evidence = []

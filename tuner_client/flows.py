@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -660,10 +661,13 @@ class Tuner:
         if not values:
             return False
         shift = WorkloadShiftDetector(cfg.flow.shift_outside, cfg.flow.shift_margin)
-        band = shift.arm(values)
+        noise = sample_spread(mine[-vertices:])
+        band = shift.arm(values, noise)
         self._decide(f"{label}: {reason}; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] "
-                     f"from the last {len(values)} vertices; monitoring {cfg.flow.monitor} "
-                     f"measurements of the best point")
+                     f"from the last {len(values)} vertices (widened by "
+                     f"{100 * max(noise, cfg.flow.shift_margin):.0f}%: margin "
+                     f"{100 * cfg.flow.shift_margin:.0f}%, sample spread {100 * noise:.0f}%); "
+                     f"monitoring {cfg.flow.monitor} measurements of the best point")
         for i in range(cfg.flow.monitor):
             record = self.measurer.measure(f"{label}-monitor", best.point,
                                            {k: best.in_force[k] for k in space.names})
@@ -863,6 +867,20 @@ def session_prior(session: Session) -> PriorSession:
                         definition=dict(described["definition"]),
                         created=described.get("created"), trials=trials, hosts=hosts,
                         status=str(described.get("status", "live")))
+
+
+def sample_spread(records: list[PointRecord]) -> float:
+    """Median over ``records`` of each one's relative sample spread, (max − min) / median.
+
+    How far repeated samples of one configuration already disagree: a drop of that size is
+    noise, not a workload shift. 0 when no record has two positive samples.
+    """
+    spreads = []
+    for record in records:
+        qpm = [s.qpm for s in record.samples if s.qpm > 0]
+        if len(qpm) >= 2:
+            spreads.append((max(qpm) - min(qpm)) / statistics.median(qpm))
+    return float(statistics.median(spreads)) if spreads else 0.0
 
 
 def _no_block_counts(record: PointRecord) -> bool:
