@@ -99,3 +99,17 @@ def test_stats_delta_guards_against_resets(tpch_cluster: TpchCluster) -> None:  
     assert stats_delta(b, reset) is None  # counters went down: a reset, no delta
     moved = StatsSnapshot(b.xact_commit + 5, b.blks_hit, b.blks_read, b.temp_bytes, None, b.taken)
     assert stats_delta(b, moved) is None or b.stats_reset is None
+
+
+def test_apply_survives_a_dropped_admin_connection(measurer: Measurer,
+                                                   tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    """After a crash and restart the measurer's connection is dead; the next apply reconnects
+    (it used to fail with 'the connection is lost' and score the point as failed)."""
+    assert measurer.apply({"work_mem": "6MB"}).failure is None
+    old_pid = measurer.conn().info.backend_pid
+    with psycopg.connect(tpch_cluster.dsn, autocommit=True) as other:
+        assert other.execute("SELECT pg_terminate_backend(%s)", [old_pid]).fetchone() == (True,)
+    outcome = measurer.apply({"work_mem": "7MB"})
+    assert outcome.failure is None, outcome.failure
+    assert measurer.conn().info.backend_pid != old_pid
+    assert _setting(tpch_cluster.dsn, "work_mem") == "7MB"

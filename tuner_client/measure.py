@@ -234,6 +234,20 @@ class Measurer:
                                         f"{exc}") from exc
                 time.sleep(0.5)
 
+    def live_conn(self) -> psycopg.Connection[Any]:
+        """:meth:`conn`, checked with a round trip: a connection the server dropped (a crash
+        and restart, e.g. a backend OOM-killed while the last point was measured) only shows
+        as broken when used, so it is replaced here rather than failing the next apply."""
+        conn = self.conn()
+        try:
+            conn.execute("SELECT 1")
+            return conn
+        except psycopg.OperationalError as exc:
+            logger.info("admin connection lost (%s); reconnecting", str(exc).strip())
+            conn.close()
+            self._conn = None
+            return self.conn()
+
     def current_settings(self, names: list[str]) -> dict[str, str]:
         """``current_setting()`` of each knob in a session of this connection's role/db."""
         rows = self.conn().execute(
@@ -298,7 +312,7 @@ class Measurer:
             started = time.monotonic()
             self.applied_log.append(dict(online))
             try:
-                apply_online_knobs(self.conn(), self.catalog, online)
+                apply_online_knobs(self.live_conn(), self.catalog, online)
             except (KnobApplyError, ConfigError, DatabaseError, psycopg.Error) as exc:
                 outcome.failure = f"applying {online} failed: {exc}"
                 logger.warning("%s", outcome.failure)
@@ -482,6 +496,6 @@ class Measurer:
                 raise HarmonyError(f"could not restore {offline}: {failure}")
         online = {n: v for n, v in differs.items() if n not in offline}
         if online:
-            apply_online_knobs(self.conn(), self.catalog, online)
+            apply_online_knobs(self.live_conn(), self.catalog, online)
             self.in_force.update(online)
         return f"set {differs} with ALTER SYSTEM"

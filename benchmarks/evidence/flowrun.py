@@ -40,7 +40,8 @@ def small_config(name: str, *, flow: str, mix: str | None = None, schedule: str 
         "name": name, "seed": seed,
         "database": {"restart_timeout_s": 120},
         "workload": {"tpch": tpch, "statement_timeout_s": 120},
-        "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": "best", "queries": queries},
+        "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": "median",
+                    "queries": queries},
         "budget": budget,
         "offline": {"knobs": {"shared_buffers": {"min": "16MB", "max": "384MB", "step": "8MB"}},
                     "strategy": {"name": "nelder-mead", "options": {"simplex_size": 2}},
@@ -54,7 +55,7 @@ def small_config(name: str, *, flow: str, mix: str | None = None, schedule: str 
             "strategy": {"name": "nelder-mead", "options": {"simplex_size": 6}},
             "evaluations": online_evals},
         "flow": flow_cfg,
-        "final": {"rounds": final_rounds},
+        "final": {"rounds": final_rounds, "candidates": 2},
     }
 
 
