@@ -56,7 +56,7 @@ def test_demo_config_file_matches_built_in_copy() -> None:
 def test_defaults_are_the_study_setup() -> None:
     cfg = parse_tuner_config("name: x\n")
     assert cfg.database.embedded and cfg.database.controller.kind == "local"
-    assert (cfg.measure.warmup_s, cfg.measure.samples, cfg.measure.aggregate) == (10.0, 3, "best")
+    assert (cfg.measure.warmup_s, cfg.measure.samples, cfg.measure.aggregate) == (10.0, 3, "median")
     assert cfg.measure.queries == 20 and cfg.measure.seconds is None  # fixed work by default
     assert cfg.budget.shared_buffers_fraction == 0.5
     assert [k.name for k in cfg.online.knobs] == list(DEFAULT_ONLINE_KNOBS)

@@ -258,11 +258,16 @@ class WorkloadConfig:
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    """Warm-up, then ``samples`` samples per point; fixed-work sampling when ``queries`` is set."""
+    """Warm-up, then ``samples`` samples per point; fixed-work sampling when ``queries`` is set.
+
+    ``aggregate`` defaults to the median: the study's best-of-three ranks a point by its
+    luckiest sample, and on a noisy server the search then chases bursts
+    (benchmarks/README.md).
+    """
 
     warmup_s: float = 10.0
     samples: int = 3
-    aggregate: str = "best"
+    aggregate: str = "median"
     queries: int | None = 20
     seconds: float | None = None
 
@@ -433,7 +438,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     queries = ms.get("queries", 20 if ms.get("seconds") is None else None)
     measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", 10.0)),
                             samples=int(ms.get("samples", 3)),
-                            aggregate=ms.get("aggregate", "best"), queries=queries,
+                            aggregate=ms.get("aggregate", "median"), queries=queries,
                             seconds=None if queries is not None else float(ms["seconds"]))
 
     bd = data.get("budget") or {}
