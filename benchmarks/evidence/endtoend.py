@@ -63,8 +63,11 @@ def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_
             "maintenance_work_mem": {"min": "1MB", "max": "64MB", "step": "1MB"},
             "effective_cache_size": {"min": "32MB", "max": "1GB", "step": "8MB"},
             "random_page_cost": {"min": 0.5, "max": 10, "step": 0.1},
-            "temp_buffers": {"min": "1MB", "max": "32MB", "step": "1MB"}},
-            "strategy": {"name": "nelder-mead", "options": {"simplex_size": 6}},
+            "temp_buffers": {"min": "1MB", "max": "32MB", "step": "1MB"},
+            # not one of the study's knobs, but the sensitivity benchmark found it among the
+            # largest single effects here (JIT compilation costs CPU on a 2-core machine)
+            "jit": {"values": ["on", "off"]}},
+            "strategy": {"name": "nelder-mead", "options": {"simplex_size": 7}},
             "evaluations": online_evals},
         "flow": {"kind": flow},
         "final": {"rounds": final_rounds, "candidates": candidates},
@@ -354,7 +357,7 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
         failed = "/".join(str(c.get(f"{k}_failed_rounds", 0))
                           for k in ("default", "pgtune", "tuned"))
         fails = len(t["failures"])
-        lines.append(f"| {mix} | {fmt(d)} | {fmt(p)} | {fmt(b)} | {fmt(rd)} | {fmt(rr)} | "
+        lines.append(f"| {mix} | {fmt(d)} | {fmt(p)} | {fmt(b)} | {fmt(rd, 4)} | {fmt(rr, 4)} | "
                      f"{failed} | {t['evaluations']} | {t['evals_to_90pct']} | "
                      f"{fmt(t['seconds_to_90pct'])} | {t['restarts']} | {fails} | "
                      f"{_mb(max(peaks) if peaks else None)} | {kills} | "

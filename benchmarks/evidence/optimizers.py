@@ -34,7 +34,7 @@ from benchmarks.evidence.common import fmt, header, machine, spread, write_resul
 from harmony.definition import PluginSpec, SessionDefinition
 from harmony.session import SessionCore
 from harmony.synth import Problem, make_problem
-from strategies.space import IntParam, Point, RealParam, Space
+from strategies.space import EnumParam, IntParam, Point, RealParam, Space
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,9 @@ def run_optuna(problem: Objective, constrained: bool | list[str], budget: int,
         proposals += 1
         point: Point = {}
         for p in space.params:
-            if isinstance(p, IntParam) or (isinstance(p, RealParam) and p.discrete):
+            if isinstance(p, EnumParam):
+                point[p.name] = trial.suggest_categorical(p.name, list(p.values))  # type: ignore[assignment]
+            elif isinstance(p, IntParam) or (isinstance(p, RealParam) and p.discrete):
                 # grid parameters by index, as Harmony's strategies see them: every
                 # proposal is a grid point (a step of 8MB or 0.1 stays a step)
                 point[p.name] = p.value_at(trial.suggest_int(p.name, 0, p.size - 1))

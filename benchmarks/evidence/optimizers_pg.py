@@ -1,8 +1,8 @@
 """Optimizer comparison on the real PostgreSQL objective (memory-bound TPC-H), small budget.
 
 The synthetic suite (``optimizers``) knows its optimum; a database does not. Here every
-optimizer tunes the same five online knobs of the end-to-end benchmark (work_mem,
-maintenance_work_mem, effective_cache_size, random_page_cost, temp_buffers) on the same
+optimizer tunes the same six online knobs of the end-to-end benchmark (work_mem,
+maintenance_work_mem, effective_cache_size, random_page_cost, temp_buffers, jit) on the same
 memory-limited cluster, under the same online memory budget (isl constraint; Optuna's
 infeasible proposals are never applied and are told a penalty), with shared_buffers held at
 ``--shared-buffers``. An evaluation is the tuner's protocol (three fixed-work samples, their
@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 #: (label, strategy or "optuna-tpe", parallel clients emulated in rounds, options)
 OPTIMIZERS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
-    ("nelder-mead", "nelder-mead", 1, {"simplex_size": 6}),
-    ("pro x2", "pro", 2, {"simplex_size": 6}),
+    ("nelder-mead", "nelder-mead", 1, {"simplex_size": 7}),
+    ("pro x2", "pro", 2, {"simplex_size": 7}),
     ("random", "random", 1, {}),
     ("optuna-tpe", "optuna-tpe", 1, {}),
 )
@@ -150,7 +150,7 @@ def markdown(data: dict[str, Any]) -> str:
         during = [r["best"]["qpm"] for r in mine if r["best"] is not None]
         failed = sum(1 for r in mine for e in r["evaluations"] if e["qpm"] is None)
         sp = spread(ratios)
-        lines.append(f"| {label} | {fmt(sp['median'])} | {fmt(sp['min'])}..{fmt(sp['max'])} | "
+        lines.append(f"| {label} | {fmt(sp['median'], 4)} | {fmt(sp['min'], 4)}..{fmt(sp['max'], 4)} | "
                      f"{fmt(statistics.median(during) if during else None)} | {failed} |")
     base = data["result"]["compare"].get("base_qpm")
     lines.append(f"\nBase configuration re-measured: {fmt(base)} qpm (median over rounds).")

@@ -113,7 +113,7 @@ def markdown(data: dict[str, Any]) -> str:
         kills = sum(r["backend_oom_kills"] for r in data["compare"]["rounds"]
                     if r["config"] == name)
         span = f"{fmt(min(xs))}..{fmt(max(xs))}" if xs else "–"
-        lines.append(f"| {name} | {fmt(med)} | {fmt(ratio)} | {span} | {failed} | {kills} |")
+        lines.append(f"| {name} | {fmt(med)} | {fmt(ratio, 4)} | {span} | {failed} | {kills} |")
     if d:
         lines.append(f"\nNoise floor: the base's rounds span {fmt(min(d))}..{fmt(max(d))} qpm "
                      f"(max/min {fmt(max(d) / min(d))}).")
