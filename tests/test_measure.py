@@ -113,3 +113,26 @@ def test_apply_survives_a_dropped_admin_connection(measurer: Measurer,
     assert outcome.failure is None, outcome.failure
     assert measurer.conn().info.backend_pid != old_pid
     assert _setting(tpch_cluster.dsn, "work_mem") == "7MB"
+
+
+def test_concurrency_estimator_agrees_with_the_count(tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    """Little's-law samples: streams / mean latency per query, only queries started under the
+    measured configuration; on a steady workload they agree with the completion count."""
+    with psycopg.connect(tpch_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    config = MeasureConfig(warmup_s=0.5, samples=3, aggregate="median", queries=30,
+                           estimator="concurrency")
+    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
+                 config)
+    m.in_force = m.current_settings(["work_mem"])
+    try:
+        record = m.measure("test", {}, {"work_mem": "8MB"})
+    finally:
+        m.close()
+        with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+            reset_knobs(conn, ["work_mem"], catalog)
+    assert record.failure is None and len(record.samples) == 3
+    for s in record.samples:
+        assert s.concurrency_qpm is not None and s.count_qpm is not None
+        assert s.qpm == s.concurrency_qpm and s.completed >= 30
+        assert 0.5 < s.concurrency_qpm / s.count_qpm < 2.0, (s.concurrency_qpm, s.count_qpm)

@@ -138,3 +138,11 @@ def test_knob_errors_unknown_wrong_section_bad_unit(catalog: KnobCatalog) -> Non
     msg = _error("name: x\nonline:\n  knobs: [fsync_whatever]\n")
     assert "line 3" in msg and "no built-in range" in msg
 
+
+
+def test_measure_estimator_default_and_bad_value() -> None:
+    assert parse_tuner_config("name: x\n").measure.estimator == "count"
+    cfg = parse_tuner_config("name: x\nmeasure: {estimator: concurrency}\n")
+    assert cfg.measure.estimator == "concurrency"
+    msg = _error("name: x\nmeasure:\n  estimator: latency\n")
+    assert "configs/bad.yaml, line 3" in msg and "estimator" in msg and "'latency'" in msg

@@ -9,7 +9,7 @@ import pytest
 
 from harmony.errors import WorkloadError
 from workloads.mix import Mix, parse_mix
-from workloads.sample import Recorder, percentile, summarize
+from workloads.sample import Recorder, Sample, percentile, summarize
 from workloads.schedule import Schedule, parse_duration, parse_schedule
 
 
@@ -196,3 +196,47 @@ def test_fixed_work_sample_tolerates_fewer_failures_than_its_work() -> None:
         thread.join()
     assert sample.completed == 30
     assert 8 <= sample.errors <= 11  # ~1 failure per 3 completions inside the window
+
+
+def test_concurrency_estimate_is_streams_over_mean_latency() -> None:
+    # 4 streams of Q6 at 2 s per query and 2 of Q9 at 10 s: 4/2 + 2/10 = 2.2 per s = 132 qpm
+    completions = [("Q6", 1.5), ("Q6", 2.5), ("Q9", 10.0), ("Q6", 2.0)]
+    sample = summarize(completions, [], seconds=5.0, concurrency={"Q6": 4, "Q9": 2})
+    assert sample.concurrency_qpm == pytest.approx(132.0)
+    assert sample.qpm == pytest.approx(48.0)  # the count: 4 completions in 5 s
+    # a query of the mix with no completion: no estimate
+    assert summarize([("Q6", 2.0)], [], 5.0, concurrency={"Q6": 4, "Q9": 2}).concurrency_qpm \
+        is None
+    assert summarize([("Q6", 2.0)], [], 5.0).concurrency_qpm is None
+
+
+def test_since_drops_queries_started_under_the_previous_configuration() -> None:
+    recorder = Recorder()
+    results: list[object] = []
+    applied = time.monotonic()
+
+    def sample() -> None:
+        results.append(recorder.sample(queries=2, timeout_s=10, since=applied, every_query=True,
+                                       concurrency=lambda: {"Q6": 1, "Q9": 1}))
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    time.sleep(0.05)
+    now = time.monotonic()
+    recorder.record("Q9", applied - 5.0, ok=True)  # started before: ignored, even as the mark
+    recorder.record("Q6", applied + 0.001, ok=True)  # the mark
+    recorder.record("Q6", now - 0.02, ok=True)
+    recorder.record("Q6", now - 0.02, ok=True)  # 2 completions, but no Q9 yet: not done
+    time.sleep(0.05)
+    assert thread.is_alive()
+    recorder.record("Q9", applied - 1.0, ok=False)  # an old failure does not count either
+    recorder.record("Q9", now - 0.01, ok=True)
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    (got,) = results
+    assert isinstance(got, Sample)
+    assert got.completed == 3 and got.errors == 0
+    assert set(got.per_query) >= {"Q6", "Q9"} and got.per_query["Q9"].completed == 1
+    q6, q9 = got.per_query["Q6"].mean, got.per_query["Q9"].mean
+    assert q6 is not None and q9 is not None
+    assert got.concurrency_qpm == pytest.approx(60.0 * (1 / q6 + 1 / q9))

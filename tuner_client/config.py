@@ -100,6 +100,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "aggregate": {"enum": ["best", "median", "mean"]},
                 "queries": {"type": ["integer", "null"], "minimum": 1},
                 "seconds": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                "estimator": {"enum": ["count", "concurrency"]},
             },
         },
         "budget": {
@@ -270,6 +271,9 @@ class MeasureConfig:
     aggregate: str = "median"
     queries: int | None = 20
     seconds: float | None = None
+    #: ``count``: completions per minute in the window; ``concurrency``: streams / mean
+    #: latency per query (Little's law), only queries started under the measured configuration
+    estimator: str = "count"
 
 
 @dataclass(frozen=True)
@@ -439,7 +443,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", 10.0)),
                             samples=int(ms.get("samples", 3)),
                             aggregate=ms.get("aggregate", "median"), queries=queries,
-                            seconds=None if queries is not None else float(ms["seconds"]))
+                            seconds=None if queries is not None else float(ms["seconds"]),
+                            estimator=ms.get("estimator", "count"))
 
     bd = data.get("budget") or {}
     ram = bd.get("ram", "auto")

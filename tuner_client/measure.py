@@ -106,13 +106,19 @@ def stats_delta(before: StatsSnapshot, after: StatsSnapshot) -> StatsDelta | Non
 
 @dataclass
 class SampleRecord:
-    """One throughput sample: the driver's count and the server's counters beside it."""
+    """One throughput sample: the driver's count and the server's counters beside it.
+
+    ``qpm`` is the configured estimator's value; ``count_qpm`` and ``concurrency_qpm`` are
+    both estimates from the same completions (see :class:`workloads.sample.Sample`).
+    """
 
     qpm: float
     completed: int
     errors: int
     seconds: float
     stats: StatsDelta | None = None
+    count_qpm: float | None = None
+    concurrency_qpm: float | None = None
 
 
 @dataclass
@@ -217,6 +223,9 @@ class Measurer:
         self._stats: StatsSnapshot | None = None
         #: the counters when the configuration in force started being measured
         self._point_start: StatsSnapshot | None = None
+        #: when the configuration in force took effect (monotonic); queries started
+        #: earlier ran under the previous one
+        self._applied_at: float | None = None
 
     # -- connection ----------------------------------------------------------------------
     def conn(self) -> psycopg.Connection[Any]:
@@ -320,6 +329,7 @@ class Measurer:
                 return outcome
             outcome.apply_s = time.monotonic() - started
             self.in_force.update(online)
+        self._applied_at = time.monotonic()
         self.warm_up()
         return outcome
 
@@ -407,19 +417,32 @@ class Measurer:
             before = None
         if self._point_start is None:
             self._point_start = before
+        latency = self.config.estimator == "concurrency"
+        # the latency estimate counts only queries started under this configuration
+        since = self._applied_at if latency else None
         if self.config.queries is not None:
             got = self.workload.sample(queries=self.config.queries,
-                                       timeout_s=self.sample_timeout_s)
+                                       timeout_s=self.sample_timeout_s, since=since,
+                                       every_query=latency)
         else:
-            got = self.workload.sample(seconds=self.config.seconds)
+            got = self.workload.sample(seconds=self.config.seconds, since=since)
+        qpm = float(got.qpm)
+        if latency:
+            if got.concurrency_qpm is not None:
+                qpm = float(got.concurrency_qpm)
+            else:
+                logger.warning("no completion of some query of the mix in a %.1f-s window: "
+                               "counted throughput used for this sample (lengthen "
+                               "measure.seconds)", got.seconds)
         delta = None
         if before is not None:
             try:
                 delta = stats_delta(before, read_database_stats(self.conn()))
             except (DatabaseError, psycopg.Error) as exc:
                 logger.warning("pg_stat_database not readable after the sample: %s", exc)
-        return SampleRecord(qpm=float(got.qpm), completed=int(got.completed),
-                            errors=int(got.errors), seconds=float(got.seconds), stats=delta)
+        return SampleRecord(qpm=qpm, completed=int(got.completed), errors=int(got.errors),
+                            seconds=float(got.seconds), stats=delta, count_qpm=float(got.qpm),
+                            concurrency_qpm=got.concurrency_qpm)
 
     def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
                 samples: int | None = None, *, check_budget: bool = True) -> PointRecord:

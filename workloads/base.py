@@ -21,8 +21,14 @@ class Workload(ABC):
 
     @abstractmethod
     def sample(self, seconds: float | None = None, *, queries: int | None = None,
-               timeout_s: float | None = None) -> Sample:
-        """Measure over a time window (``seconds``) or a fixed number of completions."""
+               timeout_s: float | None = None, since: float | None = None,
+               every_query: bool = False) -> Sample:
+        """Measure over a time window (``seconds``) or a fixed number of completions.
+
+        ``since`` (``time.monotonic()``): work started before it does not count (it ran
+        under an earlier configuration). ``every_query``: a fixed-work sample also waits for
+        one completion of every query of the mix (for :attr:`Sample.concurrency_qpm`).
+        """
 
     @abstractmethod
     def stop(self) -> None:

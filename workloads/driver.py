@@ -151,6 +151,8 @@ class WorkloadDriver(Workload):
         *,
         queries: int | None = None,
         timeout_s: float | None = None,
+        since: float | None = None,
+        every_query: bool = False,
     ) -> Sample:
         """Throughput over a ``seconds`` window, or over exactly ``queries`` completions.
 
@@ -162,6 +164,7 @@ class WorkloadDriver(Workload):
         return self._recorder.sample(
             seconds, queries=queries, timeout_s=timeout_s,
             labels=lambda: (self.mix.queries, str(self.mix)),
+            since=since, every_query=every_query, concurrency=lambda: dict(self.mix.streams),
         )  # fmt: skip
 
     def stop(self) -> None:

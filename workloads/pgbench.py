@@ -120,9 +120,14 @@ class PgbenchWorkload(Workload):
         *,
         queries: int | None = None,
         timeout_s: float | None = None,
+        since: float | None = None,
+        every_query: bool = False,
     ) -> Sample:
         """Run pgbench for ``seconds`` (rounded up to whole seconds) or ``queries``
-        transactions (rounded up to a multiple of ``clients``) and report it."""
+        transactions (rounded up to a multiple of ``clients``) and report it.
+
+        Every sample is a fresh pgbench run, so nothing in it started before ``since``;
+        ``every_query`` has nothing to wait for (one transaction type)."""
         if not self._running:
             raise WorkloadError("the pgbench workload is not running; call start() first")
         if (seconds is None) == (queries is None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +33,15 @@ class QueryStats:
 
 @dataclass(frozen=True)
 class Sample:
-    """A throughput measurement: ``qpm`` is completed queries per minute over ``seconds``."""
+    """A throughput measurement: ``qpm`` is completed queries per minute over ``seconds``.
+
+    ``concurrency_qpm`` is the same throughput estimated from latencies instead of counts
+    (Little's law for closed-loop streams): each of the ``n`` streams running query ``q``
+    completes one query per mean latency of ``q``, so the rate is ``sum_q n_q / mean
+    latency_q``. Every completion, slow or fast, contributes its latency, so it is far less
+    noisy than counting which queries happened to finish inside a short window; ``None``
+    when some query of the mix completed no instance in the sample.
+    """
 
     seconds: float
     completed: int
@@ -41,6 +49,7 @@ class Sample:
     qpm: float
     per_query: dict[str, QueryStats]
     mix: str = ""
+    concurrency_qpm: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -69,6 +78,15 @@ class _Window:
     done: threading.Event = field(default_factory=threading.Event)
     #: fixed work only: failed queries since the sample began (before the start mark too)
     failed: int = 0
+    #: queries that started before this moment ran under an earlier configuration: ignored
+    since: float | None = None
+    #: fixed work also waits for one completion of each of these queries
+    every: frozenset[str] = frozenset()
+
+    def complete(self) -> bool:
+        if self.target is None or len(self.completions) < self.target:
+            return False
+        return not self.every or self.every <= {q for q, _ in self.completions}
 
 
 def summarize(
@@ -77,8 +95,12 @@ def summarize(
     seconds: float,
     queries: Iterable[str] = (),
     mix: str = "",
+    concurrency: Mapping[str, int] | None = None,
 ) -> Sample:
-    """Build a Sample from (query, latency) completions and failed query names."""
+    """Build a Sample from (query, latency) completions and failed query names.
+
+    ``concurrency`` (streams per query) enables the latency-based estimate.
+    """
     latencies: dict[str, list[float]] = {q: [] for q in queries}
     error_counts: dict[str, int] = {q: 0 for q in latencies}
     for query, latency in completions:
@@ -99,6 +121,12 @@ def summarize(
             mean=sum(values) / len(values) if values else None,
         )
     completed = sum(s.completed for s in per_query.values())
+    estimate = None
+    if concurrency:
+        means = [(n, per_query[q].mean if q in per_query else None)
+                 for q, n in concurrency.items()]
+        if all(m is not None and m > 0 for _, m in means):
+            estimate = 60.0 * sum(n / m for n, m in means if m)
     return Sample(
         seconds=seconds,
         completed=completed,
@@ -106,6 +134,7 @@ def summarize(
         qpm=completed * 60.0 / seconds if seconds > 0 else 0.0,
         per_query=per_query,
         mix=mix,
+        concurrency_qpm=estimate,
     )
 
 
@@ -130,6 +159,8 @@ class Recorder:
             for window in self._windows:
                 if window.done.is_set():
                     continue
+                if window.since is not None and started < window.since:
+                    continue  # ran (at least partly) under the previous configuration
                 if window.target is not None and not ok:
                     window.failed += 1
                     if window.failed >= window.target:
@@ -142,7 +173,7 @@ class Recorder:
                     continue
                 if ok:
                     window.completions.append((query, now - started))
-                    if window.target is not None and len(window.completions) >= window.target:
+                    if window.complete():
                         window.end = now
                         window.done.set()
                 else:
@@ -166,6 +197,9 @@ class Recorder:
         queries: int | None = None,
         timeout_s: float | None = None,
         labels: Callable[[], tuple[Iterable[str], str]] = lambda: ((), ""),
+        since: float | None = None,
+        every_query: bool = False,
+        concurrency: Callable[[], Mapping[str, int]] | None = None,
     ) -> Sample:
         """A time-window sample (``seconds``) or a fixed-work sample (``queries``).
 
@@ -173,6 +207,10 @@ class Recorder:
         because the work before it began before the call); the sample then counts the next
         ``queries`` completions and is timed from the mark to the last of them.
         ``labels`` gives the query names to always report and the mix label.
+        ``since`` (monotonic): queries started before it are ignored, e.g. the moment a new
+        configuration took effect (a running query keeps the settings it started with).
+        ``every_query``: fixed work also waits for one completion of every query of
+        ``concurrency()`` (streams per query), so that the latency-based estimate exists.
         """
         if (seconds is None) == (queries is None):
             raise WorkloadError("a sample needs exactly one of seconds=... or queries=...")
@@ -184,10 +222,12 @@ class Recorder:
             raise WorkloadError(f"a fixed-work sample needs queries >= 1, but got {queries!r}")
         if self._stopped.is_set():
             raise WorkloadError("the workload is stopped; start it before sampling")
+        streams = dict(concurrency()) if concurrency is not None else {}
+        every = frozenset(streams) if every_query and queries is not None else frozenset()
         if seconds is not None:
-            window = _Window(start=time.monotonic(), target=None)
+            window = _Window(start=time.monotonic(), target=None, since=since)
         else:
-            window = _Window(start=None, target=queries)
+            window = _Window(start=None, target=queries, since=since, every=every)
         with self._lock:
             if seconds is not None:
                 window.start = time.monotonic()
@@ -206,15 +246,14 @@ class Recorder:
                 self._windows.remove(window)
                 if window.end is None:
                     window.end = time.monotonic()
-        if queries is not None and len(window.completions) < queries \
-                and window.failed >= queries:
+        if queries is not None and not window.complete() and window.failed >= queries:
             raise WorkloadError(
                 f"{window.failed} queries failed before the fixed-work sample of {queries} "
                 f"queries finished ({len(window.completions)} completed): the server is not "
                 f"serving the workload (crashed or killed backends?); see the streams' errors "
                 f"in the log"
             )
-        if queries is not None and len(window.completions) < queries:
+        if queries is not None and not window.complete():
             raise WorkloadError(
                 f"the workload stopped before the fixed-work sample of {queries} queries "
                 f"finished ({len(window.completions)} completed)"
@@ -222,5 +261,6 @@ class Recorder:
         assert window.start is not None and window.end is not None
         names, mix = labels()
         return summarize(
-            window.completions, window.errors, window.end - window.start, names, mix
+            window.completions, window.errors, window.end - window.start, names, mix,
+            concurrency=streams or None,
         )

@@ -247,15 +247,22 @@ class ScheduledDriver(Workload):
         *,
         queries: int | None = None,
         timeout_s: float | None = None,
+        since: float | None = None,
+        every_query: bool = False,
     ) -> Sample:
-        """As :meth:`WorkloadDriver.sample`."""
+        """As :meth:`WorkloadDriver.sample` (the streams of the mix running now)."""
         if self._controller is None:
             raise WorkloadError("the scheduled driver is not running; call start() first")
         with self._lock:
             self._mixes_seen = [self._current.mix] if self._current else []
         return self._recorder.sample(
-            seconds, queries=queries, timeout_s=timeout_s, labels=self._labels
+            seconds, queries=queries, timeout_s=timeout_s, labels=self._labels,
+            since=since, every_query=every_query, concurrency=self._concurrency,
         )
+
+    def _concurrency(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._current.mix.streams) if self._current else {}
 
     def stop(self) -> None:
         controller, self._controller = self._controller, None

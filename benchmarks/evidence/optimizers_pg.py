@@ -150,7 +150,8 @@ def markdown(data: dict[str, Any]) -> str:
         during = [r["best"]["qpm"] for r in mine if r["best"] is not None]
         failed = sum(1 for r in mine for e in r["evaluations"] if e["qpm"] is None)
         sp = spread(ratios)
-        lines.append(f"| {label} | {fmt(sp['median'], 4)} | {fmt(sp['min'], 4)}..{fmt(sp['max'], 4)} | "
+        span = f"{fmt(sp['min'], 4)}..{fmt(sp['max'], 4)}"
+        lines.append(f"| {label} | {fmt(sp['median'], 4)} | {span} | "
                      f"{fmt(statistics.median(during) if during else None)} | {failed} |")
     base = data["result"]["compare"].get("base_qpm")
     lines.append(f"\nBase configuration re-measured: {fmt(base)} qpm (median over rounds).")
