@@ -7,7 +7,8 @@ import logging
 import signal
 import sys
 
-NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "shift", "tight", "overheads")
+NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
+         "tight", "overheads")
 
 
 def main(argv: list[str] | None = None) -> int:
