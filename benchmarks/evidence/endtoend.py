@@ -46,14 +46,14 @@ MB = 1024**2
 def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_evals: int,
                online_evals: int, queries: int, warmup_s: float, seed: int,
                flow: str = "one-pass", aggregate: str = "median", final_rounds: int = 0,
-               candidates: int = 1) -> dict[str, Any]:
+               candidates: int = 1, estimator: str = "count") -> dict[str, Any]:
     """A one-pass tuner config for ``mix`` on the memory-limited embedded cluster."""
     return {
         "name": name, "seed": seed,
         "database": {"memory_limit": memory_limit, "restart_timeout_s": 120},
         "workload": {"tpch": {"scale": scale, "mix": mix}, "statement_timeout_s": 300},
         "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": aggregate,
-                    "queries": queries},
+                    "queries": queries, "estimator": estimator},
         "budget": {"ram": "auto", "os_reserved": "32MB", "connections": "auto"},
         "offline": {"knobs": {"shared_buffers": {"min": "16MB", "max": "128MB", "step": "8MB"}},
                     "strategy": {"name": "nelder-mead", "options": {"simplex_size": 2}},
@@ -259,12 +259,12 @@ def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]]
 
 def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online_evals: int,
         rounds: int, mixes: tuple[str, ...], state_dir: Path, name: str,
-        aggregate: str = "median") -> dict[str, Any]:
+        aggregate: str = "median", estimator: str = "count") -> dict[str, Any]:
     mach = machine()
     data: dict[str, Any] = {"machine": mach, "scale": scale, "memory_limit_bytes": memory_limit,
                             "offline_evals": offline_evals, "online_evals": online_evals,
                             "rounds": rounds, "mixes": {}, "quick": quick,
-                            "aggregate": aggregate}
+                            "aggregate": aggregate, "estimator": estimator}
     first = tuner_config_from_dict(tuner_dict("evidence-e2e", mixes[0], scale=scale,
                                               memory_limit=memory_limit, offline_evals=1,
                                               online_evals=1, queries=6, warmup_s=3, seed=1))
@@ -287,7 +287,8 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
                 f"evidence-e2e-{i}", mix, scale=scale, memory_limit=memory_limit,
                 offline_evals=offline_evals, online_evals=online_evals, queries=queries,
                 warmup_s=3 if quick else 5, seed=1 + i, aggregate=aggregate,
-                final_rounds=1 if quick else 2, candidates=2 if quick else 3))
+                final_rounds=1 if quick else 2, candidates=2 if quick else 3,
+                estimator=estimator))
             entry: dict[str, Any] = {"streams": streams, "queries_per_sample": queries,
                                      "load_average_start": load_average()}
             data["mixes"][mix] = entry
@@ -325,7 +326,8 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
              f"then the tuner re-measures its best candidates interleaved with the default "
              f"(final.candidates) and keeps the best mean. "
              f"Final comparison: {data['rounds']} interleaved rounds of default/pgtune/tuned, each "
-             f"warm-up + 3 fixed-work samples, {agg} of 3 (qpm = completed queries per minute); "
+             f"warm-up + 3 fixed-work samples, {agg} of 3 (qpm = completed queries per minute, "
+             f"estimator {data.get('estimator', 'count')}); "
              f"the table shows the median over rounds; failed rounds (the server stopped "
              f"serving, e.g. OOM-killed backends) are counted, not averaged in.\n")
     cmd = "python -m benchmarks.evidence endtoend" + (" --quick" if quick else "")
@@ -415,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--aggregate", default="median", choices=["best", "median", "mean"],
                         help="aggregate of the 3 samples, in the search and the comparison")
+    parser.add_argument("--estimator", default="count", choices=["count", "concurrency"],
+                        help="throughput of a sample: completions counted, or Little's law")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -423,5 +427,5 @@ def main(argv: list[str] | None = None) -> int:
     run(quick, args.scale, args.memory_limit_mb * MB,
         args.offline_evals or (3 if quick else 6), args.online_evals or (7 if quick else 30),
         args.rounds or 3, tuple(m for m in args.mixes.split(";") if m),
-        args.state_dir, name, args.aggregate)
+        args.state_dir, name, args.aggregate, args.estimator)
     return 0

@@ -59,10 +59,9 @@ def main(argv: list[str] | None = None) -> int:
                                               memory_limit=limit, offline_evals=1,
                                               online_evals=1, queries=1, warmup_s=1, seed=1))
     streams = stream_count(probe)
-    raw = tuner_dict("evidence-est", args.mix, scale=args.scale, memory_limit=limit,
-                     offline_evals=1, online_evals=1, queries=streams, warmup_s=3, seed=5)
-    raw["measure"]["estimator"] = "concurrency"
-    cfg = tuner_config_from_dict(raw)
+    cfg = tuner_config_from_dict(tuner_dict(
+        "evidence-est", args.mix, scale=args.scale, memory_limit=limit, offline_evals=1,
+        online_evals=1, queries=streams, warmup_s=3, seed=5, estimator="concurrency"))
     settings = dict(item.split("=", 1) for item in args.settings.split(",") if item)
     data: dict[str, Any] = {"machine": machine(), "quick": args.quick, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit, "streams": streams,

@@ -136,7 +136,8 @@ def markdown(data: dict[str, Any]) -> str:
              f"`{'; '.join(data['result']['constraints'])}` (MB). {data['budget']} measured "
              f"evaluations per run, {data['seeds']} seeds; each run's best re-measured in "
              f"{data['rounds']} interleaved rounds with the base (median of 3 fixed-work samples "
-             f"per measurement). Wall {fmt(data.get('wall_s'))} s.\n")
+             f"per measurement, estimator {data.get('estimator', 'count')}). "
+             f"Wall {fmt(data.get('wall_s'))} s.\n")
     cmd = "python -m benchmarks.evidence optimizers_pg" + (" --quick" if data["quick"] else "")
     lines = [header("Optimizers on the real PostgreSQL objective (memory-bound)", cmd,
                     data["machine"], extra)]
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--budget", type=int, default=None, help="measured evaluations per run")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--estimator", default="count", choices=["count", "concurrency"])
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -179,10 +181,12 @@ def main(argv: list[str] | None = None) -> int:
                                               online_evals=1, queries=1, warmup_s=1, seed=1))
     cfg = tuner_config_from_dict(tuner_dict(
         "evidence-opt", args.mix, scale=args.scale, memory_limit=limit, offline_evals=1,
-        online_evals=1, queries=stream_count(probe), warmup_s=3, seed=11))
+        online_evals=1, queries=stream_count(probe), warmup_s=3, seed=11,
+        estimator=args.estimator))
     data: dict[str, Any] = {"machine": machine(), "quick": args.quick, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit, "seeds": seeds,
-                            "budget": budget, "rounds": args.rounds}
+                            "budget": budget, "rounds": args.rounds,
+                            "estimator": args.estimator}
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
     try:
