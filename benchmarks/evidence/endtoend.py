@@ -54,7 +54,10 @@ def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_
         "workload": {"tpch": {"scale": scale, "mix": mix}, "statement_timeout_s": 300},
         "measure": {"warmup_s": warmup_s, "samples": 3, "aggregate": aggregate,
                     "queries": queries, "estimator": estimator},
-        "budget": {"ram": "auto", "os_reserved": "32MB", "connections": "auto"},
+        # shared_buffers up to 25 % of the cgroup (PGTune's rule), not the study's 50 %: at
+        # 120MB of 256MB, 12 streams + 8 parallel workers got backends OOM-killed
+        "budget": {"ram": "auto", "os_reserved": "32MB", "connections": "auto",
+                   "shared_buffers_fraction": 0.25},
         "offline": {"knobs": {"shared_buffers": {"min": "16MB", "max": "128MB", "step": "8MB"}},
                     "strategy": {"name": "nelder-mead", "options": {"simplex_size": 2}},
                     "evaluations": offline_evals, "prior": {"enabled": True, "min_r2": 0.9}},
