@@ -25,6 +25,9 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("evidence", ("tight",)),
     ("evidence", ("shift",)),
     ("evidence", ("endtoend",)),
+    ("evidence", ("sensitivity",)),
+    ("evidence", ("estimators",)),
+    ("evidence", ("optimizers_pg",)),
 )
 
 

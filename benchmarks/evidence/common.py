@@ -67,6 +67,11 @@ def fmt(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.{max(digits - 2, 1)}f}"
 
 
+def ratio(x: float | None) -> str:
+    """A ratio with two decimals (``–`` for none)."""
+    return "–" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
 def write_results(name: str, data: dict[str, Any], markdown: str,
                   out: Path = RESULTS) -> tuple[Path, Path]:
     """Write ``<name>.json`` and ``<name>.md`` under ``out``; return both paths."""

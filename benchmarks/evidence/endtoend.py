@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.pgtune import Machine, pgtune_settings
 from harmony.errors import HarmonyError
 from tuner_client.client import connect
@@ -362,7 +362,7 @@ def markdown(data: dict[str, Any], quick: bool) -> str:
         failed = "/".join(str(c.get(f"{k}_failed_rounds", 0))
                           for k in ("default", "pgtune", "tuned"))
         fails = len(t["failures"])
-        lines.append(f"| {mix} | {fmt(d)} | {fmt(p)} | {fmt(b)} | {fmt(rd, 4)} | {fmt(rr, 4)} | "
+        lines.append(f"| {mix} | {fmt(d)} | {fmt(p)} | {fmt(b)} | {ratio(rd)} | {ratio(rr)} | "
                      f"{failed} | {t['evaluations']} | {t['evals_to_90pct']} | "
                      f"{fmt(t['seconds_to_90pct'])} | {t['restarts']} | {fails} | "
                      f"{_mb(max(peaks) if peaks else None)} | {kills} | "

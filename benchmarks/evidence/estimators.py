@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.measure import Measurer
@@ -132,8 +132,8 @@ def markdown(data: dict[str, Any]) -> str:
     for key, label in (("count", "count (completions / window)"),
                        ("concurrency", "concurrency (streams / mean latency)")):
         a, b = s[key]["per_sample"], s[key]["per_point"]
-        lines.append(f"| {label} | {fmt(a['cv'], 4)} | {fmt(a['max_over_min'], 4)} | "
-                     f"{fmt(b['cv'], 4)} | {fmt(b['max_over_min'], 4)} | {fmt(b['median'])} |")
+        lines.append(f"| {label} | {ratio(a['cv'])} | {ratio(a['max_over_min'])} | "
+                     f"{ratio(b['cv'])} | {ratio(b['max_over_min'])} | {fmt(b['median'])} |")
     failed = sum(1 for p in data["points"] if p["failure"])
     lines.append(f"\nFailed points: {failed}.")
     return "\n".join(lines) + "\n"

@@ -25,7 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, spread, write_results
+from benchmarks.evidence.common import (
+    fmt,
+    header,
+    load_average,
+    machine,
+    ratio,
+    spread,
+    write_results,
+)
 from benchmarks.evidence.endtoend import MB, compare, open_memory_bound, tuner_dict
 from benchmarks.evidence.optimizers import run_harmony, run_optuna
 from strategies.space import Space
@@ -151,8 +159,8 @@ def markdown(data: dict[str, Any]) -> str:
         during = [r["best"]["qpm"] for r in mine if r["best"] is not None]
         failed = sum(1 for r in mine for e in r["evaluations"] if e["qpm"] is None)
         sp = spread(ratios)
-        span = f"{fmt(sp['min'], 4)}..{fmt(sp['max'], 4)}"
-        lines.append(f"| {label} | {fmt(sp['median'], 4)} | {span} | "
+        span = f"{ratio(sp['min'])}..{ratio(sp['max'])}"
+        lines.append(f"| {label} | {ratio(sp['median'])} | {span} | "
                      f"{fmt(statistics.median(during) if during else None)} | {failed} |")
     base = data["result"]["compare"].get("base_qpm")
     lines.append(f"\nBase configuration re-measured: {fmt(base)} qpm (median over rounds).")

@@ -109,11 +109,11 @@ def markdown(data: dict[str, Any]) -> str:
     lines.append("|---|---:|---:|---|---:|---:|")
     for name, (xs, failed) in vals.items():
         med = statistics.median(xs) if xs else None
-        ratio = med / dmed if med and dmed else None
+        rel = med / dmed if med and dmed else None
         kills = sum(r["backend_oom_kills"] for r in data["compare"]["rounds"]
                     if r["config"] == name)
         span = f"{fmt(min(xs))}..{fmt(max(xs))}" if xs else "–"
-        lines.append(f"| {name} | {fmt(med)} | {fmt(ratio, 4)} | {span} | {failed} | {kills} |")
+        lines.append(f"| {name} | {fmt(med)} | {ratio(rel)} | {span} | {failed} | {kills} |")
     if d:
         lines.append(f"\nNoise floor: the base's rounds span {fmt(min(d))}..{fmt(max(d))} qpm "
                      f"(max/min {fmt(max(d) / min(d))}).")
