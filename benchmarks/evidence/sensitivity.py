@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.evidence.endtoend import MB, compare, database_bytes, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.target import stream_count
