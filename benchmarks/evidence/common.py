@@ -90,5 +90,5 @@ def header(title: str, command: str, mach: dict[str, Any], extra: str = "") -> s
     return (f"# {title}\n\nCommand: `{command}`  \n"
             f"Machine: {mach.get('cpu')}, {mach.get('cores')} cores, {ram_text}, "
             f"{mach.get('platform')}, Python {mach.get('python')}, {mach.get('postgres')}; "
-            f"load average at start {la} (2 cores shared with other jobs: timings are noisy).  \n"
+            f"load average at start {la} (see the README for what else ran).  \n"
             f"Run at {mach.get('time')}.\n{extra}\n")
