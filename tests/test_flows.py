@@ -104,6 +104,10 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
     runner_up = {n: finals["final-candidate-2"].in_force[n] for n in result.default_settings}
     search_best = {n: finals["final-best"].in_force[n] for n in result.default_settings}
     assert runner_up != search_best
+    # the offline points (default work_mem 4MB: 4*18 > 48) break the online budget as a whole,
+    # so the runner-up is an online point inside it
+    assert sum(catalog[n].parse(runner_up[n]) * (coef if n == "work_mem" else 1)
+               for n in ("work_mem", "maintenance_work_mem", "temp_buffers")) <= 48 * MB
     winner = max((finals["final-best"], search_best), (finals["final-candidate-2"], runner_up),
                  key=lambda c: c[0].value or 0.0)
     assert result.best_settings == winner[1]

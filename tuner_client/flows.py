@@ -691,7 +691,12 @@ class Tuner:
 
     # -- helpers ---------------------------------------------------------------------------
     def _runners_up(self, best: Mapping[str, str], count: int) -> list[dict[str, str]]:
-        """The ``count`` next-best distinct configurations measured under the current workload."""
+        """The ``count`` next-best distinct configurations measured under the current workload.
+
+        A configuration that breaks the memory budget as a whole is skipped: an offline point
+        was measured under the original online settings, which the online budget may refuse.
+        """
+        assert self.measurer is not None and self.budget is not None
         names = list(self.original)
         seen = {tuple(best[n] for n in names)}
         out: list[dict[str, str]] = []
@@ -703,9 +708,15 @@ class Tuner:
                 break
             settings = {n: record.in_force.get(n, self.original[n]) for n in names}
             key = tuple(settings[n] for n in names)
-            if key not in seen:
-                seen.add(key)
-                out.append(settings)
+            if key in seen:
+                continue
+            seen.add(key)
+            wanted = {**self.measurer.in_force, **record.in_force, **settings}
+            reason = self.budget.violation(wanted, wanted)
+            if reason is not None:
+                logger.info("final: runner-up %s not re-measured: %s", settings, reason)
+                continue
+            out.append(settings)
         return out
 
     @staticmethod
