@@ -159,3 +159,30 @@ def test_registry_and_construction_errors(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     with pytest.raises(DatabaseError, match="no Docker engine reachable"):
         make_controller("docker", container="pg", dsn="host=127.0.0.1")
+
+
+def test_restart_after_a_backend_crash_waits_for_recovery(own_cluster: LocalCluster,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    """A backend killed with SIGKILL (what the OOM killer does) sends the server into crash
+    recovery; the next restart waits for it instead of rolling back a server mid-recovery."""
+    import logging
+    import signal
+    import time
+
+    ctl = LocalController(own_cluster)
+    with psycopg.connect(own_cluster.dsn, autocommit=True) as victim:
+        pid = victim.info.backend_pid
+        os.kill(pid, signal.SIGKILL)  # the tests run as root; the backend is the harmony user's
+        time.sleep(0.05)
+        with caplog.at_level(logging.INFO, logger="tuner_client.controllers"):
+            started = time.monotonic()
+            report = ctl.restart_with({"shared_buffers": "48MB"}, timeout_s=60)
+            took = time.monotonic() - started
+    assert report.ok, report.reason
+    assert "PostgreSQL was recovering (a crash-restart); it is up again" in caplog.text
+    assert "restoring the last good configuration" not in caplog.text
+    assert took < 30
+    assert _shown(own_cluster.dsn, "shared_buffers") == "48MB"
+    log = own_cluster.log_path.read_text(errors="replace")
+    assert f"server process (PID {pid}) was terminated by signal 9" in log

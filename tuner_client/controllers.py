@@ -56,6 +56,9 @@ from tuner_client.local_cluster import LocalCluster, find_bin_dir
 
 logger = logging.getLogger(__name__)
 
+#: how long a server that is not answering is given to finish automatic crash recovery
+RECOVERY_WAIT_S = 30.0
+
 AUTO_CONF = "postgresql.auto.conf"
 _FATAL_RE = re.compile(r"\b(FATAL|PANIC|ERROR):")
 
@@ -303,7 +306,17 @@ class Controller(ABC):
         logger.info("PostgreSQL is running again with the last good configuration")
 
     def ensure_running(self, timeout_s: float = 60.0) -> None:
-        """Make sure the server is up: start it, and restore the last good config if needed."""
+        """Make sure the server is up: start it, and restore the last good config if needed.
+
+        A server that is down because a backend was killed (the OOM killer) is in automatic
+        crash recovery and comes back by itself within seconds: it is waited for (up to
+        ``RECOVERY_WAIT_S``) rather than stopped mid-recovery, which left PostgreSQL 15's
+        postmaster idle until pg_ctl's fast-stop timeout (120 s in the end-to-end runs).
+        """
+        if not self._in_restart and not self.is_up():
+            if self.wait_until_up(min(timeout_s, RECOVERY_WAIT_S)):
+                logger.info("PostgreSQL was recovering (a crash-restart); it is up again")
+                return
         if self._in_restart or not self.is_up():
             logger.warning("PostgreSQL is not running%s: restoring the last good configuration",
                            " (a restart was interrupted)" if self._in_restart else "")
