@@ -60,12 +60,14 @@ def markdown(data: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="generous and 64MB only")
+    parser.add_argument("--online-evals", type=int, default=None,
+                        help="online evaluations per pass (quick 6, full 12)")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
     args = parser.parse_args(argv)
     budgets: list[str | None] = [None, "64MB"] if args.quick else [None, "256MB", "128MB",
                                                                      "64MB"]
-    online_evals = 6 if args.quick else 12
+    online_evals = args.online_evals or (6 if args.quick else 12)
     mach = machine()
     data: dict[str, Any] = {"machine": mach, "quick": args.quick, "online_evals": online_evals,
                             "rows": []}
