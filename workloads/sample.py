@@ -38,9 +38,10 @@ class Sample:
     ``concurrency_qpm`` is the same throughput estimated from latencies instead of counts
     (Little's law for closed-loop streams): each of the ``n`` streams running query ``q``
     completes one query per mean latency of ``q``, so the rate is ``sum_q n_q / mean
-    latency_q``. Every completion, slow or fast, contributes its latency, so it is far less
-    noisy than counting which queries happened to finish inside a short window; ``None``
-    when some query of the mix completed no instance in the sample.
+    latency_q``. Every completion, slow or fast, contributes its latency, so it depends less
+    on which queries happened to finish inside a short window (half the per-point spread in
+    ``benchmarks/results/evidence_estimators.quick.md``); ``None`` when some query of the
+    mix completed no instance in the sample.
     """
 
     seconds: float
