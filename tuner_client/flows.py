@@ -795,6 +795,14 @@ class Tuner:
                 row["search-best"] = row.get("best")
                 row["best"] = row.get(which)
         default_qpm, best_qpm = mean("default"), mean("best")
+        if default_qpm is not None and best_qpm is not None and best_qpm <= default_qpm \
+                and best != self.original:
+            # measured side by side, the search found nothing better: never recommend a
+            # configuration that lost to the one the server already had
+            self._decide(f"final: the original configuration measured {default_qpm:.1f} qpm "
+                         f"against {best_qpm:.1f} for the best candidate: no improvement "
+                         f"found; the original configuration is the result")
+            best, best_qpm = dict(self.original), default_qpm
         recommended_qpm = mean("recommended")
         if default_qpm is not None:
             self.metrics.record_default(default_qpm)
