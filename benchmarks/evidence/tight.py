@@ -27,7 +27,8 @@ MIX = "2Q1,2Q9,2Q13"
 
 def markdown(data: dict[str, Any]) -> str:
     cmd = "python -m benchmarks.evidence tight" + (" --quick" if data["quick"] else "")
-    extra = (f"\nMix `{MIX}` (6 streams, m = 6 × hash_mem_multiplier 2 = 12), TPC-H SF 0.1, "
+    extra = (f"\nMix `{MIX}` (6 streams + up to 8 parallel workers: m = 14 processes × "
+             f"hash_mem_multiplier 2 = 28), TPC-H SF 0.1, "
              f"embedded cluster without a memory cgroup. Online budget B fixed per row "
              f"('generous' = RAM − shared_buffers − OS reserve with RAM declared 1GB). "
              f"Evaluations: 2 offline + {data['online_evals']} online per pass; multi-pass at "
