@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from tuner_client.budget import ONLINE_MEMORY_KNOBS, MemoryBudget, detect_ram_bytes
 from tuner_client.config import KnobSpace, TunerConfig, format_bytes
 from tuner_client.knobs import KnobCatalog
+from tuner_client.target import stream_count
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +95,11 @@ def worker_processes(catalog: KnobCatalog, streams: int) -> int:
 
 
 def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
-                     online: KnobSpace, *, connections: int,
-                     known_ram_bytes: int | None = None) -> BudgetView:
-    """The run's budget: RAM given, or the local cluster's cgroup limit, or detected."""
+                     online: KnobSpace, *, known_ram_bytes: int | None = None) -> BudgetView:
+    """The run's budget: RAM given, or the local cluster's cgroup limit, or detected; m is
+    ``budget.connections`` or the workload's streams plus their parallel workers."""
     b = config.budget
+    connections = b.connections or worker_processes(catalog, stream_count(config))
     ram = b.ram_bytes or known_ram_bytes or detect_ram_bytes()
     units = {p.name: p.unit for p in offline.params + online.params
              if p.unit in ("MB", "kB") and p.name in (*ONLINE_MEMORY_KNOBS, "shared_buffers")}

@@ -48,13 +48,13 @@ from harmony.priordata import HostInfo, PriorSession, PriorTrial, dump
 from harmony.warmstart import apply_warm_start
 from strategies.space import EnumParam, Space
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
-from tuner_client.budget_view import BudgetView, make_budget_view, worker_processes
+from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient, Session, connect, host_metadata
 from tuner_client.config import KnobParam, KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.measure import Measurer, PointRecord, aggregate
 from tuner_client.metrics import TunerMetrics
-from tuner_client.target import Target, make_workload, open_target, stream_count
+from tuner_client.target import Target, make_workload, open_target
 from tuner_client.warm import load_priors
 
 logger = logging.getLogger(__name__)
@@ -309,11 +309,8 @@ class Tuner:
         cfg = self.config
         self.offline_space = resolve_knob_space(cfg.offline.knobs, target.catalog, kind="offline")
         self.online_space = resolve_knob_space(cfg.online.knobs, target.catalog, kind="online")
-        connections = cfg.budget.connections or worker_processes(target.catalog,
-                                                                 stream_count(cfg))
         self.budget = make_budget_view(cfg, target.catalog, self.offline_space,
-                                       self.online_space, connections=connections,
-                                       known_ram_bytes=target.ram_bytes)
+                                       self.online_space, known_ram_bytes=target.ram_bytes)
         workload = make_workload(cfg, target.dsn)
         self.measurer = Measurer(target.dsn, target.catalog, workload, cfg.measure,
                                  controller=target.controller,

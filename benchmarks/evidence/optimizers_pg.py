@@ -37,7 +37,7 @@ from benchmarks.evidence.common import (
 from benchmarks.evidence.endtoend import MB, compare, open_memory_bound, tuner_dict
 from benchmarks.evidence.optimizers import run_harmony, run_optuna
 from strategies.space import Space
-from tuner_client.budget_view import make_budget_view, worker_processes
+from tuner_client.budget_view import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
 from tuner_client.measure import Measurer
 from tuner_client.target import Target, make_workload, stream_count
@@ -94,7 +94,6 @@ def run(cfg: TunerConfig, target: Target, base: dict[str, str], seeds: int, budg
     knobs = resolve_knob_space(cfg.online.knobs, target.catalog, kind="online")
     offline = resolve_knob_space(cfg.offline.knobs, target.catalog, kind="offline")
     view = make_budget_view(cfg, target.catalog, offline, knobs,
-                            connections=worker_processes(target.catalog, stream_count(cfg)),
                             known_ram_bytes=target.ram_bytes)
     measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn), cfg.measure,
                         controller=target.controller,
