@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -9,7 +10,8 @@ import pytest
 
 from harmony.errors import ConfigError, ConstraintError
 from tuner_client.budget import MemoryBudget, detect_ram_bytes, mem_total_bytes
-from tuner_client.budget_view import worker_processes
+from tuner_client.budget_view import BudgetView, worker_processes
+from tuner_client.config import parse_tuner_config, resolve_knob_space
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 
@@ -115,3 +117,73 @@ def test_auto_connections_count_the_parallel_workers(pg_cluster: LocalCluster) -
     assert worker_processes(catalog, 1) == 1 + 2
     assert worker_processes(catalog, 3) == 3 + 6
     assert worker_processes(catalog, 12) == 12 + 8  # the server-wide cap binds
+
+
+def test_processes_and_operations_in_both_inequalities() -> None:
+    # 1GB container, 64MB for the OS, 20 processes of 8MB each, plans with 3 sort/hash nodes
+    budget = MemoryBudget(ram_bytes=GB, os_reserved_bytes=64 * MB, connections=20,
+                          process_memory_bytes=8 * MB, operations=3, hash_mem_multiplier=2)
+    assert budget.work_mem_coefficient == 120  # 20 processes x 3 nodes x 2
+    assert budget.processes_bytes == 160 * MB
+    # online: 1024 - 256 (S) - 64 (O) - 160 (n*P) = 544MB for the online knobs
+    assert budget.online_constraints(256 * MB) == [
+        "work_mem * 120 + maintenance_work_mem + temp_buffers <= 544"]
+    # offline with nothing online: the fraction cap (512MB) binds before 1024-64-160 = 800MB
+    assert budget.offline_constraints() == ["shared_buffers <= 512"]
+    # with the online knobs in force (4MB*120 + 64MB + 8MB = 552MB) only 248MB are left
+    online = {"work_mem": 4, "maintenance_work_mem": 64, "temp_buffers": 8}
+    assert budget.online_use(online) == 552 * MB
+    assert budget.offline_constraints(552 * MB) == ["shared_buffers <= 248"]
+    # a point with both sides: shared_buffers 256MB breaks the whole budget by 8MB, whichever
+    # inequality is asked
+    assert budget.slack({"shared_buffers": 256, **online}) == -8 * MB
+    assert budget.slack({"shared_buffers": 248, **online}) == 0
+    assert budget.slack(online, 256 * MB) == -8 * MB
+    # the study's formula is the special case P = 0, one operation
+    study = replace(budget, process_memory_bytes=0, operations=1)
+    assert study.work_mem_coefficient == 40
+    assert study.online_constraints(256 * MB) == [
+        "work_mem * 40 + maintenance_work_mem + temp_buffers <= 704"]
+    # nothing left for shared_buffers: a clear error naming what took the memory
+    with pytest.raises(ConstraintError, match="no memory is left for shared_buffers.*20 "
+                                              "processes × 8MB.*online knobs in force 960MB"):
+        budget.offline_constraints(960 * MB)
+    with pytest.raises(ConfigError, match="operations must be >= 1"):
+        MemoryBudget(ram_bytes=GB, operations=0)
+    with pytest.raises(ConfigError, match="20 processes × process_memory 64MB leave nothing"):
+        MemoryBudget(ram_bytes=GB, connections=20, process_memory_bytes=64 * MB)
+
+
+def test_fit_online_lowers_work_mem_first_then_the_others(pg_cluster: LocalCluster) -> None:
+    """Before the offline search the online knobs in force must leave room for shared_buffers:
+    the tuned ones are lowered on the online grid, work_mem first, untuned ones never."""
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    cfg = parse_tuner_config("name: x\nonline: {knobs: {"
+                             "work_mem: {min: 1MB, max: 64MB, step: 1MB}, "
+                             "maintenance_work_mem: {min: 1MB, max: 256MB, step: 1MB}}}\n")
+    online = resolve_knob_space(cfg.online.knobs, catalog, kind="online")
+    offline = resolve_knob_space(cfg.offline.knobs, catalog, kind="offline")
+    # 256MB container: 32MB OS, 10 processes x 4MB, work_mem counted 10 x 2 = 20 times
+    budget = MemoryBudget(ram_bytes=256 * MB, os_reserved_bytes=32 * MB, connections=10,
+                          process_memory_bytes=4 * MB)
+    view = BudgetView(budget, catalog, offline, online)
+    in_force = {"work_mem": "4MB", "maintenance_work_mem": "64MB", "temp_buffers": "8MB",
+                "shared_buffers": "128MB"}
+    # W = 4*20 + 64 + 8 = 152MB; 256 - 32 - 40 = 184MB: 32MB left for shared_buffers
+    assert view.online_use(in_force) == 152 * MB
+    assert view.shared_buffers_cap(in_force) == 32 * MB
+    assert view.fit_online(in_force, 32 * MB) == {}
+    # 64MB of shared_buffers: 120MB for W -> work_mem <= (120 - 72) / 20 = 2.4 -> 2MB
+    assert view.fit_online(in_force, 64 * MB) == {"work_mem": "2MB"}
+    # 120MB: 64MB for W; work_mem at its 1MB minimum still leaves 20 + 72 > 64, so
+    # maintenance_work_mem goes down to 64 - 20 - 8 = 36MB
+    assert view.fit_online(in_force, 120 * MB) == {"work_mem": "1MB",
+                                                    "maintenance_work_mem": "36MB"}
+    # 150MB: 34MB for W; temp_buffers (8MB) is not tuned: maintenance_work_mem 34 - 20 - 8
+    assert view.fit_online(in_force, 150 * MB) == {"work_mem": "1MB",
+                                                    "maintenance_work_mem": "6MB"}
+    # 160MB: 24MB; the minima need 20 + 1 + 8 = 29MB: the error says what takes the memory
+    with pytest.raises(ConstraintError, match=r"no room for shared_buffers 160MB.*10 processes "
+                                              r"× 4MB leaves 24MB.*smallest take 29MB"):
+        view.fit_online(in_force, 160 * MB)

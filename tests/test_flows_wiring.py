@@ -156,8 +156,9 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     # back at the original configuration: the knob gauges say so
     assert value("harmony_tuner_knob_value", knob="shared_buffers") == \
         catalog["shared_buffers"].parse(original_sb)
-    # the budget slack of the original settings: the tightest of the shared_buffers cap and
-    # the 48MB online budget (which the server's own defaults break: negative)
+    # the budget slack of the original settings: the tightest of the shared_buffers cap (with
+    # the processes' own memory and the online knobs) and the 48MB online budget (which the
+    # server's own defaults break: negative)
     budget = tuner.budget.budget  # type: ignore[union-attr]
     with psycopg.connect(dsn) as conn:
         now = {n: int(catalog[n].parse(conn.execute(  # type: ignore[arg-type]
@@ -165,7 +166,10 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
                for n in ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")}
     online_used = (now["work_mem"] * budget.work_mem_coefficient + now["maintenance_work_mem"]
                    + now["temp_buffers"])
-    expected = min(budget.shared_buffers_max_bytes - now["shared_buffers"],
+    assert budget.process_memory_bytes == 4 * 2**20  # the default P
+    expected = min(min(budget.shared_buffers_max_bytes,
+                       budget.ram_bytes - budget.os_reserved_bytes
+                       - budget.connections * 4 * 2**20 - online_used) - now["shared_buffers"],
                    48 * 2**20 - online_used)
     assert value("harmony_tuner_budget_slack_bytes") == expected
 

@@ -146,3 +146,17 @@ def test_measure_estimator_default_and_bad_value() -> None:
     assert cfg.measure.estimator == "concurrency"
     msg = _error("name: x\nmeasure:\n  estimator: latency\n")
     assert "configs/bad.yaml, line 3" in msg and "estimator" in msg and "'latency'" in msg
+
+
+def test_budget_process_memory_and_operations() -> None:
+    cfg = parse_tuner_config("name: x\n")
+    assert (cfg.budget.process_memory_bytes, cfg.budget.operations) == (4 * 2**20, 1)
+    cfg = parse_tuner_config("name: x\nbudget: {process_memory: 12MB, operations: 4}\n")
+    assert (cfg.budget.process_memory_bytes, cfg.budget.operations) == (12 * 2**20, 4)
+    # the study's formula exactly
+    assert parse_tuner_config("name: x\nbudget: {process_memory: 0}\n"
+                              ).budget.process_memory_bytes == 0
+    msg = _error("name: x\nbudget:\n  operations: 0\n")
+    assert "configs/bad.yaml, line 3" in msg and "operations" in msg
+    msg = _error("name: x\nbudget:\n  process_memory: 8 potatoes\n")
+    assert "line 3" in msg and "budget.process_memory" in msg and "8 potatoes" in msg

@@ -1,15 +1,19 @@
 """The memory budget: what RAM the server has, and the constraints it puts on the memory knobs.
 
-Following the study (background §2)::
+Following the study (background §2), with the processes' own memory counted::
 
-    offline:  shared_buffers <= fraction · RAM                      (fraction 0.5 by default)
-    online:   work_mem·m + maintenance_work_mem + temp_buffers <= RAM − S − O
+    offline:  shared_buffers <= min(fraction · RAM, RAM − O − n·P − W)   (fraction 0.5 by default)
+    online:   work_mem·m + maintenance_work_mem + temp_buffers <= RAM − S − O − n·P
 
-with S the shared_buffers in force, O the OS reserve and m = connections ·
-hash_mem_multiplier (a hash node may use work_mem × hash_mem_multiplier, so the worst case
-per connection is that product; it is rounded *up* to an integer so the constraint stays a
-conservative integer inequality). temp_buffers and maintenance_work_mem count once, as in the
-study's formula.
+with S the shared_buffers in force, O the OS reserve, n the connections (processes that may
+each use work_mem: the streams and their parallel workers), P the private memory of each
+process besides work_mem (catalog and plan caches, executor state; ``process_memory``), W the
+online knobs' share with the values in force when shared_buffers is searched, and
+m = n · operations · hash_mem_multiplier: a plan may hold ``operations`` sort or hash nodes at
+once and a hash node may use work_mem × hash_mem_multiplier. m is rounded *up* to an integer so
+the constraint stays a conservative integer inequality. temp_buffers and maintenance_work_mem
+count once, as in the study's formula. With ``process_memory`` 0 and ``operations`` 1 this is
+the study's formula exactly.
 
 Units: session parameters express memory knobs as **integers in MB** by default (``unit="MB"``;
 ``"kB"`` for finer grids), the same unit on both sides of each constraint string. Knobs given
@@ -115,15 +119,17 @@ def _fmt(x: int) -> str:
 class MemoryBudget:
     """The budget inequalities for one machine, as constraint strings and point checks.
 
-    ``ram_bytes``/``os_reserved_bytes`` in bytes; ``connections`` = m of the formula;
-    ``online_limit_bytes`` replaces RAM − S − O with a fixed online budget (the study's
-    tight 64MB setting) when given.
+    ``ram_bytes``/``os_reserved_bytes``/``process_memory_bytes`` in bytes; ``connections`` = n
+    of the formula; ``online_limit_bytes`` replaces RAM − S − O − n·P with a fixed online
+    budget (the study's tight 64MB setting) when given.
     """
 
     ram_bytes: int
     os_reserved_bytes: int = 0
     connections: int = 1
     hash_mem_multiplier: float = 2.0
+    process_memory_bytes: int = 0
+    operations: int = 1
     shared_buffers_fraction: float = 0.5
     unit: str = "MB"
     units: Mapping[str, str] = field(default_factory=dict)
@@ -137,6 +143,17 @@ class MemoryBudget:
                               f"got {self.os_reserved_bytes}")
         if self.connections < 1:
             raise ConfigError(f"budget: connections must be >= 1, got {self.connections}")
+        if self.operations < 1:
+            raise ConfigError(f"budget: operations must be >= 1, got {self.operations}")
+        if self.process_memory_bytes < 0:
+            raise ConfigError(f"budget: process_memory must be >= 0, got "
+                              f"{self.process_memory_bytes} bytes")
+        if self.os_reserved_bytes + self.processes_bytes >= self.ram_bytes:
+            raise ConfigError(
+                f"budget: the OS reserve {self.os_reserved_bytes // 2**20}MB and "
+                f"{self.connections} processes × process_memory "
+                f"{self.process_memory_bytes // 2**20}MB leave nothing of RAM "
+                f"{self.ram_bytes // 2**20}MB; give more RAM or fewer connections")
         if self.hash_mem_multiplier < 1:
             raise ConfigError(f"budget: hash_mem_multiplier must be >= 1, got "
                               f"{self.hash_mem_multiplier}")
@@ -164,31 +181,63 @@ class MemoryBudget:
     # -- derived numbers -----------------------------------------------------------------------
     @property
     def work_mem_coefficient(self) -> int:
-        """m of the online budget: connections × hash_mem_multiplier, rounded up."""
-        return math.ceil(self.connections * self.hash_mem_multiplier - 1e-9)
+        """m of the online budget: connections × operations × hash_mem_multiplier, rounded up."""
+        return math.ceil(self.connections * self.operations * self.hash_mem_multiplier - 1e-9)
+
+    @property
+    def processes_bytes(self) -> int:
+        """n·P: the private memory of the processes besides work_mem."""
+        return self.connections * self.process_memory_bytes
 
     @property
     def shared_buffers_max_bytes(self) -> int:
-        """The offline cap on shared_buffers: fraction · RAM, down to whole 8kB blocks."""
+        """The fraction cap on shared_buffers: fraction · RAM, down to whole 8kB blocks."""
         return int(self.ram_bytes * self.shared_buffers_fraction) // 8192 * 8192
 
+    def shared_buffers_cap(self, online_bytes: int = 0) -> int:
+        """The offline cap: min(fraction · RAM, RAM − O − n·P − W), down to whole 8kB blocks.
+
+        ``online_bytes`` = W, what the online knobs in force take (work_mem·m +
+        maintenance_work_mem + temp_buffers): shared_buffers is searched with them in force,
+        so every point the offline session measures respects the whole budget.
+        """
+        rest = self.ram_bytes - self.os_reserved_bytes - self.processes_bytes - online_bytes
+        return max(0, min(self.shared_buffers_max_bytes, rest // 8192 * 8192))
+
+    def online_use(self, values: Mapping[str, float]) -> int:
+        """W in bytes for online knob values in the session units (work_mem counted m times)."""
+        return sum(self.to_bytes(k, values[k]) * (self.work_mem_coefficient
+                                                  if k == "work_mem" else 1)
+                   for k in ONLINE_MEMORY_KNOBS if k in values)
+
     def online_limit(self, shared_buffers_bytes: int) -> int:
-        """RAM − S − O in bytes (or the fixed online budget); ConstraintError if not positive."""
+        """RAM − S − O − n·P in bytes (or the fixed online budget); ConstraintError if not
+        positive."""
         if self.online_limit_bytes is not None:
             return self.online_limit_bytes
-        limit = self.ram_bytes - shared_buffers_bytes - self.os_reserved_bytes
+        limit = (self.ram_bytes - shared_buffers_bytes - self.os_reserved_bytes
+                 - self.processes_bytes)
         if limit <= 0:
             raise ConstraintError(
                 f"online memory budget is empty: RAM {self.ram_bytes // 2**20}MB − "
                 f"shared_buffers {shared_buffers_bytes // 2**20}MB − OS reserve "
-                f"{self.os_reserved_bytes // 2**20}MB = {limit // 2**20}MB"
+                f"{self.os_reserved_bytes // 2**20}MB − {self.connections} processes × "
+                f"{self.process_memory_bytes // 2**20}MB = {limit // 2**20}MB"
             )
         return limit
 
     # -- constraint strings --------------------------------------------------------------------
-    def offline_constraints(self) -> list[str]:
-        """``["shared_buffers <= N"]`` with N = fraction · RAM in shared_buffers' unit."""
-        cap = self.shared_buffers_max_bytes // UNIT_BYTES[self.unit_of("shared_buffers")]
+    def offline_constraints(self, online_bytes: int = 0) -> list[str]:
+        """``["shared_buffers <= N"]`` with N the offline cap (:meth:`shared_buffers_cap`) in
+        shared_buffers' unit; ConstraintError when nothing is left for shared_buffers."""
+        cap_bytes = self.shared_buffers_cap(online_bytes)
+        cap = cap_bytes // UNIT_BYTES[self.unit_of("shared_buffers")]
+        if cap <= 0:
+            raise ConstraintError(
+                f"no memory is left for shared_buffers: RAM {self.ram_bytes // 2**20}MB − OS "
+                f"reserve {self.os_reserved_bytes // 2**20}MB − {self.connections} processes × "
+                f"{self.process_memory_bytes // 2**20}MB − online knobs in force "
+                f"{online_bytes // 2**20}MB")
         return [f"shared_buffers <= {cap}"]
 
     def online_constraints(
@@ -233,23 +282,21 @@ class MemoryBudget:
     def slack(self, point: Mapping[str, float], shared_buffers_bytes: int | None = None) -> int:
         """Bytes left under the tightest applicable budget inequality (< 0: infeasible).
 
-        A point with ``shared_buffers`` is checked against the offline cap; a point with
-        online memory knobs against the online budget with ``shared_buffers_bytes`` (or the
-        point's own shared_buffers). Values are in the session units (see module docstring).
+        A point with ``shared_buffers`` is checked against the offline cap (with the point's
+        own online knobs, if any); a point with online memory knobs against the online budget
+        with ``shared_buffers_bytes`` (or the point's own shared_buffers). Values are in the
+        session units (see module docstring).
         """
         slacks: list[int] = []
         sb = shared_buffers_bytes
+        used = self.online_use(point)
         if "shared_buffers" in point:
             sb_point = self.to_bytes("shared_buffers", point["shared_buffers"])
-            slacks.append(self.shared_buffers_max_bytes - sb_point)
+            slacks.append(self.shared_buffers_cap(used) - sb_point)
             sb = sb if sb is not None else sb_point
-        online = [k for k in ONLINE_MEMORY_KNOBS if k in point]
-        if online:
+        if any(k in point for k in ONLINE_MEMORY_KNOBS):
             if sb is None:
                 raise ConfigError("budget: the online slack needs the shared_buffers in force")
-            used = sum(self.to_bytes(k, point[k]) * (self.work_mem_coefficient
-                                                      if k == "work_mem" else 1)
-                       for k in online)
             slacks.append(self.online_limit(sb) - used)
         if not slacks:
             raise ConfigError(f"budget: point {dict(point)} has no memory knob of the budget")

@@ -13,7 +13,14 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from tuner_client.budget import ONLINE_MEMORY_KNOBS, MemoryBudget, detect_ram_bytes
+from harmony.errors import ConstraintError
+from strategies.space import IntParam
+from tuner_client.budget import (
+    ONLINE_MEMORY_KNOBS,
+    UNIT_BYTES,
+    MemoryBudget,
+    detect_ram_bytes,
+)
 from tuner_client.config import KnobSpace, TunerConfig, format_bytes
 from tuner_client.knobs import KnobCatalog
 from tuner_client.target import stream_count
@@ -33,9 +40,66 @@ class BudgetView:
     def _bytes(self, settings: Mapping[str, str], name: str) -> int:
         return int(self.catalog[name].parse(settings[name]))
 
-    def offline_constraints(self) -> list[str]:
-        """The shared_buffers cap (fraction of RAM) when the offline session tunes it."""
-        return self.budget.offline_constraints() if "shared_buffers" in self.offline.names else []
+    def online_use(self, settings: Mapping[str, str]) -> int:
+        """Bytes the online memory knobs of ``settings`` take (work_mem counted m times)."""
+        in_bytes = replace(self.budget, unit="B", units={})
+        return in_bytes.online_use({n: float(self._bytes(settings, n))
+                                    for n in ONLINE_MEMORY_KNOBS if n in settings})
+
+    def shared_buffers_cap(self, in_force: Mapping[str, str]) -> int:
+        """The offline cap in bytes with the online knobs of ``in_force``."""
+        return self.budget.shared_buffers_cap(self.online_use(in_force))
+
+    def offline_constraints(self, in_force: Mapping[str, str]) -> list[str]:
+        """The shared_buffers cap when the offline session tunes it: a fraction of RAM, and
+        what RAM leaves after the OS reserve, the processes and the online knobs in force."""
+        if "shared_buffers" not in self.offline.names:
+            return []
+        return self.budget.offline_constraints(self.online_use(in_force))
+
+    def fit_online(self, in_force: Mapping[str, str], shared_buffers_bytes: int) -> dict[str, str]:
+        """Online memory knobs lowered so that the whole budget holds beside
+        ``shared_buffers_bytes``: ``{}`` when the values in force already fit.
+
+        The tuned knobs are lowered in turn, work_mem first (it counts m times), then
+        maintenance_work_mem and temp_buffers, each to the largest value of the online space's
+        grid that fits (or its minimum). Knobs the online session does not tune are never
+        touched. ConstraintError when even the minima do not fit.
+        """
+        b = self.budget
+        limit = b.ram_bytes - b.os_reserved_bytes - b.processes_bytes - shared_buffers_bytes
+        now = {n: self._bytes(in_force, n) for n in ONLINE_MEMORY_KNOBS}
+
+        def use(values: Mapping[str, int]) -> int:
+            return sum(v * (b.work_mem_coefficient if n == "work_mem" else 1)
+                       for n, v in values.items())
+
+        out: dict[str, str] = {}
+        for name in ONLINE_MEMORY_KNOBS:
+            if use(now) <= limit:
+                break
+            if name not in self.online.names:
+                continue
+            knob = self.online[name]
+            param = knob.param
+            assert isinstance(param, IntParam) and knob.unit in UNIT_BYTES, knob
+            coef = b.work_mem_coefficient if name == "work_mem" else 1
+            room = limit - use({**now, name: 0})  # bytes this knob may take, times coef
+            allowed = min(room // coef, now[name]) // UNIT_BYTES[knob.unit]
+            index = min(max(0, (allowed - param.min) // param.step), param.size - 1)
+            value = param.value_at(index)
+            if int(knob.canonical(value)) < now[name]:
+                now[name] = int(knob.canonical(value))
+                out[name] = knob.setting(value)
+        if use(now) > limit:
+            raise ConstraintError(
+                f"the memory budget has no room for shared_buffers "
+                f"{format_bytes(shared_buffers_bytes)}: RAM {format_bytes(b.ram_bytes)} − OS "
+                f"reserve {format_bytes(b.os_reserved_bytes)} − {b.connections} processes × "
+                f"{format_bytes(b.process_memory_bytes)} leaves {format_bytes(max(0, limit))}, "
+                f"and the online knobs at their smallest take {format_bytes(use(now))}; give "
+                f"more RAM, fewer connections or smaller online knob minima")
+        return out
 
     def online_constraints(self, in_force: Mapping[str, str]) -> list[str]:
         """The online budget with the shared_buffers in force; untuned memory knobs fixed."""
@@ -61,17 +125,21 @@ class BudgetView:
         in_bytes = replace(self.budget, unit="B", units={})
         if "shared_buffers" in changed:
             sb = self._bytes(wanted, "shared_buffers")
-            if sb > self.budget.shared_buffers_max_bytes:
+            cap = self.shared_buffers_cap(wanted)
+            if sb > cap:
                 return (f"shared_buffers {wanted['shared_buffers']} is above the budget's cap "
-                        f"{format_bytes(self.budget.shared_buffers_max_bytes)}")
+                        f"{format_bytes(cap)} (fraction cap "
+                        f"{format_bytes(self.budget.shared_buffers_max_bytes)}; "
+                        f"{self.budget.connections} processes × "
+                        f"{format_bytes(self.budget.process_memory_bytes)} and online knobs "
+                        f"{format_bytes(self.online_use(wanted))} also need RAM)")
         touched = [n for n in ONLINE_MEMORY_KNOBS if n in changed]
         if touched and all(n in wanted for n in ONLINE_MEMORY_KNOBS) and "shared_buffers" in wanted:
             point = {n: float(self._bytes(wanted, n)) for n in ONLINE_MEMORY_KNOBS}
             sb = self._bytes(wanted, "shared_buffers")
             slack = in_bytes.slack(point, sb)
             if slack < 0:
-                used = (point["work_mem"] * self.budget.work_mem_coefficient
-                        + point["maintenance_work_mem"] + point["temp_buffers"])
+                used = in_bytes.online_use(point)
                 return (f"work_mem*{self.budget.work_mem_coefficient} + maintenance_work_mem + "
                         f"temp_buffers = {format_bytes(int(used))} exceeds the online budget "
                         f"{format_bytes(in_bytes.online_limit(sb))}")
@@ -107,11 +175,13 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
         if "hash_mem_multiplier" in catalog else 1.0
     budget = MemoryBudget(ram_bytes=ram, os_reserved_bytes=b.os_reserved_bytes,
                           connections=connections, hash_mem_multiplier=max(1.0, hash_mult),
+                          process_memory_bytes=b.process_memory_bytes, operations=b.operations,
                           shared_buffers_fraction=b.shared_buffers_fraction, unit="MB",
                           units=units, online_limit_bytes=b.online_limit_bytes)
-    logger.info("memory budget: RAM %s, OS reserve %s, %d connections x hash_mem_multiplier "
-                "%.1f, shared_buffers <= %s%s", format_bytes(ram),
-                format_bytes(b.os_reserved_bytes), connections, hash_mult,
+    logger.info("memory budget: RAM %s, OS reserve %s, %d connections x (%s + %d operations x "
+                "hash_mem_multiplier %.1f x work_mem), shared_buffers <= %s%s",
+                format_bytes(ram), format_bytes(b.os_reserved_bytes), connections,
+                format_bytes(b.process_memory_bytes), b.operations, hash_mult,
                 format_bytes(budget.shared_buffers_max_bytes),
                 f", fixed online budget {format_bytes(b.online_limit_bytes)}"
                 if b.online_limit_bytes else "")

@@ -112,6 +112,8 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "shared_buffers_fraction": {"type": "number", "exclusiveMinimum": 0,
                                             "maximum": 1},
                 "online": {"type": ["string", "integer", "null"]},
+                "process_memory": _SIZE,
+                "operations": {"type": "integer", "minimum": 1},
             },
         },
         "offline": {
@@ -159,6 +161,13 @@ TUNER_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+#: Private memory of one PostgreSQL process besides work_mem (``budget.process_memory``):
+#: catalog and plan caches, executor state, libraries. Measured on PostgreSQL 15 with TPC-H SF
+#: 0.4: the peak sum of RssAnon over 15-19 backends and parallel workers running the study's
+#: mixes with work_mem 64kB is 3.7-4.0MB per process (``python -m benchmarks.evidence
+#: procmem``). The study's formula leaves it out (give 0 for that).
+DEFAULT_PROCESS_MEMORY = 4 * 1024**2
 
 #: The study's online knobs and ranges (background §2), used when ``online.knobs`` is omitted.
 DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
@@ -285,7 +294,11 @@ class BudgetConfig:
     os_reserved_bytes: int = 512 * 1024**2
     connections: int | None = None
     shared_buffers_fraction: float = 0.5
-    online_limit_bytes: int | None = None  # fixed online budget (overrides RAM - S - O)
+    online_limit_bytes: int | None = None  # fixed online budget (overrides RAM - S - O - n·P)
+    #: private memory of each process besides work_mem (P of :mod:`tuner_client.budget`)
+    process_memory_bytes: int = DEFAULT_PROCESS_MEMORY
+    #: sort/hash nodes a plan may hold at once, each up to work_mem
+    operations: int = 1
 
 
 @dataclass(frozen=True)
@@ -460,6 +473,11 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         online_limit_bytes=(parse_bytes(online_limit, what=f"{where('budget', 'online')}: "
                                                            f"budget.online")
                             if online_limit is not None else None),
+        process_memory_bytes=(parse_bytes(bd["process_memory"],
+                                          what=f"{where('budget', 'process_memory')}: "
+                                               f"budget.process_memory")
+                              if "process_memory" in bd else DEFAULT_PROCESS_MEMORY),
+        operations=int(bd.get("operations", 1)),
     )
 
     off = data.get("offline") or {}

@@ -43,14 +43,20 @@ from typing import Any
 import psycopg
 
 from harmony.definition import PluginSpec, SessionDefinition
-from harmony.errors import ConfigError, HarmonyError
+from harmony.errors import ConfigError, ConstraintError, HarmonyError
 from harmony.priordata import HostInfo, PriorSession, PriorTrial, dump
 from harmony.warmstart import apply_warm_start
-from strategies.space import EnumParam, Space
+from strategies.space import EnumParam, IntParam, Space
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient, Session, connect, host_metadata
-from tuner_client.config import KnobParam, KnobSpace, TunerConfig, resolve_knob_space
+from tuner_client.config import (
+    KnobParam,
+    KnobSpace,
+    TunerConfig,
+    format_bytes,
+    resolve_knob_space,
+)
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.measure import Measurer, PointRecord, aggregate
 from tuner_client.metrics import TunerMetrics
@@ -543,7 +549,9 @@ class Tuner:
         cfg, space = self.config, self.offline_space
         label = f"p{n}-offline"
         start = space.point_from_settings(self._best_or_current(space.names))
-        definition = self._definition(label, space, self.budget.offline_constraints(),
+        self._make_room_for_shared_buffers(label, space, start)
+        definition = self._definition(label, space,
+                                      self.budget.offline_constraints(self.measurer.in_force),
                                       cfg.offline.strategy, cfg.offline.strategy_options, start,
                                       warm=n == 1)
         session = self._open_session(client, definition, "offline")
@@ -551,7 +559,7 @@ class Tuner:
         prior = None
         if cfg.offline.prior and "shared_buffers" in space.names:
             try:
-                prior = OfflinePrior(space, self.budget.budget.shared_buffers_max_bytes,
+                prior = OfflinePrior(space, self.budget.shared_buffers_cap(self.measurer.in_force),
                                      cfg.offline.prior_min_r2, self.relpages_bytes)
             except ImportError as exc:
                 self._decide(f"{label}: BME prior unavailable ({exc}); plain search")
@@ -588,7 +596,8 @@ class Tuner:
                                        for p in space.params))
             spent = len(self.records) - first
             label2 = f"p{n}-offline-bme"
-            definition = self._definition(label2, narrowed, self.budget.offline_constraints(),
+            definition = self._definition(label2, narrowed,
+                                          self.budget.offline_constraints(self.measurer.in_force),
                                           cfg.offline.strategy, cfg.offline.strategy_options,
                                           advice.start, metadata={"bme": self.bme}
                                           if self.bme is not None else None)
@@ -608,6 +617,39 @@ class Tuner:
         logger.info("[%s] best %.1f qpm with %s", label, best.value or 0.0,
                     {k: best.in_force[k] for k in space.names})
         return best.value
+
+    def _make_room_for_shared_buffers(self, label: str, space: KnobSpace,
+                                      start: Mapping[str, Any]) -> None:
+        """Lower the online memory knobs in force when, with them, the budget leaves less
+        than the offline session's start (within the fraction cap) for shared_buffers: every
+        offline point is measured with them in force, and none may break the budget."""
+        assert self.measurer is not None and self.budget is not None
+        if "shared_buffers" not in space.names:
+            return
+        knob = space["shared_buffers"]
+        param = knob.param
+        assert isinstance(param, IntParam), knob
+        highest = min(int(knob.canonical(param.upper)),
+                      self.budget.budget.shared_buffers_max_bytes)
+        wanted = max(int(knob.canonical(param.min)),
+                     min(int(knob.canonical(start["shared_buffers"])), highest))
+        in_force = self.measurer.in_force
+        if self.budget.shared_buffers_cap(in_force) >= wanted:
+            return
+        lowered = self.budget.fit_online(in_force, wanted)
+        if not lowered:
+            return
+        # lowering memory knobs only frees memory: applied even while the shared_buffers in
+        # force (the user's, before the first offline point) still breaks the budget
+        outcome = self.measurer.apply(lowered, check_budget=False)
+        self._in_force_changed()
+        if outcome.failure is not None:
+            raise ConstraintError(f"{label}: could not lower the online memory knobs to "
+                                  f"{lowered} to make room for shared_buffers: "
+                                  f"{outcome.failure}")
+        self._decide(f"{label}: the online memory knobs in force left less than "
+                     f"{format_bytes(wanted)} for shared_buffers under the memory budget; "
+                     f"lowered to {lowered} before the offline search")
 
     def _online_pass(self, client: HarmonyClient, n: int, offline_best: float | None) -> bool:
         """Run the online session; True when a detector asks for another pass."""
@@ -695,7 +737,7 @@ class Tuner:
         """
         assert self.measurer is not None and self.budget is not None
         names = list(self.original)
-        seen = {tuple(best[n] for n in names)}
+        seen = {tuple(best[n] for n in names), tuple(self.original[n] for n in names)}
         out: list[dict[str, str]] = []
         ranked = sorted((r for r in self.records[self.ranked_from:]
                          if r.value is not None and not r.session.startswith("final")),
@@ -751,7 +793,13 @@ class Tuner:
         candidates: list[tuple[str, dict[str, str]]] = [("default", self.original)]
         if cfg.final.recommended and self.recommended is not None:
             candidates.append(("recommended", self.recommended))
-        candidates.append(("best", best))
+        # the original is measured once per round, as "default": measured again as "best"
+        # it would be compared with itself, and noise alone would decide the ratio
+        search_found_original = best == self.original
+        if search_found_original:
+            self._decide("final: the search's best is the original configuration")
+        else:
+            candidates.append(("best", best))
         if self.best is not None and cfg.final.rounds > 0:
             candidates += [(f"candidate-{i}", settings) for i, settings
                            in enumerate(self._runners_up(best, cfg.final.candidates - 1), 2)]
@@ -784,13 +832,19 @@ class Tuner:
         # several candidates: the re-measured winner is the tuned configuration
         finalists = [(which, settings) for which, settings in candidates
                      if which not in ("default", "recommended") and mean(which) is not None]
-        if len(finalists) > 1:
+        if finalists:
             which, best = max(finalists, key=lambda c: mean(c[0]) or 0.0)
-            self._decide(f"final: {len(finalists)} candidates re-measured over {len(rounds)} "
-                         f"rounds; {which} has the best mean ({mean(which):.1f} qpm)")
-            for row in rounds:  # the comparison reports the winner under "best"
-                row["search-best"] = row.get("best")
-                row["best"] = row.get(which)
+            if len(finalists) > 1:
+                self._decide(f"final: {len(finalists)} candidates re-measured over "
+                             f"{len(rounds)} rounds; {which} has the best mean "
+                             f"({mean(which):.1f} qpm)")
+            if which != "best":
+                for row in rounds:  # the comparison reports the winner under "best"
+                    row["search-best"] = row.get("best", row.get("default"))
+                    row["best"] = row.get(which)
+        elif search_found_original:
+            for row in rounds:
+                row["best"] = row.get("default")
         default_qpm, best_qpm = mean("default"), mean("best")
         if default_qpm is not None and best_qpm is not None and best_qpm <= default_qpm \
                 and best != self.original:

@@ -8,7 +8,7 @@ import signal
 import sys
 
 NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
-         "tight", "overheads")
+         "tight", "overheads", "procmem")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,9 @@ MIX = "2Q1,2Q9,2Q13"
 
 
 def markdown(data: dict[str, Any]) -> str:
-    cmd = "python -m benchmarks.evidence tight" + (" --quick" if data["quick"] else "")
+    cmd = ("python -m benchmarks.evidence tight" + (" --quick" if data["quick"] else "")
+           + f" --online-evals {data['online_evals']}"
+           + (f" --budgets {data['budgets']}" if data.get("budgets") else ""))
     extra = (f"\nMix `{MIX}` (6 streams + up to 8 parallel workers: m = 14 processes × "
              f"hash_mem_multiplier 2 = 28), TPC-H SF 0.1, "
              f"embedded cluster without a memory cgroup. Online budget B fixed per row "
@@ -63,16 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="generous and 64MB only")
     parser.add_argument("--online-evals", type=int, default=None,
                         help="online evaluations per pass (quick 6, full 12)")
+    parser.add_argument("--budgets", default=None,
+                        help="comma-separated rows to run, e.g. 128MB,64MB ('generous' for RAM "
+                             "− S − O); results go to evidence_tight.part-<rows>")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
     args = parser.parse_args(argv)
     budgets: list[str | None] = [None, "64MB"] if args.quick else [None, "256MB", "128MB",
                                                                      "64MB"]
+    if args.budgets:
+        budgets = [None if b.strip() == "generous" else b.strip()
+                   for b in args.budgets.split(",") if b.strip()]
     online_evals = args.online_evals or (6 if args.quick else 12)
     mach = machine()
     data: dict[str, Any] = {"machine": mach, "quick": args.quick, "online_evals": online_evals,
-                            "rows": []}
+                            "budgets": args.budgets, "rows": []}
     name = "evidence_tight" + (".quick" if args.quick else "")
+    if args.budgets:
+        name += ".part-" + "-".join(b or "generous" for b in budgets)
     target = open_small_target(args.state_dir)
     try:
         for budget in budgets:
