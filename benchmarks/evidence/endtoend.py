@@ -424,9 +424,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="throughput of a sample: completions counted, or Little's law")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
+    parser.add_argument("--tag", default="",
+                        help="results go to evidence_endtoend[.quick].<tag> (a repeated run)")
     args = parser.parse_args(argv)
     quick = args.quick
-    name = "evidence_endtoend" + (".quick" if quick else "")
+    name = "evidence_endtoend" + (".quick" if quick else "") + (f".{args.tag}" if args.tag else "")
     run(quick, args.scale, args.memory_limit_mb * MB,
         args.offline_evals or (3 if quick else 6), args.online_evals or (7 if quick else 30),
         args.rounds or 3, tuple(m for m in args.mixes.split(";") if m),
