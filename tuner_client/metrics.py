@@ -85,7 +85,7 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_restart_duration_seconds_sum": "sum of restart durations",
     "harmony_tuner_restart_duration_seconds_count": "number of restarts timed",
     "harmony_tuner_budget_slack_bytes": "memory budget left by the configuration in force "
-                                        "(RAM - W*n - S - M - T - O)",
+                                        "(RAM - W*m - S - M - T - O - n*P)",
     "harmony_tuner_buffer_miss_probability": "buffer miss probability of the last measured point "
                                              "(blks_read / (blks_read + blks_hit))",
     "harmony_tuner_shared_buffers_bytes": "shared_buffers in force",

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.evidence.flowrun import open_small_target, run_flow, small_config
 from harmony.errors import HarmonyError
 
@@ -48,7 +48,7 @@ def markdown(data: dict[str, Any]) -> str:
         fails = sum(1 for e in r["timeline"] if e.get("failure"))
         lines.append(f"| {row['budget']} | {row['flow']} | {r['passes']} | {r['evaluations']} | "
                      f"{fails} | {fmt(r['default_qpm'])} | {fmt(r['best_qpm'])} | "
-                     f"{fmt(r['tuned_over_default'])} | "
+                     f"{ratio(r['tuned_over_default'])} | "
                      f"{r['best_settings'].get('work_mem')} | {fmt(r['wall_s'])} | "
                      f"{row['load_average_end']} |")
     lines.append("\nDecisions per run:\n")
