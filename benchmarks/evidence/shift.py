@@ -23,6 +23,8 @@ from typing import Any
 from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
 from benchmarks.evidence.flowrun import open_small_target, run_flow, small_config
 from tuner_client import flows
+from workloads.base import Workload
+from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ MIX_B = "3Q1,3Q9"
 SWITCH_DELAY_S = 15.0
 
 
-class ShiftingWorkload:
+class ShiftingWorkload(Workload):
     """Mix A until :meth:`switch` is called, mix B after it, whatever restarts happen between.
 
     The project's ``ScheduledDriver`` starts its schedule over from phase 0 on every
@@ -74,9 +76,11 @@ class ShiftingWorkload:
                 self._running = True
 
     def sample(self, seconds: float | None = None, *, queries: int | None = None,
-               timeout_s: float | None = None) -> Any:
+               timeout_s: float | None = None, since: float | None = None,
+               every_query: bool = False) -> Sample:
         with self._lock:
-            return self._driver.sample(seconds, queries=queries, timeout_s=timeout_s)
+            return self._driver.sample(seconds, queries=queries, timeout_s=timeout_s,
+                                       since=since, every_query=every_query)
 
     def stop(self) -> None:
         with self._lock:
