@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=0.4)
     parser.add_argument("--memory-limit-mb", type=int, default=256)
     parser.add_argument("--points", type=int, default=None)
+    parser.add_argument("--queries-per-stream", type=int, default=1,
+                        help="fixed work of a sample: K queries per stream (results get .qK)")
     parser.add_argument("--settings", default="shared_buffers=32MB",
                         help="the configuration measured, knob=value separated by ','")
     parser.add_argument("--state-dir", type=Path,
@@ -61,10 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     streams = stream_count(probe)
     cfg = tuner_config_from_dict(tuner_dict(
         "evidence-est", args.mix, scale=args.scale, memory_limit=limit, offline_evals=1,
-        online_evals=1, queries=streams, warmup_s=3, seed=5, estimator="concurrency"))
+        online_evals=1, queries=streams * args.queries_per_stream, warmup_s=3, seed=5,
+        estimator="concurrency"))
     settings = dict(item.split("=", 1) for item in args.settings.split(",") if item)
     data: dict[str, Any] = {"machine": machine(), "quick": args.quick, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit, "streams": streams,
+                            "queries_per_sample": streams * args.queries_per_stream,
                             "settings": settings, "points": []}
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
@@ -100,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     data["wall_s"] = time.monotonic() - t0
     data["load_average_end"] = load_average()
     data["summary"] = summary(data)
-    write_results("evidence_estimators" + (".quick" if args.quick else ""), data,
-                  markdown(data))
+    write_results("evidence_estimators" + (".quick" if args.quick else "")
+                  + (f".q{args.queries_per_stream}" if args.queries_per_stream != 1 else ""),
+                  data, markdown(data))
     return 0
 
 
@@ -121,9 +126,13 @@ def markdown(data: dict[str, Any]) -> str:
     extra = (f"\nMix `{data['mix']}` ({data['streams']} streams), TPC-H scale {data['scale']} "
              f"in a {data['memory_limit_bytes'] / MB:.0f} MB memory cgroup; configuration "
              f"{data['settings']} measured {len(data['points'])} times (warm-up 3 s, 3 "
-             f"fixed-work samples of {data['streams']} queries, waiting for every query of the "
+             f"fixed-work samples of {data.get('queries_per_sample', data['streams'])} queries, "
+             f"waiting for every query of the "
              f"mix). Wall {fmt(data['wall_s'])} s.\n")
-    cmd = "python -m benchmarks.evidence estimators" + (" --quick" if data["quick"] else "")
+    per_stream = data.get("queries_per_sample", data["streams"]) // data["streams"]
+    cmd = ("python -m benchmarks.evidence estimators" + (" --quick" if data["quick"] else "")
+           + (f" --points {len(data['points'])} --queries-per-stream {per_stream}"
+              if per_stream != 1 else ""))
     lines = [header("Throughput estimators: counting vs Little's law, same samples", cmd,
                     data["machine"], extra)]
     lines.append("| estimator | per-sample CV | per-sample max/min | per-point (median of 3) CV | "
