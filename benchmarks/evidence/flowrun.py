@@ -22,7 +22,7 @@ def small_config(name: str, *, flow: str, mix: str | None = None, schedule: str 
                  scale: float = 0.1, online_budget: str | None = None, offline_evals: int = 2,
                  online_evals: int = 6, queries: int = 12, warmup_s: float = 2.0,
                  monitor: int = 6, max_passes: int = 2, final_rounds: int = 2,
-                 seed: int = 1) -> dict[str, Any]:
+                 seed: int = 1, local_minimum: bool = True) -> dict[str, Any]:
     """A short tuner config (SF ``scale``, RAM declared as 1GB) for the flow benchmarks."""
     tpch: dict[str, Any] = {"scale": scale}
     if schedule is not None:
@@ -35,7 +35,7 @@ def small_config(name: str, *, flow: str, mix: str | None = None, schedule: str 
     flow_cfg: dict[str, Any] = {"kind": flow}
     if flow == "multi-pass":
         flow_cfg.update({"max_passes": max_passes, "shift": {"outside": 3, "monitor": monitor},
-                         "local_minimum": {"threshold": 0.1}})
+                         "local_minimum": {"enabled": local_minimum, "threshold": 0.1}})
     return {
         "name": name, "seed": seed,
         "database": {"restart_timeout_s": 120},
