@@ -838,7 +838,7 @@ class Tuner:
                 self._decide(f"final: {len(finalists)} candidates re-measured over "
                              f"{len(rounds)} rounds; {which} has the best mean "
                              f"({mean(which):.1f} qpm)")
-            if which != "best":
+            if len(finalists) > 1 or which != "best":
                 for row in rounds:  # the comparison reports the winner under "best"
                     row["search-best"] = row.get("best", row.get("default"))
                     row["best"] = row.get(which)
