@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from harmony.errors import ConstraintError
 from strategies.space import IntParam
@@ -40,11 +41,15 @@ class BudgetView:
     def _bytes(self, settings: Mapping[str, str], name: str) -> int:
         return int(self.catalog[name].parse(settings[name]))
 
+    @cached_property
+    def in_bytes(self) -> MemoryBudget:
+        """The same budget with every knob counted in bytes (for values parsed from settings)."""
+        return replace(self.budget, unit="B", units={})
+
     def online_use(self, settings: Mapping[str, str]) -> int:
         """Bytes the online memory knobs of ``settings`` take (work_mem counted m times)."""
-        in_bytes = replace(self.budget, unit="B", units={})
-        return in_bytes.online_use({n: float(self._bytes(settings, n))
-                                    for n in ONLINE_MEMORY_KNOBS if n in settings})
+        return self.in_bytes.online_use({n: float(self._bytes(settings, n))
+                                         for n in ONLINE_MEMORY_KNOBS if n in settings})
 
     def shared_buffers_cap(self, in_force: Mapping[str, str]) -> int:
         """The offline cap in bytes with the online knobs of ``in_force``."""
@@ -69,10 +74,7 @@ class BudgetView:
         b = self.budget
         limit = b.ram_bytes - b.os_reserved_bytes - b.processes_bytes - shared_buffers_bytes
         now = {n: self._bytes(in_force, n) for n in ONLINE_MEMORY_KNOBS}
-
-        def use(values: Mapping[str, int]) -> int:
-            return sum(v * (b.work_mem_coefficient if n == "work_mem" else 1)
-                       for n, v in values.items())
+        use = self.in_bytes.online_use
 
         out: dict[str, str] = {}
         for name in ONLINE_MEMORY_KNOBS:
@@ -122,7 +124,7 @@ class BudgetView:
         Only the inequalities the change touches are checked, so measuring the offline
         knobs under the user's original online settings is not refused.
         """
-        in_bytes = replace(self.budget, unit="B", units={})
+        in_bytes = self.in_bytes
         if "shared_buffers" in changed:
             sb = self._bytes(wanted, "shared_buffers")
             cap = self.shared_buffers_cap(wanted)

@@ -384,7 +384,7 @@ class Tuner:
         """Bytes the settings in force leave under the tightest budget inequality."""
         if self.budget is None or not all(n in in_force for n in BUDGET_KNOBS):
             return None
-        budget = replace(self.budget.budget, unit="B", units={})
+        budget = self.budget.in_bytes
         catalog = self.budget.catalog
         try:
             point = {n: float(catalog[n].parse(in_force[n]))
