@@ -1,0 +1,34 @@
+"""The built-in knob ranges and memory constants a tuner config falls back on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Private memory of one PostgreSQL process besides work_mem (``budget.process_memory``):
+#: catalog and plan caches, executor state, libraries. Measured on PostgreSQL 15 with TPC-H SF
+#: 0.4: the peak sum of RssAnon over 15-19 backends and parallel workers running the study's
+#: mixes with work_mem 64kB is 3.7-4.0MB per process (``python -m benchmarks.evidence
+#: procmem``). The study's formula leaves it out (give 0 for that).
+DEFAULT_PROCESS_MEMORY = 4 * 1024**2
+
+#: The study's online knobs and ranges (background §2), used when ``online.knobs`` is omitted.
+DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
+    "work_mem": {"min": "1MB", "max": "200MB", "step": "1MB"},
+    "maintenance_work_mem": {"min": "1MB", "max": "1GB", "step": "1MB"},
+    "effective_cache_size": {"min": "128MB", "max": "2GB", "step": "8MB"},
+    "random_page_cost": {"min": 0.1, "max": 30, "step": 0.1},
+    "temp_buffers": {"min": "1MB", "max": "1GB", "step": "1MB"},
+}
+#: The offline knob and range of the study, used when ``offline.knobs`` is omitted.
+DEFAULT_OFFLINE_KNOBS: dict[str, dict[str, Any]] = {
+    "shared_buffers": {"min": "32MB", "max": "2GB", "step": "8MB"},
+}
+#: Ranges used when a knob is listed by name only (``knobs: [jit, work_mem]``).
+KNOWN_RANGES: dict[str, dict[str, Any]] = {
+    **DEFAULT_ONLINE_KNOBS, **DEFAULT_OFFLINE_KNOBS,
+    "jit": {"values": ["off", "on"]},
+    "max_parallel_workers_per_gather": {"min": 0, "max": 8, "step": 1},
+    "seq_page_cost": {"min": 0.1, "max": 10, "step": 0.1},
+    "effective_io_concurrency": {"min": 0, "max": 256, "step": 1},
+    "hash_mem_multiplier": {"min": 1, "max": 8, "step": 0.5},
+}

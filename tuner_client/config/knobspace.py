@@ -1,0 +1,183 @@
+"""Knob ranges resolved against the live catalog: the session's typed search space.
+
+:func:`resolve_knob_space` checks each :class:`~tuner_client.config.model.KnobSpec` against
+``pg_settings`` and gives a :class:`KnobSpace`, which maps session points to PostgreSQL
+settings and back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from harmony.errors import ConfigError
+from strategies.space import EnumParam, IntParam, Param, RealParam, Space, Value
+from tuner_client.config.model import KnobSpec
+from tuner_client.config.units import parse_bytes
+from tuner_client.knobs import Knob, KnobCatalog, KnobValue
+
+
+@dataclass(frozen=True)
+class KnobParam:
+    """One tuned knob: its pg_settings row, its session parameter and the parameter's unit.
+
+    Memory knobs are integer parameters counted in ``MB`` (``kB`` when a bound or the step is
+    not a whole MB), time knobs in ``ms``; booleans and enums are enumerations.
+    """
+
+    knob: Knob
+    param: Param
+    unit: str | None
+
+    @property
+    def name(self) -> str:
+        return self.knob.name
+
+    def canonical(self, value: Value) -> KnobValue:
+        """The knob's canonical value (bytes, ms, number, bool, str) for a session value."""
+        if isinstance(self.param, EnumParam):
+            return self.knob.parse(value)
+        if self.unit is not None:
+            return self.knob.from_unit(value, self.unit)  # type: ignore[arg-type]
+        return self.knob.parse(value)
+
+    def setting(self, value: Value) -> str:
+        """The PostgreSQL value string with units (``'64MB'``), for ALTER SYSTEM."""
+        return self.knob.format(self.canonical(value))
+
+    def session_value(self, canonical: KnobValue) -> Value:
+        """A canonical knob value as a session value on the grid (snapped into the range)."""
+        if isinstance(self.param, EnumParam):
+            text = self.knob.format(canonical)
+            return text if text in self.param.values else self.param.values[0]
+        number = (float(self.knob.to_unit(canonical, self.unit)) if self.unit is not None
+                  else float(canonical))  # type: ignore[arg-type]
+        return self.param.snap(number)
+
+
+@dataclass(frozen=True)
+class KnobSpace:
+    """The knobs of one session and the search space over them."""
+
+    params: tuple[KnobParam, ...]
+
+    @property
+    def space(self) -> Space:
+        return Space(tuple(p.param for p in self.params))
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    def __getitem__(self, name: str) -> KnobParam:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise ConfigError(f"knob {name!r} is not tuned in this session; it tunes {self.names}")
+
+    def settings(self, point: Mapping[str, Value]) -> dict[str, str]:
+        """A session point as PostgreSQL settings with units."""
+        return {p.name: p.setting(point[p.name]) for p in self.params}
+
+    def point_from_settings(self, settings: Mapping[str, str]) -> dict[str, Value]:
+        """Settings (e.g. the server's current ones) as the nearest session point."""
+        return {p.name: p.session_value(p.knob.parse(settings[p.name])) for p in self.params}
+
+
+def resolve_knob_space(specs: tuple[KnobSpec, ...], catalog: KnobCatalog, *,
+                       kind: str) -> KnobSpace:
+    """Check each knob's range against ``catalog`` and build the session parameters.
+
+    ``kind`` is ``offline`` or ``online``: a knob in the wrong section is an error. Errors
+    name the file, line, knob and the allowed range.
+    """
+    out = []
+    for spec in specs:
+        try:
+            out.append(_resolve_one(spec, catalog, kind))
+        except ConfigError as exc:
+            raise ConfigError(f"{spec.where}: {exc}") from None
+    return KnobSpace(tuple(out))
+
+
+def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
+    knob = catalog.tunable(spec.name)
+    if knob.kind != kind:
+        other = "online" if kind == "offline" else "offline"
+        why = ("needs a restart (context postmaster)" if knob.kind == "offline"
+               else f"can be changed without a restart (context {knob.context})")
+        raise ConfigError(f"knob {knob.name!r} {why}; list it under {other}.knobs, not "
+                          f"{kind}.knobs")
+    current = knob.current()
+    if knob.vartype in ("bool", "enum") or spec.values is not None:
+        if spec.values is None:
+            values: tuple[Any, ...] = ("off", "on") if knob.vartype == "bool" \
+                else tuple(knob.enumvals or ())
+        else:
+            values = spec.values
+        if knob.vartype not in ("bool", "enum", "string"):
+            parsed = tuple(knob.parse(v) for v in values)
+            names = tuple(knob.format(v) for v in parsed)
+        else:
+            names = tuple(knob.format(knob.parse(v)) for v in values)
+        default = knob.format(current) if current is not None else None
+        param: Param = EnumParam(knob.name, names, default=default if default in names else None)
+        return KnobParam(knob, param, None)
+    if knob.vartype == "string":
+        raise ConfigError(f"knob {knob.name!r} is a string setting; give its candidate values "
+                          f"as values: [...]")
+    lo, hi = knob.parse(spec.min), knob.parse(spec.max)
+    if lo > hi:  # type: ignore[operator]
+        raise ConfigError(f"knob {knob.name!r}: min {spec.min!r} is above max {spec.max!r}")
+    step = _parse_step(knob, spec.step)
+    unit: str | None = None
+    if knob.quantity == "memory":
+        unit = "MB" if all(Fraction(v) % 1024**2 == 0 for v in (lo, hi, step)) else "kB"
+        if any(Fraction(v) % 1024 for v in (lo, hi, step)):
+            raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole kB, got "
+                              f"{spec.min!r}, {spec.max!r}, {spec.step!r}")
+    elif knob.quantity == "time":
+        unit = "ms"
+    scale = Fraction(1) if unit is None else Fraction(knob.to_unit(1, unit))
+    lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
+    current_u: Fraction | None = None
+    if current is not None and lo <= current <= hi:  # type: ignore[operator]
+        current_u = Fraction(current) * scale  # type: ignore[arg-type]
+    if knob.vartype == "integer":
+        if any(v.denominator != 1 for v in (lo_u, hi_u, step_u)):
+            raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole numbers of "
+                              f"{unit or 'units'}")
+        param = IntParam(knob.name, int(lo_u), int(hi_u), step=max(1, int(step_u)), log=spec.log,
+                         default=int(round(current_u)) if current_u is not None else None,
+                         unit=unit)
+    else:
+        param = RealParam(knob.name, float(lo_u), float(hi_u), step=float(step_u), log=spec.log,
+                          default=float(current_u) if current_u is not None else None, unit=unit)
+    return KnobParam(knob, param, unit)
+
+
+def _parse_step(knob: Knob, step: Any) -> KnobValue:
+    if step is None:
+        if knob.vartype == "integer":
+            return knob.unit_size if knob.unit_size.denominator == 1 else 1  # type: ignore[return-value]
+        return 0.0
+    if knob.quantity is None:
+        value = float(step)
+    else:
+        # a step is a quantity, not a setting: parse it without the knob's range check
+        value = parse_bytes(step, what=f"{knob.name} step") if knob.quantity == "memory" \
+            else _parse_time_ms(knob, step)
+    if value <= 0:
+        raise ConfigError(f"knob {knob.name!r}: step must be > 0, got {step!r}")
+    return int(value) if float(value).is_integer() and knob.vartype == "integer" else value
+
+
+def _parse_time_ms(knob: Knob, step: Any) -> float:
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)\s*$", str(step))
+    if not m:
+        raise ConfigError(f"knob {knob.name!r}: step must be a duration like '10ms', got {step!r}")
+    factors = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60000.0, "h": 3.6e6, "d": 8.64e7}
+    return float(m.group(1)) * factors[m.group(2)]

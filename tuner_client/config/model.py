@@ -1,0 +1,193 @@
+"""The frozen, typed tuner config: one dataclass per section of the YAML file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """A knob to tune and its range as written (unit strings are resolved against pg_settings)."""
+
+    name: str
+    min: str | float | None = None
+    max: str | float | None = None
+    step: str | float | None = None
+    values: tuple[Any, ...] | None = None
+    log: bool = False
+    where: str = ""  # "file, line N" for error messages
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    kind: str = "local"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """``dsn`` None = an embedded local cluster loaded with a small TPC-H database."""
+
+    dsn: str | None = None
+    controller: ControllerConfig = ControllerConfig()
+    memory_limit_bytes: int | None = None
+    restart_timeout_s: float = 60.0
+
+    @property
+    def embedded(self) -> bool:
+        return self.dsn is None
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    kind: str = "tpch"  # tpch | pgbench
+    scale: float = 0.01
+    mix: Any = "2Q6,1Q13"
+    schedule: Any = None
+    clients: int = 4  # pgbench only
+    statement_timeout_s: float | None = 300.0
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Warm-up, then ``samples`` samples per point; fixed-work sampling when ``queries`` is set.
+
+    ``aggregate`` defaults to the median: the study's best-of-three ranks a point by its
+    luckiest sample, and on a noisy server the search then chases bursts
+    (benchmarks/README.md).
+    """
+
+    warmup_s: float = 10.0
+    samples: int = 3
+    aggregate: str = "median"
+    queries: int | None = 20
+    seconds: float | None = None
+    #: what a sample's value is (``tuner_client.measure.ESTIMATORS``): ``count``, completions
+    #: per minute in the window; ``concurrency``, streams / mean latency per query (Little's
+    #: law), only queries started under the measured configuration; ``work``, reference-seconds
+    #: of work per second (each completion credited with its template's mean latency under
+    #: the original configuration, measured once at the start and frozen); ``work_per_cpu``,
+    #: the same per CPU-second of the PostgreSQL server (a local server only)
+    estimator: str = "count"
+    #: each search evaluation is a block beside the session's reference configuration
+    #: (reference, candidate × samples, reference; the trailing reference opens the next
+    #: block), and the strategy receives the candidate/reference ratio times the reference's
+    #: running level, so the machine's drift cancels out of comparisons
+    paired: bool = True
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """``ram_bytes`` None = detected; ``connections`` None = the workload's streams plus the
+    parallel workers they can start (:func:`tuner_client.budget_view.worker_processes`)."""
+
+    ram_bytes: int | None = None
+    os_reserved_bytes: int = 512 * 1024**2
+    connections: int | None = None
+    shared_buffers_fraction: float = 0.5
+    online_limit_bytes: int | None = None  # fixed online budget (overrides RAM - S - O - n·P)
+    #: private memory of each process besides work_mem (P of :mod:`tuner_client.budget`)
+    process_memory_bytes: int = DEFAULT_PROCESS_MEMORY
+    #: sort/hash nodes a plan may hold at once, each up to work_mem
+    operations: int = 1
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    knobs: tuple[KnobSpec, ...]
+    strategy: str = "nelder-mead"
+    strategy_options: Mapping[str, Any] = field(default_factory=dict)
+    evaluations: int = 10
+    prior: bool = True
+    prior_min_r2: float = 0.9
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    kind: str = "one-pass"
+    max_passes: int = 3
+    shift_outside: int = 3
+    #: the converged band is widened by this fraction of its centre before counting outliers:
+    #: repeats agree to ~2 % within minutes here, so a bare [worst, best] band of 4-6 noisy
+    #: vertices raised false shift alarms in the shift benchmark
+    shift_margin: float = 0.05
+    monitor: int = 6
+    local_minimum: bool = True
+    local_minimum_threshold: float = 0.1
+
+
+@dataclass(frozen=True)
+class FinalConfig:
+    """Default vs best re-measured interleaved (A/B) ``rounds`` times; optionally keep the best.
+
+    ``recommended``: also measure the BME prior's recommendation (the original settings with
+    ``shared_buffers`` = M*) in the same rounds, when the prior gave a usable one.
+    ``candidates``: re-measure the search's ``candidates`` best distinct configurations in the
+    same rounds and keep the one with the best mean there. The search's single best value is
+    the maximum of many noisy measurements and so biased upward (a lucky sample wins); the
+    re-measurement, interleaved with the default, is not.
+    """
+
+    rounds: int = 3
+    apply_best: bool = False
+    recommended: bool = False
+    candidates: int = 1
+    #: more rounds are taken while the decision is not settled, up to this many
+    max_rounds: int = 6
+    #: rule-of-thumb configurations measured beside the default as baselines (``pgtune``)
+    baselines: tuple[str, ...] = ("pgtune",)
+    #: the interval's confidence level
+    level: float = 0.95
+
+
+@dataclass(frozen=True)
+class ScreeningConfig:
+    """Before the online search, rank the online knobs by effect over noise with a two-level
+    design (``oat``: one at a time at both ends; ``pb``: Plackett–Burman) measured in paired
+    blocks; only knobs whose effect clears ``z`` standard errors are searched."""
+
+    enabled: bool = False
+    design: str = "oat"
+    z: float = 2.0
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Prior sessions to start the searches from: exported files (XML, CSV, text log, or
+    directories of them; paths relative to the working directory) and/or every session of a
+    running Harmony server (read over its HTTP API: the tuner never opens the store)."""
+
+    sources: tuple[str, ...] = ()
+    server: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sources or self.server)
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """One tuning job, as validated from a YAML file (see the module docstring)."""
+
+    name: str
+    database: DatabaseConfig
+    workload: WorkloadConfig
+    measure: MeasureConfig
+    budget: BudgetConfig
+    offline: SessionConfig
+    online: SessionConfig
+    flow: FlowConfig
+    final: FinalConfig
+    seed: int = 0
+    server: str | None = None
+    description: str = ""
+    source: str = "tuner config"
+    warm_start: WarmStartConfig = WarmStartConfig()
+    screening: ScreeningConfig = ScreeningConfig()
+
+    def knob_specs(self) -> tuple[KnobSpec, ...]:
+        return self.offline.knobs + self.online.knobs

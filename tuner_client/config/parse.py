@@ -1,0 +1,234 @@
+"""Reading a tuner config: YAML with line numbers, schema validation, defaults, typed config.
+
+Errors name the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harmony.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
+from harmony.errors import ConfigError
+from tuner_client.config.defaults import (
+    DEFAULT_OFFLINE_KNOBS,
+    DEFAULT_ONLINE_KNOBS,
+    DEFAULT_PROCESS_MEMORY,
+    KNOWN_RANGES,
+)
+from tuner_client.config.model import (
+    BudgetConfig,
+    ControllerConfig,
+    DatabaseConfig,
+    FinalConfig,
+    FlowConfig,
+    KnobSpec,
+    MeasureConfig,
+    ScreeningConfig,
+    SessionConfig,
+    TunerConfig,
+    WarmStartConfig,
+    WorkloadConfig,
+)
+from tuner_client.config.schema import TUNER_SCHEMA
+from tuner_client.config.units import parse_bytes
+
+
+def load_tuner_config(path: str | Path) -> TunerConfig:
+    """Read, validate and freeze a tuner config YAML file (errors name file, line and key)."""
+    data, lines = load_yaml_with_lines(path)
+    return tuner_config_from_dict(data, source=str(path), lines=lines)
+
+
+def parse_tuner_config(text: str, *, source: str = "tuner config") -> TunerConfig:
+    data, lines = parse_yaml_with_lines(text, source=source)
+    return tuner_config_from_dict(data, source=source, lines=lines)
+
+
+def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
+                           lines: Mapping[tuple[Any, ...], int] | None = None) -> TunerConfig:
+    """Validate ``data`` against :data:`TUNER_SCHEMA` and build the frozen config."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: a tuner config must be a mapping at the top level")
+    validate(data, TUNER_SCHEMA, source=source, lines=lines)
+    lines = lines or {}
+
+    def where(*path: Any) -> str:
+        p = tuple(path)
+        while p and p not in lines:
+            p = p[:-1]
+        return f"{source}, line {lines[p]}" if p in lines else source
+
+    db = data.get("database") or {}
+    ctl = db.get("controller") or {"kind": "local" if db.get("dsn") is None else "none"}
+    if db.get("dsn") is None and ctl.get("kind", "local") != "local":
+        raise ConfigError(f"{where('database', 'controller')}: without database.dsn the tuner "
+                          f"runs its own local cluster, so controller.kind must be 'local', got "
+                          f"{ctl.get('kind')!r}")
+    if db.get("dsn") is not None and "controller" not in db:
+        raise ConfigError(f"{where('database')}: database.dsn is given but no "
+                          f"database.controller; restarting for offline knobs needs one "
+                          f"(kind: pg_ctl, docker or command)")
+    if db.get("dsn") is not None and ctl["kind"] == "local":
+        raise ConfigError(f"{where('database', 'controller')}: controller kind 'local' is the "
+                          f"embedded cluster; with a DSN use pg_ctl, docker or command")
+    memory_limit = db.get("memory_limit")
+    database = DatabaseConfig(
+        dsn=db.get("dsn"),
+        controller=ControllerConfig(ctl["kind"], dict(ctl.get("options") or {})),
+        memory_limit_bytes=(parse_bytes(memory_limit, what=f"{where('database', 'memory_limit')}"
+                                        f": database.memory_limit")
+                            if memory_limit is not None else None),
+        restart_timeout_s=float(db.get("restart_timeout_s", 60.0)),
+    )
+    if database.memory_limit_bytes is not None and not database.embedded:
+        raise ConfigError(f"{where('database', 'memory_limit')}: memory_limit applies to the "
+                          f"embedded local cluster only (limit an existing server yourself and "
+                          f"give budget.ram)")
+
+    wl = data.get("workload") or {}
+    if "tpch" in wl and "pgbench" in wl:
+        raise ConfigError(f"{where('workload')}: give one workload, tpch or pgbench, not both")
+    timeout = wl.get("statement_timeout_s", 300.0)
+    if "pgbench" in wl:
+        pg = wl["pgbench"]
+        workload = WorkloadConfig(kind="pgbench", scale=float(pg.get("scale", 1)), mix=None,
+                                  clients=int(pg.get("clients", 4)), statement_timeout_s=timeout)
+    else:
+        tp = wl.get("tpch") or {}
+        if "mix" in tp and "schedule" in tp:
+            raise ConfigError(f"{where('workload', 'tpch')}: give a mix or a schedule, not both")
+        workload = WorkloadConfig(kind="tpch", scale=float(tp.get("scale", 0.01)),
+                                  mix=tp.get("mix", "2Q6,1Q13") if "schedule" not in tp else None,
+                                  schedule=tp.get("schedule"), statement_timeout_s=timeout)
+
+    ms = data.get("measure") or {}
+    if ms.get("queries") is not None and ms.get("seconds") is not None:
+        raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
+                          f"(time window), not both")
+    queries = ms.get("queries", 20 if ms.get("seconds") is None else None)
+    measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", 10.0)),
+                            samples=int(ms.get("samples", 3)),
+                            aggregate=ms.get("aggregate", "median"), queries=queries,
+                            seconds=None if queries is not None else float(ms["seconds"]),
+                            estimator=ms.get("estimator", "count"),
+                            paired=bool(ms.get("paired", MeasureConfig.paired)))
+
+    bd = data.get("budget") or {}
+    ram = bd.get("ram", "auto")
+    online_limit = bd.get("online")
+    connections = bd.get("connections", "auto")
+    budget = BudgetConfig(
+        ram_bytes=None if ram == "auto" else parse_bytes(ram, what=f"{where('budget', 'ram')}: "
+                                                                   f"budget.ram"),
+        os_reserved_bytes=parse_bytes(bd.get("os_reserved", "512MB"),
+                                      what=f"{where('budget', 'os_reserved')}: budget.os_reserved"),
+        connections=None if connections == "auto" else int(connections),
+        shared_buffers_fraction=float(bd.get("shared_buffers_fraction", 0.5)),
+        online_limit_bytes=(parse_bytes(online_limit, what=f"{where('budget', 'online')}: "
+                                                           f"budget.online")
+                            if online_limit is not None else None),
+        process_memory_bytes=(parse_bytes(bd["process_memory"],
+                                          what=f"{where('budget', 'process_memory')}: "
+                                               f"budget.process_memory")
+                              if "process_memory" in bd else DEFAULT_PROCESS_MEMORY),
+        operations=int(bd.get("operations", 1)),
+    )
+
+    off = data.get("offline") or {}
+    on = data.get("online") or {}
+    offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS), ("offline", "knobs"),
+                                where)
+    online_knobs = _knob_specs(on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
+    dup = {k.name for k in offline_knobs} & {k.name for k in online_knobs}
+    if dup:
+        raise ConfigError(f"{where('online', 'knobs')}: knob(s) {sorted(dup)} are listed both "
+                          f"offline and online; list each knob once")
+    off_strategy = off.get("strategy") or {}
+    on_strategy = on.get("strategy") or {}
+    prior = off.get("prior") or {}
+    offline = SessionConfig(
+        knobs=offline_knobs, strategy=off_strategy.get("name", "nelder-mead"),
+        strategy_options=dict(off_strategy.get("options", {"simplex_size": 2})),
+        evaluations=int(off.get("evaluations", 6)), prior=bool(prior.get("enabled", True)),
+        prior_min_r2=float(prior.get("min_r2", 0.9)))
+    online = SessionConfig(
+        knobs=online_knobs, strategy=on_strategy.get("name", "nelder-mead"),
+        strategy_options=dict(on_strategy.get("options", {"simplex_size": 6})),
+        evaluations=int(on.get("evaluations", 30)), prior=False)
+
+    fl = data.get("flow") or {}
+    shift = fl.get("shift") or {}
+    lm = fl.get("local_minimum") or {}
+    kind = fl.get("kind", "one-pass")
+    flow = FlowConfig(kind=kind, max_passes=int(fl.get("max_passes", 1 if kind == "one-pass"
+                                                       else 3)),
+                      shift_outside=int(shift.get("outside", 3)),
+                      shift_margin=float(shift.get("margin", FlowConfig.shift_margin)),
+                      monitor=int(shift.get("monitor", 6)),
+                      local_minimum=bool(lm.get("enabled", True)),
+                      local_minimum_threshold=float(lm.get("threshold", 0.1)))
+    if kind == "one-pass" and flow.max_passes != 1:
+        raise ConfigError(f"{where('flow', 'max_passes')}: a one-pass flow makes exactly one "
+                          f"pass; use kind: multi-pass for max_passes {flow.max_passes}")
+    fin = data.get("final") or {}
+    rounds = int(fin.get("rounds", FinalConfig.rounds))
+    final = FinalConfig(rounds=rounds,
+                        apply_best=bool(fin.get("apply_best", False)),
+                        recommended=bool(fin.get("recommended", False)),
+                        candidates=int(fin.get("candidates", 1)),
+                        max_rounds=int(fin.get("max_rounds", max(rounds, FinalConfig.max_rounds))),
+                        baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
+                        level=float(fin.get("level", FinalConfig.level)))
+    if final.max_rounds < final.rounds:
+        raise ConfigError(f"{where('final', 'max_rounds')}: final.max_rounds must be at least "
+                          f"final.rounds ({final.rounds}), but got {final.max_rounds}")
+    sc = data.get("screening") or {}
+    screening = ScreeningConfig(enabled=bool(sc.get("enabled", ScreeningConfig.enabled)),
+                                design=str(sc.get("design", ScreeningConfig.design)),
+                                z=float(sc.get("z", ScreeningConfig.z)))
+    ws = data.get("warm_start") or {}
+    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
+    return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
+                       budget=budget, offline=offline, online=online, flow=flow, final=final,
+                       seed=int(data.get("seed", 0)), server=data.get("server"),
+                       description=data.get("description", ""), source=source,
+                       warm_start=warm_start, screening=screening)
+
+
+def _knob_specs(raw: Any, path: tuple[str, ...], where: Any) -> tuple[KnobSpec, ...]:
+    items = {name: None for name in raw} if isinstance(raw, list) else dict(raw)
+    out = []
+    for name, spec in items.items():
+        here = where(*path, name)
+        if spec is None:
+            if name not in KNOWN_RANGES:
+                raise ConfigError(f"{here}: knob {name!r} has no built-in range; give one, e.g. "
+                                  f"{name}: {{min: ..., max: ..., step: ...}} or "
+                                  f"{{values: [...]}}")
+            spec = KNOWN_RANGES[name]
+        values = spec.get("values")
+        if values is not None and any(k in spec for k in ("min", "max", "step")):
+            raise ConfigError(f"{here}: knob {name!r}: give either values or min/max/step, "
+                              f"not both")
+        if values is None and ("min" not in spec or "max" not in spec):
+            raise ConfigError(f"{here}: knob {name!r} needs min and max (with units, e.g. "
+                              f"min: 1MB, max: 200MB) or a list of values")
+        for key in ("min", "max", "step"):
+            v = spec.get(key)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{here}: knob {name!r}: {key} must be finite, got {v}")
+        out.append(KnobSpec(
+            name=name, min=spec.get("min"), max=spec.get("max"), step=spec.get("step"),
+            values=tuple(_yaml_bool(v) for v in values) if values is not None else None,
+            log=bool(spec.get("log", False)), where=here))
+    return tuple(out)
+
+
+def _yaml_bool(v: Any) -> Any:
+    # YAML 1.1 reads on/off/yes/no as booleans; PostgreSQL wants 'on'/'off'
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return v

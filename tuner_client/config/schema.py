@@ -1,0 +1,157 @@
+"""The JSON Schema of a tuner config file; unknown keys are rejected everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_SIZE = {"type": ["string", "integer"]}
+_SIZE_OR_AUTO = {"anyOf": [{"const": "auto"}, {"type": "string"}, {"type": "integer",
+                                                                   "minimum": 1}]}
+_NUM_OR_STR = {"type": ["number", "string"]}
+_STRATEGY = {
+    "type": "object", "additionalProperties": False,
+    "properties": {"name": {"type": "string", "minLength": 1}, "options": {"type": "object"}},
+}
+_KNOB = {
+    "oneOf": [
+        {"type": "null"},
+        {"type": "object", "additionalProperties": False,
+         "properties": {"min": _NUM_OR_STR, "max": _NUM_OR_STR, "step": _NUM_OR_STR,
+                        "log": {"type": "boolean"},
+                        "values": {"type": "array", "minItems": 1,
+                                   "items": {"type": ["string", "number", "boolean"]}}}},
+    ]
+}
+_KNOBS = {
+    "oneOf": [
+        {"type": "object", "minProperties": 1, "additionalProperties": _KNOB,
+         "propertyNames": {"pattern": r"^[a-z_][a-z0-9_.]*$"}},
+        {"type": "array", "minItems": 1, "uniqueItems": True,
+         "items": {"type": "string", "pattern": r"^[a-z_][a-z0-9_.]*$"}},
+    ]
+}
+_MIX = {"oneOf": [{"type": "string", "minLength": 1},
+                  {"type": "array", "minItems": 1, "items": {"type": ["string", "object"]}}]}
+
+#: The schema of a tuner config file (unknown keys rejected everywhere).
+TUNER_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Harmony PostgreSQL tuner config",
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$", "maxLength": 120},
+        "description": {"type": "string"},
+        "seed": {"type": "integer", "minimum": 0},
+        "server": {"type": ["string", "null"]},
+        "database": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "dsn": {"type": ["string", "null"]},
+                "controller": {
+                    "type": "object", "additionalProperties": False, "required": ["kind"],
+                    "properties": {"kind": {"enum": ["local", "pg_ctl", "docker", "command"]},
+                                   "options": {"type": "object"}},
+                },
+                "memory_limit": {"type": ["string", "integer", "null"]},
+                "restart_timeout_s": {"type": "number", "exclusiveMinimum": 0},
+            },
+        },
+        "workload": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "tpch": {
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"scale": {"type": "number", "exclusiveMinimum": 0},
+                                   "mix": _MIX, "schedule": _MIX},
+                },
+                "pgbench": {
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"scale": {"type": "integer", "minimum": 1},
+                                   "clients": {"type": "integer", "minimum": 1}},
+                },
+                "statement_timeout_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            },
+        },
+        "measure": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "warmup_s": {"type": "number", "minimum": 0},
+                "samples": {"type": "integer", "minimum": 1, "maximum": 100},
+                "aggregate": {"enum": ["best", "median", "mean"]},
+                "queries": {"type": ["integer", "null"], "minimum": 1},
+                "seconds": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                "estimator": {"enum": ["count", "concurrency", "work", "work_per_cpu"]},
+                "paired": {"type": "boolean"},
+            },
+        },
+        "budget": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "ram": _SIZE_OR_AUTO,
+                "os_reserved": _SIZE,
+                "connections": {"oneOf": [{"const": "auto"}, {"type": "integer", "minimum": 1}]},
+                "shared_buffers_fraction": {"type": "number", "exclusiveMinimum": 0,
+                                            "maximum": 1},
+                "online": {"type": ["string", "integer", "null"]},
+                "process_memory": _SIZE,
+                "operations": {"type": "integer", "minimum": 1},
+            },
+        },
+        "offline": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"knobs": _KNOBS, "strategy": _STRATEGY,
+                           "evaluations": {"type": "integer", "minimum": 1},
+                           "prior": {"type": "object", "additionalProperties": False,
+                                     "properties": {"enabled": {"type": "boolean"},
+                                                    "min_r2": {"type": "number"}}}},
+        },
+        "online": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"knobs": _KNOBS, "strategy": _STRATEGY,
+                           "evaluations": {"type": "integer", "minimum": 1}},
+        },
+        "flow": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "kind": {"enum": ["one-pass", "multi-pass"]},
+                "max_passes": {"type": "integer", "minimum": 1, "maximum": 100},
+                "shift": {"type": "object", "additionalProperties": False,
+                          "properties": {"outside": {"type": "integer", "minimum": 1},
+                                         "margin": {"type": "number", "minimum": 0,
+                                                    "exclusiveMaximum": 1},
+                                         "monitor": {"type": "integer", "minimum": 0}}},
+                "local_minimum": {"type": "object", "additionalProperties": False,
+                                  "properties": {"threshold": {"type": "number", "minimum": 0},
+                                                 "enabled": {"type": "boolean"}}},
+            },
+        },
+        "final": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"rounds": {"type": "integer", "minimum": 0, "maximum": 20},
+                           "apply_best": {"type": "boolean"},
+                           "recommended": {"type": "boolean"},
+                           "candidates": {"type": "integer", "minimum": 1, "maximum": 10},
+                           "max_rounds": {"type": "integer", "minimum": 2, "maximum": 50},
+                           "baselines": {"type": "array", "uniqueItems": True,
+                                         "items": {"enum": ["pgtune"]}},
+                           "level": {"type": "number", "exclusiveMinimum": 0.5,
+                                     "exclusiveMaximum": 1}},
+        },
+        "screening": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"enabled": {"type": "boolean"},
+                           "design": {"enum": ["oat", "pb"]},
+                           "z": {"type": "number", "exclusiveMinimum": 0}},
+        },
+        "warm_start": {
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "properties": {
+                "from": {"type": "array", "minItems": 1,
+                         "items": {"type": "string", "minLength": 1}},
+                "server": {"type": "string", "minLength": 1, "pattern": "^https?://"},
+            },
+        },
+    },
+}
