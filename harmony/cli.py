@@ -26,8 +26,8 @@ SUBCOMMAND_MODULES = (
     "tuner_client.bme.cli",    # harmony bme ...
     "workloads.cli",           # harmony tpch ..., harmony pgbench
     "harmony.define_cli",      # harmony validate
-    "harmony.report_cli",      # harmony report
-    "harmony.priordata_cli",   # harmony export, harmony import
+    "harmony_server.report_cli",     # harmony report (reads a store, a server or a file)
+    "harmony_server.priordata_cli",  # harmony export, harmony import
 )
 
 #: exit codes: 0 ok, 1 unexpected failure, 2 bad input, 3 other Harmony error, 130 interrupted

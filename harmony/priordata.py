@@ -4,8 +4,10 @@ A :class:`PriorSession` is what is worth keeping from a run: the definition (par
 ranges, strategy, objective), the hosts its clients ran on, when it started, and every
 trial (point, performance or failure, times, client). It is written as a text log, as one
 XML document, or as CSV, and each reader rebuilds an equal object (floats are written with
-``repr``, so nothing is lost). Where they come from (a store, a server) lives in
-:mod:`harmony.priordata_sources`; how a new session starts from them in :mod:`harmony.warmstart`.
+``repr``, so nothing is lost); :func:`to_dict` / :func:`from_dict` are the JSON form the
+server's ``GET /priors/{name}`` answers. Reading them from a running server or a core lives in
+:mod:`harmony.priordata_sources` (the store side in :mod:`harmony_server.priordata_store`); how
+a new session starts from them in :mod:`harmony.warmstart`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError
 from strategies.space import EnumParam, IntParam, RealParam
 
-__all__ = ["FORMATS", "HostInfo", "PriorSession", "PriorTrial", "dump", "dumps", "load",
-           "loads", "to_csv", "to_text", "to_xml", "from_csv", "from_text", "from_xml"]
+__all__ = ["FORMATS", "HostInfo", "PriorSession", "PriorTrial", "dump", "dumps", "from_dict",
+           "load", "loads", "to_csv", "to_dict", "to_text", "to_xml", "from_csv", "from_text",
+           "from_xml"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +108,45 @@ class PriorSession:
         pick = max if self.maximize else min
         top = pick(done, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
         return dict(top.point), float(top.value)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------
+# JSON (the server's answer to GET /priors/{name})
+
+
+def to_dict(prior: PriorSession) -> dict[str, Any]:
+    """The session as a JSON-ready dict: name, status, created, definition, hosts, trials."""
+    return {"format": FORMAT_VERSION, "name": prior.name, "status": prior.status,
+            "created": prior.created, "definition": prior.definition,
+            "hosts": [asdict(h) for h in prior.hosts],
+            "trials": [asdict(t) for t in prior.trials]}
+
+
+def from_dict(data: Any, *, source: str = "prior data") -> PriorSession:
+    """Read a dict written by :func:`to_dict` (fields checked; errors name ``source``)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: prior data must be a JSON object, got "
+                          f"{type(data).__name__}")
+    _check_version(str(data.get("format", "")), source)
+    missing = [k for k in ("name", "definition") if k not in data]
+    if missing or not isinstance(data.get("definition"), Mapping):
+        raise ConfigError(f"{source}: prior data needs 'name' and a 'definition' object; "
+                          f"missing {missing}")
+    trials = data.get("trials") or []
+    hosts = data.get("hosts") or []
+    if not isinstance(trials, list) or not isinstance(hosts, list):
+        raise ConfigError(f"{source}: 'trials' and 'hosts' must be lists")
+    created = data.get("created")
+    if created is not None and (isinstance(created, bool)
+                                or not isinstance(created, int | float)):
+        raise ConfigError(f"{source}: 'created' must be seconds since the epoch, got {created!r}")
+    return PriorSession(
+        name=str(data["name"]), definition=dict(data["definition"]),
+        created=float(created) if created is not None else None,
+        trials=[_trial(row if isinstance(row, Mapping) else {}, f"{source}, trial {i}")
+                for i, row in enumerate(trials)],
+        hosts=[_host(h, f"{source}, host {i}") for i, h in enumerate(hosts)],
+        status=str(data.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------

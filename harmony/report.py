@@ -29,7 +29,8 @@ from harmony.errors import ConfigError
 from harmony.priordata import PriorSession, PriorTrial
 
 __all__ = ["Comparison", "Evaluation", "ReportFigures", "bme_from_metadata",
-           "comparison_from_metadata", "evaluations", "render_html", "write_report"]
+           "comparison_from_metadata", "evaluations", "render_html", "shown_status",
+           "write_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,27 @@ class Evaluation:
     samples: tuple[float, ...]
     value: float | None
     failure: str | None
+
+
+#: statuses of a session that has ended: its search converged, it was closed, or the run
+#: that drove it ended (``finished``, written by the tuner's export at the end of a run)
+ENDED_STATUSES = ("converged", "closed", "finished")
+
+
+def shown_status(prior: PriorSession) -> str:
+    """The status the report shows: ``finished (why)`` for a session that has ended, else
+    the recorded one (``running``, ``paused``, ``imported``, ...).
+
+    A session still marked running or live has ended too when every client that joined it
+    has left and no trial is out on lease: nobody is measuring for it any more.
+    """
+    if prior.status in ENDED_STATUSES:
+        return "finished" if prior.status == "finished" else f"finished ({prior.status})"
+    if prior.status in ("running", "live") and prior.hosts \
+            and all(h.left is not None for h in prior.hosts) \
+            and not any(t.status == "leased" for t in prior.trials):
+        return "finished (every client left)"
+    return prior.status
 
 
 def evaluations(prior: PriorSession) -> list[Evaluation]:
@@ -329,7 +351,7 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
     strategy_name = strategy.get("name") if isinstance(strategy, Mapping) else strategy
     rows = [
         ("session", e(prior.name)),
-        ("status", e(prior.status)),
+        ("status", e(shown_status(prior))),
         ("objective", e(f"{objective.get('name', 'value')} ({objective.get('goal', 'minimize')})")),
         ("strategy", e(str(strategy_name))),
         ("plugins", e(", ".join(p.get("name", "?") for p in prior.definition.get("plugins", []))

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from server_support import Raw, running_server
 
-from harmony import priordata_cli
 from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError
 from harmony.priordata import (
@@ -28,14 +27,7 @@ from harmony.priordata import (
     load,
     loads,
 )
-from harmony.priordata_sources import (
-    import_into_store,
-    list_store_sessions,
-    prior_from_core,
-    prior_from_server,
-    prior_from_store,
-    priors_from_store,
-)
+from harmony.priordata_sources import prior_from_core, prior_from_server
 from harmony.session import SessionCore
 from harmony.warmstart import (
     apply_warm_start,
@@ -43,6 +35,13 @@ from harmony.warmstart import (
     select_compatible,
     warm_start_options,
     warm_start_simplex,
+)
+from harmony_server import priordata_cli
+from harmony_server.priordata_store import (
+    import_into_store,
+    list_store_sessions,
+    prior_from_store,
+    priors_from_store,
 )
 from harmony_server.store import Store, default_store_url
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from test_priordata import make_definition, run_session, space_dicts
 
-from harmony import report_cli
 from harmony.errors import ConfigError
 from harmony.priordata import PriorSession, PriorTrial, dump
-from harmony.priordata_sources import import_into_store, prior_from_core
+from harmony.priordata_sources import prior_from_core
 from harmony.report import comparison_from_metadata, write_report
+from harmony_server import report_cli
+from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -25,7 +25,20 @@ logger = logging.getLogger(__name__)
 PRIOR_SUFFIXES = (*FORMATS.values(), ".txt")
 
 
+#: URL schemes of a server's store (``harmony server --store``), which the tuner never opens
+STORE_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql")
+
+
 def _files(source: str, where: str) -> list[Path]:
+    scheme = source.split("://", 1)[0].split("+", 1)[0].lower() if "://" in source else ""
+    if scheme in STORE_SCHEMES or scheme in ("http", "https"):
+        what = "a server's URL" if scheme in ("http", "https") else "a server's store URL"
+        raise ConfigError(
+            f"{where}: {source!r} is {what}, but warm_start.from takes exported files; the "
+            f"tuner reads prior data from files or over a server's HTTP API, never from its "
+            f"store. Name the running server in warm_start.server (http://HOST:PORT: every "
+            f"session of its store, imported ones too), or export the sessions first with "
+            f"`harmony export SESSION --store URL --out DIR/SESSION.xml` and list DIR here")
     path = Path(source).expanduser()
     if path.is_dir():
         found = sorted(p for p in path.iterdir()

@@ -2,6 +2,8 @@
 
 ``harmony report SESSION [--store URL | --server URL | --from-xml FILE] [--out DIR]
 [--comparison FILE.json] [--bme FILE.json]``; the source defaults as for ``harmony export``.
+A server-side tool like ``harmony export`` (it may open the store); the page itself is drawn by
+:mod:`harmony.report`, which knows nothing of where the session came from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from harmony.errors import ConfigError
 from harmony.priordata import load
-from harmony.priordata_cli import add_source_options, read_prior
+from harmony_server.priordata_cli import add_source_options, read_prior
 
 logger = logging.getLogger(__name__)
 

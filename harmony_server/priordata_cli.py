@@ -1,5 +1,8 @@
 """CLI subcommands ``harmony export`` and ``harmony import`` (prior data files).
 
+Server-side tools: they open the server's store (``--store`` / ``--state-dir``), which only
+``harmony_server`` may do; ``--server URL`` reads a running server over HTTP instead.
+
 ``harmony export SESSION [--store URL | --server URL] [--format xml|csv|text|all] [--out PATH]``
 writes a session's trials and metadata; ``harmony import FILE... [--store URL] [--rename NAME]``
 stores prior data files as ``imported`` sessions (for reports and warm starts). Options also
@@ -19,6 +22,8 @@ from typing import Any
 
 from harmony.errors import ConfigError
 from harmony.priordata import FORMATS, PriorSession, dump, dumps, format_for_path, load
+from harmony_server.priordata_store import import_into_store, prior_from_store
+from harmony_server.store import Store, default_store_url
 
 logger = logging.getLogger(__name__)
 
@@ -68,16 +73,12 @@ def add_parser(subparsers: Any) -> None:
 
 def store_url(args: argparse.Namespace) -> str:
     """The store named by ``--store``, ``HARMONY_STORE``, or the default in the state dir."""
-    from harmony_server.store import default_store_url
-
     return args.store or os.environ.get("HARMONY_STORE") or default_store_url(args.state_dir)
 
 
 @contextmanager
-def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Iterator[Any]:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Iterator[Store]:
     """The server's store, opened for the length of one command."""
-    from harmony_server.store import Store
-
     url = store_url(args)
     if must_exist and url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
@@ -102,8 +103,6 @@ def read_prior(args: argparse.Namespace, name: str) -> PriorSession:
 
         token = read_token_file(args.token_file) if getattr(args, "token_file", None) else None
         return prior_from_server(server, name, token=token)
-    from harmony.priordata_sources import prior_from_store
-
     with open_store(args) as store:
         return prior_from_store(store, name)
 
@@ -134,8 +133,6 @@ def export_command(args: argparse.Namespace) -> int:
 
 def import_command(args: argparse.Namespace) -> int:
     """``harmony import``: store each file as an ``imported`` session."""
-    from harmony.priordata_sources import import_into_store
-
     if args.rename and len(args.files) > 1:
         raise ConfigError("--rename takes a single file; got "
                           f"{len(args.files)} files")
