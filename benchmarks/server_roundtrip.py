@@ -206,7 +206,7 @@ def core_and_store(state: Path, pairs: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             got = hosted.try_fetch("c").assignment
             assert got is not None
-            hosted.report(got.trial_id, 1.0)
+            hosted.report(got.trial_id, 1.0, client="c")
             times.append(time.perf_counter() - t0)
         writes = store.stats.write_latency
         out = {"pairs": pairs, "pairs_per_second": pairs / sum(times),

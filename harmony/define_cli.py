@@ -6,6 +6,7 @@ import argparse
 import json
 
 from harmony.definition import load_definition
+from harmony.errors import ConfigError, ConstraintError
 from harmony.session import SessionCore
 
 
@@ -23,7 +24,10 @@ def run_validate(args: argparse.Namespace) -> int:
     results = []
     for path in args.files:
         definition = load_definition(path)
-        core = SessionCore(definition)
+        try:
+            core = SessionCore(definition)
+        except ConstraintError as exc:  # bad input like any other: exit 2, naming the file
+            raise ConfigError(f"{path}: {exc}") from None
         results.append({"file": path, "name": definition.name, "strategy": definition.strategy,
                         "plugins": [p.name for p in definition.plugins],
                         "space": core.space.to_dict()})

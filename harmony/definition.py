@@ -7,6 +7,7 @@ parameters, strategy and options, plugins in order, constraints, objective, seed
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,16 @@ import yaml
 from harmony.errors import ConfigError
 from strategies.space import Space, space_from_dicts
 
-_NUMBER = {"type": "number"}
+#: the largest magnitude of a parameter's min, max and step: every integer up to it is exact in
+#: a double and in JSON, so an int parameter never hands out a float
+MAX_BOUND = 1e15
+#: the shortest and longest lease a session may give a trial (seconds)
+MIN_LEASE_SECONDS = 0.1
+MAX_LEASE_SECONDS = 86400.0
+DEFAULT_LEASE_SECONDS = 300.0
+DEFAULT_STRATEGY = "nelder-mead"
+
+_NUMBER = {"type": "number", "minimum": -MAX_BOUND, "maximum": MAX_BOUND}
 _PARAM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["name"],
@@ -60,9 +70,10 @@ SESSION_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 200,
                  "pattern": r"^[A-Za-z0-9_.:-]+$"},
-        "description": {"type": "string"},
+        "description": {"type": "string", "default": ""},
         "parameters": {"type": "array", "minItems": 1, "items": _PARAM_SCHEMA},
         "strategy": {
+            "default": DEFAULT_STRATEGY,
             "oneOf": [
                 {"type": "string", "minLength": 1},
                 {"type": "object", "required": ["name"], "additionalProperties": False,
@@ -70,17 +81,19 @@ SESSION_SCHEMA: dict[str, Any] = {
                                 "options": {"type": "object"}}},
             ]
         },
-        "plugins": {"type": "array", "items": _PLUGIN_SCHEMA},
-        "constraints": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "plugins": {"type": "array", "items": _PLUGIN_SCHEMA, "default": []},
+        "constraints": {"type": "array", "items": {"type": "string", "minLength": 1},
+                        "default": []},
         "constants": {"type": "object", "additionalProperties": {"type": "number"}},
         "objective": {
             "type": "object", "additionalProperties": False,
-            "properties": {"name": {"type": "string"},
-                           "goal": {"enum": ["minimize", "maximize"]}},
+            "properties": {"name": {"type": "string", "default": "value"},
+                           "goal": {"enum": ["minimize", "maximize"], "default": "minimize"}},
         },
-        "seed": {"type": "integer", "minimum": 0},
-        "lease_seconds": {"type": "number", "exclusiveMinimum": 0},
-        "metadata": {"type": "object"},
+        "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1, "default": 0},
+        "lease_seconds": {"type": "number", "minimum": MIN_LEASE_SECONDS,
+                          "maximum": MAX_LEASE_SECONDS, "default": DEFAULT_LEASE_SECONDS},
+        "metadata": {"type": "object", "default": {}},
     },
 }
 
@@ -99,13 +112,13 @@ class SessionDefinition:
 
     name: str
     space: Space
-    strategy: str = "nelder-mead"
+    strategy: str = DEFAULT_STRATEGY
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
     plugins: tuple[PluginSpec, ...] = ()
     maximize: bool = False
     objective: str = "value"
     seed: int = 0
-    lease_seconds: float = 300.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     metadata: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
@@ -138,12 +151,13 @@ class SessionDefinition:
 
         ``source`` names the file in error messages; ``lines`` maps key paths to line numbers.
         """
+        _check_finite(data, source=source, lines=lines)
         validate(data, SESSION_SCHEMA, source=source, lines=lines)
         try:
             space = space_from_dicts(data["parameters"])
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-        strategy = data.get("strategy", "nelder-mead")
+        strategy = data.get("strategy", DEFAULT_STRATEGY)
         if isinstance(strategy, str):
             strategy_name, strategy_options = strategy, {}
         else:
@@ -174,7 +188,7 @@ class SessionDefinition:
             maximize=objective.get("goal", "minimize") == "maximize",
             objective=objective.get("name", "value"),
             seed=int(data.get("seed", 0)),
-            lease_seconds=float(data.get("lease_seconds", 300.0)),
+            lease_seconds=float(data.get("lease_seconds", DEFAULT_LEASE_SECONDS)),
             metadata=dict(data.get("metadata", {})),
             description=data.get("description", ""),
         )
@@ -185,8 +199,10 @@ def validate(data: Any, schema: Mapping[str, Any], *, source: str,
              lines: Mapping[tuple[Any, ...], int] | None = None) -> None:
     """Raise :class:`ConfigError` naming the file, line and key of the first schema violation."""
     validator = jsonschema.Draft202012Validator(schema)
+    # at one key path an unknown key comes first: 'paramters' is a typo, not a missing key
     errors = sorted(validator.iter_errors(data),
-                    key=lambda e: (len(e.path), list(map(str, e.path))))
+                    key=lambda e: (len(e.path), list(map(str, e.path)),
+                                   e.validator != "additionalProperties"))
     if not errors:
         return
     err = _most_specific(errors[0])
@@ -203,6 +219,24 @@ def validate(data: Any, schema: Mapping[str, Any], *, source: str,
         allowed = sorted(err.schema.get("properties", {}))
         raise ConfigError(f"{where}: unknown key {extra[0]!r} in {key}; allowed keys: {allowed}")
     raise ConfigError(f"{where}: {key}: {err.message}")
+
+
+def _check_finite(data: Any, *, source: str,
+                  lines: Mapping[tuple[Any, ...], int] | None) -> None:
+    """:class:`ConfigError` naming the key of a NaN or infinity anywhere in ``data`` (YAML
+    has ``.nan`` and ``.inf``; JSON answers cannot carry them)."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((path + (k,), v) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((path + (i,), v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            line = _line_for(path, lines)
+            where = source + (f", line {line}" if line is not None else "")
+            key = ".".join(map(str, path)) or "(top level)"
+            raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
 
 
 def _most_specific(err: jsonschema.ValidationError) -> jsonschema.ValidationError:

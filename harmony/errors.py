@@ -38,3 +38,20 @@ class WorkloadError(HarmonyError):
 
 class DatabaseError(HarmonyError):
     """The PostgreSQL server is unreachable or refused an operation."""
+
+
+class ConflictError(HarmonyError):
+    """The request is well formed but clashes with the session's state (HTTP 409)."""
+
+
+class LeaseLostError(ConflictError):
+    """The caller does not hold the trial's lease: it expired, the trial was reported, or the
+    trial was handed to another client (``holder``, when there is one)."""
+
+    def __init__(self, message: str, *, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class ClientNotFoundError(HarmonyError):
+    """A client id that never joined the session (e.g. it asks to leave)."""

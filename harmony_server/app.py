@@ -15,12 +15,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from aiohttp import web
 
-from harmony.errors import ProtocolError
+from harmony import priordata
+from harmony.errors import LeaseLostError, ProtocolError
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
-from harmony_server.protocol import error_kind, validate_request
+from harmony_server.priordata_store import prior_from_store, store_session_summaries
+from harmony_server.protocol import UnsupportedMediaError, error_kind, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +47,53 @@ CLOSING = web.AppKey("closing", asyncio.Event)
 
 
 # -- helpers -------------------------------------------------------------------------
+#: the media types a request body may have (no Content-Type at all is read as JSON)
+JSON_TYPES = frozenset({"application/json"})
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases (an alias bomb would expand without bound)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("anchors and aliases (&name, *name) are not accepted")
+        return super().compose_node(parent, index)
+
+
+def _decode(raw: bytes, content_type: str, operation: str) -> Any:
+    """The body as plain data, from JSON or YAML; 415 for any other media type."""
+    if content_type in YAML_TYPES:
+        try:
+            return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+            raise ProtocolError(f"{operation}: the request body is not valid YAML: "
+                                f"{str(exc)[:300]}") from None
+    if content_type not in JSON_TYPES and content_type != "application/octet-stream":
+        raise UnsupportedMediaError(
+            f"{operation}: request bodies of type {content_type!r} are not accepted; send "
+            f"'Content-Type: application/json' (or application/yaml for a YAML body)")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ProtocolError(f"{operation}: the request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
+
+
 async def _body(request: web.Request, operation: str) -> dict[str, Any]:
     raw = await request.read()  # raises 413 past client_max_size
-    if not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
+    # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
+    data: Any = _decode(raw, request.content_type, operation) if raw.strip() else {}
     return validate_request(operation, data)
+
+
+def _disconnected(request: web.Request) -> Callable[[], bool]:
+    """Whether the client that sent ``request`` has closed its connection."""
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+    return gone
 
 
 def _session(request: web.Request) -> HostedSession:
@@ -120,7 +160,8 @@ async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str
     """A trial for ``client``, or "wait" with the best so far (the fetch answer's body)."""
     settings = request.app[SETTINGS]
     result = await hosted.fetch(client, min(wait, settings.max_wait), request=request_id,
-                                closing=request.app[CLOSING])
+                                closing=request.app[CLOSING],
+                                disconnected=_disconnected(request))
     if result.assignment is not None:
         a = result.assignment
         return {"status": "trial", "trial_id": a.trial_id, "point": a.point,
@@ -139,8 +180,7 @@ async def report(request: web.Request) -> web.Response:
     body = await _body(request, "report")
     hosted = _session(request)
     failure = (body.get("reason") or "failed") if body.get("failure") else None
-    accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure,
-                             body.get("client"))
+    accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure, body["client"])
     answer: dict[str, Any] = {"accepted": accepted, "converged": hosted.core.converged}
     if "next" in body:
         if not body.get("client"):
@@ -153,7 +193,7 @@ async def report(request: web.Request) -> web.Response:
 
 async def heartbeat(request: web.Request) -> web.Response:
     body = await _body(request, "heartbeat")
-    expires = _session(request).heartbeat(int(body["trial_id"]), body.get("client"))
+    expires = _session(request).heartbeat(int(body["trial_id"]), body["client"])
     return _json({"trial_id": body["trial_id"], "lease_expires": expires})
 
 
@@ -191,6 +231,19 @@ async def leave(request: web.Request) -> web.Response:
 
 async def trials(request: web.Request) -> web.Response:
     return _json({"trials": _session(request).trial_dicts()})
+
+
+async def list_priors(request: web.Request) -> web.Response:
+    return _json({"sessions": store_session_summaries(request.app[MANAGER].store)})
+
+
+async def get_prior(request: web.Request) -> web.Response:
+    """One stored session as prior data; a hosted session's status is its live one."""
+    manager, name = request.app[MANAGER], request.match_info["name"]
+    hosted = manager.sessions.get(name)
+    prior = prior_from_store(manager.store, name,
+                             status=hosted.status() if hosted is not None else None)
+    return _json(priordata.to_dict(prior))
 
 
 @dataclass(frozen=True)
@@ -252,12 +305,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", _S + "/trials", trials, "listTrials",
              "Every trial of the session with status, value, client and lease information.",
              responses=(200, 404)),
+    Endpoint("GET", "/priors", list_priors, "listPriors",
+             "Every session of the store (live, closed or imported) as {name, status, "
+             "created}: the prior data GET /priors/{name} serves."),
+    Endpoint("GET", "/priors/{name}", get_prior, "getPrior",
+             "One stored session (live, closed or imported) as prior data: definition, "
+             "status, created, hosts and every trial (harmony.priordata.to_dict; harmony "
+             "export, report and warm starts read it).", responses=(200, 404)),
 )
 
 
 # -- middlewares ------------------------------------------------------------------------
-def _error(kind: str, message: str, status: int) -> web.Response:
-    return web.json_response({"error": kind, "message": message}, status=status)
+def _error(kind: str, message: str, status: int, **extra: Any) -> web.Response:
+    return web.json_response({"error": kind, "message": message, **extra}, status=status)
 
 
 @web.middleware
@@ -283,6 +343,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if kind == "internal":
             logger.exception("internal error on %s %s", request.method, request.path)
             return _error(kind, f"internal error: {type(exc).__name__}: {exc}", status)
+        if isinstance(exc, LeaseLostError):  # who holds the trial instead, when anyone does
+            return _error(kind, str(exc), status, holder=exc.holder)
         return _error(kind, str(exc), status)
     finally:
         elapsed = time.perf_counter() - started

@@ -1,82 +1,54 @@
-"""One session served over the network: a :class:`SessionCore` plus leases and durability.
+"""One session served over the network: a :class:`LeasedSession` made durable.
 
-Every command that changes the core (its ``version`` moves) is appended to the store's
-command log and committed before the caller gets an answer; replaying that log on a fresh
-core rebuilds the session after a crash. Leases live here, not in the core: a fetched
-trial belongs to its client until ``lease_seconds`` pass without a report or heartbeat,
-then the trial is released (a logged command) and its point is handed out again.
+Leases, ownership and the queries live in :mod:`harmony.leased` (shared with the client's
+standalone mode); this adds the durable command log and the long poll. Every command that
+changes the core (its ``version`` moves) is appended to the store's command log and
+committed before the caller gets an answer; replaying that log on a fresh core rebuilds
+the session after a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError, HarmonyError, SessionNotFoundError, TrialError
-from harmony.session import Assignment, SessionCore, TrialRecord
-from harmony_server.protocol import LeaseLostError, UnavailableError, finite_or_failure
+from harmony.errors import HarmonyError, ProtocolError, SessionNotFoundError, TrialError
+from harmony.leased import FetchResult, Lease, LeasedSession
+from harmony.session import TrialRecord
+from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
 from harmony_server.store import ClientRow, CommandRecord, Store, StoreError, TrialRow
-from strategies.space import Space
+
+__all__ = ["FetchResult", "HostedSession", "Lease", "ReplayMismatchError"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-@dataclass
-class Lease:
-    """A trial held by a client until ``expires`` (``time.monotonic`` seconds)."""
-
-    trial_id: int
-    client: str | None
-    expires: float
-
-
-@dataclass(frozen=True)
-class FetchResult:
-    """What a fetch answers: an assignment with its lease, or nothing for now."""
-
-    assignment: Assignment | None
-    lease_expires: float | None = None  # wall-clock seconds since the epoch
+#: how often a long poll checks that its client is still connected (seconds)
+_DISCONNECT_CHECK = 0.5
 
 
 class ReplayMismatchError(HarmonyError):
     """Replaying the command log did not reproduce what was logged (non-deterministic code)."""
 
 
-def _check_restart_point(space: Space, point: dict[str, Any]) -> None:
-    space.check_point(point)
-    if not space.contains(point):
-        raise ConfigError(f"restart point {point} is not in the space (off the grid or out of "
-                          f"bounds); the nearest valid point is {space.snap(point)}")
-
-
-class HostedSession:
-    """A session core wrapped with leases, a durable command log and wake-ups for long polls."""
+class HostedSession(LeasedSession):
+    """A leased session with a durable command log and wake-ups for long polls."""
 
     def __init__(self, definition: SessionDefinition, store: Store, *, created: float,
                  stats: ServerStats | None = None) -> None:
-        self.definition = definition
-        self.name = definition.name
-        self.created = created
+        super().__init__(definition, created=created)
         self.store = store
         self.stats = stats if stats is not None else ServerStats()
-        self.core = SessionCore(definition)
         self.seq = 0
-        self.leases: dict[int, Lease] = {}
-        self.closed = False
         self._stale = False  # the core may differ from the log: rebuild before the next command
-        self._leased_at: dict[int, float] = {}
-        self._reported_at: dict[int, float] = {}
-        self._clients: dict[str, ClientRow] = {}
-        #: the last fetch each client was answered: (request id, trial id), for retries
-        self._answered: dict[str, tuple[str, int]] = {}
         self._changed = asyncio.Event()
 
     # -- recovery ---------------------------------------------------------------
@@ -91,7 +63,7 @@ class HostedSession:
                 hosted._leased_at[row.id] = row.leased_at
             if row.reported_at is not None:
                 hosted._reported_at[row.id] = row.reported_at
-        hosted._clients = {row.client_id: row for row in store.clients(definition.name)}
+        hosted._hosts = {row.client_id: asdict(row) for row in store.clients(definition.name)}
         now = time.monotonic()
         for record in hosted.core.trials():
             if record.status == "leased":
@@ -162,7 +134,7 @@ class HostedSession:
             tid: lease for tid, lease in fresh.leases.items() if tid not in leases}
         self.core, self.seq, self.leases = fresh.core, fresh.seq, fresh.leases
         self._leased_at, self._reported_at = fresh._leased_at, fresh._reported_at
-        self._clients, self._answered = fresh._clients, fresh._answered
+        self._hosts, self._answered = fresh._hosts, fresh._answered
         self._stale = False
         try:
             old.close()
@@ -172,7 +144,7 @@ class HostedSession:
     # -- the logged command wrapper ----------------------------------------------
     def _command(self, kind: str, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
-                 client_row: ClientRow | None = None) -> T:
+                 host: dict[str, Any] | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
         if self.closed:
             raise SessionNotFoundError(f"session {self.name!r} has been killed")
@@ -191,7 +163,7 @@ class HostedSession:
                              self.name, kind)
             self._rebuild()
             raise
-        if self.core.version == before and client_row is None:
+        if self.core.version == before and host is None:
             return result
         log: list[CommandRecord] = []
         if self.core.version != before:
@@ -201,7 +173,7 @@ class HostedSession:
             log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
         rows = [self._trial_row(self.core.trial(tid)) for tid in touched(result)]
         try:
-            self.store.write(self.name, log, rows, [client_row] if client_row else [])
+            self.store.write(self.name, log, rows, [ClientRow(**host)] if host else [])
         except StoreError:
             self._rebuild()
             raise UnavailableError(f"session {self.name!r}: the store refused the write; "
@@ -221,64 +193,26 @@ class HostedSession:
         event.set()
 
     # -- commands -----------------------------------------------------------------
-    def join(self, client: str, host: dict[str, Any] | None = None) -> None:
-        """Register a client and its host metadata (hostname, CPUs, RAM, OS)."""
-        host = host or {}
-        previous = self._clients.get(client)
-        row = ClientRow(client_id=client,
-                        joined=previous.joined if previous is not None else time.time(),
-                        hostname=host.get("hostname"), cpu_count=host.get("cpu_count"),
-                        ram_bytes=host.get("ram_bytes"), os=host.get("os"),
-                        python=host.get("python"))
-        self._command("join", {"client": client}, client, lambda: self.core.join(client),
-                      client_row=row)
-        self._clients[client] = row
-
-    def try_fetch(self, client: str, request: str | None = None) -> FetchResult:
-        """One non-blocking fetch: expire leases, then ask the core for a trial.
-
-        ``request`` makes a retried fetch idempotent: when the client repeats the request id
-        of a fetch whose answer it never received, it gets the same (still leased) trial.
-        """
-        self.expire_leases()
-        if request is not None:
-            repeated = self._answered.get(client)
-            if repeated is not None and repeated[0] == request and repeated[1] in self.leases:
-                return self._leased(self.core.trial(repeated[1]))
-        if client not in self.core.clients:
-            self.join(client)
-        payload: dict[str, Any] = {"client": client}
-        if request is not None:
-            payload["request"] = request
-        assignment = self._command(
-            "fetch", payload, client, lambda: self._fetch_and_lease(client, request),
-            touched=lambda a: [a.trial_id] if a is not None else [])
-        if assignment is None:
-            return FetchResult(None)
-        return self._leased(self.core.trial(assignment.trial_id))
-
-    def _leased(self, record: TrialRecord) -> FetchResult:
-        lease = self.leases[record.id]
-        return FetchResult(Assignment(record.id, dict(record.point), record.candidate),
-                           time.time() + (lease.expires - time.monotonic()))
-
-    def _fetch_and_lease(self, client: str, request: str | None) -> Assignment | None:
-        assignment = self.core.fetch(client)
-        if assignment is not None:
-            self.leases[assignment.trial_id] = Lease(
-                assignment.trial_id, client, time.monotonic() + self.definition.lease_seconds)
-            self._leased_at[assignment.trial_id] = time.time()
-            if request is not None:
-                self._answered[client] = (request, assignment.trial_id)
-        return assignment
-
     async def fetch(self, client: str, wait: float, *, request: str | None = None,
-                    closing: asyncio.Event | None = None) -> FetchResult:
-        """Long-poll fetch: a trial as soon as one is ready, or nothing after ``wait`` seconds."""
+                    closing: asyncio.Event | None = None,
+                    disconnected: Callable[[], bool] | None = None) -> FetchResult:
+        """Long-poll fetch: a trial as soon as one is ready, or nothing after ``wait`` seconds.
+
+        ``disconnected`` tells whether the asking client has gone away: the poll then ends
+        without taking a trial, so no point is leased to a client that cannot receive it.
+        """
+        if not math.isfinite(wait) or wait < 0:
+            # a NaN deadline would poison the event loop's timer heap for every session
+            raise ProtocolError(f"fetch: 'wait' must be a finite number >= 0, got {wait!r}")
         deadline = time.monotonic() + wait
         while True:
             if self.closed:
                 raise SessionNotFoundError(f"session {self.name!r} has been killed")
+            if disconnected is not None and disconnected():
+                logger.info("session %s: client %s went away during its long poll",
+                            self.name, client)
+                self.stats.fetch_waits += 1
+                return FetchResult(None)
             result = self.try_fetch(client, request)
             if result.assignment is not None:
                 self.stats.fetch_trials += 1
@@ -291,6 +225,8 @@ class HostedSession:
             next_expiry = min((lease.expires for lease in self.leases.values()), default=None)
             timeout = remaining if next_expiry is None else min(
                 remaining, max(next_expiry - time.monotonic(), 0.0) + 0.001)
+            if disconnected is not None:
+                timeout = min(timeout, _DISCONNECT_CHECK)
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
             except TimeoutError:
@@ -298,119 +234,24 @@ class HostedSession:
 
     def report(self, trial_id: int, value: float | None = None, failure: str | None = None,
                client: str | None = None) -> bool:
-        """Record a measurement; ``False`` when the trial was already reported (ignored)."""
-        self.core.trial(trial_id)  # TrialError for an unknown id, before any change
-        value, non_finite = finite_or_failure(value)
-        failure = failure if failure is not None else non_finite
-        payload = {"trial_id": trial_id, "value": value, "failure": failure, "client": client}
-        if self.core.trial(trial_id).status in ("done", "failed"):
-            self.stats.duplicate_reports += 1
-            return False
-        self._reported_at[trial_id] = time.time()
-        accepted = self._command("report", payload, client,
-                                 lambda: self.core.report(trial_id, value, failure, client),
-                                 touched=lambda ok: [trial_id] if ok else [])
-        self.leases.pop(trial_id, None)
+        accepted = super().report(trial_id, value, failure, client)
         if accepted:
             self.stats.reports += 1
         else:
             self.stats.duplicate_reports += 1
         return accepted
 
-    def heartbeat(self, trial_id: int, client: str | None = None) -> float:
-        """Extend a trial's lease; returns the new expiry (wall-clock seconds since the epoch)."""
-        record = self.core.trial(trial_id)
-        self.expire_leases()
-        lease = self.leases.get(trial_id)
-        if lease is None:
-            raise LeaseLostError(f"session {self.name!r}: trial {trial_id} is {record.status}, "
-                                 f"not leased; there is no lease to extend")
-        lease.expires = time.monotonic() + self.definition.lease_seconds
-        return time.time() + self.definition.lease_seconds
-
-    def release(self, trial_id: int) -> None:
-        """Give a trial's point back to the session (lease expired or client left)."""
-        self.leases.pop(trial_id, None)
-        self._command("release", {"trial_id": trial_id}, None,
-                      lambda: self.core.release(trial_id), touched=lambda _: [trial_id])
-
     def expire_leases(self, now: float | None = None) -> int:
-        """Release every trial whose lease has run out; returns how many."""
-        now = time.monotonic() if now is None else now
-        expired = [tid for tid, lease in self.leases.items() if lease.expires <= now]
-        for tid in expired:
-            logger.info("session %s: lease of trial %d (client %s) expired; handing it out again",
-                        self.name, tid, self.leases[tid].client)
-            self.release(tid)
-            self.stats.leases_expired += 1
-        return len(expired)
-
-    def leave(self, client: str) -> int:
-        """A client leaves: its leased trials are released; returns how many."""
-        mine = [tid for tid, lease in self.leases.items() if lease.client == client]
-        for tid in mine:
-            self.release(tid)
-        now = time.time()
-        row = replace(self._clients.get(client, ClientRow(client_id=client, joined=now)), left=now)
-        self._clients[client] = row
-        self.store.write(self.name, [], [], [row])
-        return len(mine)
-
-    def pause(self) -> None:
-        self._command("pause", {}, None, self.core.pause)
-
-    def resume(self) -> None:
-        self._command("resume", {}, None, self.core.resume)
-
-    def restart(self, point: dict[str, Any] | None = None) -> None:
-        """Start the search again, optionally from ``point`` (checked against the space)."""
-        if point is not None:
-            _check_restart_point(self.core.space, point)
-        self._command("restart", {"point": point}, None, lambda: self.core.restart(point))
+        expired = super().expire_leases(now)
+        self.stats.leases_expired += expired
+        return expired
 
     def close(self) -> None:
         """The session ends (killed or server shutdown): plugins' fini, wake every waiter."""
-        if not self.closed:
-            self.closed = True
-            self.leases.clear()
-            try:
-                self.core.close()
-            finally:
-                self._notify()
-
-    # -- queries ------------------------------------------------------------------
-    def best(self) -> dict[str, Any] | None:
-        best = self.core.best()
-        return None if best is None else {"point": best[0], "value": best[1]}
-
-    def status(self) -> str:
-        return self.core.status
-
-    def summary(self) -> dict[str, Any]:
-        """The short form used by the session list."""
-        counts = self.core.counts()
-        return {"name": self.name, "status": self.status(), "strategy": self.definition.strategy,
-                "objective": self.definition.objective,
-                "goal": "maximize" if self.definition.maximize else "minimize",
-                "best": self.best(), "trials": len(self.core.trials()),
-                "completed": counts.get("completed", 0), "clients": len(self.core.clients),
-                "created": self.created}
+        try:
+            super().close()
+        finally:
+            self._notify()
 
     def describe(self) -> dict[str, Any]:
-        """The full status: summary, counts, leases and the definition."""
-        return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
-                "counts": self.core.counts(), "leases": len(self.leases), "seq": self.seq,
-                "hosts": [asdict(row) for row in self._clients.values()],
-                "definition": self.definition.to_dict()}
-
-    def trial_dicts(self) -> list[dict[str, Any]]:
-        """Every trial with its lease and timing information."""
-        out = []
-        now = time.monotonic()
-        for record in self.core.trials():
-            lease = self.leases.get(record.id)
-            remaining = None if lease is None else max(lease.expires - now, 0.0)
-            out.append({**record.to_dict(), "leased_at": self._leased_at.get(record.id),
-                        "reported_at": self._reported_at.get(record.id),
-                        "lease_remaining": remaining})
-        return out
+        return {**super().describe(), "seq": self.seq}

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import harmony
-from harmony.definition import SESSION_SCHEMA
-from harmony_server.protocol import REQUEST_SCHEMAS
+from harmony.definition import (
+    MAX_BOUND,
+    MAX_LEASE_SECONDS,
+    MIN_LEASE_SECONDS,
+    SESSION_SCHEMA,
+)
+from harmony_server.protocol import MAX_DEPTH, MAX_WAIT, REQUEST_SCHEMAS
 
 if TYPE_CHECKING:
     from harmony_server.app import Endpoint
 
-_STATUS_TEXT = {200: "OK", 201: "Created", 400: "Bad request (malformed JSON, schema violation)",
-                404: "Unknown session or trial", 409: "Conflict with the session's state",
+_STATUS_TEXT = {200: "OK", 201: "Created",
+                400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
+                     "nesting too deep) or invalid definition (bad constraint, unknown strategy)",
+                404: "Unknown session, trial or client", 409: "Conflict with the session's "
+                "state (session exists; lease lost or held by another client, named in 'holder')",
                 413: "Request body too large", 401: "Missing or wrong bearer token",
+                415: "Request body neither application/json nor application/yaml",
                 503: "Store unavailable or session not recoverable"}
 
 _ERROR = {
@@ -22,22 +32,112 @@ _ERROR = {
     "properties": {"error": {"type": "string", "description": "machine-readable kind, e.g. "
                              "bad_request, session_not_found, trial_not_found, lease_lost, "
                              "session_exists, too_large, unauthorized, unavailable"},
-                   "message": {"type": "string"}},
+                   "message": {"type": "string"},
+                   "holder": {"type": ["string", "null"], "description": "lease_lost only: the "
+                              "client the trial was handed to"}},
 }
 
-_FETCH_ANSWER = {
-    "oneOf": [
-        {"type": "object", "properties": {
-            "status": {"const": "trial"}, "trial_id": {"type": "integer"},
-            "point": {"type": "object"}, "candidate": {"type": "integer"},
-            "lease_expires": {"type": "number", "description": "seconds since the epoch"}}},
-        {"type": "object", "properties": {
-            "status": {"const": "wait"}, "best": {"type": ["object", "null"]},
-            "paused": {"type": "boolean"}, "converged": {"type": "boolean"},
-            "retry_after": {"type": "number"}}},
-    ]
+_NUM = {"type": "number"}
+_BEST = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["point", "value"],
+                                      "properties": {"point": {"type": "object"},
+                                                     "value": _NUM}}]}
+_STATUS = {"enum": ["running", "paused", "converged"]}
+
+
+def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": properties,
+            "required": required if required is not None else sorted(properties)}
+
+
+_SUMMARY = _obj({"name": {"type": "string"}, "status": _STATUS, "strategy": {"type": "string"},
+                 "objective": {"type": "string"}, "goal": {"enum": ["minimize", "maximize"]},
+                 "best": _BEST, "trials": {"type": "integer"}, "completed": {"type": "integer"},
+                 "clients": {"type": "integer"}, "created": _NUM})
+_HOST = _obj({"client_id": {"type": "string"}, "joined": _NUM,
+              "hostname": {"type": ["string", "null"]}, "cpu_count": {"type": ["integer", "null"]},
+              "ram_bytes": {"type": ["integer", "null"]}, "os": {"type": ["string", "null"]},
+              "python": {"type": ["string", "null"]}, "left": {"type": ["number", "null"]}},
+             ["client_id", "joined"])
+_DESCRIBE = {**_SUMMARY, "properties": {
+    **_SUMMARY["properties"], "paused": {"type": "boolean"}, "converged": {"type": "boolean"},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "leases": {"type": "integer"}, "seq": {"type": "integer"},
+    "hosts": {"type": "array", "items": _HOST},
+    "definition": {"$ref": "#/components/schemas/SessionDefinition"}},
+    "required": sorted(_SUMMARY["properties"]) + ["counts", "definition", "hosts", "leases"]}
+_TRIAL = _obj({"id": {"type": "integer"}, "candidate": {"type": "integer"},
+               "point": {"type": "object"}, "client": {"type": ["string", "null"]},
+               "status": {"enum": ["leased", "done", "failed", "released"]},
+               "value": {"type": ["number", "null"]}, "failure": {"type": ["string", "null"]},
+               "leased_at": {"type": ["number", "null"]},
+               "reported_at": {"type": ["number", "null"]},
+               "lease_remaining": {"type": ["number", "null"]}}, ["id", "status", "point"])
+_WAIT_ANSWER = _obj({"status": {"const": "wait"}, "best": _BEST, "paused": {"type": "boolean"},
+                     "converged": {"type": "boolean"}, "retry_after": _NUM})
+_TRIAL_ANSWER = _obj({"status": {"const": "trial"}, "trial_id": {"type": "integer"},
+                      "point": {"type": "object"}, "candidate": {"type": "integer"},
+                      "lease_expires": {**_NUM, "description": "seconds since the epoch"}})
+_STATUS_ANSWER = _obj({"status": _STATUS})
+
+#: the body of each operation's 2xx answer
+RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
+    "healthz": _obj({"status": {"const": "ok"}, "sessions": {"type": "integer"},
+                     "broken": {"type": "integer"}}),
+    "openapi": {"type": "object", "required": ["openapi", "paths"]},
+    "listSessions": _obj({"sessions": {"type": "array", "items": {"oneOf": [
+        _SUMMARY, _obj({"name": {"type": "string"}, "status": {"const": "broken"},
+                        "error": {"type": "string"}})]}}}),
+    "createSession": _DESCRIBE,
+    "getSession": _DESCRIBE,
+    "killSession": _obj({"killed": {"type": "string"}}),
+    "join": _obj({"session": {"type": "string"}, "client": {"type": "string"},
+                  "lease_seconds": _NUM,
+                  "definition": {"$ref": "#/components/schemas/SessionDefinition"}}),
+    "fetch": {"oneOf": [_TRIAL_ANSWER, _WAIT_ANSWER]},
+    "report": _obj({"accepted": {"type": "boolean", "description": "false for a duplicate"},
+                    "converged": {"type": "boolean"},
+                    "next": {"oneOf": [_TRIAL_ANSWER, _WAIT_ANSWER]}},
+                   ["accepted", "converged"]),
+    "heartbeat": _obj({"trial_id": {"type": "integer"}, "lease_expires": _NUM}),
+    "best": _obj({"best": _BEST, "converged": {"type": "boolean"}}),
+    "pause": _STATUS_ANSWER,
+    "resume": _STATUS_ANSWER,
+    "restart": _STATUS_ANSWER,
+    "leave": _obj({"released": {"type": "integer", "description": "trials handed out again"}}),
+    "listTrials": _obj({"trials": {"type": "array", "items": _TRIAL}}),
+    "listPriors": _obj({"sessions": {"type": "array", "items": _obj(
+        {"name": {"type": "string"}, "status": {"type": "string"},
+         "created": {"type": ["number", "null"]}}, ["name", "status"])}}),
+    "getPrior": _obj({"format": {}, "name": {"type": "string"}, "status": {"type": "string"},
+                      "created": {"type": ["number", "null"]}, "definition": {"type": "object"},
+                      "hosts": {"type": "array", "items": {"type": "object"}},
+                      "trials": {"type": "array", "items": _TRIAL}},
+                     ["name", "status", "definition", "hosts", "trials"]),
 }
 
+
+def _definition_schema() -> dict[str, Any]:
+    """SESSION_SCHEMA with the registered strategy and plugin names as enums."""
+    import plugins  # noqa: F401  (registers the built-in plugins)
+    import strategies  # noqa: F401  (registers the built-in strategies)
+    from plugins.base import Plugin
+    from strategies.base import Strategy, load_entry_point_strategies
+
+    load_entry_point_strategies()
+    schema = copy.deepcopy({k: v for k, v in SESSION_SCHEMA.items() if k != "$schema"})
+    props = schema["properties"]
+    strategy_name = {"type": "string", "enum": sorted(Strategy.registry)}
+    props["strategy"]["oneOf"][0] = strategy_name
+    props["strategy"]["oneOf"][1]["properties"]["name"] = strategy_name
+    plugin_name = {"type": "string", "enum": sorted(Plugin.registry)}
+    plugin = props["plugins"]["items"]
+    plugin["oneOf"][0] = plugin_name
+    plugin["oneOf"][1]["properties"]["name"] = plugin_name
+    schema["description"] = (
+        f"A session definition. Limits: lease_seconds {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS:g}"
+        f"; parameter min, max and step within ±{MAX_BOUND:g}; no NaN or infinity anywhere; "
+        f"request bodies nested at most {MAX_DEPTH} levels; fetch 'wait' at most {MAX_WAIT:g} s.")
+    return schema
 
 def _schema_for(name: str) -> dict[str, Any]:
     schema = dict(REQUEST_SCHEMAS[name])
@@ -56,17 +156,18 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             op["parameters"] = [{"name": "name", "in": "path", "required": True,
                                  "schema": {"type": "string"}, "description": "session name"}]
         if e.request is not None:
+            ref = {"schema": {"$ref": f"#/components/schemas/{e.request}"}}
             op["requestBody"] = {"required": e.request not in ("empty", "restart"), "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{e.request}"}}}}
+                "application/json": ref, "application/yaml": ref}}
         for status in e.responses:
             content: dict[str, Any]
             if status >= 400:
                 content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
-            elif e.operation == "fetch":
-                content = {"application/json": {"schema": _FETCH_ANSWER}}
             elif e.operation == "metrics":
                 content = {"text/plain": {"schema": {"type": "string"}}}
-            else:
+            elif e.operation in RESPONSE_SCHEMAS:
+                content = {"application/json": {"schema": RESPONSE_SCHEMAS[e.operation]}}
+            else:  # an endpoint added without its answer's schema (a test catches this)
                 content = {"application/json": {"schema": {"type": "object"}}}
             op["responses"][str(status)] = {"description": _STATUS_TEXT.get(status, ""),
                                             "content": content}
@@ -74,10 +175,14 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             op["responses"]["401"] = {"description": _STATUS_TEXT[401]}
             op["security"] = [{"bearer": []}, {}]
         if e.request is not None:
-            op["responses"]["413"] = {"description": _STATUS_TEXT[413]}
+            for status in (400, 413, 415):
+                op["responses"].setdefault(str(status), {
+                    "description": _STATUS_TEXT[status],
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}}}})
         paths.setdefault(e.path, {})[e.method.lower()] = op
     schemas: dict[str, Any] = {name: _schema_for(name) for name in REQUEST_SCHEMAS}
-    schemas["SessionDefinition"] = {k: v for k, v in SESSION_SCHEMA.items() if k != "$schema"}
+    schemas["SessionDefinition"] = _definition_schema()
     schemas["Error"] = _ERROR
     return {
         "openapi": "3.1.0",

@@ -14,18 +14,25 @@ from typing import Any
 import jsonschema
 
 from harmony.errors import (
+    ClientNotFoundError,
     ConfigError,
+    ConflictError,
+    ConstraintError,
     HarmonyError,
+    LeaseLostError,
     ProtocolError,
     SessionNotFoundError,
     TrialError,
 )
+from harmony.leased import finite_or_failure
 
+__all__ = ["ConflictError", "LeaseLostError", "REQUEST_SCHEMAS", "SessionBrokenError",
+           "SessionExistsError", "UnavailableError", "UnsupportedMediaError", "check_json_values",
+           "error_kind", "finite_or_failure", "validate_request"]
 
-class ConflictError(HarmonyError):
-    """The request is well formed but clashes with the session's state (HTTP 409)."""
-
-    kind = "conflict"
+#: the limits every request is held to (stated in the OpenAPI document and the README)
+MAX_WAIT = 3600.0  # seconds a fetch may ask to wait (the server caps it at --max-wait)
+MAX_DEPTH = 32  # nesting levels of a request body (objects and arrays)
 
 
 class SessionExistsError(ConflictError):
@@ -34,16 +41,16 @@ class SessionExistsError(ConflictError):
     kind = "session_exists"
 
 
-class LeaseLostError(ConflictError):
-    """The trial is no longer leased (it expired and was handed out again, or was reported)."""
-
-    kind = "lease_lost"
-
-
 class UnavailableError(HarmonyError):
     """The server cannot serve the request now (store down, shutting down, session broken)."""
 
     kind = "unavailable"
+
+
+class UnsupportedMediaError(ProtocolError):
+    """The request body is in a media type the API does not read (HTTP 415)."""
+
+    kind = "unsupported_media_type"
 
 
 class SessionBrokenError(HarmonyError):
@@ -61,7 +68,10 @@ ERROR_STATUS: tuple[tuple[type[BaseException], str, int], ...] = (
     (UnavailableError, "unavailable", 503),
     (SessionNotFoundError, "session_not_found", 404),
     (TrialError, "trial_not_found", 404),
+    (ClientNotFoundError, "client_not_found", 404),
     (ConfigError, "invalid_definition", 400),
+    (ConstraintError, "invalid_definition", 400),
+    (UnsupportedMediaError, "unsupported_media_type", 415),
     (ProtocolError, "bad_request", 400),
 )
 
@@ -87,6 +97,9 @@ _HOST = {
         "python": {"type": "string", "maxLength": 64},
     },
 }
+_WAIT = {"type": "number", "minimum": 0, "maximum": MAX_WAIT, "default": 0,
+         "description": f"seconds to hold the request for a trial (at most {MAX_WAIT:g}; the "
+                        f"server answers after at most its --max-wait, 60 s by default)"}
 _POINT = {"type": "object", "additionalProperties": {"type": ["integer", "number", "string",
                                                                "boolean"]}}
 
@@ -101,16 +114,16 @@ REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
     "create": _body({"definition": {"type": "object"}, "exist_ok": {"type": "boolean"}},
                     ["definition"]),
     "join": _body({"client": _CLIENT_ID, "host": _HOST}, ["client"]),
-    "fetch": _body({"client": _CLIENT_ID, "wait": {"type": "number", "minimum": 0},
+    "fetch": _body({"client": _CLIENT_ID, "wait": _WAIT,
                     "request": {"type": "string", "minLength": 1, "maxLength": 100}}, ["client"]),
     "report": {
         **_body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID, "value": {"type": "number"},
                  "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000},
                  # piggybacked fetch: answer with the next trial for the same client
-                 "next": _body({"wait": {"type": "number", "minimum": 0},
+                 "next": _body({"wait": _WAIT,
                                 "request": {"type": "string", "minLength": 1,
                                             "maxLength": 100}})},
-                ["trial_id"]),
+                ["client", "trial_id"]),
         "oneOf": [
             {"required": ["value"], "not": {"required": ["failure"]}},
             {"required": ["value", "failure"], "properties": {"failure": {"const": False}}},
@@ -118,7 +131,7 @@ REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
              "not": {"required": ["value"]}},
         ],
     },
-    "heartbeat": _body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID}, ["trial_id"]),
+    "heartbeat": _body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID}, ["client", "trial_id"]),
     "restart": _body({"point": {"oneOf": [_POINT, {"type": "null"}]}}),
     "leave": _body({"client": _CLIENT_ID}, ["client"]),
     "empty": _body({}),
@@ -136,6 +149,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_wait(value: Any) -> bool:
+    return _is_number(value) and 0 <= value <= MAX_WAIT  # False for NaN
+
+
 def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
     """True for the usual shapes of the hot requests, which then skip the schema validator.
 
@@ -145,18 +162,18 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
     if operation == "fetch":
         return (body.keys() <= {"client", "wait", "request"}
                 and _is_str(body.get("client"), 200)
-                and ("wait" not in body or (_is_number(body["wait"]) and body["wait"] >= 0))
+                and ("wait" not in body or _is_wait(body["wait"]))
                 and ("request" not in body or _is_str(body["request"], 100)))
     if operation == "report":
         trial_id = body.get("trial_id")
         if not (isinstance(trial_id, int) and not isinstance(trial_id, bool) and trial_id >= 0):
             return False
-        if "client" in body and not _is_str(body["client"], 200):
+        if not _is_str(body.get("client"), 200):
             return False
         if "next" in body:
             nxt = body["next"]
             if not (isinstance(nxt, dict) and nxt.keys() <= {"wait", "request"}
-                    and ("wait" not in nxt or (_is_number(nxt["wait"]) and nxt["wait"] >= 0))
+                    and ("wait" not in nxt or _is_wait(nxt["wait"]))
                     and ("request" not in nxt or _is_str(nxt["request"], 100))):
                 return False
         keys = body.keys() - {"client", "trial_id", "next"}
@@ -168,14 +185,49 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
     return False
 
 
+#: where a request may carry NaN or an infinity: a report's measurement (it becomes a failure)
+_NON_FINITE_ALLOWED = {("report", ("value",))}
+
+
+def check_json_values(operation: str, body: Any) -> None:
+    """:class:`ProtocolError` for a body nested deeper than :data:`MAX_DEPTH`, holding a
+    non-finite number where one is not allowed, or a value JSON cannot carry."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), body)]
+    while stack:
+        path, value = stack.pop()
+        where = ".".join(map(str, path)) or "(body)"
+        if len(path) > MAX_DEPTH:
+            raise ProtocolError(f"{operation}: the request body is nested deeper than "
+                                f"{MAX_DEPTH} levels (at {where})")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ProtocolError(f"{operation}: {where}: keys must be strings, "
+                                        f"got {key!r}")
+                stack.append((path + (key,), item))
+        elif isinstance(value, list):
+            stack.extend((path + (i,), item) for i, item in enumerate(value))
+        elif isinstance(value, float):
+            if not math.isfinite(value) and (operation, path) not in _NON_FINITE_ALLOWED:
+                raise ProtocolError(f"{operation}: {where} must be a finite number, got "
+                                    f"{value!r} (NaN and infinities are not accepted here)")
+        elif not (value is None or isinstance(value, str | int)):  # bool is an int
+            raise ProtocolError(f"{operation}: {where}: {type(value).__name__} values are not "
+                                f"accepted; use strings, numbers, booleans, null, lists and "
+                                f"mappings")
+
+
 def validate_request(operation: str, body: Any) -> dict[str, Any]:
     """Check a decoded request body against its schema; :class:`ProtocolError` names the key."""
+    check_json_values(operation, body)
     if isinstance(body, dict) and _fast_accept(operation, body):
         return body
     if not isinstance(body, Mapping):
         raise ProtocolError(f"{operation}: the request body must be a JSON object, "
                             f"got {type(body).__name__}")
-    errors = sorted(_VALIDATORS[operation].iter_errors(body), key=lambda e: len(e.path))
+    # an unknown key is named before the required key it may be a misspelling of
+    errors = sorted(_VALIDATORS[operation].iter_errors(body),
+                    key=lambda e: (len(e.path), e.validator != "additionalProperties"))
     if errors:
         err = errors[0]
         key = ".".join(str(p) for p in err.path) or "(body)"
@@ -189,12 +241,3 @@ def validate_request(operation: str, body: Any) -> dict[str, Any]:
                                 "with a 'reason', not both and not neither")
         raise ProtocolError(f"{operation}: {key}: {err.message}")
     return dict(body)
-
-
-def finite_or_failure(value: float | None) -> tuple[float | None, str | None]:
-    """A reported value as (value, failure): NaN and infinities become a failure reason."""
-    if value is None:
-        return None, None
-    if not math.isfinite(value):
-        return None, f"non-finite measurement {value!r}"
-    return float(value), None

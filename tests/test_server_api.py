@@ -89,18 +89,20 @@ def test_bad_input_gets_clear_4xx_and_nothing_is_corrupted(tmp_path: Path) -> No
              400, "invalid_definition", "no-such"),
             ("POST", "/sessions/s/fetch", {"client": "c", "wait": "long"}, None, 400,
              "bad_request", "wait"),
-            ("POST", "/sessions/s/report", {"trial_id": "zero", "value": 1.0}, None, 400,
-             "bad_request", "trial_id"),
-            ("POST", "/sessions/s/report", {"trial_id": 0, "value": 1.0, "failure": True},
+            ("POST", "/sessions/s/report", {"client": "c", "trial_id": "zero", "value": 1.0},
+             None, 400, "bad_request", "trial_id"),
+            ("POST", "/sessions/s/report", {"client": "c", "trial_id": 0, "value": 1.0,
+                                          "failure": True},
              None, 400, "bad_request", "either"),
-            ("POST", "/sessions/s/report", {"trial_id": 0}, None, 400, "bad_request", "either"),
+            ("POST", "/sessions/s/report", {"client": "c", "trial_id": 0}, None, 400, "bad_request",
+             "either"),
             ("POST", "/sessions/nope/fetch", {"client": "c"}, None, 404, "session_not_found",
              "nope"),
             ("GET", "/sessions/nope", None, None, 404, "session_not_found", "nope"),
-            ("POST", "/sessions/s/report", {"trial_id": 12345, "value": 1.0}, None, 404,
-             "trial_not_found", "12345"),
-            ("POST", "/sessions/s/heartbeat", {"trial_id": 777}, None, 404, "trial_not_found",
-             "777"),
+            ("POST", "/sessions/s/report", {"client": "c", "trial_id": 12345, "value": 1.0},
+             None, 404, "trial_not_found", "12345"),
+            ("POST", "/sessions/s/heartbeat", {"client": "c", "trial_id": 777}, None, 404,
+             "trial_not_found", "777"),
             ("POST", "/sessions/s/restart", {"point": {"x0": 500, "x1": 0}}, None, 400,
              "invalid_definition", "x0"),
             ("POST", "/sessions", None, b'{"definition": "' + b"x" * 100_000 + b'"}', 413,
@@ -113,7 +115,8 @@ def test_bad_input_gets_clear_4xx_and_nothing_is_corrupted(tmp_path: Path) -> No
             assert (status, answer["error"]) == (want_status, want_kind), (path, body, answer)
             assert want_text in answer["message"], (path, answer)
         # the session still works and counts correctly afterwards
-        ok = http("POST", "/sessions/s/report", {"trial_id": trial["trial_id"], "value": 4.0})
+        ok = http("POST", "/sessions/s/report", {"client": "c", "trial_id": trial["trial_id"],
+                                                 "value": 4.0})
         assert ok == (200, {"accepted": True, "converged": False})
         assert http("GET", "/healthz")[1]["status"] == "ok"
         assert [s["name"] for s in http("GET", "/sessions")[1]["sessions"]] == ["s"]
@@ -169,7 +172,7 @@ def test_heartbeat_keeps_a_lease_and_expiry_releases_it(tmp_path: Path) -> None:
         assert again["point"] == first["point"] and again["trial_id"] != first["trial_id"]
         assert server.manager.stats.leases_expired == 1
         # the late report of the first client is kept, the second is then a duplicate point
-        assert http("POST", "/sessions/h/report", {"trial_id": first["trial_id"],
+        assert http("POST", "/sessions/h/report", {"client": "a", "trial_id": first["trial_id"],
                                                   "value": 1.0})[1]["accepted"] is True
     assert _commands(tmp_path, "h") == ["join", "fetch", "release", "join", "fetch", "report"]
 
@@ -227,7 +230,7 @@ def test_non_finite_values_become_failures(tmp_path: Path, value: str) -> None:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("n")})
         _, got = http("POST", "/sessions/n/fetch", {"client": "c"})
-        raw = f'{{"trial_id": {got["trial_id"]}, "value": {value}}}'.encode()
+        raw = f'{{"client": "c", "trial_id": {got["trial_id"]}, "value": {value}}}'.encode()
         assert http("POST", "/sessions/n/report", raw=raw)[1]["accepted"] is True
         (trial,) = http("GET", "/sessions/n/trials")[1]["trials"]
         assert trial["status"] == "failed" and "non-finite" in trial["failure"]
@@ -266,15 +269,15 @@ def test_a_failed_store_write_is_not_acknowledged_and_the_session_heals(tmp_path
 
         store.write = failing_write  # type: ignore[method-assign]
         try:
-            status, answer = http("POST", "/sessions/w/report", {"trial_id": got["trial_id"],
-                                                                "value": 3.0})
+            status, answer = http("POST", "/sessions/w/report",
+                                  {"client": "c", "trial_id": got["trial_id"], "value": 3.0})
         finally:
             store.write = real_write  # type: ignore[method-assign]
         assert (status, answer["error"]) == (503, "unavailable") and len(failures) == 1
         # not acknowledged, so not applied: the trial is still leased and the report can be sent
         (trial,) = http("GET", "/sessions/w/trials")[1]["trials"]
         assert trial["status"] == "leased"
-        assert http("POST", "/sessions/w/report", {"trial_id": got["trial_id"],
+        assert http("POST", "/sessions/w/report", {"client": "c", "trial_id": got["trial_id"],
                                                   "value": 3.0})[1]["accepted"] is True
         assert http("GET", "/sessions/w")[1]["counts"]["done"] == 1
     assert _commands(tmp_path, "w") == ["join", "fetch", "report"]

@@ -13,7 +13,8 @@ from harmony.errors import ProtocolError
 from harmony_server.protocol import REQUEST_SCHEMAS, _fast_accept, validate_request
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2),
-                    st.sampled_from([1.0, 0.0, float("inf")]), st.text(max_size=3),
+                    st.sampled_from([1.0, 0.0, 3601.0, float("inf"), float("nan")]),
+                    st.text(max_size=3),
                     st.sampled_from(["x" * 101, "x" * 201, "x" * 4001]),
                     st.lists(st.integers(), max_size=1), st.dictionaries(st.text(max_size=1),
                                                                          st.integers(), max_size=1))
@@ -33,7 +34,7 @@ def test_fast_path_accepts_only_what_the_schema_accepts(operation: str,
 @pytest.mark.parametrize(("operation", "body"), [
     ("fetch", {"client": "c"}),
     ("fetch", {"client": "c", "wait": 2.5, "request": "r1"}),
-    ("report", {"trial_id": 3, "value": 1.5}),
+    ("report", {"client": "c", "trial_id": 3, "value": 1.5}),
     ("report", {"client": "c", "trial_id": 0, "failure": True, "reason": "down"}),
 ])
 def test_the_usual_bodies_take_the_fast_path(operation: str, body: dict[str, Any]) -> None:
@@ -44,9 +45,11 @@ def test_the_usual_bodies_take_the_fast_path(operation: str, body: dict[str, Any
 @pytest.mark.parametrize(("operation", "body", "message"), [
     ("fetch", {"client": "c", "wait": -1}, "wait"),
     ("fetch", {"client": ""}, "client"),
-    ("report", {"trial_id": 1, "value": True}, "value"),
-    ("report", {"trial_id": 1, "failure": False}, "either"),
-    ("report", {"trial_id": -1, "value": 1.0}, "trial_id"),
+    ("report", {"client": "c", "trial_id": 1, "value": True}, "value"),
+    ("report", {"client": "c", "trial_id": 1, "failure": False}, "either"),
+    ("report", {"client": "c", "trial_id": -1, "value": 1.0}, "trial_id"),
+    ("report", {"trial_id": 1, "value": 1.0}, "'client' is a required property"),
+    ("heartbeat", {"trial_id": 1}, "'client' is a required property"),
     ("join", {"client": "c", "host": {"ram": 1}}, "unknown key 'ram'"),
     ("restart", {"point": [1, 2]}, "point"),
 ])
@@ -57,4 +60,5 @@ def test_bad_bodies_are_refused_with_the_key_named(operation: str, body: dict[st
 
 
 def test_integral_floats_are_accepted_as_trial_ids_by_the_slow_path() -> None:
-    assert validate_request("report", {"trial_id": 2.0, "value": 1.0})["trial_id"] == 2.0
+    request = {"client": "c", "trial_id": 2.0, "value": 1.0}
+    assert validate_request("report", request)["trial_id"] == 2.0

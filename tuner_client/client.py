@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,8 +30,10 @@ import urllib3
 
 from harmony.definition import SessionDefinition
 from harmony.errors import (
+    ClientNotFoundError,
     ConfigError,
     HarmonyError,
+    LeaseLostError,
     ProtocolError,
     SessionNotFoundError,
     TrialError,
@@ -39,15 +42,11 @@ from harmony.hostinfo import host_metadata
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Fetched", "HarmonyClient", "LeaseLostError", "ServerUnavailableError", "Session",
-           "connect", "host_metadata"]
+__all__ = ["Fetched", "HarmonyClient", "LeaseKeeper", "LeaseLostError", "ServerUnavailableError",
+           "Session", "connect", "host_metadata"]
 
 #: longest single long-poll the client asks the server for (seconds)
 MAX_POLL = 30.0
-
-
-class LeaseLostError(TrialError):
-    """The trial's lease expired (it was handed out again) or it was already reported."""
 
 
 class ServerUnavailableError(HarmonyError):
@@ -66,6 +65,7 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
     "session_not_found": SessionNotFoundError,
     "trial_not_found": TrialError,
     "lease_lost": LeaseLostError,
+    "client_not_found": ClientNotFoundError,
     "session_exists": ConfigError,
     "invalid_definition": ConfigError,
     "conflict": HarmonyError,
@@ -75,8 +75,10 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
 }
 
 
-def error_from_answer(kind: str, message: str) -> HarmonyError:
+def error_from_answer(kind: str, message: str, holder: str | None = None) -> HarmonyError:
     """The project exception for an error answer ``{"error": kind, "message": ...}``."""
+    if kind == "lease_lost":
+        return LeaseLostError(message, holder=holder)
     return _KIND_ERRORS.get(kind, ProtocolError)(message)
 
 
@@ -182,7 +184,8 @@ class HttpBackend:
             data = None
         if response.status >= 400:
             if isinstance(data, dict) and "error" in data:
-                raise error_from_answer(data["error"], data.get("message", ""))
+                raise error_from_answer(data["error"], data.get("message", ""),
+                                        data.get("holder"))
             raise ProtocolError(f"{method} {self.url}{path}: HTTP {response.status}: "
                                 f"{response.data[:200]!r}")
         if not isinstance(data, dict):
@@ -267,9 +270,28 @@ class Session:
         self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
                                       "failure": True, "reason": str(reason)[:4000]})
 
-    def heartbeat(self, trial_id: int) -> None:
-        """Extend the trial's lease; :class:`LeaseLostError` if it is no longer ours."""
-        self._call("POST", "heartbeat", {"client": self.client_id, "trial_id": int(trial_id)})
+    def heartbeat(self, trial_id: int) -> float:
+        """Extend the trial's lease; returns its new expiry (seconds since the epoch).
+
+        :class:`LeaseLostError` if this client no longer holds it (the lease ran out and the
+        point was handed out again, the trial was reported, or it was never ours).
+        """
+        answer = self._call("POST", "heartbeat", {"client": self.client_id,
+                                                  "trial_id": int(trial_id)})
+        return float(answer["lease_expires"])
+
+    def keep_lease(self, trial_id: int, every: float) -> LeaseKeeper:
+        """Heartbeat ``trial_id`` every ``every`` seconds while a long measurement runs.
+
+            with session.keep_lease(got.trial_id, every=60) as lease:
+                value = measure(got.point)
+            session.report(got.trial_id, value)  # accepted even if lease.lost
+
+        A lost lease stops the heartbeats and is kept in ``lease.lost``; it never raises
+        into the measuring thread. The report afterwards is still accepted (a late report of
+        this client's own trial), but the point may have been measured twice.
+        """
+        return LeaseKeeper(self, trial_id, every)
 
     def best(self) -> tuple[dict[str, Any], float] | None:
         """The best point and value so far (in the objective's own sign), or ``None``."""
@@ -307,6 +329,45 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.name!r}, client={self.client_id!r})"
+
+
+class LeaseKeeper:
+    """Heartbeats one trial from a daemon thread until the ``with`` block ends (see
+    :meth:`Session.keep_lease`)."""
+
+    def __init__(self, session: Session, trial_id: int, every: float) -> None:
+        if not (math.isfinite(every) and every > 0):
+            raise ConfigError(f"keep_lease: 'every' must be a positive number of seconds, "
+                              f"got {every!r}")
+        self.session = session
+        self.trial_id = int(trial_id)
+        self.every = float(every)
+        #: why the lease was lost (None while it is held)
+        self.lost: LeaseLostError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"harmony-lease-{self.trial_id}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.session.heartbeat(self.trial_id)
+            except LeaseLostError as exc:
+                logger.warning("session %s: lost the lease of trial %d: %s",
+                               self.session.name, self.trial_id, exc)
+                self.lost = exc
+                return
+            except HarmonyError as exc:  # unreachable for a while: try again next period
+                logger.warning("session %s: heartbeat of trial %d failed: %s",
+                               self.session.name, self.trial_id, exc)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class HarmonyClient:

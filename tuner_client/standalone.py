@@ -1,71 +1,39 @@
-"""Standalone mode: sessions run in-process on :class:`harmony.session.SessionCore`.
+"""Standalone mode: sessions run in-process on :class:`harmony.leased.LeasedSession`.
 
-The backend answers the same requests, with the same answers and errors, as the server's
-HTTP API, so :class:`tuner_client.client.Session` works unchanged on top of it; there is
+The very leased-session service the server hosts (leases, ownership, heartbeats, leave,
+the restart check, ``describe``), answering the HTTP API's requests with the same answers
+and errors, so :class:`tuner_client.client.Session` works unchanged on top of it; there is
 no network and no store. Thread-safe: several threads may share one client.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError, ProtocolError, SessionNotFoundError
-from harmony.session import SessionCore
+from harmony.leased import LeasedSession
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _LocalSession:
-    core: SessionCore
-    created: float
-    #: trial id -> (client, expiry in ``time.monotonic`` seconds)
-    leases: dict[int, tuple[str | None, float]] = field(default_factory=dict)
-
-    def best(self) -> dict[str, Any] | None:
-        best = self.core.best()
-        return None if best is None else {"point": best[0], "value": best[1]}
-
-    def status(self) -> str:
-        return self.core.status
-
-    def expire(self, now: float) -> bool:
-        expired = [tid for tid, (_, expires) in self.leases.items() if expires <= now]
-        for tid in expired:
-            del self.leases[tid]
-            self.core.release(tid)
-        return bool(expired)
-
-    def describe(self) -> dict[str, Any]:
-        counts = self.core.counts()
-        d = self.core.definition
-        return {"name": d.name, "status": self.status(), "strategy": d.strategy,
-                "objective": d.objective, "goal": "maximize" if d.maximize else "minimize",
-                "best": self.best(), "trials": len(self.core.trials()),
-                "completed": counts.get("completed", 0), "clients": len(self.core.clients),
-                "created": self.created, "paused": self.core.paused,
-                "converged": self.core.converged, "counts": counts,
-                "leases": len(self.leases), "hosts": [], "definition": d.to_dict()}
 
 
 class StandaloneBackend:
     """In-process sessions behind the client's request interface."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, _LocalSession] = {}
+        self._sessions: dict[str, LeasedSession] = {}
         self._cond = threading.Condition()
 
     def close(self) -> None:
         with self._cond:
             for local in self._sessions.values():
-                local.core.close()
+                local.close()
             self._sessions.clear()
             self._cond.notify_all()
 
@@ -79,21 +47,20 @@ class StandaloneBackend:
         with self._cond:
             if len(parts) == 1:
                 return self._create(body) if method == "POST" else {
-                    "sessions": sorted((s.describe() for s in self._sessions.values()),
+                    "sessions": sorted((s.summary() for s in self._sessions.values()),
                                        key=lambda s: s["name"])}
-            name = parts[1]
-            local = self._get(name)
+            local = self._get(parts[1])
             action = parts[2] if len(parts) == 3 else ""
             if action == "fetch":
-                return self._fetch(local, body["client"], float(body.get("wait", 0.0)))
+                return self._fetch(local, body["client"], body.get("wait", 0.0))
             answer = self._dispatch(local, method, action, body)
             self._cond.notify_all()
             if action == "report" and "next" in body:
                 answer["next"] = self._fetch(local, body["client"],
-                                             float(body["next"].get("wait", 0.0)))
+                                             body["next"].get("wait", 0.0))
             return answer
 
-    def _get(self, name: str) -> _LocalSession:
+    def _get(self, name: str) -> LeasedSession:
         try:
             return self._sessions[name]
         except KeyError:
@@ -104,92 +71,70 @@ class StandaloneBackend:
         definition = SessionDefinition.from_dict(body["definition"])
         existing = self._sessions.get(definition.name)
         if existing is not None:
-            if body.get("exist_ok") and existing.core.definition.to_dict() == definition.to_dict():
+            if body.get("exist_ok") and existing.definition.to_dict() == definition.to_dict():
                 return existing.describe()
             raise ConfigError(f"a session named {definition.name!r} already exists"
                               + (" with a different definition" if body.get("exist_ok") else ""))
-        local = _LocalSession(SessionCore(definition), time.time())
+        local = LeasedSession(definition, created=time.time())
         self._sessions[definition.name] = local
         return local.describe()
 
-    def _fetch(self, local: _LocalSession, client: str, wait: float) -> dict[str, Any]:
-        core = local.core
+    def _fetch(self, local: LeasedSession, client: str, wait: Any) -> dict[str, Any]:
+        """A long poll on the condition variable (the server's is on its event loop)."""
+        wait = float(wait)
+        if not math.isfinite(wait) or wait < 0:
+            raise ProtocolError(f"fetch: 'wait' must be a finite number >= 0, got {wait!r}")
         deadline = time.monotonic() + wait
-        core.join(client)
+        core = local.core
         while True:
-            local.expire(time.monotonic())
-            assignment = core.fetch(client)
-            if assignment is not None:
-                lease = core.definition.lease_seconds
-                local.leases[assignment.trial_id] = (client, time.monotonic() + lease)
-                return {"status": "trial", "trial_id": assignment.trial_id,
-                        "point": assignment.point, "candidate": assignment.candidate,
-                        "lease_expires": time.time() + lease}
+            got = local.try_fetch(client)
+            if got.assignment is not None:
+                a = got.assignment
+                return {"status": "trial", "trial_id": a.trial_id, "point": a.point,
+                        "candidate": a.candidate, "lease_expires": got.lease_expires}
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or (core.converged and not core.paused) \
-                    or local.core.name not in self._sessions:
+            if remaining <= 0 or (core.converged and not core.paused) or local.closed:
                 return {"status": "wait", "best": local.best(), "paused": core.paused,
                         "converged": core.converged, "retry_after": 1.0}
-            next_expiry = min((e for _, e in local.leases.values()), default=None)
+            next_expiry = min((lease.expires for lease in local.leases.values()), default=None)
             if next_expiry is not None:
                 remaining = min(remaining, max(next_expiry - time.monotonic(), 0.0) + 0.001)
             self._cond.wait(remaining)
 
-    def _dispatch(self, local: _LocalSession, method: str, action: str,
+    def _dispatch(self, local: LeasedSession, method: str, action: str,
                   body: dict[str, Any]) -> dict[str, Any]:
-        core = local.core
         if action == "" and method == "GET":
             return local.describe()
         if action == "" and method == "DELETE":
-            del self._sessions[core.name]
-            core.close()
-            return {"killed": core.name}
+            del self._sessions[local.name]
+            local.close()
+            return {"killed": local.name}
         if action == "join":
-            core.join(body["client"])
-            return {"session": core.name, "client": body["client"]}
+            local.join(body["client"], body.get("host"))
+            return {"session": local.name, "client": body["client"],
+                    "lease_seconds": local.definition.lease_seconds,
+                    "definition": local.definition.to_dict()}
         if action == "report":
-            trial_id = int(body["trial_id"])
-            core.trial(trial_id)  # TrialError for an unknown id
             failure = (body.get("reason") or "failed") if body.get("failure") else None
-            accepted = core.report(trial_id, body.get("value"), failure, body.get("client"))
-            local.leases.pop(trial_id, None)
-            return {"accepted": accepted, "converged": core.converged}
+            accepted = local.report(int(body["trial_id"]), body.get("value"), failure,
+                                    body.get("client"))
+            return {"accepted": accepted, "converged": local.core.converged}
         if action == "heartbeat":
-            from tuner_client.client import LeaseLostError
-
-            trial_id = int(body["trial_id"])
-            record = core.trial(trial_id)
-            local.expire(time.monotonic())
-            if trial_id not in local.leases:
-                raise LeaseLostError(f"session {core.name!r}: trial {trial_id} is "
-                                     f"{record.status}, not leased; there is no lease to extend")
-            lease = core.definition.lease_seconds
-            local.leases[trial_id] = (local.leases[trial_id][0], time.monotonic() + lease)
-            return {"trial_id": trial_id, "lease_expires": time.time() + lease}
+            expires = local.heartbeat(int(body["trial_id"]), body.get("client"))
+            return {"trial_id": int(body["trial_id"]), "lease_expires": expires}
         if action == "best":
-            return {"best": local.best(), "converged": core.converged}
+            return {"best": local.best(), "converged": local.core.converged}
         if action == "pause":
-            core.pause()
+            local.pause()
             return {"status": local.status()}
         if action == "resume":
-            core.resume()
+            local.resume()
             return {"status": local.status()}
         if action == "restart":
-            point = body.get("point")
-            if point is not None:
-                core.space.check_point(point)
-                if not core.space.contains(point):
-                    raise ConfigError(f"restart point {point} is not in the space (off the grid "
-                                      f"or out of bounds); the nearest valid point is "
-                                      f"{core.space.snap(point)}")
-            core.restart(point)
+            local.restart(body.get("point"))
             return {"status": local.status()}
         if action == "leave":
-            mine = [tid for tid, (c, _) in local.leases.items() if c == body["client"]]
-            for tid in mine:
-                del local.leases[tid]
-                core.release(tid)
-            return {"released": len(mine)}
+            return {"released": local.leave(body["client"])}
         if action == "trials":
-            return {"trials": [r.to_dict() for r in core.trials()]}
-        raise ProtocolError(f"standalone: no route {method} /sessions/{core.name}/{action}")
+            return {"trials": local.trial_dicts()}
+        raise ProtocolError(f"standalone: no route {method} /sessions/{local.name}/{action}")
