@@ -8,8 +8,8 @@ import pytest
 
 from harmony.errors import ConfigError
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
-from tuner_client.flows import sample_spread
 from tuner_client.measure import PointRecord, SampleRecord
+from tuner_client.phases.online import sample_spread
 
 
 def decisions(detector: WorkloadShiftDetector, values: list[float]) -> list[int]:

@@ -118,6 +118,10 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     def value(name: str, **labels: str) -> float:
         return got[(name, tuple(sorted(labels.items())))]
 
+    def count(name: str, **labels: str) -> float:
+        """A counter's value; 0 when it was never incremented (no sample exported)."""
+        return got.get((name, tuple(sorted(labels.items()))), 0.0)
+
     # the run: 3+ offline points (BME may add one), 2 online, 1 final round, all measured
     searched = [r for r in tuner.records if r.session.startswith("p1-")]
     offline = [r for r in searched if "offline" in r.session]
@@ -148,8 +152,15 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     assert value("harmony_tuner_evaluations_total", kind="offline") == len(offline)
     assert value("harmony_tuner_evaluations_total", kind="online") == len(online)
     assert value("harmony_tuner_evaluations_total", kind="baseline") == 1
-    assert value("harmony_tuner_evaluations_total", kind="final") == 1
-    assert value("harmony_tuner_samples_total") == 3 * (len(searched) + 2)
+    # the search's best is re-measured beside the default unless it is the original itself
+    # (then the final round measures the default alone)
+    finals = [r for r in tuner.records if r.session.startswith("final-")
+              and r.session != "final-default"]
+    assert len(finals) == (0 if result.best_settings == result.default_settings
+                           and "the search's best is the original configuration"
+                           in " ".join(result.decisions) else 1)
+    assert count("harmony_tuner_evaluations_total", kind="final") == len(finals)
+    assert value("harmony_tuner_samples_total") == 3 * (len(searched) + 1 + len(finals))
     assert value("harmony_tuner_passes_total") == 1 and value("harmony_tuner_pass") == 1
     assert value("harmony_tuner_phase", phase="idle") == 1
     assert value("harmony_tuner_session_info", session="wiring-w1-p1-online", kind="online") == 1

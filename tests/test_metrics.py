@@ -79,10 +79,10 @@ def test_server_metrics_count_real_traffic(tmp_path: Path) -> None:
             status, got = http("POST", "/sessions/s1/fetch", {"client": f"c{i % 2 + 1}"})
             assert status == 200 and got["status"] == "trial"
             trials.append(got["trial_id"])
-        for tid in trials[:4]:
-            assert http("POST", "/sessions/s1/report",
-                        {"client": "c1", "trial_id": tid, "value": float(tid)})[1]["accepted"]
-        assert http("POST", "/sessions/s1/report", {"client": "c2", "trial_id": trials[4],
+        for i, tid in enumerate(trials[:4]):  # each trial reported by the client it went to
+            assert http("POST", "/sessions/s1/report", {"client": f"c{i % 2 + 1}", "trial_id": tid,
+                                                        "value": float(tid)})[1]["accepted"]
+        assert http("POST", "/sessions/s1/report", {"client": "c1", "trial_id": trials[4],
                                                     "failure": True, "reason": "boom"})[0] == 200
         assert not http("POST", "/sessions/s1/report",
                         {"client": "c1", "trial_id": trials[0], "value": 9.0})[1]["accepted"]
@@ -355,7 +355,7 @@ def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
         manager = SessionManager(store)
         hosted, _ = manager.create(definition("d1"))
         got = hosted.try_fetch("c1").assignment
-        assert got is not None and hosted.report(got.trial_id, 1.0)
+        assert got is not None and hosted.report(got.trial_id, 1.0, client="c1")
         manager.stats.requests["/sessions"] += 1
         manager.stats.errors["bad_request"] += 1
         manager.stats.route_latency = {"fetch": LatencyHistogram()}  # type: ignore[attr-defined]

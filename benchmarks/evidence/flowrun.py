@@ -15,6 +15,7 @@ from typing import Any
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
+from tuner_client.measure import Workload
 from tuner_client.target import Target, open_target
 
 
@@ -68,14 +69,14 @@ def open_small_target(state_dir: Path, scale: float = 0.1) -> Target:
 
 def run_flow(config: Mapping[str, Any], target: Target, *,
              on_record: Callable[[int], None] | None = None,
-             on_decision: Callable[[str], None] | None = None) -> dict[str, Any]:
+             on_decision: Callable[[str], None] | None = None,
+             workload: Workload | None = None) -> dict[str, Any]:
     """Run the flow; return the outcome with a timeline of evaluations and decisions.
 
     ``on_record(n)`` is called after the n-th session evaluation, ``on_decision(text)`` after
     each decision of the flow (the shift benchmark switches the mix from them).
     """
     cfg = tuner_config_from_dict(dict(config))
-    tuner = Tuner(cfg, target=target, client=connect(None))
     started = time.monotonic()
     started_epoch = time.time()
     timeline: list[dict[str, Any]] = []
@@ -87,16 +88,13 @@ def run_flow(config: Mapping[str, Any], target: Target, *,
         if on_record is not None:
             on_record(len(timeline))
 
-    tuner.on_record = record
-    plain_decide = tuner._decide
-
     def decide(text: str) -> None:
         decisions.append({"t": time.monotonic() - started, "text": text})
-        plain_decide(text)
         if on_decision is not None:
             on_decision(text)
 
-    tuner._decide = decide  # type: ignore[method-assign]
+    tuner = Tuner(cfg, target=target, client=connect(None), workload=workload,
+                  on_record=record, on_decision=decide)
     result = tuner.run()
     # monitoring and final measurements are appended to records without on_record
     for r in tuner.records:

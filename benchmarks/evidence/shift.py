@@ -22,7 +22,6 @@ from typing import Any
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
 from benchmarks.evidence.flowrun import open_small_target, run_flow, small_config
-from tuner_client import flows
 from workloads.base import Workload
 from workloads.sample import Sample
 
@@ -116,17 +115,10 @@ def run_pair(target: Any, quick: bool) -> dict[str, Any]:
             if "workload-shift band" in text and shift.switched_at is None:
                 shift.switch_later(SWITCH_DELAY_S)
 
-        original = flows.make_workload
-        # the tuner builds its workload through flows.make_workload: hand it the shifting one
-        def shifting(config: Any, dsn: str, seed: int | None = None,
-                     w: ShiftingWorkload = shift) -> Any:
-            return w
-
-        flows.make_workload = shifting  # type: ignore[assignment]
         try:
-            result = run_flow(cfg, target, on_record=on_record, on_decision=on_decision)
+            result = run_flow(cfg, target, on_record=on_record, on_decision=on_decision,
+                              workload=shift)
         finally:
-            flows.make_workload = original  # type: ignore[assignment]
             shift.stop()
         switch_t = shift.switched_at - started if shift.switched_at is not None else None
         result["switch_at_s"] = switch_t

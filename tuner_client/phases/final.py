@@ -1,0 +1,221 @@
+"""Phase 3, the final rounds: the decision, with an interval, between the original
+configuration, the rules of thumb and the search's best candidates.
+
+Every round measures each label once, interleaved (the order reversed every other round so
+that a drift within a round favours nobody): ``default`` (the user's own configuration, even
+when it breaks the budget the search was held to), the baselines (``pgtune``: PGTune's rules
+for the tuned knobs, when the budget allows them), the BME recommendation when asked for, and
+the search's best plus its runners-up. Candidates race: one whose paired interval against the
+default (or the leading candidate) lies wholly below 1 is dropped. Rounds continue from
+``final.rounds`` up to ``final.max_rounds`` while the decision is not settled; then
+:func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
+interval of tuned/default lies above 1, and otherwise keeps the original.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from collections.abc import Mapping
+
+from tuner_client.pgtune import Machine, pgtune_settings
+from tuner_client.phases.measuring import record_point
+from tuner_client.phases.result import TuneResult
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.decision import decide, more_rounds_needed
+from tuner_client.stats.paired import paired_ratio_interval
+
+logger = logging.getLogger(__name__)
+
+Round = dict[str, float | None]
+#: how the labels are printed in the decision
+NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
+         "recommended": "BME recommendation"}
+
+
+def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
+    """Measure the candidates interleaved, decide, and summarise the run."""
+    cfg = ctx.config
+    best = ({n: state.best.in_force[n] for n in ctx.original} if state.best is not None
+            else dict(ctx.original))
+    candidates: dict[str, dict[str, str]] = {"default": dict(ctx.original)}
+    baselines = [label for label in cfg.final.baselines
+                 if (settings := _baseline(ctx, state, label)) is not None
+                 and candidates.setdefault(label, settings) is settings]
+    if cfg.final.recommended and state.recommended is not None:
+        candidates["recommended"] = state.recommended
+        baselines.append("recommended")
+    # the original is measured once per round, as "default": measured again as "best" it
+    # would be compared with itself, and noise alone would decide the ratio
+    if best == ctx.original:
+        state.decide("final: the search's best is the original configuration")
+    else:
+        candidates["best"] = best
+    searched = [label for label in candidates if label not in ("default", *baselines)]
+    rounds: list[Round] = []
+    if state.best is not None and cfg.final.rounds > 0:
+        for i, settings in enumerate(runners_up(ctx, state, best, cfg.final.candidates - 1), 2):
+            candidates[f"candidate-{i}"] = settings
+            searched.append(f"candidate-{i}")
+        rounds = _race(ctx, state, candidates, baselines, searched)
+    return _result(ctx, state, candidates, baselines, searched, rounds)
+
+
+def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+          baselines: list[str], searched: list[str]) -> list[Round]:
+    """Rounds until the decision is settled (or the limit); clearly worse candidates drop."""
+    cfg = ctx.config.final
+    active = list(candidates)
+    rounds: list[Round] = []
+    logger.info("=== %s, interleaved, %d to %d rounds ===", " vs ".join(active), cfg.rounds,
+                cfg.max_rounds)
+    min_rounds = max(2, cfg.rounds)
+    while True:
+        n = len(rounds) + 1
+        order = active if n % 2 else active[::-1]
+        row: Round = {}
+        for which in order:
+            kind = "baseline" if which == "default" else "final"
+            ctx.metrics.set_phase(kind)
+            record = ctx.measurer.measure(f"final-{which}", {}, candidates[which],
+                                          check_budget=which != "default")
+            record_point(ctx, state, record, kind=kind, ranks=False)
+            row[which] = record.value
+            logger.info("[final] round %d %s: %s%s", n, which,
+                        f"{record.value:.1f}" if record.value else "n/a",
+                        f" ({record.failure})" if record.failure else "")
+        rounds.append(row)
+        for label in [c for c in active if c in searched and len(rounds) >= min_rounds]:
+            worse = _clearly_worse(rounds, label, active, searched, cfg.level)
+            if worse is not None:
+                active.remove(label)
+                state.decide(f"final: {label} dropped after {len(rounds)} rounds: {worse}")
+        still = [c for c in searched if c in active]
+        if not still or not more_rounds_needed(rounds, reference="default",
+                                               baselines=baselines, candidates=still,
+                                               min_rounds=min_rounds,
+                                               max_rounds=max(min_rounds, cfg.max_rounds),
+                                               level=cfg.level):
+            return rounds
+
+
+def _clearly_worse(rounds: list[Round], label: str, active: list[str], searched: list[str],
+                   level: float) -> str | None:
+    """Why ``label`` is clearly worse than the default or another active candidate, if so."""
+    for other in ["default", *[c for c in searched if c in active and c != label]]:
+        iv = paired_ratio_interval([r.get(label) for r in rounds],
+                                   [r.get(other) for r in rounds], level=level)
+        if iv is not None and iv.high < 1.0:
+            return f"{label}/{other} {iv.text()}"
+    return None
+
+
+def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+            baselines: list[str], searched: list[str], rounds: list[Round]) -> TuneResult:
+    """The decision over ``rounds`` as the run's result (the original when undecided)."""
+    def mean(which: str) -> float | None:
+        vals = [v for row in rounds if (v := row.get(which)) is not None]
+        return statistics.fmean(vals) if vals else None
+
+    default_qpm = mean("default")
+    best, best_qpm = dict(ctx.original), default_qpm
+    decision = None
+    if len(rounds) >= 2 and searched:
+        decision = decide(rounds, reference="default", baselines=baselines,
+                          candidates=searched, level=ctx.config.final.level,
+                          search_ratios=_search_ratios(state, candidates, searched),
+                          names={**NAMES, **{c: f"tuned ({c})" for c in searched
+                                             if c != "best"}})
+        for line in decision.lines:
+            state.decide(f"final: {line.strip()}")
+        if decision.winner is not None:
+            best, best_qpm = dict(candidates[decision.winner]), mean(decision.winner)
+    elif rounds and searched:
+        state.decide("final: fewer than 2 rounds measured: no interval, so no decision; "
+                     "keeping the original")
+    for row in rounds:  # what the comparison calls "tuned": the result, measured each round
+        row["tuned"] = row.get(decision.winner) if decision is not None and \
+            decision.winner is not None else row.get("default")
+    if default_qpm is not None:
+        ctx.metrics.record_default(default_qpm)
+    comparison = None
+    if default_qpm is not None and best_qpm is not None:
+        comparison = {"default": default_qpm, "tuned": best_qpm, "unit": "qpm",
+                      **{b: q for b in baselines if (q := mean(b)) is not None}}
+    return TuneResult(best_settings=best, default_settings=dict(ctx.original),
+                      best_qpm=best_qpm, default_qpm=default_qpm, ab_rounds=rounds,
+                      passes=state.passes,
+                      evaluations=sum(1 for r in state.records
+                                      if not r.session.startswith("final")),
+                      output_dir=None, decisions=list(state.decisions),
+                      search_best_qpm=state.best.value if state.best is not None else None,
+                      recommended_qpm=mean("recommended"), comparison=comparison,
+                      bme=state.bme, sessions=[s.name for s, _ in state.sessions],
+                      decision=decision.to_dict() if decision is not None else None,
+                      paired_improvement=decision.improvement if decision is not None else None,
+                      improvement_ci=decision.improvement_ci if decision is not None else None)
+
+
+def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],
+                   searched: list[str]) -> dict[str, list[float]]:
+    """Each candidate's paired ratios measured during the search (for the degrade check)."""
+    out: dict[str, list[float]] = {}
+    for label in searched:
+        settings = candidates[label]
+        out[label] = [r.ratio for r in state.records[state.ranked_from:]
+                      if r.ratio is not None and not r.session.startswith("final")
+                      and all(r.in_force.get(n) == v for n, v in settings.items())]
+    return out
+
+
+def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | None:
+    """A baseline's settings for the tuned knobs, or None (said why) when it cannot run."""
+    if label != "pgtune":
+        return None
+    budget = ctx.budget.budget
+    rules = pgtune_settings(Machine(
+        ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1, connections=budget.connections,
+        db_type="oltp" if ctx.config.workload.kind == "pgbench" else "dw"))
+    settings = {**ctx.original, **{n: v for n, v in rules.items() if n in ctx.original}}
+    if settings == ctx.original:
+        state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
+                     "original; not measured as a baseline")
+        return None
+    wanted = {**ctx.measurer.in_force, **settings}
+    reason = ctx.budget.violation(wanted, wanted)
+    if reason is not None:
+        state.decide(f"final: PGTune's rules {settings} break the memory budget ({reason}); "
+                     f"not measured as a baseline")
+        return None
+    return settings
+
+
+def runners_up(ctx: RunContext, state: RunState, best: Mapping[str, str],
+               count: int) -> list[dict[str, str]]:
+    """The ``count`` next-best distinct configurations measured under the current workload.
+
+    A configuration that breaks the memory budget as a whole is skipped: an offline point was
+    measured under the original online settings, which the online budget may refuse.
+    """
+    names = list(ctx.original)
+    seen = {tuple(best[n] for n in names), tuple(ctx.original[n] for n in names)}
+    out: list[dict[str, str]] = []
+    ranked = sorted((r for r in state.records[state.ranked_from:]
+                     if r.value is not None and not r.session.startswith("final")),
+                    key=lambda r: r.value or 0.0, reverse=True)
+    for record in ranked:
+        if len(out) >= count:
+            break
+        settings = {n: record.in_force.get(n, ctx.original[n]) for n in names}
+        key = tuple(settings[n] for n in names)
+        if key in seen:
+            continue
+        seen.add(key)
+        wanted = {**ctx.measurer.in_force, **record.in_force, **settings}
+        reason = ctx.budget.violation(wanted, wanted)
+        if reason is not None:
+            logger.info("final: runner-up %s not re-measured: %s", settings, reason)
+            continue
+        out.append(settings)
+    return out

@@ -1,0 +1,148 @@
+"""Phase 2a, the offline pass: the restart-only knobs (``shared_buffers``) with a 2-vertex
+simplex, capped by the memory budget with the online knobs in force.
+
+Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a good fit, the
+search restarts inside the advised range from the advised size (on a poor fit the plain
+search goes on, and says so). The pass ends with its best point in force.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from harmony.errors import ConstraintError, HarmonyError
+from strategies.space import IntParam, Space
+from tuner_client.config import KnobParam, KnobSpace, format_bytes
+from tuner_client.measure import PointRecord
+from tuner_client.phases.blocks import Reference
+from tuner_client.phases.measuring import run_session
+from tuner_client.phases.offline_prior import OfflinePrior
+from tuner_client.phases.sessions import open_session, session_definition
+from tuner_client.phases.state import RunContext, RunState, best_of
+
+logger = logging.getLogger(__name__)
+
+
+def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
+    """Run pass ``n``'s offline session(s); returns the best value measured, if any."""
+    cfg, space, measurer = ctx.config, ctx.offline_space, ctx.measurer
+    label = f"p{n}-offline"
+    start = space.point_from_settings(state.best_or_current(ctx, space.names))
+    make_room_for_shared_buffers(ctx, state, label, space, start)
+    definition = session_definition(ctx, state, label, space,
+                                    ctx.budget.offline_constraints(measurer.in_force),
+                                    cfg.offline.strategy, cfg.offline.strategy_options, start,
+                                    warm=n == 1)
+    session = open_session(ctx, state, definition, "offline")
+    first = len(state.records)
+    prior = None
+    if cfg.offline.prior and "shared_buffers" in space.names:
+        prior = OfflinePrior(space, ctx.budget.shared_buffers_cap(measurer.in_force),
+                             cfg.offline.prior_min_r2, ctx.relpages_bytes)
+
+    def after_eval(record: PointRecord) -> bool:
+        """Feed the prior; True (stop) once it advises a range to restart in."""
+        if prior is None or prior.last is not None:
+            return False
+        prior.add(record)
+        advice = prior.advice()
+        if advice is None:
+            return False
+        note_bme(ctx, state, prior)
+        if not advice.usable:
+            state.decide(f"{label}: BME prior not used ({advice.reason}); the plain "
+                         f"search goes on")
+            return False
+        state.decide(f"{label}: BME prior fitted ({advice.reason}); restarting the offline "
+                     f"search in {advice.range_text} from {advice.start}")
+        state.recommended = {**ctx.original, **space.settings(
+            {**space.point_from_settings(ctx.original), **advice.start})}
+        return True
+
+    evaluations = cfg.offline.evaluations
+    reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
+    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, reference)
+    advice = prior.last if prior is not None else None
+    if reason == "stopped" and advice is not None and advice.usable:
+        # a fresh session inside the advised range, from the advised size
+        narrowed = KnobSpace(tuple(p if p.name not in advice.bounds else
+                                   _with_bounds(p, advice.bounds[p.name])
+                                   for p in space.params))
+        spent = len(state.records) - first
+        label2 = f"p{n}-offline-bme"
+        definition = session_definition(ctx, state, label2, narrowed,
+                                        ctx.budget.offline_constraints(measurer.in_force),
+                                        cfg.offline.strategy, cfg.offline.strategy_options,
+                                        advice.start, metadata={"bme": state.bme}
+                                        if state.bme is not None else None)
+        session2 = open_session(ctx, state, definition, "offline")
+        run_session(ctx, state, session2, narrowed, max(1, evaluations - spent), label2,
+                    reference=reference)
+    best = best_of(state.records[first:])
+    if best is None:
+        state.decide(f"{label}: no offline point measured successfully; keeping "
+                     f"{ctx.current(space.names)}")
+        return None
+    # put the offline best in force for the online session
+    outcome = measurer.apply({k: best.in_force[k] for k in space.names})
+    ctx.in_force_changed()
+    if outcome.failure is not None:
+        logger.warning("%s: could not put the offline best back in force: %s", label,
+                       outcome.failure)
+    logger.info("[%s] best %.1f qpm with %s", label, best.value or 0.0,
+                {k: best.in_force[k] for k in space.names})
+    return best.value
+
+
+def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
+                                 space: KnobSpace, start: Mapping[str, Any]) -> None:
+    """Lower the online memory knobs in force when, with them, the budget leaves less than
+    the offline session's start (within the fraction cap) for shared_buffers: every offline
+    point is measured with them in force, and none may break the budget."""
+    if "shared_buffers" not in space.names:
+        return
+    knob = space["shared_buffers"]
+    param = knob.param
+    if not isinstance(param, IntParam):
+        raise ConstraintError(f"shared_buffers must be an integer knob range, got {param}")
+    highest = min(int(knob.canonical(param.upper)), ctx.budget.budget.shared_buffers_max_bytes)
+    wanted = max(int(knob.canonical(param.min)),
+                 min(int(knob.canonical(start["shared_buffers"])), highest))
+    in_force = ctx.measurer.in_force
+    if ctx.budget.shared_buffers_cap(in_force) >= wanted:
+        return
+    lowered = ctx.budget.fit_online(in_force, wanted)
+    if not lowered:
+        return
+    # lowering memory knobs only frees memory: applied even while the shared_buffers in force
+    # (the user's, before the first offline point) still breaks the budget
+    outcome = ctx.measurer.apply(lowered, check_budget=False)
+    ctx.in_force_changed()
+    if outcome.failure is not None:
+        raise ConstraintError(f"{label}: could not lower the online memory knobs to {lowered} "
+                              f"to make room for shared_buffers: {outcome.failure}")
+    state.decide(f"{label}: the online memory knobs in force left less than "
+                 f"{format_bytes(wanted)} for shared_buffers under the memory budget; "
+                 f"lowered to {lowered} before the offline search")
+
+
+def note_bme(ctx: RunContext, state: RunState, prior: OfflinePrior) -> None:
+    """Export the prior's BME fit (metrics) and keep it for the sessions' metadata."""
+    meta = prior.metadata()
+    if meta is None or prior.fit is None:
+        return
+    state.bme = meta
+    try:
+        ctx.metrics.record_bme_fit(prior.fit.params, r2=float(prior.fit.r2),
+                                   sizes=prior.size_range)
+    except HarmonyError as exc:
+        logger.info("BME fit not exported to the metrics: %s", exc)
+
+
+def _with_bounds(param: KnobParam, bounds: tuple[float, float]) -> KnobParam:
+    """``param`` with its session range narrowed to ``bounds`` (on its grid)."""
+    narrowed = Space((param.param,)).narrowed({param.name: bounds}).params[0]
+    return replace(param, param=narrowed)

@@ -1,0 +1,127 @@
+"""Phase 2b, the online pass: the reload-only knobs under the online budget computed with the
+``shared_buffers`` in force, and the multi-pass detectors.
+
+In a multi-pass flow the local-minimum detector (the online simplex stuck below the offline
+best) ends the session early, and after convergence the workload-shift detector watches the
+best point: either asks the orchestrator for another pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+
+from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
+from tuner_client.measure import PointRecord
+from tuner_client.phases.blocks import Reference
+from tuner_client.phases.measuring import record_point, run_session
+from tuner_client.phases.sessions import open_session, session_definition
+from tuner_client.phases.state import RunContext, RunState, best_of
+
+logger = logging.getLogger(__name__)
+
+
+def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | None) -> bool:
+    """Run pass ``n``'s online session; True when a detector asks for another pass."""
+    cfg, space = ctx.config, ctx.online_space
+    label = f"p{n}-online"
+    constraints = ctx.budget.online_constraints(ctx.measurer.in_force)
+    start = space.point_from_settings(state.best_or_current(ctx, space.names)) if n > 1 \
+        else None
+    options = dict(cfg.online.strategy_options)
+    definition = session_definition(ctx, state, label, space, constraints, cfg.online.strategy,
+                                    options, start, warm=n == 1)
+    session = open_session(ctx, state, definition, "online")
+    first = len(state.records)
+    vertices = int(options.get("simplex_size", len(space.names) + 1))
+    multi = cfg.flow.kind == "multi-pass"
+    reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
+    local_min = LocalMinimumDetector(cfg.flow.local_minimum_threshold)
+    stuck = False
+
+    def after_eval(record: PointRecord) -> bool:
+        """True (stop) when the last ``vertices`` values sit below the offline best."""
+        nonlocal stuck
+        mine = state.records[first:]
+        if not (multi and cfg.flow.local_minimum and offline_best is not None) \
+                or len(mine) < vertices:
+            return False
+        window = [r.value if r.value is not None else math.nan for r in mine[-vertices:]]
+        # a drop within the measurement noise is not a local minimum
+        noise = reference.noise() if reference is not None else None
+        local_min.threshold = max(cfg.flow.local_minimum_threshold, 2.0 * (noise or 0.0))
+        if local_min.check(window, offline_best):
+            stuck = True
+            ctx.metrics.record_local_minimum()
+            state.decide(f"{label}: local minimum: the last {vertices} online vertices "
+                         f"{[round(v, 1) for v in window]} are all worse than the offline "
+                         f"best {offline_best:.1f} by more than "
+                         f"{100 * local_min.threshold:.0f}% (threshold "
+                         f"{100 * cfg.flow.local_minimum_threshold:.0f}%, twice the noise "
+                         f"{100 * (noise or 0.0):.1f}%): back to offline")
+            return True
+        return False
+
+    reason = run_session(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
+                         reference)
+    mine = state.records[first:]
+    best = best_of(mine)
+    if best is not None:
+        ctx.measurer.apply({k: best.in_force[k] for k in space.names})
+        ctx.in_force_changed()
+    if stuck:
+        return True
+    if not multi or cfg.flow.monitor == 0 or best is None:
+        return False
+    noise = reference.noise() if reference is not None else None
+    return _watch_for_shift(ctx, state, label, reason, mine[-vertices:], best, noise)
+
+
+def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
+                     last: list[PointRecord], best: PointRecord, noise: float | None) -> bool:
+    """After convergence (or the evaluation budget): measure the best point ``flow.monitor``
+    times; True when the workload-shift detector fires. The band is widened by the larger of
+    the samples' spread and twice the reference's measured noise (``noise``)."""
+    cfg, space = ctx.config, ctx.online_space
+    values = [r.value for r in last if r.value is not None]
+    if not values:
+        return False
+    shift = WorkloadShiftDetector(cfg.flow.shift_outside, cfg.flow.shift_margin)
+    noise = max(sample_spread(last), 2.0 * (noise or 0.0))
+    band = shift.arm(values, noise)
+    state.decide(f"{label}: {reason}; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] "
+                 f"from the last {len(values)} vertices (widened by "
+                 f"{100 * max(noise, cfg.flow.shift_margin):.0f}%: margin "
+                 f"{100 * cfg.flow.shift_margin:.0f}%, measured noise {100 * noise:.0f}%); "
+                 f"monitoring {cfg.flow.monitor} measurements of the best point")
+    for i in range(cfg.flow.monitor):
+        record = ctx.measurer.measure(f"{label}-monitor", best.point,
+                                      {k: best.in_force[k] for k in space.names})
+        record.in_force = dict(ctx.measurer.in_force)
+        record_point(ctx, state, record, kind="online", ranks=False)
+        value = record.value if record.value is not None else math.nan
+        logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
+        if shift.observe(value):
+            ctx.metrics.record_workload_shift()
+            state.decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
+                         f"measurements outside [{band[0]:.1f}, {band[1]:.1f}]: back to "
+                         f"offline; the best so far was measured under the old workload "
+                         f"and is forgotten")
+            state.forget_best()
+            return True
+    return False
+
+
+def sample_spread(records: list[PointRecord]) -> float:
+    """Median over ``records`` of each one's relative sample spread, (max − min) / median.
+
+    How far repeated samples of one configuration already disagree: a drop of that size is
+    noise, not a workload shift. 0 when no record has two positive samples.
+    """
+    spreads = []
+    for record in records:
+        qpm = [s.qpm for s in record.samples if s.qpm > 0]
+        if len(qpm) >= 2:
+            spreads.append((max(qpm) - min(qpm)) / statistics.median(qpm))
+    return float(statistics.median(spreads)) if spreads else 0.0

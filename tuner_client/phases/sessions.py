@@ -1,0 +1,66 @@
+"""The Harmony sessions of a run: their definitions (with warm starts) and opening them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from harmony.definition import PluginSpec, SessionDefinition
+from harmony.warmstart import apply_warm_start
+from tuner_client.client import Session, host_metadata
+from tuner_client.config import KnobSpace
+from tuner_client.phases.state import RunContext, RunState
+
+logger = logging.getLogger(__name__)
+
+
+def session_definition(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                       constraints: list[str], strategy: str, options: Mapping[str, Any],
+                       init_point: Mapping[str, Any] | None, *, warm: bool = False,
+                       metadata: Mapping[str, Any] | None = None) -> SessionDefinition:
+    """The session's definition; with ``warm`` (and prior sessions) the search starts from
+    the priors' best points, else from ``init_point`` (when given)."""
+    cfg = ctx.config
+    sp = space.space
+    opts = dict(options)
+    plugins = []
+    if constraints:
+        plugins.append(PluginSpec("constraint", {"constraints": constraints}))
+    # a paired block measures all of a candidate's samples for one trial
+    plugins.append(PluginSpec("agg", {"times": 1 if cfg.measure.paired else cfg.measure.samples,
+                                      "how": cfg.measure.aggregate}))
+    definition = SessionDefinition(
+        name=f"{cfg.name}-{ctx.run_id}-{label}"[:200], space=sp, strategy=strategy,
+        strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
+        seed=cfg.seed, lease_seconds=3600.0,
+        metadata={"tuner": cfg.name, "run": ctx.run_id, "session": label,
+                  "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench"),
+                  **dict(metadata or {})})
+    if warm and ctx.priors:
+        warmed = apply_warm_start(definition, ctx.priors, host=host_metadata())
+        info = warmed.metadata.get("warm_start")
+        if warmed is not definition and info is not None:
+            state.decide(f"{label}: warm start from prior session(s) "
+                         f"{', '.join(info['sessions'])}: first point {info['start']} "
+                         f"({info['option']})")
+            return warmed
+        where = f"from {dict(init_point)}" if init_point else "as configured"
+        state.decide(f"{label}: warm start: no compatible prior session has a point in "
+                     f"range; starting {where}")
+    if init_point is not None and "init_point" not in opts:
+        opts["init_point"] = sp.snap(init_point)
+        opts.setdefault("init_method", "point")
+        definition = replace(definition, strategy_options=opts)
+    return definition
+
+
+def open_session(ctx: RunContext, state: RunState, definition: SessionDefinition,
+                 kind: str) -> Session:
+    """Create (or join) the session and make it the one the metrics show."""
+    session = ctx.client.create_session(definition, exist_ok=True)
+    if all(s.name != session.name for s, _ in state.sessions):
+        state.sessions.append((session, kind))
+    ctx.metrics.start_session(session.name, kind)
+    return session

@@ -1,0 +1,118 @@
+"""The run's state passed between the phases: what is fixed once prepared, and what is learnt.
+
+:class:`RunContext` is established by :mod:`tuner_client.phases.prepare` and only read
+afterwards (the measurer changes the server, not the context). :class:`RunState` is the run's
+log: every measured record, the best so far, the decisions, the sessions opened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harmony.errors import HarmonyError
+from harmony.priordata import PriorSession
+from tuner_client.budget import ONLINE_MEMORY_KNOBS
+from tuner_client.budget_view import BudgetView
+from tuner_client.client import HarmonyClient, Session
+from tuner_client.config import KnobSpace, TunerConfig
+from tuner_client.measure import Measurer, PointRecord
+from tuner_client.metrics import TunerMetrics
+from tuner_client.target import Target
+
+logger = logging.getLogger(__name__)
+
+#: knobs the memory budget reads, tuned or not
+BUDGET_KNOBS = ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")
+
+
+@dataclass
+class RunContext:
+    """What every phase after ``prepare`` reads: the config, the server and its measurer,
+    the two knob spaces, the memory budget and the original configuration."""
+
+    config: TunerConfig
+    run_id: str
+    client: HarmonyClient
+    target: Target
+    measurer: Measurer
+    budget: BudgetView
+    offline_space: KnobSpace
+    online_space: KnobSpace
+    #: the tuned knobs' values before the run (PostgreSQL strings with units)
+    original: dict[str, str]
+    metrics: TunerMetrics
+    original_auto_conf: str | None = None
+    #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
+    relpages_bytes: int | None = None
+    priors: list[PriorSession] = field(default_factory=list)
+
+    def current(self, names: list[str]) -> dict[str, str]:
+        """The values in force of ``names``."""
+        return {n: self.measurer.in_force[n] for n in names}
+
+    def in_force_changed(self) -> None:
+        """Export the knobs now in force and the budget slack they leave."""
+        in_force = self.measurer.in_force
+        self.metrics.set_knobs(in_force)
+        slack = self.budget_slack(in_force)
+        if slack is not None:
+            self.metrics.set_budget_slack(slack)
+
+    def budget_slack(self, in_force: Mapping[str, str]) -> int | None:
+        """Bytes the settings in force leave under the tightest budget inequality."""
+        if not all(n in in_force for n in BUDGET_KNOBS):
+            return None
+        catalog = self.budget.catalog
+        try:
+            point = {n: float(catalog[n].parse(in_force[n]))
+                     for n in ("shared_buffers", *ONLINE_MEMORY_KNOBS)}
+            return self.budget.in_bytes.slack(point)
+        except HarmonyError as exc:
+            logger.debug("no budget slack for %s: %s", in_force, exc)
+            return None
+
+
+@dataclass
+class RunState:
+    """What the run has learnt: records, the best one, the decisions, the sessions."""
+
+    records: list[PointRecord] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    best: PointRecord | None = None
+    #: records before this index were measured under an earlier workload (a shift)
+    ranked_from: int = 0
+    sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
+    #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
+    bme: dict[str, Any] | None = None
+    #: the BME prior's recommended configuration, when it gave one
+    recommended: dict[str, str] | None = None
+    passes: int = 0
+    on_record: Callable[[PointRecord], None] | None = None
+    on_decision: Callable[[str], None] | None = None
+
+    def decide(self, text: str) -> None:
+        """Record a decision of the run (shown in the summary and the log)."""
+        self.decisions.append(text)
+        logger.info("decision: %s", text)
+        if self.on_decision is not None:
+            self.on_decision(text)
+
+    def best_or_current(self, ctx: RunContext, names: list[str]) -> dict[str, str]:
+        """The best record's values of ``names``, or those in force before any."""
+        if self.best is not None:
+            return {n: self.best.in_force.get(n, ctx.original[n]) for n in names}
+        return ctx.current(names)
+
+    def forget_best(self) -> None:
+        """A workload shift: values measured before now do not rank configurations."""
+        self.best = None
+        self.ranked_from = len(self.records)
+
+
+def best_of(records: list[PointRecord]) -> PointRecord | None:
+    """The record with the highest value, or None when none has one."""
+    done = [r for r in records if r.value is not None]
+    return max(done, key=lambda r: r.value or 0.0) if done else None
