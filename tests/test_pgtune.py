@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.pgtune import Machine, format_kb, pgtune_kb, pgtune_settings
 from harmony.errors import ConfigError
+from tuner_client.pgtune import Machine, format_kb, pgtune_kb, pgtune_settings
 
 GB = 1024**3
 MB = 1024**2

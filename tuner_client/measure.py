@@ -21,11 +21,13 @@ from typing import Any, Protocol
 
 import psycopg
 
-from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError
+from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError, WorkloadError
 from tuner_client.apply import apply_online_knobs
 from tuner_client.config import MeasureConfig
 from tuner_client.knobs import KnobCatalog
+from tuner_client.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
 from workloads.base import Workload
+from workloads.sample import Sample, reference_costs
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +110,15 @@ def stats_delta(before: StatsSnapshot, after: StatsSnapshot) -> StatsDelta | Non
 class SampleRecord:
     """One throughput sample: the driver's count and the server's counters beside it.
 
-    ``qpm`` is the configured estimator's value; ``count_qpm`` and ``concurrency_qpm`` are
-    both estimates from the same completions (see :class:`workloads.sample.Sample`).
+    ``qpm`` is the value the tuner ranks by: the configured estimator's (named by
+    ``estimator``; for ``work`` and ``work_per_cpu`` it is not in queries per minute, see
+    :data:`ESTIMATORS`). Every other estimate of the same completions is kept beside it for
+    comparisons: ``count_qpm`` (completed queries per minute, the study's measure),
+    ``concurrency_qpm`` (Little's law), ``work_per_s`` (reference-seconds of work per wall
+    second) and ``work_per_cpu`` (per CPU-second of the server, ``server_cpu`` being the
+    cores the server used on average over the sample, read from ``cpu_source``).
+    ``per_query`` holds each template's ``[completed, mean latency s]``, so that any
+    estimator can be recomputed later.
     """
 
     qpm: float
@@ -119,6 +128,12 @@ class SampleRecord:
     stats: StatsDelta | None = None
     count_qpm: float | None = None
     concurrency_qpm: float | None = None
+    estimator: str = "count"
+    work_per_s: float | None = None
+    server_cpu: float | None = None
+    cpu_source: str | None = None
+    work_per_cpu: float | None = None
+    per_query: dict[str, tuple[int, float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,6 +153,11 @@ class PointRecord:
     #: the counters over the whole point (after warm-up to after the last sample, waiting
     #: for the backends to flush them): see :meth:`Measurer.point_window`
     window: StatsDelta | None = None
+    #: paired measurement: the candidate/reference ratio of the block, and the reference's
+    #: values measured just before and after the candidate (``value`` is then the ratio
+    #: times the reference's running level: see :mod:`tuner_client.phases.blocks`)
+    ratio: float | None = None
+    reference: list[float] = field(default_factory=list)
 
     def stats_total(self) -> StatsDelta | None:
         """The samples' counters summed (None when any sample lost its counters); when
@@ -160,6 +180,25 @@ class PointRecord:
             if sample.stats is not None:
                 raw["stats"]["miss_ratio"] = sample.stats.miss_ratio
         return out
+
+
+#: what a sample's value (``SampleRecord.qpm``) is, per ``measure.estimator``
+ESTIMATORS: dict[str, str] = {
+    "count": "completed queries per minute",
+    "concurrency": "streams / mean latency per query, per minute (Little's law)",
+    "work": "reference-seconds of work completed per second (each completion credited with "
+            "its template's mean latency under the original configuration)",
+    "work_per_cpu": "reference-seconds of work per CPU-second of the PostgreSQL server",
+}
+#: the estimators that credit completions with the reference configuration's costs
+WORK_ESTIMATORS = frozenset({"work", "work_per_cpu"})
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return (PROC / str(pid) / "comm").read_text().strip().startswith("postgres")
+    except OSError:
+        return False
 
 
 def _no_blocks(delta: StatsDelta | None) -> bool:
@@ -226,6 +265,14 @@ class Measurer:
         #: when the configuration in force took effect (monotonic); queries started
         #: earlier ran under the previous one
         self._applied_at: float | None = None
+        if config.estimator not in ESTIMATORS:
+            raise ConfigError(f"measure.estimator must be one of {sorted(ESTIMATORS)}, but "
+                              f"got {config.estimator!r}")
+        #: each template's reference cost (mean latency s under the original configuration),
+        #: learned by :meth:`learn_reference` and frozen for the run; a template the
+        #: reference never completed gets the mean latency of its first completion
+        self.reference_costs: dict[str, float] | None = None
+        self._postmaster: int | None = None
 
     # -- connection ----------------------------------------------------------------------
     def conn(self) -> psycopg.Connection[Any]:
@@ -300,6 +347,8 @@ class Measurer:
         Returns what happened; a failure leaves the server running with its last good
         configuration (the controller rolls back a restart that does not come up).
         """
+        if self.config.estimator in WORK_ESTIMATORS and self.reference_costs is None:
+            self.learn_reference()
         changed = {n: v for n, v in settings.items() if not self._same(n, v, self.in_force.get(n))}
         if not changed:
             return ApplyOutcome(changed=False)
@@ -406,9 +455,74 @@ class Measurer:
                 return delta
             time.sleep(0.2)
 
+    # -- the work reference ----------------------------------------------------------------
+    def learn_reference(self, samples: int | None = None) -> dict[str, float]:
+        """Measure the configuration in force (the original one, before the first apply)
+        and freeze each template's mean latency as its reference cost for the run.
+
+        Warm-up, then ``samples`` (default ``measure.samples``) samples; fixed-work samples
+        also wait for one completion of every query of the mix, so each template gets a
+        cost. Called by the first :meth:`apply` when the estimator is work-weighted.
+        """
+        if self.config.estimator == "work_per_cpu" and self._read_cpu() is None:
+            raise ConfigError("measure.estimator work_per_cpu needs the PostgreSQL server's "
+                              "CPU time, which is readable only when the server runs on this "
+                              "machine (its backends' processes are not visible here); use "
+                              "measure.estimator work")
+        self.start()
+        self.warm_up()
+        taken: list[Sample] = []
+        for _ in range(samples or self.config.samples):
+            if self.config.queries is not None:
+                taken.append(self.workload.sample(queries=self.config.queries,
+                                                  timeout_s=self.sample_timeout_s,
+                                                  every_query=True))
+            else:
+                taken.append(self.workload.sample(seconds=self.config.seconds))
+        self._point_start = None
+        costs = reference_costs(taken)
+        if not costs:
+            raise WorkloadError("the reference configuration completed no query in "
+                               f"{sum(s.seconds for s in taken):.0f} s: no work reference; "
+                                "lengthen measure.seconds or measure.queries")
+        self.reference_costs = costs
+        logger.info("work reference (mean latency s under the original configuration, "
+                    "frozen for the run): %s", {q: round(c, 4) for q, c in costs.items()})
+        return costs
+
+    def _costs_for(self, got: Sample) -> dict[str, float]:
+        """The frozen reference costs, plus first-sight costs of templates the reference
+        never completed (frozen from then on)."""
+        costs = self.reference_costs if self.reference_costs is not None else {}
+        for query, stats in got.per_query.items():
+            if stats.completed and stats.mean is not None and query not in costs:
+                logger.info("work reference: %s never completed under the reference "
+                            "configuration; its cost is frozen at its first mean latency "
+                            "%.3f s", query, stats.mean)
+                costs[query] = stats.mean
+        if self.reference_costs is not None:
+            self.reference_costs = costs
+        return costs
+
+    # -- server CPU ------------------------------------------------------------------------
+    def _read_cpu(self) -> CpuReading | None:
+        """The server's cumulative CPU time (None when the server is not local)."""
+        pid = self._postmaster
+        if pid is None or parent_pid(pid) is None:
+            try:
+                backend = int(self.conn().info.backend_pid)
+            except (DatabaseError, psycopg.Error):
+                return None
+            pid = parent_pid(backend)
+            if pid is None or not _is_postgres(backend):
+                return None  # another host or PID namespace
+            self._postmaster = pid
+        return read_server_cpu(pid)
+
     # -- sampling ------------------------------------------------------------------------
     def sample(self) -> SampleRecord:
-        """One throughput sample (fixed work or a time window) with the counters' deltas."""
+        """One throughput sample (fixed work or a time window) with the counters' deltas
+        and the server's CPU time; ``qpm`` holds the configured estimator's value."""
         self.start()
         try:
             before = read_database_stats(self.conn())
@@ -417,32 +531,57 @@ class Measurer:
             before = None
         if self._point_start is None:
             self._point_start = before
-        latency = self.config.estimator == "concurrency"
+        estimator = self.config.estimator
+        latency = estimator == "concurrency"
         # the latency estimate counts only queries started under this configuration
         since = self._applied_at if latency else None
+        cpu_before, cpu_started = self._read_cpu(), time.monotonic()
         if self.config.queries is not None:
             got = self.workload.sample(queries=self.config.queries,
                                        timeout_s=self.sample_timeout_s, since=since,
                                        every_query=latency)
         else:
             got = self.workload.sample(seconds=self.config.seconds, since=since)
-        qpm = float(got.qpm)
+        cpu_after, cpu_wall = self._read_cpu(), time.monotonic() - cpu_started
+        server_cpu, cpu_source = None, None
+        if (cpu_before is not None and cpu_after is not None and cpu_wall > 0
+                and cpu_before.source == cpu_after.source
+                and cpu_before.postmaster == cpu_after.postmaster):
+            server_cpu = (cpu_after.cpu_s - cpu_before.cpu_s) / cpu_wall
+            cpu_source = cpu_after.source
+        work = (got.work_per_s(self._costs_for(got)) if self.reference_costs is not None
+                else None)
+        per_cpu = work / server_cpu if work is not None and server_cpu else None
+        value = float(got.qpm)
         if latency:
             if got.concurrency_qpm is not None:
-                qpm = float(got.concurrency_qpm)
+                value = float(got.concurrency_qpm)
             else:
                 logger.warning("no completion of some query of the mix in a %.1f-s window: "
                                "counted throughput used for this sample (lengthen "
                                "measure.seconds)", got.seconds)
+        elif estimator in WORK_ESTIMATORS:
+            chosen = work if estimator == "work" else per_cpu
+            if chosen is None:
+                why = ("no reference cost" if work is None
+                       else "the server's CPU time is not readable (not a local server?)")
+                raise WorkloadError(f"measure.estimator {estimator}: {why} for this sample; "
+                                    f"use measure.estimator count or work")
+            value = float(chosen)
         delta = None
         if before is not None:
             try:
                 delta = stats_delta(before, read_database_stats(self.conn()))
             except (DatabaseError, psycopg.Error) as exc:
                 logger.warning("pg_stat_database not readable after the sample: %s", exc)
-        return SampleRecord(qpm=qpm, completed=int(got.completed), errors=int(got.errors),
+        return SampleRecord(qpm=value, completed=int(got.completed), errors=int(got.errors),
                             seconds=float(got.seconds), stats=delta, count_qpm=float(got.qpm),
-                            concurrency_qpm=got.concurrency_qpm)
+                            concurrency_qpm=got.concurrency_qpm, estimator=estimator,
+                            work_per_s=work, server_cpu=server_cpu,
+                            cpu_source=cpu_source,
+                            work_per_cpu=per_cpu,
+                            per_query={q: (st.completed, st.mean)
+                                       for q, st in got.per_query.items()})
 
     def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
                 samples: int | None = None, *, check_budget: bool = True) -> PointRecord:

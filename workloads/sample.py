@@ -42,6 +42,9 @@ class Sample:
     on which queries happened to finish inside a short window (half the per-point spread in
     ``benchmarks/results/evidence_estimators.quick.md``); ``None`` when some query of the
     mix completed no instance in the sample.
+
+    :meth:`work_per_s` weights each completion by its template's reference cost instead of
+    counting it once (work-weighted throughput, see :func:`reference_costs`).
     """
 
     seconds: float
@@ -55,6 +58,39 @@ class Sample:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
         return asdict(self)
+
+    def work_per_s(self, costs: Mapping[str, float]) -> float | None:
+        """Work completed per wall second: ``sum_q completed_q * costs[q] / seconds``.
+
+        ``costs`` are the templates' reference costs (seconds of work one completion stands
+        for, e.g. :func:`reference_costs` of the reference configuration's samples), so a
+        4-minute query counts 240 times a 1-s one instead of once. ``None`` when a template
+        that completed in this sample has no cost, or the sample has no duration.
+        """
+        if self.seconds <= 0:
+            return None
+        total = 0.0
+        for query, stats in self.per_query.items():
+            if stats.completed == 0:
+                continue
+            cost = costs.get(query)
+            if cost is None:
+                return None
+            total += stats.completed * cost
+        return total / self.seconds
+
+
+def reference_costs(samples: Iterable[Sample]) -> dict[str, float]:
+    """Each template's mean latency over ``samples`` pooled (completions-weighted): the
+    reference cost of :meth:`Sample.work_per_s`. Templates without a completion are absent."""
+    count: dict[str, int] = {}
+    busy: dict[str, float] = {}
+    for sample in samples:
+        for query, stats in sample.per_query.items():
+            if stats.completed and stats.mean is not None:
+                count[query] = count.get(query, 0) + stats.completed
+                busy[query] = busy.get(query, 0.0) + stats.completed * stats.mean
+    return {q: busy[q] / n for q, n in count.items() if busy[q] > 0}
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

@@ -29,12 +29,12 @@ from typing import Any
 import psycopg
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
-from benchmarks.pgtune import Machine, pgtune_settings
 from harmony.errors import HarmonyError
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.measure import Measurer
+from tuner_client.pgtune import Machine, pgtune_settings
 from tuner_client.target import Target, make_workload, open_target, stream_count
 
 logger = logging.getLogger(__name__)

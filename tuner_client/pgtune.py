@@ -3,7 +3,8 @@
 The baseline a user would reach for instead of a tuner: given the machine's RAM, CPUs,
 connection count, storage kind and database type, PGTune writes a fixed set of settings.
 This module recomputes them (our own code from the published rules; PostgreSQL >= 10 on
-Linux) so the end-to-end benchmark can measure "the rules" on the same cluster it tunes.
+Linux) so the final rounds of a tuning run (``final.baselines: [pgtune]``) and the end-to-end
+benchmark measure "the rules" beside the default and the tuned configuration.
 
 Rules (memory in kB, as PGTune computes them; ``RAM`` is the memory PostgreSQL may use):
 

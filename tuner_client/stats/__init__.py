@@ -1,0 +1,18 @@
+"""The statistics of tuning under noise: paired ratios with intervals, racing, screening,
+the final decision, instability flags, and a seeded noise model to test them against.
+
+Pure: no database, no HTTP, no asyncio; numpy and scipy only. The tuning run's phases use
+these; tests check them on :mod:`tuner_client.stats.noise`'s synthetic objectives.
+"""
+
+from tuner_client.stats.decision import FinalDecision, decide, more_rounds_needed
+from tuner_client.stats.paired import (
+    RatioInterval,
+    ReferenceLevel,
+    abba_ratio,
+    block_ratio,
+    paired_ratio_interval,
+)
+
+__all__ = ["FinalDecision", "RatioInterval", "ReferenceLevel", "abba_ratio", "block_ratio",
+           "decide", "more_rounds_needed", "paired_ratio_interval"]
