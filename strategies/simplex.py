@@ -12,11 +12,21 @@ by the region's projection); a candidate whose snapped point was measured before
 answered from memory; a candidate sharing its point with another outstanding one waits
 for that measurement. So a grid that turns a move into a no-op never costs a measurement.
 
-When the simplex stalls on the grid (all vertices on one grid point, a degenerate simplex,
-a shrink that moves nothing, or a cycle of steps that needs no new measurement) it is
-re-expanded around the best vertex: at its current size, then one grid step up and one
-grid step down every axis. If it stalls again at the same best point after that, every
-axis neighbour of the best point has been measured: the search has converged.
+When the simplex stalls (all vertices on one grid point, a degenerate simplex, a shrink
+that moves nothing on the grid, a cycle of steps that needs no new measurement, or the
+value and size tolerances met) the search *restarts around its best vertex* with a fresh
+simplex in a random orientation, whose radius shrinks by ``restart_decay`` from
+``init_radius`` to one grid step over successive restarts and then starts over from
+``init_radius``. Under noise and on grids a simplex collapses long before the search is
+done; the restarts keep it going, so the search ends only when
+
+* the budget ``max_evals`` is spent,
+* ``restart_patience`` restarts in a row found no better point (a tolerance the user sets),
+* the value and size tolerances hold again right after a restart that found nothing better
+  (a restart confirms the minimum, as Numerical Recipes advises for Nelder-Mead), or
+* the restarts reach no point that was not measured already (a small grid, exhausted).
+
+:attr:`convergence_reason` says which.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ _INIT_ATTEMPTS = 20
 _REPLACE_ATTEMPTS = 100
 #: safety net: state-machine steps in a row without handing out a point
 _MAX_SILENT_STEPS = 100_000
+#: restarts in a row that needed no new measurement before the grid counts as exhausted
+_MAX_SILENT_RESTARTS = 60
 
 
 class Phase(enum.Enum):
@@ -94,7 +106,12 @@ class SimplexStrategy(Strategy):
       * ``reject_method``: ``penalty`` | ``random`` | ``project`` for infeasible candidates.
       * ``fval_tol`` (relative to ``|best|``) plus ``fval_atol`` (absolute), and ``size_tol``
         (unit cube): converged when both hold. ``max_evals``: points handed out per start.
-      * ``reexpand``: re-expand a stalled simplex (default) or converge at once.
+      * ``reexpand``: restart a stalled simplex around its best vertex (default) or converge
+        at once (the behaviour of a plain Nelder-Mead).
+      * ``restart_decay`` (0.5): each restart's radius is the previous one's times this, from
+        ``init_radius`` down to one grid step, then from ``init_radius`` again.
+      * ``restart_patience``: converge once this many restarts in a row found no point better
+        than ``fval_tol``/``fval_atol`` allow; default ``None``: restart until the budget.
       * ``shrink``: the shrink coefficient (0.5).
 
     Subclasses implement :meth:`_step` (start the next move from the sorted simplex) and
@@ -107,6 +124,7 @@ class SimplexStrategy(Strategy):
                  init_simplex: Sequence[Mapping[str, Any]] | None = None,
                  reject_method: str = "penalty", fval_tol: float = 1e-4, fval_atol: float = 0.0,
                  size_tol: float = 1e-4, max_evals: int | None = None, reexpand: bool = True,
+                 restart_decay: float = 0.5, restart_patience: int | None = None,
                  shrink: float = 0.5):
         super().__init__(space, seed=seed, region=region)
         name = type(self).name
@@ -154,6 +172,13 @@ class SimplexStrategy(Strategy):
         if max_evals is not None and (isinstance(max_evals, bool) or not isinstance(max_evals, int)
                                       or max_evals < 1):
             raise option_error(name, "max_evals", "a positive integer (or absent)", max_evals)
+        _check_real(name, "restart_decay", restart_decay, low=0.0, high=1.0, low_open=True,
+                    high_open=True)
+        if restart_patience is not None and (isinstance(restart_patience, bool)
+                                             or not isinstance(restart_patience, int)
+                                             or restart_patience < 1):
+            raise option_error(name, "restart_patience", "a positive integer (or absent)",
+                               restart_patience)
         if init_point is not None:
             if not isinstance(init_point, Mapping):
                 raise option_error(name, "init_point", "a mapping of parameter name to value",
@@ -177,6 +202,8 @@ class SimplexStrategy(Strategy):
         self.size_tol = float(size_tol)
         self.max_evals = max_evals
         self.reexpand = bool(reexpand)
+        self.restart_decay = float(restart_decay)
+        self.restart_patience = restart_patience
         self.shrink_coef = float(shrink)
 
         res = space.unit_resolution()
@@ -202,7 +229,12 @@ class SimplexStrategy(Strategy):
         self._trial_key: dict[int, Key] = {}
         self._seen_silent: set[tuple[Key, ...]] = set()
         self._silent_steps = 0
-        self._reexpanded_at: tuple[Key, int] | None = None
+        #: restarts around a best vertex since the start (or the last :meth:`restart`)
+        self.restarts = 0
+        #: restarts in a row that found no better point, and the best value at the last one
+        self._stale_restarts = 0
+        self._best_at_restart: float | None = None
+        self._silent_restarts = 0
         self._evals_at_start = 0
         self._start_batch(Phase.INIT, self._initial_simplex())
 
@@ -210,7 +242,7 @@ class SimplexStrategy(Strategy):
     def ask(self) -> Trial | None:
         if self.converged:
             if self.convergence_reason is None:
-                self.convergence_reason = "max_evals"
+                self.convergence_reason = f"budget spent (max_evals {self.max_evals})"
             return None
         self._pump()
         if self.converged:
@@ -226,6 +258,7 @@ class SimplexStrategy(Strategy):
             self._trial_key[trial.id] = c.key
             self._seen_silent.clear()
             self._silent_steps = 0
+            self._silent_restarts = 0
             logger.debug("%s: hand out trial %d (%s) %s", self.name, trial.id, self.phase.value,
                          trial.point)
             return trial
@@ -277,7 +310,10 @@ class SimplexStrategy(Strategy):
         """Start again: around ``point``, from ``simplex``, or from a new initial simplex.
 
         Remembered measurements are forgotten (the objective may have changed, e.g. after a
-        workload shift); refused points stay refused. ``max_evals`` counts anew.
+        workload shift); refused points stay refused. ``max_evals`` counts anew. Without a
+        point or simplex the new initial simplex is never the previous one: a Latin hypercube
+        or random simplex is drawn anew, and an axis simplex around ``init_point`` (or a given
+        ``init_simplex``) becomes a randomly oriented simplex of the same radius.
         """
         if simplex is not None:
             if len(simplex) != self.simplex_size:
@@ -287,6 +323,10 @@ class SimplexStrategy(Strategy):
         elif point is not None:
             us = self._axis_simplex(self._unit(self.space.snap(point)),
                                     np.maximum(self.init_radius, self._min_step))
+        elif self.init_method in ("point", "simplex"):
+            centre = self.init_point if self.init_method == "point" or not self.init_simplex \
+                else self.init_simplex[0]
+            us = self._oriented_simplex(self._unit(self.space.snap(centre)), self.init_radius)
         else:
             us = self._initial_simplex()
         self._memo.clear()
@@ -294,7 +334,10 @@ class SimplexStrategy(Strategy):
         self._trial_key.clear()
         self._seen_silent.clear()
         self._silent_steps = 0
-        self._reexpanded_at = None
+        self.restarts = 0
+        self._stale_restarts = 0
+        self._best_at_restart = None
+        self._silent_restarts = 0
         self.convergence_reason = None
         self._evals_at_start = len(self.trials)
         logger.info("%s: restart (%s)", self.name,
@@ -399,7 +442,7 @@ class SimplexStrategy(Strategy):
 
     def _check_and_step(self) -> None:
         if self.max_evals is not None and self.evaluations >= self.max_evals:
-            self._converge("max_evals")
+            self._converge(f"budget spent (max_evals {self.max_evals})")
             return
         if len(set(self.keys)) == 1:
             self._stall("collapsed on the grid")
@@ -410,7 +453,12 @@ class SimplexStrategy(Strategy):
             if np.all(np.isfinite(self.values)) else math.inf
         size = float(np.max(np.abs(self.vertices[1:] - self.vertices[0])))
         if spread <= self.fval_tol * abs(f0) + self.fval_atol and size <= self.size_tol:
-            self._converge(f"tolerances (value spread {spread:.3g}, size {size:.3g})")
+            tolerances = f"tolerances (value spread {spread:.3g}, size {size:.3g})"
+            if self._best_at_restart is not None and not self._improved_since_restart():
+                self._converge(f"{tolerances} after a restart that found no better point "
+                               f"({self.restarts} restarts)")
+            else:
+                self._stall(tolerances)
             return
         if self._degenerate(self.vertices):
             self._stall("degenerate simplex")
@@ -433,31 +481,100 @@ class SimplexStrategy(Strategy):
         diffs = (active[1:] - active[0]) * self._rank_scale[self.active_axes]
         return int(np.linalg.matrix_rank(diffs)) < n_eff
 
-    def _stall(self, reason: str) -> None:
-        """Re-expand around the best vertex, or converge once that was tried there in full.
+    def _improved_since_restart(self) -> bool:
+        """Whether the best value beat the one at the last restart by more than the tolerance."""
+        if self._best_at_restart is None:
+            return True
+        f0 = float(self.values[0])
+        tol = self.fval_tol * abs(self._best_at_restart) + self.fval_atol
+        return bool(f0 < self._best_at_restart - tol) or (
+            not math.isfinite(self._best_at_restart) and math.isfinite(f0))
 
-        Stages at one best point: 0 = at the simplex's own extent (when larger than a grid
-        step), 1 = one grid step up every axis, 2 = one grid step down every axis. After
-        stage 2 every axis neighbour of the best point has been measured without a better
-        one, so the best point is a local minimum on the grid.
+    def restart_radius(self, k: int) -> float:
+        """The radius (unit cube) of the ``k``-th restart: ``init_radius`` shrunk ``k`` times by
+        ``restart_decay`` down to one grid step, then from ``init_radius`` again."""
+        floor = float(np.max(self._min_step[self.active_axes])) if self.active_axes else 1.0
+        if self.init_radius <= floor:
+            return self.init_radius
+        cycle = int(math.ceil(math.log(floor / self.init_radius) / math.log(self.restart_decay)))
+        return max(self.init_radius * self.restart_decay ** (k % (cycle + 1)), floor)
+
+    def _stall(self, reason: str) -> None:
+        """Restart around the best vertex with a fresh, randomly oriented, smaller simplex.
+
+        Converges instead when ``reexpand`` is off, when ``restart_patience`` restarts in a row
+        found nothing better, or when restarts keep reaching only measured points.
         """
-        best = self.keys[0]
-        extent = np.max(np.abs(self.vertices - self.vertices[0]), axis=0)
-        if self._reexpanded_at is not None and self._reexpanded_at[0] == best:
-            stage = self._reexpanded_at[1] + 1
-        else:
-            stage = 0 if np.any(extent > self._min_step) else 1
-        if not self.reexpand or stage > 2:
+        if not self.reexpand:
             self._converge(reason)
             return
-        self._reexpanded_at = (best, stage)
-        radius = np.maximum(self._min_step, extent) if stage == 0 else self._min_step
-        sign = -1.0 if stage == 2 else 1.0
-        logger.debug("%s: %s; re-expanding around %s (stage %d)", self.name, reason,
-                     self.points[0], stage)
-        us = self._axis_simplex(self.vertices[0], radius, sign=sign)
+        if self._best_at_restart is not None:
+            self._stale_restarts = 0 if self._improved_since_restart() \
+                else self._stale_restarts + 1
+        if self.restart_patience is not None and self._stale_restarts >= self.restart_patience:
+            self._converge(f"{reason}; restart_patience: {self._stale_restarts} restarts in a "
+                           f"row found no better point")
+            return
+        self._silent_restarts += 1
+        if self._silent_restarts > _MAX_SILENT_RESTARTS:
+            self._converge(f"{reason}; exhausted: {_MAX_SILENT_RESTARTS} restarts in a row reached "
+                           f"only points measured already")
+            return
+        radius = self.restart_radius(self.restarts)
+        self.restarts += 1
+        self._best_at_restart = float(self.values[0])
+        logger.debug("%s: %s; restart %d around %s (radius %.3g)", self.name, reason,
+                     self.restarts, self.points[0], radius)
+        us = self._oriented_simplex(self.vertices[0], radius)
+        self._seen_silent.clear()
         self.phase = Phase.INIT
         self._batch = [self._vertex(0)] + [self._candidate(u) for u in us[1:]]
+
+    def _oriented_simplex(self, x0: np.ndarray, radius: float) -> list[np.ndarray]:
+        """``x0`` plus ``simplex_size - 1`` vertices at ``radius`` in a random orientation.
+
+        The first ``n`` directions are the columns of a random orthogonal matrix (so the simplex
+        is a rotated, reflected axis simplex); further vertices take random unit directions.
+        Every axis moves at least one grid step. If the grid flattens the rotated simplex, a
+        randomly signed axis simplex in random axis order is used instead.
+        """
+        axes = self.active_axes
+        n_eff = len(axes)
+        if n_eff == 0:
+            return [np.array(x0, dtype=float)] * self.simplex_size
+        q, r = np.linalg.qr(self.rng.standard_normal((n_eff, n_eff)))
+        q = q * np.sign(np.diag(r))  # a uniformly random orthogonal matrix
+        directions = [q[:, j] for j in range(n_eff)]
+        for _ in range(self.simplex_size - 1 - n_eff):
+            d = self.rng.standard_normal(n_eff)
+            directions.append(d / np.linalg.norm(d))
+        step = np.maximum(radius, self._min_step[axes])
+        us = [np.array(x0, dtype=float)]
+        for d in directions[: self.simplex_size - 1]:
+            u = np.array(x0, dtype=float)
+            moved = u[axes] + step * d
+            # a step out of the unit cube goes the other way along that axis
+            out = (moved < 0.0) | (moved > 1.0)
+            moved[out] = u[axes][out] - (step * d)[out]
+            u[axes] = np.clip(moved, 0.0, 1.0)
+            us.append(self._unit(self.space.from_unit(u), raw=u))
+        if not self._degenerate(np.array(us)):
+            return us
+        order = self.rng.permutation(n_eff)
+        signs = self.rng.choice([-1.0, 1.0], size=n_eff)
+        us = [np.array(x0, dtype=float)]
+        for j in range(1, self.simplex_size):
+            k = order[(j - 1) % n_eff]
+            axis = axes[k]
+            ring = (j - 1) // n_eff
+            u = np.array(x0, dtype=float)
+            delta = signs[k] * (1 if ring % 2 == 0 else -1) * step[k] * (1 + ring // 2)
+            moved = u[axis] + delta
+            if moved > 1.0 or moved < 0.0:
+                moved = u[axis] - delta
+            u[axis] = min(max(moved, 0.0), 1.0)
+            us.append(u)
+        return us
 
     def _converge(self, reason: str) -> None:
         self.phase = Phase.CONVERGED
