@@ -6,7 +6,8 @@ The embedded cluster (optionally inside a memory cgroup) is loaded with TPC-H; a
 shared_buffers size the server is restarted, the mix warmed up, and throughput samples are
 taken with the ``pg_stat_database`` hit/read deltas beside them (``pg_stat_clear_snapshot()``
 before each read). The offline session is then replayed both ways on the measured table
-(throughput and P interpolated linearly in log size between measured sizes), with the same
+(throughput and P interpolated linearly in log size between measured sizes, with the noise of
+:mod:`tuner_client.stats.replay`), with the same
 strategy, starting simplex and prior logic as :mod:`tuner_client.flows`, over several start
 points and noise seeds. Writes ``benchmarks/results/bme_prior.json`` and ``.md``
 (``--quick``: ``bme_prior.quick.*``).
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import platform
 import statistics
@@ -43,6 +43,7 @@ from tuner_client.bme import PriorAdvice, SharedBuffersPrior, fit_bme, touched_p
 from tuner_client.bme.fit import BMEFit
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import read_database_stats, stats_delta
+from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix
 from workloads.tpch.queries import validation_query
@@ -326,19 +327,16 @@ def fits(points: list[dict[str, Any]], p_star: float) -> dict[str, Any]:
     return out
 
 
-class Table:
-    """Throughput and P at any size: linear in log(size) between measured sizes."""
+class Table(MeasuredTable):
+    """The pooled points as a replay table: throughput (``qpm``) and P (``miss``) by
+    shared_buffers size in bytes, linear in log(size) between measured sizes, plus the median
+    block accesses per sample window."""
 
     def __init__(self, points: list[dict[str, Any]]) -> None:
-        self.log_sizes = np.log([p["size"] for p in points])
-        self.qpm = np.array([p["qpm"] for p in points])
-        self.miss = np.array([p["miss"] for p in points])
+        super().__init__([p["size"] for p in points],
+                         {"qpm": [p["qpm"] for p in points],
+                          "miss": [p["miss"] for p in points]})
         self.accesses = float(np.median([p["accesses_per_sample"] for p in points]))
-
-    def at(self, size: float) -> tuple[float, float]:
-        x = math.log(size)
-        return (float(np.interp(x, self.log_sizes, self.qpm)),
-                float(np.interp(x, self.log_sizes, self.miss)))
 
 
 def _session(space: Space, start_mb: int, seed: int, label: str) -> SessionCore:
@@ -364,7 +362,9 @@ def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior:
     range with the remaining budget. Reported values carry multiplicative Gaussian noise
     (``noise_cv``); reaching the target is judged on the noise-free table.
     """
-    rng = np.random.default_rng(seed)
+    # the noise of the original replay: value × (1 + cv·z), one draw per evaluation
+    objective = replay_objective(table, "shared_buffers", "qpm", unit=MB, seed=seed,
+                                 model=point_noise_only(noise_cv, shape="normal"))
     prior = SharedBuffersPrior(p_star=p_star, min_r2=min_r2) if use_prior else None
     added: list[int] = []
     param = space.params[0]
@@ -379,11 +379,12 @@ def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior:
         if got is None:
             break  # converged (or nothing to hand out): the session ends
         size_mb = int(got.point["shared_buffers"])
-        qpm, miss = table.at(size_mb * MB)
+        qpm, miss = table.value("qpm", size_mb * MB), table.value("miss", size_mb * MB)
         evaluated.append(size_mb)
         if reached is None and qpm >= target:
             reached = len(evaluated)
-        core.report(got.trial_id, qpm * (1.0 + noise_cv * float(rng.standard_normal())))
+        core.report(got.trial_id, objective.measure(got.point,
+                                                    objective.model.point_seconds))
         if prior is None or switched or advice_text is not None:
             continue
         reads = int(round(miss * table.accesses))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,12 +65,18 @@ class NoiseModel:
     outlier_rate: float = OUTLIER_RATE
     outlier_log_range: tuple[float, float] = OUTLIER_LOG_RANGE
     replica_cv: float = REPLICA_CV
+    #: ``lognormal``: a value × e^{cv·z}; ``normal``: a value × (1 + cv·z), the form the
+    #: BME-prior replay (``benchmarks/bme_prior.py``) was measured with, kept so its numbers hold
+    point_shape: Literal["lognormal", "normal"] = "lognormal"
 
     def __post_init__(self) -> None:
         if min(self.point_cv, self.drift_sd, self.drift_bound, self.outlier_rate,
                self.replica_cv) < 0 or self.point_seconds <= 0 or self.drift_timescale_s <= 0:
             raise ConfigError(f"noise model parameters must be non-negative (times positive), "
                               f"but got {self}")
+        if self.point_shape not in ("lognormal", "normal"):
+            raise ConfigError(f"point_shape must be 'lognormal' or 'normal', but got "
+                              f"{self.point_shape!r}")
 
     @classmethod
     def measured(cls) -> NoiseModel:
@@ -139,7 +145,8 @@ class NoisyObjective:
         if m.outlier_rate and self.rng.random() < m.outlier_rate:
             lo, hi = m.outlier_log_range
             log_noise += float(self.rng.choice([-1.0, 1.0]) * self.rng.uniform(lo, hi))
-        value = self.truth(point) * self.drift * self.replica_bias * math.exp(log_noise)
+        factor = 1.0 + log_noise if m.point_shape == "normal" else math.exp(log_noise)
+        value = self.truth(point) * self.drift * self.replica_bias * factor
         self._advance(seconds / 2)
         return value
 
