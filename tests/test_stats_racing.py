@@ -77,9 +77,9 @@ def test_the_seconds_budget_is_never_exceeded(use_clock: bool) -> None:
     lengths = {"default": 20.0, "a": 30.0, "b": 45.0, "pgtune": 25.0}
     for seed in range(40):
         budget = 300.0 + 37.0 * seed
-        options: dict[str, object] = {} if use_clock else {"cost": lengths.__getitem__}
         r = _race({"default": 1.0, "a": 1.0, "b": 1.02, "pgtune": 1.0}, seed,
-                  RaceBudget(seconds=budget), seconds=lengths, use_clock=use_clock, **options)
+                  RaceBudget(seconds=budget), seconds=lengths, use_clock=use_clock,
+                  cost=None if use_clock else lengths.__getitem__)
         assert 0 < r.seconds <= budget, (seed, r.seconds, budget)
         if r.winner is None and len(r.racing) == 2:
             # a round of all four takes 120 s: the race stopped with less than that left
