@@ -42,7 +42,8 @@ class Tuner:
     """One tuning run of a :class:`TunerConfig` (see the module docstring).
 
     ``client``, ``target`` and ``workload`` default to the configured ones; ``on_record``
-    is called with each search evaluation, ``on_decision`` with each decision's text.
+    is called with each search evaluation, ``on_measured`` with every measured record (the
+    final rounds too), ``on_decision`` with each decision's text.
     """
 
     def __init__(self, config: TunerConfig, *, server: str | None = None,
@@ -51,6 +52,7 @@ class Tuner:
                  workload: Workload | None = None, run_id: str | None = None,
                  metrics: TunerMetrics | None = None,
                  on_record: Callable[[PointRecord], None] | None = None,
+                 on_measured: Callable[[PointRecord], None] | None = None,
                  on_decision: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.server = server if server is not None else config.server
@@ -61,7 +63,8 @@ class Tuner:
         # never None: without a metrics port the updates go to a registry nobody serves
         self.metrics = metrics if metrics is not None else TunerMetrics(
             [k.name for k in config.knob_specs()], tuner=config.name)
-        self.state = RunState(on_record=on_record, on_decision=on_decision)
+        self.state = RunState(on_record=on_record, on_measured=on_measured,
+                              on_decision=on_decision)
         self.context: RunContext | None = None
 
     @property

@@ -27,20 +27,12 @@ from typing import Any, Literal
 import psycopg
 
 from harmony.errors import ConfigError
+from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
 
 logger = logging.getLogger(__name__)
 
 KnobValue = int | float | bool | str
 
-MEMORY_UNITS: dict[str, int] = {"B": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
-TIME_UNITS_MS: dict[str, Fraction] = {
-    "us": Fraction(1, 1000),
-    "ms": Fraction(1),
-    "s": Fraction(1000),
-    "min": Fraction(60_000),
-    "h": Fraction(3_600_000),
-    "d": Fraction(86_400_000),
-}
 ONLINE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 OFFLINE_CONTEXTS = frozenset({"postmaster"})
 
@@ -205,11 +197,13 @@ class Knob:
         return text
 
     # -- parse / format --------------------------------------------------------------------
-    def parse(self, value: Any) -> KnobValue:
+    def parse(self, value: Any, *, round_down: bool = False) -> KnobValue:
         """Convert a user value (``'64MB'``, ``4``, ``'on'``, ``1.5``) to canonical, checked.
 
         Raises ConfigError naming the knob, the allowed range (with units) and the value
-        given when the value has a wrong unit, is out of range or not exact.
+        given when the value has a wrong unit, is out of range or not exact. With
+        ``round_down`` an integer knob's value between two whole units is rounded down to
+        one (for values computed by rules of thumb, e.g. ``'6171023kB'`` of 8kB pages).
         """
         if self.vartype == "bool":
             return self._parse_bool(value)
@@ -219,7 +213,7 @@ class Knob:
             if not isinstance(value, str):
                 raise ConfigError(f"{self.name} takes a string, but got {value!r}")
             return value
-        result = self._parse_number(value)
+        result = self._parse_number(value, round_down=round_down)
         self._check_range(result, value)
         return result
 
@@ -320,7 +314,7 @@ class Knob:
         return (f"{self.name} is {kind} knob; valid units are {', '.join(allowed)}, "
                 f"but got unit {unit!r}{hint}")
 
-    def _parse_number(self, value: Any) -> int | float:
+    def _parse_number(self, value: Any, *, round_down: bool = False) -> int | float:
         if isinstance(value, bool):
             raise ConfigError(f"{self.name} takes a number, but got {value!r}")
         if isinstance(value, int | float):
@@ -354,6 +348,8 @@ class Knob:
         else:
             canonical = number * self._unit_factor(unit)
         if self.vartype == "integer":
+            if round_down:
+                canonical = (canonical // self.unit_size) * self.unit_size
             if (canonical / self.unit_size).denominator != 1:
                 raise ConfigError(
                     f"{self.name} is counted in whole units of {self.unit or 1}; {value!r} is not "

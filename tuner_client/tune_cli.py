@@ -13,6 +13,7 @@ from typing import Any
 from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
 from tuner_client.metrics import add_metrics_arguments, metrics_from_args
+from tuner_client.progress import RunView, live_view
 
 
 def _env(name: str) -> str | None:
@@ -83,9 +84,11 @@ def run_with_metrics(config: TunerConfig, args: argparse.Namespace, output: Path
     # server running before the process exits
     previous = signal.signal(signal.SIGTERM, _term_as_interrupt)
     try:
+        view = RunView(config)
         tuner = Tuner(config, server=args.server, state_dir=args.state_dir, output_dir=output,
-                      metrics=metrics)
-        return tuner.run()
+                      metrics=metrics, on_measured=view.measured, on_decision=view.decided)
+        with live_view(view):
+            return tuner.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
         metrics.stop()

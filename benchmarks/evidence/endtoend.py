@@ -164,10 +164,10 @@ def open_memory_bound(cfg: TunerConfig, state_dir: Path) -> Target:
 # -- one mix ---------------------------------------------------------------------------------
 def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
     """The tuner's one-pass run on ``target``; its trajectory, failures and restarts."""
-    tuner = Tuner(cfg, target=target, client=connect(None))
     started = time.monotonic()
     times: list[float] = []
-    tuner.on_record = lambda record: times.append(time.monotonic() - started)
+    tuner = Tuner(cfg, target=target, client=connect(None),
+                  on_record=lambda record: times.append(time.monotonic() - started))
     result = tuner.run()
     wall = time.monotonic() - started
     records = [r for r in tuner.records if not r.session.startswith("final")]

@@ -48,8 +48,15 @@ class Reference:
 
 
 def measure_reference(ctx: RunContext, ref: Reference) -> float | None:
-    """One measurement of the reference configuration (apply, warm up, one sample)."""
-    record = ctx.measurer.measure(f"{ref.label}-reference", {}, ref.settings, samples=1)
+    """One measurement of the reference configuration (apply, warm up, one sample).
+
+    The reference is what was in force when the session started (the user's own settings or
+    ones the budget admitted before), so it is applied without the budget check, as the
+    final rounds apply the original: the user's own may break a budget tighter than what
+    they run today, and refusing it would leave the session without a reference.
+    """
+    record = ctx.measurer.measure(f"{ref.label}-reference", {}, ref.settings, samples=1,
+                                  check_budget=False)
     if record.failure is not None or record.value is None:
         logger.warning("[%s] reference measurement failed: %s", ref.label, record.failure)
         return None

@@ -37,8 +37,6 @@ NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
 def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
     """Measure the candidates interleaved, decide, and summarise the run."""
     cfg = ctx.config
-    best = ({n: state.best.in_force[n] for n in ctx.original} if state.best is not None
-            else dict(ctx.original))
     candidates: dict[str, dict[str, str]] = {"default": dict(ctx.original)}
     baselines = [label for label in cfg.final.baselines
                  if (settings := _baseline(ctx, state, label)) is not None
@@ -46,19 +44,19 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
     if cfg.final.recommended and state.recommended is not None:
         candidates["recommended"] = state.recommended
         baselines.append("recommended")
-    # the original is measured once per round, as "default": measured again as "best" it
-    # would be compared with itself, and noise alone would decide the ratio
-    if best == ctx.original:
-        state.decide("final: the search's best is the original configuration")
-    else:
-        candidates["best"] = best
-    searched = [label for label in candidates if label not in ("default", *baselines)]
-    rounds: list[Round] = []
+    searched: list[str] = []
     if state.best is not None and cfg.final.rounds > 0:
-        for i, settings in enumerate(runners_up(ctx, state, best, cfg.final.candidates - 1), 2):
-            candidates[f"candidate-{i}"] = settings
-            searched.append(f"candidate-{i}")
-        rounds = _race(ctx, state, candidates, baselines, searched)
+        # the original is measured once per round, as "default": measured again as "best" it
+        # would be compared with itself, and noise alone would decide the ratio
+        if {n: state.best.in_force.get(n) for n in ctx.original} == ctx.original:
+            state.decide("final: the search's best is the original configuration")
+        for i, settings in enumerate(ranked_candidates(ctx, state, cfg.final.candidates), 1):
+            label = "best" if i == 1 else f"candidate-{i}"
+            candidates[label] = settings
+            searched.append(label)
+    # without a candidate one round still measures the default (and the baselines) to report
+    rounds = _race(ctx, state, candidates, baselines, searched) \
+        if state.best is not None and cfg.final.rounds > 0 else []
     return _result(ctx, state, candidates, baselines, searched, rounds)
 
 
@@ -177,7 +175,10 @@ def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | 
     rules = pgtune_settings(Machine(
         ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1, connections=budget.connections,
         db_type="oltp" if ctx.config.workload.kind == "pgbench" else "dw"))
-    settings = {**ctx.original, **{n: v for n, v in rules.items() if n in ctx.original}}
+    catalog = ctx.budget.catalog
+    settings = {**ctx.original, **{
+        n: catalog[n].format(catalog[n].parse(v, round_down=True))
+        for n, v in rules.items() if n in ctx.original}}
     if settings == ctx.original:
         state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
                      "original; not measured as a baseline")
@@ -191,15 +192,16 @@ def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | 
     return settings
 
 
-def runners_up(ctx: RunContext, state: RunState, best: Mapping[str, str],
-               count: int) -> list[dict[str, str]]:
-    """The ``count`` next-best distinct configurations measured under the current workload.
+def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict[str, str]]:
+    """The ``count`` best distinct configurations measured under the current workload, other
+    than the original.
 
-    A configuration that breaks the memory budget as a whole is skipped: an offline point was
-    measured under the original online settings, which the online budget may refuse.
+    A configuration that breaks the memory budget as a whole is skipped (and said so when it
+    is the search's best): an offline point was measured under the original online settings,
+    which the online budget may refuse.
     """
     names = list(ctx.original)
-    seen = {tuple(best[n] for n in names), tuple(ctx.original[n] for n in names)}
+    seen = {tuple(ctx.original[n] for n in names)}
     out: list[dict[str, str]] = []
     ranked = sorted((r for r in state.records[state.ranked_from:]
                      if r.value is not None and not r.session.startswith("final")),
@@ -215,7 +217,11 @@ def runners_up(ctx: RunContext, state: RunState, best: Mapping[str, str],
         wanted = {**ctx.measurer.in_force, **record.in_force, **settings}
         reason = ctx.budget.violation(wanted, wanted)
         if reason is not None:
-            logger.info("final: runner-up %s not re-measured: %s", settings, reason)
+            text = f"final: {settings} not re-measured: {reason}"
+            if record is state.best:
+                state.decide(text)
+            else:
+                logger.info(text)
             continue
         out.append(settings)
     return out

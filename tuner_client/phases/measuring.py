@@ -127,6 +127,8 @@ def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
         logger.info("new best: %.1f qpm with %s", record.value, record.in_force)
     if ranks and state.on_record is not None:
         state.on_record(record)
+    if state.on_measured is not None:
+        state.on_measured(record)
 
 
 def evaluation_kind(label: str) -> str:

@@ -91,6 +91,8 @@ class RunState:
     recommended: dict[str, str] | None = None
     passes: int = 0
     on_record: Callable[[PointRecord], None] | None = None
+    #: called with every measured record (search, screening and final rounds alike)
+    on_measured: Callable[[PointRecord], None] | None = None
     on_decision: Callable[[str], None] | None = None
 
     def decide(self, text: str) -> None:
