@@ -1,0 +1,315 @@
+"""Knob screening: before searching, rank the configured knobs by their effect on throughput
+against the noise, from a small two-level design, so the search spends its evaluations only
+on knobs whose effect clears the noise.
+
+Two designs: one-at-a-time at the ends (``oat``: each knob at its low and its high end, the
+others at the default; 2k runs) and Plackett–Burman (``pb``: N runs for up to N − 1 knobs,
+N = 8, 12, 16, 20 or 24, from the cyclic generator rows of Plackett and Burman, *The design
+of optimum multifactorial experiments*, Biometrika 33, 1946; the unused columns are dummies
+whose apparent effects measure the noise). A knob's main effect is the change in log
+throughput from its low to its high end (a ratio once exponentiated); in a PB design it is
+aliased with two-knob interactions, as every screening design's is.
+
+The machine drifts by ±15 % over minutes, more than the effects sought, so the default point
+is measured before the first run, after every ``default_every`` runs and after the last, and
+every run is divided by the default's level interpolated (in log) between the measurements
+around it: the effects are paired with the default as the racing and the final rounds are.
+The noise of one corrected run is estimated from the design's spare degrees of freedom (PB
+dummies, replicates) pooled with the spread of the default measurements about their own
+interpolation; a knob clears the noise when ``|effect| ≥ t · se``, t being Student's quantile
+for the estimate's degrees of freedom at the two-sided normal level of ``z`` (z = 2: 95.45 %;
+t ≈ 2 only with many degrees of freedom, 3.3 with the 4 of one PB run of 6 knobs).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as sps
+
+from harmony.errors import ConfigError
+from tuner_client.stats.paired import t_quantile
+
+logger = logging.getLogger(__name__)
+
+Design = Literal["pb", "oat"]
+#: one measurement of a point (a full configuration): its value, higher is better; None or a
+#: non-finite value is a failed measurement
+MeasurePoint = Callable[[dict[str, Any]], float | None]
+
+#: Plackett and Burman's (1946) first rows; the other rows are cyclic shifts, then all minus
+PB_GENERATORS: dict[int, str] = {
+    8: "+++-+--",
+    12: "++-+++---+-",
+    16: "++++-+-++--+---",
+    20: "++--++++-+-+----++-",
+    24: "+++++-+-++--++--+-+----",
+}
+#: the default threshold: an effect clears the noise at |effect| ≥ 2 standard errors
+Z_DEFAULT = 2.0
+
+
+@dataclass(frozen=True)
+class KnobLevels:
+    """A knob's two screening levels (any values the measure callback understands, e.g.
+    ``"64MB"``/``"1GB"`` or ``"off"``/``"on"``)."""
+
+    name: str
+    low: Any
+    high: Any
+
+
+@dataclass(frozen=True)
+class KnobEffect:
+    """One knob's screened effect: ``ratio`` is throughput at ``high`` over throughput at
+    ``low`` (others as the design sets them); ``se`` the standard error of its log (≈ a
+    fraction); ``cleared`` whether ``|log ratio| ≥ threshold · se`` (see :func:`screen`);
+    ``reason`` says so in words."""
+
+    knob: str
+    ratio: float
+    se: float
+    cleared: bool
+    reason: str
+    low: Any
+    high: Any
+
+    @property
+    def z_score(self) -> float:
+        return abs(math.log(self.ratio)) / self.se if self.se > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"knob": self.knob, "ratio": self.ratio, "se": self.se, "cleared": self.cleared,
+                "reason": self.reason, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A screening's ranking (largest effect first) and its evidence."""
+
+    effects: tuple[KnobEffect, ...]
+    design: Design
+    design_runs: int
+    replicates: int
+    evaluations: int
+    noise_sd: float
+    noise_df: int
+    z: float
+    threshold: float
+    measurements: tuple[tuple[str, dict[str, Any], float | None], ...]
+
+    @property
+    def cleared(self) -> list[str]:
+        """Knobs whose effect clears the noise, largest first: the ones to search."""
+        return [e.knob for e in self.effects if e.cleared]
+
+    @property
+    def held(self) -> list[str]:
+        """Knobs left as they are: their effect is within the noise."""
+        return [e.knob for e in self.effects if not e.cleared]
+
+    def lines(self) -> list[str]:
+        """The ranking in words, one knob a line."""
+        return [f"{e.knob}: {e.reason}" for e in self.effects]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"design": self.design, "design_runs": self.design_runs,
+                "replicates": self.replicates, "evaluations": self.evaluations,
+                "noise_sd": self.noise_sd, "noise_df": self.noise_df, "z": self.z,
+                "threshold": self.threshold,
+                "effects": [e.to_dict() for e in self.effects]}
+
+
+def pb_runs(n_factors: int) -> int:
+    """The runs of the smallest Plackett–Burman design for ``n_factors`` two-level factors."""
+    if n_factors < 1:
+        raise ConfigError(f"a screening design needs at least one knob, but got {n_factors}")
+    for n in sorted(PB_GENERATORS):
+        if n - 1 >= n_factors:
+            return n
+    raise ConfigError(f"Plackett–Burman designs here take at most 23 knobs, but got "
+                      f"{n_factors}; screen them in groups")
+
+
+def plackett_burman(n_factors: int) -> np.ndarray:
+    """The N × (N − 1) matrix of ±1 of the smallest PB design for ``n_factors``: the first
+    ``n_factors`` columns are the factors, the rest dummies. Columns are orthogonal and
+    balanced (XᵀX = N·I)."""
+    n = pb_runs(n_factors)
+    first = [1 if c == "+" else -1 for c in PB_GENERATORS[n]]
+    rows = [first[-i:] + first[:-i] if i else list(first) for i in range(n - 1)]
+    rows.append([-1] * (n - 1))
+    return np.array(rows, dtype=int)
+
+
+def oat_design(n_factors: int) -> np.ndarray:
+    """The 2k × k one-at-a-time design: knob j at −1 then +1, the others at 0 (default)."""
+    if n_factors < 1:
+        raise ConfigError(f"a screening design needs at least one knob, but got {n_factors}")
+    rows = np.zeros((2 * n_factors, n_factors), dtype=int)
+    for j in range(n_factors):
+        rows[2 * j, j], rows[2 * j + 1, j] = -1, 1
+    return rows
+
+
+def _usable(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def _interpolate(times: Sequence[float], logs: Sequence[float],
+                 t: float) -> tuple[float, float]:
+    """The log level at ``t`` between the default measurements around it, and the variance
+    factor of that interpolation (w² + (1 − w)² for weights w, 1 − w; 1 outside the ends)."""
+    if t <= times[0]:
+        return logs[0], 1.0
+    if t >= times[-1]:
+        return logs[-1], 1.0
+    k = int(np.searchsorted(times, t))
+    t0, t1 = times[k - 1], times[k]
+    w = (t1 - t) / (t1 - t0)
+    return w * logs[k - 1] + (1 - w) * logs[k], w * w + (1 - w) * (1 - w)
+
+
+def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: MeasurePoint, *,
+           design: Design = "pb", replicates: int = 1, default_every: int = 2,
+           z: float = Z_DEFAULT, seed: int = 0) -> Screening:
+    """Screen ``knobs`` around the ``default`` point (every configured knob's value) and rank
+    them by effect over noise.
+
+    The design's runs (``replicates`` times, each replicate in a fresh seeded random order)
+    set the screened knobs to their low/high levels on top of ``default``; the default itself
+    is measured around them every ``default_every`` runs. Evaluations: design runs ×
+    replicates plus ⌈that / default_every⌉ + 1 defaults (PB, 6 knobs, once: 8 + 5 = 13).
+    """
+    names = [k.name for k in knobs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"each knob may be screened once, but got {names}")
+    missing = [n for n in names if n not in default]
+    if missing:
+        raise ConfigError(f"the default point must give every screened knob's value, but "
+                          f"lacks {missing}")
+    if replicates < 1 or default_every < 1 or z <= 0:
+        raise ConfigError(f"screening needs replicates ≥ 1, default_every ≥ 1 and z > 0, but "
+                          f"got replicates {replicates}, default_every {default_every}, z {z}")
+    k = len(knobs)
+    if design == "pb":
+        matrix = plackett_burman(k)
+    elif design == "oat":
+        matrix = oat_design(k)
+    else:
+        raise ConfigError(f"design must be 'pb' or 'oat', but got {design!r}")
+    rng = np.random.default_rng(seed)
+    order = [int(i) for _ in range(replicates) for i in rng.permutation(len(matrix))]
+
+    def point(row: np.ndarray) -> dict[str, Any]:
+        out = dict(default)
+        for knob, x in zip(knobs, row[:k], strict=True):
+            if x:
+                out[knob.name] = knob.high if x > 0 else knob.low
+        return out
+
+    measurements: list[tuple[str, dict[str, Any], float | None]] = []
+    default_t: list[float] = []
+    default_logs: list[float] = []
+    run_t: list[float] = []
+    run_rows: list[int] = []
+    run_logs: list[float] = []
+
+    def take(label: str, p: dict[str, Any]) -> float | None:
+        value = measure(dict(p))
+        ok = _usable(value)
+        measurements.append((label, p, float(value) if ok else None))  # type: ignore[arg-type]
+        if not ok:
+            logger.info("screening: %s failed (%s); left out", label, value)
+        return float(value) if ok else None  # type: ignore[arg-type]
+
+    def take_default(t: int) -> None:
+        if (v := take("default", dict(default))) is not None:
+            default_t.append(t)
+            default_logs.append(math.log(v))
+
+    t = 0
+    take_default(t)
+    for i, r in enumerate(order, 1):
+        t += 1
+        if (v := take(f"run {r + 1}", point(matrix[r]))) is not None:
+            run_t.append(t)
+            run_rows.append(r)
+            run_logs.append(math.log(v))
+        if i % default_every == 0 or i == len(order):
+            t += 1
+            take_default(t)
+    if len(default_logs) < 2:
+        raise ConfigError("screening needs at least two successful measurements of the default "
+                          f"point to cancel the drift, but got {len(default_logs)}")
+
+    # runs relative to the default's interpolated level; inflation = that level's own noise
+    corrected, inflation = [], []
+    for tr, lr in zip(run_t, run_logs, strict=True):
+        level, factor = _interpolate(default_t, default_logs, tr)
+        corrected.append(lr - level)
+        inflation.append(1.0 + factor)
+    # the design's columns for the regression: PB an intercept and the knobs; OAT per knob a
+    # slope and its own offset (the default need not lie midway between the ends)
+    rows = matrix[run_rows, :k].astype(float)
+    if design == "pb":
+        x = np.column_stack([np.ones(len(rows)), rows])
+        slope = list(range(1, k + 1))
+    else:
+        x = np.column_stack([c for j in range(k) for c in (rows[:, j], np.abs(rows[:, j]))])
+        slope = [2 * j for j in range(k)]
+    y = np.asarray(corrected)
+    if len(y) < x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
+        raise ConfigError(f"too many failed runs: {len(y)} of {len(order)} design runs "
+                          "measured, too few to estimate every knob's effect")
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    df_design = len(y) - x.shape[1]
+    rss = float(resid @ resid)
+    # the defaults' spread about their neighbours' interpolation: σ²·(1 + w² + (1 − w)²)
+    sq_default = []
+    for j in range(1, len(default_t) - 1):
+        level, factor = _interpolate([default_t[j - 1], default_t[j + 1]],
+                                     [default_logs[j - 1], default_logs[j + 1]], default_t[j])
+        sq_default.append((default_logs[j] - level) ** 2 / (1.0 + factor))
+    df_default = len(sq_default)
+    mean_inflation = float(np.mean(inflation)) if inflation else 1.0
+    df = df_design + df_default
+    if df < 1:
+        raise ConfigError("the screening has no degrees of freedom left to estimate the noise: "
+                          "use more replicates, measure the default more often "
+                          "(default_every), or a PB design with a spare column")
+    # σ² of one corrected run, pooled; the defaults' σ² scaled by the correction's inflation
+    var_run = (rss + mean_inflation * math.fsum(sq_default)) / df
+    cov = var_run * np.linalg.inv(x.T @ x)
+    # z is read as a two-sided normal level (2.0: 95.45 %) and held at that level with the
+    # few degrees of freedom the noise estimate has: Student's quantile, not z itself
+    # (measured, PB of 6 knobs once, df 4: z itself passes an irrelevant knob in 12 %)
+    threshold = t_quantile(float(sps.norm.cdf(z)), df)
+    effects = []
+    for j, knob in enumerate(knobs):
+        col = slope[j]
+        log_effect = 2.0 * float(coef[col])
+        se = 2.0 * math.sqrt(float(cov[col, col]))
+        cleared = abs(log_effect) >= threshold * se
+        ratio = math.exp(log_effect)
+        verdict = (f"clears the noise ({abs(log_effect) / se:.1f} se ≥ {threshold:.2f})"
+                   if cleared else f"within the noise ({abs(log_effect) / se:.1f} se < "
+                                   f"{threshold:.2f}); left as it is")
+        effects.append(KnobEffect(
+            knob=knob.name, ratio=ratio, se=se, cleared=cleared,
+            reason=f"{ratio:.2f}× from {knob.low} to {knob.high} (se {100 * se:.1f} %): "
+                   f"{verdict}", low=knob.low, high=knob.high))
+    effects.sort(key=lambda e: abs(math.log(e.ratio)), reverse=True)
+    result = Screening(effects=tuple(effects), design=design, design_runs=len(matrix),
+                       replicates=replicates, evaluations=len(measurements),
+                       noise_sd=math.sqrt(var_run), noise_df=df, z=z, threshold=threshold,
+                       measurements=tuple(measurements))
+    for line in result.lines():
+        logger.info("screening: %s", line)
+    return result
