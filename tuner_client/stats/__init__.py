@@ -13,6 +13,11 @@ from tuner_client.stats.paired import (
     block_ratio,
     paired_ratio_interval,
 )
+from tuner_client.stats.racing import Race, RaceBudget, RaceResult
+from tuner_client.stats.replay import MeasuredTable, replay_objective
+from tuner_client.stats.screening import KnobEffect, KnobLevels, Screening, screen
 
-__all__ = ["FinalDecision", "RatioInterval", "ReferenceLevel", "abba_ratio", "block_ratio",
-           "decide", "more_rounds_needed", "paired_ratio_interval"]
+__all__ = ["FinalDecision", "KnobEffect", "KnobLevels", "MeasuredTable", "Race", "RaceBudget",
+           "RaceResult", "RatioInterval", "ReferenceLevel", "Screening", "abba_ratio",
+           "block_ratio", "decide", "more_rounds_needed", "paired_ratio_interval",
+           "replay_objective", "screen"]

@@ -30,7 +30,8 @@ class MeasuredTable:
             raise ConfigError(f"a measured table needs positive, finite settings, but got "
                               f"{list(settings)}")
         order = np.argsort(np.asarray(settings, dtype=float), kind="stable")
-        self.log_settings = np.log(np.asarray(settings, dtype=float))[order]
+        self._settings = [float(settings[i]) for i in order]
+        self.log_settings = np.log(np.asarray(self._settings))
         if np.any(np.diff(self.log_settings) == 0):
             raise ConfigError("a measured table needs one row per setting; pool repeated "
                               "settings first")
@@ -43,7 +44,7 @@ class MeasuredTable:
 
     @property
     def settings(self) -> list[float]:
-        return [float(v) for v in np.exp(self.log_settings)]
+        return list(self._settings)
 
     def value(self, column: str, setting: float) -> float:
         """``column`` at ``setting`` (interpolated in log setting)."""
