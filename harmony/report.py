@@ -316,6 +316,36 @@ def bme_png(fit: Mapping[str, Any]) -> bytes:
     return _png(fig)
 
 
+def screening_from_metadata(prior: PriorSession) -> dict[str, Any] | None:
+    """The knob screening's ranking in the session metadata (``metadata["screening"]``:
+    ``effects`` of knob, ratio, se, cleared), or None when the session has none."""
+    data = (prior.definition.get("metadata", {}) or {}).get("screening")
+    if not isinstance(data, Mapping) or not isinstance(data.get("effects"), list):
+        return None
+    return dict(data)
+
+
+def screening_png(screening: Mapping[str, Any]) -> bytes:
+    """One bar per screened knob: its effect (throughput at the high end over the low end),
+    with its ± threshold·se band; searched knobs in colour, held ones grey."""
+    effects = list(screening["effects"])[::-1]  # largest effect on top
+    fig = Figure(figsize=(7, 0.5 * len(effects) + 1.5), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    names = [str(e["knob"]) for e in effects]
+    ratios = [float(e["ratio"]) for e in effects]
+    threshold = float(screening.get("threshold") or screening.get("z") or 2.0)
+    errors = [threshold * float(e["se"]) * r for e, r in zip(effects, ratios, strict=True)]
+    colors = [_BEST if e["cleared"] else "#bdbdbd" for e in effects]
+    ax.barh(names, [r - 1.0 for r in ratios], left=1.0, color=colors, xerr=errors,
+            error_kw={"ecolor": "#555555", "capsize": 3})
+    ax.axvline(1.0, color="#333333", linewidth=0.8)
+    ax.set_xlabel("throughput at the high end / at the low end")
+    ax.set_title(f"knob screening ({screening.get('design', '?')}, "
+                 f"{screening.get('evaluations', '?')} measurements): coloured = searched")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _png(fig)
+
+
 # ---------------------------------------------------------------------------------------
 # page
 
@@ -330,6 +360,9 @@ def render_figures(prior: PriorSession, comparison: Comparison | None,
         figures.images["comparison.png"] = comparison_png(comparison)
     if bme is not None:
         figures.images["bme.png"] = bme_png(bme)
+    screening = screening_from_metadata(prior)
+    if screening is not None:
+        figures.images["screening.png"] = screening_png(screening)
     return figures
 
 
@@ -403,6 +436,16 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
         sections.append("<h2>Buffer miss equation</h2><p class=note>No BME fit was recorded for "
                         "this session (session metadata <code>bme</code> or <code>--bme "
                         "FILE.json</code>).</p>")
+    screening = screening_from_metadata(prior)
+    if screening is not None:
+        table = "".join(
+            f"<tr><th>{e(str(x['knob']))}</th><td>{float(x['ratio']):.3f}×</td>"
+            f"<td>{'searched' if x['cleared'] else 'held'}</td><td>{e(str(x['reason']))}</td>"
+            f"</tr>" for x in screening["effects"])
+        sections.append(_figure(figures, "screening.png", "Knob screening",
+                                "Each knob's effect over the noise before the search; only "
+                                "the knobs whose effect cleared it were searched.")
+                        + f"<table>{table}</table>")
     trial_rows = []
     shown = prior.trials[-MAX_TABLE_ROWS:]
     for t in shown:

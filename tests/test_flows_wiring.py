@@ -167,6 +167,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     references = value("harmony_tuner_samples_total") - 3 * (len(searched) + len(rounds)
                                                              + len(finals))
     assert blocks == len(searched) and blocks + 1 <= references <= 2 * blocks
+    assert value("harmony_tuner_evaluations_total", kind="reference") == references
     assert value("harmony_tuner_passes_total") == 1 and value("harmony_tuner_pass") == 1
     assert value("harmony_tuner_phase", phase="idle") == 1
     assert value("harmony_tuner_session_info", session="wiring-w1-p1-online", kind="online") == 1

@@ -24,6 +24,7 @@ from harmony_server.metrics import (
 from harmony_server.stats import LatencyHistogram
 from harmony_server.store import Store, default_store_url
 from tuner_client.measure import PointRecord, SampleRecord, StatsDelta
+from tuner_client.stats.screening import KnobLevels, screen
 from tuner_client.metrics import (
     CURVE_POINTS,
     MISS_SLOTS,
@@ -240,6 +241,7 @@ def test_tuner_metrics_endpoint_reports_the_flow() -> None:
     finally:
         metrics.stop()
     missing = {n for n in TUNER_METRICS if not n.startswith(("harmony_tuner_bme_",
+                                                            "harmony_tuner_screening_",
                                                             "harmony_tuner_miss_observation",
                                                             "harmony_tuner_buffer_miss"))
                } - names(parsed)
@@ -347,6 +349,8 @@ def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
     metrics.record_bme_fit({"p_star": 0.02, "p_c": 0.01, "m_b": 1e6, "m_star": 2e8})
     metrics.record_workload_shift()
     metrics.record_restart(1.0)
+    metrics.record_screening(screen([KnobLevels("a", 0, 1)], {"a": 0},
+                                    lambda p: 100.0 + p["a"], design="oat").effects)
     tuner = {n for n in names(samples(metrics.render().decode()))
              if n.startswith("harmony_") and not n.endswith("_created")}
     assert tuner == set(TUNER_METRICS)

@@ -29,6 +29,7 @@ from tuner_client.phases.online import online_pass
 from tuner_client.phases.outputs import write_outputs
 from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.result import TuneResult
+from tuner_client.phases.screening import screening_phase
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.target import Target, open_target
 from tuner_client.warm import load_priors
@@ -78,8 +79,9 @@ class Tuner:
         return self.context.budget if self.context is not None else None
 
     def run(self) -> TuneResult:
-        """prepare → passes → final rounds → outputs; the server is always left running with
-        the original (or, with ``final.apply_best``, the best) configuration."""
+        """prepare → passes (offline, [screening], online) → final rounds → outputs; the
+        server is always left running with the original (or, with ``final.apply_best``, the
+        best) configuration."""
         cfg, state = self.config, self.state
         # read before anything starts: a missing file is a config error
         priors = load_priors(cfg.warm_start, source=cfg.source) if cfg.warm_start.enabled \
@@ -124,6 +126,8 @@ class Tuner:
             self.metrics.start_pass(n)
             logger.info("=== pass %d of at most %d (%s) ===", n, flow.max_passes, flow.kind)
             offline_best = offline_pass(ctx, state, n)
+            if n == 1:
+                screening_phase(ctx, state)
             again = online_pass(ctx, state, n, offline_best)
             if flow.kind == "one-pass" or not again:
                 return

@@ -57,6 +57,7 @@ def measure_reference(ctx: RunContext, ref: Reference) -> float | None:
     """
     record = ctx.measurer.measure(f"{ref.label}-reference", {}, ref.settings, samples=1,
                                   check_budget=False)
+    ctx.metrics.record_point(record, kind="reference", restarts=False)
     if record.failure is not None or record.value is None:
         logger.warning("[%s] reference measurement failed: %s", ref.label, record.failure)
         return None

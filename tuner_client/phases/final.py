@@ -17,14 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import statistics
+import time
 from collections.abc import Mapping
 
 from tuner_client.pgtune import Machine, pgtune_settings
 from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.stats.decision import decide, more_rounds_needed
-from tuner_client.stats.paired import paired_ratio_interval
+from tuner_client.stats.decision import decide
+from tuner_client.stats.racing import Race
 
 logger = logging.getLogger(__name__)
 
@@ -62,51 +63,36 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
 
 def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
           baselines: list[str], searched: list[str]) -> list[Round]:
-    """Rounds until the decision is settled (or the limit); clearly worse candidates drop."""
+    """Race the searched candidates beside the default and the baselines
+    (:class:`tuner_client.stats.racing.Race`): rounds until one is clearly best, every one
+    is dropped, or ``final.max_rounds`` is reached; without a candidate, one round measures
+    the default and the baselines for the report."""
     cfg = ctx.config.final
-    active = list(candidates)
-    rounds: list[Round] = []
-    logger.info("=== %s, interleaved, %d to %d rounds ===", " vs ".join(active), cfg.rounds,
-                cfg.max_rounds)
+
+    def measure(label: str) -> float | None:
+        kind = "baseline" if label == "default" else "final"
+        ctx.metrics.set_phase(kind)
+        record = ctx.measurer.measure(f"final-{label}", {}, candidates[label],
+                                      check_budget=label != "default")
+        record_point(ctx, state, record, kind=kind, ranks=False)
+        logger.info("[final] %s: %s%s", label,
+                    f"{record.value:.1f}" if record.value else "n/a",
+                    f" ({record.failure})" if record.failure else "")
+        return record.value
+
+    if not searched:
+        return [{label: measure(label) for label in ["default", *baselines]}]
     min_rounds = max(2, cfg.rounds)
-    while True:
-        n = len(rounds) + 1
-        order = active if n % 2 else active[::-1]
-        row: Round = {}
-        for which in order:
-            kind = "baseline" if which == "default" else "final"
-            ctx.metrics.set_phase(kind)
-            record = ctx.measurer.measure(f"final-{which}", {}, candidates[which],
-                                          check_budget=which != "default")
-            record_point(ctx, state, record, kind=kind, ranks=False)
-            row[which] = record.value
-            logger.info("[final] round %d %s: %s%s", n, which,
-                        f"{record.value:.1f}" if record.value else "n/a",
-                        f" ({record.failure})" if record.failure else "")
-        rounds.append(row)
-        for label in [c for c in active if c in searched and len(rounds) >= min_rounds]:
-            worse = _clearly_worse(rounds, label, active, searched, cfg.level)
-            if worse is not None:
-                active.remove(label)
-                state.decide(f"final: {label} dropped after {len(rounds)} rounds: {worse}")
-        still = [c for c in searched if c in active]
-        if not still or not more_rounds_needed(rounds, reference="default",
-                                               baselines=baselines, candidates=still,
-                                               min_rounds=min_rounds,
-                                               max_rounds=max(min_rounds, cfg.max_rounds),
-                                               level=cfg.level):
-            return rounds
-
-
-def _clearly_worse(rounds: list[Round], label: str, active: list[str], searched: list[str],
-                   level: float) -> str | None:
-    """Why ``label`` is clearly worse than the default or another active candidate, if so."""
-    for other in ["default", *[c for c in searched if c in active and c != label]]:
-        iv = paired_ratio_interval([r.get(label) for r in rounds],
-                                   [r.get(other) for r in rounds], level=level)
-        if iv is not None and iv.high < 1.0:
-            return f"{label}/{other} {iv.text()}"
-    return None
+    logger.info("=== final rounds: %s, interleaved, %d to %d rounds ===",
+                " vs ".join(candidates), min_rounds, max(min_rounds, cfg.max_rounds))
+    race = Race(measure, searched, reference="default", baselines=baselines,
+                min_samples=min_rounds, max_rounds=max(min_rounds, cfg.max_rounds),
+                level=cfg.level, clock=time.monotonic)
+    result = race.run()
+    for label, why in result.dropped.items():
+        state.decide(f"final: {label} dropped after {result.dropped_after[label]} rounds: {why}")
+    state.decide(f"final: {len(result.rounds)} rounds; stopped: {result.stopped}")
+    return [dict(row) for row in result.rounds]
 
 
 def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
@@ -152,7 +138,9 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
                       bme=state.bme, sessions=[s.name for s, _ in state.sessions],
                       decision=decision.to_dict() if decision is not None else None,
                       paired_improvement=decision.improvement if decision is not None else None,
-                      improvement_ci=decision.improvement_ci if decision is not None else None)
+                      improvement_ci=decision.improvement_ci if decision is not None else None,
+                      screening=state.screening.to_dict() if state.screening is not None
+                      else None)
 
 
 def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],

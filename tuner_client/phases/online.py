@@ -26,12 +26,19 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
     """Run pass ``n``'s online session; True when a detector asks for another pass."""
     cfg, space = ctx.config, ctx.online_space
     label = f"p{n}-online"
+    if not space.names:
+        state.decide(f"{label}: no online knob to search (screening held them all)")
+        return False
     constraints = ctx.budget.online_constraints(ctx.measurer.in_force)
     start = space.point_from_settings(state.best_or_current(ctx, space.names)) if n > 1 \
         else None
     options = dict(cfg.online.strategy_options)
+    if state.screening is not None and "simplex_size" in options:
+        # fewer knobs after screening: no more vertices than the configured simplex had
+        options["simplex_size"] = min(int(options["simplex_size"]), len(space.names) + 1)
+    metadata = {"screening": state.screening.to_dict()} if state.screening is not None else {}
     definition = session_definition(ctx, state, label, space, constraints, cfg.online.strategy,
-                                    options, start, warm=n == 1)
+                                    options, start, warm=n == 1, metadata=metadata)
     session = open_session(ctx, state, definition, "online")
     first = len(state.records)
     vertices = int(options.get("simplex_size", len(space.names) + 1))

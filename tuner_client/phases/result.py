@@ -38,6 +38,8 @@ class TuneResult:
     #: interval (fractions); 0.0 and None when the original is kept
     paired_improvement: float | None = None
     improvement_ci: tuple[float, float] | None = None
+    #: the knob screening's ranking (``Screening.to_dict()``), when screening ran
+    screening: dict[str, Any] | None = None
 
     @property
     def improvement(self) -> float | None:
@@ -58,4 +60,5 @@ class TuneResult:
                 "decision": self.decision, "ab_rounds": self.ab_rounds,
                 "passes": self.passes, "evaluations": self.evaluations,
                 "decisions": self.decisions, "interrupted": self.interrupted,
-                "comparison": self.comparison, "bme": self.bme, "sessions": self.sessions}
+                "comparison": self.comparison, "bme": self.bme, "sessions": self.sessions,
+                "screening": self.screening}

@@ -89,6 +89,8 @@ class RunState:
     bme: dict[str, Any] | None = None
     #: the BME prior's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
+    #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
+    screening: Any = None
     passes: int = 0
     on_record: Callable[[PointRecord], None] | None = None
     #: called with every measured record (search, screening and final rounds alike)

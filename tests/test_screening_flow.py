@@ -1,0 +1,93 @@
+"""Knob screening in a real tuning run: the design is measured on PostgreSQL, the knob that
+matters is searched, the others are held at their values, and the ranking is reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner
+from tuner_client.knobs import KnobCatalog
+from tuner_client.target import Target
+
+CONFIG = """\
+name: screentest
+seed: 3
+workload:
+  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
+  statement_timeout_s: 60
+measure: {warmup_s: 0.2, samples: 2, queries: 9}
+budget: {os_reserved: 256MB, connections: 3, online: 96MB}
+offline:
+  knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}
+  evaluations: 1
+online:
+  knobs:
+    jit_above_cost: {min: 0, max: 100000, step: 1000}
+    temp_buffers: {min: 1MB, max: 16MB}
+    work_mem: {min: 1MB, max: 4MB}
+  evaluations: 3
+screening: {enabled: true, design: pb, replicates: 1, samples: 1}
+flow: {kind: one-pass}
+final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
+"""
+
+
+def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # noqa: F811
+                                                  tmp_path: Path) -> None:
+    """JIT-compiling every query (jit_above_cost 0) is far slower than the default 100000 on
+    SF 0.01: the screening sees it clear the noise, and the online search moves it."""
+    dsn = tpch_cluster.dsn
+    with psycopg.connect(dsn) as conn:
+        if not conn.execute("SELECT pg_jit_available()").fetchone()[0]:  # type: ignore[index]
+            pytest.skip("this PostgreSQL has no JIT provider")
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(tpch_cluster.cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(CONFIG, source="screentest.yaml")
+    out = tmp_path / "out"
+    tuner = Tuner(config, client=connect(None), target=target, output_dir=out, run_id="sc1")
+    result = tuner.run()
+
+    screening = result.screening
+    assert screening is not None and screening["design"] == "pb"
+    effects = {e["knob"]: e for e in screening["effects"]}
+    assert set(effects) == {"jit_above_cost", "temp_buffers", "work_mem"}
+    # PB for 3 knobs: N = 8 runs (the smallest design), the default before, after every 2
+    # runs and at the end
+    screened = [r for r in tuner.records if r.session == "screening"]
+    assert screening["design_runs"] == 8
+    assert len(screened) == screening["evaluations"] == 8 + 4 + 1
+    jit = effects["jit_above_cost"]
+    assert jit["cleared"] and jit["ratio"] > 1.2, effects  # no JIT at all beats JIT everywhere
+    assert screening["effects"][0]["knob"] == "jit_above_cost"  # the largest effect first
+
+    # the online search moves only the knobs that cleared; the others stay as they were
+    cleared = [k for k, e in effects.items() if e["cleared"]]
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert online and all(set(r.point) == set(cleared) for r in online)
+    original = result.default_settings
+    for r in online:
+        for knob in set(effects) - set(cleared):
+            assert r.in_force[knob] == original[knob]
+    assert any("screening: searching" in d or "every online knob cleared" in d
+               for d in result.decisions), result.decisions
+
+    # reported: summary.json and the online session's metadata (which the report draws)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["screening"]["effects"][0]["knob"] == "jit_above_cost"
+    from harmony.priordata import load
+    from harmony.report import write_report
+    online_xml = load(out / "sessions" / "screentest-sc1-p1-online.xml")
+    assert online_xml.definition["metadata"]["screening"]["effects"] == summary["screening"][
+        "effects"]
+    write_report(online_xml, tmp_path / "report")
+    assert (tmp_path / "report" / "screening.png").stat().st_size > 0
+    assert tpch_cluster.cluster.is_running()

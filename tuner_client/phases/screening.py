@@ -1,0 +1,125 @@
+"""Phase 1b, screening (``screening: {enabled: true}``): before the first online search, rank
+the online knobs by their effect on throughput over the noise, and search only those whose
+effect clears it; the others stay as they are, and the run says so.
+
+The design (:func:`tuner_client.stats.screening.screen`: Plackett–Burman or one at a time)
+sets each knob to the ends of its configured range. Memory knobs' high ends are lowered
+together, by one factor, until every combination of them fits the online budget, so no run
+of the design is refused. The default point (the settings in force) is measured between the
+runs to correct the drift. The ranking goes to the run's decisions, ``summary.json``
+(``screening``), the online session's metadata (the report draws it) and the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from harmony.errors import HarmonyError
+from strategies.space import EnumParam, Value
+from tuner_client.budget import ONLINE_MEMORY_KNOBS
+from tuner_client.config import KnobSpace
+from tuner_client.phases.measuring import record_point
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.screening import KnobLevels, Screening, screen
+
+logger = logging.getLogger(__name__)
+
+
+def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
+    """Screen the online knobs and narrow ``ctx.online_space`` (and the budget's view of it)
+    to those that cleared the noise; None when screening is off or nothing is to screen."""
+    cfg = ctx.config.screening
+    space = ctx.online_space
+    if not cfg.enabled or len(space.names) < 2:
+        if cfg.enabled:
+            state.decide("screening: fewer than two online knobs; nothing to screen")
+        return None
+    ctx.metrics.set_phase("screening")
+    default = space.point_from_settings(ctx.current(space.names))
+    levels = _levels(ctx, space, default)
+    default_settings = ctx.current(space.names)
+
+    def measure(point: dict[str, Any]) -> float | None:
+        settings = space.settings(point)
+        is_default = settings == default_settings
+        record = ctx.measurer.measure("screening", point, settings, samples=cfg.samples,
+                                      check_budget=not is_default)
+        record.in_force = dict(ctx.measurer.in_force)
+        record_point(ctx, state, record, kind="screening", ranks=False)
+        return record.value
+
+    try:
+        result = screen(levels, default, measure, design="pb" if cfg.design == "pb" else "oat",
+                        replicates=cfg.replicates, z=cfg.z, seed=ctx.config.seed)
+    except HarmonyError as exc:
+        state.decide(f"screening failed ({exc}); every online knob is searched")
+        ctx.measurer.apply(default_settings, check_budget=False)
+        return None
+    state.screening = result
+    ctx.metrics.record_screening(result.effects)
+    for line in result.lines():
+        state.decide(f"screening: {line}")
+    cleared = result.cleared
+    if len(cleared) == len(space.names):
+        state.decide("screening: every online knob cleared the noise; all are searched")
+    elif cleared:
+        held = {n: default_settings[n] for n in space.names if n not in cleared}
+        state.decide(f"screening: searching {cleared}; left as they are: {held}")
+        _narrow(ctx, cleared)
+    else:
+        state.decide(f"screening: no online knob's effect cleared the noise; the online search "
+                     f"is skipped and {default_settings} stay as they are")
+        _narrow(ctx, [])
+    ctx.measurer.apply(default_settings, check_budget=False)
+    ctx.in_force_changed()
+    return result
+
+
+def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> list[KnobLevels]:
+    """Each knob's two screening levels: its range's ends, the memory knobs' high ends
+    lowered together until every combination of them fits the online budget."""
+    levels: list[KnobLevels] = []
+    for p in space.params:
+        if isinstance(p.param, EnumParam):
+            values = list(p.param.values)
+            levels.append(KnobLevels(p.name, values[0], values[-1]))
+        else:
+            levels.append(KnobLevels(p.name, p.param.min, p.param.snap(p.param.max)))
+    memory = [lv for lv in levels if lv.name in ONLINE_MEMORY_KNOBS]
+    if not memory:
+        return levels
+
+    def scaled(f: float) -> dict[str, KnobLevels]:
+        out = {}
+        for lv in memory:
+            high = space[lv.name].param.snap(lv.low + f * (lv.high - lv.low))
+            out[lv.name] = KnobLevels(lv.name, lv.low, max(high, lv.low))
+        return out
+
+    def fits(f: float) -> bool:
+        highs = {**default, **{n: lv.high for n, lv in scaled(f).items()}}
+        wanted = {**ctx.measurer.in_force, **space.settings(highs)}
+        return ctx.budget.violation(wanted, wanted) is None
+
+    lo, hi = 0.0, 1.0
+    if not fits(hi):
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        hi = lo
+    chosen = scaled(hi)
+    if hi < 1.0:
+        logger.info("screening: memory knobs' high ends lowered to %.0f %% of their ranges to "
+                    "fit the online budget together: %s", 100 * hi,
+                    {n: lv.high for n, lv in chosen.items()})
+    return [chosen.get(lv.name, lv) for lv in levels]
+
+
+def _narrow(ctx: RunContext, names: list[str]) -> None:
+    """Search only ``names`` online: the others are fixed at the values in force (the budget
+    counts them as fixed)."""
+    narrowed = KnobSpace(tuple(p for p in ctx.online_space.params if p.name in names))
+    ctx.online_space = narrowed
+    ctx.budget = replace(ctx.budget, online=narrowed)
