@@ -80,12 +80,13 @@ def test_measurer_work_estimator_on_tpch(tpch_cluster: TpchCluster) -> None:  # 
     assert record.value == pytest.approx(sorted(s.qpm for s in record.samples)[1])
 
 
-def test_work_per_cpu_estimator_is_finite_and_positive(tpch_cluster: TpchCluster  # noqa: F811
-                                                       ) -> None:
+@pytest.mark.parametrize("estimator", ["work_per_cpu", "count_per_cpu"])
+def test_cpu_estimators_are_finite_and_positive(tpch_cluster: TpchCluster,  # noqa: F811
+                                                estimator: str) -> None:
     with psycopg.connect(tpch_cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.5, samples=2, aggregate="median", queries=None,
-                           seconds=1.5, estimator="work_per_cpu")
+                           seconds=1.5, estimator=estimator)
     m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
                  config)
     m.in_force = m.current_settings(["work_mem"])
@@ -97,12 +98,14 @@ def test_work_per_cpu_estimator_is_finite_and_positive(tpch_cluster: TpchCluster
             reset_knobs(conn, ["work_mem"], catalog)
     assert record.failure is None and len(record.samples) == 2
     for s in record.samples:
-        assert s.estimator == "work_per_cpu" and s.work_per_cpu is not None
-        assert math.isfinite(s.work_per_cpu) and s.work_per_cpu > 0
-        assert s.qpm == s.work_per_cpu
+        assert s.estimator == estimator and math.isfinite(s.qpm) and s.qpm > 0
         assert s.server_cpu is not None and 0 < s.server_cpu <= (os.cpu_count() or 1) * 1.05
-        assert s.work_per_s is not None and s.work_per_cpu == pytest.approx(
-            s.work_per_s / s.server_cpu)
+        assert s.count_qpm is not None
+        assert s.qpm == (s.work_per_cpu if estimator == "work_per_cpu"
+                         else pytest.approx(s.count_qpm / s.server_cpu))
+        if estimator == "work_per_cpu":
+            assert s.work_per_s is not None and s.work_per_cpu == pytest.approx(
+                s.work_per_s / s.server_cpu)
 
 
 def _postmaster(conn: psycopg.Connection[object]) -> int:
@@ -175,7 +178,7 @@ def test_pgbench_work_is_tps_times_reference_latency(fresh_dsn: str) -> None:
 
 
 def test_estimator_key_is_validated() -> None:
-    for name in ("count", "concurrency", "work", "work_per_cpu"):
+    for name in ("count", "concurrency", "work", "work_per_cpu", "count_per_cpu"):
         cfg = parse_tuner_config(f"name: x\nmeasure: {{estimator: {name}}}\n")
         assert cfg.measure.estimator == name
     assert parse_tuner_config("name: x\n").measure.estimator == "count"
