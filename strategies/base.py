@@ -97,6 +97,8 @@ class Strategy(ABC):
         self.region: FeasibleRegion = region if region is not None else WholeSpace(space)
         self.trials: dict[int, Trial] = {}
         self._next_id = 0
+        #: why the strategy stopped handing out points (``None`` while it goes on)
+        self.convergence_reason: str | None = None
 
     # -- the contract ---------------------------------------------------------
     @abstractmethod

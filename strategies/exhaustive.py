@@ -47,6 +47,7 @@ class Exhaustive(Strategy, name="exhaustive"):
             self.current_pass += 1
             self._grid = self.space.iter_grid()
             logger.debug("exhaustive: pass %d of %d done", self.current_pass, self.passes)
+        self.convergence_reason = f"every feasible grid point measured {self.passes} times"
         return None
 
     def _on_result(self, trial: Trial) -> None:
@@ -59,5 +60,6 @@ class Exhaustive(Strategy, name="exhaustive"):
     def restart(self, point: Point | None = None, simplex: list[Point] | None = None) -> None:
         """Walk the grid again from its first point, for ``passes`` passes."""
         self.current_pass = 0
+        self.convergence_reason = None
         self._grid = self.space.iter_grid()
 

@@ -47,10 +47,13 @@ class RandomSearch(Strategy, name="random"):
 
     def ask(self) -> Trial | None:
         if self.converged:
+            if self.convergence_reason is None:
+                self.convergence_reason = f"budget spent (max_evals {self.max_evals})"
             return None
         point = self._draw()
         if point is None:
             self._exhausted = True
+            self.convergence_reason = "every feasible point handed out"
             logger.info("random: every feasible point handed out (%d)", len(self._seen))
             return None
         self._seen[self.space.key(point)] = None
@@ -68,6 +71,7 @@ class RandomSearch(Strategy, name="random"):
         self._seen.clear()
         self._remaining = None
         self._exhausted = False
+        self.convergence_reason = None
         self._evals_at_start = len(self.trials)
 
     def _usable(self, point: Point) -> bool:
