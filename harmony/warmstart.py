@@ -36,6 +36,7 @@ from harmony.definition import SessionDefinition
 from harmony.errors import ConfigError
 from harmony.hostinfo import host_metadata
 from harmony.priordata import HostInfo, PriorSession
+from harmony.units import MEMORY_UNITS, TIME_UNITS_MS, unit_size
 from strategies.space import EnumParam, Point, RealParam, Space
 
 __all__ = ["Compatibility", "apply_warm_start", "check_compatible",
@@ -50,11 +51,7 @@ RAM_TOLERANCE = 0.25
 FILL_RADIUS = 0.1
 #: parameter units the warm start converts between: unit -> (quantity, size in base units)
 UNIT_SIZES: dict[str, tuple[str, float]] = {
-    "B": ("memory", 1.0), "kB": ("memory", 1024.0), "MB": ("memory", 1024.0**2),
-    "GB": ("memory", 1024.0**3), "TB": ("memory", 1024.0**4),
-    "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0), "min": ("time", 60.0),
-    "h": ("time", 3600.0), "d": ("time", 86400.0),
-}
+    unit: size for unit in (*MEMORY_UNITS, *TIME_UNITS_MS) if (size := unit_size(unit))}
 
 
 @dataclass(frozen=True)

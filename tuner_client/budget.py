@@ -1,6 +1,6 @@
 """The memory budget: what RAM the server has, and the constraints it puts on the memory knobs.
 
-Following the study (background §2), with the processes' own memory counted::
+The budget of docs/background.md §2, with the processes' own memory counted::
 
     offline:  shared_buffers <= min(fraction · RAM, RAM − O − n·P − W)   (fraction 0.5 by default)
     online:   work_mem·m + maintenance_work_mem + temp_buffers <= RAM − S − O − n·P
@@ -12,8 +12,8 @@ online knobs' share with the values in force when shared_buffers is searched, an
 m = n · operations · hash_mem_multiplier: a plan may hold ``operations`` sort or hash nodes at
 once and a hash node may use work_mem × hash_mem_multiplier. m is rounded *up* to an integer so
 the constraint stays a conservative integer inequality. temp_buffers and maintenance_work_mem
-count once, as in the study's formula. With ``process_memory`` 0 and ``operations`` 1 this is
-the study's formula exactly.
+count once, as in the original formula. With ``process_memory`` 0 and ``operations`` 1 this is
+that formula exactly (docs/background.md §2).
 
 Units: session parameters express memory knobs as **integers in MB** by default (``unit="MB"``;
 ``"kB"`` for finer grids), the same unit on both sides of each constraint string. Knobs given
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harmony.errors import ConfigError, ConstraintError
+from harmony.units import MEMORY_UNITS
 
 logger = logging.getLogger(__name__)
 
-UNIT_BYTES = {"B": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3}
+UNIT_BYTES = MEMORY_UNITS
 ONLINE_MEMORY_KNOBS = ("work_mem", "maintenance_work_mem", "temp_buffers")
 _UNLIMITED = 1 << 60  # cgroup v1 reports "no limit" as a huge page-aligned number
 
@@ -121,7 +122,7 @@ class MemoryBudget:
 
     ``ram_bytes``/``os_reserved_bytes``/``process_memory_bytes`` in bytes; ``connections`` = n
     of the formula; ``online_limit_bytes`` replaces RAM − S − O − n·P with a fixed online
-    budget (the study's tight 64MB setting) when given.
+    budget (e.g. the tight 64MB setting of docs/background.md §2) when given.
     """
 
     ram_bytes: int

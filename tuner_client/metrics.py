@@ -34,6 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from harmony import __version__
 from harmony.errors import ConfigError
+from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
 from tuner_client.bme.equation import PARAM_KEYS, BMEParams, miss_probability
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
@@ -105,8 +106,9 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
 }
 
-_MEMORY = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
-_TIME = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+#: case-insensitive: bytes per memory unit, seconds per time unit
+_MEMORY = {unit.lower(): float(size) for unit, size in MEMORY_UNITS.items()}
+_TIME = {unit: float(ms / 1000) for unit, ms in TIME_UNITS_MS.items()}
 _SETTING_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*$")
 _BOOLS = {"on": 1.0, "true": 1.0, "yes": 1.0, "off": 0.0, "false": 0.0, "no": 0.0}
 

@@ -16,7 +16,7 @@ from typing import Any
 from harmony.errors import ConfigError
 from strategies.space import EnumParam, IntParam, Param, RealParam, Space, Value
 from tuner_client.config.model import KnobSpec
-from tuner_client.config.units import parse_bytes
+from tuner_client.config.units import TIME_UNITS_MS, parse_bytes
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 
 
@@ -179,5 +179,4 @@ def _parse_time_ms(knob: Knob, step: Any) -> float:
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)\s*$", str(step))
     if not m:
         raise ConfigError(f"knob {knob.name!r}: step must be a duration like '10ms', got {step!r}")
-    factors = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60000.0, "h": 3.6e6, "d": 8.64e7}
-    return float(m.group(1)) * factors[m.group(2)]
+    return float(m.group(1)) * float(TIME_UNITS_MS[m.group(2)])

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 
 from harmony.errors import ConfigError
+from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
 
-_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
+__all__ = ["MEMORY_UNITS", "TIME_UNITS_MS", "format_bytes", "parse_bytes"]
+
+#: case-insensitive lookup: a config may say ``512mb`` or ``4gb``
+_UNITS = {unit.lower(): size for unit, size in MEMORY_UNITS.items()}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?[bB])?\s*$")
 
 
@@ -32,7 +36,7 @@ def parse_bytes(value: str | int, *, what: str) -> int:
 
 def format_bytes(n: int) -> str:
     """The largest exact PostgreSQL unit: 67108864 -> '64MB', 1536 -> '1536B'."""
-    for unit, size in (("TB", 1024**4), ("GB", 1024**3), ("MB", 1024**2), ("kB", 1024)):
-        if n and n % size == 0:
+    for unit, size in sorted(MEMORY_UNITS.items(), key=lambda item: -item[1]):
+        if n and size > 1 and n % size == 0:
             return f"{n // size}{unit}"
     return f"{n}B"
