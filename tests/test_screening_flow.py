@@ -1,5 +1,6 @@
 """Knob screening in a real tuning run: the design is measured on PostgreSQL, the knob that
-matters is searched, the others are held at their values, and the ranking is reported."""
+matters is searched, the others are held at their values, and the ranking is reported; the
+online session stops on its time budget."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ online:
     jit_above_cost: {min: 0, max: 100000, step: 1000}
     temp_buffers: {min: 1MB, max: 16MB}
     work_mem: {min: 1MB, max: 4MB}
-  evaluations: 3
+  evaluations: 50
+  seconds: 6
 screening: {enabled: true, design: pb, replicates: 1, samples: 1}
 flow: {kind: one-pass}
 final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
@@ -73,6 +75,9 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     cleared = [k for k, e in effects.items() if e["cleared"]]
     online = [r for r in tuner.records if r.session == "p1-online"]
     assert online and all(set(r.point) == set(cleared) for r in online)
+    # the online session's time budget (6 s) ends it long before its 50 evaluations: no
+    # evaluation starts after 6 s
+    assert len(online) < 50 and online[-1].started - online[0].started < 6.0
     original = result.default_settings
     for r in online:
         for knob in set(effects) - set(cleared):

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
+NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift", "aa",
          "tight", "overheads", "procmem")
 
 

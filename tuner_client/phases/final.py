@@ -25,7 +25,7 @@ from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.decision import decide
-from tuner_client.stats.racing import Race
+from tuner_client.stats.racing import Race, RaceBudget
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     logger.info("=== final rounds: %s, interleaved, %d to %d rounds ===",
                 " vs ".join(candidates), min_rounds, max(min_rounds, cfg.max_rounds))
     race = Race(measure, searched, reference="default", baselines=baselines,
+                budget=RaceBudget(seconds=cfg.max_seconds),
                 min_samples=min_rounds, max_rounds=max(min_rounds, cfg.max_rounds),
                 level=cfg.level, clock=time.monotonic)
     result = race.run()

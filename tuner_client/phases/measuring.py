@@ -9,6 +9,7 @@ then moves on. A failure (a refused or failed apply, a failed sample) is reporte
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from harmony.errors import HarmonyError
@@ -27,10 +28,11 @@ FETCH_TIMEOUT_S = 10.0
 def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
                 evaluations: int, label: str,
                 after_eval: Callable[[PointRecord], bool] | None = None,
-                reference: Reference | None = None) -> str:
-    """Fetch, measure, report until converged, out of evaluations, or stopped by
-    ``after_eval`` (called with each finished record; True stops). Returns why it stopped:
-    ``converged``, ``idle``, ``stopped`` or ``budget``.
+                reference: Reference | None = None, seconds: float | None = None) -> str:
+    """Fetch, measure, report until converged, out of evaluations (or of ``seconds``: no new
+    point starts after them), or stopped by ``after_eval`` (called with each finished record;
+    True stops). Returns why it stopped: ``converged``, ``idle``, ``stopped``, ``budget`` or
+    ``time``.
 
     With a ``reference`` each evaluation is one paired block (:mod:`.blocks`) reported as
     one value; without, each fetched trial is one sample and the session's ``agg`` plugin
@@ -40,7 +42,12 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     done = 0
     current: PointRecord | None = None
     idle = 0
+    started = time.monotonic()
     while done < evaluations:
+        if seconds is not None and current is None and time.monotonic() - started >= seconds:
+            logger.info("[%s] time budget of %.0f s spent after %d evaluations", label, seconds,
+                        done)
+            return "time"
         got = session.fetch(timeout=FETCH_TIMEOUT_S)
         if got is None:
             if session.converged:

@@ -64,7 +64,8 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
 
     evaluations = cfg.offline.evaluations
     reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
-    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, reference)
+    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, reference,
+                         seconds=cfg.offline.seconds)
     advice = prior.last if prior is not None else None
     if reason == "stopped" and advice is not None and advice.usable:
         # a fresh session inside the advised range, from the advised size

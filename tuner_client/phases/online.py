@@ -71,7 +71,7 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
         return False
 
     reason = run_session(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
-                         reference)
+                         reference, seconds=cfg.online.seconds)
     mine = state.records[first:]
     best = best_of(mine)
     if best is not None:
