@@ -6,12 +6,12 @@ from typing import Any
 
 #: Private memory of one PostgreSQL process besides work_mem (``budget.process_memory``):
 #: catalog and plan caches, executor state, libraries. Measured on PostgreSQL 15 with TPC-H SF
-#: 0.4: the peak sum of RssAnon over 15-19 backends and parallel workers running the study's
+#: 0.4: the peak sum of RssAnon over 15-19 backends and parallel workers running the TPC-H
 #: mixes with work_mem 64kB is 3.7-4.0MB per process (``python -m benchmarks.evidence
-#: procmem``). The study's formula leaves it out (give 0 for that).
+#: procmem``). The original budget formula (docs/background.md §2) leaves it out (give 0).
 DEFAULT_PROCESS_MEMORY = 4 * 1024**2
 
-#: The study's online knobs and ranges (background §2), used when ``online.knobs`` is omitted.
+#: The online knobs and ranges of docs/background.md §2, used when ``online.knobs`` is omitted.
 DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
     "work_mem": {"min": "1MB", "max": "200MB", "step": "1MB"},
     "maintenance_work_mem": {"min": "1MB", "max": "1GB", "step": "1MB"},
@@ -19,7 +19,7 @@ DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
     "random_page_cost": {"min": 0.1, "max": 30, "step": 0.1},
     "temp_buffers": {"min": "1MB", "max": "1GB", "step": "1MB"},
 }
-#: The offline knob and range of the study, used when ``offline.knobs`` is omitted.
+#: The offline knob and range of docs/background.md §2, used when ``offline.knobs`` is omitted.
 DEFAULT_OFFLINE_KNOBS: dict[str, dict[str, Any]] = {
     "shared_buffers": {"min": "32MB", "max": "2GB", "step": "8MB"},
 }

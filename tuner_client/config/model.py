@@ -1,10 +1,17 @@
-"""The frozen, typed tuner config: one dataclass per section of the YAML file."""
+"""The frozen, typed tuner config: one dataclass per section of the YAML file.
+
+Every default is stated here, once: the parser (:mod:`.parse`) falls back on these class
+attributes, so ``FlowConfig()`` is exactly what a config without a ``flow:`` section gives.
+The offline and online sessions differ in their defaults; they are :data:`OFFLINE_SESSION`
+and :data:`ONLINE_SESSION`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
 
@@ -45,19 +52,21 @@ class DatabaseConfig:
 @dataclass(frozen=True)
 class WorkloadConfig:
     kind: str = "tpch"  # tpch | pgbench
-    scale: float = 0.01
+    scale: float = 0.01  # TPC-H scale factor (pgbench: PGBENCH_SCALE)
     mix: Any = "2Q6,1Q13"
     schedule: Any = None
     clients: int = 4  # pgbench only
     statement_timeout_s: float | None = 300.0
+    #: pgbench's scale factor when none is given
+    PGBENCH_SCALE: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
 class MeasureConfig:
     """Warm-up, then ``samples`` samples per point; fixed-work sampling when ``queries`` is set.
 
-    ``aggregate`` defaults to the median: the study's best-of-three ranks a point by its
-    luckiest sample, and on a noisy server the search then chases bursts
+    ``aggregate`` defaults to the median: best-of-three (docs/background.md §2) ranks a point
+    by its luckiest sample, and on a noisy server the search then chases bursts
     (benchmarks/README.md).
     """
 
@@ -98,18 +107,30 @@ class BudgetConfig:
 
 @dataclass(frozen=True)
 class SessionConfig:
+    """One of the tuner's two searches; its defaults are :data:`OFFLINE_SESSION` or
+    :data:`ONLINE_SESSION` (the fields without a default here differ between them)."""
+
     knobs: tuple[KnobSpec, ...]
+    strategy_options: Mapping[str, Any]
+    evaluations: int
+    prior: bool  # start from the Buffer Miss Equation's recommendation (offline only)
     strategy: str = "nelder-mead"
-    strategy_options: Mapping[str, Any] = field(default_factory=dict)
-    evaluations: int = 10
-    prior: bool = True
     prior_min_r2: float = 0.9
+
+
+#: the offline session (restart knobs, i.e. shared_buffers): few, expensive evaluations from a
+#: small simplex around the BME prior; knobs default to defaults.DEFAULT_OFFLINE_KNOBS
+OFFLINE_SESSION = SessionConfig(knobs=(), strategy_options=MappingProxyType({"simplex_size": 2}),
+                                evaluations=6, prior=True)
+#: the online session (reloadable knobs): more, cheap evaluations; no prior
+ONLINE_SESSION = SessionConfig(knobs=(), strategy_options=MappingProxyType({"simplex_size": 6}),
+                               evaluations=30, prior=False)
 
 
 @dataclass(frozen=True)
 class FlowConfig:
     kind: str = "one-pass"
-    max_passes: int = 3
+    max_passes: int = 1  # a one-pass flow makes exactly one
     shift_outside: int = 3
     #: the converged band is widened by this fraction of its centre before counting outliers:
     #: repeats agree to ~2 % within minutes here, so a bare [worst, best] band of 4-6 noisy
@@ -118,6 +139,8 @@ class FlowConfig:
     monitor: int = 6
     local_minimum: bool = True
     local_minimum_threshold: float = 0.1
+    #: max_passes of a multi-pass flow when none is given
+    MULTI_PASS_MAX_PASSES: ClassVar[int] = 3
 
 
 @dataclass(frozen=True)

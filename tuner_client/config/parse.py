@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ from harmony.errors import ConfigError
 from tuner_client.config.defaults import (
     DEFAULT_OFFLINE_KNOBS,
     DEFAULT_ONLINE_KNOBS,
-    DEFAULT_PROCESS_MEMORY,
     KNOWN_RANGES,
 )
 from tuner_client.config.model import (
+    OFFLINE_SESSION,
+    ONLINE_SESSION,
     BudgetConfig,
     ControllerConfig,
     DatabaseConfig,
@@ -62,7 +64,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         return f"{source}, line {lines[p]}" if p in lines else source
 
     db = data.get("database") or {}
-    ctl = db.get("controller") or {"kind": "local" if db.get("dsn") is None else "none"}
+    ctl = db.get("controller") or {"kind": ControllerConfig.kind if db.get("dsn") is None
+                                   else "none"}
     if db.get("dsn") is None and ctl.get("kind", "local") != "local":
         raise ConfigError(f"{where('database', 'controller')}: without database.dsn the tuner "
                           f"runs its own local cluster, so controller.kind must be 'local', got "
@@ -81,7 +84,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         memory_limit_bytes=(parse_bytes(memory_limit, what=f"{where('database', 'memory_limit')}"
                                         f": database.memory_limit")
                             if memory_limit is not None else None),
-        restart_timeout_s=float(db.get("restart_timeout_s", 60.0)),
+        restart_timeout_s=float(db.get("restart_timeout_s", DatabaseConfig.restart_timeout_s)),
     )
     if database.memory_limit_bytes is not None and not database.embedded:
         raise ConfigError(f"{where('database', 'memory_limit')}: memory_limit applies to the "
@@ -91,29 +94,33 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     wl = data.get("workload") or {}
     if "tpch" in wl and "pgbench" in wl:
         raise ConfigError(f"{where('workload')}: give one workload, tpch or pgbench, not both")
-    timeout = wl.get("statement_timeout_s", 300.0)
+    timeout = wl.get("statement_timeout_s", WorkloadConfig.statement_timeout_s)
     if "pgbench" in wl:
         pg = wl["pgbench"]
-        workload = WorkloadConfig(kind="pgbench", scale=float(pg.get("scale", 1)), mix=None,
-                                  clients=int(pg.get("clients", 4)), statement_timeout_s=timeout)
+        workload = WorkloadConfig(kind="pgbench",
+                                  scale=float(pg.get("scale", WorkloadConfig.PGBENCH_SCALE)),
+                                  mix=None, clients=int(pg.get("clients", WorkloadConfig.clients)),
+                                  statement_timeout_s=timeout)
     else:
         tp = wl.get("tpch") or {}
         if "mix" in tp and "schedule" in tp:
             raise ConfigError(f"{where('workload', 'tpch')}: give a mix or a schedule, not both")
-        workload = WorkloadConfig(kind="tpch", scale=float(tp.get("scale", 0.01)),
-                                  mix=tp.get("mix", "2Q6,1Q13") if "schedule" not in tp else None,
+        workload = WorkloadConfig(kind="tpch", scale=float(tp.get("scale", WorkloadConfig.scale)),
+                                  mix=(tp.get("mix", WorkloadConfig.mix) if "schedule" not in tp
+                                       else None),
                                   schedule=tp.get("schedule"), statement_timeout_s=timeout)
 
     ms = data.get("measure") or {}
     if ms.get("queries") is not None and ms.get("seconds") is not None:
         raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
                           f"(time window), not both")
-    queries = ms.get("queries", 20 if ms.get("seconds") is None else None)
-    measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", 10.0)),
-                            samples=int(ms.get("samples", 3)),
-                            aggregate=ms.get("aggregate", "median"), queries=queries,
+    queries = ms.get("queries", MeasureConfig.queries if ms.get("seconds") is None else None)
+    measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", MeasureConfig.warmup_s)),
+                            samples=int(ms.get("samples", MeasureConfig.samples)),
+                            aggregate=ms.get("aggregate", MeasureConfig.aggregate),
+                            queries=queries,
                             seconds=None if queries is not None else float(ms["seconds"]),
-                            estimator=ms.get("estimator", "count"),
+                            estimator=ms.get("estimator", MeasureConfig.estimator),
                             paired=bool(ms.get("paired", MeasureConfig.paired)))
 
     bd = data.get("budget") or {}
@@ -123,18 +130,19 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     budget = BudgetConfig(
         ram_bytes=None if ram == "auto" else parse_bytes(ram, what=f"{where('budget', 'ram')}: "
                                                                    f"budget.ram"),
-        os_reserved_bytes=parse_bytes(bd.get("os_reserved", "512MB"),
+        os_reserved_bytes=parse_bytes(bd.get("os_reserved", BudgetConfig.os_reserved_bytes),
                                       what=f"{where('budget', 'os_reserved')}: budget.os_reserved"),
         connections=None if connections == "auto" else int(connections),
-        shared_buffers_fraction=float(bd.get("shared_buffers_fraction", 0.5)),
+        shared_buffers_fraction=float(bd.get("shared_buffers_fraction",
+                                             BudgetConfig.shared_buffers_fraction)),
         online_limit_bytes=(parse_bytes(online_limit, what=f"{where('budget', 'online')}: "
                                                            f"budget.online")
                             if online_limit is not None else None),
         process_memory_bytes=(parse_bytes(bd["process_memory"],
                                           what=f"{where('budget', 'process_memory')}: "
                                                f"budget.process_memory")
-                              if "process_memory" in bd else DEFAULT_PROCESS_MEMORY),
-        operations=int(bd.get("operations", 1)),
+                              if "process_memory" in bd else BudgetConfig.process_memory_bytes),
+        operations=int(bd.get("operations", BudgetConfig.operations)),
     )
 
     off = data.get("offline") or {}
@@ -146,39 +154,30 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     if dup:
         raise ConfigError(f"{where('online', 'knobs')}: knob(s) {sorted(dup)} are listed both "
                           f"offline and online; list each knob once")
-    off_strategy = off.get("strategy") or {}
-    on_strategy = on.get("strategy") or {}
-    prior = off.get("prior") or {}
-    offline = SessionConfig(
-        knobs=offline_knobs, strategy=off_strategy.get("name", "nelder-mead"),
-        strategy_options=dict(off_strategy.get("options", {"simplex_size": 2})),
-        evaluations=int(off.get("evaluations", 6)), prior=bool(prior.get("enabled", True)),
-        prior_min_r2=float(prior.get("min_r2", 0.9)))
-    online = SessionConfig(
-        knobs=online_knobs, strategy=on_strategy.get("name", "nelder-mead"),
-        strategy_options=dict(on_strategy.get("options", {"simplex_size": 6})),
-        evaluations=int(on.get("evaluations", 30)), prior=False)
+    offline = _session_config(off, offline_knobs, OFFLINE_SESSION)
+    online = _session_config(on, online_knobs, ONLINE_SESSION)
 
     fl = data.get("flow") or {}
     shift = fl.get("shift") or {}
     lm = fl.get("local_minimum") or {}
-    kind = fl.get("kind", "one-pass")
-    flow = FlowConfig(kind=kind, max_passes=int(fl.get("max_passes", 1 if kind == "one-pass"
-                                                       else 3)),
-                      shift_outside=int(shift.get("outside", 3)),
+    kind = fl.get("kind", FlowConfig.kind)
+    passes = FlowConfig.max_passes if kind == "one-pass" else FlowConfig.MULTI_PASS_MAX_PASSES
+    flow = FlowConfig(kind=kind, max_passes=int(fl.get("max_passes", passes)),
+                      shift_outside=int(shift.get("outside", FlowConfig.shift_outside)),
                       shift_margin=float(shift.get("margin", FlowConfig.shift_margin)),
-                      monitor=int(shift.get("monitor", 6)),
-                      local_minimum=bool(lm.get("enabled", True)),
-                      local_minimum_threshold=float(lm.get("threshold", 0.1)))
+                      monitor=int(shift.get("monitor", FlowConfig.monitor)),
+                      local_minimum=bool(lm.get("enabled", FlowConfig.local_minimum)),
+                      local_minimum_threshold=float(lm.get("threshold",
+                                                           FlowConfig.local_minimum_threshold)))
     if kind == "one-pass" and flow.max_passes != 1:
         raise ConfigError(f"{where('flow', 'max_passes')}: a one-pass flow makes exactly one "
                           f"pass; use kind: multi-pass for max_passes {flow.max_passes}")
     fin = data.get("final") or {}
     rounds = int(fin.get("rounds", FinalConfig.rounds))
     final = FinalConfig(rounds=rounds,
-                        apply_best=bool(fin.get("apply_best", False)),
-                        recommended=bool(fin.get("recommended", False)),
-                        candidates=int(fin.get("candidates", 1)),
+                        apply_best=bool(fin.get("apply_best", FinalConfig.apply_best)),
+                        recommended=bool(fin.get("recommended", FinalConfig.recommended)),
+                        candidates=int(fin.get("candidates", FinalConfig.candidates)),
                         max_rounds=int(fin.get("max_rounds", max(rounds, FinalConfig.max_rounds))),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
                         level=float(fin.get("level", FinalConfig.level)))
@@ -193,9 +192,22 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
                        budget=budget, offline=offline, online=online, flow=flow, final=final,
-                       seed=int(data.get("seed", 0)), server=data.get("server"),
-                       description=data.get("description", ""), source=source,
+                       seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
+                       description=data.get("description", TunerConfig.description),
+                       source=source,
                        warm_start=warm_start, screening=screening)
+
+
+def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],
+                    base: SessionConfig) -> SessionConfig:
+    """The ``offline:`` or ``online:`` section over its defaults (``base``)."""
+    strategy = raw.get("strategy") or {}
+    prior = raw.get("prior") or {}
+    return replace(base, knobs=knobs, strategy=strategy.get("name", base.strategy),
+                   strategy_options=dict(strategy.get("options", base.strategy_options)),
+                   evaluations=int(raw.get("evaluations", base.evaluations)),
+                   prior=bool(prior.get("enabled", base.prior)),
+                   prior_min_r2=float(prior.get("min_r2", base.prior_min_r2)))
 
 
 def _knob_specs(raw: Any, path: tuple[str, ...], where: Any) -> tuple[KnobSpec, ...]:
