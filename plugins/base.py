@@ -9,10 +9,10 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
 from harmony.errors import ConfigError
+from harmony.registry import Registry
 from strategies.base import FeasibleRegion
 from strategies.space import Point, Space
 
@@ -81,16 +81,14 @@ class SessionView(Protocol):
 class Plugin:
     """Base class with no-op hooks. Register with ``class X(Plugin, name="x")``."""
 
-    registry: ClassVar[dict[str, type[Plugin]]] = {}
+    registry: ClassVar[Registry[Plugin]] = Registry("plugin", group="harmony.plugins")
     name: ClassVar[str] = ""
 
     def __init_subclass__(cls, name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if name is not None:
-            if name in Plugin.registry and Plugin.registry[name] is not cls:
-                raise ConfigError(f"plugin name {name!r} is registered twice")
+            Plugin.registry.add(name, cls)
             cls.name = name
-            Plugin.registry[name] = cls
 
     def __init__(self, session: SessionView, **options: Any) -> None:
         if options:
@@ -125,22 +123,16 @@ class Plugin:
 
 
 def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
-    """Instantiate a registered plugin by name; unknown names are errors."""
+    """Instantiate a registered plugin by name; unknown names and options are errors."""
     import plugins  # noqa: F401  (registers the built-in plugins)
 
-    if name not in Plugin.registry:
-        for ep in entry_points(group="harmony.plugins"):
-            ep.load()
-    try:
-        cls = Plugin.registry[name]
-    except KeyError:
-        raise ConfigError(f"unknown plugin {name!r}; known: {sorted(Plugin.registry)}") from None
+    cls = Plugin.registry.get_class(name)
     allowed = plugin_options(cls)
     unknown = sorted(set(options) - set(allowed)) if allowed is not None else []
     if unknown:
         raise ConfigError(f"plugin {name!r}: unknown option(s) {unknown}; "
                           f"allowed: {sorted(allowed or [])}")
-    return cls(session, **options)
+    return Plugin.registry.build(name, session, **options)
 
 
 def plugin_options(cls: type[Plugin]) -> list[str] | None:

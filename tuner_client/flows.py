@@ -89,7 +89,7 @@ class Tuner:
         target = self._target or open_target(cfg, self.state_dir)
         client = self._client or connect(self.server)
         result: TuneResult | None = None
-        guard = getattr(target.controller, "safe_restart_guard", None)
+        guard = target.controller.safe_restart_guard  # typed: Target.controller is a Controller
         try:
             with guard(cfg.database.restart_timeout_s) if guard is not None \
                     else contextlib.nullcontext():

@@ -12,13 +12,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from harmony.errors import ConfigError, DatabaseError
 from tuner_client.config import TunerConfig
+from tuner_client.controllers.base import Controller
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import Workload
@@ -47,7 +47,7 @@ class Target:
 
     dsn: str
     catalog: KnobCatalog
-    controller: Any
+    controller: Controller
     cluster: LocalCluster | None
     ram_bytes: int | None  # a limit known from the setup (memory cgroup), else None
 
@@ -116,7 +116,8 @@ def _read_catalog(dsn: str) -> KnobCatalog:
         raise DatabaseError(f"cannot connect to the database to tune ({dsn}): {exc}") from exc
 
 
-def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | None) -> Any:
+def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | None
+                    ) -> Controller:
     """The configured controller (``local`` for the embedded cluster)."""
     from tuner_client import controllers
 
@@ -126,9 +127,9 @@ def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | No
         if kind == "local":
             if cluster is None:
                 raise ConfigError("controller kind 'local' needs the embedded cluster")
-            return controllers.LocalController(cluster, **options)
+            return controllers.Controller.registry.build("local", cluster, **options)
         return controllers.make_controller(kind, dsn=dsn, **options)
-    except (TypeError, ConfigError) as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{config.source}: database.controller (kind {kind!r}): "
                           f"{exc}") from None
 

@@ -43,7 +43,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from harmony.errors import ConfigError, DatabaseError, HarmonyError
+from harmony.errors import DatabaseError, HarmonyError
+from harmony.registry import Registry
 from tuner_client.apply import alter_system, check_settings, read_settings
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 
@@ -72,16 +73,14 @@ class RestartReport:
 class Controller(ABC):
     """Restarts one PostgreSQL server; subclasses register with ``kind=`` (local, pg_ctl, ...)."""
 
-    registry: ClassVar[dict[str, type[Controller]]] = {}
+    registry: ClassVar[Registry[Controller]] = Registry("controller kind")
     kind: ClassVar[str] = ""
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if kind is not None:
-            if kind in Controller.registry:
-                raise ConfigError(f"controller kind {kind!r} is registered twice")
+            Controller.registry.add(kind, cls)
             cls.kind = kind
-            Controller.registry[kind] = cls
 
     def __init__(self, dsn: str, *, backup_dir: Path | None = None,
                  connect_timeout_s: float = 5.0) -> None:
@@ -371,13 +370,6 @@ class Controller(ABC):
 
 
 def make_controller(kind: str, **options: Any) -> Controller:
-    """Build a registered controller by kind (``local``, ``pg_ctl``, ``docker``, ``command``)."""
-    try:
-        cls = Controller.registry[kind]
-    except KeyError:
-        raise ConfigError(f"unknown controller kind {kind!r}; known: "
-                          f"{', '.join(sorted(Controller.registry))}") from None
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise ConfigError(f"controller {kind!r}: bad options {sorted(options)}: {exc}") from exc
+    """Build a registered controller by kind (``local``, ``pg_ctl``, ``docker``, ``command``);
+    options that do not fit its constructor are a :class:`ConfigError`."""
+    return Controller.registry.build(kind, **options)
