@@ -7,8 +7,9 @@ import logging
 import signal
 import sys
 
-NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift", "aa",
-         "tight", "overheads", "procmem")
+NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
+         "tight", "overheads", "procmem", "aa", "paired",
+         "headroom")
 
 
 def main(argv: list[str] | None = None) -> int:

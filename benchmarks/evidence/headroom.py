@@ -1,0 +1,236 @@
+"""Headroom captured on the memory-bound setup: the tuner's pick against PGTune's rules and an
+oracle, all over the default, with 95 % intervals.
+
+1. The tuner runs as shipped (paired blocks, knob screening, final rounds with the interval
+   rule and the PGTune baseline) on one mix in the memory cgroup.
+2. The oracle: a grid over the two online knobs the screening ranked highest (each at the low
+   end, the middle and the high end of its configured range; points the memory budget
+   refuses are left out), the other knobs at their defaults.
+3. Every grid point, the tuner's pick, PGTune's rules and the default are then measured in
+   ``--rounds`` interleaved rounds (the order reversed every other round); each label's ratio
+   to the default is paired by round. The oracle is the grid point with the best mean ratio
+   (the best of several, so its ratio is biased upwards a little: the tuner's goal of ≥ 0.9 ×
+   the oracle is judged against that optimistic value).
+
+Run: ``python -m benchmarks.evidence headroom [--mix 4Q6,4Q9,4Q13] [--quick]``; writes
+``benchmarks/results/evidence_headroom[.quick][.TAG].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
+from tuner_client.client import connect
+from tuner_client.config import TunerConfig, tuner_config_from_dict
+from tuner_client.flows import Tuner
+from tuner_client.measure import Measurer
+from tuner_client.stats.paired import paired_ratio_interval
+from tuner_client.target import Target, make_workload
+
+logger = logging.getLogger(__name__)
+
+
+def headroom_config(mix: str, *, scale: float, limit: int, quick: bool,
+                    estimator: str) -> TunerConfig:
+    data = tuner_dict("evidence-headroom", mix, scale=scale, memory_limit=limit,
+                      offline_evals=2, online_evals=4 if quick else 10, queries=1,
+                      warmup_s=2.0 if quick else 3.0, seed=11, final_rounds=3, candidates=2,
+                      estimator=estimator)
+    data["measure"].pop("queries")
+    data["measure"].update({"seconds": 4.0 if quick else 10.0, "samples": 2})
+    data["screening"] = {"enabled": True, "design": "pb", "replicates": 1, "samples": 1}
+    data["final"]["max_rounds"] = 4 if quick else 6
+    return tuner_config_from_dict(data)
+
+
+def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str], list[dict]]:
+    """The two top-ranked screened online knobs and the 3×3 grid over their ranges."""
+    specs = {k.name: k for k in cfg.online.knobs}
+    ranked = [e["knob"] for e in (screening or {}).get("effects", [])
+              if e["knob"] in specs]
+    knobs = (ranked or ["random_page_cost", "jit"])[:2]
+    levels: dict[str, list[str]] = {}
+    for name in knobs:
+        spec = specs[name]
+        if spec.values:
+            levels[name] = [str(v) for v in spec.values]
+            continue
+        low, high = spec.min, spec.max
+        if isinstance(low, str):  # sizes: the ends and the geometric middle, in MB
+            lo_mb, hi_mb = _mb(low), _mb(high)
+            mid = round(math.sqrt(lo_mb * hi_mb))
+            levels[name] = [f"{lo_mb}MB", f"{mid}MB", f"{hi_mb}MB"]
+        else:
+            levels[name] = [str(low), str(round((float(low) + float(high)) / 2, 1)), str(high)]
+    points = [dict(zip(knobs, combo, strict=True))
+              for combo in itertools.product(*(levels[k] for k in knobs))]
+    return knobs, points
+
+
+def _mb(text: str) -> int:
+    units = {"kB": 1 / 1024, "MB": 1, "GB": 1024}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return max(1, round(float(text[: -len(unit)]) * factor))
+    return int(text)
+
+
+def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str, str]],
+                   rounds: int) -> tuple[list[dict[str, float | None]], dict[str, str]]:
+    """``rounds`` interleaved rounds of every label (order reversed every other round)."""
+    measure = replace(cfg.measure, samples=1)
+    measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn), measure,
+                        controller=target.controller,
+                        restart_timeout_s=cfg.database.restart_timeout_s)
+    names = sorted({n for s in labels.values() for n in s})
+    default = measurer.current_settings(names)
+    measurer.in_force = dict(default)
+    auto_conf = target.controller.read_auto_conf()
+    refused: dict[str, str] = {}
+    out: list[dict[str, float | None]] = []
+    try:
+        order = list(labels)
+        for i in range(rounds):
+            row: dict[str, float | None] = {}
+            for label in (order if i % 2 == 0 else order[::-1]):
+                if label in refused:
+                    continue
+                settings = {**default, **labels[label]}
+                record = measurer.measure(label, {}, settings,
+                                          check_budget=label != "default")
+                if record.failure and record.failure.startswith("infeasible"):
+                    refused[label] = record.failure
+                row[label] = record.value
+                logger.info("round %d/%d %s: %s", i + 1, rounds, label, fmt(record.value))
+            out.append(row)
+    finally:
+        measurer.stop()
+        measurer.restore(default, auto_conf=auto_conf)
+        measurer.close()
+    return out, refused
+
+
+def analyse(rounds: list[dict[str, float | None]], grid_labels: list[str]) -> dict[str, Any]:
+    def iv(label: str, other: str = "default") -> dict[str, Any] | None:
+        r = paired_ratio_interval([row.get(label) for row in rounds],
+                                  [row.get(other) for row in rounds], level=0.95)
+        return None if r is None else {"ratio": r.ratio, "low": r.low, "high": r.high,
+                                       "n": r.n}
+
+    intervals = {label: iv(label) for label in {k for row in rounds for k in row}
+                 if label != "default"}
+    measured = [g for g in grid_labels if intervals.get(g)]
+    oracle = max(measured, key=lambda g: intervals[g]["ratio"]) if measured else None
+    return {"intervals": intervals, "oracle": oracle,
+            "tuned_over_oracle": iv("tuned", oracle) if oracle else None,
+            "tuned_over_pgtune": iv("tuned", "pgtune") if "pgtune" in intervals else None}
+
+
+def _ci(r: dict[str, Any] | None) -> str:
+    return "–" if r is None else f"{fmt(r['ratio'])}× ({fmt(r['low'])}–{fmt(r['high'])})"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    a = data["analysis"]
+    t = data["tuning"]
+    extra = (f"Mix `{data['mix']}`, TPC-H SF {data['scale']} in a "
+             f"{data['memory_limit_bytes'] / MB:.0f} MB memory cgroup; estimator "
+             f"{data['estimator']}. Tuning wall {t['wall_s']:.0f} s ({t['evaluations']} search "
+             f"evaluations); oracle grid over {data['grid_knobs']} ({len(data['grid'])} points); "
+             f"{data['rounds']} interleaved rounds of every label, one "
+             f"{data['sample_seconds']:g}-s sample each. Total wall {data['wall_s']:.0f} s.")
+    lines = [header("Headroom captured (memory-bound)", data["command"], data["machine"], extra),
+             "", f"Tuner's decision: {t['decision_text']}", "",
+             "| over the default (paired by round, 95 % CI) | ratio |", "|---|---|",
+             f"| tuned (the tuner's pick) | {_ci(a['intervals'].get('tuned'))} |",
+             f"| PGTune's rules | {_ci(a['intervals'].get('pgtune'))} |",
+             f"| oracle ({a['oracle']}: {data['grid_labels'].get(a['oracle'])}) | "
+             f"{_ci(a['intervals'].get(a['oracle']) if a['oracle'] else None)} |",
+             f"| tuned / oracle | {_ci(a['tuned_over_oracle'])} |",
+             f"| tuned / PGTune | {_ci(a['tuned_over_pgtune'])} |", "",
+             "Every grid point over the default:", "",
+             "| grid point | settings | ratio (95 % CI) |", "|---|---|---|"]
+    for label, settings in data["grid_labels"].items():
+        lines.append(f"| {label} | {settings} | {_ci(a['intervals'].get(label))} |")
+    if data["refused"]:
+        lines += ["", f"Refused by the memory budget: {data['refused']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--mix", default="4Q6,4Q9,4Q13")
+    parser.add_argument("--scale", type=float, default=0.4)
+    parser.add_argument("--memory-limit-mb", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--estimator", default="count")
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--state-dir", type=Path,
+                        default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
+    args = parser.parse_args(argv)
+    limit = args.memory_limit_mb * MB
+    cfg = headroom_config(args.mix, scale=args.scale, limit=limit, quick=args.quick,
+                          estimator=args.estimator)
+    rounds = 2 if args.quick else args.rounds
+    command = (f"python -m benchmarks.evidence headroom --mix {args.mix} --rounds {rounds}"
+               + (" --quick" if args.quick else ""))
+    data: dict[str, Any] = {"machine": machine(), "command": command, "mix": args.mix,
+                            "scale": args.scale, "memory_limit_bytes": limit,
+                            "estimator": args.estimator, "rounds": rounds,
+                            "sample_seconds": cfg.measure.seconds}
+    t0 = time.monotonic()
+    target = open_memory_bound(cfg, args.state_dir)
+    try:
+        started = time.monotonic()
+        result = Tuner(cfg, target=target, client=connect(None)).run()
+        decision = result.decision or {}
+        data["tuning"] = {"wall_s": time.monotonic() - started,
+                          "evaluations": result.evaluations,
+                          "best_settings": result.best_settings,
+                          "decision_text": " / ".join(decision.get("text") or []),
+                          "improvement_ci": result.improvement_ci,
+                          "screening": result.screening, "decisions": result.decisions}
+        knobs, points = grid(cfg, result.screening)
+        data["grid_knobs"], data["grid"] = knobs, points
+        grid_labels = {f"grid-{i}": p for i, p in enumerate(points, 1)}
+        data["grid_labels"] = grid_labels
+        pgtune = next((r for r in result.decisions if "PGTune" in r), None)
+        labels: dict[str, dict[str, str]] = {"default": {}, "tuned": result.best_settings,
+                                             **grid_labels}
+        baseline = _pgtune_settings(cfg, target, result.default_settings)
+        if baseline:
+            labels["pgtune"] = baseline
+        data["pgtune_settings"], data["pgtune_decision"] = baseline, pgtune
+        rows, refused = measure_rounds(cfg, target, labels, rounds)
+        data["rounds_measured"], data["refused"] = rows, refused
+        data["analysis"] = analyse(rows, list(grid_labels))
+    finally:
+        target.close()
+    data["wall_s"] = time.monotonic() - t0
+    data["load_average_end"] = load_average()
+    write_results("evidence_headroom" + (".quick" if args.quick else "")
+                  + (f".{args.tag}" if args.tag else ""), data, markdown(data))
+    return 0
+
+
+def _pgtune_settings(cfg: TunerConfig, target: Target,
+                     original: dict[str, str]) -> dict[str, str]:
+    """PGTune's rules for the tuned knobs, on the knobs' grids (as the final rounds use)."""
+    from tuner_client.pgtune import Machine, pgtune_settings
+    ram = cfg.database.memory_limit_bytes or (target.ram_bytes or 0)
+    rules = pgtune_settings(Machine(ram_bytes=ram, cpus=os.cpu_count() or 1,
+                                    connections=12, db_type="dw"))
+    catalog = target.catalog
+    return {n: catalog[n].format(catalog[n].parse(v, round_down=True))
+            for n, v in rules.items() if n in original}

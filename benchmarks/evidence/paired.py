@@ -1,0 +1,158 @@
+"""Paired blocks against unpaired comparisons on the memory-bound setup: how much does
+measuring a candidate between two measurements of the reference shrink the noise of a
+comparison?
+
+A chain ``A B A B … A`` of two fixed configurations (A: PostgreSQL's defaults; B: A with one
+online knob changed) is measured with the tuner's own block protocol (the candidate with
+``samples`` samples, the reference with one sample, as :mod:`tuner_client.phases.blocks`
+does). For each estimator the benchmark reports the spread (sd of the log) of
+
+* an **unpaired** comparison: one B point over one A point measured at another time (every
+  B point against every A point at least two blocks away), and
+* a **paired** comparison: one B point over the geometric mean of the two A measurements
+  around it (its block),
+
+their variance ratio (how many times fewer blocks a paired comparison needs for the same
+precision), and B/A with its 95 % interval from the paired blocks.
+
+Run: ``python -m benchmarks.evidence paired [--blocks 8] [--quick]``; writes
+``benchmarks/results/evidence_paired[.quick].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
+from tuner_client.config import tuner_config_from_dict
+from tuner_client.measure import Measurer
+from tuner_client.stats.paired import interval_from_logs
+from tuner_client.target import make_workload
+
+logger = logging.getLogger(__name__)
+
+#: estimator name -> how a sample's value is read
+ESTIMATORS = {"count": lambda s: s.count_qpm,
+              "count_per_cpu": lambda s: (s.count_qpm / s.server_cpu
+                                          if s.count_qpm and s.server_cpu else None)}
+
+
+def _value(samples: list[Any], estimator: str) -> float | None:
+    """A point's value: the geometric mean of its samples' values."""
+    values = [v for s in samples if (v := ESTIMATORS[estimator](s)) and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def analyse(chain: list[dict[str, Any]], estimator: str) -> dict[str, Any]:
+    """Unpaired and paired spreads of log(B/A) from the chain's values."""
+    a = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "A" and p[estimator]]
+    b = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "B" and p[estimator]]
+    unpaired = [math.log(vb / va) for ib, vb in b for ia, va in a if abs(ib - ia) >= 3]
+    by_index = dict(a)
+    paired = [math.log(vb) - 0.5 * (math.log(by_index[ib - 1]) + math.log(by_index[ib + 1]))
+              for ib, vb in b if ib - 1 in by_index and ib + 1 in by_index]
+    sd_u = statistics.stdev(unpaired) if len(unpaired) >= 2 else None
+    sd_p = statistics.stdev(paired) if len(paired) >= 2 else None
+    iv = interval_from_logs(paired, level=0.95) if len(paired) >= 2 else None
+    a_logs = [math.log(v) for _, v in a]
+    return {"unpaired_sd": sd_u, "paired_sd": sd_p, "blocks": len(paired),
+            "variance_ratio": (sd_u / sd_p) ** 2 if sd_u and sd_p else None,
+            "a_level_sd": statistics.stdev(a_logs) if len(a_logs) >= 2 else None,
+            "ratio": iv.ratio if iv else None, "low": iv.low if iv else None,
+            "high": iv.high if iv else None}
+
+
+def markdown(data: dict[str, Any]) -> str:
+    extra = (f"Mix `{data['mix']}`, TPC-H SF {data['scale']} in a "
+             f"{data['memory_limit_bytes'] / MB:.0f} MB memory cgroup. A = defaults, B = A with "
+             f"{data['contrast']}. Chain A B A … A of {data['blocks']} blocks; B points "
+             f"{data['samples']} samples of {data['sample_seconds']:g} s, A points 1 sample, "
+             f"warm-up {data['warmup_s']:g} s. Wall {data['wall_s']:.0f} s; load average at the "
+             f"end {data['load_average_end']}.")
+    lines = [header("Paired blocks vs unpaired comparisons (memory-bound)", data["command"],
+                    data["machine"], extra), "",
+             "| estimator | unpaired sd of log(B/A) | paired sd (block) | variance ratio | "
+             "A's own level sd | B/A (95 % CI, paired) |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, r in data["analysis"].items():
+        ci = (f"{fmt(r['ratio'])}× ({fmt(r['low'])}–{fmt(r['high'])}), {r['blocks']} blocks"
+              if r["ratio"] else "–")
+        lines.append(f"| {name} | {fmt(r['unpaired_sd'])} | {fmt(r['paired_sd'])} | "
+                     f"{fmt(r['variance_ratio'])} | {fmt(r['a_level_sd'])} | {ci} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="3 blocks, short samples")
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--mix", default="4Q6,4Q9,4Q13")
+    parser.add_argument("--scale", type=float, default=0.4)
+    parser.add_argument("--memory-limit-mb", type=int, default=256)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--sample-seconds", type=float, default=10.0)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--contrast", default="random_page_cost=20")
+    parser.add_argument("--state-dir", type=Path,
+                        default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
+    args = parser.parse_args(argv)
+    blocks = 3 if args.quick else args.blocks
+    sample_s = 3.0 if args.quick else args.sample_seconds
+    limit = args.memory_limit_mb * MB
+    cfg = tuner_config_from_dict(tuner_dict(
+        "evidence-paired", args.mix, scale=args.scale, memory_limit=limit, offline_evals=1,
+        online_evals=1, queries=1, warmup_s=args.warmup_s, seed=5))
+    measure = replace(cfg.measure, queries=None, seconds=sample_s, samples=args.samples,
+                      estimator="count")
+    contrast = dict(item.split("=", 1) for item in args.contrast.split(",") if item)
+    command = "python -m benchmarks.evidence paired" + (" --quick" if args.quick else
+                                                        f" --blocks {blocks}")
+    data: dict[str, Any] = {"machine": machine(), "command": command, "mix": args.mix,
+                            "scale": args.scale, "memory_limit_bytes": limit,
+                            "blocks": blocks, "samples": args.samples,
+                            "sample_seconds": sample_s, "warmup_s": args.warmup_s,
+                            "contrast": contrast, "chain": []}
+    t0 = time.monotonic()
+    target = open_memory_bound(cfg, args.state_dir)
+    try:
+        measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn),
+                            measure, controller=target.controller,
+                            restart_timeout_s=cfg.database.restart_timeout_s)
+        default = measurer.current_settings(list(contrast))
+        measurer.in_force = dict(default)
+        auto_conf = target.controller.read_auto_conf()
+        try:
+            for i in range(2 * blocks + 1):
+                label = "B" if i % 2 else "A"
+                record = measurer.measure(f"{label}-{i}", {}, contrast if label == "B" else
+                                          default, samples=args.samples if label == "B" else 1,
+                                          check_budget=False)
+                point = {"config": label, "failure": record.failure,
+                         "load_average": load_average(),
+                         "samples": [{"count_qpm": s.count_qpm, "server_cpu": s.server_cpu}
+                                     for s in record.samples]}
+                for name in ESTIMATORS:
+                    point[name] = _value(record.samples, name)
+                data["chain"].append(point)
+                logger.info("chain %d/%d %s: %s", i + 1, 2 * blocks + 1, label,
+                            {n: fmt(point[n]) for n in ESTIMATORS})
+        finally:
+            measurer.stop()
+            measurer.restore(default, auto_conf=auto_conf)
+            measurer.close()
+    finally:
+        target.close()
+    data["wall_s"] = time.monotonic() - t0
+    data["load_average_end"] = load_average()
+    data["analysis"] = {name: analyse(data["chain"], name) for name in ESTIMATORS}
+    write_results("evidence_paired" + (".quick" if args.quick else ""), data, markdown(data))
+    return 0
