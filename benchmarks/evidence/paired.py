@@ -73,7 +73,8 @@ def analyse(chain: list[dict[str, Any]], estimator: str) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     extra = (f"Mix `{data['mix']}`, TPC-H SF {data['scale']} in a "
-             f"{data['memory_limit_bytes'] / MB:.0f} MB memory cgroup. A = defaults, B = A with "
+             f"{data['memory_limit_bytes'] / MB:.0f} MB memory cgroup. A = {data['settings']}, "
+             f"B = A with "
              f"{data['contrast']}. Chain A B A … A of {data['blocks']} blocks; B points "
              f"{data['samples']} samples of {data['sample_seconds']:g} s, A points 1 sample, "
              f"warm-up {data['warmup_s']:g} s. Wall {data['wall_s']:.0f} s; load average at the "
@@ -101,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
-    parser.add_argument("--contrast", default="random_page_cost=20")
+    parser.add_argument("--settings", default="shared_buffers=32MB",
+                        help="the base configuration A (knob=value,...); 128MB of "
+                             "shared_buffers with 12 streams got backends OOM-killed in the "
+                             "256 MB cgroup")
+    parser.add_argument("--contrast", default="random_page_cost=20",
+                        help="B: A with these online knobs changed")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -114,27 +120,31 @@ def main(argv: list[str] | None = None) -> int:
     measure = replace(cfg.measure, queries=None, seconds=sample_s, samples=args.samples,
                       estimator="count")
     contrast = dict(item.split("=", 1) for item in args.contrast.split(",") if item)
+    base = dict(item.split("=", 1) for item in args.settings.split(",") if item)
     command = "python -m benchmarks.evidence paired" + (" --quick" if args.quick else
                                                         f" --blocks {blocks}")
     data: dict[str, Any] = {"machine": machine(), "command": command, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit,
                             "blocks": blocks, "samples": args.samples,
                             "sample_seconds": sample_s, "warmup_s": args.warmup_s,
-                            "contrast": contrast, "chain": []}
+                            "settings": base, "contrast": contrast, "chain": []}
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
     try:
         measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn),
                             measure, controller=target.controller,
                             restart_timeout_s=cfg.database.restart_timeout_s)
-        default = measurer.current_settings(list(contrast))
+        default = measurer.current_settings(list(contrast) + list(base))
         measurer.in_force = dict(default)
         auto_conf = target.controller.read_auto_conf()
+        a_settings = {**{k: default[k] for k in contrast}, **base}
+        b_settings = {**base, **contrast}
         try:
             for i in range(2 * blocks + 1):
                 label = "B" if i % 2 else "A"
-                record = measurer.measure(f"{label}-{i}", {}, contrast if label == "B" else
-                                          default, samples=args.samples if label == "B" else 1,
+                record = measurer.measure(f"{label}-{i}", {},
+                                          b_settings if label == "B" else a_settings,
+                                          samples=args.samples if label == "B" else 1,
                                           check_budget=False)
                 point = {"config": label, "failure": record.failure,
                          "load_average": load_average(),

@@ -5,11 +5,14 @@ Every round measures each label once, interleaved (the order reversed every othe
 that a drift within a round favours nobody): ``default`` (the user's own configuration, even
 when it breaks the budget the search was held to), the baselines (``pgtune``: PGTune's rules
 for the tuned knobs, when the budget allows them), the BME recommendation when asked for, and
-the search's best plus its runners-up. Candidates race: one whose paired interval against the
-default (or the leading candidate) lies wholly below 1 is dropped. Rounds continue from
-``final.rounds`` up to ``final.max_rounds`` while the decision is not settled; then
+the search's best plus its runners-up (the best distinct feasible configurations other than
+the original). The candidates race (:class:`tuner_client.stats.racing.Race`): after
+``max(2, final.rounds)`` rounds, one whose paired interval lies below the default's, or
+wholly below another candidate's, is dropped; the rounds end when one candidate is left and
+clearly above the default, or at ``final.max_rounds`` (or ``final.max_seconds``). Then
 :func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
-interval of tuned/default lies above 1, and otherwise keeps the original.
+interval of tuned/default lies above 1 (Bonferroni over the candidates), and otherwise keeps
+the original.
 """
 
 from __future__ import annotations
