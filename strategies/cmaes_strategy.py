@@ -118,6 +118,8 @@ class CMAES(Strategy, name="cma-es"):
         self._silent_restarts = 0
         self._evals_at_start = 0
         self._stopped = False
+        #: unit coordinates of the fixed parameters (the moving ones are overwritten)
+        self._fixed_unit = space.to_unit(space.default_point())
         centre = self._unit(self.init_point) if self.init_point is not None \
             else np.full(len(self.axes), 0.5)
         self._optimizer = self._new_optimizer(centre, self.sigma0, self._population)
@@ -150,6 +152,8 @@ class CMAES(Strategy, name="cma-es"):
                 self._trial_key[trial.id] = member.key
                 self._silent_generations = 0
                 self._silent_restarts = 0
+                if self.max_evals is not None and self.evaluations >= self.max_evals:
+                    self.convergence_reason = f"budget spent (max_evals {self.max_evals})"
                 return trial
             if any(m.value is None for m in self._members):
                 return None  # the generation is out: wait for its measurements
@@ -281,7 +285,7 @@ class CMAES(Strategy, name="cma-es"):
 
     # -- coordinates ---------------------------------------------------------------------
     def _point(self, x: np.ndarray) -> Point:
-        u = self.space.to_unit(self.space.default_point())
+        u = self._fixed_unit.copy()
         u[self.axes] = np.clip(x[: len(self.axes)], 0.0, 1.0)
         return self.space.from_unit(u)
 

@@ -263,6 +263,8 @@ class SimplexStrategy(Strategy):
             self._seen_silent.clear()
             self._silent_steps = 0
             self._silent_restarts = 0
+            if self.max_evals is not None and self.evaluations >= self.max_evals:
+                self.convergence_reason = f"budget spent (max_evals {self.max_evals})"
             logger.debug("%s: hand out trial %d (%s) %s", self.name, trial.id, self.phase.value,
                          trial.point)
             return trial
