@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-packages demo test lint bench clean
+.PHONY: setup system-packages demo test test-unit lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +34,14 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# The fast tier: no PostgreSQL cluster, no slow files (the markers are set in tests/conftest.py)
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not postgres and not slow"
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy harmony harmony_server tuner_client plugins strategies workloads
+	$(BIN)/lint-imports
 
 bench: setup
 	$(BIN)/python -m benchmarks --quick

@@ -1,6 +1,7 @@
 """The ``agg`` plugin: measure each point several times and tell the strategy one aggregate.
 
-Noisy throughput is the reason: the study measured every point three times and kept the best.
+Noisy throughput is the reason (docs/background.md §2 and §4): a single sample ranks a point by
+its luck.
 """
 
 from __future__ import annotations

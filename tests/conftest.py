@@ -8,6 +8,10 @@
 * ``cluster_factory`` (session): ``cluster_factory(tag, **LocalCluster kwargs)`` starts another
   private cluster (e.g. module-scoped ones); all are destroyed at the end of the session.
 
+Every test that uses one of these fixtures (directly or through another fixture, e.g.
+``tune_fixtures.tpch_cluster``) is marked ``postgres`` at collection, so ``-m "not postgres"``
+is a run without any cluster; files listed in :data:`SLOW_FILES` are marked ``slow``.
+
 initdb runs once per session into a stopped template; every cluster is a copy of it (a copy
 takes well under a second, initdb several on a loaded machine). State directories live under
 /tmp (not pytest's 0700 tmp dirs) so that the unprivileged user PostgreSQL runs as when the
@@ -31,6 +35,25 @@ from psycopg import sql
 from tuner_client.local_cluster import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
+
+#: fixtures that start a real PostgreSQL cluster (every cluster fixture depends on one of them)
+CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})
+#: test files that take more than ~30 s on the 2-core CI machine (measured with --durations:
+#: test_flows_wiring 110 s, test_workloads_tpch 66 s, test_api_fuzz 47 s by its time budget,
+#: test_controllers 38 s; test_flows runs whole tuning runs too)
+SLOW_FILES = frozenset({
+    "test_workloads_tpch.py", "test_controllers.py", "test_api_fuzz.py", "test_flows.py",
+    "test_flows_wiring.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark cluster tests ``postgres`` from their fixtures and the slow files ``slow``."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
 
 
 def _new_state_dir(tag: str) -> Path:

@@ -84,7 +84,7 @@ def test_hash_multiplier_fraction_units_and_fixed_knobs() -> None:
     ) == ["work_mem * 11 + maintenance_work_mem * 1024 <= 5234688"]
     with pytest.raises(ConfigError, match="temp_buffers"):
         budget.online_constraints(2 * GB, tuned=["work_mem", "maintenance_work_mem"])
-    # the study's tight online budget: a fixed 64MB instead of RAM - S - O
+    # the tight online budget of docs/background.md §2: a fixed 64MB instead of RAM - S - O
     tight = MemoryBudget(ram_bytes=4 * GB, connections=4, hash_mem_multiplier=1,
                          online_limit_bytes=64 * MB)
     assert tight.online_constraints(GB) == [
@@ -139,7 +139,7 @@ def test_processes_and_operations_in_both_inequalities() -> None:
     assert budget.slack({"shared_buffers": 256, **online}) == -8 * MB
     assert budget.slack({"shared_buffers": 248, **online}) == 0
     assert budget.slack(online, 256 * MB) == -8 * MB
-    # the study's formula is the special case P = 0, one operation
+    # the original formula (docs/background.md §2) is the special case P = 0, one operation
     study = replace(budget, process_memory_bytes=0, operations=1)
     assert study.work_mem_coefficient == 40
     assert study.online_constraints(256 * MB) == [

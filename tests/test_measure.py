@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.apply import reset_knobs
@@ -90,11 +91,24 @@ def test_infeasible_point_is_never_applied(measurer: Measurer, tpch_cluster: Tpc
 
 def test_stats_delta_guards_against_resets(tpch_cluster: TpchCluster) -> None:  # noqa: F811
     with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+        # a plain sequential scan in this backend: no parallel workers, no index-only scan
+        for setting in ("max_parallel_workers_per_gather", "enable_indexscan",
+                        "enable_indexonlyscan", "enable_bitmapscan"):
+            conn.execute(sql.SQL("SET {} = 0").format(sql.Identifier(setting)))
+        row = conn.execute("SELECT pg_relation_size('lineitem') "
+                           "/ current_setting('block_size')::int").fetchone()
+        assert row is not None
+        pages = int(row[0])
         a = read_database_stats(conn)
-        conn.execute("SELECT count(*) FROM lineitem").fetchone()
+        conn.execute("SELECT sum(l_quantity) FROM lineitem").fetchone()
+        # a backend flushes its counters at most once a second unless told to
+        conn.execute("SELECT pg_stat_force_next_flush()")
         b = read_database_stats(conn)
     delta = stats_delta(a, b)
-    assert delta is not None and delta.blks_hit + delta.blks_read >= 0
+    # a sequential scan touches every block of lineitem once, from shared buffers or not
+    assert pages > 100 and delta is not None
+    assert delta.blks_hit + delta.blks_read >= pages, (delta, pages)
+    assert delta.xact_commit >= 1
     reset = StatsSnapshot(0, 0, 0, 0, b.stats_reset, b.taken)
     assert stats_delta(b, reset) is None  # counters went down: a reset, no delta
     moved = StatsSnapshot(b.xact_commit + 5, b.blks_hit, b.blks_read, b.temp_bytes, None, b.taken)

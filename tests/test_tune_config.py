@@ -153,7 +153,7 @@ def test_budget_process_memory_and_operations() -> None:
     assert (cfg.budget.process_memory_bytes, cfg.budget.operations) == (4 * 2**20, 1)
     cfg = parse_tuner_config("name: x\nbudget: {process_memory: 12MB, operations: 4}\n")
     assert (cfg.budget.process_memory_bytes, cfg.budget.operations) == (12 * 2**20, 4)
-    # the study's formula exactly
+    # the original formula of docs/background.md §2 exactly
     assert parse_tuner_config("name: x\nbudget: {process_memory: 0}\n"
                               ).budget.process_memory_bytes == 0
     msg = _error("name: x\nbudget:\n  operations: 0\n")
