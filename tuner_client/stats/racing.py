@@ -4,7 +4,8 @@ one is dropped as soon as its paired interval shows it, and the race stops when 
 is clearly best or the budget is spent.
 
 A round measures the reference, the racing candidates and any baselines once each,
-interleaved (the order reversed every other round, :func:`~tuner_client.stats.noise.round_order`),
+interleaved (the order reversed every other round and rotated once per pair of rounds,
+:func:`~tuner_client.stats.noise.round_order`),
 so each candidate's ratio to the reference, and to every other candidate, is paired by round
 and the machine's drift cancels. A candidate gets ``min_samples`` paired rounds first; after
 that it keeps being measured only while its interval against the reference reaches
@@ -241,7 +242,9 @@ class Race:
             return False
         index = len(self.rounds)
         row: Round = {}
-        for label in round_order(labels, index, self.rotation):
+        # rotated once per pair of rounds: every label takes every position and neighbour in
+        # turn (a fixed order kept the reference at the ends, always beside itself)
+        for label in round_order(labels, index, self.rotation + index // 2):
             before = self.clock() if self.clock is not None else 0.0
             value = self.measure(label)
             if self.clock is not None:
