@@ -288,7 +288,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "fetch", (200, 400, 404)),
     Endpoint("POST", _S + "/report", report, "report",
              "Report a trial's value, or a failure with a reason; a duplicate is ignored "
-             "(accepted: false).", "report", (200, 400, 404)),
+             "(accepted: false). Only the client holding the trial's lease may report it "
+             "(409 lease_lost naming the holder otherwise).", "report", (200, 400, 404, 409)),
     Endpoint("POST", _S + "/heartbeat", heartbeat, "heartbeat",
              "Extend a leased trial's lease by the session's lease_seconds; 409 if the lease "
              "was lost.", "heartbeat", (200, 404, 409)),

@@ -174,6 +174,9 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
         if not e.public:
             op["responses"]["401"] = {"description": _STATUS_TEXT[401]}
             op["security"] = [{"bearer": []}, {}]
+            # any route that reads or writes the store can find it unavailable
+            op["responses"]["503"] = {"description": _STATUS_TEXT[503], "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
         if e.request is not None:
             for status in (400, 413, 415):
                 op["responses"].setdefault(str(status), {

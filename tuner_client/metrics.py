@@ -46,11 +46,11 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: the tuner's metrics port unless told otherwise (the server's API is on 1979)
 DEFAULT_METRICS_PORT = 9188
 #: what the tuner is doing (values of the ``phase`` label)
-PHASES = ("idle", "offline", "online", "baseline", "final")
+PHASES = ("idle", "offline", "screening", "online", "baseline", "final")
 #: why a point failed (values of the ``kind`` label)
 FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
 #: evaluation kinds that re-measure known configurations (never a new best-so-far)
-REMEASURE_KINDS = ("baseline", "final")
+REMEASURE_KINDS = ("baseline", "final", "reference", "screening")
 #: how many recent (shared_buffers, miss probability) observations are kept as slots
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
@@ -72,7 +72,7 @@ TUNER_METRICS: dict[str, str] = {
                                 "seconds or plain number)",
     "harmony_tuner_best_knob_value": "each knob's value in the best configuration so far",
     "harmony_tuner_evaluations_total": "points measured, by kind (offline, online, baseline, "
-                                       "final)",
+                                       "final, reference: the reference of a paired block)",
     "harmony_tuner_samples_total": "throughput samples taken",
     "harmony_tuner_point_samples": "samples taken for the last measured point",
     "harmony_tuner_sample_spread_ratio": "(max - min) / mean of the last point's samples",
@@ -99,6 +99,12 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_bme_p_c": "fitted convexity parameter Pc (BME)",
     "harmony_tuner_bme_r2": "R^2 of the BME fit",
     "harmony_tuner_bme_fits_total": "BME fits made",
+    "harmony_tuner_screening_effect_ratio": "screening: throughput at the knob's high end over "
+                                            "its low end (label knob)",
+    "harmony_tuner_screening_z": "screening: the knob's effect over its standard error "
+                                 "(label knob)",
+    "harmony_tuner_screening_cleared": "screening: 1 when the knob's effect cleared the noise "
+                                       "and the knob is searched, else 0 (label knob)",
     "harmony_tuner_bme_curve_probability": "fitted miss probability at curve point (label point)",
     "harmony_tuner_bme_curve_shared_buffers_bytes": "shared_buffers at curve point (label point)",
     "harmony_tuner_workload_shifts_total": "workload shifts detected (restart from offline)",
@@ -210,6 +216,14 @@ class TunerMetrics:
                                    "shared_buffers of each slot's observation.", ["slot"],
                                    registry=r)
         self.m_star = Gauge("harmony_tuner_bme_m_star_bytes", "Fitted M* (BME).", registry=r)
+        self.screen_ratio = Gauge("harmony_tuner_screening_effect_ratio",
+                                  "Screening: throughput at the high end over the low end.",
+                                  ["knob"], registry=r)
+        self.screen_z = Gauge("harmony_tuner_screening_z",
+                              "Screening: effect over its standard error.", ["knob"], registry=r)
+        self.screen_cleared = Gauge("harmony_tuner_screening_cleared",
+                                    "Screening: 1 when the knob's effect cleared the noise.",
+                                    ["knob"], registry=r)
         self.m_b = Gauge("harmony_tuner_bme_m_b_bytes", "Fitted Mb (BME).", registry=r)
         self.p_star = Gauge("harmony_tuner_bme_p_star", "Fitted P* (BME).", registry=r)
         self.p_c = Gauge("harmony_tuner_bme_p_c", "Fitted Pc (BME).", registry=r)
@@ -387,6 +401,14 @@ class TunerMetrics:
         for slot, (size, miss) in enumerate(observations):
             self.miss_obs.labels(str(slot)).set(miss)
             self.miss_obs_size.labels(str(slot)).set(size)
+
+    def record_screening(self, effects: Sequence[Any]) -> None:
+        """A knob screening's effects (``stats.screening.KnobEffect``-like: knob, ratio,
+        z_score, cleared)."""
+        for e in effects:
+            self.screen_ratio.labels(e.knob).set(float(e.ratio))
+            self.screen_z.labels(e.knob).set(float(e.z_score))
+            self.screen_cleared.labels(e.knob).set(1.0 if e.cleared else 0.0)
 
     def record_bme_fit(self, params: Any, *, r2: float | None = None,
                        sizes: tuple[float, float] | None = None) -> None:

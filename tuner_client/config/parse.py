@@ -180,14 +180,18 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                         candidates=int(fin.get("candidates", FinalConfig.candidates)),
                         max_rounds=int(fin.get("max_rounds", max(rounds, FinalConfig.max_rounds))),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
-                        level=float(fin.get("level", FinalConfig.level)))
+                        level=float(fin.get("level", FinalConfig.level)),
+                        max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")
+                                     is not None else FinalConfig.max_seconds))
     if final.max_rounds < final.rounds:
         raise ConfigError(f"{where('final', 'max_rounds')}: final.max_rounds must be at least "
                           f"final.rounds ({final.rounds}), but got {final.max_rounds}")
     sc = data.get("screening") or {}
     screening = ScreeningConfig(enabled=bool(sc.get("enabled", ScreeningConfig.enabled)),
                                 design=str(sc.get("design", ScreeningConfig.design)),
-                                z=float(sc.get("z", ScreeningConfig.z)))
+                                z=float(sc.get("z", ScreeningConfig.z)),
+                                replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
+                                samples=int(sc.get("samples", ScreeningConfig.samples)))
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
@@ -206,6 +210,8 @@ def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],
     return replace(base, knobs=knobs, strategy=strategy.get("name", base.strategy),
                    strategy_options=dict(strategy.get("options", base.strategy_options)),
                    evaluations=int(raw.get("evaluations", base.evaluations)),
+                   seconds=(float(raw["seconds"]) if raw.get("seconds") is not None
+                            else base.seconds),
                    prior=bool(prior.get("enabled", base.prior)),
                    prior_min_r2=float(prior.get("min_r2", base.prior_min_r2)))
 

@@ -22,6 +22,8 @@ _KNOB = {
                                    "items": {"type": ["string", "number", "boolean"]}}}},
     ]
 }
+#: a time budget in seconds (a week at most)
+_SECONDS_BUDGET = {"type": "number", "exclusiveMinimum": 0, "maximum": 604800}
 _KNOBS = {
     "oneOf": [
         {"type": "object", "minProperties": 1, "additionalProperties": _KNOB,
@@ -82,7 +84,8 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "aggregate": {"enum": ["best", "median", "mean"]},
                 "queries": {"type": ["integer", "null"], "minimum": 1},
                 "seconds": {"type": ["number", "null"], "exclusiveMinimum": 0},
-                "estimator": {"enum": ["count", "concurrency", "work", "work_per_cpu"]},
+                "estimator": {"enum": ["count", "concurrency", "work", "work_per_cpu",
+                                       "count_per_cpu"]},
                 "paired": {"type": "boolean"},
             },
         },
@@ -103,6 +106,7 @@ TUNER_SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": False,
             "properties": {"knobs": _KNOBS, "strategy": _STRATEGY,
                            "evaluations": {"type": "integer", "minimum": 1},
+                           "seconds": _SECONDS_BUDGET,
                            "prior": {"type": "object", "additionalProperties": False,
                                      "properties": {"enabled": {"type": "boolean"},
                                                     "min_r2": {"type": "number"}}}},
@@ -110,7 +114,8 @@ TUNER_SCHEMA: dict[str, Any] = {
         "online": {
             "type": "object", "additionalProperties": False,
             "properties": {"knobs": _KNOBS, "strategy": _STRATEGY,
-                           "evaluations": {"type": "integer", "minimum": 1}},
+                           "evaluations": {"type": "integer", "minimum": 1},
+                           "seconds": _SECONDS_BUDGET},
         },
         "flow": {
             "type": "object", "additionalProperties": False,
@@ -134,6 +139,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                            "recommended": {"type": "boolean"},
                            "candidates": {"type": "integer", "minimum": 1, "maximum": 10},
                            "max_rounds": {"type": "integer", "minimum": 2, "maximum": 50},
+                           "max_seconds": _SECONDS_BUDGET,
                            "baselines": {"type": "array", "uniqueItems": True,
                                          "items": {"enum": ["pgtune"]}},
                            "level": {"type": "number", "exclusiveMinimum": 0.5,
@@ -143,7 +149,9 @@ TUNER_SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": False,
             "properties": {"enabled": {"type": "boolean"},
                            "design": {"enum": ["oat", "pb"]},
-                           "z": {"type": "number", "exclusiveMinimum": 0}},
+                           "z": {"type": "number", "exclusiveMinimum": 0},
+                           "replicates": {"type": "integer", "minimum": 1, "maximum": 10},
+                           "samples": {"type": "integer", "minimum": 1, "maximum": 10}},
         },
         "warm_start": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
