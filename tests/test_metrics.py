@@ -24,7 +24,6 @@ from harmony_server.metrics import (
 from harmony_server.stats import LatencyHistogram
 from harmony_server.store import Store, default_store_url
 from tuner_client.measure import PointRecord, SampleRecord, StatsDelta
-from tuner_client.stats.screening import KnobLevels, screen
 from tuner_client.metrics import (
     CURVE_POINTS,
     MISS_SLOTS,
@@ -32,6 +31,7 @@ from tuner_client.metrics import (
     TunerMetrics,
     setting_to_base_units,
 )
+from tuner_client.stats.screening import KnobLevels, screen
 
 #: metrics whose presence depends on what the server keeps (documented as conditional)
 CONDITIONAL = {n for n in SERVER_METRICS if n.startswith("harmony_server_operation_duration")}
