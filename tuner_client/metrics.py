@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -36,6 +36,9 @@ from harmony import __version__
 from harmony.errors import ConfigError
 from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
 from tuner_client.bme.equation import PARAM_KEYS, BMEParams, miss_probability
+
+if TYPE_CHECKING:
+    from tuner_client.measure import PointRecord
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
            "TunerMetrics", "setting_to_base_units"]
@@ -337,16 +340,15 @@ class TunerMetrics:
                 if number is not None:
                     self.best_knob_value.labels(knob).set(number)
 
-    def record_point(self, record: Any, *, kind: str = "online", restarts: bool = True) -> None:
-        """Everything of one measured point from a ``measure.PointRecord``-like object.
-
-        Reads ``samples[*].qpm``, ``value``, ``in_force``, ``failure``, ``restart_s`` and the
-        counters' miss ratio (``stats_total().miss_ratio``) when present. ``restarts=False``
-        when the caller counts restarts itself (the flows do, at the measurer).
+    def record_point(self, record: PointRecord, *, kind: str = "online",
+                     restarts: bool = True) -> None:
+        """Everything of one measured point: its samples' throughput, value, knobs in force,
+        failure, restart time and the counters' miss ratio. ``restarts=False`` when the caller
+        counts restarts itself (the flows do, at the measurer).
         """
-        failure = getattr(record, "failure", None)
-        in_force = dict(getattr(record, "in_force", {}) or {})
-        restart_s = getattr(record, "restart_s", None)
+        failure = record.failure
+        in_force = dict(record.in_force)
+        restart_s = record.restart_s
         if restart_s and restarts:
             self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
         if failure:
@@ -354,12 +356,10 @@ class TunerMetrics:
             if in_force:
                 self.set_knobs(in_force)
             return
-        qpms = [float(s.qpm) for s in getattr(record, "samples", [])]
-        self.record_measurement(qpms, getattr(record, "value", None), kind=kind,
-                                knobs=in_force or None)
-        stats_total = getattr(record, "stats_total", None)
-        delta = stats_total() if callable(stats_total) else None
-        miss = getattr(delta, "miss_ratio", None) if delta is not None else None
+        qpms = [float(s.qpm) for s in record.samples]
+        self.record_measurement(qpms, record.value, kind=kind, knobs=in_force or None)
+        delta = record.stats_total()
+        miss = delta.miss_ratio if delta is not None else None
         size = setting_to_base_units(in_force.get("shared_buffers")) \
             if "shared_buffers" in in_force else None
         if miss is not None:
