@@ -349,8 +349,9 @@ def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
     metrics.record_bme_fit({"p_star": 0.02, "p_c": 0.01, "m_b": 1e6, "m_star": 2e8})
     metrics.record_workload_shift()
     metrics.record_restart(1.0)
-    metrics.record_screening(screen([KnobLevels("a", 0, 1)], {"a": 0},
-                                    lambda p: 100.0 + p["a"], design="oat").effects)
+    metrics.record_screening(screen([KnobLevels("a", 0, 1), KnobLevels("b", 0, 1)],
+                                    {"a": 0, "b": 0}, lambda p: 100.0 + 10 * p["a"],
+                                    design="pb").effects)
     tuner = {n for n in names(samples(metrics.render().decode()))
              if n.startswith("harmony_") and not n.endswith("_created")}
     assert tuner == set(TUNER_METRICS)
