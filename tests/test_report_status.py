@@ -23,6 +23,11 @@ from tuner_client.prior_export import session_prior
 MAX_EVALS = 400
 
 
+#: Nelder-Mead restarts until its budget by default; two restarts in a row that find nothing
+#: better end it here (a tolerance the user sets)
+CONVERGE = {"restart_patience": 2}
+
+
 def run_to_convergence(session: Session) -> int:
     """Measure until the session converges; returns the number of evaluations."""
     done = 0
@@ -64,7 +69,7 @@ def test_a_converged_session_on_a_server_reports_finished_with_its_host(tmp_path
     with running_server(tmp_path / "state") as server:
         with connect(server.url) as client:
             session = client.create_session(definition("conv", strategy="nelder-mead",
-                                                       dims=2, seed=1))
+                                                       dims=2, seed=1, options=CONVERGE))
             evals = run_to_convergence(session)
             best = session.best()
             exported = session_prior(session, finished=True)
@@ -92,7 +97,7 @@ def test_a_converged_session_on_a_server_reports_finished_with_its_host(tmp_path
 def test_a_converged_standalone_session_reports_finished_with_this_host(tmp_path: Path) -> None:
     with connect(None) as client:
         session = client.create_session(definition("conv", strategy="nelder-mead", dims=2,
-                                                   seed=1))
+                                                   options=CONVERGE, seed=1))
         evals = run_to_convergence(session)
         prior = session_prior(session, finished=True)
         best = session.best()
