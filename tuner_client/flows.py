@@ -11,7 +11,6 @@ configuration (or the best one with ``final.apply_best``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -89,10 +88,8 @@ class Tuner:
         target = self._target or open_target(cfg, self.state_dir)
         client = self._client or connect(self.server)
         result: TuneResult | None = None
-        guard = target.controller.safe_restart_guard  # typed: Target.controller is a Controller
         try:
-            with guard(cfg.database.restart_timeout_s) if guard is not None \
-                    else contextlib.nullcontext():
+            with target.controller.safe_restart_guard(cfg.database.restart_timeout_s):
                 # the guard turns SIGTERM into SystemExit and, on the way out, makes sure the
                 # server is up (restoring the last good configuration if a restart was cut
                 # short); the finally below then restores the original configuration
