@@ -24,6 +24,7 @@ import psycopg
 from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError, WorkloadError
 from tuner_client.apply import apply_online_knobs
 from tuner_client.config import MeasureConfig
+from tuner_client.controllers.base import RestartReport
 from tuner_client.knobs import KnobCatalog
 from tuner_client.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
 from workloads.base import Workload
@@ -38,7 +39,8 @@ POINT_FLUSH_WAIT_S = 1.5
 class Restarter(Protocol):
     """What the measurer needs of a controller: restart with new offline values, or roll back."""
 
-    def restart_with(self, offline_values: Mapping[str, Any], timeout_s: float) -> Any: ...
+    def restart_with(self, offline_values: Mapping[str, Any],
+                     timeout_s: float) -> RestartReport: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,9 +408,8 @@ class Measurer:
         failure: str | None = None
         try:
             report = self.controller.restart_with(offline, self.restart_timeout_s)
-            ok = bool(getattr(report, "ok", True))
-            if not ok:
-                failure = f"restart with {offline} failed: {getattr(report, 'reason', report)}"
+            if not report.ok:
+                failure = f"restart with {offline} failed: {report.reason or report}"
         except HarmonyError as exc:
             failure = f"restart with {offline} failed: {exc}"
         elapsed = time.monotonic() - started
@@ -440,7 +441,7 @@ class Measurer:
             self.start()
             sample = self.workload.sample(seconds=self.config.warmup_s)
             logger.info("warm-up %.1f s: %.0f qpm (discarded)", self.config.warmup_s,
-                        float(getattr(sample, "qpm", math.nan)))
+                        float(sample.qpm))
         self._point_start = None  # the next sample starts the point's window
 
     def point_window(self, wait_s: float = POINT_FLUSH_WAIT_S) -> StatsDelta | None:
