@@ -50,8 +50,11 @@ def format_result(result: TuneResult) -> str:
     lines = [f"passes: {result.passes}, evaluations: {result.evaluations}"]
     changed = {k: v for k, v in result.best_settings.items()
                if v != result.default_settings.get(k)}
-    lines.append("best configuration:" if changed else
-                 "best configuration: the default (nothing measured better)")
+    decision = result.decision or {}
+    for line in decision.get("text") or []:  # the verdict, with its interval, first
+        lines.append(line if line.startswith(" ") else f"result: {line}")
+    lines.append("recommended configuration:" if changed else
+                 "recommended configuration: the original (no significant improvement)")
     width = max((len(k) for k in result.best_settings), default=0)
     for name, value in result.best_settings.items():
         mark = "" if name not in changed else f"   (default {result.default_settings.get(name)})"
@@ -59,7 +62,10 @@ def format_result(result: TuneResult) -> str:
     if result.best_qpm is not None and result.default_qpm is not None:
         lines.append(f"throughput, default vs best interleaved over {len(result.ab_rounds)} "
                      f"round(s): {result.default_qpm:.1f} -> {result.best_qpm:.1f} queries/min "
-                     f"({100 * (result.improvement or 0.0):+.1f}%)")
+                     f"({100 * (result.improvement or 0.0):+.1f}%"
+                     + (f", 95 % CI {100 * result.improvement_ci[0]:+.1f}% to "
+                        f"{100 * result.improvement_ci[1]:+.1f}%" if result.improvement_ci
+                        else "") + ")")
     for text in result.decisions:
         lines.append(f"decision: {text}")
     if result.output_dir is not None:
