@@ -55,3 +55,39 @@ class LeaseLostError(ConflictError):
 
 class ClientNotFoundError(HarmonyError):
     """A client id that never joined the session (e.g. it asks to leave)."""
+
+
+class SessionExistsError(ConflictError):
+    """A session of that name already exists with another definition."""
+
+    kind = "session_exists"
+
+
+class UnavailableError(HarmonyError):
+    """The server cannot serve the request now (store down, shutting down, session broken)."""
+
+    kind = "unavailable"
+
+
+class UnsupportedMediaError(ProtocolError):
+    """The request body is in a media type the API does not read (HTTP 415)."""
+
+    kind = "unsupported_media_type"
+
+
+class SessionBrokenError(HarmonyError):
+    """The session's command log could not be replayed; it is kept but not served (HTTP 500)."""
+
+    kind = "session_broken"
+
+
+class ReplayMismatchError(HarmonyError):
+    """Replaying the command log did not reproduce what was logged (non-deterministic code)."""
+
+
+class StoreError(HarmonyError):
+    """The durable store could not be opened, read or written."""
+
+
+class ServerUnavailableError(HarmonyError):
+    """The server could not be reached (or kept answering 503) within the retry budget."""

@@ -18,7 +18,12 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 from harmony.definition import SessionDefinition
-from harmony.errors import HarmonyError, ProtocolError, SessionNotFoundError, TrialError
+from harmony.errors import (
+    ProtocolError,
+    ReplayMismatchError,
+    SessionNotFoundError,
+    TrialError,
+)
 from harmony.leased import FetchResult, Lease, LeasedSession
 from harmony.session import TrialRecord
 from harmony_server.protocol import UnavailableError
@@ -34,9 +39,6 @@ T = TypeVar("T")
 #: how often a long poll checks that its client is still connected (seconds)
 _DISCONNECT_CHECK = 0.5
 
-
-class ReplayMismatchError(HarmonyError):
-    """Replaying the command log did not reproduce what was logged (non-deterministic code)."""
 
 
 class HostedSession(LeasedSession):

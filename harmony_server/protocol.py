@@ -18,11 +18,14 @@ from harmony.errors import (
     ConfigError,
     ConflictError,
     ConstraintError,
-    HarmonyError,
     LeaseLostError,
     ProtocolError,
+    SessionBrokenError,
+    SessionExistsError,
     SessionNotFoundError,
     TrialError,
+    UnavailableError,
+    UnsupportedMediaError,
 )
 from harmony.leased import finite_or_failure
 
@@ -35,28 +38,8 @@ MAX_WAIT = 3600.0  # seconds a fetch may ask to wait (the server caps it at --ma
 MAX_DEPTH = 32  # nesting levels of a request body (objects and arrays)
 
 
-class SessionExistsError(ConflictError):
-    """A session of that name already exists with another definition."""
-
-    kind = "session_exists"
 
 
-class UnavailableError(HarmonyError):
-    """The server cannot serve the request now (store down, shutting down, session broken)."""
-
-    kind = "unavailable"
-
-
-class UnsupportedMediaError(ProtocolError):
-    """The request body is in a media type the API does not read (HTTP 415)."""
-
-    kind = "unsupported_media_type"
-
-
-class SessionBrokenError(HarmonyError):
-    """The session's command log could not be replayed; it is kept but not served (HTTP 500)."""
-
-    kind = "session_broken"
 
 
 #: error kind and HTTP status for each exception class (first match wins)

@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from harmony.errors import ConfigError, HarmonyError
+from harmony.errors import ConfigError, StoreError
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)
@@ -86,9 +86,6 @@ clients = sa.Table(
 # version reached -> DDL/DML steps that bring a store from version-1 to it
 _MIGRATIONS: dict[int, list[str]] = {}
 
-
-class StoreError(HarmonyError):
-    """The durable store could not be opened, read or written."""
 
 
 @dataclass(frozen=True)

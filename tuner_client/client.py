@@ -35,6 +35,7 @@ from harmony.errors import (
     HarmonyError,
     LeaseLostError,
     ProtocolError,
+    ServerUnavailableError,
     SessionNotFoundError,
     TrialError,
 )
@@ -48,9 +49,6 @@ __all__ = ["Fetched", "HarmonyClient", "LeaseKeeper", "LeaseLostError", "ServerU
 #: longest single long-poll the client asks the server for (seconds)
 MAX_POLL = 30.0
 
-
-class ServerUnavailableError(HarmonyError):
-    """The server could not be reached (or kept answering 503) within the retry budget."""
 
 
 @dataclass(frozen=True)
