@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.flowrun import open_small_target, small_config
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
@@ -80,7 +80,7 @@ def markdown(data: dict[str, Any]) -> str:
              "|---:|---|---|---:|---:|---|"]
     for r in runs:
         iv = r["best_interval"]
-        shown = (f"{fmt(iv['ratio'])}× ({fmt(iv['low'])}–{fmt(iv['high'])})" if iv
+        shown = (f"{iv['ratio']:.3f}× ({iv['low']:.3f}–{iv['high']:.3f})" if iv
                  else "– (the search's best was the original)")
         lines.append(f"| {r['seed']} | {'**yes**' if r['claimed'] else 'no'} | {shown} | "
                      f"{r['rounds'] or 0} | {r['wall_s']:.0f} | "

@@ -137,7 +137,7 @@ def analyse(rounds: list[dict[str, float | None]], grid_labels: list[str]) -> di
 
 
 def _ci(r: dict[str, Any] | None) -> str:
-    return "–" if r is None else f"{fmt(r['ratio'])}× ({fmt(r['low'])}–{fmt(r['high'])})"
+    return "–" if r is None else f"{r['ratio']:.3f}× ({r['low']:.3f}–{r['high']:.3f})"
 
 
 def markdown(data: dict[str, Any]) -> str:

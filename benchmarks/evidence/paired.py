@@ -85,7 +85,7 @@ def markdown(data: dict[str, Any]) -> str:
              "A's own level sd | B/A (95 % CI, paired) |",
              "|---|---:|---:|---:|---:|---|"]
     for name, r in data["analysis"].items():
-        ci = (f"{fmt(r['ratio'])}× ({fmt(r['low'])}–{fmt(r['high'])}), {r['blocks']} blocks"
+        ci = (f"{r['ratio']:.3f}× ({r['low']:.3f}–{r['high']:.3f}), {r['blocks']} blocks"
               if r["ratio"] else "–")
         lines.append(f"| {name} | {fmt(r['unpaired_sd'])} | {fmt(r['paired_sd'])} | "
                      f"{fmt(r['variance_ratio'])} | {fmt(r['a_level_sd'])} | {ci} |")
