@@ -536,8 +536,9 @@ def grid_markdown(rows: Sequence[dict[str, Any]], profile: dict[str, Any],
         f"solved once the true value f of its best measured point has f(x0) − f ≥ "
         f"(1 − τ)(f(x0) − f_L), τ = {TAU:g}. Cells: share of the {info['seeds']}·"
         f"{len(info['problems'])} runs solved within 10, 50 and 200·(n+1) evaluations. "
-        f"Optuna's TPE runs only at noise {', '.join(f'{x:g}' for x in TPE_NOISES)} "
-        "(its CPU cost).",
+        ("Optuna's TPE runs only at noise "
+         f"{', '.join(f'{x:g}' for x in TPE_NOISES)} (its CPU cost)."
+         if any(r["strategy"] == "optuna-tpe" for r in rows) else "Optuna's TPE is left out."),
         "",
     ]
     for noise, cells in profile["profiles"].items():
@@ -606,8 +607,8 @@ def grid_markdown(rows: Sequence[dict[str, Any]], profile: dict[str, Any],
     return "\n".join(lines) + "\n"
 
 
-def run_noisy_grid(quick: bool, seeds: int | None) -> None:
-    seeds = seeds if seeds is not None else (2 if quick else 5)
+def run_noisy_grid(quick: bool, seeds_given: int | None) -> None:
+    seeds = seeds_given if seeds_given is not None else (2 if quick else 5)
     noises = QUICK_NOISES if quick else NOISES
     chosen = tuple(s for s in GRID_STRATEGIES if not (quick and s[1] == "optuna-tpe"))
     machine = _machine()
@@ -617,7 +618,8 @@ def run_noisy_grid(quick: bool, seeds: int | None) -> None:
     steps = pro_parallel_steps(rows)
     info = {
         "command": "python -m benchmarks.strategies_table --suite noisy-grid"
-                   + (" --quick" if quick else "") + (f" --seeds {seeds}" if seeds else ""),
+                   + (" --quick" if quick else "")
+                   + (f" --seeds {seeds_given}" if seeds_given is not None else ""),
         "seeds": seeds, "noises": list(noises), "tau": TAU, "alphas": list(ALPHAS),
         "levels": LEVELS, "problems": [(p.name, p.dim) for p in PROBLEMS], "machine": machine,
         "wall_seconds": round(time.perf_counter() - start, 1),
