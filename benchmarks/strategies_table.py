@@ -536,7 +536,7 @@ def grid_markdown(rows: Sequence[dict[str, Any]], profile: dict[str, Any],
         f"solved once the true value f of its best measured point has f(x0) − f ≥ "
         f"(1 − τ)(f(x0) − f_L), τ = {TAU:g}. Cells: share of the {info['seeds']}·"
         f"{len(info['problems'])} runs solved within 10, 50 and 200·(n+1) evaluations. "
-        ("Optuna's TPE runs only at noise "
+        + ("Optuna's TPE runs only at noise "
          f"{', '.join(f'{x:g}' for x in TPE_NOISES)} (its CPU cost)."
          if any(r["strategy"] == "optuna-tpe" for r in rows) else "Optuna's TPE is left out."),
         "",
