@@ -67,6 +67,11 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     screened = [r for r in tuner.records if r.session == "screening"]
     assert screening["design_runs"] == 8
     assert len(screened) == screening["evaluations"] == 8 + 4 + 1
+    # the memory knobs share the 96MB online budget: each gets a real range, and every
+    # combination of their high ends fits (no run of the design was refused)
+    for knob in ("temp_buffers", "work_mem"):
+        assert effects[knob]["high"] > effects[knob]["low"], effects[knob]
+    assert all(r.failure is None for r in screened)
     jit = effects["jit_above_cost"]
     assert jit["cleared"] and jit["ratio"] > 1.2, effects  # no JIT at all beats JIT everywhere
     assert screening["effects"][0]["knob"] == "jit_above_cost"  # the largest effect first

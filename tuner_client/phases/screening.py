@@ -3,9 +3,9 @@ the online knobs by their effect on throughput over the noise, and search only t
 effect clears it; the others stay as they are, and the run says so.
 
 The design (:func:`tuner_client.stats.screening.screen`: Plackett–Burman or one at a time)
-sets each knob to the ends of its configured range. Memory knobs' high ends are lowered
-together, by one factor, until every combination of them fits the online budget, so no run
-of the design is refused. The default point (the settings in force) is measured between the
+sets each knob to the ends of its configured range. Memory knobs' high ends share the online
+budget's slack equally, so every combination of them fits and no run of the design is
+refused. The default point (the settings in force) is measured between the
 runs to correct the drift. The ranking goes to the run's decisions, ``summary.json``
 (``screening``), the online session's metadata (the report draws it) and the metrics.
 """
@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from harmony.errors import HarmonyError
-from strategies.space import EnumParam, Value
+from strategies.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
 from tuner_client.phases.measuring import record_point
@@ -78,8 +78,11 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
 
 
 def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> list[KnobLevels]:
-    """Each knob's two screening levels: its range's ends, the memory knobs' high ends
-    lowered together until every combination of them fits the online budget."""
+    """Each knob's two screening levels: its range's ends, except the memory knobs' high
+    ends, which share the online budget's slack equally (with every memory knob at its low
+    end, knob i alone could take the slack up to ``f_i`` of its range; it gets ``f_i / k`` of
+    it), so every combination of highs fits and no knob's range collapses to nothing because
+    another knob (work_mem, counted once per connection) needs most of the memory."""
     levels: list[KnobLevels] = []
     for p in space.params:
         if isinstance(p.param, EnumParam):
@@ -90,30 +93,43 @@ def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> lis
     memory = [lv for lv in levels if lv.name in ONLINE_MEMORY_KNOBS]
     if not memory:
         return levels
+    lows = {**default, **{lv.name: lv.low for lv in memory}}
 
-    def scaled(f: float) -> dict[str, KnobLevels]:
-        out = {}
-        for lv in memory:
-            high = space[lv.name].param.snap(lv.low + f * (lv.high - lv.low))
-            out[lv.name] = KnobLevels(lv.name, lv.low, max(high, lv.low))
-        return out
-
-    def fits(f: float) -> bool:
-        highs = {**default, **{n: lv.high for n, lv in scaled(f).items()}}
-        wanted = {**ctx.measurer.in_force, **space.settings(highs)}
+    def fits(point: dict[str, Value]) -> bool:
+        wanted = {**ctx.measurer.in_force, **space.settings(point)}
         return ctx.budget.violation(wanted, wanted) is None
 
-    lo, hi = 0.0, 1.0
-    if not fits(hi):
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        hi = lo
-    chosen = scaled(hi)
-    if hi < 1.0:
-        logger.info("screening: memory knobs' high ends lowered to %.0f %% of their ranges to "
-                    "fit the online budget together: %s", 100 * hi,
-                    {n: lv.high for n, lv in chosen.items()})
+    def at(lv: KnobLevels, f: float) -> Value:
+        """The grid value at fraction ``f`` of the knob's range, never above it."""
+        param = space[lv.name].param
+        assert isinstance(param, IntParam | RealParam)
+        target = lv.low + f * (lv.high - lv.low)
+        value = param.snap(target)
+        if value > target and param.step:
+            value = param.snap(value - param.step)
+        return max(value, lv.low)
+
+    if not fits(lows):
+        return levels  # nothing fits: the design's runs are refused and the phase says so
+    shares: dict[str, float] = {}
+    for lv in memory:
+        lo, hi = 0.0, 1.0
+        if not fits({**lows, lv.name: lv.high}):
+            for _ in range(30):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if fits({**lows, lv.name: at(lv, mid)}) else (lo, mid)
+            hi = lo
+        shares[lv.name] = hi / len(memory)
+    chosen = {lv.name: KnobLevels(lv.name, lv.low, at(lv, shares[lv.name])) for lv in memory}
+    while not fits({**lows, **{n: lv.high for n, lv in chosen.items()}}):
+        # rounding onto the grid overshot: lower every share a little
+        shares = {n: f * 0.9 for n, f in shares.items()}
+        chosen = {lv.name: KnobLevels(lv.name, lv.low, at(lv, shares[lv.name]))
+                  for lv in memory}
+    lowered = {n: lv.high for n, lv in chosen.items()
+               if lv.high != next(m.high for m in memory if m.name == n)}
+    if lowered:
+        logger.info("screening: memory knobs' high ends share the online budget: %s", lowered)
     return [chosen.get(lv.name, lv) for lv in levels]
 
 
