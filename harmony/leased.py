@@ -281,6 +281,7 @@ class LeasedSession:
     def describe(self) -> dict[str, Any]:
         """The full status: summary, counts, leases, hosts and the definition."""
         return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
+                "convergence_reason": self.core.convergence_reason,
                 "counts": self.core.counts(), "leases": len(self.leases),
                 "hosts": [dict(row) for row in self._hosts.values()],
                 "definition": self.definition.to_dict()}

@@ -256,6 +256,16 @@ class SessionCore:
         return bool(self.strategy.converged or any(p.converged() for p in self.plugins))
 
     @property
+    def convergence_reason(self) -> str | None:
+        """Why the search ended (e.g. the budget spent, a tolerance met), None while it runs."""
+        if self.strategy.converged:
+            return self.strategy.convergence_reason or "the strategy converged"
+        for plugin in self.plugins:
+            if plugin.converged():
+                return f"plugin {type(plugin).__name__} ended the search"
+        return None
+
+    @property
     def status(self) -> str:
         """``paused``, ``converged`` or ``running`` (what session listings show)."""
         if self.paused:

@@ -60,6 +60,7 @@ _HOST = _obj({"client_id": {"type": "string"}, "joined": _NUM,
              ["client_id", "joined"])
 _DESCRIBE = {**_SUMMARY, "properties": {
     **_SUMMARY["properties"], "paused": {"type": "boolean"}, "converged": {"type": "boolean"},
+    "convergence_reason": {"type": ["string", "null"]},
     "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
     "leases": {"type": "integer"}, "seq": {"type": "integer"},
     "hosts": {"type": "array", "items": _HOST},

@@ -36,6 +36,9 @@ def run_to_convergence(session: Session) -> int:
         done += 1
         assert done < MAX_EVALS, "the session did not converge"
     assert session.converged
+    # the status says why: a tolerance met after restarts, not the budget
+    reason = session.status()["convergence_reason"]
+    assert "restart" in reason and "budget" not in reason, reason
     return done
 
 

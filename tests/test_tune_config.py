@@ -160,3 +160,19 @@ def test_budget_process_memory_and_operations() -> None:
     assert "configs/bad.yaml, line 3" in msg and "operations" in msg
     msg = _error("name: x\nbudget:\n  process_memory: 8 potatoes\n")
     assert "line 3" in msg and "budget.process_memory" in msg and "8 potatoes" in msg
+
+
+def test_a_strategy_without_options_gets_its_own_defaults() -> None:
+    """The sessions' default options (simplex_size) belong to the default simplex strategy:
+    cma-es named without options must not inherit them (it has no simplex_size)."""
+    from strategies.base import make_strategy
+    from tuner_client.config import parse_tuner_config
+
+    cfg = parse_tuner_config("name: x\nonline: {strategy: {name: cma-es}}\n")
+    assert cfg.online.strategy == "cma-es" and dict(cfg.online.strategy_options) == {}
+    assert dict(cfg.offline.strategy_options) == {"simplex_size": 2}
+    assert dict(parse_tuner_config("name: x\n").online.strategy_options) == {"simplex_size": 6}
+    from strategies.space import IntParam, Space
+    strategy = make_strategy(cfg.online.strategy, Space((IntParam("a", 0, 10),)), seed=1,
+                             **cfg.online.strategy_options)
+    assert strategy.ask() is not None

@@ -207,8 +207,12 @@ def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],
     """The ``offline:`` or ``online:`` section over its defaults (``base``)."""
     strategy = raw.get("strategy") or {}
     prior = raw.get("prior") or {}
-    return replace(base, knobs=knobs, strategy=strategy.get("name", base.strategy),
-                   strategy_options=dict(strategy.get("options", base.strategy_options)),
+    name = strategy.get("name", base.strategy)
+    # the defaults' options (simplex_size) belong to the default simplex strategy; another
+    # strategy given without options gets its own defaults
+    default_options = base.strategy_options if name == base.strategy else {}
+    return replace(base, knobs=knobs, strategy=name,
+                   strategy_options=dict(strategy.get("options", default_options)),
                    evaluations=int(raw.get("evaluations", base.evaluations)),
                    seconds=(float(raw["seconds"]) if raw.get("seconds") is not None
                             else base.seconds),
