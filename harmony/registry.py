@@ -64,8 +64,27 @@ class Registry(dict[str, type[T]], Generic[T]):
         """
         cls = self.get_class(name)
         try:
-            inspect.signature(cls).bind(*args, **options)
+            _bind(cls, args, options)
         except TypeError as exc:
             raise ConfigError(f"{self.what} {name!r}: bad options {sorted(options)}: "
                               f"{exc}") from None
         return cls(*args, **options)
+
+
+def _bind(cls: type, args: tuple[Any, ...], options: dict[str, Any]) -> None:
+    """Bind ``args``/``options`` to ``cls``'s constructor (``TypeError`` when they do not
+    fit). Options a constructor takes through ``**kwargs`` are bound, in turn, to the next
+    constructor up the class hierarchy, which is where such a subclass forwards them
+    (``super().__init__(space, seed=seed, **options)``)."""
+    signature = inspect.signature(cls)
+    bound = signature.bind(*args, **options)
+    var_kw = next((p.name for p in signature.parameters.values()
+                   if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+    if var_kw is None or not bound.arguments.get(var_kw):
+        return
+    base = next((b for b in cls.__mro__[1:] if "__init__" in vars(b)), None)
+    if base is None or base is object:
+        return
+    shared = {k: v for k, v in options.items()
+              if k in inspect.signature(base).parameters and k in signature.parameters}
+    _bind(base, args, {**shared, **bound.arguments[var_kw]})

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from harmony.errors import ConfigError, TrialError
+from harmony.registry import Registry
 from strategies.space import Point, Space
 
 
@@ -77,7 +77,7 @@ class Strategy(ABC):
         optional replacement point.
     """
 
-    registry: ClassVar[dict[str, type[Strategy]]] = {}
+    registry: ClassVar[Registry[Strategy]] = Registry("strategy", group="harmony.strategies")
     name: ClassVar[str] = ""
     #: value used to rank failed and penalised trials: worse than any real measurement
     PENALTY: ClassVar[float] = math.inf
@@ -85,10 +85,8 @@ class Strategy(ABC):
     def __init_subclass__(cls, name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if name is not None:
-            if name in Strategy.registry and Strategy.registry[name] is not cls:
-                raise ConfigError(f"strategy name {name!r} is registered twice")
+            Strategy.registry.add(name, cls)
             cls.name = name
-            Strategy.registry[name] = cls
 
     def __init__(self, space: Space, *, seed: int = 0, region: FeasibleRegion | None = None):
         self.space = space
@@ -163,8 +161,7 @@ class Strategy(ABC):
 
 def load_entry_point_strategies() -> None:
     """Import third-party strategies registered in the ``harmony.strategies`` group."""
-    for ep in entry_points(group="harmony.strategies"):
-        ep.load()
+    Strategy.registry.load_entry_points()
 
 
 def make_strategy(name: str, space: Space, *, seed: int = 0,
@@ -172,14 +169,6 @@ def make_strategy(name: str, space: Space, *, seed: int = 0,
     """Instantiate a registered strategy by name; unknown names and options are errors."""
     import strategies  # noqa: F401  (registers the built-in strategies)
 
-    if name not in Strategy.registry:
-        load_entry_point_strategies()
-    try:
-        cls = Strategy.registry[name]
-    except KeyError:
-        raise ConfigError(f"unknown strategy {name!r}; "
-                          f"known: {sorted(Strategy.registry)}") from None
-    try:
-        return cls(space, seed=seed, region=region, **options)
-    except TypeError as exc:
-        raise ConfigError(f"strategy {name!r}: bad options {sorted(options)}: {exc}") from None
+    # only a failure to bind the options is the user's "bad options"; a TypeError raised
+    # inside the constructor is a bug and propagates as it is
+    return Strategy.registry.build(name, space, seed=seed, region=region, **options)

@@ -39,7 +39,7 @@ def test_build_binds_arguments_and_names_bad_options() -> None:
         _Base.registry.build("sized", 3, shape="round")
     with pytest.raises(ConfigError, match="widget 'sized': bad options"):
         _Base.registry.build("sized")  # the required argument is missing
-    with pytest.raises(ConfigError, match="unknown widget 'sprocket'; known: broken, sized"):
+    with pytest.raises(ConfigError, match="unknown widget 'sprocket'; known: broken, forwarding, sized"):
         _Base.registry.build("sprocket")
 
 
@@ -78,3 +78,29 @@ def test_a_type_error_inside_a_controller_constructor_propagates() -> None:
             make_controller("faulty-for-test", dsn="host=127.0.0.1")
     finally:
         del Controller.registry["faulty-for-test"]
+
+
+class _Forwarding(_Sized, name="forwarding"):
+    """Takes one option of its own and forwards the rest to _Sized (as the simplex
+    strategies forward theirs to SimplexStrategy)."""
+
+    def __init__(self, size: int, *, shade: int = 1, **options: Any) -> None:
+        super().__init__(size, **options)
+        self.shade = shade
+
+
+def test_options_forwarded_through_kwargs_are_bound_up_the_hierarchy() -> None:
+    built = _Base.registry.build("forwarding", 3, shade=2, colour="blue")
+    assert (built.size, built.colour, built.shade) == (3, "blue", 2)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"widget 'forwarding': bad options .*'flavour'"):
+        _Base.registry.build("forwarding", 3, flavour="sour")
+
+
+def test_a_strategy_named_with_an_unknown_option_is_a_config_error() -> None:
+    from strategies.base import make_strategy
+    from strategies.space import IntParam, Space
+
+    space = Space((IntParam("x", 0, 10),))
+    with pytest.raises(ConfigError, match=r"strategy 'nelder-mead': bad options.*colour"):
+        make_strategy("nelder-mead", space, colour="red")
+    assert make_strategy("pro", space, seed=2, max_evals=5).ask() is not None
