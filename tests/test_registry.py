@@ -39,7 +39,8 @@ def test_build_binds_arguments_and_names_bad_options() -> None:
         _Base.registry.build("sized", 3, shape="round")
     with pytest.raises(ConfigError, match="widget 'sized': bad options"):
         _Base.registry.build("sized")  # the required argument is missing
-    with pytest.raises(ConfigError, match="unknown widget 'sprocket'; known: broken, forwarding, sized"):
+    with pytest.raises(ConfigError,
+                       match="unknown widget 'sprocket'; known: broken, forwarding, sized"):
         _Base.registry.build("sprocket")
 
 
