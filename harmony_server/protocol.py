@@ -68,14 +68,16 @@ def error_kind(exc: BaseException) -> tuple[str, int]:
 
 
 _CLIENT_ID = {"type": "string", "minLength": 1, "maxLength": 200}
-_TRIAL_ID = {"type": "integer", "minimum": 0}
+#: integers the store keeps must fit its 64-bit INTEGER columns
+MAX_INT64 = 2**63 - 1
+_TRIAL_ID = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
 _HOST = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
         "hostname": {"type": "string", "maxLength": 255},
-        "cpu_count": {"type": ["integer", "null"], "minimum": 0},
-        "ram_bytes": {"type": ["integer", "null"], "minimum": 0},
+        "cpu_count": {"type": ["integer", "null"], "minimum": 0, "maximum": 1_000_000},
+        "ram_bytes": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_INT64},
         "os": {"type": "string", "maxLength": 255},
         "python": {"type": "string", "maxLength": 64},
     },

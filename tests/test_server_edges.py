@@ -117,6 +117,25 @@ def test_unbounded_values_are_refused_with_the_limit_stated(
         assert field in body["message"] and limit in body["message"], body["message"]
 
 
+def test_integers_the_store_cannot_hold_are_refused(tmp_path: Path) -> None:
+    """Found by the fuzz: a join whose host info carried a 2**70 RAM size reached SQLite's
+    64-bit INTEGER column and came back as a 500 (OverflowError)."""
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        http("POST", "/sessions", {"definition": definition("i")})
+        status, body = http("POST", "/sessions/i/join",
+                            {"client": "c", "host": {"ram_bytes": 2**70}})
+        assert (status, body["error"]) == (400, "bad_request"), body
+        assert "ram_bytes" in body["message"], body["message"]
+        # a trial id that large names no trial (it is looked up, never stored)
+        status, body = http("POST", "/sessions/i/report",
+                            {"client": "c", "trial_id": 2**70, "value": 1.0})
+        assert status in (400, 404) and "trial" in body["message"], body
+        status, _ = http("POST", "/sessions/i/join",
+                         {"client": "c", "host": {"ram_bytes": 2**40, "cpu_count": 2}})
+        assert status == 200
+
+
 def test_wait_has_a_stated_limit(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
         http = Raw(server.url)
