@@ -179,6 +179,10 @@ def _check_numeric(p: IntParam | RealParam) -> None:
     if p.log and p.min <= 0:
         raise ConfigError(f"parameter {p.name!r}: a log-scaled parameter needs min > 0, "
                           f"got min={p.min}")
+    d = p.default
+    if d is not None and (isinstance(d, bool) or not isinstance(d, int | float)
+                          or not math.isfinite(d)):
+        raise ConfigError(f"parameter {p.name!r}: default must be a finite number, got {d!r}")
     if p.default is not None and not (p.min <= p.default <= p.max):
         raise ConfigError(f"parameter {p.name!r}: default {p.default} is outside "
                           f"{p.min}..{p.max}")

@@ -27,6 +27,9 @@ from strategies.space import EnumParam, IntParam, RealParam, Space, space_from_d
     (lambda: IntParam("work_mem", 0, 10, step=1.5), ["work_mem", "integer"]),  # type: ignore[arg-type]
     (lambda: RealParam("rpc", 0.0, math.inf), ["rpc", "finite"]),
     (lambda: IntParam("work_mem", 0, 10, default=11), ["work_mem", "default 11", "outside"]),
+    # found by the API fuzz: a text default reached a numeric comparison (a 500)
+    (lambda: RealParam("rpc", 0.0, 1.0, default="x"),  # type: ignore[arg-type]
+     ["rpc", "default", "finite number", "'x'"]),
     (lambda: EnumParam("mode", ()), ["mode", "at least one value"]),
     (lambda: EnumParam("mode", ("a", "a")), ["mode", "distinct"]),
     (lambda: Space(()), ["at least one parameter"]),
