@@ -134,3 +134,19 @@ def test_canonical_values_are_checked(catalog: KnobCatalog) -> None:
         wm.check(32 * 1024)
     with pytest.raises(ConfigError, match="jit is a boolean"):
         catalog["jit"].check(1)
+
+
+def test_round_down_puts_a_computed_size_on_the_knobs_units(catalog: KnobCatalog) -> None:
+    """PGTune computes sizes in kB (RAM/4 of 23.5 GiB is 6171023kB): shared_buffers counts
+    8kB pages, so the exact parse refuses it and round_down takes the page below."""
+    sb = catalog["shared_buffers"]
+    with pytest.raises(ConfigError, match="whole units of 8kB"):
+        sb.parse("6171023kB")
+    assert sb.parse("6171023kB", round_down=True) == 6171016 * 1024
+    assert sb.parse(sb.format(sb.parse("6171023kB", round_down=True))) == 6171016 * 1024
+    from tuner_client.pgtune import Machine, pgtune_on_grid
+    got = pgtune_on_grid(Machine(ram_bytes=23 * 2**30 + 12345 * 1024, cpus=2, connections=20,
+                                 db_type="dw"), catalog, ["shared_buffers", "work_mem", "jit"])
+    assert set(got) == {"shared_buffers", "work_mem"}  # PGTune does not set jit
+    for name, value in got.items():
+        catalog[name].parse(value)  # exact now: on the knob's units

@@ -24,9 +24,11 @@ Rules (memory in kB, as PGTune computes them; ``RAM`` is the memory PostgreSQL m
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harmony.errors import ConfigError
+from tuner_client.knobs import KnobCatalog
 
 DB_TYPES = ("web", "oltp", "dw", "desktop", "mixed")
 STORAGE = ("ssd", "hdd", "san")
@@ -134,3 +136,13 @@ def pgtune_settings(machine: Machine, *, include_max_connections: bool = False) 
         else:
             out[name] = str(value)
     return out
+
+
+def pgtune_on_grid(machine: Machine, catalog: KnobCatalog, names: Iterable[str]) -> dict[str, str]:
+    """PGTune's settings for those of ``names`` it sets, each rounded down onto its knob's
+    units (PGTune computes kB values, e.g. ``6171023kB`` of 8kB pages, that a knob counted in
+    pages would refuse)."""
+    rules = pgtune_settings(machine)
+    wanted = set(names)
+    return {n: catalog[n].format(catalog[n].parse(v, round_down=True))
+            for n, v in rules.items() if n in wanted}

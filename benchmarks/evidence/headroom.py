@@ -32,8 +32,11 @@ from benchmarks.evidence.common import fmt, header, load_average, machine, write
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
+from tuner_client.config.units import parse_bytes
 from tuner_client.flows import Tuner
 from tuner_client.measure import Measurer
+from tuner_client.pgtune import Machine, pgtune_on_grid
+from tuner_client.stats.noise import round_order
 from tuner_client.stats.paired import paired_ratio_interval
 from tuner_client.target import Target, make_workload
 
@@ -67,7 +70,7 @@ def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str],
             continue
         low, high = spec.min, spec.max
         if isinstance(low, str):  # sizes: the ends and the geometric middle, in MB
-            lo_mb, hi_mb = _mb(low), _mb(high)
+            lo_mb, hi_mb = (max(1, round(parse_bytes(v, what=name) / MB)) for v in (low, high))
             mid = round(math.sqrt(lo_mb * hi_mb))
             levels[name] = [f"{lo_mb}MB", f"{mid}MB", f"{hi_mb}MB"]
         else:
@@ -75,14 +78,6 @@ def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str],
     points = [dict(zip(knobs, combo, strict=True))
               for combo in itertools.product(*(levels[k] for k in knobs))]
     return knobs, points
-
-
-def _mb(text: str) -> int:
-    units = {"kB": 1 / 1024, "MB": 1, "GB": 1024}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return max(1, round(float(text[: -len(unit)]) * factor))
-    return int(text)
 
 
 def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str, str]],
@@ -99,10 +94,9 @@ def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str,
     refused: dict[str, str] = {}
     out: list[dict[str, float | None]] = []
     try:
-        order = list(labels)
         for i in range(rounds):
             row: dict[str, float | None] = {}
-            for label in (order if i % 2 == 0 else order[::-1]):
+            for label in round_order(list(labels), i):  # reversed every other round
                 if label in refused:
                     continue
                 settings = {**default, **labels[label]}
@@ -227,10 +221,6 @@ def main(argv: list[str] | None = None) -> int:
 def _pgtune_settings(cfg: TunerConfig, target: Target,
                      original: dict[str, str]) -> dict[str, str]:
     """PGTune's rules for the tuned knobs, on the knobs' grids (as the final rounds use)."""
-    from tuner_client.pgtune import Machine, pgtune_settings
     ram = cfg.database.memory_limit_bytes or (target.ram_bytes or 0)
-    rules = pgtune_settings(Machine(ram_bytes=ram, cpus=os.cpu_count() or 1,
-                                    connections=12, db_type="dw"))
-    catalog = target.catalog
-    return {n: catalog[n].format(catalog[n].parse(v, round_down=True))
-            for n, v in rules.items() if n in original}
+    machine = Machine(ram_bytes=ram, cpus=os.cpu_count() or 1, connections=12, db_type="dw")
+    return pgtune_on_grid(machine, target.catalog, original)

@@ -23,7 +23,7 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from tuner_client.pgtune import Machine, pgtune_settings
+from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
@@ -164,13 +164,10 @@ def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | 
     if label != "pgtune":
         return None
     budget = ctx.budget.budget
-    rules = pgtune_settings(Machine(
-        ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1, connections=budget.connections,
-        db_type="oltp" if ctx.config.workload.kind == "pgbench" else "dw"))
-    catalog = ctx.budget.catalog
-    settings = {**ctx.original, **{
-        n: catalog[n].format(catalog[n].parse(v, round_down=True))
-        for n, v in rules.items() if n in ctx.original}}
+    machine = Machine(ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1,
+                      connections=budget.connections,
+                      db_type="oltp" if ctx.config.workload.kind == "pgbench" else "dw")
+    settings = {**ctx.original, **pgtune_on_grid(machine, ctx.budget.catalog, ctx.original)}
     if settings == ctx.original:
         state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
                      "original; not measured as a baseline")
