@@ -58,7 +58,7 @@ class RunView:
         self.seconds.append(now - self._last)
         self._last = now
         self.phase = phase_of(record.session)
-        self.point = {n: v for n, v in record.settings.items()}
+        self.point = dict(record.settings)
         if self.phase == "final":
             self.final_rounds += 1
         elif self.phase in ("offline", "online"):

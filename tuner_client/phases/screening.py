@@ -37,9 +37,9 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
             state.decide("screening: fewer than two online knobs; nothing to screen")
         return None
     ctx.metrics.set_phase("screening")
-    default = space.point_from_settings(ctx.current(space.names))
-    levels = _levels(ctx, space, default)
     default_settings = ctx.current(space.names)
+    default = space.point_from_settings(default_settings)
+    levels = _levels(ctx, space, default)
 
     def measure(point: dict[str, Any]) -> float | None:
         settings = space.settings(point)
@@ -55,8 +55,10 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
                         replicates=cfg.replicates, z=cfg.z, seed=ctx.config.seed)
     except HarmonyError as exc:
         state.decide(f"screening failed ({exc}); every online knob is searched")
-        ctx.measurer.apply(default_settings, check_budget=False)
         return None
+    finally:  # the search starts from the settings in force before the design
+        ctx.measurer.apply(default_settings, check_budget=False)
+        ctx.in_force_changed()
     state.screening = result
     ctx.metrics.record_screening(result.effects)
     for line in result.lines():
@@ -72,8 +74,6 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         state.decide(f"screening: no online knob's effect cleared the noise; the online search "
                      f"is skipped and {default_settings} stay as they are")
         _narrow(ctx, [])
-    ctx.measurer.apply(default_settings, check_budget=False)
-    ctx.in_force_changed()
     return result
 
 
