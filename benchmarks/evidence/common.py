@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.machine import cpu_model
+from tuner_client.config import MeasureConfig, TunerConfig
+from tuner_client.measure import Measurer, Workload
+from tuner_client.target import Target, make_workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -92,3 +95,15 @@ def header(title: str, command: str, mach: dict[str, Any], extra: str = "") -> s
             f"{mach.get('platform')}, Python {mach.get('python')}, {mach.get('postgres')}; "
             f"load average at start {la} (see the README for what else ran).  \n"
             f"Run at {mach.get('time')}.\n{extra}\n")
+
+
+def target_measurer(cfg: TunerConfig, target: Target, measure: MeasureConfig | None = None, *,
+                    workload: Workload | None = None, **options: Any) -> Measurer:
+    """A measurer on ``target`` as the benchmarks use it: ``cfg``'s workload (or
+    ``workload``), ``measure`` (default ``cfg.measure``), the target's controller and the
+    configured restart timeout; ``options`` go to :class:`Measurer` (e.g. ``feasible``)."""
+    return Measurer(target.dsn, target.catalog,
+                    workload if workload is not None else make_workload(cfg, target.dsn),
+                    measure if measure is not None else cfg.measure,
+                    controller=target.controller,
+                    restart_timeout_s=cfg.database.restart_timeout_s, **options)

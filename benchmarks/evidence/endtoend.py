@@ -28,12 +28,19 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
+from benchmarks.evidence.common import (
+    fmt,
+    header,
+    load_average,
+    machine,
+    ratio,
+    target_measurer,
+    write_results,
+)
 from harmony.errors import HarmonyError
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.measure import Measurer
 from tuner_client.pgtune import Machine, pgtune_settings
 from tuner_client.target import Target, make_workload, open_target, stream_count
 
@@ -221,9 +228,7 @@ def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]]
     """Measure each configuration ``rounds`` times, interleaved, with the tuner's protocol."""
     names = sorted({k for c in configs.values() for k in c if k in target.catalog})
     workload = make_workload(cfg, target.dsn, seed=cfg.seed + 1000)
-    measurer = Measurer(target.dsn, target.catalog, workload, cfg.measure,
-                        controller=target.controller,
-                        restart_timeout_s=cfg.database.restart_timeout_s)
+    measurer = target_measurer(cfg, target, workload=workload)
     auto_conf = target.controller.read_auto_conf()
     default = measurer.current_settings(names)
     measurer.in_force = dict(default)

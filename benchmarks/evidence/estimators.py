@@ -36,12 +36,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
+from benchmarks.evidence.common import (
+    fmt,
+    header,
+    load_average,
+    machine,
+    ratio,
+    target_measurer,
+    write_results,
+)
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.measure import Measurer
 from tuner_client.server_cpu import CGROUP_ROOT, parent_pid
-from tuner_client.target import make_workload
 from workloads.mix import parse_mix
 
 logger = logging.getLogger(__name__)
@@ -188,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     target = open_memory_bound(cfg, args.state_dir)
     cg: Path | None = None
     try:
-        measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn),
-                            measure, controller=target.controller,
-                            restart_timeout_s=cfg.database.restart_timeout_s)
+        measurer = target_measurer(cfg, target, measure)
         default = measurer.current_settings(list(settings) + list(contrast))
         measurer.in_force = dict(default)
         auto_conf = target.controller.read_auto_conf()

@@ -28,17 +28,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import (
+    fmt,
+    header,
+    load_average,
+    machine,
+    target_measurer,
+    write_results,
+)
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.units import parse_bytes
 from tuner_client.flows import Tuner
-from tuner_client.measure import Measurer
 from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.stats.noise import round_order
 from tuner_client.stats.paired import paired_ratio_interval
-from tuner_client.target import Target, make_workload
+from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +75,9 @@ def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str],
             levels[name] = [str(v) for v in spec.values]
             continue
         low, high = spec.min, spec.max
-        if isinstance(low, str):  # sizes: the ends and the geometric middle, in MB
+        assert low is not None and high is not None  # a range knob (values handled above)
+        if isinstance(low, str) and isinstance(high, str):  # sizes: the ends and the
+            # geometric middle, in MB
             lo_mb, hi_mb = (max(1, round(parse_bytes(v, what=name) / MB)) for v in (low, high))
             mid = round(math.sqrt(lo_mb * hi_mb))
             levels[name] = [f"{lo_mb}MB", f"{mid}MB", f"{hi_mb}MB"]
@@ -84,9 +92,7 @@ def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str,
                    rounds: int) -> tuple[list[dict[str, float | None]], dict[str, str]]:
     """``rounds`` interleaved rounds of every label (order reversed every other round)."""
     measure = replace(cfg.measure, samples=1)
-    measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn), measure,
-                        controller=target.controller,
-                        restart_timeout_s=cfg.database.restart_timeout_s)
+    measurer = target_measurer(cfg, target, measure)
     names = sorted({n for s in labels.values() for n in s})
     default = measurer.current_settings(names)
     measurer.in_force = dict(default)
@@ -123,8 +129,8 @@ def analyse(rounds: list[dict[str, float | None]], grid_labels: list[str]) -> di
 
     intervals = {label: iv(label) for label in {k for row in rounds for k in row}
                  if label != "default"}
-    measured = [g for g in grid_labels if intervals.get(g)]
-    oracle = max(measured, key=lambda g: intervals[g]["ratio"]) if measured else None
+    ratios = {g: r["ratio"] for g in grid_labels if (r := intervals.get(g)) is not None}
+    oracle = max(ratios, key=ratios.__getitem__) if ratios else None
     return {"intervals": intervals, "oracle": oracle,
             "tuned_over_oracle": iv("tuned", oracle) if oracle else None,
             "tuned_over_pgtune": iv("tuned", "pgtune") if "pgtune" in intervals else None}

@@ -32,6 +32,7 @@ from benchmarks.evidence.common import (
     machine,
     ratio,
     spread,
+    target_measurer,
     write_results,
 )
 from benchmarks.evidence.endtoend import MB, compare, open_memory_bound, tuner_dict
@@ -40,7 +41,7 @@ from strategies.space import Space
 from tuner_client.budget_view import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
 from tuner_client.measure import Measurer
-from tuner_client.target import Target, make_workload, stream_count
+from tuner_client.target import Target, stream_count
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +96,7 @@ def run(cfg: TunerConfig, target: Target, base: dict[str, str], seeds: int, budg
     offline = resolve_knob_space(cfg.offline.knobs, target.catalog, kind="offline")
     view = make_budget_view(cfg, target.catalog, offline, knobs,
                             known_ram_bytes=target.ram_bytes)
-    measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn), cfg.measure,
-                        controller=target.controller,
-                        restart_timeout_s=cfg.database.restart_timeout_s,
-                        feasible=view.violation)
+    measurer = target_measurer(cfg, target, feasible=view.violation)
     auto_conf = target.controller.read_auto_conf()
     tracked = list(dict.fromkeys([*knobs.names, "shared_buffers", "work_mem",
                                   "maintenance_work_mem", "temp_buffers"]))

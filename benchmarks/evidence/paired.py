@@ -31,12 +31,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
+from benchmarks.evidence.common import (
+    fmt,
+    header,
+    load_average,
+    machine,
+    target_measurer,
+    write_results,
+)
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
-from tuner_client.measure import Measurer
 from tuner_client.stats.paired import interval_from_logs
-from tuner_client.target import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
     try:
-        measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn),
-                            measure, controller=target.controller,
-                            restart_timeout_s=cfg.database.restart_timeout_s)
+        measurer = target_measurer(cfg, target, measure)
         default = measurer.current_settings(list(contrast) + list(base))
         measurer.in_force = dict(default)
         auto_conf = target.controller.read_auto_conf()
@@ -146,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                                           b_settings if label == "B" else a_settings,
                                           samples=args.samples if label == "B" else 1,
                                           check_budget=False)
-                point = {"config": label, "failure": record.failure,
-                         "load_average": load_average(),
-                         "samples": [{"count_qpm": s.count_qpm, "server_cpu": s.server_cpu}
-                                     for s in record.samples]}
+                point: dict[str, Any] = {"config": label, "failure": record.failure,
+                                         "load_average": load_average(),
+                                         "samples": [{"count_qpm": s.count_qpm,
+                                                      "server_cpu": s.server_cpu}
+                                                     for s in record.samples]}
                 for name in ESTIMATORS:
                     point[name] = _value(record.samples, name)
                 data["chain"].append(point)
