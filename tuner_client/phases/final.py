@@ -117,14 +117,14 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
                                              if c != "best"}})
         for line in decision.lines:
             state.decide(f"final: {line.strip()}")
-        if decision.winner is not None:
-            best, best_qpm = dict(candidates[decision.winner]), mean(decision.winner)
     elif rounds and searched:
         state.decide("final: fewer than 2 rounds measured: no interval, so no decision; "
                      "keeping the original")
+    winner = decision.winner if decision is not None else None
+    if winner is not None:
+        best, best_qpm = dict(candidates[winner]), mean(winner)
     for row in rounds:  # what the comparison calls "tuned": the result, measured each round
-        row["tuned"] = row.get(decision.winner) if decision is not None and \
-            decision.winner is not None else row.get("default")
+        row["tuned"] = row.get(winner or "default")
     if default_qpm is not None:
         ctx.metrics.record_default(default_qpm)
     comparison = None
