@@ -31,6 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.evidence.common import (
     fmt,
     header,
@@ -57,20 +59,46 @@ def _value(samples: list[Any], estimator: str) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
-def analyse(chain: list[dict[str, Any]], estimator: str) -> dict[str, Any]:
-    """Unpaired and paired spreads of log(B/A) from the chain's values."""
-    a = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "A" and p[estimator]]
-    b = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "B" and p[estimator]]
+def _spreads(a: list[tuple[int, float]], b: list[tuple[int, float]]
+             ) -> tuple[list[float], list[float]]:
+    """log(B/A) unpaired (every B point against every A point two blocks away or more) and
+    paired (every B point against the two A measurements around it)."""
     unpaired = [math.log(vb / va) for ib, vb in b for ia, va in a if abs(ib - ia) >= 3]
     by_index = dict(a)
     paired = [math.log(vb) - 0.5 * (math.log(by_index[ib - 1]) + math.log(by_index[ib + 1]))
               for ib, vb in b if ib - 1 in by_index and ib + 1 in by_index]
+    return unpaired, paired
+
+
+def _variance_ratio_ci(a: list[tuple[int, float]], b: list[tuple[int, float]], *,
+                       resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """A 95 % bootstrap interval of the variance ratio, resampling the blocks (each B point
+    with the A measurements around it) with replacement."""
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for _ in range(resamples):
+        picked = [b[int(k)] for k in rng.integers(0, len(b), len(b))]
+        unpaired, paired = _spreads(a, picked)
+        if len(unpaired) >= 2 and len(paired) >= 2 and statistics.stdev(paired) > 0:
+            ratios.append((statistics.stdev(unpaired) / statistics.stdev(paired)) ** 2)
+    if len(ratios) < resamples // 2:
+        return None
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def analyse(chain: list[dict[str, Any]], estimator: str) -> dict[str, Any]:
+    """Unpaired and paired spreads of log(B/A) from the chain's values."""
+    a = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "A" and p[estimator]]
+    b = [(i, p[estimator]) for i, p in enumerate(chain) if p["config"] == "B" and p[estimator]]
+    unpaired, paired = _spreads(a, b)
     sd_u = statistics.stdev(unpaired) if len(unpaired) >= 2 else None
     sd_p = statistics.stdev(paired) if len(paired) >= 2 else None
     iv = interval_from_logs(paired, level=0.95) if len(paired) >= 2 else None
     a_logs = [math.log(v) for _, v in a]
     return {"unpaired_sd": sd_u, "paired_sd": sd_p, "blocks": len(paired),
             "variance_ratio": (sd_u / sd_p) ** 2 if sd_u and sd_p else None,
+            "variance_ratio_ci": _variance_ratio_ci(a, b) if len(b) >= 3 else None,
             "a_level_sd": statistics.stdev(a_logs) if len(a_logs) >= 2 else None,
             "ratio": iv.ratio if iv else None, "low": iv.low if iv else None,
             "high": iv.high if iv else None}
@@ -86,14 +114,17 @@ def markdown(data: dict[str, Any]) -> str:
              f"end {data['load_average_end']}.")
     lines = [header("Paired blocks vs unpaired comparisons (memory-bound)", data["command"],
                     data["machine"], extra), "",
-             "| estimator | unpaired sd of log(B/A) | paired sd (block) | variance ratio | "
+             "| estimator | unpaired sd of log(B/A) | paired sd (block) | variance ratio (95 % "
+             "bootstrap CI over blocks) | "
              "A's own level sd | B/A (95 % CI, paired) |",
              "|---|---:|---:|---:|---:|---|"]
     for name, r in data["analysis"].items():
         ci = (f"{r['ratio']:.3f}× ({r['low']:.3f}–{r['high']:.3f}), {r['blocks']} blocks"
               if r["ratio"] else "–")
+        vr = r.get("variance_ratio_ci")
+        vr_ci = f" ({vr[0]:.1f}–{vr[1]:.1f})" if vr else ""
         lines.append(f"| {name} | {fmt(r['unpaired_sd'])} | {fmt(r['paired_sd'])} | "
-                     f"{fmt(r['variance_ratio'])} | {fmt(r['a_level_sd'])} | {ci} |")
+                     f"{fmt(r['variance_ratio'])}{vr_ci} | {fmt(r['a_level_sd'])} | {ci} |")
     return "\n".join(lines)
 
 
