@@ -193,6 +193,10 @@ class _LogReader:
 @dataclass
 class _Session:
     open: list[tuple[int, Execution]] | None = None  # (sequence, execution) of a transaction
+    began: bool = False  # a BEGIN of this session was seen
+    #: units of this session before its first BEGIN: the rest of a transaction that began
+    #: before the capture, if a lone COMMIT follows (then they are dropped)
+    before_begin: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -265,6 +269,7 @@ def parse_capture_log(text: str, token: str, database: str, exclude_pids: set[in
     #: sessions whose last LOG record was an execute: their next DETAIL is its parameters
     #: (a bind's DETAIL, logged before the execute, is not)
     executed: set[str] = set()
+    dropped: set[int] = set()  # units (by sequence) that were parts of cut transactions
     seq = 0
 
     def finish(session: str) -> None:
@@ -279,16 +284,21 @@ def parse_capture_log(text: str, token: str, database: str, exclude_pids: set[in
         if keyword in _BEGIN and _single(text):
             if state.open:
                 started.append((state.open[0][0], tuple(e for _, e in state.open)))
-            state.open = [(at, execution)]
+            state.open, state.began = [(at, execution)], True
         elif keyword in _END and _single(text):
             if state.open:
                 state.open.append((at, execution))
                 started.append((state.open[0][0], tuple(e for _, e in state.open)))
-            state.open = None  # a lone COMMIT (its BEGIN came before the capture): dropped
+            elif not state.began:  # its BEGIN came before the capture: drop the fragment
+                dropped.update(state.before_begin)
+            state.open = None
+            state.before_begin = []
         elif state.open is not None:
             state.open.append((at, execution))
         else:
             started.append((at, (execution,)))
+            if not state.began:
+                state.before_begin.append(at)
         used.add(session)
 
     for session, db, queryid, level, message in _records(text, token):
@@ -330,7 +340,7 @@ def parse_capture_log(text: str, token: str, database: str, exclude_pids: set[in
     for session in list(pending):
         finish(session)
     started.sort(key=lambda item: item[0])
-    parsed.units = [unit for _, unit in started]
+    parsed.units = [unit for at, unit in started if at not in dropped]
     parsed.statements = [CapturedStatement(s.id, s.sql, calls.get(k, 0), total.get(k, 0.0),
                                            s.writes, s.queryid)
                          for k, s in enumerate(parsed.statements)]

@@ -23,9 +23,9 @@ from psycopg import pq
 from harmony.errors import ConfigError
 from workloads.script_file import (
     BUILTIN_VARIABLES,
-    PREPARABLE,
     READ_KEYWORDS,
     TRANSACTION_KEYWORDS,
+    UTILITY_COMMANDS,
     Command,
     Script,
     _blank_quoted,
@@ -112,10 +112,10 @@ def _check_script(conn: psycopg.Connection[Any], script: Script, *, writes: bool
         keyword = command.keyword
         if keyword in TRANSACTION_KEYWORDS:
             continue
-        if keyword not in PREPARABLE:
+        if keyword in UTILITY_COMMANDS:
             if not writes:
                 raise ConfigError(f"{where}: statement `{_statement(command)}` is a "
-                                  f"{keyword.upper() or 'non-query'} command, which changes the "
+                                  f"{keyword.upper()} command, which changes the "
                                   f"database; allow it with writes: true in the workload")
             script_writes = True
             continue

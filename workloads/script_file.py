@@ -21,9 +21,14 @@ BUILTIN_VARIABLES = frozenset({"client_id", "default_seed", "random_seed", "scal
 READ_KEYWORDS = frozenset({"select", "with", "values", "table", "show", "explain"})
 TRANSACTION_KEYWORDS = frozenset({"begin", "start", "commit", "end", "rollback", "abort",
                                   "savepoint", "release", "set", "reset"})
-#: the statements PREPARE accepts (the others cannot be checked before they run)
-PREPARABLE = frozenset({"select", "with", "values", "table", "insert", "update", "delete",
-                        "merge"})
+#: commands PREPARE does not accept that change the database or the server (they cannot be
+#: checked before they run; every other command is prepared, so a typo is a syntax error)
+UTILITY_COMMANDS = frozenset({"create", "drop", "alter", "truncate", "vacuum", "analyze",
+                              "cluster", "reindex", "lock", "grant", "revoke", "comment",
+                              "refresh", "copy", "call", "do", "discard", "notify", "listen",
+                              "unlisten", "checkpoint", "security", "import", "reassign",
+                              "prepare", "execute", "deallocate", "declare", "fetch", "move",
+                              "close", "load"})
 _VARIABLE = re.compile(r"(?<!:):([A-Za-z_][A-Za-z0-9_]*)")
 _WEIGHT = re.compile(r"^--\s*@weight\s+(\S+)\s*$")
 _PARAM = re.compile(r"^--\s*@param\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+?)\s*$")

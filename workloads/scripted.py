@@ -140,14 +140,17 @@ class ScriptedWorkload(PgbenchWorkload):
     def statement_latencies(self, out: str) -> dict[str, float]:
         """Mean latency (s) of each SQL command, by ``file, line N``, from ``pgbench -r``."""
         latencies: dict[str, float] = {}
-        sections = list(_SECTION.finditer(out))
-        for k, match in enumerate(sections):
-            number = int(match.group(1)) - 1
+        sections: list[tuple[int, int]] = [(int(m.group(1)) - 1, m.end())
+                                           for m in _SECTION.finditer(out)]
+        if not sections and len(self.scripts) == 1:  # one script: pgbench prints no section
+            start = out.find("statement latencies")
+            sections = [(0, start)] if start >= 0 else []
+        for k, (number, begin) in enumerate(sections):
             if number >= len(self.scripts):
                 continue
             script = self.scripts[number]
-            end = sections[k + 1].start() if k + 1 < len(sections) else len(out)
-            rows = [float(m.group(1)) for line in out[match.end():end].splitlines()
+            end = sections[k + 1][1] if k + 1 < len(sections) else len(out)
+            rows = [float(m.group(1)) for line in out[begin:end].splitlines()
                     if (m := _STATEMENT_ROW.match(line))]
             if len(rows) != len(script.commands):
                 continue  # pgbench split the script differently: no per-statement figures
