@@ -282,3 +282,36 @@ def test_capture_needs_a_readable_log(shop: tuple[LocalCluster, str]) -> None:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP ROLE plain")
+
+
+def test_a_bad_script_stops_the_tuner_before_any_knob(shop: tuple[LocalCluster, str],
+                                                      tmp_path: Path) -> None:
+    """The tuner checks the scripts when it starts the workload in its prepare phase: the
+    error names the file and line, nothing was measured, no setting was changed."""
+    from tuner_client.client import connect as harmony_connect
+    from tuner_client.controllers.local import LocalController
+    from tuner_client.flows import Tuner
+    from tuner_client.knobs import KnobCatalog
+    from tuner_client.target import Target
+
+    cluster, dsn = shop
+    bad = tmp_path / "bad.pgbench"
+    bad.write_text("\\set c random(1, 10)\nSELECT name FROM customer WHERE id = :c;\n")
+    config = parse_tuner_config(
+        f"name: badscript\nworkload:\n  scripts:\n    files: ['{LOOKUP}@3', '{bad}@1']\n"
+        f"    variables: {{scale: 1}}\nmeasure: {{warmup_s: 0, seconds: 1, estimator: work}}\n",
+        source="badscript.yaml")
+    auto_conf = (cluster.data_dir / "postgresql.auto.conf").read_text()
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        before = dict(conn.execute("SELECT name, setting FROM pg_settings").fetchall())
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
+                    ram_bytes=None)
+    tuner = Tuner(config, client=harmony_connect(None), target=target, run_id="b1")
+    with pytest.raises(ConfigError, match=rf"{bad}, line 2: statement `SELECT name FROM "
+                                          rf"customer .*\"customer\" does not exist"):
+        tuner.run()
+    assert tuner.records == []
+    assert (cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+    with psycopg.connect(dsn) as conn:
+        assert dict(conn.execute("SELECT name, setting FROM pg_settings").fetchall()) == before

@@ -12,7 +12,7 @@ from typing import Any
 
 from harmony.cli import env_default
 from harmony.errors import ConfigError
-from workloads.apps import app_names, setup_app
+from workloads.apps import app_names, create_database, setup_app
 from workloads.capture import capture
 from workloads.cli import _add_dsn, _emit, _positive_float, _positive_int, _require_dsn
 from workloads.replay import ReplayWorkload
@@ -20,7 +20,10 @@ from workloads.scripted import ScriptedWorkload
 
 
 def _cmd_app_setup(args: argparse.Namespace) -> int:
-    result = setup_app(_require_dsn(args), args.app, args.scale)
+    dsn = _require_dsn(args)
+    if args.create_database:
+        create_database(dsn)
+    result = setup_app(dsn, args.app, args.scale)
     verb = "reused" if result.reused else "loaded"
     print(f"{result.name} at scale {result.scale} {verb} in {result.seconds:.1f} s; database "
           f"{result.database_bytes / 2**20:.0f} MiB")
@@ -89,6 +92,8 @@ def add_parser(subparsers: Any) -> None:
                        default=int(env_default("app_scale", "1") or 1),
                        help="size (shop: 10 000 customers, 20 000 orders per unit; env "
                             "HARMONY_APP_SCALE; default 1)")
+    setup.add_argument("--create-database", action="store_true",
+                       help="create the database the DSN names first, if it does not exist")
     setup.set_defaults(func=_cmd_app_setup)
 
     run = sub.add_parser("run", help="run pgbench scripts / .sql files or a replay file")

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from harmony.errors import ConfigError, WorkloadError
 from workloads.connect import connect, describe_dsn
@@ -52,6 +52,21 @@ def loaded_app(dsn: str) -> tuple[str, int] | None:
         row = conn.execute(sql.SQL("SELECT name, scale FROM {}").format(
             sql.Identifier(MARKER))).fetchone()
     return (str(row[0]), int(row[1])) if row else None
+
+
+def create_database(dsn: str) -> bool:
+    """Create the database ``dsn`` names (connecting to ``postgres`` on the same server) if it
+    does not exist; True when it was created."""
+    parts = conninfo.conninfo_to_dict(dsn)
+    name = parts.get("dbname")
+    if not name:
+        raise ConfigError("the DSN must name the database to create (dbname=...)")
+    with connect(conninfo.make_conninfo(dsn, dbname="postgres")) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+    logger.info("created database %s", name)
+    return True
 
 
 def setup_app(dsn: str, name: str, scale: int = 1) -> AppSetup:
