@@ -36,7 +36,7 @@ from psycopg import sql
 from harmony.errors import ConfigError, DatabaseError
 from workloads.connect import connect, describe_dsn
 from workloads.replay import CapturedStatement, Execution, ReplayFile
-from workloads.script_file import READ_KEYWORDS, _blank_quoted
+from workloads.script_file import READ_KEYWORDS, blank_quoted
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def _keyword(text: str) -> str:
 
 
 def _single(text: str) -> bool:
-    return ";" not in _blank_quoted(text).strip().rstrip(";")
+    return ";" not in blank_quoted(text).strip().rstrip(";")
 
 
 def _writes(text: str) -> bool:
@@ -224,7 +224,7 @@ def _writes(text: str) -> bool:
     if keyword in _BEGIN | _END | {"set", "reset", "savepoint", "release"}:
         return False
     if keyword in READ_KEYWORDS:
-        return keyword == "with" and bool(_WRITE_WORD.search(_blank_quoted(text)))
+        return keyword == "with" and bool(_WRITE_WORD.search(blank_quoted(text)))
     return True
 
 

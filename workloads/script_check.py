@@ -28,7 +28,7 @@ from workloads.script_file import (
     UTILITY_COMMANDS,
     Command,
     Script,
-    _blank_quoted,
+    blank_quoted,
     defined_by,
 )
 
@@ -48,7 +48,7 @@ class CheckedScript:
 def _to_placeholders(text: str) -> tuple[str, list[str]]:
     """The SQL with each ``:variable`` replaced by ``$1, $2, ...`` (one per occurrence, as
     pgbench does) and the variables in order."""
-    blank = _blank_quoted(text)
+    blank = blank_quoted(text)
     out, names, last, i = [], [], 0, 0
     while i < len(text):
         if (blank[i] == ":" and (i == 0 or blank[i - 1] != ":") and i + 1 < len(text)

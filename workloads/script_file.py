@@ -77,10 +77,10 @@ class Script:
 
 def variables_in(text: str) -> list[str]:
     """The ``:name`` variable references of an SQL text, outside quotes and comments."""
-    return _VARIABLE.findall(_blank_quoted(text))
+    return _VARIABLE.findall(blank_quoted(text))
 
 
-def _blank_quoted(text: str) -> str:
+def blank_quoted(text: str) -> str:
     """``text`` with string literals, quoted identifiers and comments blanked out."""
     out: list[str] = []
     i, n = 0, len(text)
@@ -134,13 +134,13 @@ def split_commands(text: str, source: str) -> list[Command]:
     def flush(gset: str | None = None) -> None:
         nonlocal buf, buf_line
         body = "".join(buf).strip()
-        if body and _blank_quoted(body).strip():
+        if body and blank_quoted(body).strip():
             commands.append(Command(line=buf_line, text=body, gset=gset))
         buf, buf_line = [], 0
 
     while i < n:
         c = text[i]
-        pending = _blank_quoted("".join(buf)).strip()
+        pending = blank_quoted("".join(buf)).strip()
         if c == "\\" and not pending:
             end = text.find("\n", i)
             end = n if end < 0 else end
