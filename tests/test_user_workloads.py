@@ -315,3 +315,24 @@ def test_a_bad_script_stops_the_tuner_before_any_knob(shop: tuple[LocalCluster, 
     assert (cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
     with psycopg.connect(dsn) as conn:
         assert dict(conn.execute("SELECT name, setting FROM pg_settings").fetchall()) == before
+
+
+def test_cli_app_setup_run_and_capture(shop: tuple[LocalCluster, str], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from harmony.cli import main
+
+    cluster, dsn = shop
+    assert main(["workload", "app-setup", "shop", "--dsn", dsn, "--create-database"]) == 0
+    assert "shop at scale 1 reused" in capsys.readouterr().out
+    assert main(["workload", "app-setup", "shop", "--dsn", dsn, "--scale", "2"]) == 3
+    assert "already holds shop at scale 1" in capsys.readouterr().err
+    assert main(["workload", "run", f"{LOOKUP}@1", "--dsn", dsn, "-D", "scale=1",
+                 "--seconds", "1", "--clients", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{LOOKUP}, line 4: " in out and " 0 errors" in out
+    assert main(["workload", "run", f"{ORDER}@1", "--dsn", dsn, "-D", "scale=1"]) == 2
+    assert "order.pgbench, line 9: statement `INSERT" in capsys.readouterr().err
+    target = tmp_path / "cap.json"
+    assert main(["capture", "--dsn", dsn, "--seconds", "0.2", "--out", str(target),
+                 "--log-file", str(cluster.log_path)]) == 0
+    assert "captured 0 units" in capsys.readouterr().out and target.exists()

@@ -133,7 +133,8 @@ def _check_script(conn: psycopg.Connection[Any], script: Script, *, writes: bool
             if not writes:
                 raise ConfigError(f"{where}: statement `{_statement(command)}` writes "
                                   f"({keyword.upper()}), but the workload does not allow writes; "
-                                  f"set writes: true in the workload to run it")
+                                  f"set writes: true in the workload (--writes on the command "
+                                  f"line) to run it")
             script_writes = True
     return CheckedScript(source=script.source, writes=script_writes)
 
