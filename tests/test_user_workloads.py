@@ -167,6 +167,9 @@ def test_config_rejects_bad_workload_sections() -> None:
         parse_tuner_config("name: x\nworkload:\n  tpch: {}\n  scripts: {files: [a.sql]}\n")
     with pytest.raises(ConfigError, match="writes"):
         parse_tuner_config("name: x\nworkload:\n  scripts: {files: [a.sql], writes: yes-please}\n")
+    with pytest.raises(ConfigError, match=r"x\.yaml, line 4: .*app must be one of \['shop'\]"):
+        parse_tuner_config("name: x\nworkload:\n  replay:\n    app: {name: shopp}\n"
+                           "    file: c.json\n", source="x.yaml")
     cfg = parse_tuner_config("name: x\nworkload:\n  replay: {file: c.json}\n")
     assert cfg.workload.kind == "replay" and cfg.workload.clients == 0  # the captured ones
     assert not cfg.workload.writes

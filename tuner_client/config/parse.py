@@ -219,6 +219,12 @@ def _user_workload(kind: str, raw: Mapping[str, Any], timeout: float | None, sou
             raise ConfigError(f"{where('workload', kind, 'files', i)}: workload.{kind}.files: "
                               f"{exc}") from None
     app = raw.get("app") or {}
+    if app:
+        from workloads.apps import app_names
+
+        if app["name"] not in app_names():
+            raise ConfigError(f"{where('workload', kind, 'app', 'name')}: workload.{kind}.app "
+                              f"must be one of {app_names()}, but got {app['name']!r}")
     base = Path(source).parent if Path(source).suffix in (".yaml", ".yml") else None
     return WorkloadConfig(kind=kind, mix=None, files=files,
                           # a replay without clients runs at the captured concurrency (0)
