@@ -74,7 +74,8 @@ def run_tune(args: argparse.Namespace) -> str:
     lines = [
         "# The shop application, scripted: tuned vs default vs PGTune rules", "",
         f"Command: `python -m benchmarks.shop tune --offline {args.offline} --online-seconds "
-        f"{args.online_seconds} --rounds {args.rounds} --final-seconds {args.final_seconds}`",
+        f"{args.online_seconds} --rounds {args.rounds} --final-seconds {args.final_seconds}"
+        + (f" --tag {args.tag}" if args.tag else "") + "`",
         f"(configs/shop-scripted.yaml with those budgets; embedded cluster, shop scale 1, "
         f"8 clients, estimator work). Machine: {cpu_model()}, {os.cpu_count()} cores, shared "
         f"with other helpers' tests. Wall time {seconds / 60:.1f} min.", "",
@@ -156,10 +157,12 @@ def main() -> None:
     cap.add_argument("--rounds", type=int, default=8)
     cap.add_argument("--seconds", type=float, default=10)
     cap.add_argument("--clients", type=int, default=8)
+    for each in (tune, cap):
+        each.add_argument("--tag", default="", help="suffix of the result file's name")
     args = parser.parse_args()
     text = run_tune(args) if args.what == "tune" else run_capture(args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"shop_{args.what}.md").write_text(text)
+    (RESULTS / f"shop_{args.what}{args.tag}.md").write_text(text)
     print(text)
 
 
