@@ -69,6 +69,12 @@ def run_tune(args: argparse.Namespace) -> str:
         if done.returncode != 0:
             raise SystemExit(done.stderr[-3000:])
         summary = json.loads((out / "summary.json").read_text())
+        measured: dict[str, dict[str, str]] = {}
+        trials = out / "trials.jsonl"
+        for line in (trials.read_text().splitlines() if trials.exists() else []):
+            record = json.loads(line)
+            if str(record.get("session", "")).startswith("final-"):
+                measured.setdefault(record["session"][6:], record.get("settings") or {})
     after = uptime()
     decision = summary.get("decision") or {}
     lines = [
@@ -83,6 +89,8 @@ def run_tune(args: argparse.Namespace) -> str:
         "Decision (final rounds interleaved, paired by round; 95 % intervals):", "",
     ]
     lines += [f"    {line}" for line in decision.get("text") or []]
+    lines += ["", "Configurations of the final rounds:", ""]
+    lines += [f"- {label}: {settings}" for label, settings in measured.items()]
     lines += ["", f"improvement: {summary.get('improvement')}, improvement_ci: "
                   f"{summary.get('improvement_ci')}",
               f"final rounds: {len(summary.get('ab_rounds') or [])}",
