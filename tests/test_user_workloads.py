@@ -276,6 +276,8 @@ def test_capture_needs_a_readable_log(shop: tuple[LocalCluster, str]) -> None:
     original = _logging(dsn)
     with pytest.raises(ConfigError, match="logging_collector is off.*--log-file"):
         capture(dsn, 1.0, None)
+    with pytest.raises(ConfigError, match="directory .*no-such-dir must exist"):
+        capture(dsn, 1.0, Path("/no-such-dir/c.json"), log_file=shop[0].log_path)
     assert _logging(dsn) == original
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE plain LOGIN"))

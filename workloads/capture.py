@@ -19,6 +19,7 @@ member of ``pg_read_server_files``), or from ``--log-file`` on this machine.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import threading
@@ -402,6 +403,9 @@ def capture(dsn: str, seconds: float, out: Path | None = None, *,
     """
     if not seconds > 0:
         raise ConfigError(f"--seconds must be > 0, but got {seconds}")
+    if out is not None and not (out.parent.is_dir() and os.access(out.parent, os.W_OK)):
+        raise ConfigError(f"--out {out}: the directory {out.parent} must exist and be writable "
+                          f"(checked before the server's logging is touched)")
     token = secrets.token_hex(4)
     with connect(dsn, application_name="harmony-capture") as conn:
         row = conn.execute("SELECT rolsuper, current_database(), pg_backend_pid(), "
