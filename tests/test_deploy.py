@@ -141,6 +141,11 @@ def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
     assert "./workloads/apps/shop:/shop:ro" in load["volumes"]
     assert "PGPASSWORD=$$(cat /run/secrets/postgres_password)" in script  # no secret inline
     assert tuner["command"][:3] == ["harmony", "tune", "/etc/harmony/configs/shop-observe.yaml"]
+    # live mode reads pg_stat_statements: preloaded on a new volume, created by shop-setup
+    init = "./deploy/postgres/initdb:/docker-entrypoint-initdb.d:ro"
+    assert init in services["postgres"]["volumes"] and "--stat-statements" in setup["command"]
+    script_text = (ROOT / "deploy/postgres/initdb/10-pg-stat-statements.sh").read_text()
+    assert "shared_preload_libraries = 'pg_stat_statements'" in script_text
     assert "COPY configs /etc/harmony/configs" in (ROOT / "Dockerfile").read_text()
 
 

@@ -327,7 +327,8 @@ def test_cli_app_setup_run_and_capture(shop: tuple[LocalCluster, str], tmp_path:
     from harmony.cli import main
 
     cluster, dsn = shop
-    assert main(["workload", "app-setup", "shop", "--dsn", dsn, "--create-database"]) == 0
+    assert main(["workload", "app-setup", "shop", "--dsn", dsn, "--create-database",
+                 "--stat-statements"]) == 0
     assert "shop at scale 1 reused" in capsys.readouterr().out
     assert main(["workload", "app-setup", "shop", "--dsn", dsn, "--scale", "2"]) == 3
     assert "already holds shop at scale 1" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from typing import Any
 
 from harmony.cli import env_default
 from harmony.errors import ConfigError
-from workloads.apps import app_names, create_database, setup_app
+from workloads.apps import app_names, create_database, create_stat_statements, setup_app
 from workloads.capture import capture
 from workloads.cli import _add_dsn, _emit, _positive_float, _positive_int, _require_dsn
 from workloads.replay import ReplayWorkload
@@ -24,6 +24,8 @@ def _cmd_app_setup(args: argparse.Namespace) -> int:
     if args.create_database:
         create_database(dsn)
     result = setup_app(dsn, args.app, args.scale)
+    if args.stat_statements:
+        create_stat_statements(dsn)
     verb = "reused" if result.reused else "loaded"
     print(f"{result.name} at scale {result.scale} {verb} in {result.seconds:.1f} s; database "
           f"{result.database_bytes / 2**20:.0f} MiB")
@@ -94,6 +96,9 @@ def add_parser(subparsers: Any) -> None:
                             "HARMONY_APP_SCALE; default 1)")
     setup.add_argument("--create-database", action="store_true",
                        help="create the database the DSN names first, if it does not exist")
+    setup.add_argument("--stat-statements", action="store_true",
+                       help="also CREATE EXTENSION pg_stat_statements (the live mode reads "
+                            "it; the server must preload the library)")
     setup.set_defaults(func=_cmd_app_setup)
 
     run = sub.add_parser("run", help="run pgbench scripts / .sql files or a replay file")

@@ -69,6 +69,20 @@ def create_database(dsn: str) -> bool:
     return True
 
 
+def create_stat_statements(dsn: str) -> None:
+    """``CREATE EXTENSION IF NOT EXISTS pg_stat_statements`` in ``dsn``'s database (the live
+    mode reads it); a clear error when the server does not preload the library."""
+    with connect(dsn) as conn:
+        row = conn.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
+        libraries = [s.strip() for s in str(row[0] if row else "").split(",")]
+        if "pg_stat_statements" not in libraries:
+            raise WorkloadError(
+                f"{describe_dsn(dsn)} does not preload pg_stat_statements (shared_preload_"
+                f"libraries = {row[0] if row else ''!r}); run ALTER SYSTEM SET "
+                f"shared_preload_libraries = 'pg_stat_statements' and restart the server")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+
 def setup_app(dsn: str, name: str, scale: int = 1) -> AppSetup:
     """Create the application's schema and load its rows at ``scale`` (a whole number >= 1);
     an application already loaded at that scale is reused, another one is an error."""
