@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "harmony.synth_cli",       # harmony synth
     "tuner_client.bme.cli",    # harmony bme ...
     "workloads.cli",           # harmony tpch ..., harmony pgbench
+    "workloads.user_cli",      # harmony workload ..., harmony capture
     "harmony.define_cli",      # harmony validate
     "harmony_server.report_cli",     # harmony report (reads a store, a server or a file)
     "harmony_server.priordata_cli",  # harmony export, harmony import

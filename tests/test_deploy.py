@@ -93,8 +93,8 @@ def test_compose_config_with_the_compose_tool(tmp_path: Path) -> None:
 def test_compose_operator_policies() -> None:
     compose = load_compose()
     services: dict[str, Any] = compose["services"]
-    assert set(services) == {"postgres", "harmony-server", "tpch-loader", "tuner", "prometheus",
-                             "grafana"}
+    assert {n for n, s in services.items() if "profiles" not in s} == {
+        "postgres", "harmony-server", "tpch-loader", "tuner", "prometheus", "grafana"}
     pg = services["postgres"]
     image = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", pg["image"])  # the default of ${VAR:-...}
     assert image.startswith("postgres:"), image  # the official image
@@ -103,8 +103,8 @@ def test_compose_operator_policies() -> None:
     assert any(v.endswith(":/var/lib/postgresql/data") for v in pg["volumes"])
     assert pg["volumes"][0].split(":")[0] in compose["volumes"]  # a named volume
     for name, service in services.items():
-        assert service.get("restart") or name in ("tpch-loader",), name
-        if name != "tpch-loader":
+        assert service.get("restart") or name in ("tpch-loader", "shop-setup"), name
+        if service.get("restart") != "no":
             assert "healthcheck" in service or name == "tpch-loader", name
             assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
         for port in service.get("ports", []):
@@ -122,6 +122,31 @@ def test_compose_operator_policies() -> None:
     assert tuner["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
     env_example = (ROOT / ".env.example").read_text()
     assert not re.search(r"^\s*\w*(PASSWORD|SECRET|TOKEN)\w*\s*=", env_example, re.M)
+
+
+def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
+    """``--profile shop``: the shop loaded once, its pgbench scripts as the live load, and a
+    tuner observing it with configs/shop-observe.yaml (helper 17b's live mode)."""
+    services = load_compose()["services"]
+    shop = {n for n, s in services.items() if "shop" in s.get("profiles", [])}
+    assert shop == {"shop-setup", "shop-load", "shop-tuner"}
+    setup, load, tuner = (services[n] for n in ("shop-setup", "shop-load", "shop-tuner"))
+    assert setup["command"][:4] == ["harmony", "workload", "app-setup", "shop"]
+    assert "dbname=shop" in setup["environment"]["HARMONY_DSN"] and setup["restart"] == "no"
+    assert load["depends_on"]["shop-setup"]["condition"] == "service_completed_successfully"
+    script = " ".join(load["entrypoint"])
+    for name in ("lookup", "order", "report"):
+        assert f"/shop/{name}.pgbench@" in script
+        assert (ROOT / "workloads" / "apps" / "shop" / f"{name}.pgbench").exists()
+    assert "./workloads/apps/shop:/shop:ro" in load["volumes"]
+    assert "PGPASSWORD=$$(cat /run/secrets/postgres_password)" in script  # no secret inline
+    assert tuner["command"][:3] == ["harmony", "tune", "/etc/harmony/configs/shop-observe.yaml"]
+    # live mode reads pg_stat_statements: preloaded on a new volume, created by shop-setup
+    init = "./deploy/postgres/initdb:/docker-entrypoint-initdb.d:ro"
+    assert init in services["postgres"]["volumes"] and "--stat-statements" in setup["command"]
+    script_text = (ROOT / "deploy/postgres/initdb/10-pg-stat-statements.sh").read_text()
+    assert "shared_preload_libraries = 'pg_stat_statements'" in script_text
+    assert "COPY configs /etc/harmony/configs" in (ROOT / "Dockerfile").read_text()
 
 
 def test_dockerfile_builds_from_files_in_the_repo() -> None:

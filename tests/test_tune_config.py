@@ -48,6 +48,21 @@ def test_every_shipped_config_loads_and_resolves(catalog: KnobCatalog) -> None:
     assert existing.database.dsn and existing.database.controller.kind == "pg_ctl"
 
 
+def test_every_tuner_config_in_configs_parses() -> None:
+    """Every file of configs/ but the session definitions (synthetic-*) is a valid tuner
+    config under the schema, the user-workload ones (shop-*) included."""
+    paths = sorted(p for p in CONFIGS.glob("*.yaml") if not p.name.startswith("synthetic-"))
+    assert {"shop-scripted.yaml", "shop-replay.yaml"} <= {p.name for p in paths}
+    for path in paths:
+        load_tuner_config(path)
+    scripted = load_tuner_config(CONFIGS / "shop-scripted.yaml")
+    assert scripted.workload.kind == "scripts" and scripted.workload.writes
+    assert scripted.workload.app == "shop" and scripted.measure.estimator == "work"
+    assert len(scripted.workload.files) == 3
+    replay = load_tuner_config(CONFIGS / "shop-replay.yaml")
+    assert replay.workload.kind == "replay" and replay.workload.files == ("shop-capture.json",)
+
+
 def test_demo_config_file_matches_built_in_copy() -> None:
     body = [ln for ln in DEMO_CONFIG_YAML.read_text().splitlines() if not ln.startswith("#")]
     assert body == _FALLBACK_YAML.splitlines()

@@ -136,6 +136,8 @@ class SampleRecord:
     cpu_source: str | None = None
     work_per_cpu: float | None = None
     per_query: dict[str, tuple[int, float | None]] = field(default_factory=dict)
+    #: each statement's mean latency (s) of a scripted or replayed workload (``file, line N``)
+    per_statement: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -603,7 +605,8 @@ class Measurer:
                             cpu_source=cpu_source,
                             work_per_cpu=per_cpu,
                             per_query={q: (st.completed, st.mean)
-                                       for q, st in got.per_query.items()})
+                                       for q, st in got.per_query.items()},
+                            per_statement=dict(got.per_statement))
 
     def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
                 samples: int | None = None, *, check_budget: bool = True) -> PointRecord:

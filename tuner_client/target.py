@@ -99,6 +99,13 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
             logger.info("TPC-H scale %s %s (%.1f MB)", result.scale,
                         "reused" if result.reused else f"loaded in {result.seconds:.1f} s",
                         result.database_bytes / 2**20)
+        elif config.workload.app is not None:
+            from workloads.apps import setup_app
+
+            app = setup_app(dsn, config.workload.app, config.workload.app_scale)
+            logger.info("example application %s at scale %d %s (%.1f MB)", app.name, app.scale,
+                        "reused" if app.reused else f"loaded in {app.seconds:.1f} s",
+                        app.database_bytes / 2**20)
         catalog = _read_catalog(dsn)
         controller = make_controller(config, dsn=dsn, cluster=cluster)
     except BaseException:
@@ -138,6 +145,10 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
     """The configured workload driver (TPC-H mix or schedule, or pgbench) on ``dsn``."""
     wl = config.workload
     seed = config.seed if seed is None else seed
+    if wl.kind in ("scripts", "replay"):
+        from workloads.user_workload import make_user_workload
+
+        return make_user_workload(wl, dsn, seed=seed)  # type: ignore[return-value]
     if wl.kind == "pgbench":
         from workloads.pgbench import PgbenchWorkload
 
@@ -155,6 +166,10 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
 def stream_count(config: TunerConfig) -> int:
     """Concurrent connections the workload opens (the budget's ``m`` when set to auto)."""
     wl = config.workload
+    if wl.kind in ("scripts", "replay"):
+        from workloads.user_workload import user_workload_clients
+
+        return user_workload_clients(wl)
     if wl.kind == "pgbench":
         return wl.clients
     from workloads.mix import parse_mix

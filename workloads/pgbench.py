@@ -142,13 +142,14 @@ class PgbenchWorkload(Workload):
         with tempfile.TemporaryDirectory(prefix="harmony-pgbench-") as logdir:
             prefix = Path(logdir) / "txn"
             cmd = [
-                str(self.pgbench), "-n", "-b", self.builtin,
+                str(self.pgbench), "-n", *self._script_args(),
                 "-c", str(self.clients), "-j", str(self.threads), *amount,
                 "-l", f"--log-prefix={prefix}", self.dsn,
             ]  # fmt: skip
             with self._proc_lock:
                 self._proc = subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                    cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    env=self._environment(),
                 )
                 proc = self._proc
             try:
@@ -161,6 +162,24 @@ class PgbenchWorkload(Workload):
                 with self._proc_lock:
                     self._proc = None
             return self._report(out, err, proc.returncode, Path(logdir))
+
+    def _script_args(self) -> list[str]:
+        """What pgbench runs (a subclass runs custom scripts)."""
+        return ["-b", self.builtin]
+
+    def _environment(self) -> dict[str, str] | None:
+        """pgbench's environment (None: this process's)."""
+        return None
+
+    def _label(self, script_no: int) -> str:
+        """The name a transaction of pgbench's script ``script_no`` is counted under."""
+        return QUERY_LABEL
+
+    def _labels(self) -> tuple[str, ...]:
+        return (QUERY_LABEL,)
+
+    def _mix_name(self) -> str:
+        return f"pgbench:{self.builtin}"
 
     def _report(self, out: str, err: str, code: int, logdir: Path) -> Sample:
         tps_match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
@@ -178,13 +197,13 @@ class PgbenchWorkload(Workload):
                 for line in lines:
                     fields = line.split()
                     if len(fields) >= 6 and fields[2].isdigit():
-                        latencies.append((QUERY_LABEL, int(fields[2]) / 1e6))
+                        latencies.append((self._label(int(fields[3])), int(fields[2]) / 1e6))
         tps = float(tps_match[1])
         # pgbench measures tps without the connection setup; express the sample in the
         # same time base so qpm == 60 * tps.
         seconds = len(latencies) / tps if tps > 0 else 0.0
-        errors = [QUERY_LABEL] * (aborted + (int(failed_match[1]) if failed_match else 0))
-        return summarize(latencies, errors, seconds, (QUERY_LABEL,), f"pgbench:{self.builtin}")
+        errors = [self._label(0)] * (aborted + (int(failed_match[1]) if failed_match else 0))
+        return summarize(latencies, errors, seconds, self._labels(), self._mix_name())
 
     def stop(self) -> None:
         """Interrupt a running sample (its pgbench process) and refuse further samples."""

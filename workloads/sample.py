@@ -54,6 +54,9 @@ class Sample:
     per_query: dict[str, QueryStats]
     mix: str = ""
     concurrency_qpm: float | None = None
+    #: mean latency (s) of each statement of a scripted or replayed workload, by
+    #: ``file, line N`` (or the replay's statement id); empty for the TPC-H mixes
+    per_statement: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""

@@ -51,12 +51,23 @@ class DatabaseConfig:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    kind: str = "tpch"  # tpch | pgbench
+    kind: str = "tpch"  # tpch | pgbench | scripts | replay
     scale: float = 0.01  # TPC-H scale factor (pgbench: PGBENCH_SCALE)
     mix: Any = "2Q6,1Q13"
     schedule: Any = None
-    clients: int = 4  # pgbench only
+    clients: int = 4  # pgbench, scripts, replay (0 there: the captured concurrency)
     statement_timeout_s: float | None = 300.0
+    #: scripts: the pgbench scripts and .sql files as ``file@weight``; replay: the one file
+    files: tuple[str, ...] = ()
+    #: scripts and replay: whether INSERT/UPDATE/DELETE (and other writes) may run
+    writes: bool = False
+    #: scripts: pgbench variables (``-D name=value``), e.g. ``{scale: 1}``
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    #: an example application (workloads/apps) the embedded cluster is loaded with
+    app: str | None = None
+    app_scale: int = 1
+    #: the directory of the config file: relative script paths are also looked up there
+    base_dir: str | None = None
     #: pgbench's scale factor when none is given
     PGBENCH_SCALE: ClassVar[int] = 1
 

@@ -92,10 +92,14 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                           f"give budget.ram)")
 
     wl = data.get("workload") or {}
-    if "tpch" in wl and "pgbench" in wl:
-        raise ConfigError(f"{where('workload')}: give one workload, tpch or pgbench, not both")
+    given = [k for k in ("tpch", "pgbench", "scripts", "replay") if k in wl]
+    if len(given) > 1:
+        raise ConfigError(f"{where('workload')}: give one workload (tpch, pgbench, scripts or "
+                          f"replay), but got {', '.join(given)}")
     timeout = wl.get("statement_timeout_s", WorkloadConfig.statement_timeout_s)
-    if "pgbench" in wl:
+    if given and given[0] in ("scripts", "replay"):
+        workload = _user_workload(given[0], wl[given[0]], timeout, source, where)
+    elif "pgbench" in wl:
         pg = wl["pgbench"]
         workload = WorkloadConfig(kind="pgbench",
                                   scale=float(pg.get("scale", WorkloadConfig.PGBENCH_SCALE)),
@@ -200,6 +204,37 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        description=data.get("description", TunerConfig.description),
                        source=source,
                        warm_start=warm_start, screening=screening)
+
+
+def _user_workload(kind: str, raw: Mapping[str, Any], timeout: float | None, source: str,
+                   where: Any) -> WorkloadConfig:
+    """``workload.scripts`` or ``workload.replay``: the user's SQL or a captured workload."""
+    from workloads.script_file import parse_weighted  # checks file@weight
+
+    files = tuple(raw["files"]) if kind == "scripts" else (raw["file"],)
+    for i, spec in enumerate(files):
+        try:
+            parse_weighted(spec)
+        except ConfigError as exc:
+            raise ConfigError(f"{where('workload', kind, 'files', i)}: workload.{kind}.files: "
+                              f"{exc}") from None
+    app = raw.get("app") or {}
+    if app:
+        from workloads.apps import app_names
+
+        if app["name"] not in app_names():
+            raise ConfigError(f"{where('workload', kind, 'app', 'name')}: workload.{kind}.app "
+                              f"must be one of {app_names()}, but got {app['name']!r}")
+    base = Path(source).parent if Path(source).suffix in (".yaml", ".yml") else None
+    return WorkloadConfig(kind=kind, mix=None, files=files,
+                          # a replay without clients runs at the captured concurrency (0)
+                          clients=int(raw.get("clients", WorkloadConfig.clients
+                                              if kind == "scripts" else 0)),
+                          writes=bool(raw.get("writes", False)),
+                          variables=dict(raw.get("variables") or {}),
+                          app=app.get("name"), app_scale=int(app.get("scale", 1)),
+                          base_dir=str(base) if base is not None else None,
+                          statement_timeout_s=timeout)
 
 
 def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],

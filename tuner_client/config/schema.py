@@ -35,6 +35,11 @@ _KNOBS = {
 _MIX = {"oneOf": [{"type": "string", "minLength": 1},
                   {"type": "array", "minItems": 1, "items": {"type": ["string", "object"]}}]}
 
+#: an example application the embedded cluster is loaded with (workloads.apps)
+_APP = {"type": "object", "additionalProperties": False, "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1},
+                       "scale": {"type": "integer", "minimum": 1}}}
+
 #: The schema of a tuner config file (unknown keys rejected everywhere).
 TUNER_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -72,6 +77,26 @@ TUNER_SCHEMA: dict[str, Any] = {
                     "type": "object", "additionalProperties": False,
                     "properties": {"scale": {"type": "integer", "minimum": 1},
                                    "clients": {"type": "integer", "minimum": 1}},
+                },
+                "scripts": {  # the user's SQL (workloads.scripted)
+                    "type": "object", "additionalProperties": False, "required": ["files"],
+                    "properties": {
+                        "files": {"type": "array", "minItems": 1,
+                                  "items": {"type": "string", "minLength": 1}},
+                        "clients": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "writes": {"type": "boolean"},
+                        "variables": {"type": "object",
+                                      "additionalProperties": {"type": ["integer", "number",
+                                                                        "string"]}},
+                        "app": _APP,
+                    },
+                },
+                "replay": {  # a captured workload (workloads.replay)
+                    "type": "object", "additionalProperties": False, "required": ["file"],
+                    "properties": {"file": {"type": "string", "minLength": 1},
+                                   "clients": {"type": "integer", "minimum": 1,
+                                               "maximum": 1000},
+                                   "writes": {"type": "boolean"}, "app": _APP},
                 },
                 "statement_timeout_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
             },

@@ -62,7 +62,13 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     logger.info("tuning %s on %s: offline %s, online %s; original %s", config.name,
                 "the embedded cluster" if target.embedded else target.dsn,
                 offline_space.names, online_space.names, ctx.original)
-    measurer.start()
+    try:
+        # a user's scripted workload checks its statements here: a bad one stops the run
+        # before any knob is touched
+        measurer.start()
+    except BaseException:
+        measurer.close()
+        raise
     return ctx
 
 

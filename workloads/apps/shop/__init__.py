@@ -1,0 +1,1 @@
+"""The example application "shop": schema, data and its SQL (see workloads/apps)."""
