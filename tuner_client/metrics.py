@@ -238,6 +238,13 @@ class TunerMetrics:
                                 "shared_buffers at each curve point.", ["point"], registry=r)
         self.shifts = Counter("harmony_tuner_workload_shifts", "Workload shifts detected.",
                               registry=r)
+        self.guard_trips = Counter("harmony_tuner_guardrail_trips",
+                                   "Live mode: guardrail trips (the last good configuration "
+                                   "restored), by kind (latency, errors, memory).", ["kind"],
+                                   registry=r)
+        self.guard_revert = Gauge("harmony_tuner_guardrail_revert_seconds",
+                                  "Live mode: from the configuration taking effect to the last "
+                                  "good one back in force, at the last trip.", registry=r)
         self.local_minima = Counter("harmony_tuner_local_minima", "Local minima detected.",
                                     registry=r)
         self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
@@ -441,6 +448,13 @@ class TunerMetrics:
         """The workload-shift detector fired: the tuner restarts from the offline session."""
         self.shifts.inc()
         self.last_event.labels("workload_shift").set(time.time())
+
+    def record_guardrail_trip(self, kind: str, seconds: float) -> None:
+        """A live-mode guardrail tripped and the last good configuration was restored
+        ``seconds`` after the offending one took effect."""
+        self.guard_trips.labels(kind).inc()
+        self.guard_revert.set(seconds)
+        self.last_event.labels("guardrail_trip").set(time.time())
 
     def record_local_minimum(self) -> None:
         """The local-minimum detector fired: the online session is abandoned."""

@@ -138,6 +138,10 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
     """The configured workload driver (TPC-H mix or schedule, or pgbench) on ``dsn``."""
     wl = config.workload
     seed = config.seed if seed is None else seed
+    if wl.observe is not None:
+        from workloads.observe import ObservedWorkload
+
+        return ObservedWorkload(dsn, poll_s=wl.observe.poll_s)
     if wl.kind == "pgbench":
         from workloads.pgbench import PgbenchWorkload
 
@@ -153,8 +157,11 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
 
 
 def stream_count(config: TunerConfig) -> int:
-    """Concurrent connections the workload opens (the budget's ``m`` when set to auto)."""
+    """Concurrent connections the workload opens (the budget's ``m`` when set to auto);
+    0 for live traffic, whose connections the server's ``max_connections`` bounds."""
     wl = config.workload
+    if wl.observe is not None:
+        return 0
     if wl.kind == "pgbench":
         return wl.clients
     from workloads.mix import parse_mix

@@ -35,6 +35,27 @@ _KNOBS = {
 _MIX = {"oneOf": [{"type": "string", "minLength": 1},
                   {"type": "array", "minItems": 1, "items": {"type": ["string", "object"]}}]}
 
+_FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+#: live mode (``workload: {observe: ...}``): the traffic already on the server
+_OBSERVE = {
+    "type": ["object", "null"], "additionalProperties": False,
+    "properties": {
+        "min_calls": {"type": "integer", "minimum": 1},
+        "min_coverage": _FRACTION,
+        "poll_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 60},
+        "allow_restarts": {"type": "boolean"},
+        "shift_distance": _FRACTION,
+        "guard": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"latency_margin": {"type": "number", "exclusiveMinimum": 0},
+                           "error_margin": _FRACTION,
+                           "memory_fraction": _FRACTION,
+                           "min_calls": {"type": "integer", "minimum": 1},
+                           "min_coverage": _FRACTION},
+        },
+    },
+}
+
 #: The schema of a tuner config file (unknown keys rejected everywhere).
 TUNER_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -73,6 +94,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                     "properties": {"scale": {"type": "integer", "minimum": 1},
                                    "clients": {"type": "integer", "minimum": 1}},
                 },
+                "observe": _OBSERVE,
                 "statement_timeout_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
             },
         },
@@ -85,7 +107,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "queries": {"type": ["integer", "null"], "minimum": 1},
                 "seconds": {"type": ["number", "null"], "exclusiveMinimum": 0},
                 "estimator": {"enum": ["count", "concurrency", "work", "work_per_cpu",
-                                       "count_per_cpu"]},
+                                       "count_per_cpu", "latency"]},
                 "paired": {"type": "boolean"},
             },
         },
