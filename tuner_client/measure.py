@@ -617,10 +617,8 @@ class Measurer:
         configuration that has not yet finished a sample cleanly."""
         if self.guard is None or self.last_good is None:
             return
-        if all(self._same(n, v, self.in_force.get(n)) for n, v in self.last_good.items()):
-            self.guard.check_memory()  # a known-good configuration: memory only
-            return
-        self.guard.check(window)
+        if not all(self._same(n, v, self.in_force.get(n)) for n, v in self.last_good.items()):
+            self.guard.check(window)
 
     def guard_tripped(self, trip: GuardrailTrip) -> Trip:
         """Restore the last good configuration now (reload-time knobs by ALTER SYSTEM +

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+from collections.abc import Mapping
 
 from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
 from tuner_client.measure import PointRecord
@@ -99,7 +100,8 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
     observe = cfg.workload.observe
     mix = MixShiftDetector(cfg.flow.shift_outside, observe.shift_distance) if observe else None
     if mix is not None:
-        tuned_on = pooled_shares(last)
+        costs = ctx.measurer.mix_reference.costs if ctx.measurer.mix_reference else None
+        tuned_on = pooled_shares(last, costs)
         if tuned_on:
             mix.arm(tuned_on)
     noise = max(sample_spread(last), 2.0 * (noise or 0.0))
@@ -116,7 +118,7 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
         record_point(ctx, state, record, kind="online", ranks=False)
         value = record.value if record.value is not None else math.nan
         logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
-        if mix is not None and mix.observe(pooled_shares([record])):
+        if mix is not None and mix.observe(pooled_shares([record], costs)):
             ctx.metrics.record_workload_shift()
             state.decide(f"{label}: statement mix shift: {cfg.flow.shift_outside} consecutive "
                          f"measurements whose statements' time shares moved farther than "
@@ -138,8 +140,10 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
     return False
 
 
-def pooled_shares(records: list[PointRecord]) -> dict[str, float]:
-    """The statements' time shares over all samples of ``records`` (live traffic)."""
+def pooled_shares(records: list[PointRecord], costs: Mapping[str, float] | None = None
+                  ) -> dict[str, float]:
+    """The statements' time shares over all samples of ``records`` (live traffic), calls
+    priced at ``costs`` where known (:func:`tuner_client.stats.mix.time_shares`)."""
     pooled: dict[str, list[float]] = {}
     for record in records:
         for sample in record.samples:
@@ -148,7 +152,7 @@ def pooled_shares(records: list[PointRecord]) -> dict[str, float]:
                     got = pooled.setdefault(query, [0, 0.0])
                     got[0] += calls
                     got[1] += calls * mean
-    return time_shares({q: (int(n), t / n) for q, (n, t) in pooled.items() if n})
+    return time_shares({q: (int(n), t / n) for q, (n, t) in pooled.items() if n}, costs)
 
 
 def sample_spread(records: list[PointRecord]) -> float:

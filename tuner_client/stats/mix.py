@@ -12,8 +12,9 @@ time the reference's own mix would take at this window's per-statement speeds, r
 the reference (1.0: as fast; 1.25: 25 % slower); a change of mix alone leaves it at 1.
 The tuner maximises ``1 / R``, the *relative speed*.
 
-A mix is a time-share vector (each statement's share of the execution time); two mixes are
-compared by their total-variation distance ½ Σ |a_q − b_q| (0: the same mix, 1: disjoint).
+A mix is a time-share vector (each statement's share of the execution time, its calls priced
+at the reference's costs); two mixes are compared by their total-variation distance
+½ Σ |a_q − b_q| (0: the same mix, 1: disjoint).
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ from harmony.errors import WorkloadError
 PerQuery = Mapping[str, tuple[int, float | None]]
 
 
-def time_shares(per_query: PerQuery) -> dict[str, float]:
-    """Each statement's share of the window's execution time (empty when no time)."""
-    busy = {q: n * m for q, (n, m) in per_query.items() if n > 0 and m is not None and m > 0}
+def time_shares(per_query: PerQuery, costs: Mapping[str, float] | None = None
+                ) -> dict[str, float]:
+    """Each statement's share of the window's execution time (empty when no time).
+
+    With ``costs`` (mean seconds per call, e.g. the reference's) each call is priced at its
+    statement's cost instead of its mean in the window (statements without a cost at their
+    own mean): the shares then move with the mix of calls, not with the latencies, which a
+    configuration (or a few scheduling stalls of microsecond statements) also moves.
+    """
+    costs = costs or {}
+    busy = {q: n * costs.get(q, m) for q, (n, m) in per_query.items()
+            if n > 0 and m is not None and costs.get(q, m) > 0}
     total = sum(busy.values())
     return {q: t / total for q, t in busy.items()} if total > 0 else {}
 
