@@ -98,7 +98,8 @@ class Traffic:
 
     def stop(self) -> None:
         """End the load now (no report)."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+            self._proc.communicate(timeout=10)  # reaps it and closes the pipe
         self._dir.cleanup()

@@ -4,8 +4,12 @@ guardrails, the statement-mix shift detector, and every bad input."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,6 +23,7 @@ from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import Measurer
+from tuner_client.metrics import TunerMetrics
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
 from workloads.observe import ObservedWindow, ObservedWorkload
 
@@ -69,8 +74,8 @@ def _show(dsn: str, name: str) -> str:
 
 def test_a_knob_that_slows_the_traffic_is_measured_slower(live_cluster: LocalCluster) -> None:
     dsn = live_cluster.dsn_for("shop")
-    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=14, rows=ROWS).start()
-    measurer = _measurer(dsn)
+    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=10, rows=ROWS).start()
+    measurer = _measurer(dsn, warmup_s=0.5, seconds=1.5)
     time.sleep(1.0)  # past the cold start
     try:
         original = dict(measurer.in_force)
@@ -129,6 +134,12 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
         orders = conn.execute("SELECT count(*) FROM orders").fetchone()
     assert result.returncode == 0 and result.failed == 0 and result.processed > 0
     assert orders is not None and orders[0] == result.per_script["order"]
+    # the trip is in the run's summary and metrics
+    assert guard.summary()["trips"] == 1 and guard.summary()["by_kind"] == {"latency": 1}
+    metrics = TunerMetrics(KNOBS)
+    metrics.record_guardrail_trip(trips[0].kind, trips[0].revert_s)
+    assert 'harmony_tuner_guardrail_trips_total{kind="latency"} 1.0' in \
+        metrics.render().decode()
     # the server's configuration file holds the original values again (explicitly set)
     text = (live_cluster.data_dir / "postgresql.auto.conf").read_text()
     assert "enable_indexscan = 'on'" in text and "'off'" not in text.replace(auto_conf, "")
@@ -261,7 +272,7 @@ def test_observe_config_defaults_and_bad_input() -> None:
     config = parse_tuner_config(LIVE, source="live.yaml")
     observe = config.workload.observe
     assert config.workload.kind == "observe" and observe is not None
-    assert observe.min_calls == 10 and observe.guard.latency_margin == 0.5
+    assert observe.min_calls == 10 and observe.guard.latency_margin == 1.0
     assert config.measure.estimator == "latency" and config.measure.seconds == 10.0
     assert config.measure.queries is None and config.offline.knobs == ()
     restarts = parse_tuner_config(LIVE.replace("{min_calls: 10}", "{allow_restarts: true}"),
@@ -282,3 +293,51 @@ def test_observe_config_defaults_and_bad_input() -> None:
         "not tpch and observe")
     bad("name: live\nworkload:\n  observe: {}\n", "give database.dsn")
     bad(LIVE.replace("{min_calls: 10}", "{guard: {latency_margn: 1}}"), "latency_margn")
+
+
+RUN = """\
+name: live-interrupt
+database:
+  dsn: "{dsn}"
+  controller: {{kind: pg_ctl, options: {{data_dir: {data_dir}}}}}
+workload:
+  observe: {{min_calls: 10, poll_s: 0.25}}
+measure: {{warmup_s: 0.5, samples: 1, seconds: 1.0}}
+budget: {{ram: 2GB, connections: 20}}
+online:
+  knobs:
+    random_page_cost: {{min: 1, max: 8, step: 0.5}}
+    work_mem: {{min: 1MB, max: 16MB}}
+  evaluations: 20
+"""
+
+
+def test_sigterm_during_a_live_run_restores_the_original_configuration(
+        live_cluster: LocalCluster, tmp_path: Path) -> None:
+    dsn = live_cluster.dsn_for("shop")
+    auto_conf = live_cluster.data_dir / "postgresql.auto.conf"
+    original = auto_conf.read_text()
+    names = ["random_page_cost", "work_mem"]
+    before = {n: _show(dsn, n) for n in names}
+    config = tmp_path / "live.yaml"
+    config.write_text(RUN.format(dsn=dsn, data_dir=live_cluster.data_dir))
+    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=30, rows=ROWS).start()
+    tuner = subprocess.Popen([sys.executable, "-m", "harmony.cli", "tune", str(config)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 40
+        while auto_conf.read_text() == original and time.monotonic() < deadline \
+                and tuner.poll() is None:
+            time.sleep(0.1)
+        changed = auto_conf.read_text() != original  # a candidate is in force
+        time.sleep(0.3)
+        tuner.send_signal(signal.SIGTERM)
+        output, _ = tuner.communicate(timeout=30)
+    finally:
+        if tuner.poll() is None:
+            tuner.kill()
+        traffic.stop()
+    assert changed, output[-3000:]
+    assert "restoring the original configuration" in output
+    assert auto_conf.read_text() == original
+    assert {n: _show(dsn, n) for n in names} == before

@@ -311,6 +311,7 @@ class Measurer:
         self.on_guard_trip = on_guard_trip
         #: the last configuration that finished a sample without tripping a guardrail
         self.last_good: dict[str, str] | None = None
+        self._original: dict[str, str] = {}  # in force before the first apply
         if guard is not None and hasattr(workload, "watch"):
             workload.watch = self._watch
 
@@ -391,6 +392,7 @@ class Measurer:
             self.learn_reference()
         if self.last_good is None:
             self.last_good = dict(self.in_force)
+            self._original = dict(self.in_force)
         if self.config.estimator in CPU_ESTIMATORS and not self._cpu_checked:
             self._check_cpu_readable()
         changed = {n: v for n, v in settings.items() if not self._same(n, v, self.in_force.get(n))}
@@ -614,11 +616,16 @@ class Measurer:
     # -- guardrails ------------------------------------------------------------------------
     def _watch(self, window: Any) -> None:
         """The live workload's hook on partial windows: the guardrails judge every
-        configuration that has not yet finished a sample cleanly."""
+        configuration that has not yet finished a sample cleanly, except the original one
+        (what the server runs without the tuner: reverting it would have nowhere to go)."""
         if self.guard is None or self.last_good is None:
             return
-        if not all(self._same(n, v, self.in_force.get(n)) for n, v in self.last_good.items()):
+        if not (self._is(self.last_good) or self._is(self._original)):
             self.guard.check(window)
+
+    def _is(self, settings: Mapping[str, str]) -> bool:
+        """Whether ``settings`` are the values in force."""
+        return all(self._same(n, v, self.in_force.get(n)) for n, v in settings.items())
 
     def guard_tripped(self, trip: GuardrailTrip) -> Trip:
         """Restore the last good configuration now (reload-time knobs by ALTER SYSTEM +
