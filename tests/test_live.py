@@ -17,7 +17,13 @@ from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
 from harmony.errors import ConfigError, GuardrailTrip, WorkloadError
-from tuner_client.config import GuardConfig, MeasureConfig, parse_tuner_config
+from tuner_client.config import (
+    GuardConfig,
+    MeasureConfig,
+    load_tuner_config,
+    parse_tuner_config,
+    resolve_knob_space,
+)
 from tuner_client.detectors import MixShiftDetector
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
@@ -289,6 +295,7 @@ def test_observe_config_defaults_and_bad_input() -> None:
         "allow_restarts")
     bad(LIVE + "measure: {queries: 20}\n", "measure.seconds instead of measure.queries")
     bad(LIVE + "measure: {estimator: count}\n", "latency estimator", "'count'")
+    bad(LIVE + "measure: {estimator: latency}\n", "estimator")  # implied, never written
     bad(LIVE.replace("workload:\n", "workload:\n  tpch: {scale: 0.01}\n"),
         "not tpch and observe")
     bad("name: live\nworkload:\n  observe: {}\n", "give database.dsn")
@@ -341,3 +348,14 @@ def test_sigterm_during_a_live_run_restores_the_original_configuration(
     assert "restoring the original configuration" in output
     assert auto_conf.read_text() == original
     assert {n: _show(dsn, n) for n in names} == before
+
+
+def test_shipped_shop_observe_config_resolves(pg_cluster: LocalCluster) -> None:
+    config = load_tuner_config(Path(__file__).resolve().parent.parent / "configs"
+                               / "shop-observe.yaml")
+    with psycopg.connect(pg_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    space = resolve_knob_space(config.online.knobs, catalog, kind="online")
+    assert config.workload.kind == "observe" and config.offline.knobs == ()
+    assert space.names == ["work_mem", "random_page_cost", "effective_cache_size", "jit"]
+    assert config.database.dsn is not None and "dbname=shop" in config.database.dsn

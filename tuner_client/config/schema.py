@@ -107,7 +107,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "queries": {"type": ["integer", "null"], "minimum": 1},
                 "seconds": {"type": ["number", "null"], "exclusiveMinimum": 0},
                 "estimator": {"enum": ["count", "concurrency", "work", "work_per_cpu",
-                                       "count_per_cpu", "latency"]},
+                                       "count_per_cpu"]},
                 "paired": {"type": "boolean"},
             },
         },
