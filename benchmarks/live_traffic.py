@@ -96,10 +96,13 @@ class Traffic:
                              per_script=per_script, returncode=self._proc.returncode,
                              output=out)
 
-    def stop(self) -> None:
-        """End the load now (no report)."""
-        if self._proc is not None:
+    def stop(self) -> str:
+        """End the load now; returns what pgbench printed so far (errors, aborted clients;
+        no summary)."""
+        out = ""
+        if self._proc is not None and self._proc.returncode is None:
             if self._proc.poll() is None:
                 self._proc.terminate()
-            self._proc.communicate(timeout=10)  # reaps it and closes the pipe
+            out, _ = self._proc.communicate(timeout=10)  # reaps it and closes the pipe
         self._dir.cleanup()
+        return out or ""
