@@ -112,6 +112,12 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_bme_curve_shared_buffers_bytes": "shared_buffers at curve point (label point)",
     "harmony_tuner_workload_shifts_total": "workload shifts detected (restart from offline)",
     "harmony_tuner_local_minima_total": "local minima detected (online session abandoned)",
+    "harmony_tuner_guardrail_trips_total": "live mode: guardrail trips, by kind (latency, "
+                                           "errors, memory); each restored the last good "
+                                           "configuration",
+    "harmony_tuner_guardrail_revert_seconds": "live mode: from the harmful configuration "
+                                              "taking effect to the last good one back in "
+                                              "force, at the last trip",
     "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
 }
 
@@ -242,6 +248,8 @@ class TunerMetrics:
                                    "Live mode: guardrail trips (the last good configuration "
                                    "restored), by kind (latency, errors, memory).", ["kind"],
                                    registry=r)
+        for kind in ("latency", "errors", "memory"):
+            self.guard_trips.labels(kind)  # exported at 0 before the first trip
         self.guard_revert = Gauge("harmony_tuner_guardrail_revert_seconds",
                                   "Live mode: from the configuration taking effect to the last "
                                   "good one back in force, at the last trip.", registry=r)
