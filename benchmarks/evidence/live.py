@@ -62,15 +62,15 @@ def tuner_dict(dsn: str, data_dir: Path, quick: bool) -> dict[str, Any]:
                                                 "options": {"data_dir": str(data_dir)}}},
         "workload": {"observe": {"min_calls": 20, "poll_s": 0.5}},
         "measure": {"warmup_s": 1.0 if quick else 2.0, "samples": 1 if quick else 2,
-                    "seconds": 2.0 if quick else 4.0},
+                    "seconds": 2.0 if quick else 3.0},
         "budget": {"ram": "2GB", "os_reserved": "512MB", "connections": 20},
         "online": {"knobs": {
             "work_mem": {"min": "1MB", "max": "64MB", "step": "1MB"},
             "random_page_cost": {"min": 1.0, "max": 8.0, "step": 0.5},
             "effective_cache_size": {"min": "64MB", "max": "1GB", "step": "64MB"},
             "jit": {"values": ["off", "on"]}},
-            "evaluations": 4 if quick else 12},
-        "final": {"rounds": 2 if quick else 5, "max_rounds": 3 if quick else 8,
+            "evaluations": 4 if quick else 10},
+        "final": {"rounds": 2 if quick else 4, "max_rounds": 3 if quick else 6,
                   "candidates": 1 if quick else 2, "baselines": ["pgtune"]},
     }
 
