@@ -6,6 +6,11 @@ stopped meanwhile. Each throughput sample comes from the workload driver (comple
 per minute) with the ``pg_stat_database`` deltas beside it (transactions, buffer hits and
 reads — the Buffer Miss Equation prior's input — and temp-file bytes). A point that the
 memory budget forbids is never applied.
+
+Live mode (``workload: {observe: ...}``) samples the application's own traffic instead
+(:mod:`workloads.observe`), scores each window statement by statement against the original
+configuration (estimator ``latency``, :mod:`tuner_client.stats.mix`) and lets the guardrails
+(:mod:`tuner_client.guardrails`) restore the last good configuration within a sample.
 """
 
 from __future__ import annotations

@@ -184,7 +184,9 @@ class ObservedWorkload(Workload):
                timeout_s: float | None = None, since: float | None = None,
                every_query: bool = False) -> Sample:
         """The traffic over a ``seconds`` window (fixed-work samples are not possible: the
-        tuner does not choose how much work the application sends)."""
+        tuner does not choose how much work the application sends). ``since`` cannot be
+        honoured: pg_stat_statements counts a call when it ends, so a statement that started
+        under the previous configuration counts here; the warm-up absorbs most of them."""
         if queries is not None or seconds is None:
             raise WorkloadError("workload.observe samples time windows only: give "
                                 "measure.seconds, not measure.queries")
