@@ -19,7 +19,7 @@ from tuner_client.phases.blocks import Reference
 from tuner_client.phases.measuring import record_point, run_session
 from tuner_client.phases.sessions import open_session, session_definition
 from tuner_client.phases.state import RunContext, RunState, best_of
-from tuner_client.stats.mix import time_shares
+from tuner_client.stats.mix import pool, time_shares
 
 logger = logging.getLogger(__name__)
 
@@ -144,15 +144,8 @@ def pooled_shares(records: list[PointRecord], costs: Mapping[str, float] | None 
                   ) -> dict[str, float]:
     """The statements' time shares over all samples of ``records`` (live traffic), calls
     priced at ``costs`` where known (:func:`tuner_client.stats.mix.time_shares`)."""
-    pooled: dict[str, list[float]] = {}
-    for record in records:
-        for sample in record.samples:
-            for query, (calls, mean) in sample.per_query.items():
-                if calls and mean is not None:
-                    got = pooled.setdefault(query, [0, 0.0])
-                    got[0] += calls
-                    got[1] += calls * mean
-    return time_shares({q: (int(n), t / n) for q, (n, t) in pooled.items() if n}, costs)
+    pooled = pool(s.per_query for record in records for s in record.samples)
+    return time_shares({q: (n, t / n) for q, (n, t) in pooled.items()}, costs)
 
 
 def sample_spread(records: list[PointRecord]) -> float:

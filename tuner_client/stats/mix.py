@@ -45,6 +45,17 @@ def time_shares(per_query: PerQuery, costs: Mapping[str, float] | None = None
     return {q: t / total for q, t in busy.items()} if total > 0 else {}
 
 
+def pool(windows: Iterable[PerQuery]) -> dict[str, tuple[int, float]]:
+    """Windows summed per statement: ``(calls, total execution seconds)``."""
+    pooled: dict[str, tuple[int, float]] = {}
+    for window in windows:
+        for q, (n, m) in window.items():
+            if n > 0 and m is not None:
+                calls, busy = pooled.get(q, (0, 0.0))
+                pooled[q] = (calls + n, busy + n * m)
+    return pooled
+
+
 def share_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """Total-variation distance between two time-share vectors, in [0, 1]."""
     return 0.5 * sum(abs(a.get(q, 0.0) - b.get(q, 0.0)) for q in set(a) | set(b))
@@ -86,21 +97,14 @@ class MixReference:
         """Pool the reference configuration's windows; statements with fewer than
         ``min_calls`` calls per window on average are left out. Raises
         :class:`WorkloadError` when no statement has enough calls (too little traffic)."""
-        pooled: dict[str, list[float]] = {}
-        count = 0
-        for window in windows:
-            count += 1
-            for q, (n, m) in window.items():
-                if n > 0 and m is not None:
-                    got = pooled.setdefault(q, [0, 0.0])
-                    got[0] += n
-                    got[1] += n * m
-        calls = int(sum(n for n, _ in pooled.values()))
+        windows = list(windows)
+        pooled, count = pool(windows), len(windows)
+        calls = sum(n for n, _ in pooled.values())
         need = min_calls * max(count, 1)
-        kept = {q: (int(n), t) for q, (n, t) in pooled.items() if n >= need and t > 0}
+        kept = {q: (n, t) for q, (n, t) in pooled.items() if n >= need and t > 0}
         if not kept:
             during = f" in {seconds:.0f} s" if seconds is not None else ""
-            top = max((int(n) for n, _ in pooled.values()), default=0)
+            top = max((n for n, _ in pooled.values()), default=0)
             raise WorkloadError(
                 f"too little traffic to measure: pg_stat_statements saw {calls} calls of "
                 f"{len(pooled)} statements{during} under the reference configuration, the "
@@ -112,7 +116,7 @@ class MixReference:
         return cls(costs={q: t / n for q, (n, t) in kept.items()},
                    shares={q: t / total for q, (_, t) in kept.items()},
                    min_calls=min_calls, min_coverage=min_coverage, calls=calls,
-                   ignored={q: int(n) for q, (n, _) in pooled.items() if q not in kept})
+                   ignored={q: n for q, (n, _) in pooled.items() if q not in kept})
 
     def score(self, per_query: PerQuery, *, min_calls: int | None = None,
               min_coverage: float | None = None) -> LatencyScore | None:
