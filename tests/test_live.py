@@ -4,9 +4,8 @@ guardrails, the statement-mix shift detector, and every bad input."""
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
 from harmony.errors import ConfigError, GuardrailTrip, WorkloadError
+from tuner_client.client import connect
 from tuner_client.config import (
     GuardConfig,
     MeasureConfig,
@@ -24,13 +24,16 @@ from tuner_client.config import (
     parse_tuner_config,
     resolve_knob_space,
 )
+from tuner_client.controllers import LocalController
 from tuner_client.detectors import MixShiftDetector
+from tuner_client.flows import Tuner
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
+from tuner_client.measure import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
+from tuner_client.target import Target
 from workloads.observe import ObservedWindow, ObservedWorkload
 
 #: a knob change that makes key lookups slow: every lookup becomes a sequential scan
@@ -302,50 +305,75 @@ def test_observe_config_defaults_and_bad_input() -> None:
     bad(LIVE.replace("{min_calls: 10}", "{guard: {latency_margn: 1}}"), "latency_margn")
 
 
-RUN = """\
-name: live-interrupt
+FLOW = """\
+name: live-flow
 database:
   dsn: "{dsn}"
   controller: {{kind: pg_ctl, options: {{data_dir: {data_dir}}}}}
 workload:
-  observe: {{min_calls: 10, poll_s: 0.25}}
-measure: {{warmup_s: 0.5, samples: 1, seconds: 1.0}}
+  observe: {{min_calls: 10, poll_s: 0.25, shift_distance: 0.25}}
+measure: {{warmup_s: 0.3, samples: 1, seconds: 1.0}}
 budget: {{ram: 2GB, connections: 20}}
 online:
   knobs:
     random_page_cost: {{min: 1, max: 8, step: 0.5}}
     work_mem: {{min: 1MB, max: 16MB}}
-  evaluations: 20
+  strategy: {{name: nelder-mead, options: {{simplex_size: 3}}}}
+  evaluations: 3
+flow: {{kind: multi-pass, max_passes: 2, shift: {{outside: 2, monitor: 3}},
+        local_minimum: {{enabled: false}}}}
 """
 
 
-def test_sigterm_during_a_live_run_restores_the_original_configuration(
-        live_cluster: LocalCluster, tmp_path: Path) -> None:
+def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
+        live_cluster: LocalCluster) -> None:
+    """A multi-pass live run: the application's mix changes while the converged best is
+    monitored, the mix detector starts pass 2 with a new reference, and a SIGTERM during
+    pass 2 leaves the server with its original configuration."""
     dsn = live_cluster.dsn_for("shop")
     auto_conf = live_cluster.data_dir / "postgresql.auto.conf"
     original = auto_conf.read_text()
     names = ["random_page_cost", "work_mem"]
     before = {n: _show(dsn, n) for n in names}
-    config = tmp_path / "live.yaml"
-    config.write_text(RUN.format(dsn=dsn, data_dir=live_cluster.data_dir))
-    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=30, rows=ROWS).start()
-    tuner = subprocess.Popen([sys.executable, "-m", "harmony.cli", "tune", str(config)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(live_cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(FLOW.format(dsn=dsn, data_dir=live_cluster.data_dir),
+                                source="live-flow.yaml")
+    traffic = [Traffic(dsn, {"lookup": 10, "order": 3}, seconds=90, rows=ROWS).start()]
+    statements: list[int] = []
+    tuner: Tuner | None = None
+
+    def on_decision(text: str) -> None:
+        assert tuner is not None and tuner.context is not None
+        if "monitoring" in text and len(traffic) == 1:  # the application changes its mix
+            traffic[0].stop()
+            traffic.append(Traffic(dsn, {"lookup": 1, "order": 1, "report": 5}, seconds=90,
+                                   rows=ROWS).start())
+        if "statement mix shift" in text:
+            reference = tuner.context.measurer.mix_reference
+            statements.append(len(reference.shares) if reference else 0)
+
+    def on_measured(record: PointRecord) -> None:
+        if record.session.startswith("p2-"):  # pass 2 measured its first candidate
+            assert tuner is not None and tuner.context is not None
+            reference = tuner.context.measurer.mix_reference
+            statements.append(len(reference.shares) if reference else 0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    tuner = Tuner(config, client=connect(None), target=target, run_id="flow",
+                  on_decision=on_decision, on_measured=on_measured)
     try:
-        deadline = time.monotonic() + 40
-        while auto_conf.read_text() == original and time.monotonic() < deadline \
-                and tuner.poll() is None:
-            time.sleep(0.1)
-        changed = auto_conf.read_text() != original  # a candidate is in force
-        time.sleep(0.3)
-        tuner.send_signal(signal.SIGTERM)
-        output, _ = tuner.communicate(timeout=30)
+        with pytest.raises(SystemExit):
+            tuner.run()
     finally:
-        if tuner.poll() is None:
-            tuner.kill()
-        traffic.stop()
-    assert changed, output[-3000:]
-    assert "restoring the original configuration" in output
+        for t in traffic:
+            t.stop()
+    shift = [d for d in tuner.state.decisions if "statement mix shift" in d]
+    assert len(shift) == 1 and tuner.state.passes == 2, tuner.state.decisions
+    # pass 1's reference knew the lookups and the orders; pass 2's learned the new mix
+    assert statements == [2, 3]
     assert auto_conf.read_text() == original
     assert {n: _show(dsn, n) for n in names} == before
 

@@ -187,6 +187,9 @@ class MixShiftDetector:
         farther than ``distance`` from the armed mix (the detector then disarms)."""
         if self.mix is None:
             return False
+        if not shares:
+            logger.info("mix-shift detector: a window without enough calls says nothing")
+            return False
         d = share_distance(self.mix, shares)
         if d <= self.distance:
             self.run, self.evidence = 0, []
