@@ -16,6 +16,7 @@ from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
 from harmony.errors import ConfigError, GuardrailTrip, WorkloadError
+from tuner_client.budget_view import make_budget_view, worker_processes
 from tuner_client.client import connect
 from tuner_client.config import (
     GuardConfig,
@@ -378,7 +379,7 @@ def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
     assert {n: _show(dsn, n) for n in names} == before
 
 
-def test_shipped_shop_observe_config_resolves(pg_cluster: LocalCluster) -> None:
+def test_shipped_config_resolves_and_the_budget_counts_every_connection(pg_cluster: LocalCluster) -> None:
     config = load_tuner_config(Path(__file__).resolve().parent.parent / "configs"
                                / "shop-observe.yaml")
     with psycopg.connect(pg_cluster.dsn) as conn:
@@ -387,3 +388,10 @@ def test_shipped_shop_observe_config_resolves(pg_cluster: LocalCluster) -> None:
     assert config.workload.kind == "observe" and config.offline.knobs == ()
     assert space.names == ["work_mem", "random_page_cost", "effective_cache_size", "jit"]
     assert config.database.dsn is not None and "dbname=shop" in config.database.dsn
+    # without budget.connections, live mode charges work_mem to every allowed connection
+    live = parse_tuner_config(LIVE, source="live.yaml")
+    budget = make_budget_view(live, catalog, resolve_knob_space((), catalog, kind="offline"),
+                              resolve_knob_space(live.online.knobs, catalog, kind="online"))
+    max_connections = int(catalog["max_connections"].current() or 0)
+    assert budget.budget.connections == worker_processes(catalog, max_connections)
+    assert budget.budget.connections >= max_connections >= 100
