@@ -33,8 +33,10 @@ from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
+from tuner_client.phases.result import TuneResult
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
 from tuner_client.target import Target
+from tuner_client.tune_cli import format_result
 from workloads.observe import ObservedWindow, ObservedWorkload
 
 #: a knob change that makes key lookups slow: every lookup becomes a sequential scan
@@ -150,6 +152,10 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     metrics.record_guardrail_trip(trips[0].kind, trips[0].revert_s)
     assert 'harmony_tuner_guardrail_trips_total{kind="latency"} 1.0' in \
         metrics.render().decode()
+    shown = format_result(TuneResult(
+        best_settings=original, default_settings=original, best_qpm=None, default_qpm=None,
+        ab_rounds=[], passes=1, evaluations=1, output_dir=None, guardrails=guard.summary()))
+    assert "guardrails: 1 trip(s) {'latency': 1}" in shown and "reverted to" in shown
     # the server's configuration file holds the original values again (explicitly set)
     text = (live_cluster.data_dir / "postgresql.auto.conf").read_text()
     assert "enable_indexscan = 'on'" in text and "'off'" not in text.replace(auto_conf, "")
@@ -379,7 +385,8 @@ def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
     assert {n: _show(dsn, n) for n in names} == before
 
 
-def test_shipped_config_resolves_and_the_budget_counts_every_connection(pg_cluster: LocalCluster) -> None:
+def test_shipped_config_resolves_and_the_budget_counts_every_connection(
+        pg_cluster: LocalCluster) -> None:
     config = load_tuner_config(Path(__file__).resolve().parent.parent / "configs"
                                / "shop-observe.yaml")
     with psycopg.connect(pg_cluster.dsn) as conn:
