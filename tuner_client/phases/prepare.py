@@ -50,9 +50,9 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
                         config.measure, controller=target.controller,
                         restart_timeout_s=config.database.restart_timeout_s,
                         feasible=budget.violation, on_restart=restarted, guard=guard,
-                        min_calls=observe.min_calls if observe else 20,
-                        min_coverage=observe.min_coverage if observe else 0.5,
                         on_guard_trip=tripped)
+    if observe is not None:
+        measurer.min_calls, measurer.min_coverage = observe.min_calls, observe.min_coverage
     if guard is not None:
         guard.memory_used = measurer.server_memory
     names = offline_space.names + online_space.names
