@@ -135,9 +135,10 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
         result = traffic.wait(timeout_s=30)
     assert bad.failure is not None and "guardrail" in bad.failure and bad.value is None
     assert len(trips) == 1 and trips[0] is guard.trips[0] and trips[0].kind == "latency"
-    # detected inside the first (warm-up) window of 2 s, reverted in well under a second
-    assert trips[0].detected_after_s is not None and trips[0].detected_after_s < 2.0
-    assert trips[0].revert_s < 1.0 and elapsed < 2.0 + 1.0
+    # detected within the warm-up window of 2 s or the first sample after it (2 s; in
+    # quiet runs inside the warm-up's first second), reverted in well under a second
+    assert trips[0].detected_after_s is not None and trips[0].detected_after_s < 4.0, trips
+    assert trips[0].revert_s < 1.0 and elapsed < 4.0 + 1.0, (trips, elapsed)
     assert trips[0].restored == {"enable_indexscan": "on", "enable_bitmapscan": "on"}
     assert in_force_after == original
     assert _show(dsn, "enable_indexscan") == "on" and _show(dsn, "enable_bitmapscan") == "on"
