@@ -121,7 +121,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     ms = data.get("measure") or {}
     if workload.observe is not None:
         # live traffic: time windows, scored statement by statement against the reference
-        ms = {"seconds": ObserveConfig.SECONDS, **ms, "estimator": "latency"}
+        ms = {**ms, "estimator": "latency",
+              "seconds": ms.get("seconds") or ObserveConfig.SECONDS}
     if ms.get("queries") is not None and ms.get("seconds") is not None:
         raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
                           f"(time window), not both")
