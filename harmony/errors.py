@@ -36,6 +36,16 @@ class WorkloadError(HarmonyError):
     """A workload definition is invalid or the workload could not run."""
 
 
+class GuardrailTrip(WorkloadError):
+    """Live mode: a configuration made the observed traffic worse than a guardrail allows; the
+    last good configuration has to be restored at once and the point scored as failed."""
+
+    def __init__(self, reason: str, *, kind: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind  # latency | errors | memory
+
+
 class DatabaseError(HarmonyError):
     """The PostgreSQL server is unreachable or refused an operation."""
 

@@ -169,7 +169,11 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
     """The run's budget: RAM given, or the local cluster's cgroup limit, or detected; m is
     ``budget.connections`` or the workload's streams plus their parallel workers."""
     b = config.budget
-    connections = b.connections or worker_processes(catalog, stream_count(config))
+    streams = stream_count(config)
+    if config.workload.observe is not None and "max_connections" in catalog:
+        # live traffic: any allowed connection may run a sort or hash at once
+        streams = int(catalog["max_connections"].current() or 100)
+    connections = b.connections or worker_processes(catalog, streams)
     ram = b.ram_bytes or known_ram_bytes or detect_ram_bytes()
     units = {p.name: p.unit for p in offline.params + online.params
              if p.unit in ("MB", "kB") and p.name in (*ONLINE_MEMORY_KNOBS, "shared_buffers")}

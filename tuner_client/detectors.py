@@ -1,4 +1,5 @@
-"""The two detectors that drive the multi-pass flow: workload shift and local minimum.
+"""The detectors that drive the multi-pass flow: workload shift, local minimum and, on live
+traffic, a shift of the statement mix.
 
 Both are pure: they are fed measured throughputs (aggregated per point, in the objective's
 own sign) and answer whether the flow should go back to the offline session. Every
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harmony.errors import ConfigError
+from tuner_client.stats.mix import share_distance
 
 logger = logging.getLogger(__name__)
 
@@ -144,4 +146,63 @@ class LocalMinimumDetector:
         logger.info("local-minimum check: %d of %d online vertices %s within %.0f%% of the "
                     "offline best %.4g (limit %.4g): carry on", worse.count(False), len(values),
                     shown, 100 * self.threshold, offline_best, limit)
+        return False
+
+
+@dataclass
+class MixShiftDetector:
+    """Live mode: flags a shift of the statement mix (which statements carry the time).
+
+    Armed with the time-share vector of the traffic the converged point was tuned on
+    (:func:`tuner_client.stats.mix.time_shares`); a later window whose vector lies farther
+    than ``distance`` (total variation, 0..1) from it counts as outside, and ``outside``
+    consecutive such windows are a shift. A window back near the armed mix resets the run.
+    """
+
+    outside: int = 3
+    distance: float = 0.25
+    mix: dict[str, float] | None = None
+    run: int = 0
+    evidence: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.outside, bool) or not isinstance(self.outside, int) or self.outside < 1:
+            raise ConfigError(f"flow.shift.outside must be an integer >= 1, got {self.outside!r}")
+        if not (isinstance(self.distance, int | float) and 0 < self.distance <= 1):
+            raise ConfigError(f"workload.observe.shift_distance must be in (0, 1], "
+                              f"got {self.distance!r}")
+
+    def arm(self, shares: Mapping[str, float]) -> None:
+        """Record the mix to compare later windows with."""
+        if not shares:
+            raise ConfigError("mix-shift detector: cannot arm on a window without statements")
+        self.mix, self.run, self.evidence = dict(shares), 0, []
+        top = sorted(shares.items(), key=lambda kv: -kv[1])[:5]
+        logger.info("mix-shift detector armed on %d statements (top time shares %s); shift "
+                    "after %d consecutive windows farther than %.2f", len(shares),
+                    [(q, round(w, 3)) for q, w in top], self.outside, self.distance)
+
+    def observe(self, shares: Mapping[str, float]) -> bool:
+        """Feed one later window's time shares; True once ``outside`` consecutive ones moved
+        farther than ``distance`` from the armed mix (the detector then disarms)."""
+        if self.mix is None:
+            return False
+        if not shares:
+            logger.info("mix-shift detector: a window without enough calls says nothing")
+            return False
+        d = share_distance(self.mix, shares)
+        if d <= self.distance:
+            self.run, self.evidence = 0, []
+            logger.info("mix-shift detector: distance %.3f <= %.2f", d, self.distance)
+            return False
+        self.run += 1
+        self.evidence.append(d)
+        if self.run >= self.outside:
+            logger.info("statement mix shift detected: %d consecutive windows at distances %s "
+                        "(> %.2f) from the tuned mix -> re-tune", self.run,
+                        [round(x, 3) for x in self.evidence], self.distance)
+            self.mix, self.run = None, 0
+            return True
+        logger.info("mix-shift detector: distance %.3f > %.2f (%d of %d)", d, self.distance,
+                    self.run, self.outside)
         return False

@@ -98,6 +98,8 @@ class Tuner:
                                              priors=priors, workload=self._workload)
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
+                if ctx.measurer.guard is not None:
+                    result.guardrails = ctx.measurer.guard.summary()
                 result.output_dir = self.output_dir
                 if self.output_dir is not None:
                     write_outputs(ctx, state, result, self.output_dir)

@@ -6,6 +6,11 @@ stopped meanwhile. Each throughput sample comes from the workload driver (comple
 per minute) with the ``pg_stat_database`` deltas beside it (transactions, buffer hits and
 reads — the Buffer Miss Equation prior's input — and temp-file bytes). A point that the
 memory budget forbids is never applied.
+
+Live mode (``workload: {observe: ...}``) samples the application's own traffic instead
+(:mod:`workloads.observe`), scores each window statement by statement against the original
+configuration (estimator ``latency``, :mod:`tuner_client.stats.mix`) and lets the guardrails
+(:mod:`tuner_client.guardrails`) restore the last good configuration within a sample.
 """
 
 from __future__ import annotations
@@ -21,12 +26,21 @@ from typing import Any, Protocol
 
 import psycopg
 
-from harmony.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError, WorkloadError
+from harmony.errors import (
+    ConfigError,
+    DatabaseError,
+    GuardrailTrip,
+    HarmonyError,
+    KnobApplyError,
+    WorkloadError,
+)
 from tuner_client.apply import apply_online_knobs
 from tuner_client.config import MeasureConfig
 from tuner_client.controllers.base import RestartReport
+from tuner_client.guardrails import Guardrail, Trip, server_memory_bytes
 from tuner_client.knobs import KnobCatalog
 from tuner_client.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
+from tuner_client.stats.mix import MixReference
 from workloads.base import Workload
 from workloads.sample import Sample, reference_costs
 
@@ -197,9 +211,14 @@ ESTIMATORS: dict[str, str] = {
                      "seconds over the window): the lowest CV at equal time on a saturated "
                      "machine (benchmarks: 3.1 % at 30 s, against 9.0 % for count), but blind "
                      "to a knob that changes how many cores the server uses",
+    "latency": "live traffic's speed relative to the reference configuration: the reference's "
+               "statement mix timed at this window's per-statement mean latencies, inverted "
+               "(1.0 = as fast as the original configuration; see tuner_client.stats.mix)",
 }
 #: the estimators that credit completions with the reference configuration's costs
 WORK_ESTIMATORS = frozenset({"work", "work_per_cpu"})
+#: the estimators that measure the original configuration first (:meth:`learn_reference`)
+REFERENCE_ESTIMATORS = WORK_ESTIMATORS | {"latency"}
 #: the estimators that divide by the server's CPU time (a local server only)
 CPU_ESTIMATORS = frozenset({"work_per_cpu", "count_per_cpu"})
 
@@ -254,7 +273,10 @@ class Measurer:
                  feasible: Callable[[Mapping[str, str], Mapping[str, str]], str | None]
                  | None = None,
                  sample_timeout_s: float = 600.0,
-                 on_restart: Callable[[float, bool], None] | None = None) -> None:
+                 on_restart: Callable[[float, bool], None] | None = None,
+                 guard: Guardrail | None = None, min_calls: int = 20,
+                 min_coverage: float = 0.5,
+                 on_guard_trip: Callable[[Trip], None] | None = None) -> None:
         self.dsn = dsn
         self.catalog = catalog
         self.workload = workload
@@ -284,6 +306,21 @@ class Measurer:
         self.reference_costs: dict[str, float] | None = None
         self._cpu_checked = False
         self._postmaster: int | None = None
+        self._changed_at: float | None = None
+        #: live traffic (estimator ``latency``): the reference's per-statement costs and
+        #: shares, learned by :meth:`learn_reference`; ``min_calls`` / ``min_coverage`` say
+        #: which statements a window compares (``workload.observe``)
+        self.mix_reference: MixReference | None = None
+        self.min_calls, self.min_coverage = min_calls, min_coverage
+        #: live mode's guardrails, checked on partial windows during every sample; a trip
+        #: restores :attr:`last_good` at once (:meth:`guard_tripped`)
+        self.guard = guard
+        self.on_guard_trip = on_guard_trip
+        #: the last configuration that finished a sample without tripping a guardrail
+        self.last_good: dict[str, str] | None = None
+        self._original: dict[str, str] = {}  # in force before the first apply
+        if guard is not None and hasattr(workload, "watch"):
+            workload.watch = self._watch
 
     # -- connection ----------------------------------------------------------------------
     def conn(self) -> psycopg.Connection[Any]:
@@ -358,8 +395,11 @@ class Measurer:
         Returns what happened; a failure leaves the server running with its last good
         configuration (the controller rolls back a restart that does not come up).
         """
-        if self.config.estimator in WORK_ESTIMATORS and self.reference_costs is None:
+        if self.config.estimator in REFERENCE_ESTIMATORS and self.reference_costs is None:
             self.learn_reference()
+        if self.last_good is None:
+            self.last_good = dict(self.in_force)
+            self._original = dict(self.in_force)
         if self.config.estimator in CPU_ESTIMATORS and not self._cpu_checked:
             self._check_cpu_readable()
         changed = {n: v for n, v in settings.items() if not self._same(n, v, self.in_force.get(n))}
@@ -391,8 +431,12 @@ class Measurer:
                 return outcome
             outcome.apply_s = time.monotonic() - started
             self.in_force.update(online)
-        self._applied_at = time.monotonic()
-        self.warm_up()
+        self._applied_at = self._changed_at = time.monotonic()
+        try:
+            self.warm_up()
+        except GuardrailTrip as trip:
+            self.guard_tripped(trip)
+            outcome.failure = f"sampling failed: {trip.reason}"
         return outcome
 
     def _restart(self, offline: dict[str, str]) -> tuple[float, str | None]:
@@ -491,6 +535,7 @@ class Measurer:
         self.start()
         self.warm_up()
         taken: list[Sample] = []
+        observed = []
         for _ in range(samples or self.config.samples):
             if self.config.queries is not None:
                 taken.append(self.workload.sample(queries=self.config.queries,
@@ -498,7 +543,10 @@ class Measurer:
                                                   every_query=True))
             else:
                 taken.append(self.workload.sample(seconds=self.config.seconds))
+            observed.append(getattr(self.workload, "last_window", None))
         self._point_start = None
+        if self.config.estimator == "latency":
+            self._learn_mix(taken, observed)
         costs = reference_costs(taken)
         if not costs:
             raise WorkloadError("the reference configuration completed no query in "
@@ -508,6 +556,40 @@ class Measurer:
         logger.info("work reference (mean latency s under the original configuration, "
                     "frozen for the run): %s", {q: round(c, 4) for q, c in costs.items()})
         return costs
+
+    def forget_reference(self) -> None:
+        """Drop the frozen reference (costs, statement mix): the next :meth:`apply` measures
+        the configuration in force again (after a shift of the statement mix)."""
+        self.reference_costs = None
+        self.mix_reference = None
+        if self.guard is not None:
+            self.guard.reference = None
+
+    def _learn_mix(self, taken: list[Sample], observed: list[Any]) -> None:
+        """Freeze the reference's statement costs and shares (live traffic), and its error
+        rate for the guardrail."""
+        windows = [{q: (st.completed, st.mean) for q, st in s.per_query.items()} for s in taken]
+        self.mix_reference = MixReference.learn(windows, min_calls=self.min_calls,
+                                                min_coverage=self.min_coverage,
+                                                seconds=sum(s.seconds for s in taken))
+        ref = self.mix_reference
+        if ref.ignored:
+            logger.info("live reference: %d statements with fewer than %d calls per window "
+                        "are left out (%d calls in all): %s", len(ref.ignored), self.min_calls,
+                        sum(ref.ignored.values()), dict(list(ref.ignored.items())[:10]))
+        logger.info("live reference: %d statements compared (%d calls), time shares %s",
+                    len(ref.shares), ref.calls,
+                    {q: round(w, 3) for q, w in sorted(ref.shares.items(),
+                                                        key=lambda kv: -kv[1])[:10]})
+        if self.guard is not None:
+            self.guard.reference = ref
+            seen = [w for w in observed if w is not None]
+            errors = sum(w.xact_rollback + w.deadlocks for w in seen)
+            finished = sum(w.xact_commit + w.xact_rollback for w in seen)
+            self.guard.baseline_error_rate = errors / finished if finished else 0.0
+            logger.info("guardrail baseline: %.2f %% of %d transactions rolled back or "
+                        "deadlocked under the reference", 100 * self.guard.baseline_error_rate,
+                        finished)
 
     def _costs_for(self, got: Sample) -> dict[str, float]:
         """The frozen reference costs, plus first-sight costs of templates the reference
@@ -523,9 +605,80 @@ class Measurer:
             self.reference_costs = costs
         return costs
 
+    def _live_speed(self, got: Sample) -> float:
+        """The latency estimator's value of a live window (see :mod:`tuner_client.stats.mix`)."""
+        if self.mix_reference is None:
+            raise WorkloadError("measure.estimator latency: no reference statement costs yet")
+        per_query = {q: (st.completed, st.mean) for q, st in got.per_query.items()}
+        score = self.mix_reference.score(per_query)
+        if score is None:
+            raise self.mix_reference.coverage_error(per_query, got.seconds)
+        if score.left_out:
+            logger.info("%d of %d reference statements had fewer than %d calls in this "
+                        "window and are left out (%.0f %% of the reference's time compared)",
+                        len(score.left_out), len(self.mix_reference.shares),
+                        self.mix_reference.min_calls, 100 * score.covered)
+        return score.speed
+
+    # -- guardrails ------------------------------------------------------------------------
+    def _watch(self, window: Any) -> None:
+        """The live workload's hook on partial windows: the guardrails judge every
+        configuration that has not yet finished a sample cleanly, except the original one
+        (what the server runs without the tuner: reverting it would have nowhere to go)."""
+        if self.guard is None or self.last_good is None:
+            return
+        if not (self._is(self.last_good) or self._is(self._original)):
+            self.guard.check(window)
+
+    def _is(self, settings: Mapping[str, str]) -> bool:
+        """Whether ``settings`` are the values in force."""
+        return all(self._same(n, v, self.in_force.get(n)) for n, v in settings.items())
+
+    def guard_tripped(self, trip: GuardrailTrip) -> Trip:
+        """Restore the last good configuration now (reload-time knobs by ALTER SYSTEM +
+        reload, restart-time knobs by a restart), and record the trip."""
+        detected = time.monotonic()
+        tried = dict(self.in_force)
+        good = dict(self.last_good or {})
+        back = {n: v for n, v in good.items() if not self._same(n, v, self.in_force.get(n))}
+        logger.warning("%s with %s: restoring the last good configuration %s", trip.reason,
+                       {n: tried.get(n) for n in back}, back)
+        failure = None
+        offline = {n: v for n, v in back.items() if self.catalog[n].kind == "offline"}
+        online = {n: v for n, v in back.items() if n not in offline}
+        try:
+            if online:
+                apply_online_knobs(self.live_conn(), self.catalog, online)
+                self.in_force.update(online)
+            if offline:
+                _, failure = self._restart(offline)
+        except (KnobApplyError, ConfigError, DatabaseError, psycopg.Error) as exc:
+            failure = f"restoring {online} failed: {exc}"
+            self._refresh_in_force(list(online))
+        if failure is not None:
+            logger.error("guardrail: %s", failure)
+        self._applied_at = time.monotonic()
+        record = Trip(kind=trip.kind, reason=trip.reason, settings={n: tried.get(n, "")
+                                                                  for n in back},
+                      restored=back, revert_s=time.monotonic() - detected, failure=failure,
+                      detected_after_s=(detected - self._changed_at
+                                        if self._changed_at is not None else None))
+        if self.guard is not None:
+            self.guard.trips.append(record)
+        if self.on_guard_trip is not None:
+            self.on_guard_trip(record)
+        logger.warning("guardrail: reverted in %.3f s (%.2f s after the configuration took "
+                       "effect)", record.revert_s, record.detected_after_s or math.nan)
+        return record
+
     # -- server CPU ------------------------------------------------------------------------
-    def _read_cpu(self) -> CpuReading | None:
-        """The server's cumulative CPU time (None when the server is not local)."""
+    def server_memory(self) -> int | None:
+        """The server's memory in bytes (Pss of its processes; None when not local)."""
+        pid = self._postmaster_pid()
+        return server_memory_bytes(pid) if pid is not None else None
+
+    def _postmaster_pid(self) -> int | None:
+        """The postmaster's PID when the server runs on this machine, else None."""
         pid = self._postmaster
         if pid is None or parent_pid(pid) is None:
             try:
@@ -536,7 +689,12 @@ class Measurer:
             if pid is None or not _is_postgres(backend):
                 return None  # another host or PID namespace
             self._postmaster = pid
-        return read_server_cpu(pid)
+        return pid
+
+    def _read_cpu(self) -> CpuReading | None:
+        """The server's cumulative CPU time (None when the server is not local)."""
+        pid = self._postmaster_pid()
+        return read_server_cpu(pid) if pid is not None else None
 
     # -- sampling ------------------------------------------------------------------------
     def sample(self) -> SampleRecord:
@@ -555,12 +713,18 @@ class Measurer:
         # the latency estimate counts only queries started under this configuration
         since = self._applied_at if latency else None
         cpu_before, cpu_started = self._read_cpu(), time.monotonic()
-        if self.config.queries is not None:
-            got = self.workload.sample(queries=self.config.queries,
-                                       timeout_s=self.sample_timeout_s, since=since,
-                                       every_query=latency)
-        else:
-            got = self.workload.sample(seconds=self.config.seconds, since=since)
+        try:
+            if self.config.queries is not None:
+                got = self.workload.sample(queries=self.config.queries,
+                                           timeout_s=self.sample_timeout_s, since=since,
+                                           every_query=latency)
+            else:
+                got = self.workload.sample(seconds=self.config.seconds, since=since)
+        except GuardrailTrip as trip:
+            self.guard_tripped(trip)
+            raise
+        if self.guard is not None:
+            self.last_good = dict(self.in_force)
         cpu_after, cpu_wall = self._read_cpu(), time.monotonic() - cpu_started
         server_cpu, cpu_source = None, None
         if (cpu_before is not None and cpu_after is not None and cpu_wall > 0
@@ -587,6 +751,8 @@ class Measurer:
                 raise WorkloadError(f"measure.estimator {estimator}: {why} for this sample; "
                                     f"use measure.estimator count or work")
             value = float(chosen)
+        elif estimator == "latency":
+            value = self._live_speed(got)
         elif estimator == "count_per_cpu":
             if not server_cpu:
                 raise WorkloadError("measure.estimator count_per_cpu: the server's CPU time is "
@@ -622,7 +788,12 @@ class Measurer:
         if outcome.failure is not None:
             return record
         if not outcome.changed:
-            self.warm_up()  # same protocol whether or not anything changed
+            try:
+                self.warm_up()  # same protocol whether or not anything changed
+            except GuardrailTrip as trip:
+                self.guard_tripped(trip)
+                record.failure = f"sampling failed: {trip.reason}"
+                return record
         record.in_force = {n: self.in_force.get(n, "") for n in settings}
         for _ in range(samples or self.config.samples):
             try:

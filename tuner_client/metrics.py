@@ -112,6 +112,12 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_bme_curve_shared_buffers_bytes": "shared_buffers at curve point (label point)",
     "harmony_tuner_workload_shifts_total": "workload shifts detected (restart from offline)",
     "harmony_tuner_local_minima_total": "local minima detected (online session abandoned)",
+    "harmony_tuner_guardrail_trips_total": "live mode: guardrail trips, by kind (latency, "
+                                           "errors, memory); each restored the last good "
+                                           "configuration",
+    "harmony_tuner_guardrail_revert_seconds": "live mode: from the harmful configuration "
+                                              "taking effect to the last good one back in "
+                                              "force, at the last trip",
     "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
 }
 
@@ -238,6 +244,15 @@ class TunerMetrics:
                                 "shared_buffers at each curve point.", ["point"], registry=r)
         self.shifts = Counter("harmony_tuner_workload_shifts", "Workload shifts detected.",
                               registry=r)
+        self.guard_trips = Counter("harmony_tuner_guardrail_trips",
+                                   "Live mode: guardrail trips (the last good configuration "
+                                   "restored), by kind (latency, errors, memory).", ["kind"],
+                                   registry=r)
+        for kind in ("latency", "errors", "memory"):
+            self.guard_trips.labels(kind)  # exported at 0 before the first trip
+        self.guard_revert = Gauge("harmony_tuner_guardrail_revert_seconds",
+                                  "Live mode: from the configuration taking effect to the last "
+                                  "good one back in force, at the last trip.", registry=r)
         self.local_minima = Counter("harmony_tuner_local_minima", "Local minima detected.",
                                     registry=r)
         self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
@@ -441,6 +456,13 @@ class TunerMetrics:
         """The workload-shift detector fired: the tuner restarts from the offline session."""
         self.shifts.inc()
         self.last_event.labels("workload_shift").set(time.time())
+
+    def record_guardrail_trip(self, kind: str, seconds: float) -> None:
+        """A live-mode guardrail tripped and the last good configuration was restored
+        ``seconds`` after the offending one took effect."""
+        self.guard_trips.labels(kind).inc()
+        self.guard_revert.set(seconds)
+        self.last_event.labels("guardrail_trip").set(time.time())
 
     def record_local_minimum(self) -> None:
         """The local-minimum detector fired: the online session is abandoned."""

@@ -142,9 +142,14 @@ def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | No
 
 
 def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> Workload:
-    """The configured workload driver (TPC-H mix or schedule, or pgbench) on ``dsn``."""
+    """The configured workload driver on ``dsn``: a TPC-H mix or schedule, pgbench, the
+    user's scripts or a captured replay, or the live traffic (observe)."""
     wl = config.workload
     seed = config.seed if seed is None else seed
+    if wl.observe is not None:
+        from workloads.observe import ObservedWorkload
+
+        return ObservedWorkload(dsn, poll_s=wl.observe.poll_s)
     if wl.kind in ("scripts", "replay"):
         from workloads.user_workload import make_user_workload
 
@@ -164,8 +169,11 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
 
 
 def stream_count(config: TunerConfig) -> int:
-    """Concurrent connections the workload opens (the budget's ``m`` when set to auto)."""
+    """Concurrent connections the workload opens (the budget's ``m`` when set to auto);
+    0 for live traffic, whose connections the server's ``max_connections`` bounds."""
     wl = config.workload
+    if wl.observe is not None:
+        return 0
     if wl.kind in ("scripts", "replay"):
         from workloads.user_workload import user_workload_clients
 

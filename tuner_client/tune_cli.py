@@ -68,6 +68,12 @@ def format_result(result: TuneResult) -> str:
                         else "") + ")")
     for text in result.decisions:
         lines.append(f"decision: {text}")
+    if result.guardrails is not None:  # live mode
+        trips = result.guardrails.get("events") or []
+        lines.append(f"guardrails: {len(trips)} trip(s) {result.guardrails.get('by_kind', {})}"
+                     + "".join(f"\n  {t['reason']} with {t['settings']}: reverted to "
+                               f"{t['restored']} {(t['detected_after_s'] or 0) + t['revert_s']:.2f}"
+                               f" s after it took effect" for t in trips))
     if result.output_dir is not None:
         lines.append(f"ALTER SYSTEM statements: {result.output_dir / 'alter_system.sql'}")
         lines.append(f"postgresql.conf fragment: {result.output_dir / 'postgresql.conf.fragment'}")

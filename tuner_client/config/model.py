@@ -50,8 +50,46 @@ class DatabaseConfig:
 
 
 @dataclass(frozen=True)
+class GuardConfig:
+    """Live mode's guardrails (:mod:`tuner_client.guardrails`): a partial window whose
+    weighted latency exceeds ``1 + latency_margin`` times the reference's, whose error rate
+    exceeds the reference's by ``error_margin``, or a server above ``memory_fraction`` of its
+    budget, has the last good configuration restored at once."""
+
+    #: 1.0: twice the reference's latency. A guardrail is for harm, not for ranking (the
+    #: search does that); a smaller margin trips on noise where statements take microseconds
+    #: on a busy machine (1.5-1.9x seen on the test machine at load 15 on 2 cores)
+    latency_margin: float = 1.0
+    error_margin: float = 0.05
+    memory_fraction: float = 0.9
+    #: a statement needs this many calls in a partial window to be judged
+    min_calls: int = 20
+    #: the judged statements must carry this share of the reference's time
+    min_coverage: float = 0.3
+
+
+@dataclass(frozen=True)
+class ObserveConfig:
+    """Live mode: measure the traffic already on the server (``workload: {observe: ...}``)."""
+
+    #: a statement needs this many calls in a sample window to be compared
+    min_calls: int = 20
+    #: the compared statements must carry this share of the reference's execution time
+    min_coverage: float = 0.5
+    #: how often a running window is re-read for the guardrails (seconds)
+    poll_s: float = 0.5
+    #: a maintenance window: restart-time knobs (shared_buffers) may be tuned
+    allow_restarts: bool = False
+    #: the statement mix's distance (total variation, 0..1) that counts as a mix shift
+    shift_distance: float = 0.25
+    guard: GuardConfig = GuardConfig()
+    #: the sample window when the config gives no measure.seconds
+    SECONDS: ClassVar[float] = 10.0
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
-    kind: str = "tpch"  # tpch | pgbench | scripts | replay
+    kind: str = "tpch"  # tpch | pgbench | scripts | replay | observe
     scale: float = 0.01  # TPC-H scale factor (pgbench: PGBENCH_SCALE)
     mix: Any = "2Q6,1Q13"
     schedule: Any = None
@@ -68,6 +106,7 @@ class WorkloadConfig:
     app_scale: int = 1
     #: the directory of the config file: relative script paths are also looked up there
     base_dir: str | None = None
+    observe: ObserveConfig | None = None  # observe only
     #: pgbench's scale factor when none is given
     PGBENCH_SCALE: ClassVar[int] = 1
 

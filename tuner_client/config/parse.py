@@ -26,8 +26,10 @@ from tuner_client.config.model import (
     DatabaseConfig,
     FinalConfig,
     FlowConfig,
+    GuardConfig,
     KnobSpec,
     MeasureConfig,
+    ObserveConfig,
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
@@ -92,12 +94,16 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                           f"give budget.ram)")
 
     wl = data.get("workload") or {}
-    given = [k for k in ("tpch", "pgbench", "scripts", "replay") if k in wl]
+    given = [k for k in ("tpch", "pgbench", "scripts", "replay", "observe") if k in wl]
     if len(given) > 1:
-        raise ConfigError(f"{where('workload')}: give one workload (tpch, pgbench, scripts or "
-                          f"replay), but got {', '.join(given)}")
+        raise ConfigError(f"{where('workload')}: give one workload (tpch, pgbench, scripts, "
+                          f"replay or observe), but got {', '.join(given)}")
     timeout = wl.get("statement_timeout_s", WorkloadConfig.statement_timeout_s)
-    if given and given[0] in ("scripts", "replay"):
+    if "observe" in wl:
+        workload = WorkloadConfig(kind="observe", mix=None, statement_timeout_s=None,
+                                  observe=_observe_config(wl["observe"] or {}))
+        _check_observe(data, database, where)
+    elif given and given[0] in ("scripts", "replay"):
         workload = _user_workload(given[0], wl[given[0]], timeout, source, where)
     elif "pgbench" in wl:
         pg = wl["pgbench"]
@@ -115,6 +121,10 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                   schedule=tp.get("schedule"), statement_timeout_s=timeout)
 
     ms = data.get("measure") or {}
+    if workload.observe is not None:
+        # live traffic: time windows, scored statement by statement against the reference
+        ms = {**ms, "estimator": "latency",
+              "seconds": ms.get("seconds") or ObserveConfig.SECONDS}
     if ms.get("queries") is not None and ms.get("seconds") is not None:
         raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
                           f"(time window), not both")
@@ -151,8 +161,9 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
 
     off = data.get("offline") or {}
     on = data.get("online") or {}
-    offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS), ("offline", "knobs"),
-                                where)
+    restarts = workload.observe is None or workload.observe.allow_restarts
+    offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
+                                ("offline", "knobs"), where)
     online_knobs = _knob_specs(on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
     dup = {k.name for k in offline_knobs} & {k.name for k in online_knobs}
     if dup:
@@ -235,6 +246,44 @@ def _user_workload(kind: str, raw: Mapping[str, Any], timeout: float | None, sou
                           app=app.get("name"), app_scale=int(app.get("scale", 1)),
                           base_dir=str(base) if base is not None else None,
                           statement_timeout_s=timeout)
+
+
+def _observe_config(raw: Mapping[str, Any]) -> ObserveConfig:
+    """The ``workload.observe`` section over its defaults."""
+    guard = raw.get("guard") or {}
+    return ObserveConfig(
+        min_calls=int(raw.get("min_calls", ObserveConfig.min_calls)),
+        min_coverage=float(raw.get("min_coverage", ObserveConfig.min_coverage)),
+        poll_s=float(raw.get("poll_s", ObserveConfig.poll_s)),
+        allow_restarts=bool(raw.get("allow_restarts", ObserveConfig.allow_restarts)),
+        shift_distance=float(raw.get("shift_distance", ObserveConfig.shift_distance)),
+        guard=GuardConfig(**{k: type(getattr(GuardConfig, k))(v) for k, v in guard.items()}))
+
+
+def _check_observe(data: Mapping[str, Any], database: DatabaseConfig, where: Any) -> None:
+    """Live mode watches an existing server; restart-time knobs need a maintenance window;
+    its samples are time windows scored by the latency estimator."""
+    if database.embedded:
+        raise ConfigError(f"{where('workload', 'observe')}: workload.observe measures the "
+                          f"traffic an application already sends to an existing server; give "
+                          f"database.dsn (and a controller) of that server")
+    observe = (data["workload"].get("observe") or {})
+    off = data.get("offline") or {}
+    if off.get("knobs") and not observe.get("allow_restarts", ObserveConfig.allow_restarts):
+        raise ConfigError(f"{where('offline', 'knobs')}: workload.observe changes only "
+                          f"reload-time knobs (ALTER SYSTEM + reload) on a live server, but "
+                          f"offline.knobs {sorted(off['knobs'])} need restarts; remove them, or "
+                          f"set workload.observe.allow_restarts: true if this run is inside a "
+                          f"maintenance window")
+    ms = data.get("measure") or {}
+    if ms.get("queries") is not None:
+        raise ConfigError(f"{where('measure', 'queries')}: workload.observe samples time "
+                          f"windows (the application decides how much work arrives); give "
+                          f"measure.seconds instead of measure.queries")
+    if ms.get("estimator", "latency") != "latency":
+        raise ConfigError(f"{where('measure', 'estimator')}: workload.observe scores windows "
+                          f"with the latency estimator (each statement against its own time "
+                          f"under the reference); got {ms['estimator']!r}")
 
 
 def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],

@@ -40,6 +40,27 @@ _APP = {"type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {"name": {"type": "string", "minLength": 1},
                        "scale": {"type": "integer", "minimum": 1}}}
 
+_FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+#: live mode (``workload: {observe: ...}``): the traffic already on the server
+_OBSERVE = {
+    "type": ["object", "null"], "additionalProperties": False,
+    "properties": {
+        "min_calls": {"type": "integer", "minimum": 1},
+        "min_coverage": _FRACTION,
+        "poll_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 60},
+        "allow_restarts": {"type": "boolean"},
+        "shift_distance": _FRACTION,
+        "guard": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"latency_margin": {"type": "number", "exclusiveMinimum": 0},
+                           "error_margin": _FRACTION,
+                           "memory_fraction": _FRACTION,
+                           "min_calls": {"type": "integer", "minimum": 1},
+                           "min_coverage": _FRACTION},
+        },
+    },
+}
+
 #: The schema of a tuner config file (unknown keys rejected everywhere).
 TUNER_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -98,6 +119,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                                                "maximum": 1000},
                                    "writes": {"type": "boolean"}, "app": _APP},
                 },
+                "observe": _OBSERVE,
                 "statement_timeout_s": {"type": ["number", "null"], "exclusiveMinimum": 0},
             },
         },

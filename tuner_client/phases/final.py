@@ -166,7 +166,8 @@ def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | 
     budget = ctx.budget.budget
     machine = Machine(ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1,
                       connections=budget.connections,
-                      db_type="oltp" if ctx.config.workload.kind == "pgbench" else "dw")
+                      db_type="oltp" if ctx.config.workload.kind in ("pgbench", "observe")
+                      else "dw")
     settings = {**ctx.original, **pgtune_on_grid(machine, ctx.budget.catalog, ctx.original)}
     if settings == ctx.original:
         state.decide("final: PGTune's rules set none of the tuned knobs differently from the "

@@ -30,6 +30,10 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     """Run pass ``n``'s offline session(s); returns the best value measured, if any."""
     cfg, space, measurer = ctx.config, ctx.offline_space, ctx.measurer
     label = f"p{n}-offline"
+    if not space.names:
+        state.decide(f"{label}: no restart-time knob to search (offline.knobs is empty, e.g. "
+                     f"live mode outside a maintenance window)")
+        return None
     start = space.point_from_settings(state.best_or_current(ctx, space.names))
     make_room_for_shared_buffers(ctx, state, label, space, start)
     definition = session_definition(ctx, state, label, space,

@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+from collections.abc import Mapping
 
-from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
+from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
 from tuner_client.measure import PointRecord
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.measuring import record_point, run_session
 from tuner_client.phases.sessions import open_session, session_definition
 from tuner_client.phases.state import RunContext, RunState, best_of
+from tuner_client.stats.mix import pool, time_shares
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,13 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
     if not values:
         return False
     shift = WorkloadShiftDetector(cfg.flow.shift_outside, cfg.flow.shift_margin)
+    observe = cfg.workload.observe
+    mix = MixShiftDetector(cfg.flow.shift_outside, observe.shift_distance) if observe else None
+    if mix is not None:
+        costs = ctx.measurer.mix_reference.costs if ctx.measurer.mix_reference else None
+        tuned_on = pooled_shares(last, costs)
+        if tuned_on:
+            mix.arm(tuned_on)
     noise = max(sample_spread(last), 2.0 * (noise or 0.0))
     band = shift.arm(values, noise)
     state.decide(f"{label}: {reason}; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] "
@@ -109,6 +118,17 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
         record_point(ctx, state, record, kind="online", ranks=False)
         value = record.value if record.value is not None else math.nan
         logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
+        if mix is not None and mix.observe(pooled_shares([record], costs)):
+            ctx.metrics.record_workload_shift()
+            state.decide(f"{label}: statement mix shift: {cfg.flow.shift_outside} consecutive "
+                         f"measurements whose statements' time shares moved farther than "
+                         f"{observe.shift_distance if observe else 0:.2f} (total variation) "
+                         f"from the mix the best point was tuned on "
+                         f"{[round(d, 2) for d in mix.evidence]}: back to "
+                         f"offline with a new reference for the new mix")
+            state.forget_best()
+            ctx.measurer.forget_reference()
+            return True
         if shift.observe(value):
             ctx.metrics.record_workload_shift()
             state.decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
@@ -118,6 +138,14 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
             state.forget_best()
             return True
     return False
+
+
+def pooled_shares(records: list[PointRecord], costs: Mapping[str, float] | None = None
+                  ) -> dict[str, float]:
+    """The statements' time shares over all samples of ``records`` (live traffic), calls
+    priced at ``costs`` where known (:func:`tuner_client.stats.mix.time_shares`)."""
+    pooled = pool(s.per_query for record in records for s in record.samples)
+    return time_shares({q: (n, t / n) for q, (n, t) in pooled.items()}, costs)
 
 
 def sample_spread(records: list[PointRecord]) -> float:

@@ -40,6 +40,8 @@ class TuneResult:
     improvement_ci: tuple[float, float] | None = None
     #: the knob screening's ranking (``Screening.to_dict()``), when screening ran
     screening: dict[str, Any] | None = None
+    #: live mode: the guardrails' trips (:meth:`tuner_client.guardrails.Guardrail.summary`)
+    guardrails: dict[str, Any] | None = None
 
     @property
     def improvement(self) -> float | None:
@@ -61,4 +63,4 @@ class TuneResult:
                 "passes": self.passes, "evaluations": self.evaluations,
                 "decisions": self.decisions, "interrupted": self.interrupted,
                 "comparison": self.comparison, "bme": self.bme, "sessions": self.sessions,
-                "screening": self.screening}
+                "screening": self.screening, "guardrails": self.guardrails}

@@ -1,0 +1,108 @@
+"""Application-like traffic from a separate process, for live mode's tests and benchmarks.
+
+A small shop schema (``items`` looked up by a Zipf-skewed key, ``orders`` appended to) and
+pgbench custom scripts run as an independent ``pgbench`` process: the tuner only observes it,
+as it would observe a real application. The shop example of ``workloads/apps/shop/`` (issue
+17, scripted part) is richer; this one is self-contained so live mode can be tested alone.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from workloads.pgbench import find_pgbench
+
+SCRIPTS = {
+    "lookup": "\\set id random_zipfian(1, {rows}, 1.1)\n"
+              "SELECT count(*), sum(val) FROM items WHERE id BETWEEN :id AND :id + 200;\n",
+    "order": "\\set id random_zipfian(1, {rows}, 1.1)\n"
+             "INSERT INTO orders (item, qty) VALUES (:id, 1);\n",
+    "report": "SELECT val % 50 AS bucket, count(*), sum(val) FROM items "
+              "WHERE id <= {report_rows} GROUP BY 1 ORDER BY 3 DESC LIMIT 5;\n",
+}
+
+
+def create_shop(dsn: str, rows: int = 100_000) -> None:
+    """(Re)create the tables, fill ``items`` and create pg_stat_statements if missing."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS items, orders")
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, val int NOT NULL, pad text)")
+        conn.execute("INSERT INTO items SELECT g, (g * 7919) %% 100000, repeat('x', 80) "
+                     "FROM generate_series(1, %s) g", [rows])
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, item int NOT NULL, "
+                     "qty int NOT NULL, at timestamptz NOT NULL DEFAULT now())")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("VACUUM ANALYZE items")
+
+
+@dataclass
+class TrafficResult:
+    """What pgbench reported when it finished."""
+
+    processed: int
+    failed: int
+    per_script: dict[str, int] = field(default_factory=dict)
+    returncode: int = 0
+    output: str = ""
+
+
+class Traffic:
+    """``pgbench -T seconds`` of weighted scripts against ``dsn`` in its own process.
+
+    ``weights`` maps script names of :data:`SCRIPTS` to pgbench weights; ``rate`` (per
+    second, all clients) makes the load open-loop like an application's (``pgbench -R``).
+    """
+
+    def __init__(self, dsn: str, weights: dict[str, int], *, seconds: int, clients: int = 2,
+                 rate: float | None = None, rows: int = 100_000) -> None:
+        self.dsn, self.weights, self.seconds = dsn, dict(weights), seconds
+        self.clients, self.rate, self.rows = clients, rate, rows
+        self._dir = tempfile.TemporaryDirectory(prefix="harmony-traffic-")
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Traffic:
+        argv = [str(find_pgbench()), "-n", "-c", str(self.clients), "-j", str(self.clients),
+                "-T", str(self.seconds)]
+        if self.rate is not None:
+            argv += ["-R", str(self.rate)]
+        for name, weight in self.weights.items():
+            path = Path(self._dir.name) / f"{name}.sql"
+            path.write_text(SCRIPTS[name].format(rows=self.rows,
+                                                 report_rows=max(1, self.rows // 5)))
+            argv += ["-f", f"{path}@{weight}"]
+        self._proc = subprocess.Popen([*argv, self.dsn], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)
+        return self
+
+    def wait(self, timeout_s: float | None = None) -> TrafficResult:
+        """Wait for pgbench to finish and parse its report."""
+        assert self._proc is not None
+        out, _ = self._proc.communicate(timeout=timeout_s)
+        self._dir.cleanup()
+        processed = re.search(r"number of transactions actually processed: (\d+)", out)
+        failed = re.search(r"number of failed transactions: (\d+)", out)
+        per_script = {}
+        for name, count in re.findall(r"SQL script \d+: \S*/(\w+)\.sql\n(?:.*\n)*?"
+                                      r" - (\d+) transactions", out):
+            per_script[name] = int(count)
+        return TrafficResult(processed=int(processed.group(1)) if processed else 0,
+                             failed=int(failed.group(1)) if failed else 0,
+                             per_script=per_script, returncode=self._proc.returncode,
+                             output=out)
+
+    def stop(self) -> str:
+        """End the load now; returns what pgbench printed so far (errors, aborted clients;
+        no summary)."""
+        out = ""
+        if self._proc is not None and self._proc.returncode is None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+            out, _ = self._proc.communicate(timeout=10)  # reaps it and closes the pipe
+        self._dir.cleanup()
+        return out or ""
