@@ -350,8 +350,10 @@ class Measurer:
             return math.isclose(float(x), float(y), rel_tol=1e-9)
         return x == y
 
-    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True) -> ApplyOutcome:
-        """Put ``settings`` in force (a restart when an offline knob changes); warm up.
+    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
+              warm_up: bool = True) -> ApplyOutcome:
+        """Put ``settings`` in force (a restart when an offline knob changes); warm up
+        (``warm_up=False``: not, e.g. for a buffer probe that measures from a cold buffer).
 
         Returns what happened; a failure leaves the server running with its last good
         configuration (the controller rolls back a restart that does not come up).
@@ -390,7 +392,8 @@ class Measurer:
             outcome.apply_s = time.monotonic() - started
             self.in_force.update(online)
         self._applied_at = time.monotonic()
-        self.warm_up()
+        if warm_up:
+            self.warm_up()
         return outcome
 
     def _restart(self, offline: dict[str, str]) -> tuple[float, str | None]:

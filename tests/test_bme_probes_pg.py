@@ -1,0 +1,131 @@
+"""Buffer probes on a real PostgreSQL: restarts at a few shared_buffers sizes, short windows
+from a cold buffer, miss probabilities from pg_statio; the Buffer Miss Equation fitted with
+P* from the touched relations' pages (docs/background.md §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from conftest import ClusterFactory
+
+from tuner_client.bme.probes import Probe, decide, probe_sizes
+from tuner_client.buffer_probes import run_probes, touched_pages
+from tuner_client.config import MeasureConfig
+from tuner_client.controllers.local import LocalController
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measure import Measurer
+from workloads.loop import Statement, StatementLoop
+
+KB, MB = 1024, 1 << 20
+#: scan tables of 0.25 .. 4 MB: a seq scan of a table above shared_buffers/4 goes through a
+#: 256 kB ring, so each table stays a miss until shared_buffers is 4x its size
+SCAN_TABLES = {f"scan{i}": 2 ** i * 32 for i in range(5)}  # pages: 32 .. 512
+LOOKUP_ROWS = 120_000
+SMALL_ROWS = 1_000
+PROBE_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_factory: ClusterFactory) -> Iterator[LocalCluster]:
+    """One private cluster with three small schemas: scan tables, a lookup table, a tiny one."""
+    made = cluster_factory("bme-probes")
+    with psycopg.connect(made.dsn, autocommit=True) as conn:
+        for name, pages in SCAN_TABLES.items():
+            # ~60 rows of ~120 bytes per 8 kB page
+            conn.execute(f"CREATE TABLE {name} AS SELECT g AS id, repeat('x', 100) AS pad "
+                         f"FROM generate_series(1, {pages * 60}) g")
+        conn.execute("CREATE TABLE accounts (aid int PRIMARY KEY, bal int, filler char(84))")
+        conn.execute("INSERT INTO accounts SELECT g, 0, '' FROM generate_series(1, %s) g",
+                     [LOOKUP_ROWS])
+        conn.execute("CREATE TABLE small (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO small SELECT g, g FROM generate_series(1, %s) g", [SMALL_ROWS])
+        conn.execute("VACUUM ANALYZE")
+    try:
+        yield made
+    finally:
+        made.destroy()
+
+
+def _scan(rng: np.random.Generator) -> Statement:
+    # table i is scanned with weight 4^-i: the accesses fall off with size, as in a mix of
+    # hot small tables and colder large ones
+    names = list(SCAN_TABLES)
+    weights = np.array([4.0 ** -i for i in range(len(names))])
+    name = names[int(rng.choice(len(names), p=weights / weights.sum()))]
+    return f"SELECT count(*) FROM {name}", ()
+
+
+def _skewed_lookup(rng: np.random.Generator) -> Statement:
+    # keys at rank n·u³ of a fixed shuffle: a few hot keys spread over the table's pages
+    keys = (LOOKUP_ROWS * rng.random(50) ** 3).astype(np.int64)
+    scattered = (keys * 7919) % LOOKUP_ROWS + 1
+    return "SELECT sum(bal) FROM accounts WHERE aid = ANY(%s)", (scattered.tolist(),)
+
+
+def _small_lookup(rng: np.random.Generator) -> Statement:
+    return "SELECT v FROM small WHERE id = %s", (int(rng.integers(1, SMALL_ROWS + 1)),)
+
+
+def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
+    with psycopg.connect(cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        original = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+    measurer = Measurer(cluster.dsn, catalog, StatementLoop(cluster.dsn, draw, streams=2),
+                        MeasureConfig(warmup_s=0, samples=1),
+                        controller=LocalController(cluster, precheck_memory=False))
+    measurer.in_force = {"shared_buffers": original}
+    try:
+        probes, failures = run_probes(measurer, sizes, PROBE_S)
+        assert failures == []
+        measurer.apply({"shared_buffers": original}, warm_up=False)
+    finally:
+        measurer.close()
+    return probes
+
+
+def _misses(probes: list[Probe]) -> list[float]:
+    return [round(p.miss, 4) for p in probes]
+
+
+def test_scan_workload_gives_a_monotone_curve_and_an_accepted_fit(cluster: LocalCluster) -> None:
+    sizes = probe_sizes(256 * KB, 32 * MB, 5, step=8 * KB)
+    probes = _probe(cluster, _scan, sizes)
+    misses = _misses(probes)
+    assert all(b <= a + 0.02 for a, b in zip(misses, misses[1:], strict=False)), misses
+    assert misses[0] > 0.5 and misses[-1] < 0.1, misses   # a real knee inside the range
+    pages = touched_pages(probes)
+    assert pages == pytest.approx(sum(SCAN_TABLES.values()), rel=0.1)
+    decision = decide(probes, touched_pages=pages, low=256 * KB, high=32 * MB)
+    assert decision.kind == "knee", decision.reason
+    assert decision.fit is not None and decision.fit.r2 >= 0.9
+    # the largest table (4 MB) is cached from 16 MB on: M* lies between 4 and 32 MB
+    assert 4 * MB <= decision.fit.params.m_star <= 33 * MB, decision.reason
+
+
+def test_key_lookups_give_a_monotone_curve_and_an_accepted_fit(cluster: LocalCluster) -> None:
+    sizes = probe_sizes(256 * KB, 32 * MB, 5, step=8 * KB)
+    probes = _probe(cluster, _skewed_lookup, sizes)
+    misses = _misses(probes)
+    assert all(b <= a + 0.02 for a, b in zip(misses, misses[1:], strict=False)), misses
+    assert misses[0] > 2 * misses[-1], misses
+    decision = decide(probes, touched_pages=touched_pages(probes), low=256 * KB, high=32 * MB)
+    assert decision.kind == "knee", decision.reason
+    assert decision.fit is not None and decision.fit.r2 >= 0.9
+    assert decision.size is not None and 256 * KB < decision.size <= 32 * MB
+    # the miss probability the curve gives at M* is its floor, P*
+    assert decision.miss_at(decision.fit.params.m_star) == pytest.approx(
+        decision.fit.params.p_star, abs=1e-9)
+
+
+def test_a_workload_inside_the_smallest_size_has_no_knee(cluster: LocalCluster) -> None:
+    sizes = probe_sizes(1 * MB, 32 * MB, 4, step=8 * KB)
+    probes = _probe(cluster, _small_lookup, sizes)
+    decision = decide(probes, touched_pages=touched_pages(probes), low=1 * MB, high=32 * MB)
+    assert decision.kind == "no-knee", (decision.reason, _misses(probes))
+    assert decision.size == 1 * MB
+    assert "no knee" in decision.reason
