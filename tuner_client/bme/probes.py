@@ -34,6 +34,8 @@ MONOTONE_TOL_REL = 0.15
 #: (plus FLAT_TOL_ABS) of the smallest
 FLAT_FACTOR = 1.25
 FLAT_TOL_ABS = 0.005
+#: an M* further than this factor beyond the largest probe is an extrapolation not trusted
+FAR_FACTOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,12 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                              probes, fit=fit, p_star=p_star, p_star_source=source,
                              touched_pages=touched_pages)
     m_star = fit.params.m_star
+    if m_star > FAR_FACTOR * counted[-1].size:
+        return ProbeDecision(
+            "rejected", f"fit not trusted: M* = {_mb(m_star)} lies more than {FAR_FACTOR:g}x "
+            f"beyond the largest probe {_mb(counted[-1].size)} (an extrapolation, R² "
+            f"{fit.r2:.3f})", probes, fit=fit, p_star=p_star, p_star_source=source,
+            touched_pages=touched_pages)
     wanted = m_star
     text = f"M* = {_mb(m_star)} (R² {fit.r2:.3f}, P* {source})"
     if target_miss is not None:
@@ -215,3 +223,25 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
 def _mb(size: float) -> str:
     mib = size / (1 << 20)
     return f"{mib:.1f}MB" if mib < 10 else f"{mib:.0f}MB"
+
+
+#: the offline search's upper end: this far past M* (the fit places M* within ~13 %)
+HEADROOM = 1.25
+#: the narrowed range keeps at least this many grid steps
+MIN_STEPS = 4
+
+
+def search_window(decision: ProbeDecision, low: int, high: int,
+                  step: int) -> tuple[int, int, int] | None:
+    """Where the offline search runs after a usable decision: (start, low, high) in bytes
+    on the ``step`` grid. It starts at the decided size and stops a little past M* (past the
+    smallest probe when there is no knee): the curve is flat beyond, and that memory is
+    better left to work_mem and the OS cache. None when the decision is not usable."""
+    if not decision.usable or decision.size is None:
+        return None
+    step = max(1, int(step))
+    knee = decision.fit.params.m_star if decision.fit is not None else float(decision.size)
+    top = int(min(high, HEADROOM * max(knee, float(decision.size))) // step * step)
+    top = max(top, min(high, low + MIN_STEPS * step))
+    start = max(low, min(top, int(round(decision.size / step)) * step))
+    return start, low, top
