@@ -129,3 +129,58 @@ def test_a_workload_inside_the_smallest_size_has_no_knee(cluster: LocalCluster) 
     assert decision.kind == "no-knee", (decision.reason, _misses(probes))
     assert decision.size == 1 * MB
     assert "no knee" in decision.reason
+
+
+TUNE_CONFIG = """\
+name: probetest
+seed: 3
+measure: {warmup_s: 0.3, samples: 1, aggregate: mean, queries: null, seconds: 0.5, paired: false}
+budget: {os_reserved: 256MB, connections: 8, online: 64MB}
+offline:
+  knobs: {shared_buffers: {min: 256kB, max: 32MB, step: 256kB}}
+  evaluations: 3
+online:
+  knobs: {random_page_cost: {min: 1, max: 4, step: 1}}
+  evaluations: 1
+bme: {probes: 4, probe_seconds: 0.5, target_miss: 0.1}
+flow: {kind: one-pass}
+final: {rounds: 0}
+"""
+
+
+def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
+                                                       tmp_path: Any) -> None:
+    """With bme.target_miss the offline pass probes, fits, and measures only the size the
+    equation gives for the target, inside the budget; the server ends as it began."""
+    from harmony_server.server import start_server
+    from tuner_client.bme.size import size_for_target
+    from tuner_client.client import connect
+    from tuner_client.config import parse_tuner_config
+    from tuner_client.flows import Tuner
+    from tuner_client.target import Target
+
+    with psycopg.connect(cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        before = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+    target = Target(dsn=cluster.dsn, catalog=catalog, controller=LocalController(cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(TUNE_CONFIG, source="probetest.yaml")
+    with start_server(port=0, state_dir=tmp_path / "server") as server, \
+            connect(server.url) as client:
+        tuner = Tuner(config, client=client, target=target, run_id="t1",
+                      workload=StatementLoop(cluster.dsn, _skewed_lookup, streams=2))
+        result = tuner.run()
+    decisions = tuner.state.probe_decisions
+    assert len(decisions) == 1 and decisions[0]["decision"] == "knee", decisions
+    assert len(decisions[0]["probes"]) == 4 and decisions[0]["probe_cost_s"] > 0
+    offline = [r for r in tuner.records if r.session.startswith("p1-offline")]
+    assert [r.session for r in offline] == ["p1-offline-bme"]  # one size, no search
+    from tuner_client.bme.equation import BMEParams
+    params = BMEParams.from_dict({k: decisions[0][k] for k in ("p_star", "p_c", "m_b",
+                                                                "m_star")})
+    wanted = size_for_target(params, 0.1)
+    measured = catalog["shared_buffers"].parse(offline[0].in_force["shared_buffers"])
+    assert abs(measured - wanted) <= 256 * KB, (measured, wanted)
+    assert any("target miss probability 0.1" in d for d in result.decisions)
+    with psycopg.connect(cluster.dsn) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]
