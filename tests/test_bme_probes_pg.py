@@ -125,7 +125,7 @@ def test_key_lookups_give_a_monotone_curve_and_an_accepted_fit(cluster: LocalClu
 
 
 def test_a_workload_inside_the_smallest_size_has_no_knee(cluster: LocalCluster) -> None:
-    sizes = probe_sizes(1 * MB, 32 * MB, 4, step=8 * KB)
+    sizes = probe_sizes(1 * MB, 32 * MB, 3, step=8 * KB)
     probes = _probe(cluster, _small_lookup, sizes)
     decision = decide(probes, touched_pages=touched_pages(probes), low=1 * MB, high=32 * MB)
     assert decision.kind == "no-knee", (decision.reason, _misses(probes))
