@@ -137,7 +137,8 @@ TUNE_CONFIG = """\
 name: probetest
 seed: 3
 measure: {warmup_s: 0.3, samples: 1, aggregate: mean, queries: null, seconds: 0.5, paired: false}
-budget: {os_reserved: 256MB, connections: 8, online: 64MB}
+budget: {ram: 1GB, shared_buffers_fraction: 0.02, os_reserved: 256MB, connections: 8,
+         online: 64MB}
 offline:
   knobs: {shared_buffers: {min: 256kB, max: 32MB, step: 256kB}}
   evaluations: 3
@@ -175,6 +176,10 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     decisions = tuner.state.probe_decisions
     assert len(decisions) == 1 and decisions[0]["decision"] == "knee", decisions
     assert len(decisions[0]["probes"]) == 4 and decisions[0]["probe_cost_s"] > 0
+    # the budget caps shared_buffers at 2 % of 1GB, below the knob's 32MB: no probe beyond it
+    cap = tuner.budget.budget.shared_buffers_max_bytes  # type: ignore[union-attr]
+    assert cap < 32 * MB
+    assert max(p["size"] for p in decisions[0]["probes"]) <= cap
     offline = [r for r in tuner.records if r.session.startswith("p1-offline")]
     assert [r.session for r in offline] == ["p1-offline-bme"]  # one size, no search
     from tuner_client.bme.equation import BMEParams
