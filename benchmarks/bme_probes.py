@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import sql
+from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
 from harmony.errors import HarmonyError
@@ -242,12 +243,11 @@ def _boot_ratio_ci(a: list[float], b: list[float], rng: np.random.Generator,
 
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of a share k/n (scipy's binomial test)."""
     if n == 0:
         return 0.0, 1.0
-    z, p = 1.96, k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
