@@ -242,6 +242,13 @@ def _boot_ratio_ci(a: list[float], b: list[float], rng: np.random.Generator,
             float(np.percentile(ratios, 97.5)))
 
 
+def _overlap(points: list[dict[str, Any]]) -> bool:
+    """True when the best and the worst size's 95 % intervals overlap."""
+    hi = max(points, key=lambda p: p["qpm"])
+    lo = min(points, key=lambda p: p["qpm"])
+    return bool(hi["qpm"] - hi["ci95"] <= lo["qpm"] + lo["ci95"])
+
+
 def _wilson(k: int, n: int) -> tuple[float, float]:
     """The 95 % Wilson interval of a share k/n (scipy's binomial test)."""
     if n == 0:
@@ -298,6 +305,10 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     per_probe = [p["cost_s"] for ps in measured["probe_sets"] for p in ps["probes"]]
     return {
         "points": points, "best_qpm": best, "target_qpm": target, "noise_cv": noise,
+        # how easy the target is: sweep sizes already within it, and whether the best and the
+        # worst size's 95 % intervals overlap (throughput flat within the noise)
+        "sizes_within_target": [p["size"] for p in points if p["qpm"] >= target],
+        "flat_within_noise": _overlap(points),
         "space_mb": [lo_mb, hi_mb, STEP_MB], "budget": budget, "seeds": seeds,
         "starts_mb": starts, "eval_cost_s": eval_cost,
         "probe_cost_s": {"per_probe_mean": statistics.fmean(per_probe),
@@ -402,6 +413,12 @@ def _markdown(report: dict[str, Any]) -> str:
               f"the probe sets: "
               + (f"mean {r2['mean']:.3f}, min {r2['min']:.3f}, max {r2['max']:.3f} "
                  f"({len(r2['values'])} fits)." if r2["values"] else "no fit.") + "", "",
+              f"How hard the target is: {len(an['sizes_within_target'])} of "
+              f"{len(an['points'])} sweep sizes are within it ("
+              + ", ".join(_size_text(x) for x in an["sizes_within_target"])
+              + "); the best and the worst size's 95 % intervals "
+              + ("overlap: throughput is flat within the noise." if an["flat_within_noise"]
+                 else "do not overlap."), "",
               "Noise-free sessions (evaluated sizes in MB):", ""]
     for r in an["noise_free_runs"]:
         lines.append(f"- start {r['start_mb']} MB: plain {r['plain_seq']} (target at "
