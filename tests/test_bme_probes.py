@@ -82,8 +82,16 @@ def test_rejections_say_why() -> None:
     assert decision.kind == "rejected" and "not monotone" in decision.reason
     assert search_window(decision, 8 * MB, 256 * MB, 8 * MB) is None
     far = BMEParams(p_star=1e-5, p_c=9.5e-5, m_b=4 * MB, m_star=100_000 * MB)
-    decision = decide(_probes(sizes, far), touched_pages=10, low=8 * MB, high=256 * MB)
-    assert decision.kind == "rejected" and "beyond the largest probe" in decision.reason
+    still_falling = _probes(sizes, far)
+    decision = decide(still_falling, touched_pages=10, low=8 * MB, high=256 * MB)
+    # a curve still falling at the largest probe: the knee is beyond the budget's cap
+    assert decision.kind == "knee" and decision.capped and decision.size == 256 * MB
+    assert "the knee lies beyond the largest probe" in decision.reason
+    # the same fit with a last probe that no longer falls is not trusted
+    flat_end = [*still_falling[:-1], Probe(sizes[-1], still_falling[-2].hits,
+                                           still_falling[-2].reads, 3.0, 3.5)]
+    decision = decide(flat_end, touched_pages=10, low=8 * MB, high=256 * MB)
+    assert decision.kind == "rejected" and "no longer falls" in decision.reason
     decision = decide(probes[:2], touched_pages=20_000, low=8 * MB, high=256 * MB)
     assert decision.kind == "rejected" and "needs 3" in decision.reason
 

@@ -194,14 +194,20 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                              probes, fit=fit, p_star=p_star, p_star_source=source,
                              touched_pages=touched_pages)
     m_star = fit.params.m_star
-    if m_star > FAR_FACTOR * counted[-1].size:
-        return ProbeDecision(
-            "rejected", f"fit not trusted: M* = {_mb(m_star)} lies more than {FAR_FACTOR:g}x "
-            f"beyond the largest probe {_mb(counted[-1].size)} (an extrapolation, R² "
-            f"{fit.r2:.3f})", probes, fit=fit, p_star=p_star, p_star_source=source,
-            touched_pages=touched_pages)
-    wanted = m_star
     text = f"M* = {_mb(m_star)} (R² {fit.r2:.3f}, P* {source})"
+    if m_star > FAR_FACTOR * counted[-1].size:
+        if not counted[-1].miss < counted[-2].miss:
+            return ProbeDecision(
+                "rejected", f"fit not trusted: M* = {_mb(m_star)} lies more than "
+                f"{FAR_FACTOR:g}x beyond the largest probe {_mb(counted[-1].size)} (an "
+                f"extrapolation, R² {fit.r2:.3f}) and the curve no longer falls there", probes,
+                fit=fit, p_star=p_star, p_star_source=source, touched_pages=touched_pages)
+        # the curve still falls at the largest probe: the knee lies beyond it, a direction
+        # the data show, while the fitted value is an extrapolation not worth printing as one
+        text = (f"the knee lies beyond the largest probe {_mb(counted[-1].size)}: the curve "
+                f"still falls there (R² {fit.r2:.3f}; the fitted M* is more than "
+                f"{FAR_FACTOR:g}x beyond, an extrapolation)")
+    wanted = m_star
     if target_miss is not None:
         try:
             wanted = size_for_target(fit.params, target_miss)
