@@ -3,7 +3,10 @@ simplex, capped by the memory budget with the online knobs in force.
 
 Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a good fit, the
 search restarts inside the advised range from the advised size (on a poor fit the plain
-search goes on, and says so). The pass ends with its best point in force.
+search goes on, and says so). With ``bme.probes`` the pass probes first
+(:mod:`tuner_client.phases.probing`): a usable decision replaces that prior, the search runs in
+the probes' window from their size, and from pass 2 (or with ``bme.target_miss``) only the
+equation's size is measured. The pass ends with its best point in force.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     definition = session_definition(ctx, state, label, space,
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
-                                    warm=n == 1, metadata=_probes_metadata(state))
+                                    warm=n == 1, metadata=_probes_metadata(state)
+                                    if state.probe_decisions else None)
     session = open_session(ctx, state, definition, "offline")
     prior = None
     if cfg.offline.prior and "shared_buffers" in space.names:
