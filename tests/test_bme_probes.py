@@ -59,6 +59,10 @@ def test_a_target_miss_probability_gives_the_size_and_the_budget_caps_it() -> No
                       target_miss=0.1)
     assert decision.kind == "knee" and decision.size is not None
     assert float(miss_probability(TRUE, decision.size)) == pytest.approx(0.1, abs=0.01)
+    below = decide(probes, touched_pages=touched, low=8 * MB, high=256 * MB,
+                   target_miss=0.01)
+    assert below.kind == "knee" and below.size == int(below.fit.params.m_star)  # type: ignore[union-attr]
+    assert "below the floor" in below.reason
     capped = decide(probes, touched_pages=touched, low=8 * MB, high=64 * MB)
     assert capped.capped and capped.size == 64 * MB and "capped" in capped.reason
 

@@ -145,7 +145,7 @@ offline:
 online:
   knobs: {random_page_cost: {min: 1, max: 4, step: 1}}
   evaluations: 1
-bme: {probes: 4, probe_seconds: 0.5, target_miss: 0.1}
+bme: {probes: 4, probe_seconds: 1.0, target_miss: 0.3}
 flow: {kind: one-pass}
 final: {rounds: 0}
 """
@@ -154,12 +154,15 @@ final: {rounds: 0}
 def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """With bme.target_miss the offline pass probes, fits, and measures only the size the
-    equation gives for the target, inside the budget; the server ends as it began."""
+    equation gives for the target, inside the budget; a second pass re-probes instead of
+    searching; the server ends as it began."""
     from harmony_server.server import start_server
     from tuner_client.bme.size import size_for_target
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner
+    from tuner_client.phases.offline import offline_pass
+    from tuner_client.phases.prepare import leave_server
     from tuner_client.target import Target
 
     with psycopg.connect(cluster.dsn) as conn:
@@ -173,7 +176,21 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
         tuner = Tuner(config, client=client, target=target, run_id="t1",
                       workload=StatementLoop(cluster.dsn, _skewed_lookup, streams=2))
         result = tuner.run()
+        # a second pass (as after a workload shift) re-probes and measures the equation's
+        # size only, instead of searching shared_buffers again
+        assert tuner.context is not None
+        try:
+            offline_pass(tuner.context, tuner.state, 2)
+        finally:
+            leave_server(tuner.context, None, keep_best=False)
     decisions = tuner.state.probe_decisions
+    assert len(decisions) == 2 and decisions[1]["pass"] == "p2-offline", tuner.state.decisions
+    assert decisions[1]["usable"], decisions[1]["reason"]
+    assert [r.session for r in tuner.records if r.session.startswith("p2-")] == \
+        ["p2-offline-bme"]
+    assert any("p2-offline: shared_buffers from the equation" in d
+               for d in tuner.state.decisions)
+    decisions = decisions[:1]
     assert len(decisions) == 1 and decisions[0]["decision"] == "knee", decisions
     assert len(decisions[0]["probes"]) == 4 and decisions[0]["probe_cost_s"] > 0
     # the budget caps shared_buffers at 2 % of 1GB, below the knob's 32MB: no probe beyond it
@@ -185,9 +202,10 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     from tuner_client.bme.equation import BMEParams
     params = BMEParams.from_dict({k: decisions[0][k] for k in ("p_star", "p_c", "m_b",
                                                                 "m_star")})
-    wanted = size_for_target(params, 0.1)
+    wanted = size_for_target(params, 0.3)
     measured = catalog["shared_buffers"].parse(offline[0].in_force["shared_buffers"])
     assert abs(measured - wanted) <= 256 * KB, (measured, wanted)
-    assert any("target miss probability 0.1" in d for d in result.decisions)
+    assert any("target miss probability 0.3" in d for d in result.decisions)
+    assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]

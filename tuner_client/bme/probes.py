@@ -208,13 +208,12 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                 f"still falls there (R² {fit.r2:.3f}; the fitted M* is more than "
                 f"{FAR_FACTOR:g}x beyond, an extrapolation)")
     wanted = m_star
-    if target_miss is not None:
-        try:
-            wanted = size_for_target(fit.params, target_miss)
-        except HarmonyError as exc:
-            return ProbeDecision("rejected", f"target miss probability: {exc}", probes,
-                                 fit=fit, p_star=p_star, p_star_source=source,
-                                 touched_pages=touched_pages, target_miss=target_miss)
+    if target_miss is not None and target_miss < fit.params.p_star:
+        # no size reaches a target under the cold-miss floor: M* is the closest
+        text += (f"; the target miss probability {target_miss:g} is below the floor P* = "
+                 f"{fit.params.p_star:.4f}, which M* already reaches")
+    elif target_miss is not None:
+        wanted = size_for_target(fit.params, target_miss)
         text += f"; the target miss probability {target_miss:g} needs {_mb(wanted)}"
     capped = wanted > high * (1 + 1e-9)
     size = int(max(low, min(high, wanted)))
