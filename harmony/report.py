@@ -118,7 +118,27 @@ def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | Non
         points.append((m, p))
     r2 = data.get("r2")
     return {"params": params, "points": sorted(points),
-            "r2": float(r2) if isinstance(r2, int | float) else None}
+            "r2": float(r2) if isinstance(r2, int | float) else None,
+            # from the tuner's BME probes: the decision and why (absent for a plain fit)
+            "decision": str(data["decision"]) if data.get("decision") else None,
+            "reason": str(data.get("reason") or ""),
+            "probe_cost_s": data.get("probe_cost_s")}
+
+
+#: byte multipliers of the memory units a session parameter may carry
+_BYTE_UNITS = {"B": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+
+
+def shared_buffers_throughput(prior: PriorSession) -> list[tuple[float, float]]:
+    """(shared_buffers in bytes, measured value) of every evaluation of a session that
+    searches shared_buffers in a memory unit; empty otherwise."""
+    for param in prior.definition.get("parameters", []):
+        if param.get("name") == "shared_buffers" and param.get("unit") in _BYTE_UNITS:
+            scale = _BYTE_UNITS[str(param["unit"])]
+            return [(float(ev.point["shared_buffers"]) * scale, float(ev.value))
+                    for ev in evaluations(prior)
+                    if ev.value is not None and "shared_buffers" in ev.point]
+    return []
 
 
 @dataclass(frozen=True)
@@ -287,15 +307,18 @@ def comparison_png(comparison: Comparison) -> bytes:
     return _png(fig)
 
 
-def bme_png(fit: Mapping[str, Any]) -> bytes:
-    """Measured miss probabilities against buffer size, the fitted curve, and M*."""
+def bme_png(fit: Mapping[str, Any],
+            throughput: Sequence[tuple[float, float]] = ()) -> bytes:
+    """Measured miss probabilities (the probes) against buffer size, the fitted curve, M*,
+    and beside them (right axis) the throughput evaluations at their shared_buffers."""
     import numpy as np
 
     from tuner_client.bme.equation import miss_probability
 
     params = fit["params"]
     points: Sequence[tuple[float, float]] = fit["points"]
-    high = max([params.m_star * 1.5] + [m * 1.1 for m, _ in points])
+    high = max([params.m_star * 1.5] + [m * 1.1 for m, _ in points]
+               + [m * 1.1 for m, _ in throughput])
     low = max(1.0, -params.m_b + 1.0)
     sizes = np.linspace(low, high, 300)
     mib = 1024.0 * 1024.0
@@ -305,14 +328,26 @@ def bme_png(fit: Mapping[str, Any]) -> bytes:
             label="BME fit" + (f" (R² {fit['r2']:.3f})" if fit.get("r2") is not None else ""))
     if points:
         ax.plot([m / mib for m, _ in points], [p for _, p in points], "o", color="#ff7f0e",
-                label="measured")
+                label="probes" if fit.get("decision") else "measured")
     ax.axvline(params.m_star / mib, color="#2ca02c", linestyle="--",
                label=f"M* = {params.m_star / mib:.0f} MiB")
     ax.set_xlabel("shared_buffers (MiB)")
     ax.set_ylabel("miss probability")
-    ax.set_title("buffer miss equation")
+    title = "buffer miss equation"
+    if fit.get("decision"):
+        title += f": {fit['decision']}"
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
+    handles, labels = ax.get_legend_handles_labels()
+    if throughput:
+        right = ax.twinx()
+        right.plot([m / mib for m, _ in throughput], [v for _, v in throughput], "s",
+                   color="#7f7f7f", alpha=0.7, label="throughput evaluations")
+        right.set_ylabel("throughput")
+        right.set_ylim(bottom=0)
+        more_h, more_l = right.get_legend_handles_labels()
+        handles, labels = handles + more_h, labels + more_l
+    ax.legend(handles, labels, loc="center right")
     return _png(fig)
 
 
@@ -359,7 +394,7 @@ def render_figures(prior: PriorSession, comparison: Comparison | None,
     if comparison is not None:
         figures.images["comparison.png"] = comparison_png(comparison)
     if bme is not None:
-        figures.images["bme.png"] = bme_png(bme)
+        figures.images["bme.png"] = bme_png(bme, shared_buffers_throughput(prior))
     screening = screening_from_metadata(prior)
     if screening is not None:
         figures.images["screening.png"] = screening_png(screening)
@@ -429,10 +464,22 @@ def render_html(prior: PriorSession, figures: ReportFigures, comparison: Compari
                         " or <code>--comparison FILE.json</code>).</p>")
     if bme is not None:
         p = bme["params"]
-        sections.append(_figure(figures, "bme.png", "Buffer miss equation",
-                                f"Fitted P* = {p.p_star:.4g}, Pc = {p.p_c:.4g}, "
-                                f"Mb = {_mib(p.m_b)}, M* = {_mib(p.m_star)}."))
-    else:
+        caption = (f"Fitted P* = {p.p_star:.4g}, Pc = {p.p_c:.4g}, Mb = {_mib(p.m_b)}, "
+                   f"M* = {_mib(p.m_star)}.")
+        if bme.get("decision"):
+            cost = bme.get("probe_cost_s")
+            caption += (f" Probes ({len(bme['points'])}"
+                        + (f", {float(cost):.1f} s" if isinstance(cost, int | float) else "")
+                        + f"): {bme['decision']}: {bme['reason']}")
+        if shared_buffers_throughput(prior):
+            caption += " Grey squares (right axis): this session's throughput evaluations."
+        sections.append(_figure(figures, "bme.png", "Buffer miss equation", caption))
+    probed = _probe_rows(prior)
+    if probed:
+        sections.append("<h2>BME probes</h2><table><tr><th>pass</th><th>probes (size: "
+                        "miss probability)</th><th>cost</th><th>decision</th></tr>"
+                        + probed + "</table>")
+    if bme is None and not probed:
         sections.append("<h2>Buffer miss equation</h2><p class=note>No BME fit was recorded for "
                         "this session (session metadata <code>bme</code> or <code>--bme "
                         "FILE.json</code>).</p>")
@@ -509,6 +556,27 @@ def write_report(prior: PriorSession, out_dir: str | Path, *,
     logger.info("wrote the report of session %s to %s (%d figures)", prior.name, page,
                 len(figures.images))
     return page
+
+
+def _probe_rows(prior: PriorSession) -> str:
+    """Table rows of the tuner's probe decisions (session metadata ``bme_probes``)."""
+    items = (prior.definition.get("metadata", {}) or {}).get("bme_probes")
+    if not isinstance(items, list):
+        return ""
+    e = html.escape
+    rows = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        shown = ", ".join(f"{_mib(float(p['size']))}: {float(p['miss']):.3f}"
+                          for p in item.get("probes", []) or []
+                          if isinstance(p, Mapping) and p.get("miss") is not None)
+        cost = item.get("probe_cost_s")
+        rows.append(f"<tr><td>{e(str(item.get('pass', '')))}</td><td>{e(shown)}</td>"
+                    f"<td>{e(f'{float(cost):.1f} s' if isinstance(cost, int | float) else '')}"
+                    f"</td><td>{e(str(item.get('decision', '')))}: "
+                    f"{e(str(item.get('reason', '')))}</td></tr>")
+    return "".join(rows)
 
 
 # -- formatting helpers ----------------------------------------------------------------------

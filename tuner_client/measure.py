@@ -389,8 +389,10 @@ class Measurer:
             return math.isclose(float(x), float(y), rel_tol=1e-9)
         return x == y
 
-    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True) -> ApplyOutcome:
-        """Put ``settings`` in force (a restart when an offline knob changes); warm up.
+    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
+              warm_up: bool = True) -> ApplyOutcome:
+        """Put ``settings`` in force (a restart when an offline knob changes); warm up
+        (``warm_up=False``: not, e.g. for a buffer probe that measures from a cold buffer).
 
         Returns what happened; a failure leaves the server running with its last good
         configuration (the controller rolls back a restart that does not come up).
@@ -432,11 +434,12 @@ class Measurer:
             outcome.apply_s = time.monotonic() - started
             self.in_force.update(online)
         self._applied_at = self._changed_at = time.monotonic()
-        try:
-            self.warm_up()
-        except GuardrailTrip as trip:
-            self.guard_tripped(trip)
-            outcome.failure = f"sampling failed: {trip.reason}"
+        if warm_up:
+            try:
+                self.warm_up()
+            except GuardrailTrip as trip:
+                self.guard_tripped(trip)
+                outcome.failure = f"sampling failed: {trip.reason}"
         return outcome
 
     def _restart(self, offline: dict[str, str]) -> tuple[float, str | None]:

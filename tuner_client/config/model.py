@@ -224,6 +224,25 @@ class FinalConfig:
 
 
 @dataclass(frozen=True)
+class ProbeConfig:
+    """Buffer Miss Equation probes before the offline search (docs/background.md §3):
+    ``probes`` restarts at sizes spread over the allowed shared_buffers range, each a
+    ``probe_seconds`` window from a cold buffer that reads only the miss probability; the
+    fitted curve (trusted from R² ``min_r2``) starts the search near M* and caps it where the
+    curve is flat. ``target_miss``: the size comes from the equation instead (the smallest
+    size whose miss probability is at most this). ``probes = 0`` turns probing off."""
+
+    probes: int = 0
+    probe_seconds: float = 3.0
+    target_miss: float | None = None
+    min_r2: float = 0.9
+
+    @property
+    def enabled(self) -> bool:
+        return self.probes > 0
+
+
+@dataclass(frozen=True)
 class ScreeningConfig:
     """Before the online search, rank the online knobs by effect over noise with a two-level
     design (``pb``: Plackett–Burman; ``oat``: one at a time at both ends), ``replicates``
@@ -273,6 +292,7 @@ class TunerConfig:
     source: str = "tuner config"
     warm_start: WarmStartConfig = WarmStartConfig()
     screening: ScreeningConfig = ScreeningConfig()
+    bme: ProbeConfig = ProbeConfig()
 
     def knob_specs(self) -> tuple[KnobSpec, ...]:
         return self.offline.knobs + self.online.knobs

@@ -30,6 +30,7 @@ from tuner_client.config.model import (
     KnobSpec,
     MeasureConfig,
     ObserveConfig,
+    ProbeConfig,
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
@@ -207,6 +208,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                 z=float(sc.get("z", ScreeningConfig.z)),
                                 replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
                                 samples=int(sc.get("samples", ScreeningConfig.samples)))
+    bme = _probe_config(data.get("bme") or {}, where)
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
@@ -214,7 +216,27 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
                        description=data.get("description", TunerConfig.description),
                        source=source,
-                       warm_start=warm_start, screening=screening)
+                       warm_start=warm_start, screening=screening, bme=bme)
+
+
+def _probe_config(raw: Mapping[str, Any], where: Any) -> ProbeConfig:
+    """The ``bme:`` section: probes 0 (off) or 3..12 (the fit needs three sizes)."""
+    probes = int(raw.get("probes", ProbeConfig.probes))
+    if 0 < probes < 3:
+        raise ConfigError(f"{where('bme', 'probes')}: bme.probes must be 0 (no probes) or at "
+                          f"least 3 (the Buffer Miss Equation fit needs three sizes), but got "
+                          f"{probes}")
+    target = raw.get("target_miss", ProbeConfig.target_miss)
+    if target is not None and not 0 < float(target) < 1:
+        raise ConfigError(f"{where('bme', 'target_miss')}: bme.target_miss must be a miss "
+                          f"probability strictly between 0 and 1, but got {target}")
+    if target is not None and probes == 0:
+        raise ConfigError(f"{where('bme', 'target_miss')}: bme.target_miss needs probes to fit "
+                          f"the curve it is read from; set bme.probes (3 or more)")
+    return ProbeConfig(probes=probes,
+                       probe_seconds=float(raw.get("probe_seconds", ProbeConfig.probe_seconds)),
+                       target_miss=float(target) if target is not None else None,
+                       min_r2=float(raw.get("min_r2", ProbeConfig.min_r2)))
 
 
 def _user_workload(kind: str, raw: Mapping[str, Any], timeout: float | None, source: str,

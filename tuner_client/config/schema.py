@@ -200,6 +200,15 @@ TUNER_SCHEMA: dict[str, Any] = {
                            "replicates": {"type": "integer", "minimum": 1, "maximum": 10},
                            "samples": {"type": "integer", "minimum": 1, "maximum": 10}},
         },
+        "bme": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "probes": {"type": "integer", "minimum": 0, "maximum": 12},
+                "probe_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                "target_miss": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "min_r2": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
         "warm_start": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {

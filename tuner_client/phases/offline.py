@@ -3,7 +3,10 @@ simplex, capped by the memory budget with the online knobs in force.
 
 Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a good fit, the
 search restarts inside the advised range from the advised size (on a poor fit the plain
-search goes on, and says so). The pass ends with its best point in force.
+search goes on, and says so). With ``bme.probes`` the pass probes first
+(:mod:`tuner_client.phases.probing`): a usable decision replaces that prior, the search runs in
+the probes' window from their size, and from pass 2 (or with ``bme.target_miss``) only the
+equation's size is measured. The pass ends with its best point in force.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tuner_client.measure import PointRecord
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.measuring import run_session
 from tuner_client.phases.offline_prior import OfflinePrior
+from tuner_client.phases.probing import ProbeAdvice, probe_shared_buffers
 from tuner_client.phases.sessions import open_session, session_definition
 from tuner_client.phases.state import RunContext, RunState, best_of
 
@@ -36,12 +40,16 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
         return None
     start = space.point_from_settings(state.best_or_current(ctx, space.names))
     make_room_for_shared_buffers(ctx, state, label, space, start)
+    first = len(state.records)
+    probed = probe_shared_buffers(ctx, state, label, space)
+    if probed is not None:
+        return _probed_search(ctx, state, n, label, space, probed, first)
     definition = session_definition(ctx, state, label, space,
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
-                                    warm=n == 1)
+                                    warm=n == 1, metadata=_probes_metadata(state)
+                                    if state.probe_decisions else None)
     session = open_session(ctx, state, definition, "offline")
-    first = len(state.records)
     prior = None
     if cfg.offline.prior and "shared_buffers" in space.names:
         prior = OfflinePrior(space, ctx.budget.shared_buffers_cap(measurer.in_force),
@@ -86,6 +94,53 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
         session2 = open_session(ctx, state, definition, "offline")
         run_session(ctx, state, session2, narrowed, max(1, evaluations - spent), label2,
                     reference=reference)
+    return _put_best_in_force(ctx, state, label, space, first)
+
+
+def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: KnobSpace,
+                   probed: ProbeAdvice, first: int) -> float | None:
+    """The offline search after usable probes: inside the window from the decided size. After
+    a workload shift (pass 2 on) or with a target miss probability the equation gives the size,
+    so only that size is measured: the probes replace the search."""
+    cfg = ctx.config
+    bounds = {"shared_buffers": (float(probed.bounds[0]), float(probed.bounds[1]))}
+    narrowed = KnobSpace(tuple(p if p.name not in bounds else _with_bounds(p, bounds[p.name])
+                               for p in space.params))
+    start = {**space.point_from_settings(ctx.current(space.names)),
+             "shared_buffers": probed.start}
+    only_size = n > 1 or cfg.bme.target_miss is not None
+    evaluations = 1 if only_size else cfg.offline.evaluations
+    if only_size:
+        why = ("a re-probe after a workload shift" if n > 1 else
+               f"the target miss probability {cfg.bme.target_miss:g}")
+        state.decide(f"{label}: shared_buffers from the equation ({why}): measuring "
+                     f"{probed.start}{space['shared_buffers'].unit or ''} only, no search")
+    label2 = f"{label}-bme"
+    definition = session_definition(ctx, state, label2, narrowed,
+                                    ctx.budget.offline_constraints(ctx.measurer.in_force),
+                                    cfg.offline.strategy, cfg.offline.strategy_options, start,
+                                    metadata=_probes_metadata(state))
+    session = open_session(ctx, state, definition, "offline")
+    reference = Reference(label2, ctx.current(space.names)) if cfg.measure.paired else None
+    run_session(ctx, state, session, narrowed, evaluations, label2, reference=reference,
+                seconds=cfg.offline.seconds)
+    return _put_best_in_force(ctx, state, label, space, first)
+
+
+def _probes_metadata(state: RunState) -> dict[str, Any] | None:
+    """The BME fit and every probe decision so far, for a session's metadata (the report)."""
+    meta: dict[str, Any] = {}
+    if state.bme is not None:
+        meta["bme"] = state.bme
+    if state.probe_decisions:
+        meta["bme_probes"] = state.probe_decisions
+    return meta or None
+
+
+def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                       first: int) -> float | None:
+    """Put the pass's best offline point in force for the online session; its value."""
+    measurer = ctx.measurer
     best = best_of(state.records[first:])
     if best is None:
         state.decide(f"{label}: no offline point measured successfully; keeping "

@@ -77,6 +77,8 @@ def export_sessions(state: RunState, directory: Path, result: TuneResult) -> lis
             metadata["comparison"] = result.comparison
         if kind == "offline" and state.bme is not None:
             metadata["bme"] = state.bme
+        if kind == "offline" and state.probe_decisions:
+            metadata["bme_probes"] = state.probe_decisions
         prior.definition = {**prior.definition, "metadata": metadata}
         written.append(dump(prior, directory / f"{_file_name(prior.name)}.xml"))
     return written

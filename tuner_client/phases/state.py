@@ -87,6 +87,9 @@ class RunState:
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
     bme: dict[str, Any] | None = None
+    #: every BME probe decision of the run (``tuner_client.bme.probes.ProbeDecision.to_dict``
+    #: plus the pass label, the probes' cost and the search window), in order
+    probe_decisions: list[dict[str, Any]] = field(default_factory=list)
     #: the BME prior's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any

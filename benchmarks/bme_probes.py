@@ -1,0 +1,486 @@
+"""BME probes as a shared_buffers prior, on a real memory-bound PostgreSQL: a careful sweep of
+throughput by shared_buffers, repeated real probe sets (restart, a short cold-buffer window,
+the miss probability from pg_statio), and replays of the offline search with and without the
+probes' prior.
+
+The embedded cluster runs in a memory cgroup smaller than the TPC-H database, so buffer
+misses cost reads the OS cache cannot all absorb. ``--setup tpch`` runs a TPC-H mix,
+``--setup lookup`` skewed key lookups on ``lineitem``. Sweep passes (restart, warm-up,
+samples at every size; alternating order) are interleaved with probe sets, so both see the
+same machine. The offline session (2-vertex Nelder-Mead on an 8 MB grid, as the tuner runs it)
+is then replayed on the sweep (throughput linear in log size between sizes, the measured
+sample CV as noise) from several starts and seeds: plain, and after one of the measured probe
+sets (decided and narrowed exactly as :mod:`tuner_client.phases.offline` does). Counted: full
+evaluations and wall-clock (probes included, at their measured cost) until a search first
+evaluates a size within 95 % of the sweep's best throughput.
+
+Run: ``flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes --setup tpch``
+(or ``--setup lookup``); ``--from-json FILE`` redoes the analysis on earlier measurements.
+Writes ``benchmarks/results/bme_probes_<setup>.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from scipy.stats import binomtest
+
+from benchmarks.bme_prior import Table, _machine, _session, _size_text
+from harmony.errors import HarmonyError
+from strategies.space import IntParam, Space
+from tuner_client.bme.probes import Probe, decide, probe_sizes, search_window
+from tuner_client.buffer_probes import run_probes, touched_pages
+from tuner_client.config import MeasureConfig
+from tuner_client.controllers.local import LocalController
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measure import Measurer, PointRecord
+from tuner_client.stats.replay import point_noise_only, replay_objective
+from workloads.base import Workload
+from workloads.driver import WorkloadDriver
+from workloads.loop import Statement, StatementLoop
+
+logger = logging.getLogger(__name__)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MB = 1 << 20
+DBNAME = "tpch"
+STEP_MB = 8
+TPCH_MIX = "2Q6,2Q13,1Q9"
+LOOKUP_BATCH = 50
+
+
+# ---------------------------------------------------------------------------------------------
+# workloads
+
+
+def lookup_workload(dsn: str, seed: int) -> StatementLoop:
+    """Skewed key lookups of orders' line items: key rank n·u³ over a fixed shuffle of the
+    order keys (hot keys spread over the pages), batches of 50 keys per statement."""
+    with psycopg.connect(dsn) as conn:
+        keys = np.array([r[0] for r in conn.execute("SELECT o_orderkey FROM orders")],
+                        dtype=np.int64)
+    np.random.default_rng(seed).shuffle(keys)
+
+    def draw(rng: np.random.Generator) -> Statement:
+        ranks = (keys.size * rng.random(LOOKUP_BATCH) ** 3).astype(np.int64)
+        return ("SELECT sum(l_extendedprice) FROM lineitem WHERE l_orderkey = ANY(%s)",
+                (keys[ranks].tolist(),))
+
+    return StatementLoop(dsn, draw, streams=4, seed=seed)
+
+
+def make_workload(setup: str, dsn: str, seed: int) -> Workload:
+    if setup == "lookup":
+        return lookup_workload(dsn, seed)
+    return WorkloadDriver(dsn, TPCH_MIX, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring
+
+
+def _record_row(record: PointRecord, size: int, n: int, cost_s: float) -> dict[str, Any]:
+    return {"size": size, "pass": n, "cost_s": cost_s, "restart_s": record.restart_s,
+            "failure": record.failure,
+            "samples": [{"qpm": s.qpm, "completed": s.completed, "seconds": s.seconds}
+                        for s in record.samples]}
+
+
+def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
+    """Load, then interleave sweep passes and probe sets on one cluster; leave it stopped."""
+    from workloads.tpch.load import load_tpch
+
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(state / "cluster", memory_limit_bytes=args.memory_limit_mb * MB)
+    if cluster.is_initialized():
+        cluster.stop()
+    cluster.start()
+    rows: list[dict[str, Any]] = []
+    probe_sets: list[dict[str, Any]] = []
+    try:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                [DBNAME]).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+            conn.execute("ALTER SYSTEM SET max_parallel_workers_per_gather = 0")
+            conn.execute("SELECT pg_reload_conf()")
+        dsn = cluster.dsn_for(DBNAME)
+        load = load_tpch(dsn, args.scale, workdir=state / "tpch-data")
+        with psycopg.connect(dsn) as conn:
+            catalog = KnobCatalog.from_connection(conn)
+            original = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
+            version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+        controller = LocalController(cluster, precheck_memory=False)
+        measure = MeasureConfig(warmup_s=args.warmup, samples=args.samples,
+                                queries=None, seconds=args.seconds, aggregate="mean")
+        measurer = Measurer(dsn, catalog, make_workload(args.setup, dsn, args.seed), measure,
+                            controller=controller)
+        measurer.in_force = {"shared_buffers": original}
+        lo, hi = args.sizes[0], args.sizes[-1]
+        p_sizes = probe_sizes(lo, hi, args.probes, step=STEP_MB * MB)
+        try:
+            for n in range(args.passes):
+                order = args.sizes if n % 2 == 0 else list(reversed(args.sizes))
+                for size in order:
+                    started = time.monotonic()
+                    record = measurer.measure("sweep", {"shared_buffers": size // MB},
+                                              {"shared_buffers": _size_text(size)},
+                                              check_budget=False)
+                    rows.append(_record_row(record, size, n, time.monotonic() - started))
+                    logger.info("sweep %s pass %d: %s qpm (%.1f s)", _size_text(size), n,
+                                record.value, rows[-1]["cost_s"])
+                for k in range(args.probe_sets_per_pass):
+                    probes, failures = run_probes(measurer, p_sizes, args.probe_seconds)
+                    probe_sets.append({"pass": n, "set": k, "failures": failures,
+                                       "probes": [p.to_dict() | {"touched": p.touched}
+                                                  for p in probes]})
+            measurer.apply({"shared_buffers": original}, warm_up=False)
+        finally:
+            measurer.close()
+    finally:
+        cluster.stop()
+    return {"setup": args.setup, "scale": args.scale, "database_bytes": load.database_bytes,
+            "mix": TPCH_MIX if args.setup == "tpch" else "skewed lineitem lookups",
+            "server_version": version, "memory_limit_bytes": cluster.memory_limit_bytes,
+            "warmup_s": args.warmup, "samples": args.samples, "sample_s": args.seconds,
+            "passes": args.passes, "probe_seconds": args.probe_seconds,
+            "probe_sizes": p_sizes, "rows": rows, "probe_sets": probe_sets}
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis
+
+
+def _probe_from_dict(d: dict[str, Any]) -> Probe:
+    return Probe(size=int(d["size"]), hits=int(d["hits"]), reads=int(d["reads"]),
+                 window_s=float(d["window_s"]), cost_s=float(d["cost_s"]),
+                 touched={str(k): int(v) for k, v in d.get("touched", {}).items()})
+
+
+def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per size: mean throughput over every sample of every pass, the sample CV."""
+    by_size: dict[int, list[float]] = {}
+    for row in rows:
+        by_size.setdefault(int(row["size"]), []).extend(s["qpm"] for s in row["samples"])
+    out = []
+    for size in sorted(by_size):
+        qpms = by_size[size]
+        mean = statistics.fmean(qpms)
+        out.append({"size": size, "qpm": mean, "n": len(qpms),
+                    "ci95": 1.96 * statistics.stdev(qpms) / math.sqrt(len(qpms))
+                    if len(qpms) > 1 else 0.0,
+                    "cv": statistics.stdev(qpms) / mean if len(qpms) > 1 and mean else 0.0})
+    return out
+
+
+def decisions(measured: dict[str, Any], min_r2: float) -> list[dict[str, Any]]:
+    """The decision of every measured probe set, as the tuner makes it."""
+    lo, hi = measured["probe_sizes"][0], measured["probe_sizes"][-1]
+    out = []
+    for ps in measured["probe_sets"]:
+        probes = [_probe_from_dict(d) for d in ps["probes"]]
+        decision = decide(probes, touched_pages=touched_pages(probes) or None, low=lo,
+                          high=hi, min_r2=min_r2)
+        window = search_window(decision, lo, hi, STEP_MB * MB)
+        out.append({"kind": decision.kind, "reason": decision.reason,
+                    "r2": decision.fit.r2 if decision.fit is not None else None,
+                    "m_star": decision.fit.params.m_star if decision.fit is not None else None,
+                    "size": decision.size, "window": window,
+                    "cost_s": sum(p.cost_s for p in probes),
+                    "misses": [[p.size, p.miss] for p in probes if p.accesses]})
+    return out
+
+
+def replay_search(table: Table, space: Space, start_mb: int, budget: int, *, noise_cv: float,
+                  seed: int, target: float) -> tuple[int | None, list[int]]:
+    """One 2-vertex Nelder-Mead session on the table; the evaluation count at which a size
+    within the target is first evaluated (None: never within ``budget``)."""
+    objective = replay_objective(table, "shared_buffers", "qpm", unit=MB, seed=seed,
+                                 model=point_noise_only(noise_cv, shape="normal"))
+    core = _session(space, start_mb, seed, "replay")
+    evaluated: list[int] = []
+    reached: int | None = None
+    while len(evaluated) < budget:
+        got = core.fetch("bench")
+        if got is None:
+            break
+        size_mb = int(got.point["shared_buffers"])
+        evaluated.append(size_mb)
+        if reached is None and table.value("qpm", size_mb * MB) >= target:
+            reached = len(evaluated)
+        core.report(got.trial_id, objective.measure(got.point, objective.model.point_seconds))
+    return reached, evaluated
+
+
+def _boot_mean_ci(values: list[float], rng: np.random.Generator,
+                  reps: int = 4000) -> tuple[float, float, float]:
+    arr = np.asarray(values, dtype=float)
+    means = arr[rng.integers(0, arr.size, (reps, arr.size))].mean(axis=1)
+    return float(arr.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def _boot_ratio_ci(a: list[float], b: list[float], rng: np.random.Generator,
+                   reps: int = 4000) -> tuple[float, float, float]:
+    """mean(a)/mean(b) with a bootstrap interval over paired runs (same start and seed)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    idx = rng.integers(0, x.size, (reps, x.size))
+    ratios = x[idx].mean(axis=1) / y[idx].mean(axis=1)
+    return (float(x.mean() / y.mean()), float(np.percentile(ratios, 2.5)),
+            float(np.percentile(ratios, 97.5)))
+
+
+def _overlap(points: list[dict[str, Any]]) -> bool:
+    """True when the best and the worst size's 95 % intervals overlap."""
+    hi = max(points, key=lambda p: p["qpm"])
+    lo = min(points, key=lambda p: p["qpm"])
+    return bool(hi["qpm"] - hi["ci95"] <= lo["qpm"] + lo["ci95"])
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson interval of a share k/n (scipy's binomial test)."""
+    if n == 0:
+        return 0.0, 1.0
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
+            ) -> dict[str, Any]:
+    points = sweep_points(measured["rows"])
+    table = Table([{"size": p["size"], "qpm": p["qpm"], "miss": 0.0, "accesses_per_sample": 1}
+                   for p in points])
+    best = max(p["qpm"] for p in points)
+    target = 0.95 * best
+    sizes_mb = [p["size"] // MB for p in points]
+    lo_mb, hi_mb = sizes_mb[0], sizes_mb[-1]
+    space = Space((IntParam("shared_buffers", lo_mb, hi_mb, STEP_MB, unit="MB"),))
+    noise = float(np.median([p["cv"] for p in points]))
+    eval_cost = statistics.fmean(r["cost_s"] for r in measured["rows"] if not r["failure"])
+    decided = decisions(measured, min_r2)
+    starts = [s for s in (lo_mb, (lo_mb + hi_mb) // 2 // STEP_MB * STEP_MB, hi_mb)]
+    runs: list[dict[str, Any]] = []
+    for start in starts:
+        for seed in range(seeds):
+            d = decided[(seed + start) % len(decided)]
+            cv = noise if seed > 0 else 0.0
+            plain_at, plain_seq = replay_search(table, space, start, budget, noise_cv=cv,
+                                                seed=seed, target=target)
+            used = d["window"] is not None
+            if used:
+                s_b, lo_b, hi_b = d["window"]
+                narrowed = space.narrowed({"shared_buffers": (lo_b // MB, hi_b // MB)})
+                prior_at, prior_seq = replay_search(table, narrowed, s_b // MB, budget,
+                                                    noise_cv=cv, seed=seed, target=target)
+            else:
+                prior_at, prior_seq = plain_at, plain_seq
+            runs.append({"start_mb": start, "seed": seed, "plain_at": plain_at,
+                         "prior_at": prior_at, "prior_used": used,
+                         "probe_cost_s": d["cost_s"], "decision": d["kind"],
+                         "plain_seq": plain_seq, "prior_seq": prior_seq})
+
+    def evals(at: int | None) -> float:
+        return float(at) if at is not None else float(budget + 1)  # censored: budget + 1
+
+    rng = np.random.default_rng(7)
+    plain_e = [evals(r["plain_at"]) for r in runs]
+    prior_e = [evals(r["prior_at"]) for r in runs]
+    plain_s = [e * eval_cost for e in plain_e]
+    prior_s = [evals(r["prior_at"]) * eval_cost + r["probe_cost_s"] for r in runs]
+    used = sum(r["prior_used"] for r in runs)
+    r2s = [d["r2"] for d in decided if d["r2"] is not None]
+    probe_cost = statistics.fmean(d["cost_s"] for d in decided)
+    per_probe = [p["cost_s"] for ps in measured["probe_sets"] for p in ps["probes"]]
+    return {
+        "points": points, "best_qpm": best, "target_qpm": target, "noise_cv": noise,
+        # how easy the target is: sweep sizes already within it, and whether the best and the
+        # worst size's 95 % intervals overlap (throughput flat within the noise)
+        "sizes_within_target": [p["size"] for p in points if p["qpm"] >= target],
+        "flat_within_noise": _overlap(points),
+        "space_mb": [lo_mb, hi_mb, STEP_MB], "budget": budget, "seeds": seeds,
+        "starts_mb": starts, "eval_cost_s": eval_cost,
+        "probe_cost_s": {"per_probe_mean": statistics.fmean(per_probe),
+                         "per_set_mean": probe_cost,
+                         "ratio_probe_to_eval": statistics.fmean(per_probe) / eval_cost},
+        "decisions": decided,
+        "r2": {"values": r2s, "mean": statistics.fmean(r2s) if r2s else None,
+               "min": min(r2s) if r2s else None, "max": max(r2s) if r2s else None},
+        "prior_used": {"runs": len(runs), "used": used, "share": used / len(runs),
+                       "wilson95": _wilson(used, len(runs))},
+        "decision_sets": {"sets": len(decided),
+                          "usable": sum(d["window"] is not None for d in decided),
+                          "wilson95": _wilson(sum(d["window"] is not None for d in decided),
+                                              len(decided))},
+        "evals": {"plain": _boot_mean_ci(plain_e, rng), "prior": _boot_mean_ci(prior_e, rng),
+                  "ratio": _boot_ratio_ci(prior_e, plain_e, rng)},
+        "wall_s": {"plain": _boot_mean_ci(plain_s, rng), "prior": _boot_mean_ci(prior_s, rng),
+                   "ratio": _boot_ratio_ci(prior_s, plain_s, rng)},
+        "reached": {"plain": sum(r["plain_at"] is not None for r in runs),
+                    "prior": sum(r["prior_at"] is not None for r in runs)},
+        "noise_free_runs": [r for r in runs if r["seed"] == 0],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def _ci(t: tuple[float, float, float], fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(t[0])} ({fmt.format(t[1])}–{fmt.format(t[2])})"
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    m, meas, an = report["machine"], report["measured"], report["analysis"]
+    lines = [f"# BME probes as a shared_buffers prior: {meas['setup']}", "",
+             f"Command: `{report['command']}`  ",
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
+             f"PostgreSQL {meas['server_version']}; load average (1 min) at start "
+             f"{m['load_average_start'][0]:.2f}, at end {report['load_average_end'][0]:.2f} "
+             "(shared with other jobs).  ",
+             f"Measuring took {report['measure_seconds']:.0f} s.", "",
+             f"TPC-H SF {meas['scale']} ({meas['database_bytes'] / MB:.0f} MB), workload "
+             f"`{meas['mix']}`, embedded cluster in a memory cgroup of "
+             f"{meas['memory_limit_bytes'] // MB} MB (smaller than the database: misses cost "
+             f"reads the OS cache cannot all absorb). Sweep: per size restart, "
+             f"{meas['warmup_s']:g} s warm-up, {meas['samples']} samples of "
+             f"{meas['sample_s']:g} s, {meas['passes']} passes in alternating order; after "
+             f"each pass {len(meas['probe_sets']) // max(1, meas['passes'])} probe set(s) of "
+             f"{len(meas['probe_sizes'])} probes ("
+             + ", ".join(_size_text(s) for s in meas["probe_sizes"])
+             + f"), each restart + {meas['probe_seconds']:g} s cold-buffer window.", "",
+             "## Sweep (throughput by shared_buffers)", "",
+             "| shared_buffers | qpm (mean) | 95 % CI | samples | sample CV |",
+             "|---:|---:|---:|---:|---:|"]
+    for p in an["points"]:
+        lines.append(f"| {_size_text(p['size'])} | {p['qpm']:.1f} | ±{p['ci95']:.1f} | "
+                     f"{p['n']} | {100 * p['cv']:.1f}% |")
+    pc = an["probe_cost_s"]
+    lines += ["", "## Probe sets and their decisions", "",
+              f"Cost: a probe {pc['per_probe_mean']:.2f} s, a probe set {pc['per_set_mean']:.1f} s;"
+              f" a full evaluation (restart + warm-up + samples) {an['eval_cost_s']:.1f} s: "
+              f"**one probe costs {pc['ratio_probe_to_eval']:.3f} of an evaluation** "
+              f"(a set of {len(meas['probe_sizes'])}: "
+              f"{pc['per_set_mean'] / an['eval_cost_s']:.2f} evaluations).", "",
+              "| set | P by size | decision | R² | M* | size | search window (MB) |",
+              "|---:|---|---|---:|---:|---:|---|"]
+    for i, d in enumerate(an["decisions"]):
+        misses = " ".join(f"{p:.3f}" for _, p in d["misses"])
+        window = (f"start {d['window'][0] // MB}, {d['window'][1] // MB}..{d['window'][2] // MB}"
+                  if d["window"] else "—")
+        lines.append(f"| {i} | {misses} | {d['kind']} | "
+                     + (f"{d['r2']:.3f}" if d["r2"] is not None else "—") + " | "
+                     + (f"{d['m_star'] / MB:.0f} MB" if d["m_star"] else "—") + " | "
+                     + (f"{d['size'] // MB} MB" if d["size"] else "—") + f" | {window} |")
+    lines += ["", "Decisions' reasons:", ""]
+    lines += [f"- set {i}: {d['reason']}" for i, d in enumerate(an["decisions"])]
+    r2 = an["r2"]
+    pu, ds = an["prior_used"], an["decision_sets"]
+    lines += ["", "## Offline search: plain 2-vertex Nelder-Mead vs after the probes", "",
+              f"Replayed on the sweep (linear in log size between sizes; "
+              f"{100 * an['noise_cv']:.1f}% multiplicative noise, the median sample CV; seed 0 "
+              f"noise-free), space {an['space_mb'][0]}..{an['space_mb'][1]} MB step "
+              f"{an['space_mb'][2]} MB, budget {an['budget']} evaluations, starts "
+              f"{an['starts_mb']} MB × {an['seeds']} seeds; each prior run uses one of the "
+              f"{ds['sets']} measured probe sets in turn. Target: a size whose sweep throughput"
+              f" is ≥ 95 % of the best ({an['best_qpm']:.1f} qpm) = {an['target_qpm']:.1f} "
+              f"qpm. A run that never reaches it counts as budget + 1 evaluations. Intervals: "
+              f"95 % bootstrap over runs (ratios over paired runs), Wilson for shares.", "",
+              "| measure | plain | with probes | ratio (probes / plain) |",
+              "|---|---:|---:|---:|",
+              f"| full evaluations to target | {_ci(an['evals']['plain'])} | "
+              f"{_ci(an['evals']['prior'])} | {_ci(an['evals']['ratio'], '{:.3f}')} |",
+              f"| wall-clock to target (s, probes included) | "
+              f"{_ci(an['wall_s']['plain'], '{:.0f}')} | {_ci(an['wall_s']['prior'], '{:.0f}')} | "
+              f"{_ci(an['wall_s']['ratio'], '{:.3f}')} |",
+              f"| runs reaching the target | {an['reached']['plain']}/{pu['runs']} | "
+              f"{an['reached']['prior']}/{pu['runs']} | |", "",
+              f"Prior used in {pu['used']}/{pu['runs']} runs = {100 * pu['share']:.0f} % "
+              f"(95 % {100 * pu['wilson95'][0]:.0f}–{100 * pu['wilson95'][1]:.0f} %); usable "
+              f"decisions in {ds['usable']}/{ds['sets']} probe sets "
+              f"({100 * ds['wilson95'][0]:.0f}–{100 * ds['wilson95'][1]:.0f} %). Fit R² over "
+              f"the probe sets: "
+              + (f"mean {r2['mean']:.3f}, min {r2['min']:.3f}, max {r2['max']:.3f} "
+                 f"({len(r2['values'])} fits)." if r2["values"] else "no fit.") + "", "",
+              f"How hard the target is: {len(an['sizes_within_target'])} of "
+              f"{len(an['points'])} sweep sizes are within it ("
+              + ", ".join(_size_text(x) for x in an["sizes_within_target"])
+              + "); the best and the worst size's 95 % intervals "
+              + ("overlap: throughput is flat within the noise." if an["flat_within_noise"]
+                 else "do not overlap."), "",
+              "Noise-free sessions (evaluated sizes in MB):", ""]
+    for r in an["noise_free_runs"]:
+        lines.append(f"- start {r['start_mb']} MB: plain {r['plain_seq']} (target at "
+                     f"{r['plain_at']}); with probes ({r['decision']}) {r['prior_seq']} "
+                     f"(target at {r['prior_at']})")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setup", choices=["tpch", "lookup"], required=True)
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--scale", type=float, default=0.3)
+    parser.add_argument("--memory-limit-mb", type=int, default=320)
+    parser.add_argument("--sizes-mb", default="16,32,48,64,96,128,160,192")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--probes", type=int, default=5)
+    parser.add_argument("--probe-seconds", type=float, default=3.0)
+    parser.add_argument("--probe-sets-per-pass", type=int, default=3)
+    parser.add_argument("--budget", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--min-r2", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--from-json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args.sizes = [int(s) * MB for s in args.sizes_mb.split(",")]
+    args.state_dir = args.state_dir or f"/var/tmp/harmony-bench-bme-probes-{args.setup}"
+    stem = f"bme_probes_{args.setup}"
+    machine = _machine()
+    started = time.monotonic()
+    if args.from_json:
+        earlier = json.loads(Path(args.from_json).read_text())
+        measured, machine = earlier["measured"], earlier["machine"]
+        measure_seconds = earlier["measure_seconds"]
+        load_end = earlier.get("load_average_end", list(os.getloadavg()))
+    else:
+        measured = run_measurements(args)
+        measure_seconds = time.monotonic() - started
+        load_end = list(os.getloadavg())
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{stem}.json").write_text(json.dumps(
+            {"machine": machine, "measure_seconds": measure_seconds, "measured": measured,
+             "load_average_end": load_end, "analysis": None}, indent=2, default=str) + "\n")
+    try:
+        analysis = compare(measured, budget=args.budget, seeds=args.seeds, min_r2=args.min_r2)
+    except HarmonyError as exc:
+        logger.error("analysis failed: %s", exc)
+        raise
+    command = (f"flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes "
+               f"--setup {args.setup}")
+    report = {"machine": machine, "command": command, "measure_seconds": measure_seconds,
+              "load_average_end": load_end, "measured": measured, "analysis": analysis}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (RESULTS / f"{stem}.md").write_text(_markdown(report))
+    print(_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

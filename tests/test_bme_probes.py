@@ -1,0 +1,119 @@
+"""The probes' decision on known curves (no database): a knee is found and trusted, a flat
+curve has no knee, a non-monotone or far-extrapolated one is rejected with why; the search
+window; the ``bme:`` config section's errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harmony.errors import ConfigError
+from tuner_client.bme.equation import BMEParams, miss_probability
+from tuner_client.bme.probes import Probe, decide, probe_sizes, search_window
+from tuner_client.config import parse_tuner_config
+
+MB = 1 << 20
+ACCESSES = 1_000_000
+#: a curve with its knee at 96 MB and a floor of 0.02
+TRUE = BMEParams(p_star=0.02, p_c=0.05, m_b=4 * MB, m_star=96 * MB)
+
+
+def _probes(sizes: list[int], params: BMEParams = TRUE, noise: float = 0.0,
+            seed: int = 0) -> list[Probe]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for size in sizes:
+        p = float(miss_probability(params, size)) * (1 + noise * rng.standard_normal())
+        reads = int(round(min(1.0, max(0.0, p)) * ACCESSES))
+        out.append(Probe(size=size, hits=ACCESSES - reads, reads=reads, window_s=3.0,
+                         cost_s=3.5))
+    return out
+
+
+def test_probe_sizes_are_log_spread_on_the_grid_and_inside_the_range() -> None:
+    sizes = probe_sizes(32 * MB, 2048 * MB, 4, step=8 * MB)
+    assert sizes == [32 * MB, 128 * MB, 512 * MB, 2048 * MB]
+    assert probe_sizes(32 * MB, 100 * MB, 5, step=8 * MB)[-1] <= 100 * MB
+    with pytest.raises(ConfigError, match="at least 3"):
+        probe_sizes(32 * MB, 64 * MB, 2)
+
+
+def test_a_knee_inside_the_range_is_found_with_p_star_from_the_catalog() -> None:
+    probes = _probes(probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB), noise=0.03, seed=1)
+    touched = int(TRUE.p_star * ACCESSES)  # the cold misses are the touched pages
+    decision = decide(probes, touched_pages=touched, low=8 * MB, high=256 * MB)
+    assert decision.kind == "knee", decision.reason
+    assert decision.fit is not None and decision.fit.r2 > 0.95
+    assert decision.fit.p_star_given and decision.p_star == pytest.approx(0.02, rel=0.05)
+    assert decision.fit.params.m_star == pytest.approx(96 * MB, rel=0.15)
+    start, low, high = search_window(decision, 8 * MB, 256 * MB, 8 * MB)  # type: ignore[misc]
+    assert low == 8 * MB and start == pytest.approx(96 * MB, rel=0.15)
+    # capped a little past M*: the rest of the budget is left to the other consumers
+    assert start < high <= 1.25 * decision.fit.params.m_star + 8 * MB
+
+
+def test_a_target_miss_probability_gives_the_size_and_the_budget_caps_it() -> None:
+    probes = _probes(probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB))
+    touched = int(TRUE.p_star * ACCESSES)
+    decision = decide(probes, touched_pages=touched, low=8 * MB, high=256 * MB,
+                      target_miss=0.1)
+    assert decision.kind == "knee" and decision.size is not None
+    assert float(miss_probability(TRUE, decision.size)) == pytest.approx(0.1, abs=0.01)
+    below = decide(probes, touched_pages=touched, low=8 * MB, high=256 * MB,
+                   target_miss=0.01)
+    assert below.kind == "knee" and below.size == int(below.fit.params.m_star)  # type: ignore[union-attr]
+    assert "below the floor" in below.reason
+    capped = decide(probes, touched_pages=touched, low=8 * MB, high=64 * MB)
+    assert capped.capped and capped.size == 64 * MB and "capped" in capped.reason
+
+
+def test_a_flat_curve_has_no_knee_and_the_search_stays_small() -> None:
+    probes = _probes(probe_sizes(128 * MB, 1024 * MB, 4, step=8 * MB))  # all beyond M*
+    decision = decide(probes, touched_pages=20_000, low=32 * MB, high=1024 * MB)
+    assert decision.kind == "no-knee" and decision.size == 128 * MB
+    assert "no knee" in decision.reason
+    start, _, high = search_window(decision, 32 * MB, 1024 * MB, 8 * MB)  # type: ignore[misc]
+    assert start == 128 * MB and high == 160 * MB
+
+
+def test_rejections_say_why() -> None:
+    sizes = probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB)
+    probes = _probes(sizes)
+    swapped = [probes[0], probes[3], probes[2], probes[1], probes[4]]
+    bumpy = [Probe(p.size, q.hits, q.reads, 3.0, 3.5) for p, q in zip(probes, swapped,
+                                                                     strict=True)]
+    decision = decide(bumpy, touched_pages=20_000, low=8 * MB, high=256 * MB)
+    assert decision.kind == "rejected" and "not monotone" in decision.reason
+    assert search_window(decision, 8 * MB, 256 * MB, 8 * MB) is None
+    far = BMEParams(p_star=1e-5, p_c=9.5e-5, m_b=4 * MB, m_star=100_000 * MB)
+    still_falling = _probes(sizes, far)
+    decision = decide(still_falling, touched_pages=10, low=8 * MB, high=256 * MB)
+    # a curve still falling at the largest probe: the knee is beyond the budget's cap
+    assert decision.kind == "knee" and decision.capped and decision.size == 256 * MB
+    assert "the knee lies beyond the largest probe" in decision.reason
+    # the same fit with a last probe that no longer falls is not trusted
+    flat_end = [*still_falling[:-1], Probe(sizes[-1], still_falling[-2].hits,
+                                           still_falling[-2].reads, 3.0, 3.5)]
+    decision = decide(flat_end, touched_pages=10, low=8 * MB, high=256 * MB)
+    assert decision.kind == "rejected" and "no longer falls" in decision.reason
+    decision = decide(probes[:2], touched_pages=20_000, low=8 * MB, high=256 * MB)
+    assert decision.kind == "rejected" and "needs 3" in decision.reason
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ("bme: {probes: 2}", r"bme.probes must be 0 \(no probes\) or at least 3"),
+    ("bme: {probes: 4, target_miss: 1.0}", "strictly between 0 and 1"),
+    ("bme: {target_miss: 0.1}", "needs probes"),
+    ("bme: {probes: 4, probe_secs: 3}", "probe_secs"),
+    ("bme: {probes: 4, probe_seconds: 0}", "probe_seconds"),
+])
+def test_bme_config_errors_name_the_key(section: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_tuner_config(f"name: x\n{section}\n", source="x.yaml")
+    assert "x.yaml" in str(info.value)
+
+
+def test_bme_config_defaults_and_values() -> None:
+    assert not parse_tuner_config("name: x\n").bme.enabled
+    cfg = parse_tuner_config("name: x\nbme: {probes: 5, probe_seconds: 2, target_miss: 0.05}\n")
+    assert (cfg.bme.probes, cfg.bme.probe_seconds, cfg.bme.target_miss) == (5, 2.0, 0.05)

@@ -1,0 +1,148 @@
+"""Buffer probes on a live server: restart at one shared_buffers size, run the workload for a
+short window from a cold buffer, and read only the miss probability of its relations.
+
+The counts come from ``pg_statio_user_tables`` (heap) and ``pg_statio_user_indexes``: block
+hits and reads of every user relation whose counters moved over the window. A read may still
+be served by the OS page cache (inside the memory cgroup, if any); it is a miss of
+PostgreSQL's buffer all the same, which is what the Buffer Miss Equation describes. The
+sizes of the relations the windows touched give the catalog's P* (see
+:mod:`tuner_client.bme.probes`). Every probe goes through :meth:`Measurer.apply`, so a size
+that breaks the memory budget is refused, never applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from harmony.errors import HarmonyError
+from tuner_client.bme.probes import Probe
+from tuner_client.config import format_bytes
+from tuner_client.measure import Measurer
+
+logger = logging.getLogger(__name__)
+
+#: how long the counters are polled for after the window (backends flush on exit)
+SETTLE_S = 3.0
+SETTLE_POLL_S = 0.2
+
+_IO_SQL = """
+SELECT relid::regclass::text, coalesce(heap_blks_hit, 0), coalesce(heap_blks_read, 0),
+       pg_relation_size(relid) / current_setting('block_size')::int
+  FROM pg_statio_user_tables
+UNION ALL
+SELECT indexrelid::regclass::text, coalesce(idx_blks_hit, 0), coalesce(idx_blks_read, 0),
+       pg_relation_size(indexrelid) / current_setting('block_size')::int
+  FROM pg_statio_user_indexes
+"""
+
+
+@dataclass(frozen=True)
+class RelationIO:
+    """Block hits and reads of every user relation (tables and indexes) at one moment, with
+    each relation's size in pages."""
+
+    counts: dict[str, tuple[int, int]]
+    pages: dict[str, int]
+
+    def total(self) -> int:
+        return sum(h + r for h, r in self.counts.values())
+
+
+def read_relation_io(conn: psycopg.Connection[Any]) -> RelationIO:
+    """The current statio counters of the connection's database (a fresh snapshot)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    counts: dict[str, tuple[int, int]] = {}
+    pages: dict[str, int] = {}
+    for name, hits, reads, size in conn.execute(_IO_SQL).fetchall():
+        counts[str(name)] = (int(hits), int(reads))
+        pages[str(name)] = int(size or 0)
+    return RelationIO(counts, pages)
+
+
+def window_delta(before: RelationIO, after: RelationIO) -> tuple[int, int, dict[str, int]]:
+    """Hits, reads, and the pages of each relation whose counters moved between the two."""
+    hits = reads = 0
+    touched: dict[str, int] = {}
+    for name, (h1, r1) in after.counts.items():
+        h0, r0 = before.counts.get(name, (0, 0))
+        dh, dr = h1 - h0, r1 - r0
+        if dh < 0 or dr < 0:  # a stats reset or a re-created relation: skip it
+            continue
+        if dh + dr > 0:
+            hits += dh
+            reads += dr
+            touched[name] = after.pages.get(name, 0)
+    return hits, reads, touched
+
+
+def _settled(conn: psycopg.Connection[Any]) -> RelationIO:
+    """The counters once they stop moving (the workload's backends flush on exit)."""
+    deadline = time.monotonic() + SETTLE_S
+    last = read_relation_io(conn)
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL_S)
+        now = read_relation_io(conn)
+        if now.total() == last.total():
+            return now
+        last = now
+    return last
+
+
+def probe(measurer: Measurer, size: int, seconds: float) -> Probe | str:
+    """One probe at ``size`` bytes: restart (budget-checked), a ``seconds`` window of the
+    workload from the cold buffer, the statio deltas. A refused or failed restart, or a
+    failing workload, is returned as text (the server keeps its last good configuration)."""
+    started = time.monotonic()
+    measurer.stop()
+    outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False)
+    if outcome.failure is not None:
+        return outcome.failure
+    try:
+        conn = measurer.live_conn()
+        before = read_relation_io(conn)
+        window_start = time.monotonic()
+        measurer.start()
+        try:
+            measurer.workload.sample(seconds=seconds)
+        finally:
+            measurer.stop()
+        window_s = time.monotonic() - window_start
+        after = _settled(conn)
+    except (HarmonyError, psycopg.Error) as exc:
+        return f"probe at {format_bytes(size)} failed: {exc}"
+    hits, reads, touched = window_delta(before, after)
+    got = Probe(size=size, hits=hits, reads=reads, window_s=window_s,
+                cost_s=time.monotonic() - started, touched=touched)
+    logger.info("probe shared_buffers=%s: %d accesses, P = %s, %.1f s", format_bytes(size),
+                got.accesses, f"{got.miss:.4f}" if got.accesses else "n/a", got.cost_s)
+    return got
+
+
+def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
+               ) -> tuple[list[Probe], list[str]]:
+    """Probe every size (increasing); returns the probes and the failures' texts. The
+    workload is left stopped and the last probed size in force."""
+    probes: list[Probe] = []
+    failures: list[str] = []
+    for size in sorted(sizes):
+        got = probe(measurer, size, seconds)
+        if isinstance(got, str):
+            logger.warning("buffer probe skipped: %s", got)
+            failures.append(got)
+        else:
+            probes.append(got)
+    return probes, failures
+
+
+def touched_pages(probes: Sequence[Probe]) -> int:
+    """The pages of every relation any probe's window accessed (the catalog's P* numerator)."""
+    pages: dict[str, int] = {}
+    for p in probes:
+        pages.update(p.touched)
+    return sum(pages.values())

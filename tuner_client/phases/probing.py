@@ -1,0 +1,97 @@
+"""Buffer Miss Equation probes before an offline pass (``bme.probes``): a few restarts at
+shared_buffers sizes spread over the range the memory budget allows, each a short window
+from a cold buffer reading only the miss probability; the fitted curve's decision says where
+the offline search runs (:func:`tuner_client.bme.probes.search_window`), or why it cannot.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from harmony.errors import HarmonyError
+from strategies.space import IntParam
+from tuner_client.bme.probes import ProbeDecision, decide, probe_sizes, search_window
+from tuner_client.buffer_probes import run_probes, touched_pages
+from tuner_client.config import KnobSpace, format_bytes
+from tuner_client.phases.state import RunContext, RunState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbeAdvice:
+    """A usable decision in session units: where the offline search starts and its range."""
+
+    decision: ProbeDecision
+    start: int
+    bounds: tuple[int, int]
+
+
+def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
+                         space: KnobSpace) -> ProbeAdvice | None:
+    """Probe, fit, decide and record the decision; the advice when the decision is usable."""
+    cfg = ctx.config.bme
+    if not cfg.enabled or "shared_buffers" not in space.names:
+        return None
+    knob = space["shared_buffers"]
+    param = knob.param
+    if not isinstance(param, IntParam):
+        return None
+    measurer = ctx.measurer
+    low = int(knob.canonical(param.min))
+    high = min(int(knob.canonical(param.upper)), ctx.budget.shared_buffers_cap(measurer.in_force))
+    step = int(knob.canonical(param.min + param.step)) - low
+    if high <= low + 2 * step:
+        state.decide(f"{label}: no BME probes: the memory budget leaves shared_buffers only "
+                     f"{format_bytes(low)}..{format_bytes(max(low, high))}")
+        return None
+    before = measurer.in_force.get("shared_buffers")
+    sizes = probe_sizes(low, high, cfg.probes, step)
+    probes, failures = run_probes(measurer, sizes, cfg.probe_seconds)
+    if before is not None:  # the last probed size is not left in force
+        outcome = measurer.apply({"shared_buffers": before}, warm_up=False)
+        if outcome.failure is not None:
+            logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
+                           before, outcome.failure)
+    ctx.in_force_changed()
+    decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
+                      min_r2=cfg.min_r2, target_miss=cfg.target_miss)
+    cost = sum(p.cost_s for p in probes)
+    window = search_window(decision, low, high, step)
+    _record(ctx, state, label, decision, cost, failures, window)
+    shown = ", ".join(f"{format_bytes(p.size)}: {p.miss:.3f}" for p in probes if p.accesses)
+    if window is None:
+        state.decide(f"{label}: BME probes ({shown}; {cost:.1f} s) not used: "
+                     f"{decision.reason}; the plain search goes on"
+                     + (f" ({len(failures)} probe(s) failed: {failures[0]})" if failures
+                        else ""))
+        return None
+    start, lo, hi = window
+    state.decide(f"{label}: BME probes ({shown}; {cost:.1f} s): {decision.kind}, "
+                 f"{decision.reason}; the offline search starts at {format_bytes(start)} in "
+                 f"{format_bytes(lo)}..{format_bytes(hi)}, leaving "
+                 f"{format_bytes(max(0, high - hi))} of the shared_buffers cap to the online "
+                 f"knobs and the OS cache")
+    state.recommended = {**ctx.original, "shared_buffers": format_bytes(start)}
+    return ProbeAdvice(decision, int(knob.session_value(start)),  # type: ignore[arg-type]
+                       (int(knob.session_value(lo)), int(knob.session_value(hi))))  # type: ignore[arg-type]
+
+
+def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecision, cost: float,
+            failures: list[str], window: tuple[int, int, int] | None) -> None:
+    """Keep the decision for the sessions' metadata and export its fit to the metrics."""
+    meta: dict[str, Any] = decision.to_dict()
+    meta.update({"pass": label, "probe_cost_s": cost, "failures": failures,
+                 "window": list(window) if window else None})
+    state.probe_decisions.append(meta)
+    if decision.fit is None:
+        return
+    state.bme = meta
+    try:
+        ctx.metrics.record_bme_fit(decision.fit.params, r2=float(decision.fit.r2),
+                                   sizes=(float(decision.probes[0].size),
+                                          float(decision.probes[-1].size)))
+    except HarmonyError as exc:
+        logger.info("BME fit not exported to the metrics: %s", exc)
