@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,14 +143,15 @@ def monotone_violation(probes: Sequence[Probe]) -> str | None:
 
 
 def touched_p_star(probes: Sequence[Probe], touched_pages: int) -> tuple[float, str]:
-    """P* = touched pages / median block accesses of a window, never above the smallest
-    measured miss probability (the floor lies under every point); with the source as text."""
+    """P* = touched pages / block accesses of the largest probe's window (the floor is where
+    the curve ends, and each window's cold-miss share depends on its own accesses), never
+    above the smallest measured miss probability; with the source as text."""
     counted = [p for p in probes if p.accesses > 0]
-    accesses = statistics.median(p.accesses for p in counted)
+    largest = max(counted, key=lambda p: p.size)
     floor = min(p.miss for p in counted)
-    p_star = touched_pages / accesses if accesses > 0 else 1.0
-    source = (f"{touched_pages:,} touched pages / {accesses:,.0f} accesses per window "
-              f"= {p_star:.4f}")
+    p_star = touched_pages / largest.accesses
+    source = (f"{touched_pages:,} touched pages / {largest.accesses:,} accesses of the "
+              f"largest probe's window = {p_star:.4f}")
     if p_star > floor:
         source += (f", lowered to the smallest measured miss probability {floor:.4f} (the "
                    f"windows do not reach every page)")
