@@ -154,6 +154,43 @@ def test_processes_and_operations_in_both_inequalities() -> None:
         MemoryBudget(ram_bytes=GB, connections=20, process_memory_bytes=64 * MB)
 
 
+def test_work_mem_held_replaces_the_worst_case() -> None:
+    """The end-to-end evidence setup (320 MB cgroup, 32 MB reserve, 12 streams + 8 parallel
+    workers of 4 MB): with work_mem counted as held once per process (h = 1; measured at most
+    0.71 at the peak, ``benchmarks/results/evidence_procmem.md``), PGTune's point fits
+    exactly; the worst case (h = hash_mem_multiplier 2) refused it by 53 MB, as it refused
+    PGTune's 64 MB in the 256 MB run. Points the 256 MB cgroup OOM-killed stay refused."""
+    worst = MemoryBudget(ram_bytes=320 * MB, os_reserved_bytes=32 * MB, connections=20,
+                         process_memory_bytes=4 * MB, hash_mem_multiplier=2.0,
+                         shared_buffers_fraction=0.25, unit="kB")
+    held = replace(worst, work_mem_held=1.0)
+    assert (worst.work_mem_coefficient, held.work_mem_coefficient) == (40, 20)
+    pgtune = {"shared_buffers": 80 * 1024, "work_mem": 3413, "maintenance_work_mem": 40 * 1024,
+              "temp_buffers": 8 * 1024}
+    # 320 - 32 - 80 - (20 x 3413kB + 48MB) = 93.3MB left; the 25 % cap (80MB) binds
+    assert held.slack(pgtune) == 0
+    assert held.shared_buffers_cap(held.online_use(pgtune)) == 80 * MB
+    # 320 - 32 - 80 - (40 x 3413kB + 48MB) = 26.7MB for shared_buffers: 80MB is refused
+    assert worst.slack(pgtune) == (160 * 1024 - 40 * 3413) * 1024 // 8192 * 8192 - 80 * MB
+    assert not worst.is_feasible(pgtune)
+    # PostgreSQL's defaults are refused in 320 MB by the cap and by the processes' memory
+    default = {"shared_buffers": 128 * 1024, "work_mem": 4096,
+               "maintenance_work_mem": 64 * 1024, "temp_buffers": 8 * 1024}
+    assert replace(held, shared_buffers_fraction=1.0).slack(default) == -72 * MB
+    # the points the 256 MB cgroup killed (benchmarks/results/evidence_oomgrid.md)
+    small = replace(held, ram_bytes=256 * MB, shared_buffers_fraction=1.0)
+    for sb_mb, wm_mb in ((96, 32), (128, 4)):
+        assert not small.is_feasible({**default, "shared_buffers": sb_mb * 1024,
+                                      "work_mem": wm_mb * 1024})
+    with pytest.raises(ConfigError, match="work_mem_held must be a positive number"):
+        MemoryBudget(ram_bytes=GB, work_mem_held=0)
+    # the tuner config: unset is the worst case; a non-positive value names file and line
+    assert parse_tuner_config("name: t\n").budget.work_mem_held is None
+    assert parse_tuner_config("name: t\nbudget: {work_mem_held: 1}\n").budget.work_mem_held == 1
+    with pytest.raises(ConfigError, match=r"t.yaml, line 2: budget.work_mem_held"):
+        parse_tuner_config("name: t\nbudget: {work_mem_held: 0}\n", source="t.yaml")
+
+
 def test_fit_online_lowers_work_mem_first_then_the_others(pg_cluster: LocalCluster) -> None:
     """Before the offline search the online knobs in force must leave room for shared_buffers:
     the tuned ones are lowered on the online grid, work_mem first, untuned ones never."""

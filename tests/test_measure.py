@@ -51,7 +51,9 @@ def test_one_point_gives_three_samples_with_counters(measurer: Measurer,
     assert len(record.samples) == 3
     assert all(s.qpm > 0 and s.completed == 15 and s.errors == 0 for s in record.samples)
     assert record.value == max(s.qpm for s in record.samples)  # best of three
-    assert record.in_force == {"work_mem": "8MB", "random_page_cost": "1.5"}
+    # every knob the measurer keeps track of, as in force while the samples ran
+    assert record.in_force == {**measurer.in_force, "work_mem": "8MB", "random_page_cost": "1.5"}
+    assert record.in_force["shared_buffers"] == "128MB"
     assert _setting(tpch_cluster.dsn, "work_mem") == "8MB"
     total = record.stats_total()
     assert total is not None and total.blks_hit + total.blks_read > 0

@@ -6,31 +6,33 @@ from __future__ import annotations
 import pytest
 
 from harmony.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision, decide, more_rounds_needed
-from tuner_client.stats.noise import NoiseModel, NoisyObjective, measure_round
+from tuner_client.phases.final import decision_labels
+from tuner_client.stats.decision import FinalDecision, decide
+from tuner_client.stats.noise import NoiseModel, NoisyObjective
+from tuner_client.stats.racing import Race
 
 FIVE_PCT = NoiseModel.measured().with_(point_cv=0.05)
 
 
 def _run(truths: dict[str, float], seed: int, model: NoiseModel, *,
          max_rounds: int = 10) -> tuple[FinalDecision, int]:
-    """Sequential final rounds (20-s points, order reversed every other round) until
-    more_rounds_needed says stop."""
+    """The final rounds as the tuner runs them (phases/final.py): a race of the candidates
+    beside the default and PGTune (20-s points, 3 to ``max_rounds`` rounds), then decide
+    with PGTune's rules eligible too."""
     obj = NoisyObjective(lambda p: 100.0 * truths[p["label"]], model, seed)
-    points = {label: {"label": label} for label in truths}
-    rounds: list[dict[str, float | None]] = []
-    while True:
-        rounds.append(measure_round(obj, points, len(rounds), seconds=20.0, rotation=seed))
-        if not more_rounds_needed(rounds, max_rounds=max_rounds):
-            return decide(rounds), len(rounds)
+    candidates = [c for c in truths if c not in ("default", "pgtune")]
+    race = Race(lambda label: obj.measure({"label": label}, 20.0), candidates,
+                baselines=("pgtune",), min_samples=3, max_rounds=max_rounds, rotation=seed)
+    rounds = list(race.run().rounds)
+    eligible, reported = decision_labels(candidates, ["pgtune"])
+    return decide(rounds, baselines=reported, candidates=eligible), len(rounds)
 
 
 def test_a_a_claims_no_gain() -> None:
     """Default, PGTune and the tuned pick are the same configuration. Measured over 500
-    seeds of sequential rounds (3..10) under the measured noise with 5 % point CV: a gain
-    claimed in 2.6 % (one candidate; 0.8 % with a fixed 10 rounds); 4.2 % with three
-    identical candidates (Bonferroni keeps the best-of-three honest). Asserted ≤ 5 % + 1.5 %
-    binomial tolerance (sd of a 5 % rate over 500 seeds ≈ 1 %)."""
+    seeds of raced rounds (3..10) under the measured noise with 5 % point CV, PGTune's rules
+    eligible to win: a gain claimed in 2.8 % (Bonferroni keeps the best of the two honest).
+    Asserted ≤ 5 % + 1.5 % binomial tolerance (sd of a 5 % rate over 500 seeds ≈ 1 %)."""
     seeds = 500
     claims = sum(_run({"default": 1.0, "pgtune": 1.0, "c1": 1.0}, seed, FIVE_PCT)[0].winner
                  is not None for seed in range(seeds))
@@ -39,17 +41,29 @@ def test_a_a_claims_no_gain() -> None:
 
 def test_a_real_gain_is_recommended() -> None:
     """A true 1.15× pick (PGTune 1.05×) under 5 % point CV, drift and outliers: recommended
-    in 92.8 % of 500 seeds, median 6 rounds, 90th percentile 10 (measured); asserted ≥ 86 %
-    within 10 rounds over these 200 seeds, and it never recommends anything else."""
+    in 85.8 % of 500 seeds of raced rounds (PGTune, truly 1.05×, in 2.2 %; 87.2 % when PGTune
+    could not win), median 6 rounds, 90th percentile 10 (measured); asserted ≥ 83 % within
+    10 rounds over these 200 seeds, and never a configuration that is not better."""
     seeds = 200
     wins, rounds = 0, []
     for seed in range(seeds):
         decision, n = _run({"default": 1.0, "pgtune": 1.05, "tuned": 1.15}, seed, FIVE_PCT)
-        assert decision.winner in (None, "tuned")
+        assert decision.winner in (None, "tuned", "pgtune")
         wins += decision.winner == "tuned"
         rounds.append(n)
-    assert wins / seeds >= 0.86
+    assert wins / seeds >= 0.83
     assert max(rounds) <= 10
+
+
+def test_pgtune_rules_win_when_the_search_finds_nothing() -> None:
+    """The search's pick is the default (1.0×), PGTune's rules are truly 1.15×: the rules are
+    recommended in 84.4 % of 500 seeds (measured), the pick in 0.4 %; asserted ≥ 78 % and
+    ≤ 2 % over 200 seeds."""
+    seeds = 200
+    got = [_run({"default": 1.0, "pgtune": 1.15, "tuned": 1.0}, seed, FIVE_PCT)[0].winner
+           for seed in range(seeds)]
+    assert got.count("pgtune") / seeds >= 0.78
+    assert got.count("tuned") / seeds <= 0.02
 
 
 def test_decision_text_and_summary_fields() -> None:
@@ -99,10 +113,3 @@ def test_degrading_candidate_is_flagged() -> None:
     assert d.winner is None and "degraded on re-measurement" in d.unstable["c1"]
     assert decide(rounds, baselines=()).winner == "c1"
 
-
-def test_more_rounds_limits() -> None:
-    rounds = [{"default": 100.0, "c1": 100.0 + i} for i in range(2)]
-    assert more_rounds_needed(rounds, baselines=(), min_rounds=3)
-    assert not more_rounds_needed(rounds, baselines=(), min_rounds=2, max_rounds=2)
-    with pytest.raises(ConfigError, match="min_rounds"):
-        more_rounds_needed(rounds, min_rounds=1)

@@ -9,11 +9,14 @@ with S the shared_buffers in force, O the OS reserve, n the connections (process
 each use work_mem: the streams and their parallel workers), P the private memory of each
 process besides work_mem (catalog and plan caches, executor state; ``process_memory``), W the
 online knobs' share with the values in force when shared_buffers is searched, and
-m = n · operations · hash_mem_multiplier: a plan may hold ``operations`` sort or hash nodes at
-once and a hash node may use work_mem × hash_mem_multiplier. m is rounded *up* to an integer so
-the constraint stays a conservative integer inequality. temp_buffers and maintenance_work_mem
-count once, as in the original formula. With ``process_memory`` 0 and ``operations`` 1 this is
-that formula exactly (docs/background.md §2).
+m = n · operations · h: a plan may hold ``operations`` sort or hash nodes at once, each holding
+h work_mem at the peak. The worst case is h = hash_mem_multiplier (a hash node may grow to
+work_mem × hash_mem_multiplier before it spills); ``work_mem_held`` gives a measured h instead
+(what the processes really hold at their peak; see ``benchmarks/evidence/oomgrid.py``). m is
+rounded *up* to an integer so the constraint stays a conservative integer inequality.
+temp_buffers and maintenance_work_mem count once, as in the original formula. With
+``process_memory`` 0, ``operations`` 1 and h = 1 this is that formula exactly
+(docs/background.md §2).
 
 Units: session parameters express memory knobs as **integers in MB** by default (``unit="MB"``;
 ``"kB"`` for finer grids), the same unit on both sides of each constraint string. Knobs given
@@ -122,7 +125,8 @@ class MemoryBudget:
 
     ``ram_bytes``/``os_reserved_bytes``/``process_memory_bytes`` in bytes; ``connections`` = n
     of the formula; ``online_limit_bytes`` replaces RAM − S − O − n·P with a fixed online
-    budget (e.g. the tight 64MB setting of docs/background.md §2) when given.
+    budget (e.g. the tight 64MB setting of docs/background.md §2) when given;
+    ``work_mem_held`` (h) replaces ``hash_mem_multiplier`` in m when given.
     """
 
     ram_bytes: int
@@ -135,6 +139,7 @@ class MemoryBudget:
     unit: str = "MB"
     units: Mapping[str, str] = field(default_factory=dict)
     online_limit_bytes: int | None = None
+    work_mem_held: float | None = None
 
     def __post_init__(self) -> None:
         if self.ram_bytes <= 0:
@@ -155,6 +160,9 @@ class MemoryBudget:
                 f"{self.connections} processes × process_memory "
                 f"{self.process_memory_bytes // 2**20}MB leave nothing of RAM "
                 f"{self.ram_bytes // 2**20}MB; give more RAM or fewer connections")
+        if self.work_mem_held is not None and not 0 < self.work_mem_held <= 1000:
+            raise ConfigError(f"budget: work_mem_held must be a positive number of work_mem "
+                              f"per sort/hash node, got {self.work_mem_held}")
         if self.hash_mem_multiplier < 1:
             raise ConfigError(f"budget: hash_mem_multiplier must be >= 1, got "
                               f"{self.hash_mem_multiplier}")
@@ -182,8 +190,10 @@ class MemoryBudget:
     # -- derived numbers -----------------------------------------------------------------------
     @property
     def work_mem_coefficient(self) -> int:
-        """m of the online budget: connections × operations × hash_mem_multiplier, rounded up."""
-        return math.ceil(self.connections * self.operations * self.hash_mem_multiplier - 1e-9)
+        """m of the online budget: connections × operations × h, rounded up (h: work_mem_held,
+        else hash_mem_multiplier, the worst case)."""
+        held = self.hash_mem_multiplier if self.work_mem_held is None else self.work_mem_held
+        return math.ceil(self.connections * self.operations * held - 1e-9)
 
     @property
     def processes_bytes(self) -> int:

@@ -183,11 +183,14 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
                           connections=connections, hash_mem_multiplier=max(1.0, hash_mult),
                           process_memory_bytes=b.process_memory_bytes, operations=b.operations,
                           shared_buffers_fraction=b.shared_buffers_fraction, unit="MB",
-                          units=units, online_limit_bytes=b.online_limit_bytes)
+                          units=units, online_limit_bytes=b.online_limit_bytes,
+                          work_mem_held=b.work_mem_held)
     logger.info("memory budget: RAM %s, OS reserve %s, %d connections x (%s + %d operations x "
-                "hash_mem_multiplier %.1f x work_mem), shared_buffers <= %s%s",
+                "%s %.2f x work_mem), shared_buffers <= %s%s",
                 format_bytes(ram), format_bytes(b.os_reserved_bytes), connections,
-                format_bytes(b.process_memory_bytes), b.operations, hash_mult,
+                format_bytes(b.process_memory_bytes), b.operations,
+                "hash_mem_multiplier" if b.work_mem_held is None else "work_mem_held",
+                hash_mult if b.work_mem_held is None else b.work_mem_held,
                 format_bytes(budget.shared_buffers_max_bytes),
                 f", fixed online budget {format_bytes(b.online_limit_bytes)}"
                 if b.online_limit_bytes else "")

@@ -788,6 +788,8 @@ class Measurer:
         outcome = self.apply(settings, check_budget=check_budget)
         record.restart_s, record.apply_s, record.failure = (outcome.restart_s, outcome.apply_s,
                                                             outcome.failure)
+        # every tuned knob's value in force (what was refused leaves the previous values)
+        record.in_force = dict(self.in_force)
         if outcome.failure is not None:
             return record
         if not outcome.changed:
@@ -797,7 +799,6 @@ class Measurer:
                 self.guard_tripped(trip)
                 record.failure = f"sampling failed: {trip.reason}"
                 return record
-        record.in_force = {n: self.in_force.get(n, "") for n in settings}
         for _ in range(samples or self.config.samples):
             try:
                 record.samples.append(self.sample())

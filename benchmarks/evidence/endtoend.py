@@ -63,8 +63,9 @@ def tuner_dict(name: str, mix: str, *, scale: float, memory_limit: int, offline_
                     "queries": queries, "estimator": estimator},
         # shared_buffers up to 25 % of the cgroup (PGTune's rule), not the study's 50 %: at
         # 120MB of 256MB, 12 streams + 8 parallel workers got backends OOM-killed
+        # work_mem held once per process at the peak (measured at most 0.71: procmem, oomgrid)
         "budget": {"ram": "auto", "os_reserved": "32MB", "connections": "auto",
-                   "shared_buffers_fraction": 0.25},
+                   "shared_buffers_fraction": 0.25, "work_mem_held": 1.0},
         "offline": {"knobs": {"shared_buffers": {"min": "16MB", "max": "128MB", "step": "8MB"}},
                     "strategy": {"name": "nelder-mead", "options": {"simplex_size": 2}},
                     "evaluations": offline_evals, "prior": {"enabled": True, "min_r2": 0.9}},

@@ -36,7 +36,7 @@ from benchmarks.evidence.common import (
     target_measurer,
     write_results,
 )
-from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
+from benchmarks.evidence.endtoend import MB, oom_lines, open_memory_bound, tuner_dict
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.units import parse_bytes
@@ -49,21 +49,25 @@ from tuner_client.target import Target
 logger = logging.getLogger(__name__)
 
 
-def headroom_config(mix: str, *, scale: float, limit: int, quick: bool,
-                    estimator: str) -> TunerConfig:
+def headroom_config(mix: str, *, scale: float, limit: int, quick: bool, estimator: str,
+                    online_evals: int = 10, seconds: float = 10.0, replicates: int = 2,
+                    max_rounds: int = 6) -> TunerConfig:
     data = tuner_dict("evidence-headroom", mix, scale=scale, memory_limit=limit,
-                      offline_evals=2, online_evals=4 if quick else 10, queries=1,
+                      offline_evals=2, online_evals=4 if quick else online_evals, queries=1,
                       warmup_s=2.0 if quick else 3.0, seed=11, final_rounds=3, candidates=2,
                       estimator=estimator)
     data["measure"].pop("queries")
-    data["measure"].update({"seconds": 4.0 if quick else 10.0, "samples": 2})
-    data["screening"] = {"enabled": True, "design": "pb", "replicates": 1, "samples": 1}
-    data["final"]["max_rounds"] = 4 if quick else 6
+    data["measure"].update({"seconds": 4.0 if quick else seconds, "samples": 2})
+    data["screening"] = {"enabled": True, "design": "pb", "replicates": replicates,
+                         "samples": 1}
+    data["final"]["max_rounds"] = 4 if quick else max_rounds
     return tuner_config_from_dict(data)
 
 
-def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str], list[dict]]:
-    """The two top-ranked screened online knobs and the 3×3 grid over their ranges."""
+def grid(cfg: TunerConfig, screening: dict[str, Any] | None,
+         levels_per_knob: int = 3) -> tuple[list[str], list[dict]]:
+    """The two top-ranked screened online knobs and the grid over their ranges (the ends,
+    and with 3 levels the middle too)."""
     specs = {k.name: k for k in cfg.online.knobs}
     ranked = [e["knob"] for e in (screening or {}).get("effects", [])
               if e["knob"] in specs]
@@ -83,14 +87,18 @@ def grid(cfg: TunerConfig, screening: dict[str, Any] | None) -> tuple[list[str],
             levels[name] = [f"{lo_mb}MB", f"{mid}MB", f"{hi_mb}MB"]
         else:
             levels[name] = [str(low), str(round((float(low) + float(high)) / 2, 1)), str(high)]
+        if levels_per_knob == 2:
+            levels[name] = [levels[name][0], levels[name][-1]]
     points = [dict(zip(knobs, combo, strict=True))
               for combo in itertools.product(*(levels[k] for k in knobs))]
     return knobs, points
 
 
 def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str, str]],
-                   rounds: int) -> tuple[list[dict[str, float | None]], dict[str, str]]:
-    """``rounds`` interleaved rounds of every label (order reversed every other round)."""
+                   rounds: int, kills: dict[str, int] | None = None,
+                   ) -> tuple[list[dict[str, float | None]], dict[str, str]]:
+    """``rounds`` interleaved rounds of every label (order reversed every other round);
+    ``kills`` collects, per label, the backends the OOM killer ended while it was measured."""
     measure = replace(cfg.measure, samples=1)
     measurer = target_measurer(cfg, target, measure)
     names = sorted({n for s in labels.values() for n in s})
@@ -106,8 +114,11 @@ def measure_rounds(cfg: TunerConfig, target: Target, labels: dict[str, dict[str,
                 if label in refused:
                     continue
                 settings = {**default, **labels[label]}
+                killed_before = oom_lines(target)
                 record = measurer.measure(label, {}, settings,
                                           check_budget=label != "default")
+                if kills is not None:
+                    kills[label] = kills.get(label, 0) + oom_lines(target) - killed_before
                 if record.failure and record.failure.startswith("infeasible"):
                     refused[label] = record.failure
                 row[label] = record.value
@@ -148,7 +159,10 @@ def markdown(data: dict[str, Any]) -> str:
              f"{data['estimator']}. Tuning wall {t['wall_s']:.0f} s ({t['evaluations']} search "
              f"evaluations); oracle grid over {data['grid_knobs']} ({len(data['grid'])} points); "
              f"{data['rounds']} interleaved rounds of every label, one "
-             f"{data['sample_seconds']:g}-s sample each. Total wall {data['wall_s']:.0f} s.")
+             f"{data['sample_seconds']:g}-s sample each. Total wall {data['wall_s']:.0f} s. "
+             f"Backends ended by the OOM killer (signal 9 in the server log): "
+             f"{t.get('oom_killed_backends', '–')} while tuning; while measuring each label: "
+             f"{data.get('oom_killed_backends', '–')}.")
     lines = [header("Headroom captured (memory-bound)", data["command"], data["machine"], extra),
              "", f"Tuner's decision: {t['decision_text']}", "",
              "| over the default (paired by round, 95 % CI) | ratio |", "|---|---|",
@@ -175,16 +189,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit-mb", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--estimator", default="count")
+    parser.add_argument("--online-evals", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds a sample")
+    parser.add_argument("--replicates", type=int, default=2, help="screening replicates")
+    parser.add_argument("--max-final-rounds", type=int, default=6)
+    parser.add_argument("--grid-levels", type=int, default=3, choices=[2, 3],
+                        help="levels of each oracle knob: the ends, or the ends and the middle")
     parser.add_argument("--tag", default="")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
     limit = args.memory_limit_mb * MB
     cfg = headroom_config(args.mix, scale=args.scale, limit=limit, quick=args.quick,
-                          estimator=args.estimator)
+                          estimator=args.estimator, online_evals=args.online_evals,
+                          seconds=args.seconds, replicates=args.replicates,
+                          max_rounds=args.max_final_rounds)
     rounds = 2 if args.quick else args.rounds
     command = (f"python -m benchmarks.evidence headroom --mix {args.mix} --rounds {rounds}"
-               + (" --quick" if args.quick else ""))
+               + (" --quick" if args.quick else
+                  f" --scale {args.scale:g} --memory-limit-mb {args.memory_limit_mb} "
+                  f"--online-evals {args.online_evals} --seconds {args.seconds:g} "
+                  f"--replicates {args.replicates} --max-final-rounds {args.max_final_rounds} "
+                  f"--grid-levels {args.grid_levels}")
+               + (f" --tag {args.tag}" if args.tag else ""))
     data: dict[str, Any] = {"machine": machine(), "command": command, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit,
                             "estimator": args.estimator, "rounds": rounds,
@@ -193,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     target = open_memory_bound(cfg, args.state_dir)
     try:
         started = time.monotonic()
+        killed_before = oom_lines(target)
         result = Tuner(cfg, target=target, client=connect(None)).run()
         decision = result.decision or {}
         data["tuning"] = {"wall_s": time.monotonic() - started,
@@ -200,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
                           "best_settings": result.best_settings,
                           "decision_text": " / ".join(decision.get("text") or []),
                           "improvement_ci": result.improvement_ci,
-                          "screening": result.screening, "decisions": result.decisions}
-        knobs, points = grid(cfg, result.screening)
+                          "screening": result.screening, "decisions": result.decisions,
+                          "oom_killed_backends": oom_lines(target) - killed_before}
+        knobs, points = grid(cfg, result.screening, args.grid_levels)
         data["grid_knobs"], data["grid"] = knobs, points
         grid_labels = {f"grid-{i}": p for i, p in enumerate(points, 1)}
         data["grid_labels"] = grid_labels
@@ -212,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         if baseline:
             labels["pgtune"] = baseline
         data["pgtune_settings"], data["pgtune_decision"] = baseline, pgtune
-        rows, refused = measure_rounds(cfg, target, labels, rounds)
+        kills: dict[str, int] = {}
+        rows, refused = measure_rounds(cfg, target, labels, rounds, kills)
         data["rounds_measured"], data["refused"] = rows, refused
+        data["oom_killed_backends"] = kills
         data["analysis"] = analyse(rows, list(grid_labels))
     finally:
         target.close()

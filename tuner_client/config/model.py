@@ -153,6 +153,9 @@ class BudgetConfig:
     process_memory_bytes: int = DEFAULT_PROCESS_MEMORY
     #: sort/hash nodes a plan may hold at once, each up to work_mem
     operations: int = 1
+    #: work_mem one such node holds at the peak (h of :mod:`tuner_client.budget`); None: the
+    #: worst case, hash_mem_multiplier
+    work_mem_held: float | None = None
 
 
 @dataclass(frozen=True)

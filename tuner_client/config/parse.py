@@ -158,6 +158,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                                f"budget.process_memory")
                               if "process_memory" in bd else BudgetConfig.process_memory_bytes),
         operations=int(bd.get("operations", BudgetConfig.operations)),
+        work_mem_held=(float(bd["work_mem_held"]) if bd.get("work_mem_held") is not None
+                       else BudgetConfig.work_mem_held),
     )
 
     off = data.get("offline") or {}

@@ -147,6 +147,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "online": {"type": ["string", "integer", "null"]},
                 "process_memory": _SIZE,
                 "operations": {"type": "integer", "minimum": 1},
+                "work_mem_held": {"type": ["number", "null"], "exclusiveMinimum": 0},
             },
         },
         "offline": {

@@ -70,7 +70,6 @@ def measure_block(ctx: RunContext, ref: Reference, label: str, point: Mapping[st
     fresh = ref.last is None
     before = measure_reference(ctx, ref) if fresh else ref.last
     record = ctx.measurer.measure(label, point, settings)
-    record.in_force = dict(ctx.measurer.in_force)
     if record.failure is not None:
         # refused by the budget: nothing was applied and the reference is still in force;
         # otherwise the next block starts with a fresh reference measurement

@@ -12,7 +12,8 @@ wholly below another candidate's, is dropped; the rounds end when one candidate 
 clearly above the default, or at ``final.max_rounds`` (or ``final.max_seconds``). Then
 :func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
 interval of tuned/default lies above 1 (Bonferroni over the candidates), and otherwise keeps
-the original.
+the original. PGTune's rules are such a candidate too (:func:`decision_labels`): a tuner that
+measured them clearly above the default should not keep the default.
 """
 
 from __future__ import annotations
@@ -36,6 +37,18 @@ Round = dict[str, float | None]
 #: how the labels are printed in the decision
 NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
          "recommended": "BME recommendation"}
+
+
+#: baselines the decision may recommend like a searched candidate (the BME recommendation is
+#: only reported)
+ELIGIBLE_BASELINES = ("pgtune",)
+
+
+def decision_labels(searched: list[str], baselines: list[str]) -> tuple[list[str], list[str]]:
+    """The candidates and the reported-only baselines of the decision: the searched labels
+    plus the eligible baselines (Bonferroni then counts them too)."""
+    eligible = [b for b in baselines if b in ELIGIBLE_BASELINES]
+    return [*searched, *eligible], [b for b in baselines if b not in eligible]
 
 
 def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
@@ -110,8 +123,9 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
     best, best_qpm = dict(ctx.original), default_qpm
     decision = None
     if len(rounds) >= 2 and searched:
-        decision = decide(rounds, reference="default", baselines=baselines,
-                          candidates=searched, level=ctx.config.final.level,
+        eligible, reported = decision_labels(searched, baselines)
+        decision = decide(rounds, reference="default", baselines=reported,
+                          candidates=eligible, level=ctx.config.final.level,
                           search_ratios=_search_ratios(state, candidates, searched),
                           names={**NAMES, **{c: f"tuned ({c})" for c in searched
                                              if c != "best"}})

@@ -114,7 +114,6 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
     for i in range(cfg.flow.monitor):
         record = ctx.measurer.measure(f"{label}-monitor", best.point,
                                       {k: best.in_force[k] for k in space.names})
-        record.in_force = dict(ctx.measurer.in_force)
         record_point(ctx, state, record, kind="online", ranks=False)
         value = record.value if record.value is not None else math.nan
         logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)

@@ -46,7 +46,6 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         is_default = settings == default_settings
         record = ctx.measurer.measure("screening", point, settings, samples=cfg.samples,
                                       check_budget=not is_default)
-        record.in_force = dict(ctx.measurer.in_force)
         record_point(ctx, state, record, kind="screening", ranks=False)
         return record.value
 

@@ -5,7 +5,7 @@ Pure: no database, no HTTP, no asyncio; numpy and scipy only. The tuning run's p
 these; tests check them on :mod:`tuner_client.stats.noise`'s synthetic objectives.
 """
 
-from tuner_client.stats.decision import FinalDecision, decide, more_rounds_needed
+from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.paired import (
     RatioInterval,
     ReferenceLevel,
@@ -19,5 +19,5 @@ from tuner_client.stats.screening import KnobEffect, KnobLevels, Screening, scre
 
 __all__ = ["FinalDecision", "KnobEffect", "KnobLevels", "MeasuredTable", "Race", "RaceBudget",
            "RaceResult", "RatioInterval", "ReferenceLevel", "Screening", "abba_ratio",
-           "block_ratio", "decide", "more_rounds_needed", "paired_ratio_interval",
+           "block_ratio", "decide", "paired_ratio_interval",
            "replay_objective", "screen"]

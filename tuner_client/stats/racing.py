@@ -12,7 +12,9 @@ that it keeps being measured only while its interval against the reference reach
 ``1 + min_gain`` and its interval against every other racing candidate reaches 1 (Maron and
 Moore's racing, with paired t intervals on log-ratios instead of Hoeffding bounds). A winner
 is declared early only on a strict level (``win_level``, Bonferroni-adjusted for the
-candidates still racing), as :func:`~tuner_client.stats.decision.more_rounds_needed` does.
+candidates still racing). The final rounds of a tuning run are such a race
+(:mod:`tuner_client.phases.final`), judged afterwards by
+:func:`~tuner_client.stats.decision.decide`.
 
 Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from a per-sample
 cost the caller states or from a clock function.
