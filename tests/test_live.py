@@ -179,6 +179,16 @@ def test_error_and_memory_guardrails_judge_the_window() -> None:
     with pytest.raises(GuardrailTrip) as errors:
         guard.check(failing)  # 10 of 98 finished = 10.2 % > 6 %
     assert errors.value.kind == "errors" and "10 rolled-back" in str(errors.value)
+    # latency: 2.5x the reference's costs trips at margin 1.0 (limit 2x) while the original
+    # runs at its reference speed, not once the original itself drifted to 1.5x (limit 3x)
+    guard.reference = MixReference.learn([{"a": (100, 0.010)}], min_calls=20)
+    slow = ObservedWindow(1.0, {"a": (50, 0.025)}, xact_commit=50, xact_rollback=0,
+                          deadlocks=0, temp_files=0)
+    with pytest.raises(GuardrailTrip) as latency:
+        guard.check(slow)
+    assert latency.value.kind == "latency" and "2.50x" in str(latency.value)
+    guard.level = 1.5
+    guard.check(slow)
 
 
 # -- the objective and the mix --------------------------------------------------------------
