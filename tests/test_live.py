@@ -189,6 +189,15 @@ def test_error_and_memory_guardrails_judge_the_window() -> None:
     assert latency.value.kind == "latency" and "2.50x" in str(latency.value)
     guard.level = 1.5
     guard.check(slow)
+    # the heavy statement made rare: judged on the few calls that completed, after 1 s
+    guard.level = 1.0
+    guard.reference = MixReference.learn([{"a": (100, 0.010), "b": (100, 0.0005)}],
+                                         min_calls=20)
+    rare = {"a": (3, 0.050), "b": (200, 0.0005)}
+    guard.check(ObservedWindow(0.5, rare, 0, 0, 0, 0))  # too early to judge 3 calls
+    with pytest.raises(GuardrailTrip) as starved:
+        guard.check(ObservedWindow(1.5, rare, 0, 0, 0, 0))
+    assert starved.value.kind == "latency"
 
 
 # -- the objective and the mix --------------------------------------------------------------

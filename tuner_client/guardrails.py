@@ -111,6 +111,12 @@ class Guardrail:
         if self.reference is not None:
             score = self.reference.score(window.statements, min_calls=cfg.min_calls,
                                          min_coverage=cfg.min_coverage)
+            if score is None and window.seconds >= 1.0:
+                # a configuration that makes the heavy statements rare (each call far slower)
+                # is judged on the calls that did complete (the live benchmark: 4 % of the
+                # reference's time had 20 calls in 3 s while lookups ran 100x slower)
+                score = self.reference.score(window.statements, min_calls=1,
+                                             min_coverage=cfg.min_coverage)
             limit = self.level * (1.0 + cfg.latency_margin)
             if score is not None and score.ratio > limit:
                 raise GuardrailTrip(
