@@ -566,7 +566,7 @@ class Measurer:
         self.reference_costs = None
         self.mix_reference = None
         if self.guard is not None:
-            self.guard.reference = None
+            self.guard.reference, self.guard.level = None, 1.0
 
     def _learn_mix(self, taken: list[Sample], observed: list[Any]) -> None:
         """Freeze the reference's statement costs and shares (live traffic), and its error
@@ -616,6 +616,8 @@ class Measurer:
         score = self.mix_reference.score(per_query)
         if score is None:
             raise self.mix_reference.coverage_error(per_query, got.seconds)
+        if self.guard is not None and self._is(self._original):
+            self.guard.level = score.ratio  # the guardrail follows the original's drift
         if score.left_out:
             logger.info("%d of %d reference statements had fewer than %d calls in this "
                         "window and are left out (%.0f %% of the reference's time compared)",
