@@ -28,6 +28,8 @@ from tuner_client.config.model import (
     FlowConfig,
     KnobSpec,
     MeasureConfig,
+    ReplicasConfig,
+    ReplicaTarget,
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
@@ -192,6 +194,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                 z=float(sc.get("z", ScreeningConfig.z)),
                                 replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
                                 samples=int(sc.get("samples", ScreeningConfig.samples)))
+    replicas = _replicas(data.get("replicas") or {}, database, where)
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
@@ -199,7 +202,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
                        description=data.get("description", TunerConfig.description),
                        source=source,
-                       warm_start=warm_start, screening=screening)
+                       warm_start=warm_start, screening=screening, replicas=replicas)
 
 
 def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],
@@ -254,3 +257,27 @@ def _yaml_bool(v: Any) -> Any:
     if isinstance(v, bool):
         return "on" if v else "off"
     return v
+
+
+def _replicas(rep: Mapping[str, Any], database: DatabaseConfig, where: Any) -> ReplicasConfig:
+    """The ``replicas`` section: embedded clones only of an embedded database, unique names."""
+    count = int(rep.get("count", ReplicasConfig.count))
+    if count > 1 and not database.embedded:
+        raise ConfigError(f"{where('replicas', 'count')}: replicas.count clones the embedded "
+                          f"cluster, but database.dsn names an existing server; list the other "
+                          f"servers under replicas.targets instead (got count {count})")
+    cpu_limits = tuple(None if c is None else float(c) for c in rep.get("cpu_limits", ()))
+    if len(cpu_limits) > count:
+        raise ConfigError(f"{where('replicas', 'cpu_limits')}: replicas.cpu_limits has "
+                          f"{len(cpu_limits)} entries but replicas.count is {count}; give at "
+                          f"most one per embedded replica")
+    targets = tuple(ReplicaTarget(t["name"], t["dsn"],
+                                  ControllerConfig(t["controller"]["kind"],
+                                                   dict(t["controller"].get("options") or {})))
+                    for t in rep.get("targets", ()))
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where('replicas', 'targets')}: replica names must be unique, got "
+                          f"{names}")
+    return ReplicasConfig(count=count, targets=targets, cpu_limits=cpu_limits,
+                          lease_s=float(rep.get("lease_s", ReplicasConfig.lease_s)))

@@ -10,7 +10,7 @@ import psycopg
 
 from harmony.errors import HarmonyError
 from harmony.priordata import PriorSession
-from tuner_client.budget_view import make_budget_view
+from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.measure import Measurer, PointRecord, Workload
@@ -31,14 +31,7 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     budget = make_budget_view(config, target.catalog, offline_space, online_space,
                               known_ram_bytes=target.ram_bytes)
 
-    def restarted(seconds: float, ok: bool) -> None:
-        metrics.record_restart(seconds, ok=ok)
-
-    measurer = Measurer(target.dsn, target.catalog,
-                        workload if workload is not None else make_workload(config, target.dsn),
-                        config.measure, controller=target.controller,
-                        restart_timeout_s=config.database.restart_timeout_s,
-                        feasible=budget.violation, on_restart=restarted)
+    measurer = make_measurer(config, target, budget, metrics, workload)
     names = offline_space.names + online_space.names
     # the budget's knobs are tracked even when not tuned: the online budget needs them
     tracked = names + [n for n in BUDGET_KNOBS if n not in names]
@@ -64,6 +57,20 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
                 offline_space.names, online_space.names, ctx.original)
     measurer.start()
     return ctx
+
+
+def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
+                  metrics: TunerMetrics, workload: Workload | None = None) -> Measurer:
+    """The measurer of ``target``: the configured workload on it, its controller, the budget."""
+
+    def restarted(seconds: float, ok: bool) -> None:
+        metrics.record_restart(seconds, ok=ok)
+
+    return Measurer(target.dsn, target.catalog,
+                    workload if workload is not None else make_workload(config, target.dsn),
+                    config.measure, controller=target.controller,
+                    restart_timeout_s=config.database.restart_timeout_s,
+                    feasible=budget.violation, on_restart=restarted)
 
 
 def _database_bytes(measurer: Measurer) -> int | None:

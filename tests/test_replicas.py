@@ -1,0 +1,178 @@
+"""Tuning on several replicas at once: real PostgreSQL clones of one TPC-H database, one
+Harmony server session, a replica slowed through its CPU cgroup, a replica killed mid-run."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from harmony_server.server import start_server
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measure import PointRecord
+from tuner_client.replicas import Replica, clone_cluster
+from tuner_client.target import Target
+from workloads.tpch.load import load_tpch
+
+CONFIG = """\
+name: reptest
+seed: 5
+workload:
+  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
+  statement_timeout_s: 60
+measure: {warmup_s: 0.2, samples: 1, queries: 8}
+budget: {os_reserved: 256MB, connections: auto, online: 96MB}
+offline:
+  knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}
+  evaluations: 1
+online:
+  knobs:
+    work_mem: {min: 1MB, max: 4MB}
+    random_page_cost: {min: 1, max: 8, step: 0.5}
+  strategy: {name: pro, options: {simplex_size: 3}}
+  evaluations: 6
+flow: {kind: one-pass}
+final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
+replicas: {lease_s: 20}
+"""
+#: CPUs the slowed replica may use (the machine has two, shared by both replicas)
+SLOW_CPUS = 0.25
+
+
+def _target(cluster: LocalCluster) -> Target:
+    dsn = cluster.dsn_for("tpch")
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    return Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
+                  ram_bytes=None)
+
+
+@pytest.fixture(scope="module")
+def clusters(cluster_factory: Any) -> Iterator[list[LocalCluster]]:
+    """Three started clones of one TPC-H SF 0.01 cluster: the primary, a clone, and a clone
+    capped at :data:`SLOW_CPUS` CPUs (cloned with the product's stop-copy-start)."""
+    primary = cluster_factory("replicas")
+    with psycopg.connect(primary.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE tpch")
+    load_tpch(primary.dsn_for("tpch"), 0.01)
+    state = Path(tempfile.mkdtemp(prefix="harmony-test-replicas-", dir="/tmp"))
+    clones = clone_cluster(primary, state, 2, cpu_limits=[None, None, SLOW_CPUS])
+    try:
+        yield [primary, *clones]
+    finally:
+        for clone in clones:
+            clone.destroy()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _raw(record: PointRecord) -> float:
+    return math.exp(statistics.fmean(math.log(s.qpm) for s in record.samples))
+
+
+def test_two_replicas_one_slowed_tuned_in_one_session(clusters: list[LocalCluster],
+                                                      tmp_path: Path) -> None:
+    primary, _, slow = clusters
+    assert slow.cpu_limit == SLOW_CPUS and (slow._cpu_cgroup_dir / "cgroup.procs").exists()  # type: ignore[operator]
+    config = parse_tuner_config(CONFIG, source="reptest.yaml")
+    with start_server(port=0, state_dir=tmp_path / "server") as server, \
+            connect(server.url, client_id="coord") as client:
+        tuner = Tuner(config, client=client, target=_target(primary), run_id="a",
+                      replicas=[Replica("replica-2", _target(slow))])
+        result = tuner.run()
+        trials = client.join("reptest-a-p1-online").trials()
+
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert len(online) == 6 and all(r.value is not None for r in online)
+    by_replica = {name: [r for r in online if r.replica == name]
+                  for name in ("replica-1", "replica-2")}
+    assert all(len(rs) >= 1 for rs in by_replica.values()), {k: len(v) for k, v in
+                                                             by_replica.items()}
+    # the server's session: six trials done, by both replicas' clients, none released
+    done = [t for t in trials if t["status"] == "done"]
+    assert len(done) == 6
+    assert {t["client"] for t in done} == {"coord-replica-1", "coord-replica-2"}
+    assert sorted(t["value"] for t in done) == pytest.approx(sorted(r.value for r in online))
+
+    # normalisation: the capped replica's raw throughput (its reference's and its
+    # candidates') is far lower, the values the strategy saw are not
+    fast, slowed = by_replica["replica-1"], by_replica["replica-2"]
+    raw_ratio = statistics.median(map(_raw, slowed)) / statistics.median(map(_raw, fast))
+    ref_ratio = (statistics.median(v for r in slowed for v in r.reference)
+                 / statistics.median(v for r in fast for v in r.reference))
+    norm_ratio = (statistics.median(r.value for r in slowed)  # type: ignore[type-var]
+                  / statistics.median(r.value for r in fast))  # type: ignore[type-var]
+    assert raw_ratio < 0.7 and ref_ratio < 0.7, (raw_ratio, ref_ratio)
+    assert 0.75 < norm_ratio < 1.33, (raw_ratio, norm_ratio)
+
+    # final rounds: each round measured whole on one replica, the replicas in turn
+    finals = [r for r in tuner.records if r.session.startswith("final")]
+    assert len(result.ab_rounds) == 2
+    per_round = len(finals) // 2
+    assert {r.replica for r in finals[:per_round]} == {"replica-1"}
+    assert {r.replica for r in finals[per_round:]} == {"replica-2"}
+    # both replicas are left with their original configuration
+    for cluster in (primary, slow):
+        with psycopg.connect(cluster.dsn_for("tpch")) as conn:
+            assert conn.execute("SHOW work_mem").fetchone() == ("4MB",)
+
+
+def test_a_replica_killed_mid_run_loses_its_trial_to_another(clusters: list[LocalCluster],
+                                                            tmp_path: Path) -> None:
+    primary, victim, _ = clusters
+    config = parse_tuner_config(CONFIG, source="reptest.yaml")
+    killed: list[int] = []
+    with start_server(port=0, state_dir=tmp_path / "server") as server, \
+            connect(server.url, client_id="coord") as client, \
+            connect(server.url, client_id="watcher") as watcher:
+        lock = threading.Lock()
+
+        def kill_while_measuring(record: PointRecord) -> None:
+            """Once replica-1 has finished a search point, stop replica-2's server hard while
+            it holds a trial."""
+            with lock:
+                if killed or record.session != "p1-online":
+                    return
+                leased = [t["id"] for t in watcher.join("reptest-b-p1-online").trials()
+                          if t["status"] == "leased" and t["client"] == "coord-replica-2"]
+                if leased:
+                    victim.stop(mode="immediate")
+                    killed.append(leased[0])
+
+        tuner = Tuner(config, client=client, target=_target(primary), run_id="b",
+                      replicas=[Replica("replica-2", _target(victim))],
+                      on_measured=kill_while_measuring)
+        try:
+            result = tuner.run()
+        finally:
+            victim.start()
+        trials = watcher.join("reptest-b-p1-online").trials()
+
+    assert len(killed) == 1
+    lost = [t for t in trials if t["id"] == killed[0]]
+    assert lost[0]["status"] == "released" and lost[0]["client"] == "coord-replica-2"
+    # its point was handed out again and measured by replica-1
+    again = [t for t in trials if t["candidate"] == lost[0]["candidate"] and t["id"] != killed[0]]
+    assert [t["status"] for t in again] == ["done"] and again[0]["client"] == "coord-replica-1"
+    # nothing lost, nothing counted twice: six evaluations, one done trial per candidate
+    done = [t for t in trials if t["status"] == "done"]
+    assert len(done) == 6 == len({t["candidate"] for t in done})
+    assert sum(1 for t in trials if t["status"] == "released") == 1
+    online = [r for r in tuner.records if r.session == "p1-online" and r.value is not None]
+    assert len(online) == 6
+    assert any("replica replica-2 dropped" in d for d in result.decisions)
+    assert tuner.pool is not None and [r.name for r in tuner.pool.live] == ["replica-1"]
+    # after the kill, the final rounds ran on the survivor only
+    assert {r.replica for r in tuner.records if r.session.startswith("final")} == {"replica-1"}
