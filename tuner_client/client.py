@@ -397,6 +397,10 @@ class HarmonyClient:
         of a run); closing it closes the shared connection, so close only the original."""
         return HarmonyClient(self._backend, client_id)
 
+    def describe(self, name: str) -> dict[str, Any]:
+        """A session's full status and definition, without joining it."""
+        return Session(self._backend, name, self.client_id).status()
+
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every session with status and best result."""
         return list(self._backend.request("GET", "/sessions")["sessions"])

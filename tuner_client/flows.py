@@ -135,7 +135,7 @@ class Tuner:
         if others is None:
             others = open_replicas(cfg, target, self.state_dir or default_state_dir(cfg.name)) \
                 if cfg.replicas.enabled else []
-        if not others:
+        if not others and not cfg.replicas.remote:
             return None
         pool = ReplicaPool([Replica("replica-1", target), *others], lease_s=cfg.replicas.lease_s)
         if not cfg.measure.paired:

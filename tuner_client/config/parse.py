@@ -280,4 +280,5 @@ def _replicas(rep: Mapping[str, Any], database: DatabaseConfig, where: Any) -> R
         raise ConfigError(f"{where('replicas', 'targets')}: replica names must be unique, got "
                           f"{names}")
     return ReplicasConfig(count=count, targets=targets, cpu_limits=cpu_limits,
-                          lease_s=float(rep.get("lease_s", ReplicasConfig.lease_s)))
+                          lease_s=float(rep.get("lease_s", ReplicasConfig.lease_s)),
+                          remote=int(rep.get("remote", ReplicasConfig.remote)))

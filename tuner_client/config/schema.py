@@ -160,6 +160,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "cpu_limits": {"type": "array", "items": {"type": ["number", "null"],
                                                            "exclusiveMinimum": 0}},
                 "lease_s": {"type": "number", "minimum": 5},
+                "remote": {"type": "integer", "minimum": 0, "maximum": 1024},
                 "targets": {"type": "array", "items": {
                     "type": "object", "additionalProperties": False,
                     "required": ["name", "dsn", "controller"],

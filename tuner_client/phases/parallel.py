@@ -56,19 +56,32 @@ class Shared:
     busy: int = 0  # replicas measuring right now
     idle: int = 0
     stop: str | None = None
+    #: evaluations replicas on other hosts hold or reported (they count toward the budget)
+    others: Callable[[], int] | None = None
+    #: called once the budget is all claimed (to stop remote replicas fetching more)
+    exhausted: Callable[[], None] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def claim(self) -> str | None:
         """Reserve one evaluation; the reason to stop instead, if any."""
+        remote = self.others() if self.others is not None else 0
         with self.lock:
             if self.stop is not None:
                 return self.stop
-            if self.claimed >= self.evaluations:
+            if self.claimed + remote >= self.evaluations:
+                self._exhausted()
                 return "budget"
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return "time"
             self.claimed += 1
+            if self.claimed + remote >= self.evaluations:
+                self._exhausted()  # the last one: remote replicas take no more
             return None
+
+    def _exhausted(self) -> None:
+        if self.exhausted is not None:
+            self.exhausted()
+            self.exhausted = None
 
     def unclaim(self) -> None:
         with self.lock:
@@ -102,10 +115,11 @@ def open_references(pool: ReplicaPool, label: str, settings: Mapping[str, str]
 
 
 def replicated_metadata(level: float | None, settings: Mapping[str, str],
-                        pool: ReplicaPool) -> dict[str, Any]:
-    """The session metadata that lets any replica (local or remote) scale the same way."""
-    return {"pooled_level": level, "reference": dict(settings), "lease_s": pool.lease_s,
-            "replicas": [r.name for r in pool.live]}
+                        in_force: Mapping[str, str], pool: ReplicaPool) -> dict[str, Any]:
+    """The session metadata that lets any replica (local or remote) join and scale the same
+    way: the pooled level, the reference, the coordinator's settings in force, the lease."""
+    return {"pooled_level": level, "reference": dict(settings), "in_force": dict(in_force),
+            "lease_s": pool.lease_s, "replicas": [r.name for r in pool.live]}
 
 
 def run_parallel(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
@@ -119,7 +133,17 @@ def run_parallel(ctx: RunContext, state: RunState, session: Session, space: Knob
 
     pool = ctx.pool
     assert pool is not None
-    shared = Shared(evaluations, None if seconds is None else time.monotonic() + seconds)
+    local_ids = {replica_client(ctx.client, r.name).client_id for r in pool.replicas}
+
+    def remote_claimed() -> int:
+        return sum(1 for t in session.trials()
+                   if t["status"] in ("leased", "done", "failed")
+                   and t["client"] not in local_ids)
+
+    remote = bool(ctx.config.replicas.remote)
+    shared = Shared(evaluations, None if seconds is None else time.monotonic() + seconds,
+                    others=remote_claimed if remote else None,
+                    exhausted=session.pause if remote else None)
 
     def keep(record: PointRecord) -> None:
         with pool.lock:
@@ -141,6 +165,13 @@ def run_parallel(ctx: RunContext, state: RunState, session: Session, space: Knob
         logger.info("[%s] replica %s stops: %s", label, replica.name, why)
 
     _in_threads(pool.live, work)
+    if ctx.config.replicas.remote:
+        session.pause()  # no new trial for anyone; the remote ones in flight finish
+        deadline = time.monotonic() + pool.lease_s
+        while time.monotonic() < deadline and any(t["status"] == "leased"
+                                                  for t in session.trials()):
+            time.sleep(0.5)
+        adopt_remote(ctx, state, session, space, label, local_ids)
     if not pool.live:
         raise HarmonyError(f"[{label}] every replica was dropped: "
                            + "; ".join(f"{r.name}: {r.dropped}" for r in pool.replicas))
@@ -152,6 +183,28 @@ def run_parallel(ctx: RunContext, state: RunState, session: Session, space: Knob
     if shared.deadline is not None and time.monotonic() >= shared.deadline:
         return "time"
     return "budget" if shared.claimed >= evaluations else "idle"
+
+
+def adopt_remote(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
+                 label: str, local_ids: set[str]) -> int:
+    """Keep the evaluations replicas on other hosts reported to ``session`` as records of
+    this run (their point, normalised value and replica; the raw samples stay on that host),
+    so that the final rounds can pick among them too; returns how many."""
+    from tuner_client.phases.measuring import record_point
+
+    adopted = 0
+    for trial in session.trials():
+        if trial["status"] != "done" or trial["client"] in local_ids:
+            continue
+        settings = space.settings(trial["point"])
+        record = PointRecord(session=label, point=dict(trial["point"]), settings=settings,
+                             in_force={**ctx.measurer.in_force, **settings},
+                             value=float(trial["value"]), replica=str(trial["client"]))
+        record_point(ctx, state, record)
+        adopted += 1
+    if adopted:
+        state.decide(f"{label}: {adopted} evaluation(s) reported by replicas on other hosts")
+    return adopted
 
 
 def measure_loop(rctx: RunContext, session: Session, name: str, space: KnobSpace, label: str,

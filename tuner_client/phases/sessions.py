@@ -39,7 +39,8 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
         # metadata so that replicas on other hosts scale their ratios by the same number
         refs, level = open_references(ctx.pool, label, ctx.current(space.names))
         ctx.pool.opened[label] = (refs, level)
-        metadata[METADATA_KEY] = replicated_metadata(level, ctx.current(space.names), ctx.pool)
+        metadata[METADATA_KEY] = replicated_metadata(level, ctx.current(space.names),
+                                                       ctx.measurer.in_force, ctx.pool)
         lease = ctx.pool.lease_s
     definition = SessionDefinition(
         name=f"{cfg.name}-{ctx.run_id}-{label}"[:200], space=sp, strategy=strategy,
