@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from harmony.errors import ConfigError
 from harmony_server.server import start_server
 from tuner_client.client import connect
 from tuner_client.config import parse_tuner_config
@@ -76,6 +77,26 @@ def clusters(cluster_factory: Any) -> Iterator[list[LocalCluster]]:
         for clone in clones:
             clone.destroy()
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_replicas_config_errors_name_the_key() -> None:
+    base = "name: x\n"
+    with pytest.raises(ConfigError, match=r"x.yaml.*replicas.count clones the embedded"):
+        parse_tuner_config(base + "database: {dsn: 'host=h', controller: {kind: pg_ctl}}\n"
+                           "replicas: {count: 2}\n", source="x.yaml")
+    with pytest.raises(ConfigError, match="cpu_limits has 3 entries but replicas.count is 2"):
+        parse_tuner_config(base + "replicas: {count: 2, cpu_limits: [1, 1, 1]}\n",
+                           source="x.yaml")
+    twice = "{name: a, dsn: 'host=h', controller: {kind: pg_ctl}}"
+    with pytest.raises(ConfigError, match=r"replica names must be unique, got \['a', 'a'\]"):
+        parse_tuner_config(base + f"replicas: {{targets: [{twice}, {twice}]}}\n",
+                           source="x.yaml")
+    with pytest.raises(ConfigError, match="x.yaml.*needs measure.paired: true"):
+        parse_tuner_config(base + "measure: {paired: false}\nreplicas: {remote: 1}\n",
+                           source="x.yaml")
+    cfg = parse_tuner_config(base + "replicas: {count: 3, cpu_limits: [null, 0.5], remote: 2}\n")
+    assert (cfg.replicas.count, cfg.replicas.cpu_limits, cfg.replicas.remote) == \
+        (3, (None, 0.5), 2) and cfg.replicas.enabled
 
 
 def _raw(record: PointRecord) -> float:

@@ -137,13 +137,11 @@ class Tuner:
                 if cfg.replicas.enabled else []
         if not others and not cfg.replicas.remote:
             return None
-        pool = ReplicaPool([Replica("replica-1", target), *others], lease_s=cfg.replicas.lease_s)
         if not cfg.measure.paired:
-            pool.close()
-            raise ConfigError(f"{cfg.source}: tuning on {len(pool.replicas)} replicas compares "
-                              f"each candidate with its own replica's reference, so it needs "
+            raise ConfigError(f"{cfg.source}: tuning on several replicas compares each "
+                              f"candidate with its own replica's reference, so it needs "
                               f"measure.paired: true (got false)")
-        return pool
+        return ReplicaPool([Replica("replica-1", target), *others], lease_s=cfg.replicas.lease_s)
 
     def _passes(self, ctx: RunContext) -> None:
         """Offline then online, repeated in a multi-pass flow while a detector asks."""

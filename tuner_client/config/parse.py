@@ -195,6 +195,10 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                 replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
                                 samples=int(sc.get("samples", ScreeningConfig.samples)))
     replicas = _replicas(data.get("replicas") or {}, database, where)
+    if replicas.enabled and not measure.paired:
+        raise ConfigError(f"{where('measure', 'paired')}: tuning on several replicas compares "
+                          f"each candidate with its own replica's reference, so it needs "
+                          f"measure.paired: true (got false)")
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
