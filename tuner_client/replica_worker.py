@@ -29,6 +29,7 @@ from tuner_client.phases.blocks import Reference
 from tuner_client.phases.parallel import METADATA_KEY, Shared, measure_loop
 from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.state import RunContext
+from tuner_client.replicas import database_answers
 from tuner_client.target import Target, open_target
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
     while True:
         why = measure_loop(ctx, session, replica, space, label, ref, float(level), shared,
                            records.append, on_dead=dead.append,
-                           alive=lambda: _answers(ctx), lease_s=float(info.get("lease_s", 120)))
+                           alive=lambda: database_answers(ctx.target.dsn),
+                           lease_s=float(info.get("lease_s", 120)))
         if dead:
             raise DatabaseError(f"replica {replica}: {dead[0]}")
         if why in ("paused", "converged"):
@@ -140,8 +142,3 @@ def _subspace(ctx: RunContext, names: list[str]) -> KnobSpace:
                           f"list; give every replica the coordinator's config")
     return KnobSpace(tuple(params[n] for n in names))
 
-
-def _answers(ctx: RunContext) -> bool:
-    from tuner_client.replicas import Replica
-
-    return Replica("self", ctx.target).answers()

@@ -51,12 +51,17 @@ class Replica:
 
     def answers(self) -> bool:
         """True when the replica's database accepts a connection and a query within 5 s."""
-        try:
-            with psycopg.connect(self.target.dsn, autocommit=True, connect_timeout=5) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.Error:
-            return False
+        return database_answers(self.target.dsn)
+
+
+def database_answers(dsn: str) -> bool:
+    """True when ``dsn`` accepts a connection and a query within 5 s."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
 
 
 class ReplicaPool:
