@@ -51,6 +51,8 @@ replicas: {lease_s: 20}
 """
 #: CPUs the slowed replica may use (the machine has two, shared by both replicas)
 SLOW_CPUS = 0.1
+#: the kill and remote tests need no precision: shorter samples
+QUICK = CONFIG.replace("seconds: 1.0", "seconds: 0.6")
 
 
 def _target(cluster: LocalCluster) -> Target:
@@ -155,7 +157,7 @@ def test_two_replicas_one_slowed_tuned_in_one_session(clusters: list[LocalCluste
 def test_a_replica_killed_mid_run_loses_its_trial_to_another(clusters: list[LocalCluster],
                                                             tmp_path: Path) -> None:
     primary, victim, _ = clusters
-    config = parse_tuner_config(CONFIG, source="reptest.yaml")
+    config = parse_tuner_config(QUICK, source="reptest.yaml")
     killed: list[int] = []  # noqa: F841 (filled by the callback)
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url, client_id="coord") as client:
@@ -200,8 +202,9 @@ def test_a_replica_on_another_host_joins_by_name(clusters: list[LocalCluster],
     from tuner_client.replica_worker import run_replica
 
     primary, far, _ = clusters
-    config = parse_tuner_config(CONFIG.replace("replicas: {lease_s: 20}",
-                                               "replicas: {lease_s: 20, remote: 1}"),
+    config = parse_tuner_config(QUICK.replace("replicas: {lease_s: 20}",
+                                               "replicas: {lease_s: 20, remote: 1}")
+                                .replace("final: {rounds: 2,", "final: {rounds: 0,"),
                                 source="reptest.yaml")
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url, client_id="coord") as client:
