@@ -111,22 +111,24 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rows = []
     plans = [("nelder-mead", 1)] + [("pro", n) for n in counts]
+    command = "flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.replicas_sim" + (
+        " --quick" if args.quick else "") + (f" --seeds {args.seeds}" if args.seeds else "")
+    stem = "replicas_sim" + (".quick" if args.quick else "")
+    RESULTS.mkdir(exist_ok=True)
     for strategy, n in plans:
         runs = [simulate(n, strategy=strategy, seconds=budget_s, seed=s) for s in range(seeds)]
         rows.append(_row(runs, budget_s))
         print(f"{strategy} x{n}: median {rows[-1]['minutes_median']:.1f} min, final "
               f"{rows[-1]['final_mean']:.3f}", flush=True)
-    meta = {"command": "flock /tmp/harmony-bench.lock .venv/bin/python -m "
-                       "benchmarks.replicas_sim" + (" --quick" if args.quick else ""),
-            "seeds": seeds, "budget_min": budget_s / 60.0, "cpu": cpu_model(),
-            "host": platform.node(),
-            "load_before": " ".join(f"{x:.1f}" for x in load_before),
-            "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "wall_s": time.monotonic() - started}
-    stem = "replicas_sim" + (".quick" if args.quick else "")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    (RESULTS / f"{stem}.md").write_text(_markdown(rows, meta))
+        # written after every row: a run cut short by its time limit keeps what it has
+        meta = {"command": command, "seeds": seeds, "budget_min": budget_s / 60.0,
+                "cpu": cpu_model(), "host": platform.node(),
+                "load_before": " ".join(f"{x:.1f}" for x in load_before),
+                "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                "wall_s": time.monotonic() - started}
+        (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows},
+                                                         indent=2))
+        (RESULTS / f"{stem}.md").write_text(_markdown(rows, meta))
     return 0 if all(math.isfinite(r["final_mean"]) for r in rows) else 1
 
 
