@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -106,6 +107,49 @@ def _ci(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def _write(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: tuple[float, ...],
+           started: float) -> None:
+    """The tables so far (written after every repetition: a cut-short run keeps them)."""
+    rows: list[dict[str, Any]] = []
+    for n in (1, 2, 3):
+        mine = [r for r in runs if r["replicas"] == n]
+        if not mine:
+            continue
+        secs = [r["seconds"] for r in mine]
+        per_min = [60.0 * r["evaluations"] / r["seconds"] for r in mine]
+        to90 = [r["to_90"] if r["to_90"] is not None else r["seconds"] for r in mine]
+        rows.append({"replicas": n, "seconds": _ci(secs), "evals_per_min": _ci(per_min),
+                     "to_90": _ci(to90), "runs": len(mine)})
+    meta = {"command": "flock /tmp/harmony-bench.lock .venv/bin/python -m "
+                       "benchmarks.replicas_real" + " ".join(["", *args.argv]),
+            "cpu": cpu_model(), "cores": os.cpu_count(), "scale": args.scale,
+            "evaluations": args.evaluations, "sample_seconds": args.seconds,
+            "repetitions": len({r["repetition"] for r in runs}),
+            "load_before": " ".join(f"{x:.1f}" for x in load_before),
+            "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "wall_s": time.monotonic() - started}
+    stem = "replicas_real" + (".quick" if args.quick else "")
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows,
+                                                      "runs": runs}, indent=2))
+    lines = ["# Tuning on 1, 2 and 3 real replicas sharing two cores", "",
+             f"Command: `{meta['command']}`; {meta['cpu']}, {meta['cores']} cores shared by "
+             f"all replicas (and by other work: load {meta['load_before']} before, "
+             f"{meta['load_after']} after); TPC-H SF {args.scale}, mix 3Q6,1Q13; PRO over "
+             f"random_page_cost and work_mem, {args.evaluations} paired evaluations of "
+             f"{args.seconds:g}-s samples; {meta['repetitions']} repetitions, the order of the "
+             f"replica counts rotated. Means with 95 % t intervals over repetitions.", "",
+             "Wall-clock is from the run's start (prepare, the one-point offline session, "
+             "the reference measured on every replica) to the last search evaluation; a run "
+             "that never reached 90 % counts its whole wall-clock.", "",
+             "| replicas | wall-clock to the last search evaluation, s | search evaluations / "
+             "min | s to 90 % of the best ratio found |", "|---:|---|---|---|"]
+    for row in rows:
+        cells = [f"{m:.1f} ({lo:.1f}–{hi:.1f})" for m, lo, hi in
+                 (row["seconds"], row["evals_per_min"], row["to_90"])]
+        lines.append(f"| {row['replicas']} | " + " | ".join(cells) + " |")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 repetitions, 8 evaluations")
@@ -114,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=0.05)
     parser.add_argument("--seconds", type=float, default=2.0, help="one sample's length")
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     args.repetitions = args.repetitions or (2 if args.quick else 3)
     args.evaluations = args.evaluations or (8 if args.quick else 12)
     logging.basicConfig(level=logging.WARNING)
@@ -142,43 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{g['seconds']:.0f} s; 90 % of the best ratio ({best:.2f}) after "
                       f"{g['to_90']} s", flush=True)
             runs.extend(got)
+            _write(runs, args, load_before, started)
     finally:
         for cluster in (*clones, primary):
             cluster.destroy()
         shutil.rmtree(state, ignore_errors=True)
-    rows = []
-    for n in (1, 2, 3):
-        mine = [r for r in runs if r["replicas"] == n]
-        secs = [r["seconds"] for r in mine]
-        per_min = [60.0 * r["evaluations"] / r["seconds"] for r in mine]
-        to90 = [r["to_90"] if r["to_90"] is not None else r["seconds"] for r in mine]
-        rows.append({"replicas": n, "seconds": _ci(secs), "evals_per_min": _ci(per_min),
-                     "to_90": _ci(to90), "runs": len(mine)})
-    meta = {"command": "flock /tmp/harmony-bench.lock .venv/bin/python -m "
-                       "benchmarks.replicas_real" + (" --quick" if args.quick else ""),
-            "cpu": cpu_model(), "cores": os.cpu_count(), "scale": args.scale,
-            "evaluations": args.evaluations, "sample_seconds": args.seconds,
-            "repetitions": args.repetitions,
-            "load_before": " ".join(f"{x:.1f}" for x in load_before),
-            "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "wall_s": time.monotonic() - started}
-    stem = "replicas_real" + (".quick" if args.quick else "")
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows,
-                                                      "runs": runs}, indent=2))
-    lines = ["# Tuning on 1, 2 and 3 real replicas sharing two cores", "",
-             f"Command: `{meta['command']}`; {meta['cpu']}, {meta['cores']} cores shared by "
-             f"all replicas (and by other work: load {meta['load_before']} before, "
-             f"{meta['load_after']} after); TPC-H SF {args.scale}, mix 3Q6,1Q13; PRO over "
-             f"random_page_cost and work_mem, {args.evaluations} paired evaluations of "
-             f"{args.seconds:g}-s samples; {args.repetitions} repetitions, the order of the "
-             f"replica counts rotated. Means with 95 % t intervals over repetitions.", "",
-             "| replicas | search wall-clock, s | evaluations / min | s to 90 % of the best "
-             "ratio found |", "|---:|---|---|---|"]
-    for row in rows:
-        cells = [f"{m:.1f} ({lo:.1f}–{hi:.1f})" for m, lo, hi in
-                 (row["seconds"], row["evals_per_min"], row["to_90"])]
-        lines.append(f"| {row['replicas']} | " + " | ".join(cells) + " |")
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return 0
 
 
