@@ -235,3 +235,15 @@ def test_a_replica_on_another_host_joins_by_name(clusters: list[LocalCluster],
         pytest.approx(sorted(t["value"] for t in far_done))
     with psycopg.connect(far.dsn_for("tpch")) as conn:  # the worker restored its database
         assert conn.execute("SHOW work_mem").fetchone() == ("4MB",)
+
+
+def test_replica_cli_needs_a_server(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from harmony.cli import EXIT_BAD_INPUT, main
+
+    monkeypatch.delenv("HARMONY_SERVER", raising=False)
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\n")
+    assert main(["tune", str(path), "--replica", "far"]) == EXIT_BAD_INPUT
+    assert "--replica joins a run hosted on a Harmony server: give --server URL" in \
+        capsys.readouterr().err
