@@ -171,7 +171,11 @@ def run_parallel(ctx: RunContext, state: RunState, session: Session, space: Knob
                            alive=replica.answers, lease_s=pool.lease_s)
         logger.info("[%s] replica %s stops: %s", label, replica.name, why)
 
-    _in_threads(pool.live, work)
+    def interrupted() -> None:
+        with shared.lock:
+            shared.stop = "interrupted"
+
+    _in_threads(pool.live, work, stop=interrupted, grace_s=pool.lease_s)
     if ctx.config.replicas.remote:
         session.pause()  # no new trial for anyone; the remote ones in flight finish
         deadline = time.monotonic() + pool.lease_s
@@ -287,8 +291,14 @@ def replica_client(client: HarmonyClient, replica: str) -> HarmonyClient:
     return client.as_client(f"{client.client_id}-{replica}")
 
 
-def _in_threads(replicas: list[Replica], target: Callable[[Replica], None]) -> None:
-    """Run ``target(replica)`` for every replica at once; re-raise the first error."""
+def _in_threads(replicas: list[Replica], target: Callable[[Replica], None], *,
+                stop: Callable[[], None] | None = None, grace_s: float = 120.0) -> None:
+    """Run ``target(replica)`` for every replica at once; re-raise the first error.
+
+    Interrupted (Ctrl-C, SIGTERM), it calls ``stop`` and waits up to ``grace_s`` for the
+    threads to finish their measurement, so that no replica applies a candidate after the
+    run has restored its configuration.
+    """
     errors: list[BaseException] = []
 
     def run(replica: Replica) -> None:
@@ -301,7 +311,15 @@ def _in_threads(replicas: list[Replica], target: Callable[[Replica], None]) -> N
                                 daemon=True) for r in replicas]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        if stop is not None:
+            stop()
+        deadline = time.monotonic() + grace_s
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        raise
     if errors:
         raise errors[0]
