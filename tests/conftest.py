@@ -40,10 +40,11 @@ ClusterFactory = Callable[..., LocalCluster]
 CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})
 #: test files that take more than ~30 s on the 2-core CI machine (measured with --durations:
 #: test_flows_wiring 110 s, test_workloads_tpch 66 s, test_api_fuzz 47 s by its time budget,
-#: test_controllers 38 s; test_flows runs whole tuning runs too)
+#: test_controllers 38 s; test_flows runs whole tuning runs too; test_replicas runs three on
+#: two or three clusters, 45-90 s)
 SLOW_FILES = frozenset({
     "test_workloads_tpch.py", "test_controllers.py", "test_api_fuzz.py", "test_flows.py",
-    "test_flows_wiring.py",
+    "test_flows_wiring.py", "test_replicas.py",
 })
 
 

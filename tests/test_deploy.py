@@ -149,6 +149,31 @@ def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
     assert "COPY configs /etc/harmony/configs" in (ROOT / "Dockerfile").read_text()
 
 
+def test_compose_replicas_profile() -> None:
+    """Profile ``replicas``: a second PostgreSQL and one tuner client per replica; the
+    worker's config is the coordinator's job on the second database."""
+    from tuner_client.config import load_tuner_config
+
+    services = load_compose()["services"]
+    profiled = {n for n, s in services.items() if "replicas" in s.get("profiles", ())}
+    assert profiled == {"postgres-replica-2", "tpch-loader-2", "tuner-replica-2"}
+    worker = services["tuner-replica-2"]
+    assert worker["command"][:2] == ["harmony", "tune"] and \
+        worker["command"][-2:] == ["--replica", "replica-2"]
+    assert worker["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
+    coordinator = load_tuner_config(ROOT / "deploy" / "tuner" / "tpch-docker-replicas.yaml")
+    replica = load_tuner_config(ROOT / "deploy" / "tuner" / worker["command"][2].split("/")[-1])
+    assert coordinator.replicas.remote == 1 and coordinator.name == replica.name
+    def knobs(config: Any) -> list[tuple[Any, ...]]:
+        return [(k.name, k.min, k.max, k.step, k.values) for k in config.knob_specs()]
+
+    assert knobs(coordinator) == knobs(replica)
+    assert coordinator.workload == replica.workload
+    assert replica.database.controller.options["container"] == \
+        services["postgres-replica-2"]["container_name"]
+    assert "host=postgres-replica-2 " in (replica.database.dsn or "")
+
+
 def test_dockerfile_builds_from_files_in_the_repo() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER\s+(?!root)\S+", text, re.M), "the image must not run as root"

@@ -392,6 +392,15 @@ class HarmonyClient:
         session._call("POST", "join", {"client": self.client_id, "host": host_metadata()})
         return session
 
+    def as_client(self, client_id: str) -> HarmonyClient:
+        """Another client on the same connection, under ``client_id`` (e.g. one per replica
+        of a run); closing it closes the shared connection, so close only the original."""
+        return HarmonyClient(self._backend, client_id)
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """A session's full status and definition, without joining it."""
+        return Session(self._backend, name, self.client_id).status()
+
     def list_sessions(self) -> list[dict[str, Any]]:
         """Every session with status and best result."""
         return list(self._backend.request("GET", "/sessions")["sessions"])

@@ -30,7 +30,8 @@ from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.screening import screening_phase
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.target import Target, open_target
+from tuner_client.replicas import Replica, ReplicaPool, open_replicas
+from tuner_client.target import Target, default_state_dir, open_target
 from tuner_client.warm import load_priors
 
 __all__ = ["TuneResult", "Tuner", "run_tuning"]
@@ -43,7 +44,9 @@ class Tuner:
 
     ``client``, ``target`` and ``workload`` default to the configured ones; ``on_record``
     is called with each search evaluation, ``on_measured`` with every measured record (the
-    final rounds too), ``on_decision`` with each decision's text.
+    final rounds too), ``on_decision`` with each decision's text. ``replicas`` are more
+    targets to tune on at once (default: the configured ``replicas``; see
+    :mod:`tuner_client.replicas`).
     """
 
     def __init__(self, config: TunerConfig, *, server: str | None = None,
@@ -53,13 +56,16 @@ class Tuner:
                  metrics: TunerMetrics | None = None,
                  on_record: Callable[[PointRecord], None] | None = None,
                  on_measured: Callable[[PointRecord], None] | None = None,
-                 on_decision: Callable[[str], None] | None = None) -> None:
+                 on_decision: Callable[[str], None] | None = None,
+                 replicas: list[Replica] | None = None) -> None:
         self.config = config
         self.server = server if server is not None else config.server
         self.state_dir = state_dir
         self.output_dir = output_dir
         self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
         self._client, self._target, self._workload = client, target, workload
+        self._replicas = replicas
+        self.pool: ReplicaPool | None = None
         # never None: without a metrics port the updates go to a registry nobody serves
         self.metrics = metrics if metrics is not None else TunerMetrics(
             [k.name for k in config.knob_specs()], tuner=config.name)
@@ -93,9 +99,13 @@ class Tuner:
                 # the guard turns SIGTERM into SystemExit and, on the way out, makes sure the
                 # server is up (restoring the last good configuration if a restart was cut
                 # short); the finally below then restores the original configuration
+                pool = self.pool = self._open_pool(target)
                 ctx = self.context = prepare(cfg, run_id=self.run_id, client=client,
                                              target=target, metrics=self.metrics,
                                              priors=priors, workload=self._workload)
+                if pool is not None:
+                    pool.prepare(ctx)
+                    ctx.pool = pool
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
                 if ctx.measurer.guard is not None:
@@ -108,14 +118,32 @@ class Tuner:
             logger.warning("interrupted: restoring the original configuration")
             raise
         finally:
+            keep = bool(result is not None and cfg.final.apply_best)
+            if self.pool is not None:
+                self.pool.leave(state.best, keep_best=keep)
+                self.pool.close()
             if self.context is not None:
-                leave_server(self.context, state.best, keep_best=bool(
-                    result is not None and cfg.final.apply_best))
+                leave_server(self.context, state.best, keep_best=keep)
             self.metrics.set_phase("idle")
             if self._client is None:
                 client.close()
             if self._target is None:
                 target.close()
+
+    def _open_pool(self, target: Target) -> ReplicaPool | None:
+        """The run's replicas (this target first), or None for a run on one target."""
+        cfg = self.config
+        others = self._replicas
+        if others is None:
+            others = open_replicas(cfg, target, self.state_dir or default_state_dir(cfg.name)) \
+                if cfg.replicas.enabled else []
+        if not others and not cfg.replicas.remote:
+            return None
+        if not cfg.measure.paired:
+            raise ConfigError(f"{cfg.source}: tuning on several replicas compares each "
+                              f"candidate with its own replica's reference, so it needs "
+                              f"measure.paired: true (got false)")
+        return ReplicaPool([Replica("replica-1", target), *others], lease_s=cfg.replicas.lease_s)
 
     def _passes(self, ctx: RunContext) -> None:
         """Offline then online, repeated in a multi-pass flow while a detector asks."""

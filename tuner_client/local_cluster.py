@@ -12,7 +12,9 @@ written into ``harmony_local.conf`` (included by ``postgresql.conf``) before eve
 the port always matches this object's DSN; ``postgresql.auto.conf`` is left to the tuner.
 
 Optionally the postmaster runs inside a memory cgroup (v2 ``memory.max`` or v1
-``memory.limit_in_bytes``) so that the OS page cache cannot hide buffer misses.
+``memory.limit_in_bytes``) so that the OS page cache cannot hide buffer misses, and inside a
+CPU cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) that caps it at ``cpu_limit`` CPUs,
+e.g. to run a replica deliberately slower than its siblings.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class LocalCluster:
         timeout_s: float = 60.0,
         sync_initdb: bool = True,
         template_data_dir: Path | None = None,
+        cpu_limit: float | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         self._bin_dir = find_bin_dir(bin_dir)
@@ -148,8 +151,13 @@ class LocalCluster:
                 f"memory_limit_bytes must be a positive number of bytes, got {memory_limit_bytes}"
             )
         self.memory_limit_bytes = memory_limit_bytes
+        if cpu_limit is not None and not (0.01 <= cpu_limit <= 1024):
+            raise ConfigError(f"cpu_limit must be a number of CPUs between 0.01 and 1024, "
+                              f"got {cpu_limit}")
+        self.cpu_limit = cpu_limit
         self._cgroup_procs: Path | None = None
         self._cgroup_dir: Path | None = None
+        self._cpu_cgroup_dir: Path | None = None
         self._cgroup_checked = False
         if os.geteuid() == 0:
             self.os_user: str | None = os_user or DEFAULT_OS_USER
@@ -207,10 +215,12 @@ class LocalCluster:
     ) -> subprocess.CompletedProcess[str]:
         """Run a server-side command as the cluster's OS user; returns the completed process."""
         full = self.command_prefix() + argv
-        if cgroup and self._cgroup_procs is not None:
-            # a root shell joins the cgroup first, so pg_ctl and the postmaster it forks
-            # are born inside it; then it drops to the unprivileged user
-            full = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self._cgroup_procs), *full]
+        procs = [p for p in (self._cgroup_procs, self._cpu_procs()) if p is not None]
+        if cgroup and procs:
+            # a root shell joins the cgroups first, so pg_ctl and the postmaster it forks
+            # are born inside them; then it drops to the unprivileged user
+            joins = " && ".join(f'echo $$ > "{p}"' for p in procs)
+            full = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *full]
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LC_ALL": "C",
@@ -367,6 +377,7 @@ class LocalCluster:
         # existing cluster may have been written with another port by an earlier object
         self._write_conf()
         self._setup_cgroup()
+        self._setup_cpu_cgroup()
         attempts = 1 if self._port_given else 3
         for attempt in range(attempts):
             proc = self._pg_ctl_start(timeout_s)
@@ -541,17 +552,58 @@ class LocalCluster:
         logger.info("PostgreSQL memory cgroup v1 %s, limit=%s", cg, self.memory_limit_bytes)
         return True
 
+    def _cpu_procs(self) -> Path | None:
+        return self._cpu_cgroup_dir / "cgroup.procs" if self._cpu_cgroup_dir else None
+
+    def _setup_cpu_cgroup(self) -> None:
+        """A CPU cgroup capping the server at ``cpu_limit`` CPUs (v1 cfs quota or v2 cpu.max)."""
+        if self.cpu_limit is None or self._cpu_cgroup_dir is not None:
+            return
+        name = f"harmony-pg-cpu-{self._port}-{os.getpid()}"
+        period = 100_000
+        quota = max(1000, int(self.cpu_limit * period))
+        try:
+            v1 = CGROUP_ROOT / "cpu"
+            if (v1 / "cpu.cfs_quota_us").exists():
+                cg = v1 / name
+                cg.mkdir(exist_ok=True)
+                (cg / "cpu.cfs_period_us").write_text(str(period))
+                (cg / "cpu.cfs_quota_us").write_text(str(quota))
+            elif "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
+                subtree = CGROUP_ROOT / "cgroup.subtree_control"
+                if "cpu" not in subtree.read_text().split():
+                    subtree.write_text("+cpu")
+                cg = CGROUP_ROOT / name
+                cg.mkdir(exist_ok=True)
+                (cg / "cpu.max").write_text(f"{quota} {period}")
+            else:
+                raise OSError("no cpu controller under " + str(CGROUP_ROOT))
+        except OSError as exc:
+            raise DatabaseError(f"cpu_limit={self.cpu_limit} asked for, but no writable CPU "
+                                f"cgroup was found ({exc}); run as root on a machine with the "
+                                f"cgroup cpu controller, or drop cpu_limit") from exc
+        self._cpu_cgroup_dir = cg
+        logger.info("PostgreSQL CPU cgroup %s: at most %.2f CPUs", cg, self.cpu_limit)
+
     def _remove_cgroup(self) -> None:
+        cpu = self._cpu_cgroup_dir
+        if cpu is not None:
+            self._cpu_cgroup_dir = None
+            self._rmdir_cgroup(cpu)
         cg = self._cgroup_dir
         if cg is None:
             return
+        self._rmdir_cgroup(cg)
+        self._cgroup_dir = self._cgroup_procs = None
+
+    @staticmethod
+    def _rmdir_cgroup(cg: Path) -> None:
         for _ in range(20):
             try:
                 cg.rmdir()
                 break
             except OSError as exc:
                 if exc.errno != errno.EBUSY:
-                    logger.warning("could not remove memory cgroup %s: %s", cg, exc)
+                    logger.warning("could not remove cgroup %s: %s", cg, exc)
                     break
                 time.sleep(0.05)
-        self._cgroup_dir = self._cgroup_procs = None

@@ -176,6 +176,8 @@ class PointRecord:
     #: times the reference's running level: see :mod:`tuner_client.phases.blocks`)
     ratio: float | None = None
     reference: list[float] = field(default_factory=list)
+    #: the replica (its client id) that measured it, in a run over several replicas
+    replica: str | None = None
 
     def stats_total(self) -> StatsDelta | None:
         """The samples' counters summed (None when any sample lost its counters); when

@@ -68,7 +68,7 @@ def open_target(config: TunerConfig, state_dir: Path | None = None) -> Target:
         return _open_embedded(config, state_dir or default_state_dir(config.name))
     dsn = config.database.dsn
     assert dsn is not None  # embedded is False exactly when a DSN is given
-    catalog = _read_catalog(dsn)
+    catalog = read_catalog(dsn)
     controller = make_controller(config, dsn=dsn, cluster=None)
     return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=None, ram_bytes=None)
 
@@ -106,7 +106,7 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
             logger.info("example application %s at scale %d %s (%.1f MB)", app.name, app.scale,
                         "reused" if app.reused else f"loaded in {app.seconds:.1f} s",
                         app.database_bytes / 2**20)
-        catalog = _read_catalog(dsn)
+        catalog = read_catalog(dsn)
         controller = make_controller(config, dsn=dsn, cluster=cluster)
     except BaseException:
         cluster.stop()
@@ -115,7 +115,7 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
                   ram_bytes=cluster.effective_ram_bytes())
 
 
-def _read_catalog(dsn: str) -> KnobCatalog:
+def read_catalog(dsn: str) -> KnobCatalog:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             return KnobCatalog.from_connection(conn)

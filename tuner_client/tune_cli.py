@@ -40,6 +40,13 @@ def add_parser(subparsers: Any) -> None:
                         help="directory for alter_system.sql, postgresql.conf.fragment, "
                              "trials.jsonl, summary.json (env HARMONY_OUTPUT; default "
                              "./harmony-out/<config name>)")
+    parser.add_argument("--replica", default=_env("replica"), metavar="NAME",
+                        help="join a run over several replicas as replica NAME: measure the "
+                             "replicated sessions the coordinator opens on --server on this "
+                             "config's database, and decide nothing (env HARMONY_REPLICA)")
+    parser.add_argument("--replica-idle", type=float, default=600.0, metavar="SECONDS",
+                        help="with --replica: stop after this long without a session to join "
+                             "(default 600)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_metrics_arguments(parser)
     parser.set_defaults(func=run_tune)
@@ -109,6 +116,14 @@ def run_with_metrics(config: TunerConfig, args: argparse.Namespace, output: Path
 def run_tune(args: argparse.Namespace) -> int:
     """Entry point of ``harmony tune``; the CLI maps errors to exit codes."""
     config = load_tuner_config(args.config)
+    if args.replica:
+        from tuner_client.replica_worker import run_replica
+
+        reported = run_replica(config, server=args.server or config.server or "",
+                               replica=args.replica, state_dir=args.state_dir,
+                               idle_s=args.replica_idle)
+        print(f"replica {args.replica}: {reported} evaluations reported")
+        return 0
     output = args.output or Path("harmony-out") / config.name
     result = run_with_metrics(config, args, output)
     if args.json:

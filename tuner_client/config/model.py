@@ -277,6 +277,36 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class ReplicaTarget:
+    """An existing server tuned as one more replica (its own DSN and controller)."""
+
+    name: str
+    dsn: str
+    controller: ControllerConfig
+
+
+@dataclass(frozen=True)
+class ReplicasConfig:
+    """Tune on several identical replicas at once, all feeding one session
+    (:mod:`tuner_client.replicas`). ``count``: embedded replicas (the embedded cluster and
+    ``count - 1`` clones of it); ``targets``: existing servers besides ``database``;
+    ``cpu_limits``: CPUs each embedded replica may use (None: no cap); ``lease_s``: how long a
+    replica may go without a heartbeat before its trial is handed to another one;
+    ``remote``: replicas expected to join from other hosts (``harmony tune CONFIG --server URL
+    --replica NAME``): the sessions are replicated even when this host has one database."""
+
+    count: int = 1
+    targets: tuple[ReplicaTarget, ...] = ()
+    cpu_limits: tuple[float | None, ...] = ()
+    lease_s: float = 120.0
+    remote: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.count > 1 or bool(self.targets) or self.remote > 0
+
+
+@dataclass(frozen=True)
 class TunerConfig:
     """One tuning job, as validated from a YAML file (see the module docstring)."""
 
@@ -296,6 +326,7 @@ class TunerConfig:
     warm_start: WarmStartConfig = WarmStartConfig()
     screening: ScreeningConfig = ScreeningConfig()
     bme: ProbeConfig = ProbeConfig()
+    replicas: ReplicasConfig = ReplicasConfig()
 
     def knob_specs(self) -> tuple[KnobSpec, ...]:
         return self.offline.knobs + self.online.knobs

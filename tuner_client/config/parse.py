@@ -31,6 +31,8 @@ from tuner_client.config.model import (
     MeasureConfig,
     ObserveConfig,
     ProbeConfig,
+    ReplicasConfig,
+    ReplicaTarget,
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
@@ -211,6 +213,11 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                 replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
                                 samples=int(sc.get("samples", ScreeningConfig.samples)))
     bme = _probe_config(data.get("bme") or {}, where)
+    replicas = _replicas(data.get("replicas") or {}, database, where)
+    if replicas.enabled and not measure.paired:
+        raise ConfigError(f"{where('measure', 'paired')}: tuning on several replicas compares "
+                          f"each candidate with its own replica's reference, so it needs "
+                          f"measure.paired: true (got false)")
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
@@ -218,7 +225,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
                        description=data.get("description", TunerConfig.description),
                        source=source,
-                       warm_start=warm_start, screening=screening, bme=bme)
+                       warm_start=warm_start, screening=screening, bme=bme,
+                       replicas=replicas)
 
 
 def _probe_config(raw: Mapping[str, Any], where: Any) -> ProbeConfig:
@@ -362,3 +370,28 @@ def _yaml_bool(v: Any) -> Any:
     if isinstance(v, bool):
         return "on" if v else "off"
     return v
+
+
+def _replicas(rep: Mapping[str, Any], database: DatabaseConfig, where: Any) -> ReplicasConfig:
+    """The ``replicas`` section: embedded clones only of an embedded database, unique names."""
+    count = int(rep.get("count", ReplicasConfig.count))
+    if count > 1 and not database.embedded:
+        raise ConfigError(f"{where('replicas', 'count')}: replicas.count clones the embedded "
+                          f"cluster, but database.dsn names an existing server; list the other "
+                          f"servers under replicas.targets instead (got count {count})")
+    cpu_limits = tuple(None if c is None else float(c) for c in rep.get("cpu_limits", ()))
+    if len(cpu_limits) > count:
+        raise ConfigError(f"{where('replicas', 'cpu_limits')}: replicas.cpu_limits has "
+                          f"{len(cpu_limits)} entries but replicas.count is {count}; give at "
+                          f"most one per embedded replica")
+    targets = tuple(ReplicaTarget(t["name"], t["dsn"],
+                                  ControllerConfig(t["controller"]["kind"],
+                                                   dict(t["controller"].get("options") or {})))
+                    for t in rep.get("targets", ()))
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where('replicas', 'targets')}: replica names must be unique, got "
+                          f"{names}")
+    return ReplicasConfig(count=count, targets=targets, cpu_limits=cpu_limits,
+                          lease_s=float(rep.get("lease_s", ReplicasConfig.lease_s)),
+                          remote=int(rep.get("remote", ReplicasConfig.remote)))

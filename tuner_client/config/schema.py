@@ -210,6 +210,29 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "min_r2": {"type": "number", "minimum": 0, "maximum": 1},
             },
         },
+        "replicas": {
+            "type": "object", "additionalProperties": False,
+            "properties": {
+                "count": {"type": "integer", "minimum": 1, "maximum": 16},
+                "cpu_limits": {"type": "array", "items": {"type": ["number", "null"],
+                                                           "exclusiveMinimum": 0}},
+                "lease_s": {"type": "number", "minimum": 5},
+                "remote": {"type": "integer", "minimum": 0, "maximum": 1024},
+                "targets": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["name", "dsn", "controller"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$",
+                                 "maxLength": 60},
+                        "dsn": {"type": "string", "minLength": 1},
+                        "controller": {
+                            "type": "object", "additionalProperties": False,
+                            "required": ["kind"],
+                            "properties": {"kind": {"enum": ["pg_ctl", "docker", "command"]},
+                                           "options": {"type": "object"}}},
+                    }}},
+            },
+        },
         "warm_start": {
             "type": "object", "additionalProperties": False, "minProperties": 1,
             "properties": {

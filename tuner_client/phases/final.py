@@ -88,14 +88,23 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     def measure(label: str) -> float | None:
         kind = "baseline" if label == "default" else "final"
         ctx.metrics.set_phase(kind)
-        record = ctx.measurer.measure(f"final-{label}", {}, candidates[label],
-                                      check_budget=label != "default")
+        # over several replicas, each round is measured whole on one replica (in turn), so
+        # every ratio to the default within a round is paired on one machine
+        measurer, replica = ctx.measurer, None
+        if ctx.pool is not None and ctx.pool.live and race is not None:
+            replica = ctx.pool.live[len(race.rounds) % len(ctx.pool.live)]
+            assert replica.ctx is not None
+            measurer = replica.ctx.measurer
+        record = measurer.measure(f"final-{label}", {}, candidates[label],
+                                  check_budget=label != "default")
+        record.replica = replica.name if replica is not None else None
         record_point(ctx, state, record, kind=kind, ranks=False)
         logger.info("[final] %s: %s%s", label,
                     f"{record.value:.1f}" if record.value else "n/a",
                     f" ({record.failure})" if record.failure else "")
         return record.value
 
+    race: Race | None = None
     if not searched:
         return [{label: measure(label) for label in ["default", *baselines]}]
     min_rounds = max(2, cfg.rounds)

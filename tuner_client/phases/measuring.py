@@ -8,15 +8,17 @@ then moves on. A failure (a refused or failed apply, a failed sample) is reporte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 
-from harmony.errors import HarmonyError
+from harmony.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measure import PointRecord, aggregate
 from tuner_client.phases.blocks import Reference, measure_block
+from tuner_client.phases.parallel import open_references, run_parallel
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     one value; without, each fetched trial is one sample and the session's ``agg`` plugin
     asks for ``measure.samples`` of them.
     """
+    if ctx.pool is not None and reference is not None:
+        return _run_on_replicas(ctx, state, session, space, evaluations, label, after_eval,
+                                reference, seconds)
     measurer, samples = ctx.measurer, ctx.config.measure.samples
     done = 0
     current: PointRecord | None = None
@@ -119,6 +124,28 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
             if after_eval is not None and after_eval(finished):
                 return "stopped"
     return "budget"
+
+
+def _run_on_replicas(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
+                     evaluations: int, label: str,
+                     after_eval: Callable[[PointRecord], bool] | None, reference: Reference,
+                     seconds: float | None) -> str:
+    """:func:`run_session` over every replica of the run (:mod:`.parallel`); the session is
+    paused afterwards so that replicas on other hosts leave it."""
+    pool = ctx.pool
+    assert pool is not None
+    refs, level = pool.opened.pop(label, (None, None))
+    if refs is None:
+        refs, level = open_references(pool, label, reference.settings)
+    if level is None:
+        raise DatabaseError(f"[{label}] no replica could measure the reference configuration "
+                            f"{reference.settings}")
+    try:
+        return run_parallel(ctx, state, session, space, evaluations, label, after_eval, refs,
+                            level, seconds)
+    finally:
+        with contextlib.suppress(HarmonyError):
+            session.pause()
 
 
 def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,

@@ -149,6 +149,8 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
     # put the offline best in force for the online session
     outcome = measurer.apply({k: best.in_force[k] for k in space.names})
     ctx.in_force_changed()
+    if ctx.pool is not None:
+        ctx.pool.apply_everywhere({k: best.in_force[k] for k in space.names})
     if outcome.failure is not None:
         logger.warning("%s: could not put the offline best back in force: %s", label,
                        outcome.failure)
@@ -181,6 +183,8 @@ def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
     # (the user's, before the first offline point) still breaks the budget
     outcome = ctx.measurer.apply(lowered, check_budget=False)
     ctx.in_force_changed()
+    if ctx.pool is not None:
+        ctx.pool.apply_everywhere(lowered, check_budget=False)
     if outcome.failure is not None:
         raise ConstraintError(f"{label}: could not lower the online memory knobs to {lowered} "
                               f"to make room for shared_buffers: {outcome.failure}")

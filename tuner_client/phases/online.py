@@ -79,6 +79,8 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
     if best is not None:
         ctx.measurer.apply({k: best.in_force[k] for k in space.names})
         ctx.in_force_changed()
+        if ctx.pool is not None:
+            ctx.pool.apply_everywhere({k: best.in_force[k] for k in space.names})
     if stuck:
         return True
     if not multi or cfg.flow.monitor == 0 or best is None:

@@ -10,7 +10,7 @@ import psycopg
 
 from harmony.errors import HarmonyError
 from harmony.priordata import PriorSession
-from tuner_client.budget_view import make_budget_view
+from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.guardrails import Guardrail, Trip
@@ -32,29 +32,7 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     budget = make_budget_view(config, target.catalog, offline_space, online_space,
                               known_ram_bytes=target.ram_bytes)
 
-    def restarted(seconds: float, ok: bool) -> None:
-        metrics.record_restart(seconds, ok=ok)
-
-    observe = config.workload.observe
-    guard = None
-    if observe is not None:
-        b = budget.budget
-        guard = Guardrail(observe.guard,
-                          memory_limit_bytes=max(0, b.ram_bytes - b.os_reserved_bytes))
-
-    def tripped(trip: Trip) -> None:
-        metrics.record_guardrail_trip(trip.kind, (trip.detected_after_s or 0.0) + trip.revert_s)
-
-    measurer = Measurer(target.dsn, target.catalog,
-                        workload if workload is not None else make_workload(config, target.dsn),
-                        config.measure, controller=target.controller,
-                        restart_timeout_s=config.database.restart_timeout_s,
-                        feasible=budget.violation, on_restart=restarted, guard=guard,
-                        on_guard_trip=tripped)
-    if observe is not None:
-        measurer.min_calls, measurer.min_coverage = observe.min_calls, observe.min_coverage
-    if guard is not None:
-        guard.memory_used = measurer.server_memory
+    measurer = make_measurer(config, target, budget, metrics, workload)
     names = offline_space.names + online_space.names
     # the budget's knobs are tracked even when not tuned: the online budget needs them
     tracked = names + [n for n in BUDGET_KNOBS if n not in names]
@@ -86,6 +64,36 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
         measurer.close()
         raise
     return ctx
+
+
+def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
+                  metrics: TunerMetrics, workload: Workload | None = None) -> Measurer:
+    """The measurer of ``target``: the configured workload on it, its controller, the budget,
+    and in live mode its own guardrails."""
+
+    def restarted(seconds: float, ok: bool) -> None:
+        metrics.record_restart(seconds, ok=ok)
+
+    def tripped(trip: Trip) -> None:
+        metrics.record_guardrail_trip(trip.kind, (trip.detected_after_s or 0.0) + trip.revert_s)
+
+    observe = config.workload.observe
+    guard = None
+    if observe is not None:
+        b = budget.budget
+        guard = Guardrail(observe.guard,
+                          memory_limit_bytes=max(0, b.ram_bytes - b.os_reserved_bytes))
+    measurer = Measurer(target.dsn, target.catalog,
+                        workload if workload is not None else make_workload(config, target.dsn),
+                        config.measure, controller=target.controller,
+                        restart_timeout_s=config.database.restart_timeout_s,
+                        feasible=budget.violation, on_restart=restarted, guard=guard,
+                        on_guard_trip=tripped)
+    if observe is not None:
+        measurer.min_calls, measurer.min_coverage = observe.min_calls, observe.min_coverage
+    if guard is not None:
+        guard.memory_used = measurer.server_memory
+    return measurer
 
 
 def _database_bytes(measurer: Measurer) -> int | None:

@@ -11,6 +11,7 @@ from harmony.definition import PluginSpec, SessionDefinition
 from harmony.warmstart import apply_warm_start
 from tuner_client.client import Session, host_metadata
 from tuner_client.config import KnobSpace
+from tuner_client.phases.parallel import METADATA_KEY, open_references, replicated_metadata
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
@@ -31,13 +32,23 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
     # a paired block measures all of a candidate's samples for one trial
     plugins.append(PluginSpec("agg", {"times": 1 if cfg.measure.paired else cfg.measure.samples,
                                       "how": cfg.measure.aggregate}))
+    lease = 3600.0
+    metadata = dict(metadata or {})
+    if ctx.pool is not None and cfg.measure.paired:
+        # every replica measures the reference first; the pooled level goes into the
+        # metadata so that replicas on other hosts scale their ratios by the same number
+        refs, level = open_references(ctx.pool, label, ctx.current(space.names))
+        ctx.pool.opened[label] = (refs, level)
+        metadata[METADATA_KEY] = replicated_metadata(level, ctx.current(space.names),
+                                                       ctx.measurer.in_force, ctx.pool)
+        lease = ctx.pool.lease_s
     definition = SessionDefinition(
         name=f"{cfg.name}-{ctx.run_id}-{label}"[:200], space=sp, strategy=strategy,
         strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
-        seed=cfg.seed, lease_seconds=3600.0,
+        seed=cfg.seed, lease_seconds=lease,
         metadata={"tuner": cfg.name, "run": ctx.run_id, "session": label,
                   "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench"),
-                  **dict(metadata or {})})
+                  **metadata})
     if warm and ctx.priors:
         warmed = apply_warm_start(definition, ctx.priors, host=host_metadata())
         info = warmed.metadata.get("warm_start")

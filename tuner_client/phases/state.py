@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harmony.errors import HarmonyError
 from harmony.priordata import PriorSession
@@ -21,6 +21,9 @@ from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measure import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.target import Target
+
+if TYPE_CHECKING:
+    from tuner_client.replicas import ReplicaPool
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ class RunContext:
     #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
     relpages_bytes: int | None = None
     priors: list[PriorSession] = field(default_factory=list)
+    #: the replicas of a run over several (None: this target only)
+    pool: ReplicaPool | None = None
 
     def current(self, names: list[str]) -> dict[str, str]:
         """The values in force of ``names``."""

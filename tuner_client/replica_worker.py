@@ -1,0 +1,144 @@
+"""A replica on another host: ``harmony tune CONFIG --server URL --replica NAME``.
+
+The coordinator (the ``harmony tune`` run without ``--replica``) owns the flow: it opens the
+sessions, runs screening and the final rounds, and decides. A replica worker only measures:
+it waits for a replicated session of the same tuner name on the server (one whose metadata
+carries the pooled level, the reference and the settings in force on the coordinator), joins
+it under the client id ``NAME``, puts the coordinator's settings in force on its own database,
+and runs the same loop as a local replica (:func:`tuner_client.phases.parallel.measure_loop`)
+until the coordinator pauses the session (it does at the end of each session) or the search
+converges; then it looks for the next one. It stops after ``idle_s`` seconds without a
+session to join, and always leaves its database with the original configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harmony.errors import ConfigError, DatabaseError
+from tuner_client.client import HarmonyClient, connect
+from tuner_client.config import KnobSpace, TunerConfig
+from tuner_client.measure import PointRecord
+from tuner_client.metrics import TunerMetrics
+from tuner_client.phases.blocks import Reference
+from tuner_client.phases.parallel import METADATA_KEY, Shared, measure_loop
+from tuner_client.phases.prepare import leave_server, prepare
+from tuner_client.phases.state import RunContext
+from tuner_client.replicas import database_answers
+from tuner_client.target import Target, open_target
+
+logger = logging.getLogger(__name__)
+
+#: how often the worker looks for a session to join (seconds)
+POLL_S = 2.0
+
+
+def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Path | None = None,
+                idle_s: float = 600.0, client: HarmonyClient | None = None,
+                target: Target | None = None, stop: threading.Event | None = None) -> int:
+    """Measure for the coordinator's replicated sessions on ``server`` as replica
+    ``replica`` (on ``target``, default the config's database) until ``idle_s`` pass
+    without a session to join or ``stop`` is set; returns how many evaluations this replica
+    reported."""
+    stop = stop or threading.Event()
+    if not server:
+        raise ConfigError("--replica joins a run hosted on a Harmony server: give --server URL "
+                          "(or HARMONY_SERVER)")
+    own_target = target is None
+    target = target or open_target(config, state_dir)
+    own_client = client is None
+    client = client or connect(server, client_id=replica)
+    metrics = TunerMetrics([k.name for k in config.knob_specs()], tuner=config.name)
+    ctx: RunContext | None = None
+    reported = 0
+    try:
+        ctx = prepare(config, run_id=f"replica-{replica}", client=client, target=target,
+                      metrics=metrics, priors=[])
+        finished: set[str] = set()
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < idle_s and not stop.is_set():
+            found = _next_session(client, config.name, finished)
+            if found is None:
+                stop.wait(POLL_S)
+                continue
+            name, definition = found
+            reported += _work_on(ctx, client, replica, name, definition)
+            finished.add(name)
+            quiet_since = time.monotonic()
+        logger.info("replica %s: no session to join for %.0f s; %d evaluations reported",
+                    replica, idle_s, reported)
+        return reported
+    finally:
+        if ctx is not None:
+            leave_server(ctx, None, keep_best=False)
+        if own_client:
+            client.close()
+        if own_target:
+            target.close()
+
+
+def _next_session(client: HarmonyClient, tuner: str, finished: set[str]
+                  ) -> tuple[str, dict[str, Any]] | None:
+    """A running replicated session of ``tuner`` not worked on yet, with its definition."""
+    for summary in client.list_sessions():
+        if summary["name"] in finished or summary["status"] != "running":
+            continue
+        definition = client.describe(summary["name"])["definition"]
+        metadata = definition.get("metadata") or {}
+        if metadata.get("tuner") == tuner and METADATA_KEY in metadata:
+            return summary["name"], definition
+    return None
+
+
+def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
+             definition: Mapping[str, Any]) -> int:
+    """Measure session ``name`` until the coordinator pauses it or it converges."""
+    meta = definition["metadata"]
+    info = meta[METADATA_KEY]
+    label = str(meta.get("session", name))
+    level = info.get("pooled_level")
+    if level is None:
+        logger.warning("session %s has no pooled level; not joining it", name)
+        return 0
+    names = [p["name"] for p in definition["parameters"]]
+    space = _subspace(ctx, names)
+    # the coordinator's settings in force (e.g. the offline best during the online pass)
+    outcome = ctx.measurer.apply(dict(info.get("in_force") or {}), check_budget=False)
+    if outcome.failure is not None:
+        raise DatabaseError(f"replica {replica}: cannot put the coordinator's settings in "
+                            f"force: {outcome.failure}")
+    session = client.join(name)
+    ref = Reference(f"{label}@{replica}", dict(info["reference"]))
+    shared = Shared(evaluations=10**9)
+    records: list[PointRecord] = []
+    logger.info("replica %s joins session %s (%s), pooled level %.1f", replica, name, names,
+                level)
+    dead: list[str] = []
+    while True:
+        why = measure_loop(ctx, session, replica, space, label, ref, float(level), shared,
+                           records.append, on_dead=dead.append,
+                           alive=lambda: database_answers(ctx.target.dsn),
+                           lease_s=float(info.get("lease_s", 120)))
+        if dead:
+            raise DatabaseError(f"replica {replica}: {dead[0]}")
+        if why in ("paused", "converged"):
+            break
+    logger.info("replica %s leaves session %s (%s) after %d evaluations", replica, name, why,
+                len(records))
+    return len(records)
+
+
+def _subspace(ctx: RunContext, names: list[str]) -> KnobSpace:
+    """The knobs of a session's space (the online or the offline ones, in its order)."""
+    params = {p.name: p for p in (*ctx.offline_space.params, *ctx.online_space.params)}
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ConfigError(f"the session tunes {missing}, which this replica's config does not "
+                          f"list; give every replica the coordinator's config")
+    return KnobSpace(tuple(params[n] for n in names))
+

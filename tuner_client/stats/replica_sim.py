@@ -1,0 +1,177 @@
+"""A simulator of tuning on N replicas: the measured noise model over a synthetic surface.
+
+Each replica is a :class:`~tuner_client.stats.noise.NoisyObjective` of its own (its own
+drift walk, its own bias: per-point CV, drift and outliers as measured on this machine,
+``REPLICA_CV`` between replicas) on a shared simulated clock. A replica measures one point
+at a time in the tuner's paired protocol (:mod:`tuner_client.phases.blocks`): the reference,
+then the candidate, the trailing reference opening the next block, so one evaluation costs
+two measurements. The strategy is told the block ratio times the pooled level (the geometric
+mean of the replicas' first reference values), exactly as
+:mod:`tuner_client.phases.parallel` does; with ``normalise=False`` it is told the raw value
+instead (the ablation: replica bias and drift reach the strategy). A free replica takes the
+next point the strategy can offer, so PRO's batches spread over the replicas and a
+sequential strategy keeps one replica busy.
+
+The truth is a throughput surface in (0, 1]: ``1 / (1 + (f(x) − f*) / gap)`` for a synthetic
+minimisation problem :func:`harmony.synth.make_problem` (1 at the optimum, 0.5 at a typical
+random point), so "90 % of the best configuration" is a true value of 0.9.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harmony.errors import ConfigError
+from harmony.synth import Problem, make_problem
+from strategies.base import Strategy, Trial, make_strategy
+from tuner_client.stats.noise import POINT_SECONDS_REF, NoiseModel, NoisyObjective
+
+
+@dataclass
+class SimRun:
+    """One simulated run: when the search's pick first reached the target, and what it is
+    worth at the end."""
+
+    replicas: int
+    strategy: str
+    evaluations: int = 0
+    #: simulated seconds until the pick's true value first reached ``target`` (None: never)
+    time_to_target: float | None = None
+    #: the true value of the search's pick (its best measured point) at the end
+    search_true: float = 0.0
+    #: the true value of the final rounds' pick: the search's ``finalists`` best distinct
+    #: points re-measured ``rounds`` times, paired, the rounds spread over the replicas
+    final_true: float = 0.0
+    #: (simulated seconds, true value of the pick) after every evaluation
+    curve: list[tuple[float, float]] = field(default_factory=list)
+
+
+def throughput_truth(problem: Problem) -> Any:
+    """The problem as a throughput surface in (0, 1] (see the module docstring)."""
+    gap = problem.typical_gap()
+
+    def truth(point: Mapping[str, Any]) -> float:
+        return 1.0 / (1.0 + max(problem(point) - problem.optimum, 0.0) / gap)
+
+    return truth
+
+
+def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbrock",
+             dim: int = 4, seconds: float = 4 * 3600.0, seed: int = 0,
+             model: NoiseModel | None = None, point_seconds: float = POINT_SECONDS_REF,
+             target: float = 0.9, normalise: bool = True, finalists: int = 3,
+             rounds: int = 4, strategy_options: Mapping[str, Any] | None = None) -> SimRun:
+    """Tune for ``seconds`` of simulated time on ``replicas`` replicas (see the module
+    docstring); PRO gets ``simplex_size = max(dim + 1, replicas + 1)`` unless given."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ConfigError(f"replicas must be a positive integer, got {replicas!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"seconds must be a positive number, got {seconds!r}")
+    problem = make_problem(function, dim)
+    truth = throughput_truth(problem)
+    options = dict(strategy_options or {})
+    if strategy == "pro":
+        options.setdefault("simplex_size", max(dim + 1, replicas + 1))
+    strat: Strategy = make_strategy(strategy, problem.space, seed=seed, **options)
+    model = model or NoiseModel.measured()
+    reference = problem.space.snap({n: 0.5 * (p.min + p.max)  # type: ignore[union-attr]
+                                    for n, p in zip(problem.space.names, problem.space.params,
+                                                    strict=True)})
+    machines = [NoisyObjective(truth, model, seed=int(seed * 1000 + i), replica=i)
+                for i in range(replicas)]
+    # every replica's first reference measurement opens its first block; their geometric
+    # mean is the pooled level the strategy's values are scaled to
+    last_ref = [m.measure(reference, point_seconds) for m in machines]
+    level = math.exp(float(np.mean(np.log(last_ref))))
+    run = SimRun(replicas, strategy)
+    clock = [point_seconds] * replicas  # each replica's own time (they run in parallel)
+    events: list[tuple[float, int, int]] = []  # (finish time, replica, trial id)
+    pending: dict[int, tuple[Trial, float]] = {}
+    free = list(range(replicas))
+    best_measured = -math.inf
+    pick_true = 0.0
+    pick_point: Mapping[str, Any] | None = None
+    measured: list[tuple[float, Mapping[str, Any]]] = []
+    while True:
+        if strat.converged and not events:
+            # converged with time left: search again around the pick (as a tuner would)
+            try:
+                strat.restart(point=dict(pick_point) if pick_point is not None else None)
+            except ConfigError:
+                break
+        # hand a point to every free replica the strategy can serve now
+        still_free = []
+        for i in free:
+            trial = strat.ask() if clock[i] < seconds else None
+            if trial is None:
+                still_free.append(i)
+                continue
+            m = machines[i]
+            m.idle(clock[i] - m.now)  # the replica waited for a point: its drift walked on
+            candidate = m.measure(trial.point, point_seconds)
+            after = m.measure(reference, point_seconds)
+            ratio = candidate / math.sqrt(last_ref[i] * after)
+            last_ref[i] = after
+            value = ratio * level if normalise else candidate
+            clock[i] = m.now
+            pending[trial.id] = (trial, value)
+            heapq.heappush(events, (clock[i], i, trial.id))
+        free = still_free
+        if not events:
+            break
+        now, i, tid = heapq.heappop(events)
+        trial, value = pending.pop(tid)
+        strat.tell(tid, -value)
+        run.evaluations += 1
+        measured.append((value, trial.point))
+        if value > best_measured:
+            best_measured, pick_true, pick_point = value, truth(trial.point), trial.point
+        run.curve.append((now, pick_true))
+        if run.time_to_target is None and pick_true >= target:
+            run.time_to_target = now
+        # a replica that waited for this result starts at the same moment
+        for j in free:
+            clock[j] = max(clock[j], now)
+        free.append(i)
+    run.search_true = pick_true
+    run.final_true = truth(_final_pick(measured, machines, reference, last_ref, clock,
+                                       finalists, rounds, point_seconds))
+    return run
+
+
+def _final_pick(measured: list[tuple[float, Mapping[str, Any]]], machines: list[NoisyObjective],
+                reference: Mapping[str, Any], last_ref: list[float], clock: list[float],
+                finalists: int, rounds: int, point_seconds: float) -> Mapping[str, Any]:
+    """The final rounds: the ``finalists`` best distinct measured points, each re-measured
+    beside the reference ``rounds`` times, round ``r`` on replica ``r mod N``; the best mean
+    log ratio wins."""
+    ranked: list[Mapping[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for _, point in sorted(measured, key=lambda vp: vp[0], reverse=True):
+        key = tuple(sorted(point.items()))
+        if key not in seen:
+            seen.add(key)
+            ranked.append(point)
+        if len(ranked) >= finalists:
+            break
+    if len(ranked) <= 1 or rounds < 1:
+        return ranked[0] if ranked else reference
+    logs: list[list[float]] = [[] for _ in ranked]
+    for r in range(rounds):
+        i = r % len(machines)
+        m = machines[i]
+        m.idle(max(clock[i] - m.now, 0.0))
+        before = last_ref[i]
+        for k in (range(len(ranked)) if r % 2 == 0 else reversed(range(len(ranked)))):
+            value = m.measure(ranked[k], point_seconds)
+            after = m.measure(reference, point_seconds)
+            logs[k].append(math.log(value / math.sqrt(before * after)))
+            before = after
+        last_ref[i], clock[i] = before, m.now
+    return ranked[int(np.argmax([np.mean(v) for v in logs]))]
