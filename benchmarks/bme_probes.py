@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -446,12 +447,13 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--min-r2", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tag", default="", help="suffix of the result files' names")
     parser.add_argument("--from-json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.sizes = [int(s) * MB for s in args.sizes_mb.split(",")]
     args.state_dir = args.state_dir or f"/var/tmp/harmony-bench-bme-probes-{args.setup}"
-    stem = f"bme_probes_{args.setup}"
+    stem = f"bme_probes_{args.setup}" + (f".{args.tag}" if args.tag else "")
     machine = _machine()
     started = time.monotonic()
     if args.from_json:
@@ -472,8 +474,8 @@ def main() -> int:
     except HarmonyError as exc:
         logger.error("analysis failed: %s", exc)
         raise
-    command = (f"flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes "
-               f"--setup {args.setup}")
+    command = ("flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes "
+               + " ".join(sys.argv[1:]))
     report = {"machine": machine, "command": command, "measure_seconds": measure_seconds,
               "load_average_end": load_end, "measured": measured, "analysis": analysis}
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
