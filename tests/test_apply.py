@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from harmony.errors import ConfigError, KnobApplyError
-from tuner_client.apply import apply_online_knobs, reset_knobs
+from tuner_client.apply import apply_online_knobs, reload_and_wait, reset_knobs
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 
@@ -80,6 +80,20 @@ def test_reset_knobs_restores_defaults(cluster: LocalCluster, conn: psycopg.Conn
         time.sleep(0.02)
     assert _new_session_value(cluster.dsn, "work_mem") == ("4MB", "default")
     assert "work_mem" not in (cluster.data_dir / "postgresql.auto.conf").read_text()
+
+
+def test_reload_and_wait_returns_once_this_session_sees_the_files(
+        conn: psycopg.Connection) -> None:
+    """The restore path reads settings right after a reload in the same session; every read
+    after reload_and_wait must already show the new file, and its load time is past the
+    stamp taken before the reload."""
+    for value in ("6MB", "7MB", "8MB", "9MB", "10MB"):
+        conn.execute(sql.SQL("ALTER SYSTEM SET work_mem = {}").format(sql.Literal(value)))
+        before = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert reload_and_wait(conn, timeout_s=10) is True
+        row = conn.execute("SELECT current_setting('work_mem'), pg_conf_load_time() >= %s",
+                           [before[0] if before else None]).fetchone()
+        assert row == (value, True)
 
 
 def test_bad_requests_change_nothing(cluster: LocalCluster, conn: psycopg.Connection) -> None:

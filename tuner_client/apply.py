@@ -212,6 +212,30 @@ def wait_for_settings(
         delay = min(delay * 2, 0.2)
 
 
+def reload_and_wait(conn: psycopg.Connection[Any], timeout_s: float = 5.0) -> bool:
+    """``pg_reload_conf()``, then wait until ``conn``'s own session has loaded the files after
+    it: the reload is asynchronous, so a read right after it can still see the old values
+    (seen under load when a restored ``postgresql.auto.conf`` was checked at once). False when
+    ``timeout_s`` passed first."""
+    old = _ensure_autocommit(conn)
+    try:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while row is not None:
+            done = conn.execute("SELECT pg_conf_load_time() >= %s", [row[0]]).fetchone()
+            if done and done[0]:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        return False
+    finally:
+        conn.autocommit = old
+
+
 def apply_online_knobs(
     conn: psycopg.Connection[Any],
     catalog: KnobCatalog,

@@ -34,7 +34,7 @@ from harmony.errors import (
     KnobApplyError,
     WorkloadError,
 )
-from tuner_client.apply import apply_online_knobs
+from tuner_client.apply import apply_online_knobs, reload_and_wait
 from tuner_client.config import MeasureConfig
 from tuner_client.controllers.base import RestartReport
 from tuner_client.guardrails import Guardrail, Trip, server_memory_bytes
@@ -842,8 +842,9 @@ class Measurer:
                     controller.stop_server(self.restart_timeout_s)  # type: ignore[attr-defined]
                     controller.start_server(self.restart_timeout_s)  # type: ignore[attr-defined]
                     self._restarted(time.monotonic() - started, True)
-                else:
-                    self.conn().execute("SELECT pg_reload_conf()")
+                elif not reload_and_wait(self.conn(), self.restart_timeout_s):
+                    logger.warning("the reload after restoring postgresql.auto.conf was not "
+                                   "seen within %.0f s", self.restart_timeout_s)
                 self._refresh_in_force(list(settings))
                 still = {n: v for n, v in settings.items()
                          if not self._same(n, v, self.in_force.get(n))}
