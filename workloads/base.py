@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 from workloads.sample import Sample
 
@@ -41,3 +43,29 @@ class Workload(ABC):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class Cancellable(Protocol):
+    """A client thread whose running query another thread can cancel."""
+
+    name: str
+
+    def cancel(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+
+def cancel_and_join(threads: Sequence[Cancellable], timeout_s: float) -> list[str]:
+    """Cancel the threads' running queries and join them, re-cancelling stragglers until
+    ``timeout_s`` has passed; the names of the threads still alive then."""
+    deadline = time.monotonic() + timeout_s
+    pending = [t for t in threads if t.is_alive()]
+    while pending and time.monotonic() < deadline:
+        for thread in pending:
+            thread.cancel()
+        for thread in pending:
+            thread.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        pending = [t for t in pending if t.is_alive()]
+    return [t.name for t in pending]

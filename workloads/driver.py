@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 
 from harmony.errors import WorkloadError
-from workloads.base import Workload
+from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.mix import Mix, parse_mix
 from workloads.sample import QueryStats, Recorder, Sample
@@ -81,18 +80,9 @@ class StreamSet:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Cancel running queries and join the threads (re-cancelling stragglers)."""
         self._stop_event.set()
-        deadline = time.monotonic() + timeout_s
-        pending = [s for s in self.streams if s.is_alive()]
-        while pending and time.monotonic() < deadline:
-            for stream in pending:
-                stream.cancel()
-            for stream in pending:
-                stream.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            pending = [s for s in pending if s.is_alive()]
+        pending = cancel_and_join(self.streams, timeout_s)
         if pending:
-            logger.warning(
-                "streams %s did not stop within %.1f s", [s.name for s in pending], timeout_s
-            )
+            logger.warning("streams %s did not stop within %.1f s", pending, timeout_s)
 
     @property
     def reconnects(self) -> int:

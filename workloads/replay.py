@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from harmony.errors import ConfigError, DatabaseError, WorkloadError
-from workloads.base import Workload
+from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.sample import Recorder, Sample
 
@@ -319,13 +319,6 @@ class ReplayWorkload(Workload):
             return
         self._stop_event.set()
         self.recorder.stop()
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        pending = [t for t in threads if t.is_alive()]
-        while pending and time.monotonic() < deadline:
-            for thread in pending:
-                thread.cancel()
-            for thread in pending:
-                thread.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            pending = [t for t in pending if t.is_alive()]
+        pending = cancel_and_join(threads, STOP_TIMEOUT_S)
         if pending:
-            logger.warning("replay clients %s did not stop", [t.name for t in pending])
+            logger.warning("replay clients %s did not stop", pending)
