@@ -143,11 +143,15 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     assert trips[0].restored == {"enable_indexscan": "on", "enable_bitmapscan": "on"}
     assert in_force_after == original
     assert _show(dsn, "enable_indexscan") == "on" and _show(dsn, "enable_bitmapscan") == "on"
-    # nothing lost: every transaction of the application committed, every order is there
+    # nothing lost: every transaction of the application committed, every order is there.
+    # pgbench -T abandons the transactions in flight when its timer ends: a COMMIT already
+    # sent is done on the server but not in pgbench's log, so up to one order per client more
     with psycopg.connect(dsn) as conn:
         orders = conn.execute("SELECT count(*) FROM orders").fetchone()
     assert result.returncode == 0 and result.failed == 0 and result.processed > 0
-    assert orders is not None and orders[0] == result.per_script["order"]
+    logged = result.per_script["order"]
+    assert orders is not None and logged <= orders[0] <= logged + traffic.clients, \
+        (orders, logged)
     # the trip is in the run's summary and metrics
     assert guard.summary()["trips"] == 1 and guard.summary()["by_kind"] == {"latency": 1}
     metrics = TunerMetrics(KNOBS)
