@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from tuner_client.measure import objective_unit
 from tuner_client.phases.result import TuneResult
 from tuner_client.tune_cli import format_result
 
@@ -34,3 +37,17 @@ def test_no_significant_improvement_keeps_the_original_and_says_why() -> None:
     assert "the interval includes 1" in out
     assert "recommended configuration: the original (no significant improvement)" in out
     assert out.splitlines()[-1].endswith("(+0.0%)")
+
+
+def test_the_comparison_is_printed_in_the_estimators_unit() -> None:
+    assert objective_unit("count", "tpch") == "queries/min"
+    assert objective_unit("count", "scripts") == "transactions/min"
+    assert objective_unit("count_per_cpu", "pgbench") == "transactions/min per server CPU"
+    assert objective_unit("work", "replay") == "reference-cost seconds/s"
+    live = replace(_result(True), best_qpm=1.083, default_qpm=0.996,
+                   comparison={"default": 0.996, "tuned": 1.083,
+                               "unit": objective_unit("latency", "observe")})
+    last = format_result(live).splitlines()[-1]
+    assert "0.996 -> 1.08 x the original's speed (+18.0%" in last, last
+    assert "queries/min" not in format_result(live)
+    assert "100.0 -> 118.0 queries/min" in format_result(_result(True))

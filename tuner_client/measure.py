@@ -225,6 +225,16 @@ REFERENCE_ESTIMATORS = WORK_ESTIMATORS | {"latency"}
 CPU_ESTIMATORS = frozenset({"work_per_cpu", "count_per_cpu"})
 
 
+def objective_unit(estimator: str, workload: str) -> str:
+    """The unit of a measured value under ``estimator`` for a workload of kind ``workload``
+    (``tpch``, ``pgbench``, ``scripts``, ``replay``, ``observe``), as the outputs print it."""
+    completions = "transactions/min" if workload in ("pgbench", "scripts") else "queries/min"
+    return {"latency": "x the original's speed",
+            "work": "reference-cost seconds/s",
+            "work_per_cpu": "reference-cost seconds per server CPU-second",
+            "count_per_cpu": f"{completions} per server CPU"}.get(estimator, completions)
+
+
 def _is_postgres(pid: int) -> bool:
     try:
         return (PROC / str(pid) / "comm").read_text().strip().startswith("postgres")

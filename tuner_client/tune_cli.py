@@ -52,6 +52,12 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(func=run_tune)
 
 
+def _number(value: float) -> str:
+    """A measured value as printed: one decimal, three significant digits below 10 (the
+    live estimator's relative speed is near 1)."""
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
 def format_result(result: TuneResult) -> str:
     """A readable summary: best configuration, throughput vs the default, files written."""
     lines = [f"passes: {result.passes}, evaluations: {result.evaluations}"]
@@ -68,7 +74,8 @@ def format_result(result: TuneResult) -> str:
         lines.append(f"  {name:<{width}} = {value}{mark}")
     if result.best_qpm is not None and result.default_qpm is not None:
         lines.append(f"throughput, default vs best interleaved over {len(result.ab_rounds)} "
-                     f"round(s): {result.default_qpm:.1f} -> {result.best_qpm:.1f} queries/min "
+                     f"round(s): {_number(result.default_qpm)} -> {_number(result.best_qpm)} "
+                     f"{(result.comparison or {}).get('unit', 'queries/min')} "
                      f"({100 * (result.improvement or 0.0):+.1f}%"
                      + (f", 95 % CI {100 * result.improvement_ci[0]:+.1f}% to "
                         f"{100 * result.improvement_ci[1]:+.1f}%" if result.improvement_ci

@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from tuner_client.measure import PointRecord
+from tuner_client.measure import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
@@ -153,7 +153,8 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
         ctx.metrics.record_default(default_qpm)
     comparison = None
     if default_qpm is not None and best_qpm is not None:
-        comparison = {"default": default_qpm, "tuned": best_qpm, "unit": "qpm",
+        unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
+        comparison = {"default": default_qpm, "tuned": best_qpm, "unit": unit,
                       **{b: q for b in baselines if (q := mean(b)) is not None}}
     return TuneResult(best_settings=best, default_settings=dict(ctx.original),
                       best_qpm=best_qpm, default_qpm=default_qpm, ab_rounds=rounds,
