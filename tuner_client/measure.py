@@ -152,6 +152,8 @@ class SampleRecord:
     per_query: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     #: each statement's mean latency (s) of a scripted or replayed workload (``file, line N``)
     per_statement: dict[str, float] = field(default_factory=dict)
+    #: queries per minute credited by their run time inside the window (``progress``)
+    progress_qpm: float | None = None
 
 
 @dataclass
@@ -206,6 +208,10 @@ class PointRecord:
 ESTIMATORS: dict[str, str] = {
     "count": "completed queries per minute",
     "concurrency": "streams / mean latency per query, per minute (Little's law)",
+    "progress": "queries per minute, each query credited with the share of its run time inside "
+                "the window (a query still running at the end by its elapsed part of its "
+                "expected duration): the count without the counting noise at the window's "
+                "ends (TPC-H and replayed workloads)",
     "work": "reference-seconds of work completed per second (each completion credited with "
             "its template's mean latency under the original configuration)",
     "work_per_cpu": "reference-seconds of work per CPU-second of the PostgreSQL server",
@@ -770,6 +776,12 @@ class Measurer:
             value = float(chosen)
         elif estimator == "latency":
             value = self._live_speed(got)
+        elif estimator == "progress":
+            if got.progress_qpm is None:
+                raise WorkloadError("measure.estimator progress: this workload's driver does not "
+                                    "report when queries start (pgbench, scripts and live "
+                                    "observation); use measure.estimator count")
+            value = float(got.progress_qpm)
         elif estimator == "count_per_cpu":
             if not server_cpu:
                 raise WorkloadError("measure.estimator count_per_cpu: the server's CPU time is "
@@ -789,7 +801,8 @@ class Measurer:
                             work_per_cpu=per_cpu,
                             per_query={q: (st.completed, st.mean)
                                        for q, st in got.per_query.items()},
-                            per_statement=dict(got.per_statement))
+                            per_statement=dict(got.per_statement),
+                            progress_qpm=got.progress_qpm)
 
     def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
                 samples: int | None = None, *, check_budget: bool = True) -> PointRecord:

@@ -197,7 +197,7 @@ class _ReplayClient(threading.Thread):
         while not w._stop_event.is_set():
             unit = w._units.next()
             label = replay.unit_label(unit)
-            started = time.monotonic()
+            token, started = w.recorder.begin(label)
             try:
                 for index, params in unit:
                     statement = replay.statements[index]
@@ -209,8 +209,9 @@ class _ReplayClient(threading.Thread):
                     w._times.add(statement.id, time.monotonic() - t0)
             except psycopg.Error as exc:
                 if w._stop_event.is_set():
+                    w.recorder.forget(token)
                     return
-                w.recorder.record(label, started, ok=False)
+                w.recorder.record(label, started, ok=False, token=token)
                 w.errors_seen += 1
                 if w.errors_seen <= 5:
                     logger.warning("replay: unit %s failed: %s", label, str(exc).strip())
@@ -222,7 +223,7 @@ class _ReplayClient(threading.Thread):
                     except psycopg.Error:
                         return
                 continue
-            w.recorder.record(label, started, ok=True)
+            w.recorder.record(label, started, ok=True, token=token)
 
 
 class ReplayWorkload(Workload):

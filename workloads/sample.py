@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harmony.errors import WorkloadError
@@ -45,6 +45,14 @@ class Sample:
 
     :meth:`work_per_s` weights each completion by its template's reference cost instead of
     counting it once (work-weighted throughput, see :func:`reference_costs`).
+
+    ``progress_qpm`` counts queries by the share of their run time that fell inside the
+    window instead of whole completions (:func:`progress_credit`): a query that started
+    before the window counts only its part inside it, and one still running at the end
+    counts its elapsed part of its expected duration. A 40-s query in a 30-s window adds
+    about 0.75 every time instead of 0 or 1, so the counting noise at the window's ends
+    (the floor of ``qpm``) is gone; the expectation is the same. ``None`` for workloads whose
+    driver does not report when queries start (pgbench, live observation).
     """
 
     seconds: float
@@ -57,6 +65,7 @@ class Sample:
     #: mean latency (s) of each statement of a scripted or replayed workload, by
     #: ``file, line N`` (or the replay's statement id); empty for the TPC-H mixes
     per_statement: dict[str, float] = field(default_factory=dict)
+    progress_qpm: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -96,6 +105,31 @@ def reference_costs(samples: Iterable[Sample]) -> dict[str, float]:
     return {q: busy[q] / n for q, n in count.items() if busy[q] > 0}
 
 
+def progress_credit(start: float, end: float, finished: Iterable[tuple[float, float]],
+                    running: Iterable[tuple[float, float | None]]) -> float:
+    """Queries' worth of work done inside the window [``start``, ``end``]: each finished
+    query (``(started, ended)``, ended inside the window) credited with the share of its run
+    time inside the window, each query still running at ``end`` (``(started, expected
+    duration or None)``) with its elapsed part of ``max(elapsed, expected)``.
+
+    In a closed loop every stream's credits add up to the window's length over its queries'
+    durations, so the expectation equals the count of completions while the ends of the
+    window no longer decide whether a long query counts 0 or 1.
+    """
+    credit = 0.0
+    for started, ended in finished:
+        if ended > started:
+            credit += (ended - max(started, start)) / (ended - started)
+        else:
+            credit += 1.0
+    for started, expected in running:
+        elapsed = end - started
+        if elapsed <= 0:
+            continue
+        credit += (end - max(started, start)) / max(elapsed, expected or 0.0)
+    return credit
+
+
 def percentile(sorted_values: list[float], q: float) -> float | None:
     """The ``q``-th percentile (0..100) with linear interpolation; None for no values."""
     if not sorted_values:
@@ -122,6 +156,8 @@ class _Window:
     since: float | None = None
     #: fixed work also waits for one completion of each of these queries
     every: frozenset[str] = frozenset()
+    #: (started, ended) of each completion counted, for :func:`progress_credit`
+    spans: list[tuple[float, float]] = field(default_factory=list)
 
     def complete(self) -> bool:
         if self.target is None or len(self.completions) < self.target:
@@ -187,13 +223,38 @@ class Recorder:
         self.total_completed = 0
         self.total_errors = 0
         self._stopped = threading.Event()
+        #: the queries running now, by the token :meth:`begin` gave: (query, started)
+        self._running: dict[int, tuple[str, float]] = {}
+        self._tokens = 0
+        #: completions and summed latency per query since the recorder was made
+        self._latency: dict[str, tuple[int, float]] = {}
 
-    def record(self, query: str, started: float, ok: bool) -> None:
-        """Report that one instance of ``query``, started at monotonic ``started``, ended."""
+    def begin(self, query: str) -> tuple[int, float]:
+        """Report that an instance of ``query`` starts now; returns its token (for
+        :meth:`record`) and its monotonic start time. Drivers that report starts give the
+        samples their ``progress_qpm``."""
+        with self._lock:
+            self._tokens += 1
+            started = time.monotonic()
+            self._running[self._tokens] = (query, started)
+            return self._tokens, started
+
+    def forget(self, token: int) -> None:
+        """A query reported by :meth:`begin` ends without a result (its stream stopped)."""
+        with self._lock:
+            self._running.pop(token, None)
+
+    def record(self, query: str, started: float, ok: bool, token: int | None = None) -> None:
+        """Report that one instance of ``query``, started at monotonic ``started``, ended
+        (``token``: what :meth:`begin` returned for it, if it was reported)."""
         with self._lock:
             now = time.monotonic()
+            if token is not None:
+                self._running.pop(token, None)
             if ok:
                 self.total_completed += 1
+                n, total = self._latency.get(query, (0, 0.0))
+                self._latency[query] = (n + 1, total + now - started)
             else:
                 self.total_errors += 1
             for window in self._windows:
@@ -213,6 +274,7 @@ class Recorder:
                     continue
                 if ok:
                     window.completions.append((query, now - started))
+                    window.spans.append((started, now))
                     if window.complete():
                         window.end = now
                         window.done.set()
@@ -229,6 +291,8 @@ class Recorder:
     def reset(self) -> None:
         """Allow sampling again after :meth:`stop` (a restarted driver)."""
         self._stopped.clear()
+        with self._lock:
+            self._running.clear()
 
     def sample(
         self,
@@ -286,6 +350,10 @@ class Recorder:
                 self._windows.remove(window)
                 if window.end is None:
                     window.end = time.monotonic()
+                running = [(q, t) for q, t in self._running.values() if t < window.end
+                           and (window.since is None or t >= window.since)]
+                reported = bool(self._tokens)
+                latency = dict(self._latency)
         if queries is not None and not window.complete() and window.failed >= queries:
             raise WorkloadError(
                 f"{window.failed} queries failed before the fixed-work sample of {queries} "
@@ -300,7 +368,20 @@ class Recorder:
             )
         assert window.start is not None and window.end is not None
         names, mix = labels()
-        return summarize(
+        got = summarize(
             window.completions, window.errors, window.end - window.start, names, mix,
             concurrency=streams or None,
         )
+        if not reported or got.seconds <= 0:
+            return got
+
+        def expected(query: str) -> float | None:  # this window's mean, else all so far
+            stats = got.per_query.get(query)
+            if stats is not None and stats.mean is not None:
+                return stats.mean
+            n, total = latency.get(query, (0, 0.0))
+            return total / n if n else None
+
+        credit = progress_credit(window.start, window.end, window.spans,
+                                 [(t, expected(q)) for q, t in running])
+        return replace(got, progress_qpm=credit * 60.0 / got.seconds)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -112,7 +111,7 @@ class QueryStream(threading.Thread):
                     if conn is None:
                         break
                 instance = make_query(self.query, self.rng, self.scale)
-                started = time.monotonic()
+                token, started = self.recorder.begin(self.query)
                 try:
                     with conn.cursor() as cur:
                         # The rows stay in libpq's result; not converting them to Python
@@ -120,14 +119,15 @@ class QueryStream(threading.Thread):
                         cur.execute(instance.statement)
                 except psycopg.Error as exc:
                     if self.stop_event.is_set():
+                        self.recorder.forget(token)
                         break
-                    self.recorder.record(self.query, started, ok=False)
+                    self.recorder.record(self.query, started, ok=False, token=token)
                     logger.warning("stream %s: %s failed: %s", self.name, self.query, exc)
                     if conn.closed or conn.broken:
                         self._close()
                         conn = None
                         self.reconnects += 1
                     continue
-                self.recorder.record(self.query, started, ok=True)
+                self.recorder.record(self.query, started, ok=True, token=token)
         finally:
             self._close()

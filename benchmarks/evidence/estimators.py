@@ -61,6 +61,8 @@ ESTIMATORS = (
     ("work_little", "work, Little (streams x reference cost / mean latency)"),
     ("work_per_cpu", "work per server CPU-second"),
     ("qpm_per_cpu", "qpm per server CPU-second"),
+    ("progress", "progress (queries credited by run time inside the window)"),
+    ("progress_per_cpu", "progress per server CPU-second"),
 )
 
 
@@ -106,6 +108,12 @@ def pooled(samples: list[dict[str, Any]], costs: dict[str, float],
         if out["work"] is not None:
             out["work_per_cpu"] = out["work"] * seconds / cpu_s
         out["qpm_per_cpu"] = out["qpm"] * seconds / cpu_s
+    progress = [s.get("progress_qpm") for s in samples]
+    if all(v is not None for v in progress):  # credits of adjacent windows add up
+        out["progress"] = sum(v * s["seconds"] for v, s in zip(progress, samples, strict=True)
+                              if v is not None) / seconds
+        if all(c is not None and c > 0 for c in cpu):
+            out["progress_per_cpu"] = out["progress"] * seconds / cpu_s
     return out
 
 
@@ -220,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                 samples: list[dict[str, Any]] = [{"seconds": s.seconds, "count_qpm": s.count_qpm,
                             "concurrency_qpm": s.concurrency_qpm, "work_per_s": s.work_per_s,
                             "server_cpu": s.server_cpu, "cpu_source": s.cpu_source,
-                            "work_per_cpu": s.work_per_cpu, "per_query": s.per_query}
+                            "work_per_cpu": s.work_per_cpu, "per_query": s.per_query,
+                            "progress_qpm": s.progress_qpm}
                            for s in record.samples]
                 data["points"].append({"failure": record.failure, "samples": samples,
                                        "config": label,

@@ -128,6 +128,11 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         # live traffic: time windows, scored statement by statement against the reference
         ms = {**ms, "estimator": "latency",
               "seconds": ms.get("seconds") or ObserveConfig.SECONDS}
+    if ms.get("estimator") == "progress" and workload.kind not in ("tpch", "replay"):
+        raise ConfigError(f"{where('measure', 'estimator')}: measure.estimator progress "
+                          f"credits each query by its run time inside the window, which only "
+                          f"the TPC-H and replay drivers report; a {workload.kind} workload "
+                          f"needs count (or another estimator), got 'progress'")
     if ms.get("queries") is not None and ms.get("seconds") is not None:
         raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
                           f"(time window), not both")
