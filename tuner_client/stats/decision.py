@@ -6,7 +6,11 @@ The final rounds measure every label (the reference, e.g. ``default``; the basel
 ``pgtune``; the search's candidates) once per round, interleaved, so each label's ratio to
 the reference is paired by round. Picking the best of m candidates and then testing it at
 95 % would claim a gain up to m times too often, so the winner must clear a Bonferroni
-level (1 − 0.05/m) while the printed interval stays the plain 95 % one. Stopping the rounds
+level (1 − 0.05/m), and the interval printed for it (and ``improvement_ci``) is that
+simultaneous one: a plain 95 % interval of the best of m covers its true ratio less often
+(synthetic, 300 seeds, raced rounds: 80.5 % for the best of three candidates two of which are
+truly 1.05×, 92.1 % for one truly 1.08×; the simultaneous interval 93.5 % and 95.5 %). The
+other labels keep their plain 95 % intervals. Stopping the rounds
 early is allowed only on a strict level (Haybittle–Peto in spirit), so taking "as many rounds
 as the interval needs" does not inflate false claims.
 """
@@ -36,8 +40,9 @@ EARLY_LEVEL = 0.99
 @dataclass(frozen=True)
 class FinalDecision:
     """What the final rounds concluded. ``improvement``/``improvement_ci`` are fractions
-    (0.18 = +18 %) of the winner's ratio to the reference: 0.0 / None when the original is
-    kept; ``best`` and ``intervals`` still carry the best candidate's evidence then."""
+    (0.18 = +18 %) of the winner's ratio to the reference, the interval simultaneous over the
+    candidates (at ``decision_level``): 0.0 / None when the original is kept; ``best`` and
+    ``intervals`` (plain, at ``level``) still carry the best candidate's evidence then."""
 
     winner: str | None
     reference: str
@@ -120,6 +125,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     decision_level = 1.0 - (1.0 - level) / m
     best = max(eligible, key=lambda c: intervals[c].ratio) if eligible else None  # type: ignore[union-attr]
     winner: str | None = None
+    strict: RatioInterval | None = None
     if best is not None:
         strict = paired_ratio_interval(_series(rounds, best), ref_values, level=decision_level,
                                        method=method, seed=seed)
@@ -132,12 +138,12 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     ref_name = name(reference)
     lines: list[str] = []
     if winner is not None:
-        iv = intervals[winner]
-        assert iv is not None
-        family = (f", significant at {100 * decision_level:.1f} % for the best of "
-                  f"{m} candidates" if m > 1 else "")
-        lines.append(f"recommending {name(winner)}: {name(winner)}/{ref_name} {iv.text()}"
-                     f" over {iv.n} rounds{family}")
+        assert strict is not None
+        shown = strict.text() if m == 1 else (
+            f"{strict.ratio:.2f}× ({100 * level:.0f} % CI {strict.low:.2f}–{strict.high:.2f} "
+            f"simultaneous over {m} candidates, i.e. {100 * decision_level:.1f} % each)")
+        lines.append(f"recommending {name(winner)}: {name(winner)}/{ref_name} {shown}"
+                     f" over {strict.n} rounds")
     else:
         why = "no stable candidate" if best is None else "no significant improvement"
         lines.append(f"{why}; keeping the original ({ref_name})")
@@ -158,10 +164,8 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     for label, reason in unstable.items():
         lines.append(f"  {name(label)} is unstable and not recommended: {reason}")
     improvement, improvement_ci = 0.0, None
-    if winner is not None:
-        iv = intervals[winner]
-        assert iv is not None
-        improvement, improvement_ci = iv.fractions()
+    if winner is not None and strict is not None:
+        improvement, improvement_ci = strict.fractions()
     return FinalDecision(winner=winner, reference=reference, best=best, intervals=intervals,
                          unstable=unstable, lines=tuple(lines), rounds=len(rounds), level=level,
                          decision_level=decision_level, improvement=improvement,
