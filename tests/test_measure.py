@@ -131,13 +131,16 @@ def test_apply_survives_a_dropped_admin_connection(measurer: Measurer,
     assert _setting(tpch_cluster.dsn, "work_mem") == "7MB"
 
 
-def test_concurrency_estimator_agrees_with_the_count(tpch_cluster: TpchCluster) -> None:  # noqa: F811
-    """Little's-law samples: streams / mean latency per query, only queries started under the
-    measured configuration; on a steady workload they agree with the completion count."""
+@pytest.mark.parametrize("estimator", ["concurrency", "progress"])
+def test_latency_based_estimators_agree_with_the_count(tpch_cluster: TpchCluster,  # noqa: F811
+                                                       estimator: str) -> None:
+    """Little's-law samples (streams / mean latency per query, only queries started under the
+    measured configuration) and progress samples (queries credited by their run time inside
+    the window): on a steady workload both agree with the completion count."""
     with psycopg.connect(tpch_cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.5, samples=3, aggregate="median", queries=30,
-                           estimator="concurrency")
+                           estimator=estimator)
     m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
                  config)
     m.in_force = m.current_settings(["work_mem"])
@@ -149,6 +152,7 @@ def test_concurrency_estimator_agrees_with_the_count(tpch_cluster: TpchCluster) 
             reset_knobs(conn, ["work_mem"], catalog)
     assert record.failure is None and len(record.samples) == 3
     for s in record.samples:
-        assert s.concurrency_qpm is not None and s.count_qpm is not None
-        assert s.qpm == s.concurrency_qpm and s.completed >= 30
-        assert 0.5 < s.concurrency_qpm / s.count_qpm < 2.0, (s.concurrency_qpm, s.count_qpm)
+        value = s.concurrency_qpm if estimator == "concurrency" else s.progress_qpm
+        assert value is not None and s.count_qpm is not None and s.count_qpm > 0
+        assert s.qpm == value and s.estimator == estimator and s.completed >= 30
+        assert 0.5 < value / s.count_qpm < 2.0, (value, s.count_qpm)

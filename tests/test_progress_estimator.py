@@ -1,6 +1,7 @@
 """The ``progress`` estimator: queries credited by the share of their run time inside the
 sample's window (:func:`workloads.sample.progress_credit`), on known spans, on a seeded
-closed-loop simulation, on the recorder with real threads, and on TPC-H."""
+closed-loop simulation and on the recorder with real threads (on TPC-H:
+``tests/test_measure.py``)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ import threading
 import time
 
 import numpy as np
-import psycopg
 import pytest
-from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.errors import ConfigError
-from tuner_client.apply import reset_knobs
-from tuner_client.config import MeasureConfig, parse_tuner_config
-from tuner_client.knobs import KnobCatalog
-from tuner_client.measure import Measurer
-from workloads.driver import WorkloadDriver
+from tuner_client.config import parse_tuner_config
 from workloads.sample import Recorder, progress_credit
 
 
@@ -123,25 +118,3 @@ def test_the_estimator_is_only_for_drivers_that_report_starts() -> None:
                            "measure: {estimator: progress}\n", source="configs/p.yaml")
     msg = str(err.value)
     assert "configs/p.yaml" in msg and "measure.estimator" in msg and "pgbench" in msg
-
-
-@pytest.mark.postgres
-def test_progress_on_tpch_agrees_with_the_count(tpch_cluster: TpchCluster) -> None:  # noqa: F811
-    with psycopg.connect(tpch_cluster.dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-    config = MeasureConfig(warmup_s=0.5, samples=3, aggregate="median", queries=None,
-                           seconds=2.0, estimator="progress")
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
-                 config)
-    m.in_force = m.current_settings(["work_mem"])
-    try:
-        record = m.measure("test", {}, {"work_mem": "8MB"})
-    finally:
-        m.close()
-        with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
-            reset_knobs(conn, ["work_mem"], catalog)
-    assert record.failure is None and len(record.samples) == 3
-    for s in record.samples:
-        assert s.progress_qpm is not None and s.count_qpm is not None and s.count_qpm > 0
-        assert s.qpm == s.progress_qpm and s.estimator == "progress"
-        assert 0.6 < s.progress_qpm / s.count_qpm < 1.6, (s.progress_qpm, s.count_qpm)
