@@ -11,11 +11,16 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harmony.errors import WorkloadError
+
+#: completions per query whose mean is a running query's expected duration (no completion of
+#: that query in the window)
+RECENT = 8
 
 
 @dataclass(frozen=True)
@@ -226,8 +231,10 @@ class Recorder:
         #: the queries running now, by the token :meth:`begin` gave: (query, started)
         self._running: dict[int, tuple[str, float]] = {}
         self._tokens = 0
-        #: completions and summed latency per query since the recorder was made
-        self._latency: dict[str, tuple[int, float]] = {}
+        #: the latest completions' latencies per query (the expected duration of a running
+        #: instance when the window has none of its own: recent, so under the configuration
+        #: in force rather than averaged over earlier ones)
+        self._latency: dict[str, deque[float]] = {}
 
     def begin(self, query: str) -> tuple[int, float]:
         """Report that an instance of ``query`` starts now; returns its token (for
@@ -253,8 +260,7 @@ class Recorder:
                 self._running.pop(token, None)
             if ok:
                 self.total_completed += 1
-                n, total = self._latency.get(query, (0, 0.0))
-                self._latency[query] = (n + 1, total + now - started)
+                self._latency.setdefault(query, deque(maxlen=RECENT)).append(now - started)
             else:
                 self.total_errors += 1
             for window in self._windows:
@@ -353,7 +359,7 @@ class Recorder:
                 running = [(q, t) for q, t in self._running.values() if t < window.end
                            and (window.since is None or t >= window.since)]
                 reported = bool(self._tokens)
-                latency = dict(self._latency)
+                recent = {q: sum(v) / len(v) for q, v in self._latency.items() if v}
         if queries is not None and not window.complete() and window.failed >= queries:
             raise WorkloadError(
                 f"{window.failed} queries failed before the fixed-work sample of {queries} "
@@ -375,12 +381,11 @@ class Recorder:
         if not reported or got.seconds <= 0:
             return got
 
-        def expected(query: str) -> float | None:  # this window's mean, else all so far
+        def expected(query: str) -> float | None:  # this window's mean, else the latest
             stats = got.per_query.get(query)
             if stats is not None and stats.mean is not None:
                 return stats.mean
-            n, total = latency.get(query, (0, 0.0))
-            return total / n if n else None
+            return recent.get(query)
 
         credit = progress_credit(window.start, window.end, window.spans,
                                  [(t, expected(q)) for q, t in running])
