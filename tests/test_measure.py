@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -13,6 +14,7 @@ from tuner_client.apply import reset_knobs
 from tuner_client.budget import MemoryBudget
 from tuner_client.budget_view import BudgetView
 from tuner_client.config import MeasureConfig, parse_tuner_config, resolve_knob_space
+from tuner_client.controllers import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.measure import Measurer, StatsSnapshot, read_database_stats, stats_delta
 from workloads.driver import WorkloadDriver
@@ -156,3 +158,36 @@ def test_latency_based_estimators_agree_with_the_count(tpch_cluster: TpchCluster
         assert value is not None and s.count_qpm is not None and s.count_qpm > 0
         assert s.qpm == value and s.estimator == estimator and s.completed >= 30
         assert 0.5 < value / s.count_qpm < 2.0, (value, s.count_qpm)
+
+
+def test_a_restart_gets_its_own_warm_up(tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    """``measure.restart_warmup_s`` after an offline knob's restart (shared_buffers empties),
+    ``warmup_s`` after an online change; both as long as configured."""
+    with psycopg.connect(tpch_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    config = MeasureConfig(warmup_s=0.2, restart_warmup_s=1.5, samples=1, queries=5)
+    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6"), config,
+                 controller=LocalController(tpch_cluster.cluster, precheck_memory=False))
+    m.in_force = m.current_settings(["shared_buffers", "work_mem"])
+    original = dict(m.in_force)
+    try:
+        m.start()
+        started = time.monotonic()
+        outcome = m.apply({"shared_buffers": "64MB"})
+        restarted = time.monotonic() - started
+        assert outcome.failure is None and outcome.restart_s is not None
+        assert m.last_warmup_s == 1.5 and restarted >= 1.5 + outcome.restart_s
+        started = time.monotonic()
+        outcome = m.apply({"work_mem": "8MB"})
+        assert outcome.failure is None and outcome.restart_s is None
+        assert m.last_warmup_s == 0.2 and time.monotonic() - started < 1.5
+    finally:
+        m.apply(original, check_budget=False, warm_up=False)
+        m.close()
+        with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+            reset_knobs(conn, ["work_mem"], catalog)
+    assert _setting(tpch_cluster.dsn, "shared_buffers") == original["shared_buffers"]
+    # the key is read from the config, null by default (then the warm-up is warmup_s)
+    assert parse_tuner_config("name: x\nmeasure: {restart_warmup_s: 30}\n"
+                              ).measure.restart_warmup_s == 30.0
+    assert parse_tuner_config("name: x\n").measure.restart_warmup_s is None

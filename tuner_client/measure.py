@@ -315,6 +315,8 @@ class Measurer:
         #: when the configuration in force took effect (monotonic); queries started
         #: earlier ran under the previous one
         self._applied_at: float | None = None
+        #: the seconds of the latest warm-up (``measure.restart_warmup_s`` after a restart)
+        self.last_warmup_s: float | None = None
         if config.estimator not in ESTIMATORS:
             raise ConfigError(f"measure.estimator must be one of {sorted(ESTIMATORS)}, but "
                               f"got {config.estimator!r}")
@@ -454,7 +456,7 @@ class Measurer:
         self._applied_at = self._changed_at = time.monotonic()
         if warm_up:
             try:
-                self.warm_up()
+                self.warm_up(self.config.restart_warmup_s if offline else None)
             except GuardrailTrip as trip:
                 self.guard_tripped(trip)
                 outcome.failure = f"sampling failed: {trip.reason}"
@@ -502,13 +504,15 @@ class Measurer:
         except (DatabaseError, psycopg.Error) as exc:
             logger.warning("could not read the settings in force: %s", exc)
 
-    def warm_up(self) -> None:
-        """Let caches settle under the workload (a discarded time window)."""
-        if self.config.warmup_s > 0:
+    def warm_up(self, seconds: float | None = None) -> None:
+        """Let caches settle under the workload (a discarded time window of ``seconds``,
+        default ``measure.warmup_s``)."""
+        seconds = self.config.warmup_s if seconds is None else seconds
+        self.last_warmup_s = seconds
+        if seconds > 0:
             self.start()
-            sample = self.workload.sample(seconds=self.config.warmup_s)
-            logger.info("warm-up %.1f s: %.0f qpm (discarded)", self.config.warmup_s,
-                        float(sample.qpm))
+            sample = self.workload.sample(seconds=seconds)
+            logger.info("warm-up %.1f s: %.0f qpm (discarded)", seconds, float(sample.qpm))
         self._point_start = None  # the next sample starts the point's window
 
     def point_window(self, wait_s: float = POINT_FLUSH_WAIT_S) -> StatsDelta | None:

@@ -137,7 +137,10 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         raise ConfigError(f"{where('measure')}: sample by queries (fixed work) or by seconds "
                           f"(time window), not both")
     queries = ms.get("queries", MeasureConfig.queries if ms.get("seconds") is None else None)
+    restart_warmup = ms.get("restart_warmup_s")
     measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", MeasureConfig.warmup_s)),
+                            restart_warmup_s=(None if restart_warmup is None
+                                              else float(restart_warmup)),
                             samples=int(ms.get("samples", MeasureConfig.samples)),
                             aggregate=ms.get("aggregate", MeasureConfig.aggregate),
                             queries=queries,
