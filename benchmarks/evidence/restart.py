@@ -10,7 +10,11 @@ return, consecutive ``--window``-s windows are counted without a warm-up. Cycles
 the two kinds; the result is each window's throughput over the mean of the same cycle's last
 three windows (the settled level), with a 95 % t interval over the cycles.
 
-Run: ``python -m benchmarks.evidence restart [--cycles 4] [--window 3] [--windows 10]``.
+Both estimators are recorded per window: ``count`` (completions) and ``progress`` (queries
+credited by their run time inside the window), to see which one a restart biases.
+
+Run: ``python -m benchmarks.evidence restart [--mix M] [--cycles 4] [--window 3] [--windows 10]
+[--tag T]``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=4, help="cycles of each kind")
     parser.add_argument("--window", type=float, default=3.0, help="seconds a window")
     parser.add_argument("--windows", type=int, default=10, help="windows after the return")
+    parser.add_argument("--tag", default="", help="suffix of the result files")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -68,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
                                        f"--mix {args.mix} --cycles {args.cycles} "
-                                       f"--window {args.window:g} --windows {args.windows}",
+                                       f"--window {args.window:g} --windows {args.windows}"
+                                       + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
@@ -91,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
                                    warm_up=False)
                     time.sleep(5.0)
                 measurer.apply(default, check_budget=False, warm_up=False)
-                qpm = [float(measurer.workload.sample(seconds=args.window).qpm)
+                got = [measurer.workload.sample(seconds=args.window)
                        for _ in range(args.windows)]
-                data["cycles"].append({"kind": kind, "qpm": qpm,
+                qpm = [float(g.qpm) for g in got]
+                progress = [g.progress_qpm for g in got]
+                data["cycles"].append({"kind": kind, "qpm": qpm, "progress": progress,
                                        "load_average": load_average()})
-                logger.info("cycle %d (%s): %s", c + 1, kind, [round(q) for q in qpm])
+                logger.info("cycle %d (%s): count %s, progress %s", c + 1, kind,
+                            [round(q) for q in qpm], [round(p or 0) for p in progress])
         finally:
             measurer.stop()
             measurer.restore(default, auto_conf=auto_conf)
@@ -105,17 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     data["wall_s"] = time.monotonic() - t0
     data["load_average_end"] = load_average()
     data["analysis"] = analyse(data)
-    write_results("evidence_restart", data, markdown(data))
+    write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), data,
+                  markdown(data))
     return 0
 
 
 def analyse(data: dict[str, Any]) -> dict[str, Any]:
-    """Per kind and window: throughput over the cycle's settled level (last three windows)."""
+    """Per estimator, kind and window: throughput over the cycle's settled level (the mean of
+    its last three windows)."""
     out: dict[str, Any] = {}
-    for kind in ("restart", "online"):
-        rel = [[q / statistics.fmean(c["qpm"][-3:]) for q in c["qpm"]]
-               for c in data["cycles"] if c["kind"] == kind and statistics.fmean(c["qpm"][-3:])]
-        out[kind] = [_interval([r[i] for r in rel]) for i in range(len(rel[0]))] if rel else []
+    for est in ("qpm", "progress"):
+        for kind in ("restart", "online"):
+            rel = []
+            for c in data["cycles"]:
+                values = c.get(est) or []
+                if c["kind"] != kind or None in values or not values:
+                    continue
+                settled = statistics.fmean(values[-3:])
+                if settled > 0:
+                    rel.append([v / settled for v in values])
+            key = kind if est == "qpm" else f"{kind}_progress"
+            out[key] = ([_interval([r[i] for r in rel]) for i in range(len(rel[0]))]
+                        if rel else [])
     return out
 
 
@@ -130,11 +150,18 @@ def markdown(data: dict[str, Any]) -> str:
              f"warm-up; each over the mean of its cycle's last three windows, 95 % t interval "
              f"over {len(data['cycles']) // 2} cycles of each kind. Wall {data['wall_s']:.0f} s; "
              f"load at the end {data['load_average_end']}.", "",
-             "| seconds after the return | after a restart | after an online change |",
-             "|---|---|---|"]
-    for i, (r, o) in enumerate(zip(a["restart"], a["online"], strict=False)):
-        lines.append(f"| {i * w:g}–{(i + 1) * w:g} | {r[0]:.2f} ({r[1]:.2f}–{r[2]:.2f}) | "
-                     f"{o[0]:.2f} ({o[1]:.2f}–{o[2]:.2f}) |")
+             "| seconds after the return | count, after a restart | count, after an online "
+             "change | progress, after a restart | progress, after an online change |",
+             "|---|---|---|---|---|"]
+
+    def cell(rows: list[Any], i: int) -> str:
+        return f"{rows[i][0]:.2f} ({rows[i][1]:.2f}–{rows[i][2]:.2f})" if i < len(rows) \
+            else "–"
+
+    for i in range(len(a["restart"])):
+        lines.append(f"| {i * w:g}–{(i + 1) * w:g} | {cell(a['restart'], i)} | "
+                     f"{cell(a['online'], i)} | {cell(a.get('restart_progress', []), i)} | "
+                     f"{cell(a.get('online_progress', []), i)} |")
     return "\n".join(lines) + "\n"
 
 
