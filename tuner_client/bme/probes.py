@@ -240,13 +240,20 @@ def search_window(decision: ProbeDecision, low: int, high: int,
                   step: int) -> tuple[int, int, int] | None:
     """Where the offline search runs after a usable decision: (start, low, high) in bytes
     on the ``step`` grid. It starts at the decided size and stops a little past M* (past the
-    smallest probe when there is no knee): the curve is flat beyond, and that memory is
-    better left to work_mem and the OS cache. None when the decision is not usable."""
+    smallest probe when there is no knee), and never short of the first probe at or past M*:
+    the probes bracket the knee between their sizes, and a fitted M* may sit anywhere in
+    that bracket (a straight miss curve, as uniform key lookups give, puts it ~20 % short of
+    where the measured curve reaches its floor). Beyond, the curve is flat, and that memory
+    is better left to work_mem and the OS cache. None when the decision is not usable."""
     if not decision.usable or decision.size is None:
         return None
     step = max(1, int(step))
     knee = decision.fit.params.m_star if decision.fit is not None else float(decision.size)
-    top = int(min(high, HEADROOM * max(knee, float(decision.size))) // step * step)
+    reach = HEADROOM * max(knee, float(decision.size))
+    bracket = [p.size for p in decision.probes if p.accesses > 0 and p.size >= knee]
+    if bracket:
+        reach = max(reach, float(min(bracket)))
+    top = int(min(high, reach) // step * step)
     top = max(top, min(high, low + MIN_STEPS * step))
     start = max(low, min(top, int(round(decision.size / step)) * step))
     return start, low, top
