@@ -239,7 +239,8 @@ MIN_STEPS = 4
 def search_window(decision: ProbeDecision, low: int, high: int,
                   step: int) -> tuple[int, int, int] | None:
     """Where the offline search runs after a usable decision: (start, low, high) in bytes
-    on the ``step`` grid. It starts at the decided size and stops a little past M* (past the
+    on the ``step`` grid. It starts at the decided size (a knee inside the range: 25 % past
+    M*, the flat side of the knee) and stops a little past M* (past the
     smallest probe when there is no knee), and never short of the first probe at or past M*:
     the probes bracket the knee between their sizes, and a fitted M* may sit anywhere in
     that bracket (a straight miss curve, as uniform key lookups give, puts it ~20 % short of
@@ -255,5 +256,11 @@ def search_window(decision: ProbeDecision, low: int, high: int,
         reach = max(reach, float(min(bracket)))
     top = int(min(high, reach) // step * step)
     top = max(top, min(high, low + MIN_STEPS * step))
-    start = max(low, min(top, int(round(decision.size / step)) * step))
+    begin = float(decision.size)
+    if decision.fit is not None and decision.target_miss is None and not decision.capped:
+        # a knee inside the range: past M* the curve is flat, so a size a little above it
+        # costs only memory while one below it still misses (and the fitted M* tends to
+        # fall short): start a margin past it
+        begin = HEADROOM * begin
+    start = max(low, min(top, int(round(begin / step)) * step))
     return start, low, top
