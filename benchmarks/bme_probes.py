@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,7 +58,7 @@ from tuner_client.stats.replay import point_noise_only, replay_objective
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
 from workloads.loop import Statement, StatementLoop
-from workloads.pgbench import find_pgbench
+from workloads.pgbench import PgbenchWorkload
 
 logger = logging.getLogger(__name__)
 
@@ -123,15 +122,7 @@ def make_workload(args: argparse.Namespace, dsn: str) -> Workload:
 
 def load_keys(dsn: str, scale: int) -> int:
     """pgbench's tables at ``scale`` (reused when already there); the database's size."""
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT to_regclass('pgbench_branches') IS NOT NULL").fetchone()
-        have = (int(conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()[0])  # type: ignore[index]
-                if row and row[0] else None)
-    if have != scale:
-        done = subprocess.run([str(find_pgbench()), "-i", "-q", "-s", str(scale), dsn],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise HarmonyError(f"pgbench -i -s {scale} failed: {done.stderr.strip()}")
+    PgbenchWorkload(dsn, scale=scale).start()  # initialises the tables, runs no load
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE pgbench_accounts")
         return int(conn.execute("SELECT pg_database_size(current_database())"
