@@ -229,11 +229,17 @@ def _probe_from_dict(d: dict[str, Any]) -> Probe:
                  touched={str(k): int(v) for k, v in d.get("touched", {}).items()})
 
 
-def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One point per size: mean throughput over every sample of every pass, the sample CV."""
+def _samples_by_size(rows: list[dict[str, Any]]) -> dict[int, list[float]]:
+    """Every sample's throughput of every pass, by shared_buffers size."""
     by_size: dict[int, list[float]] = {}
     for row in rows:
         by_size.setdefault(int(row["size"]), []).extend(s["qpm"] for s in row["samples"])
+    return by_size
+
+
+def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per size: mean throughput over every sample of every pass, the sample CV."""
+    by_size = _samples_by_size(rows)
     out = []
     for size in sorted(by_size):
         qpms = by_size[size]
@@ -312,9 +318,7 @@ def knee_ratio(rows: list[dict[str, Any]], rng: np.random.Generator,
                reps: int = 4000) -> dict[str, Any]:
     """Throughput of the best sweep size over the smallest's, with a 95 % bootstrap interval
     over each size's samples (how much shared_buffers matters at all)."""
-    by_size: dict[int, list[float]] = {}
-    for row in rows:
-        by_size.setdefault(int(row["size"]), []).extend(s["qpm"] for s in row["samples"])
+    by_size = _samples_by_size(rows)
     best_size = max(by_size, key=lambda k: statistics.fmean(by_size[k]))
     a, b = np.asarray(by_size[best_size]), np.asarray(by_size[min(by_size)])
     ratios = (a[rng.integers(0, a.size, (reps, a.size))].mean(axis=1)
