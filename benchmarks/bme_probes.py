@@ -3,20 +3,27 @@ throughput by shared_buffers, repeated real probe sets (restart, a short cold-bu
 the miss probability from pg_statio), and replays of the offline search with and without the
 probes' prior.
 
-The embedded cluster runs in a memory cgroup smaller than the TPC-H database, so buffer
-misses cost reads the OS cache cannot all absorb. ``--setup tpch`` runs a TPC-H mix,
-``--setup lookup`` skewed key lookups on ``lineitem``. Sweep passes (restart, warm-up,
-samples at every size; alternating order) are interleaved with probe sets, so both see the
-same machine. The offline session (2-vertex Nelder-Mead on an 8 MB grid, as the tuner runs it)
-is then replayed on the sweep (throughput linear in log size between sizes, the measured
-sample CV as noise) from several starts and seeds: plain, and after one of the measured probe
-sets (decided and narrowed exactly as :mod:`tuner_client.phases.offline` does). Counted: full
-evaluations and wall-clock (probes included, at their measured cost) until a search first
-evaluates a size within 95 % of the sweep's best throughput.
+``--setup tpch`` runs a TPC-H mix, ``--setup lookup`` skewed key lookups on ``lineitem``, both
+in a memory cgroup smaller than the TPC-H database, so buffer misses cost reads the OS cache
+cannot all absorb. ``--setup keys`` runs batched primary key lookups on pgbench's
+``pgbench_accounts`` (``pgbench -i -s --pgbench-scale``; uniform keys, or skewed with
+``--skew``) in a cgroup large enough for the OS cache to hold the table: a buffer miss then
+costs a read from the page cache plus a buffer replacement, which dominates a lookup's CPU
+cost, so throughput has a knee where the table fits in shared_buffers.
+``--probe-sets-per-pass 0`` measures only the sweep (a pilot: is there a knee?).
+
+Sweep passes (restart, warm-up, samples at every size; alternating order) are interleaved
+with probe sets, so both see the same machine. The offline session (2-vertex Nelder-Mead on
+an 8 MB grid, as the tuner runs it) is then replayed on the sweep (throughput linear in log
+size between sizes, the measured sample CV as noise) from several starts and seeds: plain,
+and after one of the measured probe sets (decided and narrowed exactly as
+:mod:`tuner_client.phases.offline` does). Counted: full evaluations and wall-clock (probes
+included, at their measured cost) until a search first evaluates a size within 95 % of the
+sweep's best throughput.
 
 Run: ``flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes --setup tpch``
-(or ``--setup lookup``); ``--from-json FILE`` redoes the analysis on earlier measurements.
-Writes ``benchmarks/results/bme_probes_<setup>.json`` and ``.md``.
+(or ``lookup`` / ``keys``); ``--from-json FILE`` redoes the analysis on earlier measurements.
+Writes ``benchmarks/results/bme_probes_<setup>[.<tag>].json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from tuner_client.stats.replay import point_noise_only, replay_objective
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
 from workloads.loop import Statement, StatementLoop
+from workloads.pgbench import PgbenchWorkload
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +68,8 @@ DBNAME = "tpch"
 STEP_MB = 8
 TPCH_MIX = "2Q6,2Q13,1Q9"
 LOOKUP_BATCH = 50
+KEYS_BATCH = 500
+KEYS_PRIME = 7919
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,10 +92,54 @@ def lookup_workload(dsn: str, seed: int) -> StatementLoop:
     return StatementLoop(dsn, draw, streams=4, seed=seed)
 
 
-def make_workload(setup: str, dsn: str, seed: int) -> Workload:
-    if setup == "lookup":
-        return lookup_workload(dsn, seed)
-    return WorkloadDriver(dsn, TPCH_MIX, seed=seed)
+def keys_workload(dsn: str, seed: int, skew: float) -> StatementLoop:
+    """Batched primary-key lookups on pgbench_accounts: each statement looks up
+    ``KEYS_BATCH`` keys drawn by the server (rank n·random()^skew, 1 = uniform, mapped
+    through a fixed permutation so hot keys spread over the pages), so the client's cost per
+    statement is small beside the server's buffer accesses."""
+    with psycopg.connect(dsn) as conn:
+        n = int(conn.execute("SELECT max(aid) FROM pgbench_accounts").fetchone()[0])  # type: ignore[index]
+    if math.gcd(KEYS_PRIME, n) != 1:
+        raise HarmonyError(f"keys setup: {n} accounts share a factor with {KEYS_PRIME}")
+    statement = ("SELECT sum(abalance) FROM pgbench_accounts WHERE aid = ANY(ARRAY("
+                 "SELECT 1 + (floor(%s * random() ^ %s)::bigint * %s) %% %s"
+                 " FROM generate_series(1, %s)))")
+    params = (n, skew, KEYS_PRIME, n, KEYS_BATCH)
+
+    def draw(rng: np.random.Generator) -> Statement:
+        return statement, params
+
+    return StatementLoop(dsn, draw, streams=2, seed=seed)
+
+
+def make_workload(args: argparse.Namespace, dsn: str) -> Workload:
+    if args.setup == "lookup":
+        return lookup_workload(dsn, args.seed)
+    if args.setup == "keys":
+        return keys_workload(dsn, args.seed, args.skew)
+    return WorkloadDriver(dsn, TPCH_MIX, seed=args.seed)
+
+
+def load_keys(dsn: str, scale: int) -> int:
+    """pgbench's tables at ``scale`` (reused when already there); the database's size."""
+    PgbenchWorkload(dsn, scale=scale).start()  # initialises the tables, runs no load
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE pgbench_accounts")
+        return int(conn.execute("SELECT pg_database_size(current_database())"
+                                ).fetchone()[0])  # type: ignore[index]
+
+
+def data_text(args: argparse.Namespace) -> str:
+    if args.setup == "keys":
+        return f"pgbench tables at scale {args.pgbench_scale}"
+    return f"TPC-H SF {args.scale}"
+
+
+def mix_text(args: argparse.Namespace) -> str:
+    if args.setup == "keys":
+        return (f"batched pgbench_accounts key lookups ({KEYS_BATCH} keys per statement, "
+                + ("uniform" if args.skew == 1 else f"rank n·u^{args.skew:g}") + ")")
+    return TPCH_MIX if args.setup == "tpch" else "skewed lineitem lookups"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +173,11 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("ALTER SYSTEM SET max_parallel_workers_per_gather = 0")
             conn.execute("SELECT pg_reload_conf()")
         dsn = cluster.dsn_for(DBNAME)
-        load = load_tpch(dsn, args.scale, workdir=state / "tpch-data")
+        if args.setup == "keys":
+            database_bytes = load_keys(dsn, args.pgbench_scale)
+        else:
+            database_bytes = load_tpch(dsn, args.scale, workdir=state / "tpch-data"
+                                       ).database_bytes
         with psycopg.connect(dsn) as conn:
             catalog = KnobCatalog.from_connection(conn)
             original = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
@@ -127,7 +185,7 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
         controller = LocalController(cluster, precheck_memory=False)
         measure = MeasureConfig(warmup_s=args.warmup, samples=args.samples,
                                 queries=None, seconds=args.seconds, aggregate="mean")
-        measurer = Measurer(dsn, catalog, make_workload(args.setup, dsn, args.seed), measure,
+        measurer = Measurer(dsn, catalog, make_workload(args, dsn), measure,
                             controller=controller)
         measurer.in_force = {"shared_buffers": original}
         lo, hi = args.sizes[0], args.sizes[-1]
@@ -153,8 +211,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             measurer.close()
     finally:
         cluster.stop()
-    return {"setup": args.setup, "scale": args.scale, "database_bytes": load.database_bytes,
-            "mix": TPCH_MIX if args.setup == "tpch" else "skewed lineitem lookups",
+    return {"setup": args.setup, "scale": args.scale, "database_bytes": database_bytes,
+            "data": data_text(args), "mix": mix_text(args),
             "server_version": version, "memory_limit_bytes": cluster.memory_limit_bytes,
             "warmup_s": args.warmup, "samples": args.samples, "sample_s": args.seconds,
             "passes": args.passes, "probe_seconds": args.probe_seconds,
@@ -171,11 +229,17 @@ def _probe_from_dict(d: dict[str, Any]) -> Probe:
                  touched={str(k): int(v) for k, v in d.get("touched", {}).items()})
 
 
-def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One point per size: mean throughput over every sample of every pass, the sample CV."""
+def _samples_by_size(rows: list[dict[str, Any]]) -> dict[int, list[float]]:
+    """Every sample's throughput of every pass, by shared_buffers size."""
     by_size: dict[int, list[float]] = {}
     for row in rows:
         by_size.setdefault(int(row["size"]), []).extend(s["qpm"] for s in row["samples"])
+    return by_size
+
+
+def sweep_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per size: mean throughput over every sample of every pass, the sample CV."""
+    by_size = _samples_by_size(rows)
     out = []
     for size in sorted(by_size):
         qpms = by_size[size]
@@ -250,6 +314,20 @@ def _overlap(points: list[dict[str, Any]]) -> bool:
     return bool(hi["qpm"] - hi["ci95"] <= lo["qpm"] + lo["ci95"])
 
 
+def knee_ratio(rows: list[dict[str, Any]], rng: np.random.Generator,
+               reps: int = 4000) -> dict[str, Any]:
+    """Throughput of the best sweep size over the smallest's, with a 95 % bootstrap interval
+    over each size's samples (how much shared_buffers matters at all)."""
+    by_size = _samples_by_size(rows)
+    best_size = max(by_size, key=lambda k: statistics.fmean(by_size[k]))
+    a, b = np.asarray(by_size[best_size]), np.asarray(by_size[min(by_size)])
+    ratios = (a[rng.integers(0, a.size, (reps, a.size))].mean(axis=1)
+              / b[rng.integers(0, b.size, (reps, b.size))].mean(axis=1))
+    return {"best_size": best_size,
+            "ratio": (float(a.mean() / b.mean()), float(np.percentile(ratios, 2.5)),
+                      float(np.percentile(ratios, 97.5)))}
+
+
 def _wilson(k: int, n: int) -> tuple[float, float]:
     """The 95 % Wilson interval of a share k/n (scipy's binomial test)."""
     if n == 0:
@@ -271,6 +349,15 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     noise = float(np.median([p["cv"] for p in points]))
     eval_cost = statistics.fmean(r["cost_s"] for r in measured["rows"] if not r["failure"])
     decided = decisions(measured, min_r2)
+    sweep = {"points": points, "best_qpm": best, "target_qpm": target, "noise_cv": noise,
+             # how easy the target is: sweep sizes already within it, and whether the best
+             # and the worst size's 95 % intervals overlap (flat within the noise)
+             "sizes_within_target": [p["size"] for p in points if p["qpm"] >= target],
+             "flat_within_noise": _overlap(points), "eval_cost_s": eval_cost,
+             "knee_ratio": knee_ratio(measured["rows"], np.random.default_rng(11)),
+             "decisions": decided}
+    if not decided:
+        return sweep
     starts = [s for s in (lo_mb, (lo_mb + hi_mb) // 2 // STEP_MB * STEP_MB, hi_mb)]
     runs: list[dict[str, Any]] = []
     for start in starts:
@@ -279,8 +366,8 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
             cv = noise if seed > 0 else 0.0
             plain_at, plain_seq = replay_search(table, space, start, budget, noise_cv=cv,
                                                 seed=seed, target=target)
-            used = d["window"] is not None
-            if used:
+            usable = d["window"] is not None
+            if usable:
                 s_b, lo_b, hi_b = d["window"]
                 narrowed = space.narrowed({"shared_buffers": (lo_b // MB, hi_b // MB)})
                 prior_at, prior_seq = replay_search(table, narrowed, s_b // MB, budget,
@@ -288,7 +375,7 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
             else:
                 prior_at, prior_seq = plain_at, plain_seq
             runs.append({"start_mb": start, "seed": seed, "plain_at": plain_at,
-                         "prior_at": prior_at, "prior_used": used,
+                         "prior_at": prior_at, "prior_used": usable,
                          "probe_cost_s": d["cost_s"], "decision": d["kind"],
                          "plain_seq": plain_seq, "prior_seq": prior_seq})
 
@@ -304,18 +391,12 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     r2s = [d["r2"] for d in decided if d["r2"] is not None]
     probe_cost = statistics.fmean(d["cost_s"] for d in decided)
     per_probe = [p["cost_s"] for ps in measured["probe_sets"] for p in ps["probes"]]
-    return {
-        "points": points, "best_qpm": best, "target_qpm": target, "noise_cv": noise,
-        # how easy the target is: sweep sizes already within it, and whether the best and the
-        # worst size's 95 % intervals overlap (throughput flat within the noise)
-        "sizes_within_target": [p["size"] for p in points if p["qpm"] >= target],
-        "flat_within_noise": _overlap(points),
+    return sweep | {
         "space_mb": [lo_mb, hi_mb, STEP_MB], "budget": budget, "seeds": seeds,
-        "starts_mb": starts, "eval_cost_s": eval_cost,
+        "starts_mb": starts,
         "probe_cost_s": {"per_probe_mean": statistics.fmean(per_probe),
                          "per_set_mean": probe_cost,
                          "ratio_probe_to_eval": statistics.fmean(per_probe) / eval_cost},
-        "decisions": decided,
         "r2": {"values": r2s, "mean": statistics.fmean(r2s) if r2s else None,
                "min": min(r2s) if r2s else None, "max": max(r2s) if r2s else None},
         "prior_used": {"runs": len(runs), "used": used, "share": used / len(runs),
@@ -351,10 +432,14 @@ def _markdown(report: dict[str, Any]) -> str:
              f"{m['load_average_start'][0]:.2f}, at end {report['load_average_end'][0]:.2f} "
              "(shared with other jobs).  ",
              f"Measuring took {report['measure_seconds']:.0f} s.", "",
-             f"TPC-H SF {meas['scale']} ({meas['database_bytes'] / MB:.0f} MB), workload "
+             f"{meas.get('data', 'TPC-H SF ' + str(meas['scale']))} "
+             f"({meas['database_bytes'] / MB:.0f} MB), workload "
              f"`{meas['mix']}`, embedded cluster in a memory cgroup of "
-             f"{meas['memory_limit_bytes'] // MB} MB (smaller than the database: misses cost "
-             f"reads the OS cache cannot all absorb). Sweep: per size restart, "
+             f"{meas['memory_limit_bytes'] // MB} MB"
+             + (" (smaller than the database: misses cost reads the OS cache cannot all "
+                "absorb)" if meas["memory_limit_bytes"] < meas["database_bytes"] else
+                " (larger than the database: a miss costs a read from the OS cache)")
+             + ". Sweep: per size restart, "
              f"{meas['warmup_s']:g} s warm-up, {meas['samples']} samples of "
              f"{meas['sample_s']:g} s, {meas['passes']} passes in alternating order; after "
              f"each pass {len(meas['probe_sets']) // max(1, meas['passes'])} probe set(s) of "
@@ -367,6 +452,18 @@ def _markdown(report: dict[str, Any]) -> str:
     for p in an["points"]:
         lines.append(f"| {_size_text(p['size'])} | {p['qpm']:.1f} | ±{p['ci95']:.1f} | "
                      f"{p['n']} | {100 * p['cv']:.1f}% |")
+    kr = an["knee_ratio"]
+    lines += ["", f"How hard the target (95 % of the best, {an['target_qpm']:.1f} qpm) is: "
+              f"{len(an['sizes_within_target'])} of {len(an['points'])} sweep sizes are "
+              "within it (" + ", ".join(_size_text(x) for x in an["sizes_within_target"])
+              + "); the best and the worst size's 95 % intervals "
+              + ("overlap: throughput is flat within the noise." if an["flat_within_noise"]
+                 else "do not overlap.")
+              + f" Best size ({_size_text(kr['best_size'])}) over the smallest: "
+              f"{_ci(kr['ratio'])} (95 % bootstrap over samples)."]
+    if not an["decisions"]:
+        lines += ["", "Sweep only (a pilot: no probe sets measured).", ""]
+        return "\n".join(lines)
     pc = an["probe_cost_s"]
     lines += ["", "## Probe sets and their decisions", "",
               f"Cost: a probe {pc['per_probe_mean']:.2f} s, a probe set {pc['per_set_mean']:.1f} s;"
@@ -414,12 +511,6 @@ def _markdown(report: dict[str, Any]) -> str:
               f"the probe sets: "
               + (f"mean {r2['mean']:.3f}, min {r2['min']:.3f}, max {r2['max']:.3f} "
                  f"({len(r2['values'])} fits)." if r2["values"] else "no fit.") + "", "",
-              f"How hard the target is: {len(an['sizes_within_target'])} of "
-              f"{len(an['points'])} sweep sizes are within it ("
-              + ", ".join(_size_text(x) for x in an["sizes_within_target"])
-              + "); the best and the worst size's 95 % intervals "
-              + ("overlap: throughput is flat within the noise." if an["flat_within_noise"]
-                 else "do not overlap."), "",
               "Noise-free sessions (evaluated sizes in MB):", ""]
     for r in an["noise_free_runs"]:
         lines.append(f"- start {r['start_mb']} MB: plain {r['plain_seq']} (target at "
@@ -431,7 +522,11 @@ def _markdown(report: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setup", choices=["tpch", "lookup"], required=True)
+    parser.add_argument("--setup", choices=["tpch", "lookup", "keys"], required=True)
+    parser.add_argument("--pgbench-scale", type=int, default=8,
+                        help="keys setup: pgbench -i scale (about 15 MB per unit)")
+    parser.add_argument("--skew", type=float, default=1.0,
+                        help="keys setup: key rank n·u^skew (1 = uniform)")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--scale", type=float, default=0.3)
     parser.add_argument("--memory-limit-mb", type=int, default=320)

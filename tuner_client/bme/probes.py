@@ -239,14 +239,28 @@ MIN_STEPS = 4
 def search_window(decision: ProbeDecision, low: int, high: int,
                   step: int) -> tuple[int, int, int] | None:
     """Where the offline search runs after a usable decision: (start, low, high) in bytes
-    on the ``step`` grid. It starts at the decided size and stops a little past M* (past the
-    smallest probe when there is no knee): the curve is flat beyond, and that memory is
-    better left to work_mem and the OS cache. None when the decision is not usable."""
+    on the ``step`` grid. It starts at the decided size (a knee inside the range: 25 % past
+    M*, the flat side of the knee) and stops a little past M* (past the
+    smallest probe when there is no knee), and never short of the first probe at or past M*:
+    the probes bracket the knee between their sizes, and a fitted M* may sit anywhere in
+    that bracket (a straight miss curve, as uniform key lookups give, puts it ~20 % short of
+    where the measured curve reaches its floor). Beyond, the curve is flat, and that memory
+    is better left to work_mem and the OS cache. None when the decision is not usable."""
     if not decision.usable or decision.size is None:
         return None
     step = max(1, int(step))
     knee = decision.fit.params.m_star if decision.fit is not None else float(decision.size)
-    top = int(min(high, HEADROOM * max(knee, float(decision.size))) // step * step)
+    reach = HEADROOM * max(knee, float(decision.size))
+    bracket = [p.size for p in decision.probes if p.accesses > 0 and p.size >= knee]
+    if bracket:
+        reach = max(reach, float(min(bracket)))
+    top = int(min(high, reach) // step * step)
     top = max(top, min(high, low + MIN_STEPS * step))
-    start = max(low, min(top, int(round(decision.size / step)) * step))
+    begin = float(decision.size)
+    if decision.fit is not None and decision.target_miss is None and not decision.capped:
+        # a knee inside the range: past M* the curve is flat, so a size a little above it
+        # costs only memory while one below it still misses (and the fitted M* tends to
+        # fall short): start a margin past it
+        begin = HEADROOM * begin
+    start = max(low, min(top, int(round(begin / step)) * step))
     return start, low, top
