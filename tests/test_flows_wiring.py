@@ -200,7 +200,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     # outputs: the summary and the sessions as XML with the comparison (and the BME fit)
     summary = json.loads((out / "summary.json").read_text())
     assert {k: v for k, v in summary["comparison"].items() if k != "pgtune"} == {
-        "default": result.default_qpm, "tuned": result.best_qpm, "unit": "qpm"}
+        "default": result.default_qpm, "tuned": result.best_qpm, "unit": "queries/min"}
     assert summary["sessions"][0] == "wiring-w1-p1-offline"
     online_xml = load(out / "sessions" / "wiring-w1-p1-online.xml")
     assert online_xml.definition["metadata"]["comparison"] == summary["comparison"]
