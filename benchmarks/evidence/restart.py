@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from scipy import stats as sps
 
 from benchmarks.evidence.common import (
     header,
@@ -40,18 +37,11 @@ from benchmarks.evidence.common import (
 )
 from benchmarks.evidence.endtoend import MB, open_memory_bound
 from benchmarks.evidence.headroom import headroom_config
+from benchmarks.evidence.live import t_interval
 
 logger = logging.getLogger(__name__)
 
 AWAY = {"shared_buffers": "80MB", "work_mem": "3413kB", "random_page_cost": "1.1"}
-
-
-def _interval(values: list[float]) -> tuple[float, float, float]:
-    m = statistics.fmean(values)
-    if len(values) < 2:
-        return m, math.nan, math.nan
-    h = sps.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return m, m - h, m + h
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +124,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                 if settled > 0:
                     rel.append([v / settled for v in values])
             key = kind if est == "qpm" else f"{kind}_progress"
-            out[key] = ([_interval([r[i] for r in rel]) for i in range(len(rel[0]))]
+            out[key] = ([t_interval([r[i] for r in rel]) for i in range(len(rel[0]))]
                         if rel else [])
     return out
 
