@@ -14,25 +14,28 @@ from tuner_client.stats.racing import Race
 FIVE_PCT = NoiseModel.measured().with_(point_cv=0.05)
 
 
-def _run(truths: dict[str, float], seed: int, model: NoiseModel, *,
-         max_rounds: int = 10) -> tuple[FinalDecision, int]:
-    """The final rounds as the tuner runs them (phases/final.py): a race of the candidates
-    beside the default and PGTune (20-s points, 3 to ``max_rounds`` rounds), then decide
-    with PGTune's rules eligible too."""
+def _run(truths: dict[str, float], seed: int, model: NoiseModel, *, max_rounds: int = 6,
+         close_call_rounds: int | None = 12) -> tuple[FinalDecision, int]:
+    """The final rounds as the tuner runs them (phases/final.py, its defaults): the
+    candidates and PGTune's rules race beside the default (20-s points, 3 to ``max_rounds``
+    rounds, up to ``close_call_rounds`` on a close call), then the decision with PGTune's
+    rules eligible too."""
     obj = NoisyObjective(lambda p: 100.0 * truths[p["label"]], model, seed)
-    candidates = [c for c in truths if c not in ("default", "pgtune")]
-    race = Race(lambda label: obj.measure({"label": label}, 20.0), candidates,
-                baselines=("pgtune",), min_samples=3, max_rounds=max_rounds, rotation=seed)
+    searched = [c for c in truths if c not in ("default", "pgtune")]
+    eligible, reported = decision_labels(searched, ["pgtune"] if "pgtune" in truths else [])
+    race = Race(lambda label: obj.measure({"label": label}, 20.0), eligible,
+                baselines=reported, min_samples=3, max_rounds=max_rounds,
+                close_call_rounds=close_call_rounds, rotation=seed)
     rounds = list(race.run().rounds)
-    eligible, reported = decision_labels(candidates, ["pgtune"])
     return decide(rounds, baselines=reported, candidates=eligible), len(rounds)
 
 
 def test_a_a_claims_no_gain() -> None:
     """Default, PGTune and the tuned pick are the same configuration. Measured over 500
-    seeds of raced rounds (3..10) under the measured noise with 5 % point CV, PGTune's rules
-    eligible to win: a gain claimed in 2.8 % (Bonferroni keeps the best of the two honest).
-    Asserted ≤ 5 % + 1.5 % binomial tolerance (sd of a 5 % rate over 500 seeds ≈ 1 %)."""
+    seeds of raced rounds (3 to 6, 12 on a close call) under the measured noise with 5 % point
+    CV, PGTune's rules racing too: a gain claimed in 0.4 % (2.0 % without the close-call
+    rounds: more rounds wash out a lucky lead). Asserted ≤ 5 % + 1.5 % binomial tolerance
+    (sd of a 5 % rate over 500 seeds ≈ 1 %)."""
     seeds = 500
     claims = sum(_run({"default": 1.0, "pgtune": 1.0, "c1": 1.0}, seed, FIVE_PCT)[0].winner
                  is not None for seed in range(seeds))
@@ -41,9 +44,10 @@ def test_a_a_claims_no_gain() -> None:
 
 def test_a_real_gain_is_recommended() -> None:
     """A true 1.15× pick (PGTune 1.05×) under 5 % point CV, drift and outliers: recommended
-    in 85.8 % of 500 seeds of raced rounds (PGTune, truly 1.05×, in 2.2 %; 87.2 % when PGTune
-    could not win), median 6 rounds, 90th percentile 10 (measured); asserted ≥ 83 % within
-    10 rounds over these 200 seeds, and never a configuration that is not better."""
+    in 78.2 % of 500 seeds of raced rounds (68.6 % without the close-call rounds; PGTune,
+    truly 1.05×, in 1.6 %), median 6 rounds, 90th percentile 10 (measured); 79.5 % over
+    these 200 seeds, asserted ≥ 74 % within 12 rounds, and never a configuration that is
+    not better."""
     seeds = 200
     wins, rounds = 0, []
     for seed in range(seeds):
@@ -51,18 +55,23 @@ def test_a_real_gain_is_recommended() -> None:
         assert decision.winner in (None, "tuned", "pgtune")
         wins += decision.winner == "tuned"
         rounds.append(n)
-    assert wins / seeds >= 0.83
-    assert max(rounds) <= 10
+    assert wins / seeds >= 0.74
+    assert max(rounds) <= 12
 
 
 def test_pgtune_rules_win_when_the_search_finds_nothing() -> None:
     """The search's pick is the default (1.0×), PGTune's rules are truly 1.15×: the rules are
-    recommended in 84.4 % of 500 seeds (measured), the pick in 0.4 %; asserted ≥ 78 % and
-    ≤ 2 % over 200 seeds."""
+    recommended in 82.2 % of 500 seeds (measured), the pick never; over these 200 seeds
+    87.5 %, and 76.0 % without the close-call rounds (the race stopped at 6 rounds while
+    PGTune's lead was significant at 95 % but not yet at the Bonferroni level). Asserted:
+    ≥ 80 %, at least 6 points above the race without close calls, the pick ≤ 2 %."""
     seeds = 200
     got = [_run({"default": 1.0, "pgtune": 1.15, "tuned": 1.0}, seed, FIVE_PCT)[0].winner
            for seed in range(seeds)]
-    assert got.count("pgtune") / seeds >= 0.78
+    without = [_run({"default": 1.0, "pgtune": 1.15, "tuned": 1.0}, seed, FIVE_PCT,
+                    close_call_rounds=None)[0].winner for seed in range(seeds)]
+    assert got.count("pgtune") / seeds >= 0.80
+    assert got.count("pgtune") - without.count("pgtune") >= 0.06 * seeds
     assert got.count("tuned") / seeds <= 0.02
 
 
@@ -116,19 +125,25 @@ def test_degrading_candidate_is_flagged() -> None:
 
 
 def test_the_recommended_interval_covers_the_truth_after_picking_the_best() -> None:
-    """Three candidates, two truly 1.05× and one 1.0×, PGTune 1.0×: whichever wins, the
-    printed interval (simultaneous over the candidates) holds its true ratio. Measured over
-    300 seeds: 93.5 % (a plain 95 % interval of the winner: 80.5 %); asserted ≥ 88 % over
-    these 150 seeds, and never a winner that is truly no better than the default."""
+    """Three candidates, two truly 1.05× and one 1.0×, PGTune 1.0×, 3 to 10 rounds (20 on a
+    close call): whichever wins, the printed interval (simultaneous over the candidates)
+    holds its true ratio. Measured over 1,000 seeds: 96.4 % of 305 wins (a plain 95 %
+    interval of the winner, before it was simultaneous: 80.5 % over 300 seeds); with the
+    defaults (6 rounds, 12 on a close call) 90.7 % of 150 wins, the rest all too high
+    (a winner is picked when it is lucky). Asserted ≥ 88 % over these 150 seeds (98 % of 53
+    wins measured). A candidate truly no better than the default won in 2 of 1,000 seeds (1
+    of these 150); asserted ≤ 3 here."""
     truths = {"default": 1.0, "pgtune": 1.0, "c1": 1.05, "c2": 1.05, "c3": 1.0}
-    wins = covered = 0
+    wins = covered = false = 0
     for seed in range(150):
-        decision, _ = _run(truths, seed, FIVE_PCT)
+        decision, _ = _run(truths, seed, FIVE_PCT, max_rounds=10, close_call_rounds=20)
         if decision.winner is None:
             continue
         wins += 1
+        false += decision.winner not in ("c1", "c2")
         assert decision.improvement_ci is not None
         low, high = decision.improvement_ci
         covered += low <= truths[decision.winner] - 1.0 <= high
         assert "simultaneous over" in decision.lines[0], decision.lines[0]
     assert wins >= 25 and covered / wins >= 0.88, (wins, covered)
+    assert false <= 3, false  # a truly 1.0× candidate (c3 or PGTune) won

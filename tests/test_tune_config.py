@@ -156,7 +156,10 @@ def test_knob_errors_unknown_wrong_section_bad_unit(catalog: KnobCatalog) -> Non
 
 
 def test_measure_estimator_default_and_bad_value() -> None:
-    assert parse_tuner_config("name: x\n").measure.estimator == "count"
+    # progress where the driver reports query starts (TPC-H, replay), count elsewhere
+    assert parse_tuner_config("name: x\n").measure.estimator == "progress"
+    assert parse_tuner_config("name: x\nworkload: {pgbench: {scale: 1}}\n"
+                              ).measure.estimator == "count"
     cfg = parse_tuner_config("name: x\nmeasure: {estimator: concurrency}\n")
     assert cfg.measure.estimator == "concurrency"
     msg = _error("name: x\nmeasure:\n  estimator: latency\n")

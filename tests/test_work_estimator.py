@@ -181,7 +181,6 @@ def test_estimator_key_is_validated() -> None:
     for name in ("count", "concurrency", "work", "work_per_cpu", "count_per_cpu"):
         cfg = parse_tuner_config(f"name: x\nmeasure: {{estimator: {name}}}\n")
         assert cfg.measure.estimator == name
-    assert parse_tuner_config("name: x\n").measure.estimator == "count"
     with pytest.raises(ConfigError) as err:
         parse_tuner_config("name: x\nmeasure:\n  estimator: qpm\n", source="configs/bad.yaml")
     msg = str(err.value)

@@ -15,8 +15,8 @@ does). For each estimator the benchmark reports the spread (sd of the log) of
 their variance ratio (how many times fewer blocks a paired comparison needs for the same
 precision), and B/A with its 95 % interval from the paired blocks.
 
-Run: ``python -m benchmarks.evidence paired [--blocks 8] [--quick]``; writes
-``benchmarks/results/evidence_paired[.quick].{json,md}``.
+Run: ``python -m benchmarks.evidence paired [--blocks 8] [--quick] [--tag T]``; writes
+``benchmarks/results/evidence_paired[.quick][.T].{json,md}``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ logger = logging.getLogger(__name__)
 #: estimator name -> how a sample's value is read
 ESTIMATORS = {"count": lambda s: s.count_qpm,
               "count_per_cpu": lambda s: (s.count_qpm / s.server_cpu
-                                          if s.count_qpm and s.server_cpu else None)}
+                                          if s.count_qpm and s.server_cpu else None),
+              "progress": lambda s: s.progress_qpm}
 
 
 def _value(samples: list[Any], estimator: str) -> float | None:
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                              "256 MB cgroup")
     parser.add_argument("--contrast", default="random_page_cost=20",
                         help="B: A with these online knobs changed")
+    parser.add_argument("--tag", default="", help="suffix of the results' file names")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
@@ -159,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     base = dict(item.split("=", 1) for item in args.settings.split(",") if item)
     command = "python -m benchmarks.evidence paired" + (" --quick" if args.quick else
                                                         f" --blocks {blocks}")
+    command += f" --tag {args.tag}" if args.tag else ""
     data: dict[str, Any] = {"machine": machine(), "command": command, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit,
                             "blocks": blocks, "samples": args.samples,
@@ -183,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 point: dict[str, Any] = {"config": label, "failure": record.failure,
                                          "load_average": load_average(),
                                          "samples": [{"count_qpm": s.count_qpm,
-                                                      "server_cpu": s.server_cpu}
+                                                      "server_cpu": s.server_cpu,
+                                                      "progress_qpm": s.progress_qpm}
                                                      for s in record.samples]}
                 for name in ESTIMATORS:
                     point[name] = _value(record.samples, name)
@@ -199,5 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     data["wall_s"] = time.monotonic() - t0
     data["load_average_end"] = load_average()
     data["analysis"] = {name: analyse(data["chain"], name) for name in ESTIMATORS}
-    write_results("evidence_paired" + (".quick" if args.quick else ""), data, markdown(data))
+    write_results("evidence_paired" + (".quick" if args.quick else "")
+                  + (f".{args.tag}" if args.tag else ""), data, markdown(data))
     return 0

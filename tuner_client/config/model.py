@@ -111,6 +111,17 @@ class WorkloadConfig:
     PGBENCH_SCALE: ClassVar[int] = 1
 
 
+#: the workloads whose drivers report when each query starts, which ``progress`` needs
+PROGRESS_WORKLOADS = frozenset({"tpch", "replay"})
+
+
+def default_estimator(workload_kind: str) -> str:
+    """The estimator of a config that names none: ``progress`` where the driver reports query
+    starts (paired blocks on the memory-bound TPC-H setup: 2.1× less variance than ``count``,
+    95 % CI 1.2–5.3, benchmarks/results/evidence_paired.progress.md), else ``count``."""
+    return "progress" if workload_kind in PROGRESS_WORKLOADS else "count"
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     """Warm-up, then ``samples`` samples per point; fixed-work sampling when ``queries`` is set.
@@ -134,7 +145,9 @@ class MeasureConfig:
     #: law), only queries started under the measured configuration; ``work``, reference-seconds
     #: of work per second (each completion credited with its template's mean latency under
     #: the original configuration, measured once at the start and frozen); ``work_per_cpu``,
-    #: the same per CPU-second of the PostgreSQL server (a local server only)
+    #: the same per CPU-second of the PostgreSQL server (a local server only); ``progress``,
+    #: the count with each query credited by the share of its run time inside the window.
+    #: A config file that names none gets :func:`default_estimator` of its workload
     estimator: str = "count"
     #: each search evaluation is a block beside the session's reference configuration
     #: (reference, candidate × samples, reference; the trailing reference opens the next
@@ -221,6 +234,9 @@ class FinalConfig:
     candidates: int = 1
     #: more rounds are taken while the decision is not settled, up to this many
     max_rounds: int = 6
+    #: a close call (the leader above the default at ``level`` but not yet at the
+    #: Bonferroni-adjusted level a recommendation needs) runs on up to this many rounds
+    close_call_rounds: int = 12
     #: rule-of-thumb configurations measured beside the default as baselines (``pgtune``)
     baselines: tuple[str, ...] = ("pgtune",)
     #: the interval's confidence level

@@ -21,6 +21,7 @@ from tuner_client.config.defaults import (
 from tuner_client.config.model import (
     OFFLINE_SESSION,
     ONLINE_SESSION,
+    PROGRESS_WORKLOADS,
     BudgetConfig,
     ControllerConfig,
     DatabaseConfig,
@@ -38,6 +39,7 @@ from tuner_client.config.model import (
     TunerConfig,
     WarmStartConfig,
     WorkloadConfig,
+    default_estimator,
 )
 from tuner_client.config.schema import TUNER_SCHEMA
 from tuner_client.config.units import parse_bytes
@@ -128,7 +130,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         # live traffic: time windows, scored statement by statement against the reference
         ms = {**ms, "estimator": "latency",
               "seconds": ms.get("seconds") or ObserveConfig.SECONDS}
-    if ms.get("estimator") == "progress" and workload.kind not in ("tpch", "replay"):
+    if ms.get("estimator") == "progress" and workload.kind not in PROGRESS_WORKLOADS:
         raise ConfigError(f"{where('measure', 'estimator')}: measure.estimator progress "
                           f"credits each query by its run time inside the window, which only "
                           f"the TPC-H and replay drivers report; a {workload.kind} workload "
@@ -145,7 +147,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                             aggregate=ms.get("aggregate", MeasureConfig.aggregate),
                             queries=queries,
                             seconds=None if queries is not None else float(ms["seconds"]),
-                            estimator=ms.get("estimator", MeasureConfig.estimator),
+                            estimator=ms.get("estimator", default_estimator(workload.kind)),
                             paired=bool(ms.get("paired", MeasureConfig.paired)))
 
     bd = data.get("budget") or {}
@@ -207,6 +209,8 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                         recommended=bool(fin.get("recommended", FinalConfig.recommended)),
                         candidates=int(fin.get("candidates", FinalConfig.candidates)),
                         max_rounds=int(fin.get("max_rounds", max(rounds, FinalConfig.max_rounds))),
+                        close_call_rounds=int(fin.get("close_call_rounds",
+                                                      FinalConfig.close_call_rounds)),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
                         level=float(fin.get("level", FinalConfig.level)),
                         max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")
@@ -214,6 +218,12 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     if final.max_rounds < final.rounds:
         raise ConfigError(f"{where('final', 'max_rounds')}: final.max_rounds must be at least "
                           f"final.rounds ({final.rounds}), but got {final.max_rounds}")
+    if "close_call_rounds" not in fin and final.close_call_rounds < final.max_rounds:
+        final = replace(final, close_call_rounds=final.max_rounds)
+    if final.close_call_rounds < final.max_rounds:
+        raise ConfigError(f"{where('final', 'close_call_rounds')}: final.close_call_rounds must "
+                          f"be at least final.max_rounds ({final.max_rounds}), but got "
+                          f"{final.close_call_rounds}")
     sc = data.get("screening") or {}
     screening = ScreeningConfig(enabled=bool(sc.get("enabled", ScreeningConfig.enabled)),
                                 design=str(sc.get("design", ScreeningConfig.design)),

@@ -188,6 +188,8 @@ TUNER_SCHEMA: dict[str, Any] = {
                            "recommended": {"type": "boolean"},
                            "candidates": {"type": "integer", "minimum": 1, "maximum": 10},
                            "max_rounds": {"type": "integer", "minimum": 2, "maximum": 50},
+                           "close_call_rounds": {"type": "integer", "minimum": 2,
+                                                 "maximum": 50},
                            "max_seconds": _SECONDS_BUDGET,
                            "baselines": {"type": "array", "uniqueItems": True,
                                          "items": {"enum": ["pgtune"]}},

@@ -6,10 +6,13 @@ that a drift within a round favours nobody): ``default`` (the user's own configu
 when it breaks the budget the search was held to), the baselines (``pgtune``: PGTune's rules
 for the tuned knobs, when the budget allows them), the BME recommendation when asked for, and
 the search's best plus its runners-up (the best distinct feasible configurations other than
-the original). The candidates race (:class:`tuner_client.stats.racing.Race`): after
+the original). The candidates, PGTune's rules among them, race
+(:class:`tuner_client.stats.racing.Race`): after
 ``max(2, final.rounds)`` rounds, one whose paired interval lies below the default's, or
 wholly below another candidate's, is dropped; the rounds end when one candidate is left and
-clearly above the default, or at ``final.max_rounds`` (or ``final.max_seconds``). Then
+clearly above the default, or at ``final.max_rounds`` (``final.close_call_rounds`` when the
+leader is above the default at 95 % but not yet at the level a recommendation needs), or at
+``final.max_seconds``. Then
 :func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
 interval of tuned/default lies above 1 (Bonferroni over the candidates), and otherwise keeps
 the original. PGTune's rules are such a candidate too (:func:`decision_labels`): a tuner that
@@ -80,10 +83,10 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
 
 def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
           baselines: list[str], searched: list[str]) -> list[Round]:
-    """Race the searched candidates beside the default and the baselines
-    (:class:`tuner_client.stats.racing.Race`): rounds until one is clearly best, every one
-    is dropped, or ``final.max_rounds`` is reached; without a candidate, one round measures
-    the default and the baselines for the report."""
+    """Race the searched candidates and PGTune's rules beside the default and the reported
+    baselines (:class:`tuner_client.stats.racing.Race`): rounds until one is clearly best,
+    every one is dropped, or the round limit is reached; without a searched candidate, one
+    round measures the default and the baselines for the report."""
     cfg = ctx.config.final
 
     def measure(label: str) -> float | None:
@@ -109,11 +112,17 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     if not searched:
         return [{label: measure(label) for label in ["default", *baselines]}]
     min_rounds = max(2, cfg.rounds)
-    logger.info("=== final rounds: %s, interleaved, %d to %d rounds ===",
-                " vs ".join(candidates), min_rounds, max(min_rounds, cfg.max_rounds))
-    race = Race(measure, searched, reference="default", baselines=baselines,
+    max_rounds = max(min_rounds, cfg.max_rounds)
+    logger.info("=== final rounds: %s, interleaved, %d to %d rounds (%d on a close call) ===",
+                " vs ".join(candidates), min_rounds, max_rounds,
+                max(max_rounds, cfg.close_call_rounds))
+    # PGTune's rules race like a searched candidate: the decision may recommend them, so the
+    # race may drop them, settle on them, or run on for them on a close call
+    racing, reported = decision_labels(searched, baselines)
+    race = Race(measure, racing, reference="default", baselines=reported,
                 budget=RaceBudget(seconds=cfg.max_seconds),
-                min_samples=min_rounds, max_rounds=max(min_rounds, cfg.max_rounds),
+                min_samples=min_rounds, max_rounds=max_rounds,
+                close_call_rounds=max(max_rounds, cfg.close_call_rounds),
                 level=cfg.level, clock=time.monotonic)
     result = race.run()
     for label, why in result.dropped.items():

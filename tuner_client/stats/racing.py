@@ -12,8 +12,12 @@ that it keeps being measured only while its interval against the reference reach
 ``1 + min_gain`` and its interval against every other racing candidate reaches 1 (Maron and
 Moore's racing, with paired t intervals on log-ratios instead of Hoeffding bounds). A winner
 is declared early only on a strict level (``win_level``, Bonferroni-adjusted for the
-candidates still racing). The final rounds of a tuning run are such a race
-(:mod:`tuner_client.phases.final`), judged afterwards by
+candidates still racing). A close call, where the leader's interval at ``level`` already lies
+above 1 but not yet at the Bonferroni level a winner needs, may run on past ``max_rounds`` up
+to ``close_call_rounds``: a real gain of a few percent then gets the rounds it needs, while a
+race of candidates no better than the reference (where such a leader is rare) ends on time.
+The final rounds of a tuning run are such a race (:mod:`tuner_client.phases.final`),
+judged afterwards by
 :func:`~tuner_client.stats.decision.decide`.
 
 Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from a per-sample
@@ -112,7 +116,7 @@ class Race:
                  max_rounds: int | None = None, level: float = 0.95,
                  win_level: float = EARLY_LEVEL, min_gain: float = 0.0,
                  cost: Cost | None = None, clock: Callable[[], float] | None = None,
-                 rotation: int = 0) -> None:
+                 rotation: int = 0, close_call_rounds: int | None = None) -> None:
         self.budget = budget or RaceBudget()
         if min_samples < 2:
             raise ConfigError(f"a candidate needs at least 2 paired samples for an interval, "
@@ -120,6 +124,10 @@ class Race:
         if max_rounds is not None and max_rounds < min_samples:
             raise ConfigError(f"max_rounds ({max_rounds}) must be at least min_samples "
                               f"({min_samples})")
+        if close_call_rounds is not None and (max_rounds is None
+                                              or close_call_rounds < max_rounds):
+            raise ConfigError(f"close_call_rounds ({close_call_rounds}) needs max_rounds and "
+                              f"must be at least max_rounds ({max_rounds})")
         if not (0.0 < level < 1.0 and 0.0 < win_level < 1.0):
             raise ConfigError(f"confidence levels must be between 0 and 1, but got level "
                               f"{level}, win_level {win_level}")
@@ -141,6 +149,7 @@ class Race:
         self.cost = cost
         self.clock = clock
         self.rotation = rotation
+        self.close_call_rounds = close_call_rounds
         self.rounds: list[Round] = []
         self.samples: dict[str, int] = {}
         self.failures: dict[str, int] = {}
@@ -191,6 +200,17 @@ class Race:
                                      [r.get(other) for r in self.rounds],
                                      level=self.level if level is None else level)
 
+    def close_call(self) -> str | None:
+        """The leader's interval when it lies above 1 at ``level`` but the race has no winner
+        (nor could, at the Bonferroni-adjusted ``win_level``): a gain the next rounds may
+        settle; None otherwise."""
+        leader = self.leader()
+        if leader is None or self.winner is not None:
+            return None
+        iv = self.interval(leader)
+        return f"{leader}/{self.reference} {iv.text()}" if iv is not None and iv.above_one \
+            else None
+
     def leader(self) -> str | None:
         """The racing candidate with the highest ratio to the reference (with an interval)."""
         best, best_ratio = None, -math.inf
@@ -216,8 +236,18 @@ class Race:
 
     def _fits(self, labels: Sequence[str]) -> str | None:
         """Why the next round (``labels``) would break the budget, or None if it fits."""
-        if self.max_rounds is not None and len(self.rounds) >= self.max_rounds:
-            return f"the round limit ({self.max_rounds}) was reached"
+        done = len(self.rounds)
+        if self.max_rounds is not None and done >= self.max_rounds:
+            close = self.close_call()
+            if close is not None and done >= (self.close_call_rounds or 0):
+                return f"the close-call limit ({self.close_call_rounds}) was reached: {close}"
+            if close is None:
+                return (f"the round limit ({self.max_rounds}) was reached" if done ==
+                        self.max_rounds else f"the close call ended after {done} rounds: no "
+                        f"candidate above {self.reference} at {100 * self.level:g} % any more")
+            if done == self.max_rounds:
+                logger.info("race: close call after %d rounds (%s), up to %d rounds",
+                            done, close, self.close_call_rounds)
         b = self.budget
         if b.evaluations is not None and self.evaluations + len(labels) > b.evaluations:
             return (f"the budget of {b.evaluations} evaluations is spent "
