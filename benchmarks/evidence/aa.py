@@ -8,8 +8,8 @@ claims is noise it failed to see through. Each run is a full one-pass run (paire
 during the search, then the final rounds and the decision rule with its interval) with its
 own seed. The goal: a significant gain claimed in at most 1 run of 10.
 
-Run: ``python -m benchmarks.evidence aa [--runs 10] [--quick]``; writes
-``benchmarks/results/evidence_aa[.quick].{json,md}`` (rewritten after every run).
+Run: ``python -m benchmarks.evidence aa [--runs 10] [--quick] [--tag T]``; writes
+``benchmarks/results/evidence_aa[.quick][.T].{json,md}`` (rewritten after every run).
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ def markdown(data: dict[str, Any]) -> str:
     lines = [header("A/A: knobs a read-only mix cannot feel", data["command"], data["machine"],
                     f"Mix `{MIX}`, TPC-H SF 0.1 (no cgroup), online knobs "
                     f"{', '.join(AA_KNOBS)}; one-pass runs, paired search blocks, final rounds "
-                    f"3 to {runs[0]['rounds'] if runs else '?'}+ with the interval rule."),
+                    f"3 to {4 if data['quick'] else 6} (12 on a close call) with the interval "
+                    f"rule; estimator "
+                    f"{data.get('estimator', 'count')}."),
              "",
              f"**Significant gains claimed: {claimed} of {len(runs)} runs** (goal: at most 1 "
              "of 10).", "",
@@ -93,14 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer evaluations and rounds")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--tag", default="", help="suffix of the results' file names")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.evidence aa" + (" --quick" if args.quick else "") + \
-        f" --runs {args.runs}"
+        f" --runs {args.runs}" + (f" --tag {args.tag}" if args.tag else "")
     data: dict[str, Any] = {"machine": machine(), "command": command, "quick": args.quick,
+                            "estimator": tuner_config_from_dict(aa_config(
+                                args.first_seed, quick=args.quick)).measure.estimator,
                             "runs": []}
-    name = "evidence_aa" + (".quick" if args.quick else "")
+    name = "evidence_aa" + (".quick" if args.quick else "") + (f".{args.tag}" if args.tag else "")
     target = open_small_target(args.state_dir)
     try:
         for seed in range(args.first_seed, args.first_seed + args.runs):
