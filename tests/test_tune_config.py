@@ -194,3 +194,14 @@ def test_a_strategy_without_options_gets_its_own_defaults() -> None:
     strategy = make_strategy(cfg.online.strategy, Space((IntParam("a", 0, 10),)), seed=1,
                              **cfg.online.strategy_options)
     assert strategy.ask() is not None
+
+
+def test_final_close_call_rounds() -> None:
+    cfg = parse_tuner_config("name: x\n").final
+    assert (cfg.max_rounds, cfg.close_call_rounds) == (6, 12)
+    # a larger max_rounds raises the close-call limit with it unless one is given
+    assert parse_tuner_config("name: x\nfinal: {max_rounds: 15}\n").final.close_call_rounds == 15
+    assert parse_tuner_config("name: x\nfinal: {close_call_rounds: 20}\n"
+                              ).final.close_call_rounds == 20
+    msg = _error("name: x\nfinal:\n  max_rounds: 8\n  close_call_rounds: 7\n")
+    assert "configs/bad.yaml, line 4" in msg and "close_call_rounds" in msg and "7" in msg
