@@ -31,7 +31,7 @@ offline:
   evaluations: 1
 online:
   knobs:
-    jit_above_cost: {min: 0, max: 100000, step: 1000}
+    jit_above_cost: {min: 0, max: 200000, step: 1000}
     temp_buffers: {min: 1MB, max: 16MB}
     work_mem: {min: 1MB, max: 4MB}
   evaluations: 50
@@ -89,6 +89,17 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
             assert r.in_force[knob] == original[knob]
     assert any("screening: searching" in d or "every online knob cleared" in d
                for d in result.decisions), result.decisions
+    # the design's predicted best (jit_above_cost at its better, high end: 200000, above the
+    # original 100000) is where the online search starts, and it races in the final rounds
+    # (as "screened", or as the search's own candidate when the search ranked it first)
+    screened = tuner.state.screened
+    assert screened is not None and float(screened["jit_above_cost"]) == 200000, screened
+    assert all(screened[k] == original[k] for k in set(effects) - set(cleared))
+    assert float(online[0].in_force["jit_above_cost"]) == 200000, online[0].in_force
+    raced = {r.session: r.in_force for r in tuner.records
+             if r.session in ("final-screened", "final-best")}
+    assert any(all(in_force[k] == v for k, v in screened.items())
+               for in_force in raced.values()), (raced, screened)
 
     # reported: summary.json and the online session's metadata (which the report draws)
     summary = json.loads((out / "summary.json").read_text())

@@ -121,3 +121,31 @@ def test_bad_input() -> None:
         screen(KNOBS[:1], DEFAULT, lambda p: 100.0, design="oat", default_every=5)
     with pytest.raises(ConfigError, match="default point"):
         screen(KNOBS, DEFAULT, lambda p: None)
+
+
+def test_predicted_best_sets_the_cleared_knobs_at_their_better_end() -> None:
+    """One knob better high (1.3×), one better low (1.3× from 10 down to 1): the design's
+    predicted best puts each at its better end and leaves every other knob at the default.
+    Measured over 300 seeds (PB8 twice, 5 % CV): both relevant knobs at their true better end
+    in 292 (97 %; an irrelevant knob that clears on noise goes to either end at no cost); the
+    prediction's true value averages 0.995 of the best corner's (at worst 0.77: one relevant
+    knob missed), never below the default's."""
+    def truth(point: Mapping[str, Any]) -> float:
+        assert point["other"] == "on"
+        return (100.0 * 1.3 ** ((float(point["k1"]) - 1.0) / 9.0)
+                * 1.3 ** ((10.0 - float(point["k4"])) / 9.0))
+
+    best = truth({**DEFAULT, "k1": 10.0, "k4": 1.0})
+    exact, shares = 0, []
+    for seed in range(300):
+        obj = NoisyObjective(truth, FIVE_PCT, seed)
+        result = screen(KNOBS, DEFAULT, lambda p, o=obj: o.measure(p, 20.0), seed=seed,
+                        replicates=2)
+        predicted = result.predicted_best(DEFAULT)
+        held = set(DEFAULT) - set(result.cleared)
+        assert all(predicted[k] == DEFAULT[k] for k in held), (predicted, result.cleared)
+        exact += predicted["k1"] == 10.0 and predicted["k4"] == 1.0
+        shares.append(truth(predicted) / best)
+        assert truth(predicted) >= truth(DEFAULT)
+    assert exact / 300 >= 0.93
+    assert float(np.mean(shares)) >= 0.98

@@ -6,8 +6,8 @@ that a drift within a round favours nobody): ``default`` (the user's own configu
 when it breaks the budget the search was held to), the baselines (``pgtune``: PGTune's rules
 for the tuned knobs, when the budget allows them), the BME recommendation when asked for, and
 the search's best plus its runners-up (the best distinct feasible configurations other than
-the original). The candidates, PGTune's rules among them, race
-(:class:`tuner_client.stats.racing.Race`): after
+the original) and the screening's predicted best (``screened``). The candidates, PGTune's
+rules among them, race (:class:`tuner_client.stats.racing.Race`): after
 ``max(2, final.rounds)`` rounds, one whose paired interval lies below the default's, or
 wholly below another candidate's, is dropped; the rounds end when one candidate is left and
 clearly above the default, or at ``final.max_rounds`` (``final.close_call_rounds`` when the
@@ -75,6 +75,9 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
             label = "best" if i == 1 else f"candidate-{i}"
             candidates[label] = settings
             searched.append(label)
+        if _screened(ctx, state, candidates):
+            candidates["screened"] = dict(state.screened or {})
+            searched.append("screened")
     # without a candidate one round still measures the default (and the baselines) to report
     rounds = _race(ctx, state, candidates, baselines, searched) \
         if state.best is not None and cfg.final.rounds > 0 else []
@@ -191,6 +194,25 @@ def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],
                       if r.ratio is not None and not r.session.startswith("final")
                       and all(r.in_force.get(n) == v for n, v in settings.items())]
     return out
+
+
+def _screened(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]]
+              ) -> bool:
+    """Whether the screening's predicted best races too: it pools the whole design, so it
+    can be right where the search's few noisy evaluations ranked it low (on
+    ``3Q6,3Q7,3Q8,3Q13`` three screenings in three runs put random_page_cost at its low end,
+    the grid's best, and two searches kept the original). Not when it is already a
+    candidate, the original, or breaks the memory budget (said why)."""
+    screened = state.screened
+    if screened is None or any(screened == s for s in candidates.values()):
+        return False
+    wanted = {**ctx.measurer.in_force, **screened}
+    reason = ctx.budget.violation(wanted, wanted)
+    if reason is not None:
+        state.decide(f"final: the screening's predicted best {screened} breaks the memory "
+                     f"budget ({reason}); not raced")
+        return False
+    return True
 
 
 def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | None:

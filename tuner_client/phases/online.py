@@ -32,8 +32,12 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
         state.decide(f"{label}: no online knob to search (screening held them all)")
         return False
     constraints = ctx.budget.online_constraints(ctx.measurer.in_force)
-    start = space.point_from_settings(state.best_or_current(ctx, space.names)) if n > 1 \
-        else None
+    if n > 1:
+        start = space.point_from_settings(state.best_or_current(ctx, space.names))
+    elif state.screened is not None:  # where the screening's main effects point
+        start = space.point_from_settings({k: state.screened[k] for k in space.names})
+    else:
+        start = None
     options = dict(cfg.online.strategy_options)
     if state.screening is not None and "simplex_size" in options:
         # fewer knobs after screening: no more vertices than the configured simplex had

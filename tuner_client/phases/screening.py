@@ -1,6 +1,8 @@
 """Phase 1b, screening (``screening: {enabled: true}``): before the first online search, rank
 the online knobs by their effect on throughput over the noise, and search only those whose
-effect clears it; the others stay as they are, and the run says so.
+effect clears it; the others stay as they are, and the run says so. The design's predicted
+best (each cleared knob at its better end) is where the online search starts, and it races in
+the final rounds as ``screened``.
 
 The design (:func:`tuner_client.stats.screening.screen`: Plackett–Burman or one at a time)
 sets each knob to the ends of its configured range. Memory knobs' high ends share the online
@@ -69,6 +71,17 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         held = {n: default_settings[n] for n in space.names if n not in cleared}
         state.decide(f"screening: searching {cleared}; left as they are: {held}")
         _narrow(ctx, cleared)
+    if cleared:
+        corner = result.predicted_best(default)
+        # a knob left at its default keeps the setting's own spelling, so that a prediction
+        # of the original is seen as the original ("4", not "4.0")
+        predicted = {n: default_settings[n] if corner[n] == default[n] else v
+                     for n, v in space.settings(corner).items()}
+        state.screened = {**{n: ctx.measurer.in_force.get(n, v)
+                             for n, v in ctx.original.items()}, **predicted}
+        state.decide(f"screening: the design predicts the best at "
+                     f"{ {n: predicted[n] for n in cleared} }: the online search starts "
+                     f"there, and it races in the final rounds")
     else:
         state.decide(f"screening: no online knob's effect cleared the noise; the online search "
                      f"is skipped and {default_settings} stay as they are")

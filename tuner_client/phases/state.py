@@ -99,6 +99,8 @@ class RunState:
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
     screening: Any = None
+    #: the screening's predicted best configuration (every tuned knob), a final candidate
+    screened: dict[str, str] | None = None
     passes: int = 0
     on_record: Callable[[PointRecord], None] | None = None
     #: called with every measured record (search, screening and final rounds alike)
@@ -121,6 +123,7 @@ class RunState:
     def forget_best(self) -> None:
         """A workload shift: values measured before now do not rank configurations."""
         self.best = None
+        self.screened = None
         self.ranked_from = len(self.records)
 
 

@@ -113,6 +113,13 @@ class Screening:
         """Knobs left as they are: their effect is within the noise."""
         return [e.knob for e in self.effects if not e.cleared]
 
+    def predicted_best(self, default: Mapping[str, Any]) -> dict[str, Any]:
+        """The main-effects model's best point: each cleared knob at its better end (by the
+        sign of its effect), every other knob as in ``default``. It pools all the design's
+        runs, unlike any single design point (one short, unpaired sample)."""
+        return {**default, **{e.knob: e.high if e.ratio > 1 else e.low
+                              for e in self.effects if e.cleared}}
+
     def lines(self) -> list[str]:
         """The ranking in words, one knob a line."""
         return [f"{e.knob}: {e.reason}" for e in self.effects]
