@@ -65,27 +65,27 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     for line in result.lines():
         state.decide(f"screening: {line}")
     cleared = result.cleared
-    if len(cleared) == len(space.names):
-        state.decide("screening: every online knob cleared the noise; all are searched")
-    elif cleared:
-        held = {n: default_settings[n] for n in space.names if n not in cleared}
-        state.decide(f"screening: searching {cleared}; left as they are: {held}")
-        _narrow(ctx, cleared)
-    if cleared:
-        corner = result.predicted_best(default)
-        # a knob left at its default keeps the setting's own spelling, so that a prediction
-        # of the original is seen as the original ("4", not "4.0")
-        predicted = {n: default_settings[n] if corner[n] == default[n] else v
-                     for n, v in space.settings(corner).items()}
-        state.screened = {**{n: ctx.measurer.in_force.get(n, v)
-                             for n, v in ctx.original.items()}, **predicted}
-        state.decide(f"screening: the design predicts the best at "
-                     f"{ {n: predicted[n] for n in cleared} }: the online search starts "
-                     f"there, and it races in the final rounds")
-    else:
+    if not cleared:
         state.decide(f"screening: no online knob's effect cleared the noise; the online search "
                      f"is skipped and {default_settings} stay as they are")
         _narrow(ctx, [])
+        return result
+    if len(cleared) == len(space.names):
+        state.decide("screening: every online knob cleared the noise; all are searched")
+    else:
+        held = {n: default_settings[n] for n in space.names if n not in cleared}
+        state.decide(f"screening: searching {cleared}; left as they are: {held}")
+        _narrow(ctx, cleared)
+    corner = result.predicted_best(default)
+    # a knob left at its default keeps the setting's own spelling, so that a prediction of
+    # the original is seen as the original ("4", not "4.0")
+    predicted = {n: default_settings[n] if corner[n] == default[n] else v
+                 for n, v in space.settings(corner).items()}
+    state.screened = {**{n: ctx.measurer.in_force.get(n, v) for n, v in ctx.original.items()},
+                      **predicted}
+    state.decide(f"screening: the design predicts the best at "
+                 f"{ {n: predicted[n] for n in cleared} }: the online search starts there, "
+                 f"and it races in the final rounds")
     return result
 
 
