@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-small")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.evidence aa" + (" --quick" if args.quick else "") + \
-        f" --runs {args.runs}" + (" --screening" if args.screening else "") + \
+        f" --runs {args.runs}" + \
+        (f" --first-seed {args.first_seed}" if args.first_seed != 1 else "") + \
+        (" --screening" if args.screening else "") + \
         (f" --tag {args.tag}" if args.tag else "")
     data: dict[str, Any] = {"machine": machine(), "command": command, "quick": args.quick,
                             "screening": args.screening,
