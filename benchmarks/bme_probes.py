@@ -50,6 +50,7 @@ from strategies.space import IntParam, Space
 from tuner_client.bme.probes import Probe, decide, probe_sizes, search_window
 from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import MeasureConfig
+from tuner_client.config.model import default_estimator
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
@@ -70,6 +71,9 @@ TPCH_MIX = "2Q6,2Q13,1Q9"
 LOOKUP_BATCH = 50
 KEYS_BATCH = 500
 KEYS_PRIME = 7919
+#: a reference measurement after every this many sweep sizes (its cost is what the tuner's
+#: paired block adds to an offline evaluation)
+REFERENCE_EVERY = 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +121,7 @@ def make_workload(args: argparse.Namespace, dsn: str) -> Workload:
         return lookup_workload(dsn, args.seed)
     if args.setup == "keys":
         return keys_workload(dsn, args.seed, args.skew)
-    return WorkloadDriver(dsn, TPCH_MIX, seed=args.seed)
+    return WorkloadDriver(dsn, args.mix, seed=args.seed)
 
 
 def load_keys(dsn: str, scale: int) -> int:
@@ -139,7 +143,7 @@ def mix_text(args: argparse.Namespace) -> str:
     if args.setup == "keys":
         return (f"batched pgbench_accounts key lookups ({KEYS_BATCH} keys per statement, "
                 + ("uniform" if args.skew == 1 else f"rank n·u^{args.skew:g}") + ")")
-    return TPCH_MIX if args.setup == "tpch" else "skewed lineitem lookups"
+    return args.mix if args.setup == "tpch" else "skewed lineitem lookups"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,17 +187,21 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             original = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
         controller = LocalController(cluster, precheck_memory=False)
+        # the tuner's own estimator for the workload (progress for TPC-H streams)
+        estimator = default_estimator("tpch") if args.setup == "tpch" else "count"
         measure = MeasureConfig(warmup_s=args.warmup, samples=args.samples,
-                                queries=None, seconds=args.seconds, aggregate="mean")
+                                queries=None, seconds=args.seconds, aggregate="mean",
+                                estimator=estimator)
         measurer = Measurer(dsn, catalog, make_workload(args, dsn), measure,
                             controller=controller)
         measurer.in_force = {"shared_buffers": original}
         lo, hi = args.sizes[0], args.sizes[-1]
         p_sizes = probe_sizes(lo, hi, args.probes, step=STEP_MB * MB)
+        references: list[dict[str, Any]] = []
         try:
             for n in range(args.passes):
                 order = args.sizes if n % 2 == 0 else list(reversed(args.sizes))
-                for size in order:
+                for i, size in enumerate(order):
                     started = time.monotonic()
                     record = measurer.measure("sweep", {"shared_buffers": size // MB},
                                               {"shared_buffers": _size_text(size)},
@@ -201,6 +209,17 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
                     rows.append(_record_row(record, size, n, time.monotonic() - started))
                     logger.info("sweep %s pass %d: %s qpm (%.1f s)", _size_text(size), n,
                                 record.value, rows[-1]["cost_s"])
+                    following = order[i + 1] if i + 1 < len(order) else None
+                    if (i % REFERENCE_EVERY == 1 and _size_text(size) != original
+                            and (following is None or _size_text(following) != original)):
+                        # what the tuner's paired block adds to each offline candidate: the
+                        # reference (the server's own size) restarted, warmed up, one sample
+                        started = time.monotonic()
+                        ref = measurer.measure("reference", {}, {"shared_buffers": original},
+                                               samples=1, check_budget=False)
+                        references.append({"pass": n, "value": ref.value,
+                                           "restart_s": ref.restart_s, "failure": ref.failure,
+                                           "cost_s": time.monotonic() - started})
                 for k in range(args.probe_sets_per_pass):
                     probes, failures = run_probes(measurer, p_sizes, args.probe_seconds)
                     probe_sets.append({"pass": n, "set": k, "failures": failures,
@@ -216,7 +235,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             "server_version": version, "memory_limit_bytes": cluster.memory_limit_bytes,
             "warmup_s": args.warmup, "samples": args.samples, "sample_s": args.seconds,
             "passes": args.passes, "probe_seconds": args.probe_seconds,
-            "probe_sizes": p_sizes, "rows": rows, "probe_sets": probe_sets}
+            "probe_sizes": p_sizes, "rows": rows, "probe_sets": probe_sets,
+            "estimator": estimator, "original": original, "references": references}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,12 +368,19 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     space = Space((IntParam("shared_buffers", lo_mb, hi_mb, STEP_MB, unit="MB"),))
     noise = float(np.median([p["cv"] for p in points]))
     eval_cost = statistics.fmean(r["cost_s"] for r in measured["rows"] if not r["failure"])
+    refs = [r["cost_s"] for r in measured.get("references", []) if not r["failure"]]
+    # the tuner's offline evaluation is a paired block: the candidate plus one reference
+    # measurement (restart to the server's own size, warm-up, one sample); runs measured
+    # before references were recorded have only the unpaired cost
+    ref_cost = statistics.fmean(refs) if refs else None
+    block_cost = eval_cost + (ref_cost or 0.0)
     decided = decisions(measured, min_r2)
     sweep = {"points": points, "best_qpm": best, "target_qpm": target, "noise_cv": noise,
              # how easy the target is: sweep sizes already within it, and whether the best
              # and the worst size's 95 % intervals overlap (flat within the noise)
              "sizes_within_target": [p["size"] for p in points if p["qpm"] >= target],
              "flat_within_noise": _overlap(points), "eval_cost_s": eval_cost,
+             "reference_cost_s": ref_cost, "block_cost_s": block_cost,
              "knee_ratio": knee_ratio(measured["rows"], np.random.default_rng(11)),
              "decisions": decided}
     if not decided:
@@ -385,8 +412,14 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     rng = np.random.default_rng(7)
     plain_e = [evals(r["plain_at"]) for r in runs]
     prior_e = [evals(r["prior_at"]) for r in runs]
-    plain_s = [e * eval_cost for e in plain_e]
-    prior_s = [evals(r["prior_at"]) * eval_cost + r["probe_cost_s"] for r in runs]
+    plain_s = [e * block_cost for e in plain_e]
+    prior_s = [evals(r["prior_at"]) * block_cost + r["probe_cost_s"] for r in runs]
+    plain_u = [e * eval_cost for e in plain_e]
+    prior_u = [evals(r["prior_at"]) * eval_cost + r["probe_cost_s"] for r in runs]
+    by_start = {start: {key: statistics.fmean(evals(r[f"{key}_at"]) for r in runs
+                                              if r["start_mb"] == start)
+                        for key in ("plain", "prior")}
+                for start in starts}
     used = sum(r["prior_used"] for r in runs)
     r2s = [d["r2"] for d in decided if d["r2"] is not None]
     probe_cost = statistics.fmean(d["cost_s"] for d in decided)
@@ -396,7 +429,8 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
         "starts_mb": starts,
         "probe_cost_s": {"per_probe_mean": statistics.fmean(per_probe),
                          "per_set_mean": probe_cost,
-                         "ratio_probe_to_eval": statistics.fmean(per_probe) / eval_cost},
+                         "ratio_probe_to_eval": statistics.fmean(per_probe) / eval_cost,
+                         "set_to_block": probe_cost / block_cost},
         "r2": {"values": r2s, "mean": statistics.fmean(r2s) if r2s else None,
                "min": min(r2s) if r2s else None, "max": max(r2s) if r2s else None},
         "prior_used": {"runs": len(runs), "used": used, "share": used / len(runs),
@@ -409,6 +443,10 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
                   "ratio": _boot_ratio_ci(prior_e, plain_e, rng)},
         "wall_s": {"plain": _boot_mean_ci(plain_s, rng), "prior": _boot_mean_ci(prior_s, rng),
                    "ratio": _boot_ratio_ci(prior_s, plain_s, rng)},
+        "wall_unpaired_s": {"plain": _boot_mean_ci(plain_u, rng),
+                            "prior": _boot_mean_ci(prior_u, rng),
+                            "ratio": _boot_ratio_ci(prior_u, plain_u, rng)},
+        "evals_by_start": by_start,
         "reached": {"plain": sum(r["plain_at"] is not None for r in runs),
                     "prior": sum(r["prior_at"] is not None for r in runs)},
         "noise_free_runs": [r for r in runs if r["seed"] == 0],
@@ -470,7 +508,15 @@ def _markdown(report: dict[str, Any]) -> str:
               f" a full evaluation (restart + warm-up + samples) {an['eval_cost_s']:.1f} s: "
               f"**one probe costs {pc['ratio_probe_to_eval']:.3f} of an evaluation** "
               f"(a set of {len(meas['probe_sizes'])}: "
-              f"{pc['per_set_mean'] / an['eval_cost_s']:.2f} evaluations).", "",
+              f"{pc['per_set_mean'] / an['eval_cost_s']:.2f} evaluations)."
+              + (f" The tuner measures an offline candidate in a paired block, which adds a "
+                 f"reference measurement (restart to {meas['original']}, warm-up, one sample: "
+                 f"{an['reference_cost_s']:.1f} s, {len(meas['references'])} timed): a block "
+                 f"costs {an['block_cost_s']:.1f} s and **a probe set "
+                 f"{pc['set_to_block']:.2f} of a block**."
+                 if an.get("reference_cost_s") else
+                 " (No reference measurements recorded: wall-clock below counts the unpaired "
+                 "evaluation.)"), "",
               "| set | P by size | decision | R² | M* | size | search window (MB) |",
               "|---:|---|---|---:|---:|---:|---|"]
     for i, d in enumerate(an["decisions"]):
@@ -499,9 +545,13 @@ def _markdown(report: dict[str, Any]) -> str:
               "|---|---:|---:|---:|",
               f"| full evaluations to target | {_ci(an['evals']['plain'])} | "
               f"{_ci(an['evals']['prior'])} | {_ci(an['evals']['ratio'], '{:.3f}')} |",
-              f"| wall-clock to target (s, probes included) | "
+              f"| wall-clock to target (s, probes included; the tuner's paired blocks) | "
               f"{_ci(an['wall_s']['plain'], '{:.0f}')} | {_ci(an['wall_s']['prior'], '{:.0f}')} | "
               f"{_ci(an['wall_s']['ratio'], '{:.3f}')} |",
+              f"| … counting unpaired evaluations (s) | "
+              f"{_ci(an['wall_unpaired_s']['plain'], '{:.0f}')} | "
+              f"{_ci(an['wall_unpaired_s']['prior'], '{:.0f}')} | "
+              f"{_ci(an['wall_unpaired_s']['ratio'], '{:.3f}')} |",
               f"| runs reaching the target | {an['reached']['plain']}/{pu['runs']} | "
               f"{an['reached']['prior']}/{pu['runs']} | |", "",
               f"Prior used in {pu['used']}/{pu['runs']} runs = {100 * pu['share']:.0f} % "
@@ -511,6 +561,10 @@ def _markdown(report: dict[str, Any]) -> str:
               f"the probe sets: "
               + (f"mean {r2['mean']:.3f}, min {r2['min']:.3f}, max {r2['max']:.3f} "
                  f"({len(r2['values'])} fits)." if r2["values"] else "no fit.") + "", "",
+              "Mean full evaluations to the target by start (plain → with probes; the tuner's "
+              "plain search starts at the server's own size, " + meas.get("original", "?")
+              + "): " + ", ".join(f"{k} MB {v['plain']:.2f} → {v['prior']:.2f}"
+                                   for k, v in an["evals_by_start"].items()) + ".", "",
               "Noise-free sessions (evaluated sizes in MB):", ""]
     for r in an["noise_free_runs"]:
         lines.append(f"- start {r['start_mb']} MB: plain {r['plain_seq']} (target at "
@@ -529,6 +583,8 @@ def main() -> int:
                         help="keys setup: key rank n·u^skew (1 = uniform)")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--scale", type=float, default=0.3)
+    parser.add_argument("--mix", default=TPCH_MIX,
+                        help="tpch setup: the concurrent query mix, e.g. 2Q21,1Q5,1Q20")
     parser.add_argument("--memory-limit-mb", type=int, default=320)
     parser.add_argument("--sizes-mb", default="16,32,48,64,96,128,160,192")
     parser.add_argument("--warmup", type=float, default=5.0)
