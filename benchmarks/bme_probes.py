@@ -545,7 +545,9 @@ def _markdown(report: dict[str, Any]) -> str:
               "|---|---:|---:|---:|",
               f"| full evaluations to target | {_ci(an['evals']['plain'])} | "
               f"{_ci(an['evals']['prior'])} | {_ci(an['evals']['ratio'], '{:.3f}')} |",
-              f"| wall-clock to target (s, probes included; the tuner's paired blocks) | "
+              "| wall-clock to target (s, probes included; "
+              + ("the tuner's paired blocks" if an.get("reference_cost_s") else "unpaired")
+              + ") | "
               f"{_ci(an['wall_s']['plain'], '{:.0f}')} | {_ci(an['wall_s']['prior'], '{:.0f}')} | "
               f"{_ci(an['wall_s']['ratio'], '{:.3f}')} |",
               f"| … counting unpaired evaluations (s) | "
