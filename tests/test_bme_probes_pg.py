@@ -4,6 +4,8 @@ P* from the touched relations' pages (docs/background.md §3)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,14 @@ import pytest
 from conftest import ClusterFactory
 
 from tuner_client.bme.probes import Probe, decide, probe_sizes
-from tuner_client.buffer_probes import run_probes, touched_pages
+from tuner_client.buffer_probes import (
+    client_pids,
+    read_relation_io,
+    run_probes,
+    settled_io,
+    touched_pages,
+    window_delta,
+)
 from tuner_client.config import MeasureConfig
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
@@ -86,6 +95,35 @@ def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
     finally:
         measurer.close()
     return probes
+
+
+def test_a_probe_reads_the_counts_a_backend_holds_until_it_exits(cluster: LocalCluster) -> None:
+    # PostgreSQL 15 flushes a backend's block counts at most once a second while it runs; a
+    # query finished sooner after the last flush is held (up to 10 s idle) until the backend
+    # exits. Two equal readings 0.2 s apart miss it; waiting for the window's backends to
+    # exit does not.
+    scan = "scan4"
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        present = client_pids(conn)
+        before = read_relation_io(conn)
+        worker = psycopg.connect(cluster.dsn, autocommit=True)
+        worker.execute("SELECT count(*) FROM small")  # flushed when the backend goes idle
+        worker.execute(f"SELECT count(*) FROM {scan}")  # within the second: held
+        early = read_relation_io(conn)
+        time.sleep(0.3)
+        assert read_relation_io(conn).total() == early.total()  # the old rule stopped here
+        closer = threading.Timer(1.0, worker.close)
+        closer.start()
+        try:
+            after = settled_io(conn, present)
+        finally:
+            closer.join()
+    pages = SCAN_TABLES[scan]
+    held = sum(early.counts[scan]) - sum(before.counts[scan])
+    read = sum(after.counts[scan]) - sum(before.counts[scan])
+    assert held < pages <= read, (held, pages, read)
+    _, _, touched = window_delta(before, after)
+    assert touched[scan] >= pages
 
 
 def _misses(probes: list[Probe]) -> list[float]:
