@@ -413,9 +413,10 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     plain_e = [evals(r["plain_at"]) for r in runs]
     prior_e = [evals(r["prior_at"]) for r in runs]
     plain_s = [e * block_cost for e in plain_e]
-    prior_s = [evals(r["prior_at"]) * block_cost + r["probe_cost_s"] for r in runs]
+    probe_s = [r["probe_cost_s"] for r in runs]
+    prior_s = [e * block_cost + c for e, c in zip(prior_e, probe_s, strict=True)]
     plain_u = [e * eval_cost for e in plain_e]
-    prior_u = [evals(r["prior_at"]) * eval_cost + r["probe_cost_s"] for r in runs]
+    prior_u = [e * eval_cost + c for e, c in zip(prior_e, probe_s, strict=True)]
     by_start = {start: {key: statistics.fmean(evals(r[f"{key}_at"]) for r in runs
                                               if r["start_mb"] == start)
                         for key in ("plain", "prior")}
