@@ -339,13 +339,15 @@ class Table(MeasuredTable):
         self.accesses = float(np.median([p["accesses_per_sample"] for p in points]))
 
 
-def _session(space: Space, start_mb: int, seed: int, label: str) -> SessionCore:
-    definition = SessionDefinition(
-        name=label, space=space, strategy="nelder-mead",
-        strategy_options={"simplex_size": 2, "init_point": space.snap({"shared_buffers":
-                                                                       start_mb}),
-                          "init_method": "point"},
-        maximize=True, objective="qpm", seed=seed)
+def _session(space: Space, start_mb: int, seed: int, label: str, *,
+             radius: float | None = None) -> SessionCore:
+    options: dict[str, Any] = {"simplex_size": 2, "init_method": "point",
+                               "init_point": space.snap({"shared_buffers": start_mb})}
+    if radius is not None:
+        options["init_radius"] = radius
+    definition = SessionDefinition(name=label, space=space, strategy="nelder-mead",
+                                   strategy_options=options, maximize=True, objective="qpm",
+                                   seed=seed)
     return SessionCore(definition)
 
 

@@ -47,10 +47,10 @@ from scipy.stats import binomtest
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
 from harmony.errors import HarmonyError
 from strategies.space import IntParam, Space
-from tuner_client.bme.probes import Probe, decide, probe_sizes, search_window
+from tuner_client.bme.probes import Probe, decide, probe_sizes, search_radius, search_window
 from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import MeasureConfig
-from tuner_client.config.model import default_estimator
+from tuner_client.config.model import OFFLINE_SESSION, ProbeConfig, default_estimator
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
@@ -290,13 +290,17 @@ def decisions(measured: dict[str, Any], min_r2: float) -> list[dict[str, Any]]:
 
 
 def replay_search(table: Table, space: Space, start_mb: int, budget: int, *, noise_cv: float,
-                  seed: int, target: float) -> tuple[int | None, list[int]]:
-    """One 2-vertex Nelder-Mead session on the table; the evaluation count at which a size
-    within the target is first evaluated (None: never within ``budget``)."""
+                  seed: int, target: float, radius: float | None = None
+                  ) -> tuple[int | None, list[int], list[float]]:
+    """One 2-vertex Nelder-Mead session on the table (first step ``radius`` of the range when
+    given, as the tuner's probed search; else the strategy's default); the evaluation count at
+    which a size within the target is first evaluated (None: never within ``budget``), the
+    sizes evaluated and the (noisy) values measured there."""
     objective = replay_objective(table, "shared_buffers", "qpm", unit=MB, seed=seed,
                                  model=point_noise_only(noise_cv, shape="normal"))
-    core = _session(space, start_mb, seed, "replay")
+    core = _session(space, start_mb, seed, "replay", radius=radius)
     evaluated: list[int] = []
+    measured: list[float] = []
     reached: int | None = None
     while len(evaluated) < budget:
         got = core.fetch("bench")
@@ -306,8 +310,17 @@ def replay_search(table: Table, space: Space, start_mb: int, budget: int, *, noi
         evaluated.append(size_mb)
         if reached is None and table.value("qpm", size_mb * MB) >= target:
             reached = len(evaluated)
-        core.report(got.trial_id, objective.measure(got.point, objective.model.point_seconds))
-    return reached, evaluated
+        value = objective.measure(got.point, objective.model.point_seconds)
+        measured.append(float(value))
+        core.report(got.trial_id, value)
+    return reached, evaluated, measured
+
+
+def pick_after(table: Table, sizes: list[int], measured: list[float], k: int) -> tuple[float, int]:
+    """The size a search keeps after its first ``k`` evaluations (the best measured, as the
+    tuner puts it in force) and its sweep throughput."""
+    best = max(range(min(k, len(sizes))), key=lambda i: measured[i])
+    return float(table.value("qpm", sizes[best] * MB)), sizes[best]
 
 
 def _boot_mean_ci(values: list[float], rng: np.random.Generator,
@@ -356,8 +369,9 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
-            ) -> dict[str, Any]:
+def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
+            plain_evals: int = OFFLINE_SESSION.evaluations,
+            probed_evals: int = ProbeConfig.evaluations) -> dict[str, Any]:
     points = sweep_points(measured["rows"])
     table = Table([{"size": p["size"], "qpm": p["qpm"], "miss": 0.0, "accesses_per_sample": 1}
                    for p in points])
@@ -391,20 +405,31 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
         for seed in range(seeds):
             d = decided[(seed + start) % len(decided)]
             cv = noise if seed > 0 else 0.0
-            plain_at, plain_seq = replay_search(table, space, start, budget, noise_cv=cv,
-                                                seed=seed, target=target)
+            plain_at, plain_seq, plain_vals = replay_search(
+                table, space, start, budget, noise_cv=cv, seed=seed, target=target)
             usable = d["window"] is not None
             if usable:
                 s_b, lo_b, hi_b = d["window"]
                 narrowed = space.narrowed({"shared_buffers": (lo_b // MB, hi_b // MB)})
-                prior_at, prior_seq = replay_search(table, narrowed, s_b // MB, budget,
-                                                    noise_cv=cv, seed=seed, target=target)
-            else:
+                prior_at, prior_seq, prior_vals = replay_search(
+                    table, narrowed, s_b // MB, budget, noise_cv=cv, seed=seed, target=target,
+                    radius=search_radius(s_b, lo_b, hi_b, STEP_MB * MB))
+                # the tuner's probed search stops after bme.evaluations
+                kept, kept_mb = pick_after(table, prior_seq, prior_vals, probed_evals)
+                spent = min(probed_evals, len(prior_seq))
+            else:  # the plain search goes on, with its whole budget
                 prior_at, prior_seq = plain_at, plain_seq
+                kept, kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
+                spent = min(plain_evals, len(plain_seq))
+            plain_kept, plain_kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
             runs.append({"start_mb": start, "seed": seed, "plain_at": plain_at,
                          "prior_at": prior_at, "prior_used": usable,
                          "probe_cost_s": d["cost_s"], "decision": d["kind"],
-                         "plain_seq": plain_seq, "prior_seq": prior_seq})
+                         "plain_seq": plain_seq, "prior_seq": prior_seq,
+                         "plain_pick": plain_kept / best, "plain_pick_mb": plain_kept_mb,
+                         "plain_spent": min(plain_evals, len(plain_seq)),
+                         "prior_pick": kept / best, "prior_pick_mb": kept_mb,
+                         "prior_spent": spent})
 
     def evals(at: int | None) -> float:
         return float(at) if at is not None else float(budget + 1)  # censored: budget + 1
@@ -426,6 +451,8 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
     probe_cost = statistics.fmean(d["cost_s"] for d in decided)
     per_probe = [p["cost_s"] for ps in measured["probe_sets"] for p in ps["probes"]]
     return sweep | {
+        "fixed_budget": _fixed_budget(runs, block_cost, plain_evals, probed_evals,
+                                      np.random.default_rng(13)),
         "space_mb": [lo_mb, hi_mb, STEP_MB], "budget": budget, "seeds": seeds,
         "starts_mb": starts,
         "probe_cost_s": {"per_probe_mean": statistics.fmean(per_probe),
@@ -458,14 +485,63 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float
 # report
 
 
+def _fixed_budget(runs: list[dict[str, Any]], block_cost: float, plain_evals: int,
+                  probed_evals: int, rng: np.random.Generator) -> dict[str, Any]:
+    """The tuner's own budgets: the size each search keeps (its best measured) after
+    offline.evaluations (plain) or bme.evaluations (after usable probes), as a share of the
+    sweep's best, and the wall-clock each spends (paired blocks, probes included)."""
+    plain = [r["plain_pick"] for r in runs]
+    prior = [r["prior_pick"] for r in runs]
+    plain_s = [r["plain_spent"] * block_cost for r in runs]
+    prior_s = [r["prior_spent"] * block_cost + r["probe_cost_s"] for r in runs]
+    diff = np.asarray(prior) - np.asarray(plain)
+    idx = rng.integers(0, diff.size, (4000, diff.size))
+    means = diff[idx].mean(axis=1)
+    return {"plain_evals": plain_evals, "probed_evals": probed_evals,
+            "plain_pick": _boot_mean_ci(plain, rng), "prior_pick": _boot_mean_ci(prior, rng),
+            "difference": (float(diff.mean()), float(np.percentile(means, 2.5)),
+                           float(np.percentile(means, 97.5))),
+            "plain_within": sum(v >= 0.95 for v in plain),
+            "prior_within": sum(v >= 0.95 for v in prior), "runs": len(runs),
+            "plain_mb": statistics.fmean(r["plain_pick_mb"] for r in runs),
+            "prior_mb": statistics.fmean(r["prior_pick_mb"] for r in runs),
+            "wall_s": {"plain": _boot_mean_ci(plain_s, rng), "prior": _boot_mean_ci(prior_s, rng),
+                       "ratio": _boot_ratio_ci(prior_s, plain_s, rng)}}
+
+
 def _ci(t: tuple[float, float, float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(t[0])} ({fmt.format(t[1])}–{fmt.format(t[2])})"
+
+
+def _fixed_budget_lines(an: dict[str, Any]) -> list[str]:
+    fb = an.get("fixed_budget")
+    if fb is None:
+        return []
+    return ["## The tuner's budgets: the size each search keeps", "",
+            f"The tuner stops the plain offline search after offline.evaluations = "
+            f"{fb['plain_evals']} and the probed one after bme.evaluations = "
+            f"{fb['probed_evals']} (a fallback after an unusable decision gets the plain "
+            f"budget), and keeps the size it measured best. Same replays as above; the kept "
+            f"size's sweep throughput as a share of the best; intervals 95 % bootstrap over "
+            f"runs (the difference paired by start and seed).", "",
+            "| measure | plain | with probes | probes − plain or probes / plain |",
+            "|---|---:|---:|---:|",
+            f"| kept size's throughput / best | {_ci(fb['plain_pick'], '{:.3f}')} | "
+            f"{_ci(fb['prior_pick'], '{:.3f}')} | {_ci(fb['difference'], '{:+.3f}')} |",
+            f"| runs keeping a size within 95 % of the best | {fb['plain_within']}/{fb['runs']}"
+            f" | {fb['prior_within']}/{fb['runs']} | |",
+            f"| mean kept size (MB) | {fb['plain_mb']:.0f} | {fb['prior_mb']:.0f} | |",
+            f"| wall-clock (s, paired blocks, probes included) | "
+            f"{_ci(fb['wall_s']['plain'], '{:.0f}')} | {_ci(fb['wall_s']['prior'], '{:.0f}')} "
+            f"| {_ci(fb['wall_s']['ratio'], '{:.3f}')} |", ""]
 
 
 def _markdown(report: dict[str, Any]) -> str:
     m, meas, an = report["machine"], report["measured"], report["analysis"]
     lines = [f"# BME probes as a shared_buffers prior: {meas['setup']}", "",
              f"Command: `{report['command']}`  ",
+             *([f"Re-analysed with the current rules: `{report['reanalysed']}`  "]
+               if report.get("reanalysed") else []),
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.1f} GiB RAM, "
              f"PostgreSQL {meas['server_version']}; load average (1 min) at start "
              f"{m['load_average_start'][0]:.2f}, at end {report['load_average_end'][0]:.2f} "
@@ -568,7 +644,7 @@ def _markdown(report: dict[str, Any]) -> str:
               "plain search starts at the server's own size, " + meas.get("original", "?")
               + "): " + ", ".join(f"{k} MB {v['plain']:.2f} → {v['prior']:.2f}"
                                    for k, v in an["evals_by_start"].items()) + ".", "",
-              "Noise-free sessions (evaluated sizes in MB):", ""]
+              *_fixed_budget_lines(an), "Noise-free sessions (evaluated sizes in MB):", ""]
     for r in an["noise_free_runs"]:
         lines.append(f"- start {r['start_mb']} MB: plain {r['plain_seq']} (target at "
                      f"{r['plain_at']}); with probes ({r['decision']}) {r['prior_seq']} "
@@ -598,6 +674,10 @@ def main() -> int:
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--probe-sets-per-pass", type=int, default=3)
     parser.add_argument("--budget", type=int, default=10)
+    parser.add_argument("--plain-evals", type=int, default=OFFLINE_SESSION.evaluations,
+                        help="the plain search's budget (the tuner's offline.evaluations)")
+    parser.add_argument("--probed-evals", type=int, default=ProbeConfig.evaluations,
+                        help="the probed search's budget (the tuner's bme.evaluations)")
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--min-r2", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
@@ -624,7 +704,8 @@ def main() -> int:
             {"machine": machine, "measure_seconds": measure_seconds, "measured": measured,
              "load_average_end": load_end, "analysis": None}, indent=2, default=str) + "\n")
     try:
-        analysis = compare(measured, budget=args.budget, seeds=args.seeds, min_r2=args.min_r2)
+        analysis = compare(measured, budget=args.budget, seeds=args.seeds, min_r2=args.min_r2,
+                           plain_evals=args.plain_evals, probed_evals=args.probed_evals)
     except HarmonyError as exc:
         logger.error("analysis failed: %s", exc)
         raise
@@ -632,6 +713,10 @@ def main() -> int:
                + " ".join(sys.argv[1:]))
     report = {"machine": machine, "command": command, "measure_seconds": measure_seconds,
               "load_average_end": load_end, "measured": measured, "analysis": analysis}
+    if args.from_json:  # the measurements' own command stays; the re-analysis is noted
+        report["command"] = earlier.get("command", command)
+        report["reanalysed"] = (".venv/bin/python -m benchmarks.bme_probes "
+                                + " ".join(sys.argv[1:]))
     (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (RESULTS / f"{stem}.md").write_text(_markdown(report))
     print(_markdown(report))

@@ -4,12 +4,14 @@ window; the ``bme:`` config section's errors."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from harmony.errors import ConfigError
 from tuner_client.bme.equation import BMEParams, miss_probability
-from tuner_client.bme.probes import Probe, decide, probe_sizes, search_window
+from tuner_client.bme.probes import Probe, decide, probe_sizes, search_radius, search_window
 from tuner_client.config import parse_tuner_config
 
 MB = 1 << 20
@@ -107,6 +109,7 @@ def test_rejections_say_why() -> None:
     ("bme: {target_miss: 0.1}", "needs probes"),
     ("bme: {probes: 4, probe_secs: 3}", "probe_secs"),
     ("bme: {probes: 4, probe_seconds: 0}", "probe_seconds"),
+    ("bme: {probes: 4, evaluations: 0}", "evaluations"),
 ])
 def test_bme_config_errors_name_the_key(section: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
@@ -116,8 +119,11 @@ def test_bme_config_errors_name_the_key(section: str, message: str) -> None:
 
 def test_bme_config_defaults_and_values() -> None:
     assert not parse_tuner_config("name: x\n").bme.enabled
-    cfg = parse_tuner_config("name: x\nbme: {probes: 5, probe_seconds: 2, target_miss: 0.05}\n")
-    assert (cfg.bme.probes, cfg.bme.probe_seconds, cfg.bme.target_miss) == (5, 2.0, 0.05)
+    assert parse_tuner_config("name: x\n").bme.evaluations == 2
+    cfg = parse_tuner_config("name: x\nbme: {probes: 5, probe_seconds: 2, target_miss: 0.05, "
+                             "evaluations: 3}\n")
+    assert (cfg.bme.probes, cfg.bme.probe_seconds, cfg.bme.target_miss,
+            cfg.bme.evaluations) == (5, 2.0, 0.05, 3)
 
 
 def test_the_window_reaches_the_first_probe_past_a_knee_fitted_short_of_it() -> None:
@@ -134,3 +140,14 @@ def test_the_window_reaches_the_first_probe_past_a_knee_fitted_short_of_it() -> 
     assert search_window(decision, 16 * MB, 256 * MB, 8 * MB) == (120 * MB, 16 * MB, 128 * MB)
     # the cap stays below the largest probe: the memory past the floor is left to the others
     assert search_window(decision, 16 * MB, 1024 * MB, 8 * MB)[2] == 128 * MB  # type: ignore[index]
+
+
+def test_the_probed_search_steps_by_a_share_of_its_start() -> None:
+    # 30 % of a 192MB start over a 16..256MB window: 57.6MB of 240MB
+    assert search_radius(192 * MB, 16 * MB, 256 * MB, 8 * MB) == pytest.approx(0.24)
+    # never under one grid step, never over the whole range
+    assert search_radius(16 * MB, 8 * MB, 1024 * MB, 8 * MB) == pytest.approx(8 / 1016)
+    assert search_radius(200 * MB, 190 * MB, 210 * MB, 8 * MB) == 1.0
+    # on a log-scaled range the step is the factor 1.3: log(1.3) / log(256 / 16)
+    assert search_radius(192 * MB, 16 * MB, 256 * MB, 8 * MB, log=True) == \
+        pytest.approx(math.log(1.3) / math.log(16))

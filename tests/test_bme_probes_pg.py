@@ -247,3 +247,52 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]
+
+
+SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(
+    "bme: {probes: 4, probe_seconds: 0.6, target_miss: 0.3}",
+    "bme: {probes: 4, probe_seconds: 0.6, evaluations: 2}").replace(
+    "shared_buffers_fraction: 0.02", "shared_buffers_fraction: 0.05").replace(
+    "max: 32MB", "max: 48MB")
+
+
+def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
+                                                       tmp_path: Any) -> None:
+    """Without a target miss probability the probed search starts at the decided size, takes
+    bme.evaluations (2 of offline.evaluations 6), and its second size is a step of about 30 %
+    of the first (not the plain search's 0.3 of the whole window)."""
+    from harmony_server.server import start_server
+    from tuner_client.bme.probes import RADIUS
+    from tuner_client.client import connect
+    from tuner_client.config import parse_tuner_config
+    from tuner_client.flows import Tuner
+    from tuner_client.target import Target
+
+    with psycopg.connect(cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        before = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+    target = Target(dsn=cluster.dsn, catalog=catalog, controller=LocalController(cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(SEARCH_CONFIG, source="probesearch.yaml")
+    assert (config.offline.evaluations, config.bme.evaluations) == (6, 2)
+    with start_server(port=0, state_dir=tmp_path / "server") as server, \
+            connect(server.url) as client:
+        tuner = Tuner(config, client=client, target=target, run_id="t2",
+                      workload=StatementLoop(cluster.dsn, _skewed_lookup, streams=2))
+        tuner.run()
+    decision = tuner.state.probe_decisions[0]
+    assert decision["usable"] and decision["window"] is not None, decision["reason"]
+    start, low, high = decision["window"]
+    offline = [r for r in tuner.records if r.session.startswith("p1-offline")]
+    assert [r.session for r in offline] == ["p1-offline-bme"] * 2, \
+        [r.session for r in offline]
+    sizes = [catalog["shared_buffers"].parse(r.in_force["shared_buffers"]) for r in offline]
+    assert sizes[0] == start
+    step = abs(sizes[1] - sizes[0])
+    assert low <= sizes[1] <= high
+    # one grid step (256kB) of rounding either way; the plain radius would be 0.3·(high-low)
+    assert abs(step - RADIUS * start) <= 256 * KB + 1, (sizes, start, low, high)
+    assert any("the probes replace most of the search: 2 evaluation(s)" in d
+               for d in tuner.state.decisions), tuner.state.decisions
+    with psycopg.connect(cluster.dsn) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]

@@ -252,11 +252,16 @@ class ProbeConfig:
     ``probes`` restarts at sizes spread over the allowed shared_buffers range, each a
     ``probe_seconds`` window from a cold buffer that reads only the miss probability; the
     fitted curve (trusted from R² ``min_r2``) starts the search near M* and caps it where the
-    curve is flat. ``target_miss``: the size comes from the equation instead (the smallest
-    size whose miss probability is at most this). ``probes = 0`` turns probing off."""
+    curve is flat. ``evaluations``: the probed search's budget (at most offline.evaluations)
+    when shared_buffers is the only restart-time knob: the probes replace most of the plain
+    search, so it measures the decided size and one neighbour a step of 30 % of it away.
+    ``target_miss``: the size comes from the equation
+    instead (the smallest size whose miss probability is at most this), measured alone.
+    ``probes = 0`` turns probing off."""
 
     probes: int = 0
     probe_seconds: float = 3.0
+    evaluations: int = 2
     target_miss: float | None = None
     min_r2: float = 0.9
 

@@ -5,8 +5,9 @@ Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a
 search restarts inside the advised range from the advised size (on a poor fit the plain
 search goes on, and says so). With ``bme.probes`` the pass probes first
 (:mod:`tuner_client.phases.probing`): a usable decision replaces that prior, the search runs in
-the probes' window from their size, and from pass 2 (or with ``bme.target_miss``) only the
-equation's size is measured. The pass ends with its best point in force.
+the probes' window from their size with ``bme.evaluations`` (2) and a first step of 30 % of
+that size, and from pass 2 (or with ``bme.target_miss``) only the equation's size is
+measured. The pass ends with its best point in force.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from harmony.errors import ConstraintError, HarmonyError
+from strategies.base import Strategy
+from strategies.simplex import SimplexStrategy
 from strategies.space import IntParam, Space
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measure import PointRecord
@@ -109,16 +112,31 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     start = {**space.point_from_settings(ctx.current(space.names)),
              "shared_buffers": probed.start}
     only_size = n > 1 or cfg.bme.target_miss is not None
-    evaluations = 1 if only_size else cfg.offline.evaluations
+    # the probes speak for shared_buffers only: other restart-time knobs keep the plain budget
+    alone = list(space.names) == ["shared_buffers"]
+    unit = space["shared_buffers"].unit or ""
+    options = dict(cfg.offline.strategy_options)
     if only_size:
+        evaluations = 1
         why = ("a re-probe after a workload shift" if n > 1 else
                f"the target miss probability {cfg.bme.target_miss:g}")
         state.decide(f"{label}: shared_buffers from the equation ({why}): measuring "
-                     f"{probed.start}{space['shared_buffers'].unit or ''} only, no search")
+                     f"{probed.start}{unit} only, no search")
+    elif alone:
+        evaluations = min(cfg.bme.evaluations, cfg.offline.evaluations)
+        if issubclass(Strategy.registry.get_class(cfg.offline.strategy), SimplexStrategy):
+            # the probes place the knee to within about RADIUS of the start: a first step
+            # sized by the whole window would jump over it
+            options.setdefault("init_radius", probed.radius)
+        state.decide(f"{label}: the probes replace most of the search: {evaluations} "
+                     f"evaluation(s) from {probed.start}{unit}, the first step "
+                     f"{options.get('init_radius', probed.radius):.0%} of the window")
+    else:
+        evaluations = cfg.offline.evaluations
     label2 = f"{label}-bme"
     definition = session_definition(ctx, state, label2, narrowed,
                                     ctx.budget.offline_constraints(ctx.measurer.in_force),
-                                    cfg.offline.strategy, cfg.offline.strategy_options, start,
+                                    cfg.offline.strategy, options, start,
                                     metadata=_probes_metadata(state))
     session = open_session(ctx, state, definition, "offline")
     reference = Reference(label2, ctx.current(space.names)) if cfg.measure.paired else None

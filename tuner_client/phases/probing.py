@@ -12,7 +12,13 @@ from typing import Any
 
 from harmony.errors import HarmonyError
 from strategies.space import IntParam
-from tuner_client.bme.probes import ProbeDecision, decide, probe_sizes, search_window
+from tuner_client.bme.probes import (
+    ProbeDecision,
+    decide,
+    probe_sizes,
+    search_radius,
+    search_window,
+)
 from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
@@ -22,11 +28,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ProbeAdvice:
-    """A usable decision in session units: where the offline search starts and its range."""
+    """A usable decision in session units: where the offline search starts, its range, and
+    its first step as a fraction of that range (the simplex strategies' ``init_radius``)."""
 
     decision: ProbeDecision
     start: int
     bounds: tuple[int, int]
+    radius: float
 
 
 def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
@@ -76,7 +84,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
                  f"knobs and the OS cache")
     state.recommended = {**ctx.original, "shared_buffers": format_bytes(start)}
     return ProbeAdvice(decision, int(knob.session_value(start)),  # type: ignore[arg-type]
-                       (int(knob.session_value(lo)), int(knob.session_value(hi))))  # type: ignore[arg-type]
+                       (int(knob.session_value(lo)), int(knob.session_value(hi))),  # type: ignore[arg-type]
+                       search_radius(start, lo, hi, step, log=param.log))
 
 
 def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecision, cost: float,
