@@ -422,12 +422,15 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
                 kept, kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
                 spent = min(plain_evals, len(plain_seq))
             plain_kept, plain_kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
+            # the plain search cut to the probed budget: what the probes' own cost buys
+            plain_short, _ = pick_after(table, plain_seq, plain_vals, probed_evals)
             runs.append({"start_mb": start, "seed": seed, "plain_at": plain_at,
                          "prior_at": prior_at, "prior_used": usable,
                          "probe_cost_s": d["cost_s"], "decision": d["kind"],
                          "plain_seq": plain_seq, "prior_seq": prior_seq,
                          "plain_pick": plain_kept / best, "plain_pick_mb": plain_kept_mb,
                          "plain_spent": min(plain_evals, len(plain_seq)),
+                         "plain_short_pick": plain_short / best,
                          "prior_pick": kept / best, "prior_pick_mb": kept_mb,
                          "prior_spent": spent})
 
@@ -478,6 +481,15 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
         "reached": {"plain": sum(r["plain_at"] is not None for r in runs),
                     "prior": sum(r["prior_at"] is not None for r in runs)},
         "noise_free_runs": [r for r in runs if r["seed"] == 0],
+        # per run, for pooling sweeps (--pool): evaluations to the target (budget + 1 when
+        # never), the kept size's share of the best and the seconds each search spent
+        "runs": [{"plain_e": pe, "prior_e": qe, "plain_pick": r["plain_pick"],
+                  "prior_pick": r["prior_pick"], "plain_short_pick": r["plain_short_pick"],
+                  "plain_s": ps, "prior_s": qs,
+                  "plain_kept_s": r["plain_spent"] * block_cost,
+                  "prior_kept_s": r["prior_spent"] * block_cost + r["probe_cost_s"]}
+                 for r, pe, qe, ps, qs in zip(runs, plain_e, prior_e, plain_s, prior_s,
+                                              strict=True)],
     }
 
 
@@ -492,6 +504,7 @@ def _fixed_budget(runs: list[dict[str, Any]], block_cost: float, plain_evals: in
     sweep's best, and the wall-clock each spends (paired blocks, probes included)."""
     plain = [r["plain_pick"] for r in runs]
     prior = [r["prior_pick"] for r in runs]
+    short = [r["plain_short_pick"] for r in runs]
     plain_s = [r["plain_spent"] * block_cost for r in runs]
     prior_s = [r["prior_spent"] * block_cost + r["probe_cost_s"] for r in runs]
     diff = np.asarray(prior) - np.asarray(plain)
@@ -499,6 +512,8 @@ def _fixed_budget(runs: list[dict[str, Any]], block_cost: float, plain_evals: in
     means = diff[idx].mean(axis=1)
     return {"plain_evals": plain_evals, "probed_evals": probed_evals,
             "plain_pick": _boot_mean_ci(plain, rng), "prior_pick": _boot_mean_ci(prior, rng),
+            "plain_short_pick": _boot_mean_ci(short, rng),
+            "plain_short_within": sum(v >= 0.95 for v in short),
             "difference": (float(diff.mean()), float(np.percentile(means, 2.5)),
                            float(np.percentile(means, 97.5))),
             "plain_within": sum(v >= 0.95 for v in plain),
@@ -530,6 +545,9 @@ def _fixed_budget_lines(an: dict[str, Any]) -> list[str]:
             f"{_ci(fb['prior_pick'], '{:.3f}')} | {_ci(fb['difference'], '{:+.3f}')} |",
             f"| runs keeping a size within 95 % of the best | {fb['plain_within']}/{fb['runs']}"
             f" | {fb['prior_within']}/{fb['runs']} | |",
+            f"| plain cut to {fb['probed_evals']} evaluations: kept size / best; runs within "
+            f"95 % | {_ci(fb['plain_short_pick'], '{:.3f}')}; "
+            f"{fb['plain_short_within']}/{fb['runs']} | | |",
             f"| mean kept size (MB) | {fb['plain_mb']:.0f} | {fb['prior_mb']:.0f} | |",
             f"| wall-clock (s, paired blocks, probes included) | "
             f"{_ci(fb['wall_s']['plain'], '{:.0f}')} | {_ci(fb['wall_s']['prior'], '{:.0f}')} "
@@ -653,6 +671,73 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pooled(files: list[Path], rng: np.random.Generator, reps: int = 4000) -> dict[str, Any]:
+    """Several sweeps' replays pooled, with a two-level bootstrap (sweeps with replacement,
+    then runs within each drawn sweep), so the interval carries the spread between sweeps,
+    not only between replays of one sweep."""
+    sweeps = []
+    for f in files:
+        an = json.loads(f.read_text())["analysis"]
+        if not an or "runs" not in an:
+            raise SystemExit(f"{f}: no per-run analysis; re-analyse it with --from-json first")
+        sweeps.append({k: np.asarray([r[k] for r in an["runs"]], dtype=float)
+                       for k in an["runs"][0]})
+    keys = list(sweeps[0])
+    draws: dict[str, list[float]] = {k: [] for k in keys}
+    for _ in range(reps):
+        chosen = rng.integers(0, len(sweeps), len(sweeps))
+        for k in keys:
+            draws[k].append(float(np.mean([
+                sweeps[i][k][rng.integers(0, sweeps[i][k].size, sweeps[i][k].size)].mean()
+                for i in chosen])))
+    point = {k: float(np.mean([s[k].mean() for s in sweeps])) for k in keys}
+    d = {k: np.asarray(v) for k, v in draws.items()}
+
+    def ratio(a: str, b: str) -> tuple[float, float, float]:
+        r = d[a] / d[b]
+        return (point[a] / point[b], float(np.percentile(r, 2.5)),
+                float(np.percentile(r, 97.5)))
+
+    diff = d["prior_pick"] - d["plain_pick"]
+    short = d["prior_pick"] - d["plain_short_pick"]
+    return {"files": [f.name for f in files], "sweeps": len(sweeps),
+            "per_sweep": [{k: float(s[k].mean()) for k in keys} for s in sweeps],
+            "evals": ratio("prior_e", "plain_e"), "wall": ratio("prior_s", "plain_s"),
+            "kept_wall": ratio("prior_kept_s", "plain_kept_s"),
+            "plain_pick": point["plain_pick"], "prior_pick": point["prior_pick"],
+            "pick_difference": (point["prior_pick"] - point["plain_pick"],
+                                float(np.percentile(diff, 2.5)),
+                                float(np.percentile(diff, 97.5))),
+            "plain_short_pick": point["plain_short_pick"],
+            "short_difference": (point["prior_pick"] - point["plain_short_pick"],
+                                 float(np.percentile(short, 2.5)),
+                                 float(np.percentile(short, 97.5)))}
+
+
+def _pooled_markdown(pool: dict[str, Any], command: str) -> str:
+    lines = ["# BME probes as a shared_buffers prior: sweeps pooled", "",
+             f"Command: `{command}`  ", "Intervals: 95 %, two-level bootstrap (sweeps with "
+             "replacement, then the replays within each).", "",
+             "| sweep | evaluations to target, probes / plain | wall-clock to target | kept "
+             "size / best, plain → probes | wall-clock of the tuner's budgets |",
+             "|---|---:|---:|---:|---:|"]
+    for name, s in zip(pool["files"], pool["per_sweep"], strict=True):
+        lines.append(f"| {name} | {s['prior_e'] / s['plain_e']:.2f} | "
+                     f"{s['prior_s'] / s['plain_s']:.2f} | {s['plain_pick']:.3f} → "
+                     f"{s['prior_pick']:.3f} | {s['prior_kept_s'] / s['plain_kept_s']:.2f} |")
+    lines += ["", f"Pooled over {pool['sweeps']} sweeps:", "",
+              f"- evaluations to 95 % of the best, probes / plain: {_ci(pool['evals'])}",
+              f"- wall-clock to 95 % of the best (probes included): {_ci(pool['wall'])}",
+              f"- the kept size's throughput / best: plain {pool['plain_pick']:.3f}, with "
+              f"probes {pool['prior_pick']:.3f}; difference "
+              f"{_ci(pool['pick_difference'], '{:+.3f}')}; plain cut to the probed budget "
+              f"{pool['plain_short_pick']:.3f} (probes − that: "
+              f"{_ci(pool['short_difference'], '{:+.3f}')})",
+              f"- wall-clock of the tuner's budgets (probes included): "
+              f"{_ci(pool['kept_wall'])}", ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", choices=["tpch", "lookup", "keys"], required=True)
@@ -683,7 +768,17 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tag", default="", help="suffix of the result files' names")
     parser.add_argument("--from-json")
+    parser.add_argument("--pool", help="comma-separated result JSONs to pool (no measuring)")
     args = parser.parse_args()
+    if args.pool:
+        pool = pooled([Path(f) for f in args.pool.split(",")], np.random.default_rng(17))
+        stem = f"bme_probes_pooled.{args.tag or args.setup}"
+        text = _pooled_markdown(pool, ".venv/bin/python -m benchmarks.bme_probes "
+                                + " ".join(sys.argv[1:]))
+        (RESULTS / f"{stem}.json").write_text(json.dumps(pool, indent=2) + "\n")
+        (RESULTS / f"{stem}.md").write_text(text)
+        print(text)
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.sizes = [int(s) * MB for s in args.sizes_mb.split(",")]
     args.state_dir = args.state_dir or f"/var/tmp/harmony-bench-bme-probes-{args.setup}"
