@@ -19,7 +19,10 @@ size between sizes, the measured sample CV as noise) from several starts and see
 and after one of the measured probe sets (decided and narrowed exactly as
 :mod:`tuner_client.phases.offline` does). Counted: full evaluations and wall-clock (probes
 included, at their measured cost) until a search first evaluates a size within 95 % of the
-sweep's best throughput.
+sweep's best throughput; and, under the tuner's own budgets (offline.evaluations for plain,
+bme.evaluations after usable probes), the size each search keeps and the wall-clock it spends.
+``--pool a.json,b.json,...`` pools earlier results with a two-level bootstrap (sweeps, then
+replays).
 
 Run: ``flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.bme_probes --setup tpch``
 (or ``lookup`` / ``keys``); ``--from-json FILE`` redoes the analysis on earlier measurements.
