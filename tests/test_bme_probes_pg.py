@@ -189,6 +189,18 @@ final: {rounds: 0}
 """
 
 
+def _tuner_target(cluster: LocalCluster) -> tuple[KnobCatalog, str, Any]:
+    """The cluster as the tuner's target: its catalog, shared_buffers before, the target."""
+    from tuner_client.target import Target
+
+    with psycopg.connect(cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+        before = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
+    return catalog, before, Target(dsn=cluster.dsn, catalog=catalog,
+                                   controller=LocalController(cluster), cluster=None,
+                                   ram_bytes=None)
+
+
 def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """With bme.target_miss the offline pass probes, fits, and measures only the size the
@@ -201,13 +213,8 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     from tuner_client.flows import Tuner
     from tuner_client.phases.offline import offline_pass
     from tuner_client.phases.prepare import leave_server
-    from tuner_client.target import Target
 
-    with psycopg.connect(cluster.dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-        before = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
-    target = Target(dsn=cluster.dsn, catalog=catalog, controller=LocalController(cluster),
-                    cluster=None, ram_bytes=None)
+    catalog, before, target = _tuner_target(cluster)
     config = parse_tuner_config(TUNE_CONFIG, source="probetest.yaml")
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url) as client:
@@ -266,13 +273,8 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner
-    from tuner_client.target import Target
 
-    with psycopg.connect(cluster.dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-        before = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
-    target = Target(dsn=cluster.dsn, catalog=catalog, controller=LocalController(cluster),
-                    cluster=None, ram_bytes=None)
+    catalog, before, target = _tuner_target(cluster)
     config = parse_tuner_config(SEARCH_CONFIG, source="probesearch.yaml")
     assert (config.offline.evaluations, config.bme.evaluations) == (6, 2)
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
