@@ -410,6 +410,8 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
             cv = noise if seed > 0 else 0.0
             plain_at, plain_seq, plain_vals = replay_search(
                 table, space, start, budget, noise_cv=cv, seed=seed, target=target)
+            plain_kept, plain_kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
+            plain_spent = min(plain_evals, len(plain_seq))
             usable = d["window"] is not None
             if usable:
                 s_b, lo_b, hi_b = d["window"]
@@ -422,9 +424,7 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
                 spent = min(probed_evals, len(prior_seq))
             else:  # the plain search goes on, with its whole budget
                 prior_at, prior_seq = plain_at, plain_seq
-                kept, kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
-                spent = min(plain_evals, len(plain_seq))
-            plain_kept, plain_kept_mb = pick_after(table, plain_seq, plain_vals, plain_evals)
+                kept, kept_mb, spent = plain_kept, plain_kept_mb, plain_spent
             # the plain search cut to the probed budget: what the probes' own cost buys
             plain_short, _ = pick_after(table, plain_seq, plain_vals, probed_evals)
             runs.append({"start_mb": start, "seed": seed, "plain_at": plain_at,
@@ -432,10 +432,11 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
                          "probe_cost_s": d["cost_s"], "decision": d["kind"],
                          "plain_seq": plain_seq, "prior_seq": prior_seq,
                          "plain_pick": plain_kept / best, "plain_pick_mb": plain_kept_mb,
-                         "plain_spent": min(plain_evals, len(plain_seq)),
                          "plain_short_pick": plain_short / best,
                          "prior_pick": kept / best, "prior_pick_mb": kept_mb,
-                         "prior_spent": spent})
+                         # seconds each search spends under its budget (paired blocks)
+                         "plain_kept_s": plain_spent * block_cost,
+                         "prior_kept_s": spent * block_cost + d["cost_s"]})
 
     def evals(at: int | None) -> float:
         return float(at) if at is not None else float(budget + 1)  # censored: budget + 1
@@ -457,7 +458,7 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
     probe_cost = statistics.fmean(d["cost_s"] for d in decided)
     per_probe = [p["cost_s"] for ps in measured["probe_sets"] for p in ps["probes"]]
     return sweep | {
-        "fixed_budget": _fixed_budget(runs, block_cost, plain_evals, probed_evals,
+        "fixed_budget": _fixed_budget(runs, plain_evals, probed_evals,
                                       np.random.default_rng(13)),
         "space_mb": [lo_mb, hi_mb, STEP_MB], "budget": budget, "seeds": seeds,
         "starts_mb": starts,
@@ -489,8 +490,7 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
         "runs": [{"plain_e": pe, "prior_e": qe, "plain_pick": r["plain_pick"],
                   "prior_pick": r["prior_pick"], "plain_short_pick": r["plain_short_pick"],
                   "plain_s": ps, "prior_s": qs,
-                  "plain_kept_s": r["plain_spent"] * block_cost,
-                  "prior_kept_s": r["prior_spent"] * block_cost + r["probe_cost_s"]}
+                  "plain_kept_s": r["plain_kept_s"], "prior_kept_s": r["prior_kept_s"]}
                  for r, pe, qe, ps, qs in zip(runs, plain_e, prior_e, plain_s, prior_s,
                                               strict=True)],
     }
@@ -500,25 +500,22 @@ def compare(measured: dict[str, Any], *, budget: int, seeds: int, min_r2: float,
 # report
 
 
-def _fixed_budget(runs: list[dict[str, Any]], block_cost: float, plain_evals: int,
-                  probed_evals: int, rng: np.random.Generator) -> dict[str, Any]:
+def _fixed_budget(runs: list[dict[str, Any]], plain_evals: int, probed_evals: int,
+                  rng: np.random.Generator) -> dict[str, Any]:
     """The tuner's own budgets: the size each search keeps (its best measured) after
     offline.evaluations (plain) or bme.evaluations (after usable probes), as a share of the
     sweep's best, and the wall-clock each spends (paired blocks, probes included)."""
     plain = [r["plain_pick"] for r in runs]
     prior = [r["prior_pick"] for r in runs]
     short = [r["plain_short_pick"] for r in runs]
-    plain_s = [r["plain_spent"] * block_cost for r in runs]
-    prior_s = [r["prior_spent"] * block_cost + r["probe_cost_s"] for r in runs]
-    diff = np.asarray(prior) - np.asarray(plain)
-    idx = rng.integers(0, diff.size, (4000, diff.size))
-    means = diff[idx].mean(axis=1)
+    plain_s = [r["plain_kept_s"] for r in runs]
+    prior_s = [r["prior_kept_s"] for r in runs]
+    difference = _boot_mean_ci([q - p for p, q in zip(plain, prior, strict=True)], rng)
     return {"plain_evals": plain_evals, "probed_evals": probed_evals,
             "plain_pick": _boot_mean_ci(plain, rng), "prior_pick": _boot_mean_ci(prior, rng),
             "plain_short_pick": _boot_mean_ci(short, rng),
             "plain_short_within": sum(v >= 0.95 for v in short),
-            "difference": (float(diff.mean()), float(np.percentile(means, 2.5)),
-                           float(np.percentile(means, 97.5))),
+            "difference": difference,
             "plain_within": sum(v >= 0.95 for v in plain),
             "prior_within": sum(v >= 0.95 for v in prior), "runs": len(runs),
             "plain_mb": statistics.fmean(r["plain_pick_mb"] for r in runs),
