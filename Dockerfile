@@ -9,6 +9,7 @@ COPY tuner_client ./tuner_client
 COPY plugins ./plugins
 COPY strategies ./strategies
 COPY workloads ./workloads
+COPY bme ./bme
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -40,7 +40,7 @@ test-unit: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/mypy harmony harmony_server tuner_client plugins strategies workloads
+	$(BIN)/mypy harmony harmony_server tuner_client plugins strategies workloads bme
 	$(BIN)/lint-imports
 
 bench: setup

@@ -35,12 +35,12 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.machine import cpu_model
-from harmony.definition import SessionDefinition
-from harmony.errors import HarmonyError
-from harmony.session import SessionCore
-from strategies.space import IntParam, Space
-from tuner_client.bme import PriorAdvice, SharedBuffersPrior, fit_bme, touched_pages_p_star
-from tuner_client.bme.fit import BMEFit
+from bme import PriorAdvice, SharedBuffersPrior, fit_bme, touched_pages_p_star
+from bme.fit import BMEFit
+from harmony.base.errors import HarmonyError
+from harmony.base.space import IntParam, Space
+from harmony.core.definition import SessionDefinition
+from harmony.core.session import SessionCore
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import read_database_stats, stats_delta
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective

@@ -48,9 +48,9 @@ from psycopg import sql
 from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
-from harmony.errors import HarmonyError
-from strategies.space import IntParam, Space
-from tuner_client.bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from harmony.base.errors import HarmonyError
+from harmony.base.space import IntParam, Space
 from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import OFFLINE_SESSION, ProbeConfig, default_estimator

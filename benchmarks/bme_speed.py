@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.machine import cpu_model
-from tuner_client.bme import BMEParams, fit_bme, miss_probability, partition, stack_histogram
+from bme import BMEParams, fit_bme, miss_probability, partition, stack_histogram
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

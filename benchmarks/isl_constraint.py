@@ -22,9 +22,9 @@ import islpy
 import numpy as np
 
 from benchmarks.machine import cpu_model
+from harmony.base.space import IntParam, RealParam, Space
 from plugins.base import HistoryEntry, make_plugin
 from plugins.constraint import ConstraintPlugin
-from strategies.space import IntParam, RealParam, Space
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

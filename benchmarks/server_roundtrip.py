@@ -28,7 +28,7 @@ from typing import Any
 import urllib3
 
 from benchmarks.machine import cpu_model
-from harmony.definition import SessionDefinition
+from harmony.core.definition import SessionDefinition
 from tuner_client.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,9 +45,9 @@ import numpy as np
 import scipy.optimize
 
 from benchmarks.machine import cpu_model
-from harmony.synth import FUNCTIONS, trace_synthetic
+from harmony.base.space import IntParam, Point, Space
+from harmony.core.synth import FUNCTIONS, trace_synthetic
 from strategies.base import Trial, make_strategy
-from strategies.space import IntParam, Point, Space
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIMS = (2, 5, 10)

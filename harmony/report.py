@@ -21,12 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony import __version__
-from harmony.errors import ConfigError
-from harmony.priordata import PriorSession, PriorTrial
+from harmony.base.errors import ConfigError
+from harmony.core.priordata import PriorSession, PriorTrial
 
 __all__ = ["Comparison", "Evaluation", "ReportFigures", "bme_from_metadata",
            "comparison_from_metadata", "evaluations", "render_html", "shown_status",
@@ -105,8 +107,6 @@ def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | Non
         return None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected an object with p_star, p_c, m_b, m_star")
-    from tuner_client.bme.equation import PARAM_KEYS, BMEParams
-
     params = BMEParams.from_dict({k: data.get(k) for k in PARAM_KEYS}, source=source)
     points = []
     for item in data.get("points", []) or []:
@@ -311,10 +311,6 @@ def bme_png(fit: Mapping[str, Any],
             throughput: Sequence[tuple[float, float]] = ()) -> bytes:
     """Measured miss probabilities (the probes) against buffer size, the fitted curve, M*,
     and beside them (right axis) the throughput evaluations at their shared_buffers."""
-    import numpy as np
-
-    from tuner_client.bme.equation import miss_probability
-
     params = fit["params"]
     points: Sequence[tuple[float, float]] = fit["points"]
     high = max([params.m_star * 1.5] + [m * 1.1 for m, _ in points]

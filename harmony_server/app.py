@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from harmony import priordata
-from harmony.errors import LeaseLostError, ProtocolError
+from harmony.base.errors import LeaseLostError, ProtocolError
+from harmony.core import priordata
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
 from harmony_server.priordata_store import prior_from_store, store_session_summaries
@@ -311,7 +311,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "created}: the prior data GET /priors/{name} serves."),
     Endpoint("GET", "/priors/{name}", get_prior, "getPrior",
              "One stored session (live, closed or imported) as prior data: definition, "
-             "status, created, hosts and every trial (harmony.priordata.to_dict; harmony "
+             "status, created, hosts and every trial (harmony.core.priordata.to_dict; harmony "
              "export, report and warm starts read it).", responses=(200, 404)),
 )
 

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from harmony.errors import ConfigError, HarmonyError
+from harmony.base.errors import ConfigError, HarmonyError
 from harmony_server.server import DEFAULT_PORT
 
 logger = logging.getLogger(__name__)

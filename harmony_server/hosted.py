@@ -1,6 +1,6 @@
 """One session served over the network: a :class:`LeasedSession` made durable.
 
-Leases, ownership and the queries live in :mod:`harmony.leased` (shared with the client's
+Leases, ownership and the queries live in :mod:`harmony.core.leased` (shared with the client's
 standalone mode); this adds the durable command log and the long poll. Every command that
 changes the core (its ``version`` moves) is appended to the store's command log and
 committed before the caller gets an answer; replaying that log on a fresh core rebuilds
@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
 
-from harmony.definition import SessionDefinition
-from harmony.errors import (
+from harmony.base.errors import (
     ProtocolError,
     ReplayMismatchError,
     SessionNotFoundError,
     TrialError,
 )
-from harmony.leased import FetchResult, Lease, LeasedSession
-from harmony.session import TrialRecord
+from harmony.core.definition import SessionDefinition
+from harmony.core.leased import FetchResult, Lease, LeasedSession
+from harmony.core.session import TrialRecord
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
 from harmony_server.store import ClientRow, CommandRecord, Store, StoreError, TrialRow

@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from harmony.definition import SessionDefinition
-from harmony.errors import HarmonyError, SessionNotFoundError
+from harmony.base.errors import HarmonyError, SessionNotFoundError
+from harmony.core.definition import SessionDefinition
 from harmony_server.hosted import HostedSession
 from harmony_server.protocol import SessionBrokenError, SessionExistsError, UnavailableError
 from harmony_server.stats import ServerStats

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import harmony
-from harmony.definition import (
+from harmony.core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,
     MIN_LEASE_SECONDS,

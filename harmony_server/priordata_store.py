@@ -1,4 +1,4 @@
-"""Prior data in and out of the server's store: the store side of :mod:`harmony.priordata`.
+"""Prior data in and out of the server's store: the store side of :mod:`harmony.core.priordata`.
 
 Only the server (and its CLI) opens the store; clients get prior data over the HTTP API
 (``GET /priors``, ``GET /priors/{name}``) or from exported files. Imported sessions are
@@ -14,9 +14,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError, HarmonyError, SessionNotFoundError
-from harmony.priordata import HostInfo, PriorSession, PriorTrial
+from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
+from harmony.core.definition import SessionDefinition
+from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
 from harmony_server.store import ClientRow, Store, StoredSession, StoreError, TrialRow, sessions
 
 __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_store",

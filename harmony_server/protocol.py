@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from harmony.errors import (
+from harmony.base.errors import (
     ClientNotFoundError,
     ConfigError,
     ConflictError,
@@ -27,7 +27,7 @@ from harmony.errors import (
     UnavailableError,
     UnsupportedMediaError,
 )
-from harmony.leased import finite_or_failure
+from harmony.core.leased import finite_or_failure
 
 __all__ = ["ConflictError", "LeaseLostError", "REQUEST_SCHEMAS", "SessionBrokenError",
            "SessionExistsError", "UnavailableError", "UnsupportedMediaError", "check_json_values",

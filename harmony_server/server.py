@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from harmony.errors import HarmonyError
-from harmony.tokens import read_token_file
+from harmony.base.errors import HarmonyError
+from harmony.base.tokens import read_token_file
 from harmony_server.app import CLOSING, AppSettings, make_app
 from harmony_server.manager import SessionManager
 from harmony_server.metrics import render_metrics as render_prometheus_metrics

@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from harmony.errors import ConfigError, StoreError
+from harmony.base.errors import ConfigError, StoreError
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)

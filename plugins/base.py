@@ -11,10 +11,9 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from harmony.errors import ConfigError
-from harmony.registry import Registry
-from strategies.base import FeasibleRegion
-from strategies.space import Point, Space
+from harmony.base.errors import ConfigError
+from harmony.base.registry import Registry
+from harmony.base.space import FeasibleRegion, Point, Space
 
 
 class Flow(enum.Enum):

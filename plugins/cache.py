@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
+from harmony.base.space import EnumParam, IntParam, Param, Space
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.log import read_log
-from strategies.space import EnumParam, IntParam, Param, Space
 
 logger = logging.getLogger(__name__)
 

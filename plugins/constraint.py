@@ -12,12 +12,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harmony.errors import ConfigError, ConstraintError
+from harmony.base.errors import ConfigError, ConstraintError
+from harmony.base.space import IntParam, RealParam, Space
 from plugins.affine import AffineConstraint, exact_number, parse_constraint
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.feasible import ConstrainedRegion
 from plugins.grid_polytope import GridPolytope
-from strategies.space import IntParam, RealParam, Space
 
 logger = logging.getLogger(__name__)
 

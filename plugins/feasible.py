@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from harmony.errors import ConstraintError, HarmonyError
+from harmony.base.errors import ConstraintError, HarmonyError
+from harmony.base.space import IntParam, Point, RealParam, Space
 from plugins.grid_polytope import GridPolytope, IntegerRow
 from plugins.projection import GridParam, IndexCost, nearest_feasible, unit_value
-from strategies.space import IntParam, Point, RealParam, Space
 
 logger = logging.getLogger(__name__)
 

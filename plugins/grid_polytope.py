@@ -18,9 +18,9 @@ from fractions import Fraction
 import islpy as isl
 import numpy as np
 
-from harmony.errors import ConstraintError
+from harmony.base.errors import ConstraintError
+from harmony.base.space import EnumParam, IntParam, Param, RealParam, Space
 from plugins.affine import AffineConstraint, exact_number
-from strategies.space import EnumParam, IntParam, Param, RealParam, Space
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 
+from harmony.base.space import IntParam, RealParam
 from plugins.grid_polytope import GridPolytope, IntegerRow, in_box_and_rows
-from strategies.space import IntParam, RealParam
 
 logger = logging.getLogger(__name__)
 

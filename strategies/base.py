@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
-from harmony.errors import ConfigError, TrialError
-from harmony.registry import Registry
-from strategies.space import Point, Space
+from harmony.base.errors import ConfigError, TrialError
+from harmony.base.registry import Registry
+from harmony.base.space import FeasibleRegion, Point, Space, WholeSpace
 
 
 @dataclass
@@ -31,32 +31,6 @@ class Trial:
     @property
     def done(self) -> bool:
         return self.value is not None or self.failure is not None
-
-
-class FeasibleRegion(Protocol):
-    """What a strategy may ask of the constraints (the constraint plugin provides one)."""
-
-    def contains(self, point: Point) -> bool: ...
-
-    def sample(self, rng: np.random.Generator) -> Point: ...
-
-    def project(self, point: Point) -> Point | None: ...
-
-
-@dataclass
-class WholeSpace:
-    """The trivial feasible region: every point of the space."""
-
-    space: Space
-
-    def contains(self, point: Point) -> bool:
-        return self.space.contains(point)
-
-    def sample(self, rng: np.random.Generator) -> Point:
-        return self.space.random_point(rng)
-
-    def project(self, point: Point) -> Point | None:
-        return self.space.snap(point)
 
 
 @dataclass

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from cmaes import CMA, CMAwM
 
-from harmony.errors import ConfigError
-from strategies.base import FeasibleRegion, Strategy, Trial
+from harmony.base.errors import ConfigError
+from harmony.base.space import EnumParam, FeasibleRegion, Point, RealParam, Space, Value
+from strategies.base import Strategy, Trial
 from strategies.simplex import _check_real, _is_fixed, option_error
-from strategies.space import EnumParam, Point, RealParam, Space, Value
 
 logger = logging.getLogger(__name__)
 

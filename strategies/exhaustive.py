@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from harmony.errors import ConfigError
-from strategies.base import FeasibleRegion, Strategy, Trial
-from strategies.space import Point, RealParam, Space, Value
+from harmony.base.errors import ConfigError
+from harmony.base.space import FeasibleRegion, Point, RealParam, Space, Value
+from strategies.base import Strategy, Trial
 
 logger = logging.getLogger(__name__)
 

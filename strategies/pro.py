@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.base import FeasibleRegion
+from harmony.base.space import FeasibleRegion, Space
 from strategies.simplex import Candidate, Phase, SimplexStrategy, _check_real, option_error
-from strategies.space import Space
 
 logger = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from harmony.errors import ConfigError
-from strategies.base import FeasibleRegion, Strategy, Trial, WholeSpace
-from strategies.space import Point, RealParam, Space, Value
+from harmony.base.errors import ConfigError
+from harmony.base.space import FeasibleRegion, Point, RealParam, Space, Value, WholeSpace
+from strategies.base import Strategy, Trial
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harmony.base.space import Space
 from plugins.base import HistoryEntry
-from strategies.space import Space
 
 
 @dataclass

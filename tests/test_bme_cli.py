@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
-from tuner_client.bme import BMEParams, miss_probability
-from tuner_client.bme.cli import add_parser, main
+from bme import BMEParams, miss_probability
+from bme.cli import add_parser
+from harmony.base.errors import ConfigError
+from harmony.cli import main
 
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=100.0, m_star=5000.0)
 
@@ -142,13 +143,13 @@ def test_main_turns_bad_input_into_exit_code_2(tmp_path: Path,
 
 def test_subprocess_end_to_end(tmp_path: Path) -> None:
     data = _curve_csv(tmp_path / "curve.csv", TRUE, np.geomspace(100, 8000, 12))
-    ok = subprocess.run([sys.executable, "-m", "tuner_client.bme", "bme", "fit", str(data),
+    ok = subprocess.run([sys.executable, "-m", "harmony.cli", "bme", "fit", str(data),
                          "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["m_star"] == pytest.approx(5000, rel=1e-3)
     bad = tmp_path / "neg.csv"
     bad.write_text("size,miss\n1,0.5\n-2,0.4\n3,0.3\n")
-    fail = subprocess.run([sys.executable, "-m", "tuner_client.bme", "bme", "fit", str(bad)],
+    fail = subprocess.run([sys.executable, "-m", "harmony.cli", "bme", "fit", str(bad)],
                           capture_output=True, text=True, timeout=120)
     assert fail.returncode == 2
     assert "neg.csv, line 3, column 'size'" in fail.stderr

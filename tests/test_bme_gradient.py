@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
-from tuner_client.bme import BMEParams, compare_control, miss_probability, size_for_target
+from bme import BMEParams, compare_control, miss_probability, size_for_target
+from harmony.base.errors import ConfigError
 
 TRUE = BMEParams(0.02, 0.01, 100.0, 5000.0)
 MU = 0.05

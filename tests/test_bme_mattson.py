@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
-from tuner_client.bme import fit_bme, miss_curve, read_trace, stack_distances, stack_histogram
-from tuner_client.bme.mattson import earlier_greater_counts
+from bme import fit_bme, miss_curve, read_trace, stack_distances, stack_histogram
+from bme.mattson import earlier_greater_counts
+from harmony.base.errors import ConfigError
 
 
 def _lru_misses(trace: list[object], size: int) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
-from tuner_client.bme import BMEParams, SharedBuffersPrior, miss_probability, touched_pages_p_star
+from bme import BMEParams, SharedBuffersPrior, miss_probability, touched_pages_p_star
+from harmony.base.errors import ConfigError
 
 MB = 1 << 20
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=8.0 * MB, m_star=192.0 * MB)

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tuner_client.bme import SharedBuffersPrior, touched_pages_p_star
+from bme import SharedBuffersPrior, touched_pages_p_star
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import StatsDelta, read_database_stats, stats_delta
 

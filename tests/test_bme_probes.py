@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
-from tuner_client.bme.equation import BMEParams, miss_probability
-from tuner_client.bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from bme.equation import BMEParams, miss_probability
+from bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from harmony.base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 
 MB = 1 << 20

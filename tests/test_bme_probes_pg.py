@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from conftest import ClusterFactory
 
-from tuner_client.bme.probes import Probe, decide, probe_sizes
+from bme.probes import Probe, decide, probe_sizes
 from tuner_client.buffer_probes import (
     client_pids,
     read_relation_io,
@@ -206,8 +206,8 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     """With bme.target_miss the offline pass probes, fits, and measures only the size the
     equation gives for the target, inside the budget; a second pass re-probes instead of
     searching; the server ends as it began."""
+    from bme.size import size_for_target
     from harmony_server.server import start_server
-    from tuner_client.bme.size import size_for_target
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner
@@ -244,7 +244,7 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     assert max(p["size"] for p in decisions[0]["probes"]) <= cap
     offline = [r for r in tuner.records if r.session.startswith("p1-offline")]
     assert [r.session for r in offline] == ["p1-offline-bme"]  # one size, no search
-    from tuner_client.bme.equation import BMEParams
+    from bme.equation import BMEParams
     params = BMEParams.from_dict({k: decisions[0][k] for k in ("p_star", "p_c", "m_b",
                                                                 "m_star")})
     wanted = size_for_target(params, 0.3)
@@ -268,8 +268,8 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     """Without a target miss probability the probed search starts at the decided size, takes
     bme.evaluations (2 of offline.evaluations 6), and its second size is a step of about 30 %
     of the first (not the plain search's 0.3 of the whole window)."""
+    from bme.probes import RADIUS
     from harmony_server.server import start_server
-    from tuner_client.bme.probes import RADIUS
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner

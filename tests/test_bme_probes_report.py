@@ -10,7 +10,7 @@ from typing import Any
 from test_priordata import make_definition, run_session
 from test_report import embedded_images
 
-from harmony.priordata_sources import prior_from_core
+from harmony.core.priordata import prior_from_core
 from harmony.report import shared_buffers_throughput, write_report
 
 MIB = 1024**2

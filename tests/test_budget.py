@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.errors import ConfigError, ConstraintError
+from harmony.base.errors import ConfigError, ConstraintError
 from tuner_client.budget import MemoryBudget, detect_ram_bytes, mem_total_bytes
 from tuner_client.budget_view import BudgetView, worker_processes
 from tuner_client.config import parse_tuner_config, resolve_knob_space

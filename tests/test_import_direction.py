@@ -1,9 +1,12 @@
-"""The store belongs to the server: nothing outside ``harmony_server/`` imports it.
+"""The layers hold by construction: import-linter's contracts (``make lint``) see every static
+import; this file catches what no static checker sees and what the contracts assume.
 
-The client, the shared core, the plugins, the strategies and the workloads reach a server
-only over its HTTP API (or through exported files). Checked on every module's syntax tree,
-so an import inside a function counts as much as one at the top; the only mention allowed
-is the name of a subcommand module in the ``harmony`` CLI's dispatch table (a string).
+* No product module loads one of our modules by a string (``importlib.import_module("x")``,
+  ``__import__("x")``): such an import would dodge the layer contracts.
+* Nothing below the CLI imports ``harmony_server``: the client, the core, the plugins, the
+  strategies and the workloads reach a server only over its HTTP API or through exported files.
+  Checked on every module's syntax tree, so an import inside a function counts as much as one
+  at the top.
 """
 
 from __future__ import annotations
@@ -12,68 +15,68 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: packages that must not import harmony_server
-CLIENT_SIDE = ("harmony", "tuner_client", "plugins", "strategies", "workloads")
+#: every product package (the CLI included)
+PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
+#: what must not import harmony_server (the CLI at the top may)
+BELOW_THE_SERVER = ("harmony/base", "harmony/core", "harmony/report.py", "tuner_client",
+                    "plugins", "strategies", "workloads", "bme")
 SERVER = "harmony_server"
 
 
-def _imports(tree: ast.AST) -> list[tuple[int, str]]:
-    """Every ``(line, module)`` an ``import`` / ``from ... import`` statement names,
-    plus ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name."""
-    found: list[tuple[int, str]] = []
+def _imports(tree: ast.AST) -> list[tuple[int, str, bool]]:
+    """Every ``(line, module, dynamic)`` an ``import`` / ``from ... import`` statement names,
+    plus ``importlib.import_module("...")`` / ``__import__("...")`` with a literal name
+    (``dynamic`` True)."""
+    found: list[tuple[int, str, bool]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found += [(node.lineno, alias.name, False) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+            found.append((node.lineno, node.module, False))
         elif isinstance(node, ast.Call) and node.args \
                 and isinstance(node.args[0], ast.Constant) \
                 and isinstance(node.args[0].value, str):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name in ("import_module", "__import__"):
-                found.append((node.lineno, node.args[0].value))
+                found.append((node.lineno, node.args[0].value, True))
     return found
 
 
-def _is_server(module: str) -> bool:
-    return module == SERVER or module.startswith(SERVER + ".")
+def _ours(module: str) -> bool:
+    return module.split(".")[0] in PRODUCT
 
 
-def server_imports(package: str) -> list[str]:
-    """``path:line module`` for every import of harmony_server under ``package``."""
+def _files(where: str) -> list[Path]:
+    path = ROOT / where
+    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+
+
+def _scan(places: tuple[str, ...], bad) -> list[str]:  # type: ignore[no-untyped-def]
     out = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        out += [f"{path.relative_to(ROOT)}:{line} imports {module}"
-                for line, module in _imports(tree) if _is_server(module)]
+    for where in places:
+        for path in _files(where):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            out += [f"{path.relative_to(ROOT)}:{line} imports {module}"
+                    for line, module, dynamic in _imports(tree) if bad(module, dynamic)]
     return out
 
 
-def test_no_client_side_module_imports_the_server() -> None:
-    offenders = [hit for package in CLIENT_SIDE for hit in server_imports(package)]
-    assert offenders == [], ("modules outside harmony_server/ import it; read prior data over "
-                             "the HTTP API (harmony.priordata_sources) or from exported files:\n"
+def test_nothing_below_the_cli_imports_the_server() -> None:
+    offenders = _scan(BELOW_THE_SERVER,
+                      lambda m, _: m == SERVER or m.startswith(SERVER + "."))
+    assert offenders == [], ("modules below the CLI import harmony_server; read prior data over "
+                             "the HTTP API (tuner_client.priordata_remote) or from exported "
+                             "files:\n" + "\n".join(offenders))
+    # the scan does look inside every package: dozens of modules, real imports
+    scanned = sum(len(_files(p)) for p in BELOW_THE_SERVER)
+    assert scanned >= 80
+
+
+def test_no_product_module_imports_one_of_ours_by_a_string() -> None:
+    offenders = _scan(PRODUCT, lambda m, dynamic: dynamic and _ours(m))
+    assert offenders == [], ("import these plainly so the layer contracts see them:\n"
                              + "\n".join(offenders))
-    # the scan does look inside every package: 5 packages, dozens of modules, real imports
-    scanned = sum(len(list((ROOT / p).rglob("*.py"))) for p in CLIENT_SIDE)
-    assert scanned >= 40
-
-
-def test_the_cli_dispatch_table_names_server_modules_only_as_strings() -> None:
-    """``harmony/cli.py`` lists subcommand modules by dotted name; those strings are the one
-    allowed mention of harmony_server, and each of them is a real module with add_parser."""
-    import importlib
-
-    from harmony.cli import SUBCOMMAND_MODULES
-
-    server_modules = [m for m in SUBCOMMAND_MODULES if _is_server(m)]
-    assert server_modules == ["harmony_server.cli", "harmony_server.report_cli",
-                              "harmony_server.priordata_cli"]
-    for name in server_modules:
-        assert callable(importlib.import_module(name).add_parser)
-    tree = ast.parse((ROOT / "harmony" / "cli.py").read_text())
-    assert [m for _, m in _imports(tree) if _is_server(m)] == []
 
 
 def test_the_scan_catches_a_server_import_wherever_it_is() -> None:
@@ -83,7 +86,8 @@ def test_the_scan_catches_a_server_import_wherever_it_is() -> None:
               "    from harmony_server.priordata_store import prior_from_store\n"
               "    import importlib\n"
               "    return importlib.import_module('harmony_server.app')\n"
-              "from harmony.priordata import load\n")
-    hits = [(line, m) for line, m in _imports(ast.parse(source)) if _is_server(m)]
-    assert hits == [(1, "harmony_server.store"), (3, "harmony_server.priordata_store"),
-                    (5, "harmony_server.app")]
+              "from harmony.core.priordata import load\n")
+    hits = sorted((line, m, d) for line, m, d in _imports(ast.parse(source)) if _ours(m))
+    assert hits == [(1, "harmony_server.store", False),
+                    (3, "harmony_server.priordata_store", False),
+                    (5, "harmony_server.app", True), (6, "harmony.core.priordata", False)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.local_cluster import CGROUP_ROOT, LocalCluster, find_bin_dir
 
 

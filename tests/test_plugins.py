@@ -9,12 +9,12 @@ import pytest
 from plugin_support import SessionView
 
 import plugins
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
+from harmony.base.space import EnumParam, IntParam, RealParam, Space
 from plugins.agg import AggregatePlugin, aggregate
 from plugins.base import Flow, HistoryEntry, Plugin, PluginTrial, make_plugin
 from plugins.cache import CachePlugin
 from plugins.log import LogPlugin, read_log
-from strategies.space import EnumParam, IntParam, RealParam, Space
 
 SPACE = Space((IntParam("work_mem", 1, 64), RealParam("random_page_cost", 0.5, 8.0, 0.5),
                EnumParam("jit", ("on", "off"))))

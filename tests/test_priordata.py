@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from server_support import Raw, running_server
 
-from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError
-from harmony.priordata import (
+from harmony.base.errors import ConfigError
+from harmony.cli import priordata as priordata_cli
+from harmony.core.definition import SessionDefinition
+from harmony.core.priordata import (
     HostInfo,
     PriorSession,
     PriorTrial,
@@ -26,17 +27,16 @@ from harmony.priordata import (
     from_xml,
     load,
     loads,
+    prior_from_core,
 )
-from harmony.priordata_sources import prior_from_core, prior_from_server
-from harmony.session import SessionCore
-from harmony.warmstart import (
+from harmony.core.session import SessionCore
+from harmony.core.warmstart import (
     apply_warm_start,
     check_compatible,
     select_compatible,
     warm_start_options,
     warm_start_simplex,
 )
-from harmony_server import priordata_cli
 from harmony_server.priordata_store import (
     import_into_store,
     list_store_sessions,
@@ -44,6 +44,7 @@ from harmony_server.priordata_store import (
     priors_from_store,
 )
 from harmony_server.store import Store, default_store_url
+from tuner_client.priordata_remote import prior_from_server
 
 HOST = {"cpu_count": 2, "ram_bytes": 24 * 1024**3}
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 from workloads.sample import Recorder, progress_credit
 

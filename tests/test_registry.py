@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from harmony.errors import ConfigError
-from harmony.registry import Registry
+from harmony.base.errors import ConfigError
+from harmony.base.registry import Registry
 from plugins.base import Plugin, make_plugin
 from tuner_client.controllers import CommandController, Controller, make_controller
 
@@ -98,8 +98,8 @@ def test_options_forwarded_through_kwargs_are_bound_up_the_hierarchy() -> None:
 
 
 def test_a_strategy_named_with_an_unknown_option_is_a_config_error() -> None:
+    from harmony.base.space import IntParam, Space
     from strategies.base import make_strategy
-    from strategies.space import IntParam, Space
 
     space = Space((IntParam("x", 0, 10),))
     with pytest.raises(ConfigError, match=r"strategy 'nelder-mead': bad options.*colour"):

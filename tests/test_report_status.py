@@ -11,13 +11,13 @@ from pathlib import Path
 
 from server_support import definition, running_server, sphere
 
-from harmony.priordata import PriorSession
-from harmony.priordata_sources import prior_from_server
+from harmony.core.priordata import PriorSession
 from harmony.report import shown_status, write_report
 from harmony_server.priordata_store import prior_from_store
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import Session, connect
 from tuner_client.prior_export import session_prior
+from tuner_client.priordata_remote import prior_from_server
 
 #: evaluations Nelder-Mead may take to converge on the 2-d sphere grid (it needs ~40)
 MAX_EVALS = 400

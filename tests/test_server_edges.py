@@ -17,8 +17,8 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
+from harmony.core.definition import SessionDefinition
 
 
 def test_a_nan_wait_is_refused_and_cannot_stall_another_session(tmp_path: Path) -> None:

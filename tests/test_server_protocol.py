@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony.errors import ProtocolError
+from harmony.base.errors import ProtocolError
 from harmony_server.protocol import REQUEST_SCHEMAS, _fast_accept, validate_request
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from harmony_server.store import (
     SCHEMA_VERSION,
     ClientRow,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.definition import PluginSpec, SessionDefinition
-from harmony.errors import ConfigError, TrialError
-from harmony.session import SessionCore
-from strategies.space import IntParam, Space
+from harmony.base.errors import ConfigError, TrialError
+from harmony.base.space import IntParam, Space
+from harmony.core.definition import PluginSpec, SessionDefinition
+from harmony.core.session import SessionCore
 
 SPACE = Space((IntParam("x", -5, 5), IntParam("y", -5, 5)))
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony.errors import ConfigError
-from strategies.space import EnumParam, IntParam, RealParam, Space, space_from_dicts
+from harmony.base.errors import ConfigError
+from harmony.base.space import EnumParam, IntParam, RealParam, Space, space_from_dicts
 
 # -- bad input --------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.phases.final import decision_labels
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective

@@ -14,18 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies
-from harmony.errors import ConfigError, TrialError
-from strategies import (
-    PRO,
-    EnumParam,
-    IntParam,
-    NelderMead,
-    Point,
-    RealParam,
-    Space,
-    Strategy,
-    make_strategy,
-)
+from harmony.base.errors import ConfigError, TrialError
+from harmony.base.space import EnumParam, IntParam, Point, RealParam, Space
+from strategies import PRO, NelderMead, Strategy, make_strategy
 
 Objective = Callable[[Point], float]
 
@@ -510,7 +501,8 @@ def test_points_never_leave_the_space(space: Space, seed: int, name: str, init: 
 
 
 def test_init_simplex_is_the_first_batch_handed_out() -> None:
-    from strategies import IntParam, Space, make_strategy
+    from harmony.base.space import IntParam, Space
+    from strategies import make_strategy
 
     space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))
     given = [{"x": 10, "y": 20}, {"x": 50, "y": 20}, {"x": 10, "y": 70}]
@@ -527,8 +519,9 @@ def test_init_simplex_is_the_first_batch_handed_out() -> None:
 def test_init_simplex_of_the_wrong_size_is_a_config_error() -> None:
     import pytest
 
-    from harmony.errors import ConfigError
-    from strategies import IntParam, Space, make_strategy
+    from harmony.base.errors import ConfigError
+    from harmony.base.space import IntParam, Space
+    from strategies import make_strategy
 
     space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))
     with pytest.raises(ConfigError, match="init_simplex"):

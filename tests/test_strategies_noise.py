@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from plugin_support import SessionView
 
-from harmony.definition import SessionDefinition
-from harmony.session import SessionCore
+from harmony.base.space import IntParam, Point, Space
+from harmony.core.definition import SessionDefinition
+from harmony.core.session import SessionCore
 from plugins.base import make_plugin
 from plugins.constraint import ConstraintPlugin
-from strategies import CMAES, IntParam, Point, Space, Strategy, make_strategy
+from strategies import CMAES, Strategy, make_strategy
 
 Objective = Callable[[Point], float]
 

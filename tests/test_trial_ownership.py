@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server
 
-from harmony.errors import ClientNotFoundError, ConfigError, LeaseLostError
+from harmony.base.errors import ClientNotFoundError, ConfigError, LeaseLostError
 from tuner_client.client import HarmonyClient, connect
 
 

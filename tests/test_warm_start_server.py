@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server, sphere
 
-from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError
-from harmony.priordata import HostInfo
-from harmony.priordata_sources import prior_from_core, prior_from_server, priors_from_server
-from harmony.session import SessionCore
+from harmony.base.errors import ConfigError
+from harmony.core.definition import SessionDefinition
+from harmony.core.priordata import HostInfo, prior_from_core
+from harmony.core.session import SessionCore
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import connect
 from tuner_client.config import WarmStartConfig
+from tuner_client.priordata_remote import prior_from_server, priors_from_server
 from tuner_client.warm import load_priors
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harmony.errors import WorkloadError
+from harmony.base.errors import WorkloadError
 from workloads.mix import Mix, parse_mix
 from workloads.sample import Recorder, Sample, percentile, summarize
 from workloads.schedule import Schedule, parse_duration, parse_schedule

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from harmony.errors import ConfigError, DatabaseError, WorkloadError
+from harmony.base.errors import ConfigError, DatabaseError, WorkloadError
 from tuner_client.local_cluster import LocalCluster
 from workloads import cli
 from workloads.driver import WorkloadDriver

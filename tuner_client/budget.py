@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony.errors import ConfigError, ConstraintError
-from harmony.units import MEMORY_UNITS
+from harmony.base.errors import ConfigError, ConstraintError
+from harmony.base.units import MEMORY_UNITS
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from harmony.errors import ConstraintError
-from strategies.space import IntParam
+from harmony.base.errors import ConstraintError
+from harmony.base.space import IntParam
 from tuner_client.budget import (
     ONLINE_MEMORY_KNOBS,
     UNIT_BYTES,

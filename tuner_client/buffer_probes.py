@@ -6,7 +6,7 @@ hits and reads of every user relation whose counters moved over the window. A re
 be served by the OS page cache (inside the memory cgroup, if any); it is a miss of
 PostgreSQL's buffer all the same, which is what the Buffer Miss Equation describes. The
 sizes of the relations the windows touched give the catalog's P* (see
-:mod:`tuner_client.bme.probes`). Every probe goes through :meth:`Measurer.apply`, so a size
+:mod:`bme.probes`). Every probe goes through :meth:`Measurer.apply`, so a size
 that breaks the memory budget is refused, never applied.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import psycopg
 
-from harmony.errors import HarmonyError
-from tuner_client.bme.probes import Probe
+from bme.probes import Probe
+from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
 from tuner_client.measure import Measurer
 

@@ -2,7 +2,7 @@
 
 ``connect(url)`` talks HTTP/JSON to a server over pooled keep-alive connections (urllib3),
 retrying with backoff while the server is unreachable; ``connect(None)`` runs sessions
-in-process on the same :class:`harmony.session.SessionCore` with the same semantics. The
+in-process on the same :class:`harmony.core.session.SessionCore` with the same semantics. The
 client never imports the server's HTTP layer or store.
 
     with connect("http://127.0.0.1:1979") as client:
@@ -28,8 +28,7 @@ from urllib.parse import quote
 
 import urllib3
 
-from harmony.definition import SessionDefinition
-from harmony.errors import (
+from harmony.base.errors import (
     ClientNotFoundError,
     ConfigError,
     HarmonyError,
@@ -39,7 +38,8 @@ from harmony.errors import (
     SessionNotFoundError,
     TrialError,
 )
-from harmony.hostinfo import host_metadata
+from harmony.base.hostinfo import host_metadata
+from harmony.core.definition import SessionDefinition
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import psycopg
 
-from harmony.errors import ConfigError
-from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony.base.errors import ConfigError
+from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from harmony.errors import (
+from harmony.base.errors import (
     ConfigError,
     DatabaseError,
     GuardrailTrip,

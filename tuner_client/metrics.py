@@ -32,10 +32,10 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony import __version__
-from harmony.errors import ConfigError
-from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
-from tuner_client.bme.equation import PARAM_KEYS, BMEParams, miss_probability
+from harmony.base.errors import ConfigError
+from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 if TYPE_CHECKING:
     from tuner_client.measure import PointRecord

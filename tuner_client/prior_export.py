@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harmony.hostinfo import host_metadata
-from harmony.priordata import HostInfo, PriorSession, PriorTrial
+from harmony.base.hostinfo import host_metadata
+from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
 from tuner_client.client import Session
 
 __all__ = ["session_prior"]

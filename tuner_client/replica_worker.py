@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measure import PointRecord

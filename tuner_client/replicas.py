@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 
-from harmony.errors import ConfigError, DatabaseError, HarmonyError
+from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import PointRecord

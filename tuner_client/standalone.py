@@ -1,4 +1,4 @@
-"""Standalone mode: sessions run in-process on :class:`harmony.leased.LeasedSession`.
+"""Standalone mode: sessions run in-process on :class:`harmony.core.leased.LeasedSession`.
 
 The very leased-session service the server hosts (leases, ownership, heartbeats, leave,
 the restart check, ``describe``), answering the HTTP API's requests with the same answers
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from harmony.definition import SessionDefinition
-from harmony.errors import ConfigError, ProtocolError, SessionNotFoundError
-from harmony.leased import LeasedSession
+from harmony.base.errors import ConfigError, ProtocolError, SessionNotFoundError
+from harmony.core.definition import SessionDefinition
+from harmony.core.leased import LeasedSession
 
 logger = logging.getLogger(__name__)
 

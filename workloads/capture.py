@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 from workloads.connect import connect, describe_dsn
 from workloads.replay import CapturedStatement, Execution, ReplayFile
 from workloads.script_file import READ_KEYWORDS, blank_quoted

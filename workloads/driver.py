@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 
-from harmony.errors import WorkloadError
+from harmony.base.errors import WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.mix import Mix, parse_mix

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from harmony.errors import WorkloadError
+from harmony.base.errors import WorkloadError
 from workloads.base import Workload
 from workloads.sample import Sample, summarize
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harmony.errors import DatabaseError, WorkloadError
+from harmony.base.errors import DatabaseError, WorkloadError
 from workloads.base import Workload
 from workloads.connect import connect, describe_dsn
 from workloads.sample import Sample, summarize

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harmony.errors import WorkloadError
+from harmony.base.errors import WorkloadError
 
 #: completions per query whose mean is a running query's expected duration (no completion of
 #: that query in the window)

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.errors import DatabaseError
+from harmony.base.errors import DatabaseError
 from workloads.connect import connect
 from workloads.sample import Recorder
 from workloads.tpch.queries import make_query

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harmony.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
+from harmony.core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
 from tuner_client.config.defaults import (
     DEFAULT_OFFLINE_KNOBS,
     DEFAULT_ONLINE_KNOBS,

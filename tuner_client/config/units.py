@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from harmony.errors import ConfigError
-from harmony.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony.base.errors import ConfigError
+from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 __all__ = ["MEMORY_UNITS", "TIME_UNITS_MS", "format_bytes", "parse_bytes"]
 

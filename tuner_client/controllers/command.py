@@ -7,7 +7,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import Controller
 
 

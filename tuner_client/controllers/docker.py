@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harmony.errors import ConfigError, DatabaseError
+from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
 
 

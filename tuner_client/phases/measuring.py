@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from harmony.errors import DatabaseError, HarmonyError
+from harmony.base.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measure import PointRecord, aggregate

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from harmony.errors import ConstraintError, HarmonyError
+from harmony.base.errors import ConstraintError, HarmonyError
+from harmony.base.space import IntParam, Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
-from strategies.space import IntParam, Space
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measure import PointRecord
 from tuner_client.phases.blocks import Reference

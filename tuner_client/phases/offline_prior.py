@@ -1,7 +1,7 @@
 """The Buffer Miss Equation prior of the offline pass: measured sizes in, advice out.
 
 Each measured shared_buffers size gives a point (size, buffer hits, buffer reads over the
-samples); with three distinct sizes :class:`tuner_client.bme.prior.SharedBuffersPrior` is fitted
+samples); with three distinct sizes :class:`bme.prior.SharedBuffersPrior` is fitted
 once, and its advice (a start size and a narrowed range) is converted to session units.
 """
 
@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.errors import HarmonyError
-from strategies.space import EnumParam
-from tuner_client.bme.fit import BMEFit
-from tuner_client.bme.prior import SharedBuffersPrior, touched_pages_p_star
+from bme.fit import BMEFit
+from bme.prior import SharedBuffersPrior, touched_pages_p_star
+from harmony.base.errors import HarmonyError
+from harmony.base.space import EnumParam
 from tuner_client.config import KnobSpace
 from tuner_client.measure import PointRecord
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from harmony.errors import HarmonyError
-from harmony.priordata import dump
+from harmony.base.errors import HarmonyError
+from harmony.core.priordata import dump
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.prior_export import session_prior

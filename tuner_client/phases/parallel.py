@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harmony.errors import HarmonyError
+from harmony.base.errors import HarmonyError
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measure import PointRecord

@@ -8,8 +8,8 @@ import logging
 
 import psycopg
 
-from harmony.errors import HarmonyError
-from harmony.priordata import PriorSession
+from harmony.base.errors import HarmonyError
+from harmony.core.priordata import PriorSession
 from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space

@@ -18,8 +18,8 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from harmony.errors import HarmonyError
-from strategies.space import EnumParam, IntParam, RealParam, Value
+from harmony.base.errors import HarmonyError
+from harmony.base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
 from tuner_client.phases.measuring import record_point

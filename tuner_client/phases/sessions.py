@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from harmony.definition import PluginSpec, SessionDefinition
-from harmony.warmstart import apply_warm_start
+from harmony.core.definition import PluginSpec, SessionDefinition
+from harmony.core.warmstart import apply_warm_start
 from tuner_client.client import Session, host_metadata
 from tuner_client.config import KnobSpace
 from tuner_client.phases.parallel import METADATA_KEY, open_references, replicated_metadata

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harmony.errors import HarmonyError
-from harmony.priordata import PriorSession
+from harmony.base.errors import HarmonyError
+from harmony.core.priordata import PriorSession
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, Session
@@ -92,7 +92,7 @@ class RunState:
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
     bme: dict[str, Any] | None = None
-    #: every BME probe decision of the run (``tuner_client.bme.probes.ProbeDecision.to_dict``
+    #: every BME probe decision of the run (``bme.probes.ProbeDecision.to_dict``
     #: plus the pass label, the probes' cost and the search window), in order
     probe_decisions: list[dict[str, Any]] = field(default_factory=list)
     #: the BME prior's recommended configuration, when it gave one

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.unstable import degrade_reason, spread_reason
 

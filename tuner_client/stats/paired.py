@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats as sps
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 
 Method = Literal["t", "bootstrap"]
 

@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.stats.decision import EARLY_LEVEL
 from tuner_client.stats.noise import round_order
 from tuner_client.stats.paired import RatioInterval, paired_ratio_interval

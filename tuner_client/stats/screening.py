@@ -32,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.stats.paired import t_quantile
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harmony.errors import ConfigError
+from harmony.base.errors import ConfigError
 from tuner_client.stats.paired import t_quantile
 
 #: flag when the candidate's detrended spread exceeds this multiple of the reference's.

@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
-from harmony.errors import WorkloadError
+from harmony.base.errors import WorkloadError
 from workloads.tpch.params import Params, default_params, random_params
 
 QUERY_NAMES: tuple[str, ...] = tuple(f"Q{i}" for i in range(1, 23))

@@ -1,0 +1,283 @@
+"""Cheap shared_buffers probes turned into a decision: the Buffer Miss Equation fitted to the
+miss probabilities measured right after restarts at a few sizes, with P* from the catalog.
+
+A probe starts with an empty buffer, so over its window the misses are the cold misses (the
+distinct pages the workload touches, at most the pages of the relations it reads) plus the
+capacity misses of that size: the equation's model of a reference string from its start. P*
+is therefore the touched pages over the block accesses of a window, and the fit has three
+free parameters (M*, Mb, Pc). The decision is one of ``knee`` (a good fit: M* and the miss
+probability at every size), ``no-knee`` (the curve is already flat at the smallest probe:
+the workload fits) or ``rejected`` (with why: too few probes, not monotone, a poor R²).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bme.fit import BMEFit, fit_bme
+from bme.size import size_for_target
+from harmony.base.errors import ConfigError, HarmonyError
+
+logger = logging.getLogger(__name__)
+
+#: a probe may miss more than a smaller one by this much (absolute) before the curve counts
+#: as not monotone: the windows' mixes differ a little from probe to probe
+MONOTONE_TOL_ABS = 0.02
+#: ... or by this fraction of the smaller probe's miss probability
+MONOTONE_TOL_REL = 0.15
+#: the curve is flat (no knee) when the largest miss probability is within this factor
+#: (plus FLAT_TOL_ABS) of the smallest
+FLAT_FACTOR = 1.25
+FLAT_TOL_ABS = 0.005
+#: an M* further than this factor beyond the largest probe is an extrapolation not trusted
+FAR_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: shared_buffers ``size`` (bytes), block hits and reads of the workload's
+    relations over its window, the window's length and the probe's whole wall-clock cost."""
+
+    size: int
+    hits: int
+    reads: int
+    window_s: float
+    cost_s: float
+    #: relation name -> pages (block size units) of every relation the window accessed
+    touched: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def accesses(self) -> int:
+        return self.hits + self.reads
+
+    @property
+    def miss(self) -> float:
+        """blks_read / (blks_read + blks_hit) over the window."""
+        if self.accesses <= 0:
+            raise ConfigError(f"probe at shared_buffers {self.size} bytes counted no block "
+                              f"access: nothing to learn a miss probability from")
+        return self.reads / self.accesses
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "hits": self.hits, "reads": self.reads,
+                "miss": self.miss if self.accesses > 0 else None, "window_s": self.window_s,
+                "cost_s": self.cost_s, "touched_relations": len(self.touched)}
+
+
+@dataclass(frozen=True)
+class ProbeDecision:
+    """What the probes say about shared_buffers (see the module docstring).
+
+    ``size`` is the recommended size in bytes (M*, or the size reaching ``target_miss``, or
+    the smallest probe when there is no knee), already capped to the allowed range; None
+    when rejected.
+    """
+
+    kind: str  # "knee", "no-knee" or "rejected"
+    reason: str
+    probes: tuple[Probe, ...]
+    fit: BMEFit | None = None
+    p_star: float | None = None
+    p_star_source: str = ""
+    touched_pages: int | None = None
+    size: int | None = None
+    capped: bool = False
+    target_miss: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.kind in ("knee", "no-knee")
+
+    def miss_at(self, size: float) -> float | None:
+        """The fitted miss probability at ``size`` bytes (None without a fit)."""
+        if self.fit is None:
+            return None
+        return float(min(1.0, float(self.fit.predict(size))))
+
+    def to_dict(self) -> dict[str, Any]:
+        """For a session's ``metadata["bme"]`` (sizes in bytes)."""
+        out: dict[str, Any] = {"decision": self.kind, "reason": self.reason,
+                               "probes": [p.to_dict() for p in self.probes],
+                               "p_star_source": self.p_star_source,
+                               "touched_pages": self.touched_pages, "size": self.size,
+                               "capped": self.capped, "target_miss": self.target_miss,
+                               "usable": self.usable}
+        if self.fit is not None:
+            out.update(self.fit.params.to_dict())
+            out["r2"] = float(self.fit.r2)
+        out["points"] = [[float(p.size), p.miss] for p in self.probes if p.accesses > 0]
+        return out
+
+
+def probe_sizes(low: int, high: int, count: int, step: int = 1) -> list[int]:
+    """``count`` sizes spread evenly in log scale over [low, high] bytes, on the ``step`` grid
+    (never above ``high``), distinct and increasing."""
+    if count < 3:
+        raise ConfigError(f"bme.probes must be at least 3 (the fit needs 3 sizes), got {count}")
+    if not 0 < low < high:
+        raise ConfigError(f"probe sizes need 0 < low < high bytes, got {low} and {high}")
+    step = max(1, int(step))
+    sizes: list[int] = []
+    for i in range(count):
+        raw = low * (high / low) ** (i / (count - 1))
+        snapped = max(low, min(high, int(round(raw / step)) * step))
+        if snapped > high:
+            snapped -= step
+        if not sizes or snapped > sizes[-1]:
+            sizes.append(snapped)
+    return sizes
+
+
+def monotone_violation(probes: Sequence[Probe]) -> str | None:
+    """The first pair of probes where the larger size misses clearly more, as text."""
+    ordered = sorted((p for p in probes if p.accesses > 0), key=lambda p: p.size)
+    for small, large in zip(ordered, ordered[1:], strict=False):
+        if large.miss > small.miss + max(MONOTONE_TOL_ABS, MONOTONE_TOL_REL * small.miss):
+            return (f"not monotone: P({_mb(large.size)}) = {large.miss:.3f} > "
+                    f"P({_mb(small.size)}) = {small.miss:.3f}")
+    return None
+
+
+def touched_p_star(probes: Sequence[Probe], touched_pages: int) -> tuple[float, str]:
+    """P* = touched pages / block accesses of the largest probe's window (the floor is where
+    the curve ends, and each window's cold-miss share depends on its own accesses), never
+    above the smallest measured miss probability; with the source as text."""
+    counted = [p for p in probes if p.accesses > 0]
+    largest = max(counted, key=lambda p: p.size)
+    floor = min(p.miss for p in counted)
+    p_star = touched_pages / largest.accesses
+    source = (f"{touched_pages:,} touched pages / {largest.accesses:,} accesses of the "
+              f"largest probe's window = {p_star:.4f}")
+    if p_star > floor:
+        source += (f", lowered to the smallest measured miss probability {floor:.4f} (the "
+                   f"windows do not reach every page)")
+        p_star = floor
+    return p_star, source
+
+
+def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high: int,
+           min_r2: float = 0.9, target_miss: float | None = None) -> ProbeDecision:
+    """Fit the probes and decide (see the module docstring); sizes in bytes within
+    [low, high], the allowed shared_buffers range under the memory budget."""
+    probes = tuple(sorted(probes, key=lambda p: p.size))
+    counted = [p for p in probes if p.accesses > 0]
+    if len({p.size for p in counted}) < 3:
+        return ProbeDecision("rejected", f"only {len(counted)} probe(s) counted block accesses;"
+                             f" the fit needs 3 sizes", probes)
+    misses = [p.miss for p in counted]
+    if max(misses) <= FLAT_FACTOR * min(misses) + FLAT_TOL_ABS:
+        size = max(low, min(high, counted[0].size))
+        return ProbeDecision(
+            "no-knee", f"no knee: the miss probability is flat ({min(misses):.4f}"
+            f"..{max(misses):.4f}) from the smallest probe {_mb(counted[0].size)} on, so the "
+            f"workload's pages fit there; memory above it is better left to the other "
+            f"consumers", probes, size=size, touched_pages=touched_pages)
+    violation = monotone_violation(counted)
+    if violation is not None:
+        return ProbeDecision("rejected", f"fit not trusted: the miss curve is {violation}",
+                             probes, touched_pages=touched_pages)
+    p_star: float | None = None
+    source = "searched (no catalog page count)"
+    if touched_pages:
+        p_star, source = touched_p_star(counted, touched_pages)
+    try:
+        fit = fit_bme([p.size for p in counted], misses, p_star=p_star)
+    except HarmonyError as exc:
+        return ProbeDecision("rejected", f"fit failed: {exc}", probes, p_star=p_star,
+                             p_star_source=source, touched_pages=touched_pages)
+    if not (math.isfinite(fit.r2) and fit.r2 >= min_r2):
+        return ProbeDecision("rejected", f"fit not trusted: R² {fit.r2:.3f} < {min_r2:g}",
+                             probes, fit=fit, p_star=p_star, p_star_source=source,
+                             touched_pages=touched_pages)
+    m_star = fit.params.m_star
+    text = f"M* = {_mb(m_star)} (R² {fit.r2:.3f}, P* {source})"
+    if m_star > FAR_FACTOR * counted[-1].size:
+        if not counted[-1].miss < counted[-2].miss:
+            return ProbeDecision(
+                "rejected", f"fit not trusted: M* = {_mb(m_star)} lies more than "
+                f"{FAR_FACTOR:g}x beyond the largest probe {_mb(counted[-1].size)} (an "
+                f"extrapolation, R² {fit.r2:.3f}) and the curve no longer falls there", probes,
+                fit=fit, p_star=p_star, p_star_source=source, touched_pages=touched_pages)
+        # the curve still falls at the largest probe: the knee lies beyond it, a direction
+        # the data show, while the fitted value is an extrapolation not worth printing as one
+        text = (f"the knee lies beyond the largest probe {_mb(counted[-1].size)}: the curve "
+                f"still falls there (R² {fit.r2:.3f}; the fitted M* is more than "
+                f"{FAR_FACTOR:g}x beyond, an extrapolation)")
+    wanted = m_star
+    if target_miss is not None and target_miss < fit.params.p_star:
+        # no size reaches a target under the cold-miss floor: M* is the closest
+        text += (f"; the target miss probability {target_miss:g} is below the floor P* = "
+                 f"{fit.params.p_star:.4f}, which M* already reaches")
+    elif target_miss is not None:
+        wanted = size_for_target(fit.params, target_miss)
+        text += f"; the target miss probability {target_miss:g} needs {_mb(wanted)}"
+    capped = wanted > high * (1 + 1e-9)
+    size = int(max(low, min(high, wanted)))
+    if capped:
+        text += (f"; capped to {_mb(high)} by the memory budget (P there = "
+                 f"{min(1.0, float(fit.predict(high))):.4f})")
+    return ProbeDecision("knee", text, probes, fit=fit, p_star=p_star, p_star_source=source,
+                         touched_pages=touched_pages, size=size, capped=capped,
+                         target_miss=target_miss)
+
+
+def _mb(size: float) -> str:
+    mib = size / (1 << 20)
+    return f"{mib:.1f}MB" if mib < 10 else f"{mib:.0f}MB"
+
+
+#: the offline search's upper end: this far past M* (the fit places M* within ~13 %)
+HEADROOM = 1.25
+#: the narrowed range keeps at least this many grid steps
+MIN_STEPS = 4
+#: the probed search's first step, as a fraction of its start size: the probes place the
+#: knee to within about this much (on the six knee sweeps of benchmarks/results, a TPC-H mix
+#: and pgbench key lookups, the fitted M* sat at 0.70–0.94 of the pages the plans touch and
+#: the best size at 1.0–1.4x the start), while a step sized by the whole window (the plain
+#: search's 0.3 of the range) jumps over the peak
+RADIUS = 0.3
+
+
+def search_window(decision: ProbeDecision, low: int, high: int,
+                  step: int) -> tuple[int, int, int] | None:
+    """Where the offline search runs after a usable decision: (start, low, high) in bytes
+    on the ``step`` grid. It starts at the decided size (a knee inside the range: 25 % past
+    M*, the flat side of the knee) and stops a little past M* (past the
+    smallest probe when there is no knee), and never short of the first probe at or past M*:
+    the probes bracket the knee between their sizes, and a fitted M* may sit anywhere in
+    that bracket (a straight miss curve, as uniform key lookups give, puts it ~20 % short of
+    where the measured curve reaches its floor). Beyond, the curve is flat, and that memory
+    is better left to work_mem and the OS cache. None when the decision is not usable."""
+    if not decision.usable or decision.size is None:
+        return None
+    step = max(1, int(step))
+    knee = decision.fit.params.m_star if decision.fit is not None else float(decision.size)
+    reach = HEADROOM * max(knee, float(decision.size))
+    bracket = [p.size for p in decision.probes if p.accesses > 0 and p.size >= knee]
+    if bracket:
+        reach = max(reach, float(min(bracket)))
+    top = int(min(high, reach) // step * step)
+    top = max(top, min(high, low + MIN_STEPS * step))
+    begin = float(decision.size)
+    if decision.fit is not None and decision.target_miss is None and not decision.capped:
+        # a knee inside the range: past M* the curve is flat, so a size a little above it
+        # costs only memory while one below it still misses (and the fitted M* tends to
+        # fall short): start a margin past it
+        begin = HEADROOM * begin
+    start = max(low, min(top, int(round(begin / step)) * step))
+    return start, low, top
+
+
+def search_radius(start: int, low: int, high: int, step: int, *, log: bool = False) -> float:
+    """The probed search's first step as a fraction of its range [low, high] (the simplex
+    strategies' ``init_radius``): :data:`RADIUS` of the start size (on a log-scaled range,
+    the factor 1 + RADIUS), at least one grid step, at most the whole range."""
+    if high <= low:
+        return 1.0
+    if log and low > 0:
+        return min(1.0, math.log1p(RADIUS) / math.log(high / low))
+    return min(1.0, max(float(max(1, step)), RADIUS * start) / (high - low))

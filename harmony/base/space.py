@@ -1,0 +1,420 @@
+"""Typed search spaces: integer and real parameters on a step grid, and enumerations.
+
+A point is a ``dict`` from parameter name to value. Every point a strategy hands out
+goes through :meth:`Space.snap`, which puts it on the step grid and inside the bounds.
+
+Grid rule: an integer or stepped real parameter takes the values ``min + k*step`` for
+``k = 0 .. floor((max - min) / step)``. When the width is not a multiple of the step,
+``max`` itself is not on the grid and the largest value is the last grid point below it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from harmony.base.errors import ConfigError
+
+Value = int | float | str
+Point = dict[str, Value]
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class IntParam:
+    """An integer parameter ``min..max`` on a grid of ``step``; optionally log-scaled."""
+
+    name: str
+    min: int
+    max: int
+    step: int = 1
+    log: bool = False
+    default: int | None = None
+    unit: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_numeric(self)
+
+    @property
+    def size(self) -> int:
+        """Number of grid values."""
+        return (self.max - self.min) // self.step + 1
+
+    @property
+    def upper(self) -> int:
+        """The largest value on the grid (``max`` when the width is a multiple of ``step``)."""
+        return self.min + (self.size - 1) * self.step
+
+    def value_at(self, index: int) -> int:
+        return self.min + int(index) * self.step
+
+    def index_of(self, value: Value) -> int:
+        return int(round((float(value) - self.min) / self.step))
+
+    def snap(self, value: Value) -> int:
+        index = min(max(self.index_of(value), 0), self.size - 1)
+        return self.value_at(index)
+
+
+@dataclass(frozen=True)
+class RealParam:
+    """A real parameter ``min..max``; ``step`` 0 means continuous; optionally log-scaled."""
+
+    name: str
+    min: float
+    max: float
+    step: float = 0.0
+    log: bool = False
+    default: float | None = None
+    unit: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_numeric(self)
+
+    @property
+    def discrete(self) -> bool:
+        return self.step > 0
+
+    @property
+    def size(self) -> int:
+        """Number of grid values (only meaningful when ``step > 0``)."""
+        if not self.discrete:
+            raise ConfigError(f"parameter {self.name!r} is continuous (step 0): it has no grid")
+        return int(math.floor((self.max - self.min) / self.step + _EPS)) + 1
+
+    @property
+    def upper(self) -> float:
+        return self.value_at(self.size - 1) if self.discrete else self.max
+
+    def value_at(self, index: int) -> float:
+        value = self.min + int(index) * self.step
+        if self.step >= 1e-9:
+            # round() keeps grid values free of accumulated binary noise (0.1*3 -> 0.3);
+            # only when the step is coarse enough that the rounding cannot move a grid point
+            value = round(value, 12)
+        # clip: a grid value never leaves the bounds, even by a rounding error
+        return min(max(value, self.min), self.max)
+
+    def index_of(self, value: Value) -> int:
+        return int(round((float(value) - self.min) / self.step))
+
+    def snap(self, value: Value) -> float:
+        if not self.discrete:
+            return min(max(float(value), self.min), self.max)
+        index = min(max(self.index_of(value), 0), self.size - 1)
+        return self.value_at(index)
+
+
+@dataclass(frozen=True)
+class EnumParam:
+    """A categorical parameter: one of ``values``, with no order implied."""
+
+    name: str
+    values: tuple[Value, ...]
+    default: Value | None = None
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ConfigError(f"parameter {self.name!r}: an enumeration needs at least one value")
+        if len(set(self.values)) != len(self.values):
+            raise ConfigError(f"parameter {self.name!r}: enumeration values must be distinct, "
+                              f"got {list(self.values)}")
+        if self.default is not None and self.default not in self.values:
+            raise ConfigError(f"parameter {self.name!r}: default {self.default!r} is not one of "
+                              f"{list(self.values)}")
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    def value_at(self, index: int) -> Value:
+        return self.values[int(index)]
+
+    def index_of(self, value: Value) -> int:
+        try:
+            return self.values.index(value)
+        except ValueError:
+            raise ConfigError(f"parameter {self.name!r}: {value!r} is not one of "
+                              f"{list(self.values)}") from None
+
+    def snap(self, value: Value) -> Value:
+        if value in self.values:
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return self.values[min(max(int(round(value)), 0), len(self.values) - 1)]
+        raise ConfigError(f"parameter {self.name!r}: {value!r} is not one of {list(self.values)}")
+
+
+Param = IntParam | RealParam | EnumParam
+
+
+def _check_numeric(p: IntParam | RealParam) -> None:
+    if not p.name or not isinstance(p.name, str):
+        raise ConfigError(f"a parameter needs a non-empty name, got {p.name!r}")
+    for key in ("min", "max", "step"):
+        v = getattr(p, key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ConfigError(f"parameter {p.name!r}: {key} must be a finite number, got {v!r}")
+    if isinstance(p, IntParam):
+        for key in ("min", "max", "step"):
+            if not float(getattr(p, key)).is_integer():
+                raise ConfigError(f"parameter {p.name!r}: {key} of an integer parameter must be "
+                                  f"an integer, got {getattr(p, key)!r}")
+    if p.min > p.max:
+        raise ConfigError(f"parameter {p.name!r}: min must be <= max, "
+                          f"got min={p.min} > max={p.max}")
+    if isinstance(p, IntParam) and p.step <= 0:
+        raise ConfigError(f"parameter {p.name!r}: step must be > 0, got {p.step}")
+    if isinstance(p, RealParam) and p.step < 0:
+        raise ConfigError(f"parameter {p.name!r}: step must be >= 0 (0 = continuous), got {p.step}")
+    if p.step > 0 and p.max > p.min and p.step > p.max - p.min:
+        raise ConfigError(f"parameter {p.name!r}: step {p.step} is larger than the range "
+                          f"{p.min}..{p.max}; use a smaller step or a wider range")
+    if p.log and p.min <= 0:
+        raise ConfigError(f"parameter {p.name!r}: a log-scaled parameter needs min > 0, "
+                          f"got min={p.min}")
+    d = p.default
+    if d is not None and (isinstance(d, bool) or not isinstance(d, int | float)
+                          or not math.isfinite(d)):
+        raise ConfigError(f"parameter {p.name!r}: default must be a finite number, got {d!r}")
+    if p.default is not None and not (p.min <= p.default <= p.max):
+        raise ConfigError(f"parameter {p.name!r}: default {p.default} is outside "
+                          f"{p.min}..{p.max}")
+
+
+@dataclass(frozen=True)
+class Space:
+    """An ordered tuple of parameters. Immutable; narrowing returns a new space."""
+
+    params: tuple[Param, ...]
+    _by_name: dict[str, Param] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            raise ConfigError("a search space needs at least one parameter")
+        by_name: dict[str, Param] = {}
+        for p in self.params:
+            if p.name in by_name:
+                raise ConfigError(f"parameter {p.name!r} is defined twice")
+            by_name[p.name] = p
+        object.__setattr__(self, "_by_name", by_name)
+
+    # -- lookup ---------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    @property
+    def dim(self) -> int:
+        return len(self.params)
+
+    def __getitem__(self, name: str) -> Param:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ConfigError(f"unknown parameter {name!r}; the space has {self.names}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    @property
+    def is_discrete(self) -> bool:
+        """True when every parameter has a finite grid (so the space can be enumerated)."""
+        return all(not isinstance(p, RealParam) or p.discrete for p in self.params)
+
+    def grid_size(self) -> int:
+        n = 1
+        for p in self.params:
+            n *= p.size
+        return n
+
+    # -- points ---------------------------------------------------------------
+    def check_point(self, point: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigError` unless ``point`` names exactly this space's parameters."""
+        missing = [n for n in self.names if n not in point]
+        extra = [n for n in point if n not in self._by_name]
+        if missing or extra:
+            raise ConfigError(f"point {dict(point)} does not match the space: missing {missing}, "
+                              f"unknown {extra}")
+
+    def key(self, point: Mapping[str, Any]) -> tuple[Value, ...]:
+        """A hashable identity for a (snapped) point: its values in parameter order."""
+        return tuple(point[n] for n in self.names)
+
+    def iter_grid(self) -> Iterator[Point]:
+        """Every grid point in odometer order (the last parameter changes fastest)."""
+        if not self.is_discrete:
+            continuous = [p.name for p in self.params
+                          if isinstance(p, RealParam) and not p.discrete]
+            raise ConfigError(f"the space cannot be enumerated: parameters {continuous} are "
+                              "continuous (step 0); give them a step > 0")
+        names = self.names
+        for indices in itertools.product(*(range(p.size) for p in self.params)):
+            yield {n: p.value_at(i) for n, p, i in zip(names, self.params, indices, strict=True)}
+
+    def snap(self, point: Mapping[str, Any]) -> Point:
+        """Put every value on its grid and inside its bounds."""
+        self.check_point(point)
+        return {p.name: p.snap(point[p.name]) for p in self.params}
+
+    def contains(self, point: Mapping[str, Any]) -> bool:
+        """True when ``point`` is exactly on the grid and inside the bounds."""
+        try:
+            return self.snap(point) == {n: point[n] for n in self.names}
+        except ConfigError:
+            return False
+
+    def default_point(self) -> Point:
+        """Each parameter's default, or the middle of its grid when it has none."""
+        out: Point = {}
+        for p in self.params:
+            if p.default is not None:
+                out[p.name] = p.snap(p.default)
+            elif isinstance(p, EnumParam):
+                out[p.name] = p.values[0]
+            else:
+                out[p.name] = self.from_unit_value(p, 0.5)
+        return out
+
+    # -- unit-cube normalisation ---------------------------------------------
+    def to_unit(self, point: Mapping[str, Any]) -> np.ndarray:
+        """Map a point into ``[0, 1]^dim`` (log-scaled parameters logarithmically)."""
+        return np.array([self.to_unit_value(p, point[p.name]) for p in self.params], dtype=float)
+
+    def from_unit(self, x: Sequence[float] | np.ndarray) -> Point:
+        """Map a vector of ``[0, 1]^dim`` (clipped) back to a snapped point."""
+        return {p.name: self.from_unit_value(p, float(v))
+                for p, v in zip(self.params, x, strict=True)}
+
+    @staticmethod
+    def to_unit_value(p: Param, value: Value) -> float:
+        if isinstance(p, EnumParam):
+            return 0.5 if p.size == 1 else p.index_of(value) / (p.size - 1)
+        hi = p.upper
+        if hi == p.min:
+            return 0.5
+        if p.log:
+            span = math.log(hi) - math.log(p.min)
+            if span == 0.0:  # a range too narrow for its logarithm to tell its ends apart
+                return 0.5
+            return (math.log(float(value)) - math.log(p.min)) / span
+        return (float(value) - p.min) / (hi - p.min)
+
+    @staticmethod
+    def from_unit_value(p: Param, u: float) -> Value:
+        u = min(max(u, 0.0), 1.0)
+        if isinstance(p, EnumParam):
+            return p.values[int(round(u * (p.size - 1)))]
+        hi = p.upper
+        if u <= 0.0 or u >= 1.0:  # the ends exactly, without exp/log round-off
+            raw = p.min if u <= 0.0 else hi
+        elif p.log:
+            raw = math.exp(math.log(p.min) + u * (math.log(hi) - math.log(p.min)))
+        else:
+            raw = p.min + u * (hi - p.min)
+        return p.snap(raw)
+
+    def unit_resolution(self) -> np.ndarray:
+        """Per-parameter grid spacing in unit coordinates (0 for continuous parameters)."""
+        res = []
+        for p in self.params:
+            if isinstance(p, RealParam) and not p.discrete:
+                res.append(0.0)
+            else:
+                res.append(1.0 / (p.size - 1) if p.size > 1 else 1.0)
+        return np.array(res)
+
+    # -- sampling and narrowing ----------------------------------------------
+    def random_point(self, rng: np.random.Generator) -> Point:
+        """A point drawn uniformly from each parameter's grid (or range)."""
+        out: Point = {}
+        for p in self.params:
+            if isinstance(p, RealParam) and not p.discrete:
+                out[p.name] = p.snap(rng.uniform(p.min, p.max))
+            else:
+                out[p.name] = p.value_at(int(rng.integers(p.size)))
+        return out
+
+    def narrowed(self, bounds: Mapping[str, tuple[float, float]]) -> Space:
+        """A new space with the given parameters' ``(min, max)`` replaced by grid values.
+
+        Bounds are snapped onto the parameter's existing grid, so the grid stays aligned.
+        """
+        params: list[Param] = []
+        for p in self.params:
+            if p.name in bounds and not isinstance(p, EnumParam):
+                cast = int if isinstance(p, IntParam) else float
+                lo, hi = (cast(p.snap(v)) for v in bounds[p.name])
+                default = p.default if p.default is not None and lo <= p.default <= hi else None
+                params.append(replace(p, min=lo, max=max(lo, hi), default=default))  # type: ignore[arg-type]
+            else:
+                params.append(p)
+        return Space(tuple(params))
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """A JSON-ready description (the inverse of :func:`space_from_dicts`)."""
+        out = []
+        for p in self.params:
+            if isinstance(p, EnumParam):
+                out.append({"name": p.name, "type": "enum", "values": list(p.values),
+                            "default": p.default})
+            else:
+                out.append({"name": p.name, "type": "int" if isinstance(p, IntParam) else "real",
+                            "min": p.min, "max": p.max, "step": p.step, "log": p.log,
+                            "default": p.default, "unit": p.unit})
+        return out
+
+
+def space_from_dicts(items: Iterable[Mapping[str, Any]]) -> Space:
+    """Build a space from plain dictionaries (as in a session definition)."""
+    params: list[Param] = []
+    for item in items:
+        kind = item.get("type", "int")
+        name = item.get("name")
+        if kind == "enum":
+            params.append(EnumParam(name=name, values=tuple(item["values"]),  # type: ignore[arg-type]
+                                    default=item.get("default")))
+        elif kind == "int":
+            params.append(IntParam(name=name, min=item["min"], max=item["max"],  # type: ignore[arg-type]
+                                   step=item.get("step", 1), log=item.get("log", False),
+                                   default=item.get("default"), unit=item.get("unit")))
+        elif kind == "real":
+            params.append(RealParam(name=name, min=item["min"], max=item["max"],  # type: ignore[arg-type]
+                                    step=item.get("step", 0.0), log=item.get("log", False),
+                                    default=item.get("default"), unit=item.get("unit")))
+        else:
+            raise ConfigError(f"parameter {name!r}: type must be one of int, real, enum; "
+                              f"got {kind!r}")
+    return Space(tuple(params))
+
+
+class FeasibleRegion(Protocol):
+    """What a strategy may ask of the constraints (the constraint plugin provides one)."""
+
+    def contains(self, point: Point) -> bool: ...
+
+    def sample(self, rng: np.random.Generator) -> Point: ...
+
+    def project(self, point: Point) -> Point | None: ...
+
+
+@dataclass
+class WholeSpace:
+    """The trivial feasible region: every point of the space."""
+
+    space: Space
+
+    def contains(self, point: Point) -> bool:
+        return self.space.contains(point)
+
+    def sample(self, rng: np.random.Generator) -> Point:
+        return self.space.random_point(rng)
+
+    def project(self, point: Point) -> Point | None:
+        return self.space.snap(point)

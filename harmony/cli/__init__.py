@@ -1,0 +1,91 @@
+"""The single console script, ``harmony``: one subcommand per job.
+
+Each subsystem owns its subcommands (a module with ``add_parser(subparsers)``); this module
+only wires them together, configures logging, and turns errors into exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+import bme.cli
+import harmony_server.cli
+import tuner_client.demo
+import tuner_client.sessions_cli
+import tuner_client.tune_cli
+import workloads.cli
+import workloads.user_cli
+from harmony import __version__
+from harmony.base.env import env_default
+from harmony.base.errors import ConfigError, HarmonyError
+from harmony.cli import define, priordata, report, synth
+
+#: modules that register subcommands, in the order ``harmony --help`` lists them
+SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (
+    harmony_server.cli,           # harmony server
+    tuner_client.sessions_cli,    # harmony sessions
+    tuner_client.tune_cli,        # harmony tune
+    tuner_client.demo,            # harmony demo
+    synth,                        # harmony synth
+    bme.cli,                      # harmony bme ...
+    workloads.cli,                # harmony tpch ..., harmony pgbench
+    workloads.user_cli,           # harmony workload ..., harmony capture
+    define,                       # harmony validate
+    report,                       # harmony report (reads a store, a server or a file)
+    priordata,                    # harmony export, harmony import
+)
+
+#: exit codes: 0 ok, 1 unexpected failure, 2 bad input, 3 other Harmony error, 130 interrupted
+EXIT_BAD_INPUT = 2
+EXIT_HARMONY_ERROR = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harmony",
+        description="Harmony for PostgreSQL: find the PostgreSQL configuration that gives the most "
+                    "throughput for a workload, safely, on a live server.")
+    parser.add_argument("--version", action="version", version=f"harmony {__version__}")
+    parser.add_argument("--log-level", default=env_default("log_level", "INFO"),
+                        help="logging level (env HARMONY_LOG_LEVEL; default INFO)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMAND_MODULES:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=str(args.log_level).upper(),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(func(args) or 0)
+    except ConfigError as exc:
+        print(f"harmony: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except HarmonyError as exc:
+        print(f"harmony: error: {exc}", file=sys.stderr)
+        return EXIT_HARMONY_ERROR
+    except KeyboardInterrupt:
+        print("harmony: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (e.g. `harmony ... | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
