@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        ROOT / "benchmarks" / "README.md"]
 #: top-level folders whose paths the docs cite in backticks
 TOP = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme",
        "configs", "benchmarks", "tests", "docs", "deploy", ".ci")
