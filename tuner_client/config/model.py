@@ -43,6 +43,10 @@ class DatabaseConfig:
     controller: ControllerConfig = ControllerConfig()
     memory_limit_bytes: int | None = None
     restart_timeout_s: float = 60.0
+    #: a server named by a DSN is restarted for the default restart-time knobs only when this
+    #: is set (listing ``offline.knobs`` asks for their restarts too); the embedded cluster is
+    #: the tuner's own and always may be
+    allow_restarts: bool = False
 
     @property
     def embedded(self) -> bool:
