@@ -13,15 +13,17 @@ import yaml
 
 from harmony.base.errors import ConfigError
 from harmony.cli import main
-from tuner_client.config import tuner_config_from_dict
+from tuner_client.config import DEFAULT_ONLINE_KNOBS, tuner_config_from_dict
 from tuner_client.knob_proposals import (
     StatementStats,
     WorkloadStats,
+    choose_online_knobs,
     propose,
     proposed_knobs,
 )
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.plan import make_plan
+from tuner_client.target import Target, read_catalog
 
 
 def _stats(**changes: Any) -> WorkloadStats:
@@ -219,3 +221,40 @@ def test_a_config_error_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="allow_restarts"):
         tuner_config_from_dict({"name": "x", "database": {"dsn": "host=h", "controller": CONTROLLER,
                                                           "allow_restarts": "yes"}})
+
+
+def test_online_knobs_auto_parses_with_the_defaults_until_the_run_chooses() -> None:
+    cfg = _server_config("host=127.0.0.1 port=1 dbname=x")
+    cfg["online"]["knobs"] = "auto"
+    config = tuner_config_from_dict(cfg)
+    assert config.online.auto
+    assert [k.name for k in config.online.knobs] == list(DEFAULT_ONLINE_KNOBS)
+    cfg["online"]["knobs"] = "automatic"
+    with pytest.raises(ConfigError, match="online"):
+        tuner_config_from_dict(cfg)
+
+
+@pytest.mark.postgres
+def test_online_knobs_auto_takes_the_knobs_a_spilling_workload_points_at(
+        own_cluster: LocalCluster, tmp_path: Path) -> None:
+    dsn = own_cluster.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE s AS SELECT g AS id, md5(g::text) AS pad "
+                     "FROM generate_series(1, 30000) g")
+        conn.execute("ALTER SYSTEM SET work_mem = '64kB'")
+        conn.execute("SELECT pg_reload_conf()")
+    script = tmp_path / "sort.sql"
+    script.write_text("SELECT * FROM s ORDER BY pad LIMIT 5;\n")
+    cfg = _server_config(dsn, workload={"scripts": {"files": [str(script)], "clients": 2}},
+                         measure={"seconds": 2, "samples": 1, "warmup_s": 2})
+    cfg["online"]["knobs"] = "auto"
+    config = tuner_config_from_dict(cfg)
+    target = Target(dsn=dsn, catalog=read_catalog(dsn), controller=None,  # type: ignore[arg-type]
+                    cluster=None, ram_bytes=2**30)
+    specs, proposals = choose_online_knobs(config, target)
+    spill = [p for p in proposals if p.symptom == "sorts and hashes spill to disk"]
+    assert spill and "temporary files" in spill[0].evidence
+    names = [s.name for s in specs]
+    assert names[:2] == ["work_mem", "hash_mem_multiplier"]
+    # only reload-time knobs with built-in ranges, each once
+    assert len(names) == len(set(names)) and "shared_buffers" not in names

@@ -14,13 +14,25 @@ effect clears the noise; leaving a knob out hides it from the whole run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import psycopg
 
-from tuner_client.config import format_bytes
+from harmony.base.errors import DatabaseError
+from tuner_client.budget import detect_ram_bytes
+from tuner_client.config import (
+    DEFAULT_ONLINE_KNOBS,
+    KNOWN_RANGES,
+    KnobSpec,
+    TunerConfig,
+    format_bytes,
+)
+from tuner_client.knobs import KnobCatalog
+from tuner_client.target import Target, make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +52,14 @@ FEW_CPUS = 4
 #: the buffer hit ratio below which misses are worth a look (with at least MIN_READS reads)
 HIT_RATIO = 0.99
 MIN_READS = 1000
+
+
+class Startable(Protocol):
+    """A workload driver as :func:`observe_workload` runs it."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -266,3 +286,95 @@ def _fits_in_memory(stats: WorkloadStats, *, ram_bytes: int | None,
                     ("random_page_cost", "effective_cache_size"),
                     f"database {format_bytes(stats.database_bytes)}, memory "
                     f"{format_bytes(ram_bytes)}: the OS page cache can hold it")
+
+
+def stats_delta(before: WorkloadStats, after: WorkloadStats) -> WorkloadStats:
+    """What happened between two readings: the counters' differences; the dead tuples, the
+    sizes and the settings as ``after`` reads them (they are levels, not counters)."""
+    statements = after.statements
+    if before.statements is not None and after.statements is not None:
+        b, a = before.statements, after.statements
+        statements = replace(a, calls=a.calls - b.calls, exec_ms=a.exec_ms - b.exec_ms,
+                             jit_ms=a.jit_ms - b.jit_ms,
+                             temp_blks_written=a.temp_blks_written - b.temp_blks_written)
+    return replace(after, stats_since=None,
+                   xact_commit=after.xact_commit - before.xact_commit,
+                   temp_files=after.temp_files - before.temp_files,
+                   temp_bytes=after.temp_bytes - before.temp_bytes,
+                   blks_read=after.blks_read - before.blks_read,
+                   blks_hit=after.blks_hit - before.blks_hit,
+                   checkpoints_timed=after.checkpoints_timed - before.checkpoints_timed,
+                   checkpoints_req=after.checkpoints_req - before.checkpoints_req,
+                   statements=statements)
+
+
+def observe_workload(dsn: str, seconds: float, workload: Startable | None = None,
+                     *, sleep: Callable[[float], None] = time.sleep) -> WorkloadStats:
+    """The statistics of ``seconds`` of the workload: ``workload`` run for that long (or the
+    traffic already on the server when None), read before and after, read-only."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.read_only = True
+            before = read_workload_stats(conn)
+            if workload is not None:
+                workload.start()
+            try:
+                sleep(seconds)
+            finally:
+                if workload is not None:
+                    workload.stop()
+            # the backends' pending counts reach the views within a second of their last
+            # transaction (PostgreSQL 15 flushes them at most once a second)
+            sleep(1.0)
+            return stats_delta(before, read_workload_stats(conn))
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot read the statistics views of {dsn}: {exc}") from exc
+
+
+def auto_knob_specs(proposals: list[Proposal], catalog: KnobCatalog
+                    ) -> tuple[KnobSpec, ...]:
+    """``online.knobs: auto``: the proposals' reload-time knobs this server has, with their
+    built-in ranges; the default online knobs when nothing was proposed."""
+    online, _ = proposed_knobs(proposals, restarts=False)
+    names = [n for n in online if n in catalog and catalog[n].tunable
+             and catalog[n].kind == "online" and n in KNOWN_RANGES]
+    if not names:
+        names = list(DEFAULT_ONLINE_KNOBS)
+    specs = []
+    for name in names:
+        spec = KNOWN_RANGES[name]
+        values = spec.get("values")
+        specs.append(KnobSpec(name=name, min=spec.get("min"), max=spec.get("max"),
+                              step=spec.get("step"),
+                              values=tuple(values) if values is not None else None,
+                              where="online.knobs: auto"))
+    return tuple(specs)
+
+
+def choose_online_knobs(config: TunerConfig, target: Target
+                        ) -> tuple[tuple[KnobSpec, ...], list[Proposal]]:
+    """``online.knobs: auto``: run the workload for a warm-up's length (live mode: watch the
+    traffic already there), read what it did, and take the reload-time knobs it points at."""
+    seconds = max(config.measure.warmup_s, config.measure.seconds or 0.0, 10.0)
+    driver = None if config.workload.observe is not None else make_workload(config, target.dsn)
+    stats = observe_workload(target.dsn, seconds, driver)
+    local = target.embedded or loopback(target.dsn)
+    proposals = propose(stats, ram_bytes=target.ram_bytes or detect_ram_bytes(),
+                        cpus=os.cpu_count() if local else None,
+                        restarts=bool(config.offline.knobs))
+    specs = auto_knob_specs(proposals, target.catalog)
+    logger.info("online.knobs: auto: %s from %.0f s of the workload (%s)",
+                [s.name for s in specs], seconds,
+                "; ".join(f"{p.symptom}: {', '.join(p.knobs)}" for p in proposals)
+                or "no symptom: the default online knobs")
+    return specs, proposals
+
+
+def loopback(dsn: str) -> bool:
+    """Whether ``dsn`` names a server on this host (its CPUs are this host's)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return False
+    host = str(info.get("host") or "")
+    return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")

@@ -27,7 +27,13 @@ from harmony.core.session import SessionCore
 from tuner_client.budget import detect_ram_bytes
 from tuner_client.budget_view import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
-from tuner_client.knob_proposals import Proposal, WorkloadStats, propose, read_workload_stats
+from tuner_client.knob_proposals import (
+    Proposal,
+    WorkloadStats,
+    loopback,
+    propose,
+    read_workload_stats,
+)
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.phases.state import BUDGET_KNOBS
@@ -112,7 +118,8 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False) -> Plan:
                     if n in catalog}
         knobs = (_knob_plans(offline, "offline", budget.offline_constraints(in_force), in_force)
                  + _knob_plans(online, "online", budget.online_constraints(in_force), in_force))
-        cpus = os.cpu_count() if config.database.embedded or _is_local(config) else None
+        local = config.database.embedded or loopback(config.database.dsn or "")
+        cpus = os.cpu_count() if local else None
         restarts_allowed = bool(offline.names)
         proposals = propose(stats, ram_bytes=budget.budget.ram_bytes, cpus=cpus,
                             restarts=restarts_allowed) if stats is not None else []
@@ -171,16 +178,6 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
         target = ("the embedded cluster (created by the run)" if dsn is None
                   else f"{dsn} (unreachable; this host's PostgreSQL stood in)")
         yield catalog, None, config.budget.ram_bytes or ram, target
-
-
-def _is_local(config: TunerConfig) -> bool:
-    """Whether the configured server runs on this host (its CPUs are this host's)."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(config.database.dsn or "")
-    except psycopg.ProgrammingError:
-        return False
-    host = str(info.get("host") or "")
-    return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
 
 
 def _current(catalog: KnobCatalog, name: str) -> str:

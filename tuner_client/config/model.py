@@ -193,6 +193,9 @@ class SessionConfig:
     #: a time budget besides ``evaluations``: no new evaluation starts after this many
     #: seconds of the session (None: evaluations only)
     seconds: float | None = None
+    #: ``knobs: auto`` (online only): the knobs come from what the workload's statistics show
+    #: when the run starts (``knobs`` holds the defaults until then)
+    auto: bool = False
 
 
 #: the offline session (restart knobs, i.e. shared_buffers): few, expensive evaluations from a

@@ -183,13 +183,17 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         workload.observe is None or workload.observe.allow_restarts)
     offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
                                 ("offline", "knobs"), where)
-    online_knobs = _knob_specs(on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
+    # online.knobs: auto starts from the defaults; the run replaces them with the knobs the
+    # workload's statistics propose (tuner_client.knob_proposals)
+    auto = on.get("knobs") == "auto"
+    online_knobs = _knob_specs(DEFAULT_ONLINE_KNOBS if auto else
+                               on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
     dup = {k.name for k in offline_knobs} & {k.name for k in online_knobs}
     if dup:
         raise ConfigError(f"{where('online', 'knobs')}: knob(s) {sorted(dup)} are listed both "
                           f"offline and online; list each knob once")
     offline = _session_config(off, offline_knobs, OFFLINE_SESSION)
-    online = _session_config(on, online_knobs, ONLINE_SESSION)
+    online = replace(_session_config(on, online_knobs, ONLINE_SESSION), auto=auto)
 
     fl = data.get("flow") or {}
     shift = fl.get("shift") or {}
