@@ -103,6 +103,9 @@ class Tuner:
                 ctx = self.context = prepare(cfg, run_id=self.run_id, client=client,
                                              target=target, metrics=self.metrics,
                                              priors=priors, workload=self._workload)
+                for proposal in ctx.knob_proposals:
+                    state.decide(f"online.knobs: auto: {proposal.symptom} -> "
+                                 f"{', '.join(proposal.knobs)} ({proposal.evidence})")
                 if pool is not None:
                     pool.prepare(ctx)
                     ctx.pool = pool

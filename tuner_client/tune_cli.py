@@ -13,6 +13,7 @@ from typing import Any
 from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
 from tuner_client.metrics import add_metrics_arguments, metrics_from_args
+from tuner_client.plan import format_plan, make_plan
 from tuner_client.progress import RunView, live_view
 
 
@@ -48,6 +49,11 @@ def add_parser(subparsers: Any) -> None:
                         help="with --replica: stop after this long without a session to join "
                              "(default 600)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--plan", action="store_true",
+                        help="change nothing: connect read-only, print what the run would do "
+                             "(knobs per phase, ranges after the memory budget, restarts, time, "
+                             "screening, what is held, knobs the workload's statistics point "
+                             "at) and write it to OUTPUT/plan.json")
     add_metrics_arguments(parser)
     parser.set_defaults(func=run_tune)
 
@@ -123,6 +129,8 @@ def run_with_metrics(config: TunerConfig, args: argparse.Namespace, output: Path
 def run_tune(args: argparse.Namespace) -> int:
     """Entry point of ``harmony tune``; the CLI maps errors to exit codes."""
     config = load_tuner_config(args.config)
+    if args.plan:
+        return run_plan(config, args)
     if args.replica:
         from tuner_client.replica_worker import run_replica
 
@@ -138,4 +146,20 @@ def run_tune(args: argparse.Namespace) -> int:
         print()
     else:
         print(format_result(result))
+    return 0
+
+
+def run_plan(config: TunerConfig, args: argparse.Namespace) -> int:
+    """``harmony tune --plan``: print the plan and write it as JSON; nothing is changed."""
+    plan = make_plan(config)
+    output = args.output or Path("harmony-out") / config.name
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / "plan.json"
+    path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+    if args.json:
+        json.dump(plan.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(format_plan(plan))
+        print(f"\nwritten to {path}")
     return 0

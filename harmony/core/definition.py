@@ -206,7 +206,7 @@ def validate(data: Any, schema: Mapping[str, Any], *, source: str,
     if not errors:
         return
     err = _most_specific(errors[0])
-    path = tuple(err.path)
+    path = tuple(err.absolute_path)
     where = source
     line = _line_for(path, lines)
     if line is not None:
@@ -240,9 +240,13 @@ def _check_finite(data: Any, *, source: str,
 
 
 def _most_specific(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    # oneOf/anyOf errors hide the useful message in their context
+    # oneOf/anyOf errors hide the useful message in their context, where one alternative got
+    # further into the value; when none did, the alternatives' own message says more
     while err.context:
-        err = max(err.context, key=lambda e: len(e.path))
+        deeper = max(err.context, key=lambda e: len(e.absolute_path))
+        if len(deeper.absolute_path) == len(err.absolute_path) and len(err.context) > 1:
+            return err
+        err = deeper
     return err
 
 

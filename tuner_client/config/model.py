@@ -43,6 +43,10 @@ class DatabaseConfig:
     controller: ControllerConfig = ControllerConfig()
     memory_limit_bytes: int | None = None
     restart_timeout_s: float = 60.0
+    #: a server named by a DSN is restarted for the default restart-time knobs only when this
+    #: is set (listing ``offline.knobs`` asks for their restarts too); the embedded cluster is
+    #: the tuner's own and always may be
+    allow_restarts: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -189,6 +193,9 @@ class SessionConfig:
     #: a time budget besides ``evaluations``: no new evaluation starts after this many
     #: seconds of the session (None: evaluations only)
     seconds: float | None = None
+    #: ``knobs: auto`` (online only): the knobs come from what the workload's statistics show
+    #: when the run starts (``knobs`` holds the defaults until then)
+    auto: bool = False
 
 
 #: the offline session (restart knobs, i.e. shared_buffers): few, expensive evaluations from a

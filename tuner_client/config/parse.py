@@ -92,6 +92,7 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                                         f": database.memory_limit")
                             if memory_limit is not None else None),
         restart_timeout_s=float(db.get("restart_timeout_s", DatabaseConfig.restart_timeout_s)),
+        allow_restarts=bool(db.get("allow_restarts", DatabaseConfig.allow_restarts)),
     )
     if database.memory_limit_bytes is not None and not database.embedded:
         raise ConfigError(f"{where('database', 'memory_limit')}: memory_limit applies to the "
@@ -176,16 +177,23 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
 
     off = data.get("offline") or {}
     on = data.get("online") or {}
-    restarts = workload.observe is None or workload.observe.allow_restarts
+    # the default restart-time knobs apply to the embedded cluster, or to a server named by a
+    # DSN whose config allows restarts; an explicit offline.knobs list is itself the request
+    restarts = (database.embedded or database.allow_restarts) and (
+        workload.observe is None or workload.observe.allow_restarts)
     offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
                                 ("offline", "knobs"), where)
-    online_knobs = _knob_specs(on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
+    # online.knobs: auto starts from the defaults; the run replaces them with the knobs the
+    # workload's statistics propose (tuner_client.knob_proposals)
+    auto = on.get("knobs") == "auto"
+    online_knobs = _knob_specs(DEFAULT_ONLINE_KNOBS if auto else
+                               on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
     dup = {k.name for k in offline_knobs} & {k.name for k in online_knobs}
     if dup:
         raise ConfigError(f"{where('online', 'knobs')}: knob(s) {sorted(dup)} are listed both "
                           f"offline and online; list each knob once")
     offline = _session_config(off, offline_knobs, OFFLINE_SESSION)
-    online = _session_config(on, online_knobs, ONLINE_SESSION)
+    online = replace(_session_config(on, online_knobs, ONLINE_SESSION), auto=auto)
 
     fl = data.get("flow") or {}
     shift = fl.get("shift") or {}

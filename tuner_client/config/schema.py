@@ -84,6 +84,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 },
                 "memory_limit": {"type": ["string", "integer", "null"]},
                 "restart_timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "allow_restarts": {"type": "boolean"},
             },
         },
         "workload": {
@@ -162,7 +163,8 @@ TUNER_SCHEMA: dict[str, Any] = {
         },
         "online": {
             "type": "object", "additionalProperties": False,
-            "properties": {"knobs": _KNOBS, "strategy": _STRATEGY,
+            "properties": {"knobs": {"oneOf": [*_KNOBS["oneOf"], {"const": "auto"}]},
+                           "strategy": _STRATEGY,
                            "evaluations": {"type": "integer", "minimum": 1},
                            "seconds": _SECONDS_BUDGET},
         },

@@ -14,6 +14,7 @@ from tuner_client.budget_view import BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.guardrails import Guardrail, Trip
+from tuner_client.knob_proposals import choose_online_knobs
 from tuner_client.measure import Measurer, PointRecord, Workload
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.state import BUDGET_KNOBS, RunContext
@@ -28,7 +29,9 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     """Resolve the spaces against the server's catalog, build the budget and the measurer,
     read the original configuration, and start the workload."""
     offline_space = resolve_knob_space(config.offline.knobs, target.catalog, kind="offline")
-    online_space = resolve_knob_space(config.online.knobs, target.catalog, kind="online")
+    online_knobs, proposals = (choose_online_knobs(config, target) if config.online.auto
+                               else (config.online.knobs, []))
+    online_space = resolve_knob_space(online_knobs, target.catalog, kind="online")
     budget = make_budget_view(config, target.catalog, offline_space, online_space,
                               known_ram_bytes=target.ram_bytes)
 
@@ -45,7 +48,7 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     ctx = RunContext(config=config, run_id=run_id, client=client, target=target,
                      measurer=measurer, budget=budget, offline_space=offline_space,
                      online_space=online_space, original={n: current[n] for n in names},
-                     metrics=metrics, priors=priors)
+                     metrics=metrics, priors=priors, knob_proposals=proposals)
     ctx.in_force_changed()
     try:
         ctx.original_auto_conf = target.controller.read_auto_conf()

@@ -18,6 +18,7 @@ from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
+from tuner_client.knob_proposals import Proposal
 from tuner_client.measure import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.target import Target
@@ -51,6 +52,8 @@ class RunContext:
     #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
     relpages_bytes: int | None = None
     priors: list[PriorSession] = field(default_factory=list)
+    #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
+    knob_proposals: list[Proposal] = field(default_factory=list)
     #: the replicas of a run over several (None: this target only)
     pool: ReplicaPool | None = None
 
