@@ -29,7 +29,6 @@ from tuner_client.config import (
     KNOWN_RANGES,
     KnobSpec,
     TunerConfig,
-    format_bytes,
 )
 from tuner_client.knobs import KnobCatalog
 from tuner_client.target import Target, make_workload
@@ -205,6 +204,13 @@ def proposed_knobs(proposals: list[Proposal], *, restarts: bool) -> tuple[list[s
     return online, offline
 
 
+def _size(n: int) -> str:
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 def _since(stats: WorkloadStats) -> str:
     return f"since {stats.stats_since}" if stats.stats_since else "since the server started"
 
@@ -214,7 +220,7 @@ def _spills(stats: WorkloadStats, **_: Any) -> Proposal | None:
     if stats.temp_bytes < MIN_TEMP_BYTES and written == 0:
         return None
     return Proposal("sorts and hashes spill to disk", ("work_mem", "hash_mem_multiplier"),
-                    f"{stats.temp_files} temporary files, {format_bytes(stats.temp_bytes)} "
+                    f"{stats.temp_files} temporary files, {_size(stats.temp_bytes)} "
                     f"written {_since(stats)} (work_mem {stats.settings.get('work_mem', '?')})")
 
 
@@ -284,8 +290,8 @@ def _fits_in_memory(stats: WorkloadStats, *, ram_bytes: int | None,
         return None
     return Proposal("the data fits in memory: random reads are cheap",
                     ("random_page_cost", "effective_cache_size"),
-                    f"database {format_bytes(stats.database_bytes)}, memory "
-                    f"{format_bytes(ram_bytes)}: the OS page cache can hold it")
+                    f"database {_size(stats.database_bytes)}, memory "
+                    f"{_size(ram_bytes)}: the OS page cache can hold it")
 
 
 def stats_delta(before: WorkloadStats, after: WorkloadStats) -> WorkloadStats:

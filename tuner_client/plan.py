@@ -30,6 +30,7 @@ from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.knob_proposals import (
     Proposal,
     WorkloadStats,
+    auto_knob_specs,
     loopback,
     propose,
     read_workload_stats,
@@ -111,18 +112,24 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False) -> Plan:
     notes: list[str] = []
     with _catalog_and_stats(config, unreachable_ok, notes) as (catalog, stats, ram, target):
         offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
-        online = resolve_knob_space(config.online.knobs, catalog, kind="online")
+        local = config.database.embedded or loopback(config.database.dsn or "")
+        cpus = os.cpu_count() if local else None
+        restarts_allowed = bool(offline.names)
+        proposals = propose(stats, ram_bytes=config.budget.ram_bytes or ram, cpus=cpus,
+                            restarts=restarts_allowed) if stats is not None else []
+        online_knobs = config.online.knobs
+        if config.online.auto:
+            online_knobs = auto_knob_specs(proposals, catalog)
+            notes.append("online.knobs: auto: the run watches the workload for a warm-up's "
+                         "length first and tunes what it shows then; listed here: what the "
+                         "statistics show now")
+        online = resolve_knob_space(online_knobs, catalog, kind="online")
         budget = make_budget_view(config, catalog, offline, online, known_ram_bytes=ram)
         in_force = {n: _current(catalog, n) for n in
                     dict.fromkeys(offline.names + online.names + list(BUDGET_KNOBS))
                     if n in catalog}
         knobs = (_knob_plans(offline, "offline", budget.offline_constraints(in_force), in_force)
                  + _knob_plans(online, "online", budget.online_constraints(in_force), in_force))
-        local = config.database.embedded or loopback(config.database.dsn or "")
-        cpus = os.cpu_count() if local else None
-        restarts_allowed = bool(offline.names)
-        proposals = propose(stats, ram_bytes=budget.budget.ram_bytes, cpus=cpus,
-                            restarts=restarts_allowed) if stats is not None else []
         window_s, basis = _window_seconds(config, stats)
         phases = _phases(config, offline, online, window_s)
         version = (f"{catalog.server_version_num // 10000}.{catalog.server_version_num % 100}"
