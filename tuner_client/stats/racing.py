@@ -194,7 +194,9 @@ class Race:
 
     def add(self, label: str) -> None:
         """Let ``label`` join the race from the next round (a late candidate's pairs are the
-        rounds it was measured in)."""
+        rounds it was measured in). The Bonferroni split counts it from then on, so the rounds
+        before it joined were judged at a looser level: for the race's guarantee to hold
+        exactly, name every candidate at the start."""
         if label == self.reference or label in self.baselines or label in self._candidates:
             raise ConfigError(f"{label!r} is already in the race (as the reference, a baseline "
                               "or a candidate); every label must be distinct")
@@ -227,8 +229,9 @@ class Race:
                                      method=method or self.method)
 
     def reference_level(self) -> float:
-        """The level of each candidate's interval against the reference: ``level``
-        Bonferroni-adjusted over the candidates (``win_level`` for a win by the ``t`` rule)."""
+        """The level of each candidate's confidence sequence against the reference, for its
+        drop and its win: ``level`` Bonferroni-adjusted over the candidates. (The ``t`` rule
+        drops at ``level`` and wins at ``win_level``, adjusted the same way.)"""
         return 1.0 - (1.0 - self.level) / max(1, len(self._candidates))
 
     def pair_level(self) -> float:
