@@ -185,7 +185,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
             iv = intervals[best]
             assert iv is not None
             lines.append(f"  best candidate {name(best)}/{ref_name} {iv.text()} over {iv.n} "
-                         "rounds: the interval includes 1" if iv.low <= 1.0 else
+                         "paired rounds: the interval includes 1" if iv.low <= 1.0 else
                          f"  best candidate {name(best)}/{ref_name} {iv.text()}: above 1 at "
                          f"{100 * level:.0f} % but not at the {100 * decision_level:.1f} % "
                          f"needed for the best of {m} candidates")

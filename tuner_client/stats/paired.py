@@ -21,7 +21,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harmony.errors import ConfigError
-from tuner_client.stats.sequential import confidence_sequence
+from tuner_client.stats.sequential import cs_multiplier
 
 #: ``t`` and ``bootstrap`` are fixed-n intervals, valid at a number of rounds fixed in advance;
 #: ``anytime`` is a confidence sequence (:mod:`tuner_client.stats.sequential`), valid at every
@@ -113,14 +113,12 @@ def interval_from_logs(logs: Sequence[float] | np.ndarray, *, level: float = 0.9
     if n < 2:
         return None
     mean = math.fsum(x) / n
-    if method == "t":
+    if method in ("t", "anytime"):
         sd = math.sqrt(math.fsum((v - mean) ** 2 for v in x) / (n - 1))
-        half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+        mult = t_quantile(0.5 + level / 2, n - 1) if method == "t" \
+            else cs_multiplier(n, 1.0 - level)
+        half = mult * sd / math.sqrt(n) if math.isfinite(mult) else math.inf
         low, high = mean - half, mean + half
-    elif method == "anytime":
-        cs = confidence_sequence(x, alpha=1.0 - level)
-        assert cs is not None  # n >= 2
-        _, low, high = cs
     elif method == "bootstrap":
         rng = np.random.default_rng(seed)
         means = np.asarray(x)[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))].mean(axis=1)
