@@ -19,6 +19,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("server_roundtrip", ()),
     ("bme_speed", ()),
     ("bme_prior", ()),
+    ("anytime_race", ()),
     ("tpch_load", ()),
     ("evidence", ("optimizers",)),
     ("evidence", ("overheads",)),

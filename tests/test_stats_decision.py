@@ -33,8 +33,8 @@ def _run(truths: dict[str, float], seed: int, model: NoiseModel, *, max_rounds: 
 def test_a_a_claims_no_gain() -> None:
     """Default, PGTune and the tuned pick are the same configuration. Measured over 500
     seeds of raced rounds (3 to 6, 12 on a close call) under the measured noise with 5 % point
-    CV, PGTune's rules racing too: a gain claimed in 0.4 % (2.0 % without the close-call
-    rounds: more rounds wash out a lucky lead). Asserted ≤ 5 % + 1.5 % binomial tolerance
+    CV, PGTune's rules racing too: a gain claimed in 0.2 % (none without the close-call
+    rounds; by the fixed-n rule 0.4 % and 2.0 %). Asserted ≤ 5 % + 1.5 % binomial tolerance
     (sd of a 5 % rate over 500 seeds ≈ 1 %)."""
     seeds = 500
     claims = sum(_run({"default": 1.0, "pgtune": 1.0, "c1": 1.0}, seed, FIVE_PCT)[0].winner
@@ -44,10 +44,11 @@ def test_a_a_claims_no_gain() -> None:
 
 def test_a_real_gain_is_recommended() -> None:
     """A true 1.15× pick (PGTune 1.05×) under 5 % point CV, drift and outliers: recommended
-    in 78.2 % of 500 seeds of raced rounds (68.6 % without the close-call rounds; PGTune,
-    truly 1.05×, in 1.6 %), median 6 rounds, 90th percentile 10 (measured); 79.5 % over
-    these 200 seeds, asserted ≥ 74 % within 12 rounds, and never a configuration that is
-    not better."""
+    in 72.4 % of 500 seeds of raced rounds (22.8 % without the close-call rounds, which now
+    only spend rounds on a lead and claim nothing; PGTune, truly 1.05×, in 0.4 %), median 9
+    rounds, 90th percentile 12 (measured; by the fixed-n rule 78.2 %, 68.6 % without close
+    calls, median 6 rounds). 74.0 % over these 200 seeds, asserted ≥ 70 % within 12 rounds,
+    and never a configuration that is not better."""
     seeds = 200
     wins, rounds = 0, []
     for seed in range(seeds):
@@ -55,22 +56,23 @@ def test_a_real_gain_is_recommended() -> None:
         assert decision.winner in (None, "tuned", "pgtune")
         wins += decision.winner == "tuned"
         rounds.append(n)
-    assert wins / seeds >= 0.74
+    assert wins / seeds >= 0.70
     assert max(rounds) <= 12
 
 
 def test_pgtune_rules_win_when_the_search_finds_nothing() -> None:
     """The search's pick is the default (1.0×), PGTune's rules are truly 1.15×: the rules are
-    recommended in 82.2 % of 500 seeds (measured), the pick never; over these 200 seeds
-    87.5 %, and 76.0 % without the close-call rounds (the race stopped at 6 rounds while
-    PGTune's lead was significant at 95 % but not yet at the Bonferroni level). Asserted:
-    ≥ 80 %, at least 6 points above the race without close calls, the pick ≤ 2 %."""
+    recommended in 77.2 % of 500 seeds (measured), the pick never; over these 200 seeds
+    81.5 %, and 24.5 % without the close-call rounds (the race stopped at 6 rounds, before
+    PGTune's 97.5 % confidence sequence, two candidates, cleared 1; by the fixed-n rule
+    87.5 % and 76.0 %). Asserted: ≥ 76 %, at least 6 points above the race without close
+    calls, the pick ≤ 2 %."""
     seeds = 200
     got = [_run({"default": 1.0, "pgtune": 1.15, "tuned": 1.0}, seed, FIVE_PCT)[0].winner
            for seed in range(seeds)]
     without = [_run({"default": 1.0, "pgtune": 1.15, "tuned": 1.0}, seed, FIVE_PCT,
                     close_call_rounds=None)[0].winner for seed in range(seeds)]
-    assert got.count("pgtune") / seeds >= 0.80
+    assert got.count("pgtune") / seeds >= 0.76
     assert got.count("pgtune") - without.count("pgtune") >= 0.06 * seeds
     assert got.count("tuned") / seeds <= 0.02
 
@@ -82,13 +84,24 @@ def test_decision_text_and_summary_fields() -> None:
               {"default": 110.0, "pgtune": 116.0, "tuned": 131.0}]
     d = decide(rounds, names={"pgtune": "PGTune rules"})
     assert d.winner == "tuned" and d.best == "tuned"
-    assert d.lines[0].startswith("recommending tuned: tuned/default 1.18× (95 % CI 1.")
+    # four rounds: the confidence sequence (valid however many rounds were taken) is
+    # 1.12–1.25 where the fixed-n t interval is 1.16–1.21
+    assert d.lines[0] == ("recommending tuned: tuned/default 1.18× (95 % anytime-valid CI "
+                          "1.12–1.25) over 4 paired rounds")
+    assert d.lines[-1] == ("  intervals: anytime-valid confidence sequence (t-mixture, Lai "
+                           "1976) on the paired log-ratios, valid at whichever round the race "
+                           "stopped")
     assert any(line.startswith("  PGTune rules/default 1.04×") for line in d.lines)
+    fixed = decide(rounds, names={"pgtune": "PGTune rules"}, method="t")
+    assert fixed.lines[0].startswith("recommending tuned: tuned/default 1.18× (95 % CI 1.16–")
+    assert fixed.to_dict()["method"] == "fixed-n Student t interval"
     assert d.improvement == pytest.approx(d.intervals["tuned"].ratio - 1)  # type: ignore[union-attr]
     assert d.improvement_ci is not None
     assert 0 < d.improvement_ci[0] < d.improvement < d.improvement_ci[1]
     summary = d.to_dict()
     assert summary["improvement_ci"] == list(d.improvement_ci)
+    assert summary["method"] == "anytime-valid confidence sequence (t-mixture, Lai 1976)"
+    assert summary["observations"] == 4 and summary["intervals"]["tuned"]["method"] == "anytime"
     # the same rounds with the pick no better than the default
     flat = [{**r, "tuned": r["default"] * f} for r, f in zip(rounds, (1.05, 0.96, 1.02, 0.99),
                                                               strict=True)]
@@ -96,6 +109,11 @@ def test_decision_text_and_summary_fields() -> None:
     assert d.winner is None and d.improvement == 0.0 and d.improvement_ci is None
     assert d.lines[0] == "no significant improvement; keeping the original (default)"
     assert "interval includes 1" in d.lines[1]
+    # three rounds: the confidence sequence is still unbounded, and summary.json says null
+    d = decide(rounds[:3])
+    assert d.winner is None and d.intervals["tuned"] is not None
+    assert d.to_dict()["intervals"]["tuned"]["high"] is None
+    assert "unbounded yet" in d.lines[1]
     with pytest.raises(ConfigError, match="at least one"):
         decide([])
 
@@ -126,13 +144,14 @@ def test_degrading_candidate_is_flagged() -> None:
 
 def test_the_recommended_interval_covers_the_truth_after_picking_the_best() -> None:
     """Three candidates, two truly 1.05× and one 1.0×, PGTune 1.0×, 3 to 10 rounds (20 on a
-    close call): whichever wins, the printed interval (simultaneous over the candidates)
-    holds its true ratio. Measured over 1,000 seeds: 96.4 % of 305 wins (a plain 95 %
-    interval of the winner, before it was simultaneous: 80.5 % over 300 seeds); with the
-    defaults (6 rounds, 12 on a close call) 90.7 % of 150 wins, the rest all too high
-    (a winner is picked when it is lucky). Asserted ≥ 88 % over these 150 seeds (98 % of 53
-    wins measured). A candidate truly no better than the default won in 2 of 1,000 seeds (1
-    of these 150); asserted ≤ 3 here."""
+    close call): whichever wins, the printed interval (the confidence sequence, simultaneous
+    over the candidates) holds its true ratio. Measured over 1,000 seeds: 100 % of 110 wins
+    (by the fixed-n rule 96.4 % of 305 wins; a plain 95 % interval of the winner, before it
+    was simultaneous: 80.5 % over 300 seeds); with the defaults (6 rounds, 12 on a close call)
+    all of 9 wins in 150 seeds. Fewer wins: four candidates, so each sequence is at 98.75 %.
+    Asserted ≥ 95 % of ≥ 15 wins over these 150 seeds (22 wins, all covering, measured). A
+    candidate truly no better than the default never won in 1,000 seeds (2 by the fixed-n
+    rule); asserted ≤ 3 here."""
     truths = {"default": 1.0, "pgtune": 1.0, "c1": 1.05, "c2": 1.05, "c3": 1.0}
     wins = covered = false = 0
     for seed in range(150):
@@ -145,5 +164,5 @@ def test_the_recommended_interval_covers_the_truth_after_picking_the_best() -> N
         low, high = decision.improvement_ci
         covered += low <= truths[decision.winner] - 1.0 <= high
         assert "simultaneous over" in decision.lines[0], decision.lines[0]
-    assert wins >= 25 and covered / wins >= 0.88, (wins, covered)
+    assert wins >= 15 and covered / wins >= 0.95, (wins, covered)
     assert false <= 3, false  # a truly 1.0× candidate (c3 or PGTune) won

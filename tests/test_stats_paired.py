@@ -42,7 +42,7 @@ def test_failed_rounds_are_dropped_and_too_few_pairs_give_none() -> None:
     assert paired_ratio_interval([110, None], [100, 100]) is None
     with pytest.raises(ConfigError, match="equal lengths"):
         paired_ratio_interval([1.0], [1.0, 2.0])
-    with pytest.raises(ConfigError, match="'t' or 'bootstrap'"):
+    with pytest.raises(ConfigError, match="'t', 'bootstrap' or 'anytime'"):
         paired_ratio_interval([1.0, 2.0], [1.0, 2.0], method="z")  # type: ignore[arg-type]
 
 

@@ -35,15 +35,17 @@ def _race(truths: dict[str, float], seed: int, budget: RaceBudget, *,
 def test_a_clearly_worse_candidate_is_dropped_early() -> None:
     """0.7× beside an equal and a 1.15× candidate, 20-s points under the measured noise
     (9.4 % CV, drift, outliers), 30 minutes: measured over 500 seeds, the 0.7× one is dropped
-    in every seed after 2.56 samples on average (90 % within 3, at most 6), while the race
-    went on for 15 rounds on average."""
+    in every seed after 5.82 samples on average (90 % within 7, at most 10), while the race
+    went on for 20.8 rounds on average. (By the fixed-n rule, 2.56 samples: a 98.3 %
+    confidence sequence, 1 − 0.05/3 for three candidates, is unbounded before the 5th
+    round.)"""
     runs = [_race({"default": 1.0, "worse": 0.7, "same": 1.0, "better": 1.15}, seed,
                   RaceBudget(seconds=1800)) for seed in range(SEEDS)]
     assert all("worse" in r.dropped for r in runs)
     spent = sorted(r.samples["worse"] for r in runs)
-    assert statistics.fmean(spent) <= 3.0
-    assert spent[int(0.9 * SEEDS)] <= 3
-    assert max(spent) <= 8
+    assert statistics.fmean(spent) <= 6.2
+    assert spent[int(0.9 * SEEDS)] <= 7
+    assert max(spent) <= 11
     assert statistics.fmean(len(r.rounds) for r in runs) >= 10  # the others raced on
     example = next(r for r in runs if "worse" in r.dropped)
     assert "worse/" in example.dropped["worse"] and "CI" in example.dropped["worse"]
@@ -51,11 +53,13 @@ def test_a_clearly_worse_candidate_is_dropped_early() -> None:
 
 def test_a_truly_better_candidate_is_kept_and_picked() -> None:
     """1.10× against 0.8×, 1.0× and the reference, 30 minutes of 20-s points: measured over
-    500 seeds, declared the winner in 79 %, the leader at the end in 99 %, dropped in 1 %;
+    500 seeds, declared the winner in 29.6 % (the 1.0× one must first be dropped against it
+    by a 98.3 % confidence sequence of their ratio, and it by one of its own ratio to the
+    reference: 79 % by the fixed-n rule), the leader at the end in 100 %, never dropped;
     no other candidate ever declared the winner."""
     runs = [_race({"default": 1.0, "worse": 0.8, "same": 1.0, "better": 1.10}, seed,
                   RaceBudget(seconds=1800)) for seed in range(SEEDS)]
-    assert sum(r.winner == "better" for r in runs) / SEEDS >= 0.74
+    assert sum(r.winner == "better" for r in runs) / SEEDS >= 0.25
     assert sum(r.leader == "better" for r in runs) / SEEDS >= 0.97
     assert sum("better" in r.dropped for r in runs) / SEEDS <= 0.025
     assert all(r.winner in (None, "better") for r in runs)
@@ -63,7 +67,8 @@ def test_a_truly_better_candidate_is_kept_and_picked() -> None:
 
 def test_identical_candidates_produce_no_winner() -> None:
     """Three candidates identical to the reference: measured over 500 seeds, a winner in
-    0.2 % (the early win needs 99 % Bonferroni-adjusted); asserted ≤ 1.5 %."""
+    none (0.2 % by the fixed-n rule, whose early win needed 99 % Bonferroni-adjusted);
+    asserted ≤ 1.5 %."""
     runs = [_race({"default": 1.0, "a": 1.0, "b": 1.0, "c": 1.0}, seed,
                   RaceBudget(seconds=1800)) for seed in range(SEEDS)]
     assert sum(r.winner is not None for r in runs) / SEEDS <= 0.015
@@ -71,10 +76,12 @@ def test_identical_candidates_produce_no_winner() -> None:
 
 def test_close_calls_run_on_and_identical_candidates_do_not() -> None:
     """6 rounds, 12 on a close call, 20-s points at 5 % CV. Measured over 500 seeds: with two
-    candidates identical to the reference the race ran past 6 rounds in 3.8 % (6.06 rounds on
-    average, a winner in 0.2 %); with one of them truly 1.12×, in 44 % (6.86 rounds, the
-    winner in 68 %). Asserted over 300 seeds: ≤ 8 % and ≤ 6.3 rounds for the identical ones,
-    ≥ 30 % for the real gain, never past 12, and every stop says why."""
+    candidates identical to the reference the race ran past 6 rounds in 3.6 % (6.08 rounds on
+    average, never a winner); with one of them truly 1.12×, in 63.6 % (8.42 rounds, the
+    winner in 52.8 %; by the fixed-n rule 44 %, 6.86 rounds, 68 %: the confidence sequence
+    settles later, so the lead is run on more often). Asserted over 300 seeds (2.3 % and
+    63.7 % measured): ≤ 8 % and ≤ 6.3 rounds for the identical ones, ≥ 30 % for the real
+    gain, never past 12, and every stop says why."""
     five = NoiseModel.measured().with_(point_cv=0.05)
     options = {"min_samples": 3, "max_rounds": 6, "close_call_rounds": 12}
     same = [_race({"default": 1.0, "a": 1.0, "b": 1.0}, seed, RaceBudget(), model=five,

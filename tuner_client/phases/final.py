@@ -10,13 +10,17 @@ the original) and the screening's predicted best (``screened``). The candidates,
 rules among them, race (:class:`tuner_client.stats.racing.Race`): after
 ``max(2, final.rounds)`` rounds, one whose paired interval lies below the default's, or
 wholly below another candidate's, is dropped; the rounds end when one candidate is left and
-clearly above the default, or at ``final.max_rounds`` (``final.close_call_rounds`` when the
-leader is above the default at 95 % but not yet at the level a recommendation needs), or at
-``final.max_seconds``. Then
+clearly above the default, or at ``final.max_rounds`` (``final.close_call_rounds`` while the
+leader's fixed-n interval is above the default but no winner is declared: rounds spent where
+a lead may settle, not a claim), or at ``final.max_seconds``. The race looks after every
+round, so its intervals are anytime-valid confidence sequences
+(:mod:`tuner_client.stats.sequential`), Bonferroni-split over the candidates. Then
 :func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
-interval of tuned/default lies above 1 (Bonferroni over the candidates), and otherwise keeps
-the original. PGTune's rules are such a candidate too (:func:`decision_labels`): a tuner that
-measured them clearly above the default should not keep the default.
+confidence sequence of tuned/default lies above 1 at the rounds measured (Bonferroni over
+the candidates), and otherwise keeps the original; the decisions name the interval method
+and the number of paired rounds. PGTune's rules are such a candidate too
+(:func:`decision_labels`): a tuner that measured them clearly above the default should not
+keep the default.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.stats.decision import decide
+from tuner_client.stats.decision import METHOD_NAMES, decide
+from tuner_client.stats.paired import Method
 from tuner_client.stats.racing import Race, RaceBudget
 
 logger = logging.getLogger(__name__)
@@ -42,6 +47,10 @@ Round = dict[str, float | None]
 NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
          "recommended": "BME recommendation"}
 
+
+#: the race looks after every round and may stop on any rule: its intervals, and the
+#: decision's, are confidence sequences, valid at every round at once
+INTERVAL_METHOD: Method = "anytime"
 
 #: baselines the decision may recommend like a searched candidate (the BME recommendation is
 #: only reported)
@@ -126,11 +135,12 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
                 budget=RaceBudget(seconds=cfg.max_seconds),
                 min_samples=min_rounds, max_rounds=max_rounds,
                 close_call_rounds=max(max_rounds, cfg.close_call_rounds),
-                level=cfg.level, clock=time.monotonic)
+                level=cfg.level, clock=time.monotonic, method=INTERVAL_METHOD)
     result = race.run()
     for label, why in result.dropped.items():
         state.decide(f"final: {label} dropped after {result.dropped_after[label]} rounds: {why}")
-    state.decide(f"final: {len(result.rounds)} rounds; stopped: {result.stopped}")
+    state.decide(f"final: {len(result.rounds)} rounds; stopped: {result.stopped} "
+                 f"(intervals: {METHOD_NAMES[result.method]})")
     return [dict(row) for row in result.rounds]
 
 
@@ -148,6 +158,7 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
         eligible, reported = decision_labels(searched, baselines)
         decision = decide(rounds, reference="default", baselines=reported,
                           candidates=eligible, level=ctx.config.final.level,
+                          method=INTERVAL_METHOD,
                           search_ratios=_search_ratios(state, candidates, searched),
                           names={**NAMES, **{c: f"tuned ({c})" for c in searched
                                              if c != "best"}})

@@ -1,4 +1,5 @@
-"""The statistics of tuning under noise: paired ratios with intervals, racing, screening,
+"""The statistics of tuning under noise: paired ratios with intervals (fixed-n, and
+anytime-valid confidence sequences for the race), racing, screening,
 the final decision, instability flags, and a seeded noise model to test them against.
 
 Pure: no database, no HTTP, no asyncio; numpy and scipy only. The tuning run's phases use
@@ -16,8 +17,9 @@ from tuner_client.stats.paired import (
 from tuner_client.stats.racing import Race, RaceBudget, RaceResult
 from tuner_client.stats.replay import MeasuredTable, replay_objective
 from tuner_client.stats.screening import KnobEffect, KnobLevels, Screening, screen
+from tuner_client.stats.sequential import confidence_sequence
 
 __all__ = ["FinalDecision", "KnobEffect", "KnobLevels", "MeasuredTable", "Race", "RaceBudget",
            "RaceResult", "RatioInterval", "ReferenceLevel", "Screening", "abba_ratio",
-           "block_ratio", "decide", "paired_ratio_interval",
+           "block_ratio", "confidence_sequence", "decide", "paired_ratio_interval",
            "replay_objective", "screen"]

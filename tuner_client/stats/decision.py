@@ -10,31 +10,51 @@ level (1 − 0.05/m), and the interval printed for it (and ``improvement_ci``) i
 simultaneous one: a plain 95 % interval of the best of m covers its true ratio less often
 (synthetic, 300 seeds, raced rounds: 80.5 % for the best of three candidates two of which are
 truly 1.05×, 92.1 % for one truly 1.08×; the simultaneous interval 93.5 % and 95.5 %). The
-other labels keep their plain 95 % intervals. Stopping the rounds
-early is allowed only on a strict level (Haybittle–Peto in spirit), so taking "as many rounds
-as the interval needs" does not inflate false claims.
+other labels keep their plain 95 % intervals.
+
+The rounds come from a race that looked at them after every round and stopped when it chose
+to, so the intervals (``method="anytime"``, the default) are the race's anytime-valid
+confidence sequences (:mod:`tuner_client.stats.sequential`) at the number of rounds it ran:
+they hold whatever the stopping rule was, which a fixed-n interval does not (checked after
+every round it claims a gain too often: ``benchmarks/anytime_race.py``). The Bonferroni
+split is then over every candidate that raced, as in the race, not only the stable ones:
+the candidates were compared at that level from the first round. ``method="t"`` (fixed-n
+Student t, the earlier rule) remains for rounds whose number was fixed in advance.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harmony.base.errors import ConfigError
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
+from tuner_client.stats.sequential import CITATION, METHOD
 from tuner_client.stats.unstable import degrade_reason, spread_reason
 
 logger = logging.getLogger(__name__)
 
 Round = Mapping[str, float | None]
 
-#: an early stop of the final rounds needs the winner's interval at this level to exclude 1;
-#: at the round limit the ordinary level applies (measured with the race of the final rounds:
-#: A/A false claims 3.2 %, 2.0 % for the best of 3 identical candidates,
-#: tests/test_stats_decision.py)
+#: by the earlier fixed-n rule (``method="t"``), an early stop of the race needed the winner's
+#: interval at this level to exclude 1; confidence sequences need no such guard
 EARLY_LEVEL = 0.99
+
+#: how each method is named in the decisions and in summary.json
+METHOD_NAMES: dict[str, str] = {
+    "anytime": f"{METHOD} ({CITATION})",
+    "t": "fixed-n Student t interval",
+    "bootstrap": "fixed-n percentile bootstrap interval",
+}
+#: what the decisions add about each method
+METHOD_NOTES: dict[str, str] = {
+    "anytime": "on the paired log-ratios, valid at whichever round the race stopped",
+    "t": "on the paired log-ratios, valid for a number of rounds fixed in advance",
+    "bootstrap": "on the paired log-ratios, valid for a number of rounds fixed in advance",
+}
 
 
 @dataclass(frozen=True)
@@ -42,7 +62,8 @@ class FinalDecision:
     """What the final rounds concluded. ``improvement``/``improvement_ci`` are fractions
     (0.18 = +18 %) of the winner's ratio to the reference, the interval simultaneous over the
     candidates (at ``decision_level``): 0.0 / None when the original is kept; ``best`` and
-    ``intervals`` (plain, at ``level``) still carry the best candidate's evidence then."""
+    ``intervals`` (plain, at ``level``) still carry the best candidate's evidence then.
+    ``method``: how the intervals were computed (a key of :data:`METHOD_NAMES`)."""
 
     winner: str | None
     reference: str
@@ -56,19 +77,29 @@ class FinalDecision:
     improvement: float = 0.0
     improvement_ci: tuple[float, float] | None = None
     baselines: tuple[str, ...] = field(default=())
+    method: Method = "anytime"
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
 
     def to_dict(self) -> dict[str, Any]:
-        """The decision for summary.json."""
+        """The decision for summary.json: ``method`` names the interval method,
+        ``observations`` the paired observations behind the winner's (else the best
+        candidate's) interval, and each interval its own ``n``."""
+        shown = self.winner or self.best
+        iv = self.intervals.get(shown) if shown is not None else None
         return {"winner": self.winner, "reference": self.reference, "best": self.best,
+                "method": METHOD_NAMES[self.method],
+                "observations": iv.n if iv is not None else 0,
                 "rounds": self.rounds, "level": self.level,
                 "decision_level": self.decision_level, "improvement": self.improvement,
                 "improvement_ci": list(self.improvement_ci) if self.improvement_ci else None,
+                # an unbounded confidence sequence (too few rounds yet) has no finite high: null
                 "intervals": {k: (None if v is None else
-                                  {"ratio": v.ratio, "low": v.low, "high": v.high, "n": v.n})
+                                  {"ratio": v.ratio, "low": v.low,
+                                   "high": v.high if math.isfinite(v.high) else None,
+                                   "n": v.n, "method": v.method})
                               for k, v in self.intervals.items()},
                 "unstable": dict(self.unstable), "text": list(self.lines)}
 
@@ -91,7 +122,7 @@ def _labels(rounds: Sequence[Round], reference: str, baselines: Sequence[str],
 
 def decide(rounds: Sequence[Round], *, reference: str = "default",
            baselines: Sequence[str] = ("pgtune",), candidates: Sequence[str] | None = None,
-           level: float = 0.95, method: Method = "t", seed: int = 0,
+           level: float = 0.95, method: Method = "anytime", seed: int = 0,
            search_ratios: Mapping[str, Sequence[float]] | None = None,
            names: Mapping[str, str] | None = None) -> FinalDecision:
     """Judge the final rounds (dicts label → value, paired by round, in time order).
@@ -99,7 +130,9 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     ``candidates`` default to every label that is neither the reference nor a baseline.
     ``search_ratios``: a candidate's paired ratios measured during the search, in order; the
     final rounds' ratios are appended to them for the degrade check. ``names``: how a label
-    is printed (e.g. ``{"pgtune": "PGTune rules", "c1": "tuned"}``).
+    is printed (e.g. ``{"pgtune": "PGTune rules", "c1": "tuned"}``). ``method``: ``anytime``
+    for raced rounds (confidence sequences, Bonferroni over every candidate), ``t`` or
+    ``bootstrap`` for a number of rounds fixed in advance (Bonferroni over the stable ones).
     """
     if not rounds:
         raise ConfigError("the decision needs at least one final round, but got none")
@@ -121,7 +154,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
         if reason is not None:
             unstable[label] = reason
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
-    m = max(1, len(eligible))
+    m = max(1, len(cands) if method == "anytime" else len(eligible))
     decision_level = 1.0 - (1.0 - level) / m
     best = max(eligible, key=lambda c: intervals[c].ratio) if eligible else None  # type: ignore[union-attr]
     winner: str | None = None
@@ -139,11 +172,12 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     lines: list[str] = []
     if winner is not None:
         assert strict is not None
+        kind = "anytime-valid CI" if method == "anytime" else "CI"
         shown = strict.text() if m == 1 else (
-            f"{strict.ratio:.2f}× ({100 * level:.0f} % CI {strict.low:.2f}–{strict.high:.2f} "
+            f"{strict.ratio:.2f}× ({100 * level:.0f} % {kind} {strict.low:.2f}–{strict.high:.2f} "
             f"simultaneous over {m} candidates, i.e. {100 * decision_level:.1f} % each)")
         lines.append(f"recommending {name(winner)}: {name(winner)}/{ref_name} {shown}"
-                     f" over {strict.n} rounds")
+                     f" over {strict.n} paired rounds")
     else:
         why = "no stable candidate" if best is None else "no significant improvement"
         lines.append(f"{why}; keeping the original ({ref_name})")
@@ -151,7 +185,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
             iv = intervals[best]
             assert iv is not None
             lines.append(f"  best candidate {name(best)}/{ref_name} {iv.text()} over {iv.n} "
-                         "rounds: the interval includes 1" if iv.low <= 1.0 else
+                         "paired rounds: the interval includes 1" if iv.low <= 1.0 else
                          f"  best candidate {name(best)}/{ref_name} {iv.text()}: above 1 at "
                          f"{100 * level:.0f} % but not at the {100 * decision_level:.1f} % "
                          f"needed for the best of {m} candidates")
@@ -163,11 +197,13 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
         lines.append(f"  {name(label)}/{ref_name} {shown}")
     for label, reason in unstable.items():
         lines.append(f"  {name(label)} is unstable and not recommended: {reason}")
+    lines.append(f"  intervals: {METHOD_NAMES[method]} {METHOD_NOTES[method]}")
     improvement, improvement_ci = 0.0, None
     if winner is not None and strict is not None:
         improvement, improvement_ci = strict.fractions()
     return FinalDecision(winner=winner, reference=reference, best=best, intervals=intervals,
                          unstable=unstable, lines=tuple(lines), rounds=len(rounds), level=level,
                          decision_level=decision_level, improvement=improvement,
-                         improvement_ci=improvement_ci, baselines=tuple(baselines))
+                         improvement_ci=improvement_ci, baselines=tuple(baselines),
+                         method=method)
 

@@ -21,8 +21,12 @@ import numpy as np
 from scipy import stats as sps
 
 from harmony.base.errors import ConfigError
+from tuner_client.stats.sequential import cs_multiplier
 
-Method = Literal["t", "bootstrap"]
+#: ``t`` and ``bootstrap`` are fixed-n intervals, valid at a number of rounds fixed in advance;
+#: ``anytime`` is a confidence sequence (:mod:`tuner_client.stats.sequential`), valid at every
+#: round at once, so also where a race chose to stop
+Method = Literal["t", "bootstrap", "anytime"]
 
 #: resamples of the percentile bootstrap; 4000 keeps the 2.5 % quantile's own noise < 1 %
 BOOTSTRAP_RESAMPLES = 4000
@@ -30,13 +34,16 @@ BOOTSTRAP_RESAMPLES = 4000
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """A candidate/reference ratio with its ``level`` confidence interval over ``n`` pairs."""
+    """A candidate/reference ratio with its ``level`` confidence interval over ``n`` pairs;
+    ``method`` says how it was computed (``anytime``: the value at n of a confidence
+    sequence, whose ``low``/``high`` are 0/inf while it is still unbounded)."""
 
     ratio: float
     low: float
     high: float
     n: int
     level: float
+    method: Method = "t"
 
     @property
     def excludes_one(self) -> bool:
@@ -52,10 +59,14 @@ class RatioInterval:
         return self.high < 1.0
 
     def text(self) -> str:
-        """``1.18× (95 % CI 1.07–1.30)``."""
+        """``1.18× (95 % CI 1.07–1.30)``; ``1.18× (95 % anytime-valid CI 1.02–1.37)`` for a
+        confidence sequence."""
         pct = f"{100 * self.level:.0f}" if (100 * self.level).is_integer() \
             else f"{100 * self.level:g}"
-        return f"{self.ratio:.2f}× ({pct} % CI {self.low:.2f}–{self.high:.2f})"
+        kind = "anytime-valid CI" if self.method == "anytime" else "CI"
+        if not math.isfinite(self.high) or self.low <= 0.0:
+            return f"{self.ratio:.2f}× ({pct} % {kind} unbounded yet)"
+        return f"{self.ratio:.2f}× ({pct} % {kind} {self.low:.2f}–{self.high:.2f})"
 
     def fractions(self) -> tuple[float, tuple[float, float]]:
         """(ratio − 1, (low − 1, high − 1)): the form of summary.json's ``improvement``."""
@@ -90,6 +101,8 @@ def interval_from_logs(logs: Sequence[float] | np.ndarray, *, level: float = 0.9
     ``t``: Student t interval on the mean log-ratio (rounds independent, log-ratios roughly
     normal). ``bootstrap``: a seeded percentile bootstrap of the mean over rounds (no normality
     assumed, but too narrow below ~8 rounds, where the t interval is the safer choice).
+    ``anytime``: the t-mixture confidence sequence at n
+    (:func:`~tuner_client.stats.sequential.confidence_sequence`), valid however n was chosen.
     """
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
@@ -100,17 +113,19 @@ def interval_from_logs(logs: Sequence[float] | np.ndarray, *, level: float = 0.9
     if n < 2:
         return None
     mean = math.fsum(x) / n
-    if method == "t":
+    if method in ("t", "anytime"):
         sd = math.sqrt(math.fsum((v - mean) ** 2 for v in x) / (n - 1))
-        half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+        mult = t_quantile(0.5 + level / 2, n - 1) if method == "t" \
+            else cs_multiplier(n, 1.0 - level)
+        half = mult * sd / math.sqrt(n) if math.isfinite(mult) else math.inf
         low, high = mean - half, mean + half
     elif method == "bootstrap":
         rng = np.random.default_rng(seed)
         means = np.asarray(x)[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))].mean(axis=1)
         low, high = (float(v) for v in np.quantile(means, [0.5 - level / 2, 0.5 + level / 2]))
     else:
-        raise ConfigError(f"method must be 't' or 'bootstrap', but got {method!r}")
-    return RatioInterval(math.exp(mean), math.exp(low), math.exp(high), n, level)
+        raise ConfigError(f"method must be 't', 'bootstrap' or 'anytime', but got {method!r}")
+    return RatioInterval(math.exp(mean), math.exp(low), math.exp(high), n, level, method)
 
 
 def paired_ratio_interval(candidate: Sequence[float | None], reference: Sequence[float | None],

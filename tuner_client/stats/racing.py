@@ -10,15 +10,29 @@ so each candidate's ratio to the reference, and to every other candidate, is pai
 and the machine's drift cancels. A candidate gets ``min_samples`` paired rounds first; after
 that it keeps being measured only while its interval against the reference reaches
 ``1 + min_gain`` and its interval against every other racing candidate reaches 1 (Maron and
-Moore's racing, with paired t intervals on log-ratios instead of Hoeffding bounds). A winner
-is declared early only on a strict level (``win_level``, Bonferroni-adjusted for the
-candidates still racing). A close call, where the leader's interval at ``level`` already lies
-above 1 but not yet at the Bonferroni level a winner needs, may run on past ``max_rounds`` up
-to ``close_call_rounds``: a real gain of a few percent then gets the rounds it needs, while a
-race of candidates no better than the reference (where such a leader is rare) ends on time.
+Moore's racing, with intervals on paired log-ratios instead of Hoeffding bounds).
+
+The intervals (``method="anytime"``, the default) are anytime-valid confidence sequences
+(:mod:`tuner_client.stats.sequential`): they hold at every round at once, so the race may
+look after every round and stop on any rule. The error ``1 − level`` is split by Bonferroni:
+over the candidates for their intervals against the reference (which drop, and which declare
+a winner: the one candidate left whose interval lies above 1), and over the pairs of
+candidates for the intervals between them (which drop the clearly worse of a pair). So the
+race claims a candidate better than the reference when it is not, or drops one as worse when
+it is not, with probability at most ``1 − level`` each, however long it runs.
+
+A close call, where the leader's fixed-n t interval at ``level`` lies above 1 but no winner
+is declared, may run on past ``max_rounds`` up to ``close_call_rounds``. With confidence
+sequences this only decides where the rounds go (a lead worth more rounds), not what is
+claimed, so it keeps the race valid and within its limits.
+
+``method="t"`` is the earlier rule, kept for comparison (``benchmarks/anytime_race.py``):
+fixed-n Student t intervals at ``level`` checked after every round, a win on ``win_level``
+Bonferroni-adjusted, and the close call as the only guard against peeking.
+
 The final rounds of a tuning run are such a race (:mod:`tuner_client.phases.final`),
 judged afterwards by
-:func:`~tuner_client.stats.decision.decide`.
+:func:`~tuner_client.stats.decision.decide` with the same confidence sequences.
 
 Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from a per-sample
 cost the caller states or from a clock function.
@@ -34,7 +48,7 @@ from dataclasses import dataclass, field
 from harmony.base.errors import ConfigError
 from tuner_client.stats.decision import EARLY_LEVEL
 from tuner_client.stats.noise import round_order
-from tuner_client.stats.paired import RatioInterval, paired_ratio_interval
+from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +83,16 @@ class RaceBudget:
 class RaceResult:
     """What a race found.
 
-    ``winner``: the candidate that is clearly best (above the reference at ``win_level``,
-    Bonferroni-adjusted, and every other candidate dropped), else None. ``leader``: the racing
+    ``winner``: the candidate that is clearly best (its interval against the reference above
+    1, Bonferroni-adjusted over the candidates, and every other candidate dropped), else
+    None. ``leader``: the racing
     candidate with the highest ratio to the reference when the race stopped (None if every
     candidate was dropped). ``stopped``: why the race ended. ``rounds``: label → value per
     round, in time order (a dropped candidate's later rounds lack its label), ready for
     :func:`~tuner_client.stats.decision.decide`. ``samples``: measurements per label.
-    ``dropped``: candidate → why, with the round it left after.
+    ``dropped``: candidate → why, with the round it left after. ``intervals``: each
+    candidate's interval against the reference at ``level`` (not Bonferroni-adjusted), by
+    ``method``.
     """
 
     winner: str | None
@@ -90,6 +107,7 @@ class RaceResult:
     evaluations: int
     seconds: float
     baselines: tuple[str, ...] = field(default=())
+    method: Method = "anytime"
 
     @property
     def racing(self) -> list[str]:
@@ -107,7 +125,8 @@ class Race:
     sample takes (a number, or a function of the label); ``clock``: a function returning
     seconds (e.g. ``time.monotonic``) that measures the time spent instead. A seconds budget
     needs one of them; with a clock alone the next round's time is estimated from the samples
-    so far (the first round is measured blind).
+    so far (the first round is measured blind). ``method``: ``anytime`` (confidence
+    sequences, the default) or ``t`` (the earlier fixed-n rule, for comparison).
     """
 
     def __init__(self, measure: Measure, candidates: Sequence[str], *,
@@ -116,7 +135,8 @@ class Race:
                  max_rounds: int | None = None, level: float = 0.95,
                  win_level: float = EARLY_LEVEL, min_gain: float = 0.0,
                  cost: Cost | None = None, clock: Callable[[], float] | None = None,
-                 rotation: int = 0, close_call_rounds: int | None = None) -> None:
+                 rotation: int = 0, close_call_rounds: int | None = None,
+                 method: Method = "anytime") -> None:
         self.budget = budget or RaceBudget()
         if min_samples < 2:
             raise ConfigError(f"a candidate needs at least 2 paired samples for an interval, "
@@ -131,6 +151,8 @@ class Race:
         if not (0.0 < level < 1.0 and 0.0 < win_level < 1.0):
             raise ConfigError(f"confidence levels must be between 0 and 1, but got level "
                               f"{level}, win_level {win_level}")
+        if method not in ("anytime", "t"):
+            raise ConfigError(f"a race's method must be 'anytime' or 't', but got {method!r}")
         if self.budget.seconds is not None and cost is None and clock is None:
             raise ConfigError("a race with a budget in seconds needs the cost of a sample "
                               "(cost=) or a clock (clock=) to count them")
@@ -150,6 +172,7 @@ class Race:
         self.clock = clock
         self.rotation = rotation
         self.close_call_rounds = close_call_rounds
+        self.method: Method = method
         self.rounds: list[Round] = []
         self.samples: dict[str, int] = {}
         self.failures: dict[str, int] = {}
@@ -171,7 +194,9 @@ class Race:
 
     def add(self, label: str) -> None:
         """Let ``label`` join the race from the next round (a late candidate's pairs are the
-        rounds it was measured in)."""
+        rounds it was measured in). The Bonferroni split counts it from then on, so the rounds
+        before it joined were judged at a looser level: for the race's guarantee to hold
+        exactly, name every candidate at the start."""
         if label == self.reference or label in self.baselines or label in self._candidates:
             raise ConfigError(f"{label!r} is already in the race (as the reference, a baseline "
                               "or a candidate); every label must be distinct")
@@ -193,21 +218,38 @@ class Race:
         return self._spent_cost
 
     def interval(self, label: str, other: str | None = None, *,
-                 level: float | None = None) -> RatioInterval | None:
-        """``label``/``other`` (default: the reference) over the rounds measuring both."""
+                 level: float | None = None, method: Method | None = None
+                 ) -> RatioInterval | None:
+        """``label``/``other`` (default: the reference) over the rounds measuring both, by the
+        race's method unless ``method`` is given."""
         other = other or self.reference
         return paired_ratio_interval([r.get(label) for r in self.rounds],
                                      [r.get(other) for r in self.rounds],
-                                     level=self.level if level is None else level)
+                                     level=self.level if level is None else level,
+                                     method=method or self.method)
+
+    def reference_level(self) -> float:
+        """The level of each candidate's confidence sequence against the reference, for its
+        drop and its win: ``level`` Bonferroni-adjusted over the candidates. (The ``t`` rule
+        drops at ``level`` and wins at ``win_level``, adjusted the same way.)"""
+        return 1.0 - (1.0 - self.level) / max(1, len(self._candidates))
+
+    def pair_level(self) -> float:
+        """The level of the interval between two candidates: ``level`` Bonferroni-adjusted
+        over the pairs (by the ``t`` rule, ``level`` itself)."""
+        if self.method == "t":
+            return self.level
+        m = len(self._candidates)
+        return 1.0 - (1.0 - self.level) / max(1, m * (m - 1) // 2)
 
     def close_call(self) -> str | None:
-        """The leader's interval when it lies above 1 at ``level`` but the race has no winner
-        (nor could, at the Bonferroni-adjusted ``win_level``): a gain the next rounds may
-        settle; None otherwise."""
+        """The leader's fixed-n t interval when it lies above 1 at ``level`` but the race has
+        no winner: a lead the next rounds may settle; None otherwise. (With confidence
+        sequences this only spends rounds; nothing is claimed from it.)"""
         leader = self.leader()
         if leader is None or self.winner is not None:
             return None
-        iv = self.interval(leader)
+        iv = self.interval(leader, method="t")
         return f"{leader}/{self.reference} {iv.text()}" if iv is not None and iv.above_one \
             else None
 
@@ -305,8 +347,9 @@ class Race:
             if self.failures.get(label, 0) >= MAX_FAILURES:
                 self._drop_one(label, f"its measurement failed {self.failures[label]} times")
         ready = [c for c in self.racing if self.samples[c] >= self.min_samples]
+        drop_level = self.level if self.method == "t" else self.reference_level()
         for label in ready:
-            iv = self.interval(label)
+            iv = self.interval(label, level=drop_level)
             if iv is not None and iv.high < 1.0 + self.min_gain:
                 gain = f" + {100 * self.min_gain:g} %" if self.min_gain else ""
                 self._drop_one(label, f"{label}/{self.reference} {iv.text()} lies below "
@@ -314,7 +357,7 @@ class Race:
         # then against each other: only candidates both ready, against those still racing
         for label in [c for c in ready if c not in self.dropped]:
             for other in [c for c in ready if c != label and c not in self.dropped]:
-                iv = self.interval(label, other)
+                iv = self.interval(label, other, level=self.pair_level())
                 if iv is not None and iv.below_one:
                     self._drop_one(label, f"{label}/{other} {iv.text()}: clearly worse than "
                                           f"{other}")
@@ -328,7 +371,8 @@ class Race:
             only = racing[0]
             # Bonferroni for every candidate that raced: the winner was picked among them
             m = len(self._candidates)
-            strict = self.interval(only, level=1.0 - (1.0 - self.win_level) / m)
+            strict = self.interval(only, level=1.0 - (1.0 - self.win_level) / m) \
+                if self.method == "t" else self.interval(only, level=self.reference_level())
             if strict is not None and strict.above_one:
                 self.winner = only
                 return (f"{only} is clearly best: {only}/{self.reference} {strict.text()}, "
@@ -350,4 +394,4 @@ class Race:
                           samples=dict(self.samples), dropped=dict(self.dropped),
                           dropped_after=dict(self.dropped_after),
                           evaluations=self.evaluations, seconds=self.seconds,
-                          baselines=self.baselines)
+                          baselines=self.baselines, method=self.method)
