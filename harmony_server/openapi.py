@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import harmony
+import plugins  # noqa: F401  (registers the built-in plugins)
+import strategies  # noqa: F401  (registers the built-in strategies)
 from harmony.core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,
@@ -14,6 +16,8 @@ from harmony.core.definition import (
     SESSION_SCHEMA,
 )
 from harmony_server.protocol import MAX_DEPTH, MAX_WAIT, REQUEST_SCHEMAS
+from plugins.base import Plugin
+from strategies.base import Strategy, load_entry_point_strategies
 
 if TYPE_CHECKING:
     from harmony_server.app import Endpoint
@@ -119,11 +123,6 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
 
 def _definition_schema() -> dict[str, Any]:
     """SESSION_SCHEMA with the registered strategy and plugin names as enums."""
-    import plugins  # noqa: F401  (registers the built-in plugins)
-    import strategies  # noqa: F401  (registers the built-in strategies)
-    from plugins.base import Plugin
-    from strategies.base import Strategy, load_entry_point_strategies
-
     load_entry_point_strategies()
     schema = copy.deepcopy({k: v for k, v in SESSION_SCHEMA.items() if k != "$schema"})
     props = schema["properties"]

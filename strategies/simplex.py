@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
 from harmony.base.space import FeasibleRegion, Point, RealParam, Space
 from strategies.base import Strategy, Trial
 from strategies.options import check_simplex_options, is_fixed
@@ -51,8 +50,6 @@ logger = logging.getLogger(__name__)
 _MAX_SILENT_STEPS = 100_000
 #: restarts in a row that needed no new measurement before the grid counts as exhausted
 _MAX_SILENT_RESTARTS = 60
-#: restarts in a row that needed no new measurement before the restart radius starts to grow
-_WIDEN_AFTER_SILENT = 6
 
 
 class Phase(enum.Enum):
@@ -252,20 +249,7 @@ class SimplexStrategy(SimplexVertices, Strategy):
         or random simplex is drawn anew, and an axis simplex around ``init_point`` (or a given
         ``init_simplex``) becomes a randomly oriented simplex of the same radius.
         """
-        if simplex is not None:
-            if len(simplex) != self.simplex_size:
-                raise ConfigError(f"strategy {self.name!r}: a restart simplex needs "
-                                  f"{self.simplex_size} points (simplex_size), got {len(simplex)}")
-            us = [self._unit(self.space.snap(p)) for p in simplex]
-        elif point is not None:
-            us = self._axis_simplex(self._unit(self.space.snap(point)),
-                                    np.maximum(self.init_radius, self._min_step))
-        elif self.init_method in ("point", "simplex"):
-            centre = self.init_point if self.init_method == "point" or not self.init_simplex \
-                else self.init_simplex[0]
-            us = self._oriented_simplex(self._unit(self.space.snap(centre)), self.init_radius)
-        else:
-            us = self._initial_simplex()
+        us = self._restart_simplex(point, simplex)
         self._memo.clear()
         self._outstanding.clear()
         self._trial_key.clear()
@@ -388,13 +372,7 @@ class SimplexStrategy(SimplexVertices, Strategy):
             self._converge(f"{reason}; exhausted: {_MAX_SILENT_RESTARTS} restarts in a row reached "
                            f"only points measured already")
             return
-        radius = self.restart_radius(self.restarts)
-        if self._silent_restarts > _WIDEN_AFTER_SILENT:
-            # the neighbourhood is all measured (an exact grid optimum, or a corner): look
-            # wider, at a random radius so that every distance gets its chance
-            widest = min(1.0, max(radius, self.init_radius)
-                         * 2.0 ** (self._silent_restarts - _WIDEN_AFTER_SILENT))
-            radius = float(self.rng.uniform(radius, widest))
+        radius = self._stall_radius(self.restarts, self._silent_restarts)
         self.restarts += 1
         self._best_at_restart = float(self.values[0])
         logger.debug("%s: %s; restart %d around %s (radius %.3g)", self.name, reason,

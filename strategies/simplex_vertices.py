@@ -30,6 +30,8 @@ Key = tuple[Value, ...]
 _INIT_ATTEMPTS = 20
 #: attempts at drawing a feasible replacement for an infeasible candidate
 _REPLACE_ATTEMPTS = 100
+#: restarts in a row that needed no new measurement before the restart radius starts to grow
+_WIDEN_AFTER_SILENT = 6
 
 
 @dataclass
@@ -135,6 +137,36 @@ class SimplexVertices:
             return self.init_radius
         cycle = int(math.ceil(math.log(floor / self.init_radius) / math.log(self.restart_decay)))
         return max(self.init_radius * self.restart_decay ** (k % (cycle + 1)), floor)
+
+    def _stall_radius(self, restarts: int, silent_restarts: int) -> float:
+        """The radius of the restart after ``restarts`` ones, ``silent_restarts`` of them in a
+        row reaching only measured points."""
+        radius = self.restart_radius(restarts)
+        if silent_restarts > _WIDEN_AFTER_SILENT:
+            # the neighbourhood is all measured (an exact grid optimum, or a corner): look
+            # wider, at a random radius so that every distance gets its chance
+            widest = min(1.0, max(radius, self.init_radius)
+                         * 2.0 ** (silent_restarts - _WIDEN_AFTER_SILENT))
+            radius = float(self.rng.uniform(radius, widest))
+        return radius
+
+    def _restart_simplex(self, point: Point | None,
+                         simplex: list[Point] | None) -> list[np.ndarray]:
+        """The vertices of :meth:`SimplexStrategy.restart`: the given ``simplex``, an axis
+        simplex around ``point``, or a new initial simplex (never the previous one)."""
+        if simplex is not None:
+            if len(simplex) != self.simplex_size:
+                raise ConfigError(f"strategy {self.name!r}: a restart simplex needs "
+                                  f"{self.simplex_size} points (simplex_size), got {len(simplex)}")
+            return [self._unit(self.space.snap(p)) for p in simplex]
+        if point is not None:
+            return self._axis_simplex(self._unit(self.space.snap(point)),
+                                      np.maximum(self.init_radius, self._min_step))
+        if self.init_method in ("point", "simplex"):
+            centre = self.init_point if self.init_method == "point" or not self.init_simplex \
+                else self.init_simplex[0]
+            return self._oriented_simplex(self._unit(self.space.snap(centre)), self.init_radius)
+        return self._initial_simplex()
 
     def _oriented_simplex(self, x0: np.ndarray, radius: float) -> list[np.ndarray]:
         """``x0`` plus ``simplex_size - 1`` vertices at ``radius`` in a random orientation.

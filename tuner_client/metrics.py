@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import statistics
 import threading
@@ -482,8 +483,6 @@ class TunerMetrics:
 
 def add_metrics_arguments(parser: Any) -> None:
     """``--metrics-host`` / ``--metrics-port`` for ``harmony tune`` (env ``HARMONY_METRICS_*``)."""
-    import os
-
     port = os.environ.get("HARMONY_METRICS_PORT")
     parser.add_argument("--metrics-port", type=int, default=int(port) if port else None,
                         help="serve the tuner's Prometheus metrics on this port (0: any free "
