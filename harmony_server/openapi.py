@@ -7,8 +7,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import harmony
-import plugins  # noqa: F401  (registers the built-in plugins)
-import strategies  # noqa: F401  (registers the built-in strategies)
 from harmony.core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,

@@ -39,13 +39,10 @@ TABLES: dict[str, str] = {}
 #: third-party import kept lazy on purpose is listed in LAZY_ON_PURPOSE with the reason
 INNER_IMPORTS = {
     "harmony/cli/report.py": 1,
-    "plugins/base.py": 1,
-    "strategies/base.py": 1,
-    "tuner_client/controllers/docker.py": 2,
+    "tuner_client/controllers/docker.py": 2,  # the optional docker SDK (compose's area)
     "tuner_client/phases/parallel.py": 2,
-    "tuner_client/replica_worker.py": 0,
     "tuner_client/replicas.py": 3,
-    "tuner_client/target.py": 12,
+    "tuner_client/target.py": 11,
     "tuner_client/tune_cli.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-import strategies  # noqa: F401  (registers the built-in strategies)
 from harmony.base.errors import ConfigError
 from harmony.base.hostinfo import host_metadata
 from harmony.base.space import EnumParam, Point, RealParam, Space
