@@ -1,10 +1,10 @@
 """The typed client API: connect to a Harmony server (or run standalone), fetch, report.
-The transport to a server is :mod:`tuner_client.transport`.
 
-``connect(url)`` talks HTTP/JSON to a server over pooled keep-alive connections (urllib3),
-retrying with backoff while the server is unreachable; ``connect(None)`` runs sessions
-in-process on the same :class:`harmony.core.session.SessionCore` with the same semantics. The
-client never imports the server's HTTP layer or store.
+``connect(url)`` talks HTTP/JSON to a server (:mod:`tuner_client.transport`: pooled
+keep-alive connections, retrying with backoff while the server is unreachable);
+``connect(None)`` runs sessions in-process on the same
+:class:`harmony.core.session.SessionCore` with the same semantics. The client never imports
+the server's HTTP layer or store.
 
     with connect("http://127.0.0.1:1979") as client:
         session = client.create_session(definition, exist_ok=True)
