@@ -22,6 +22,7 @@ from harmony.base.errors import LeaseLostError, ProtocolError
 from harmony.core import priordata
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
+from harmony_server.openapi import openapi_document
 from harmony_server.priordata_store import prior_from_store, store_session_summaries
 from harmony_server.protocol import UnsupportedMediaError, error_kind, validate_request
 
@@ -121,8 +122,6 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    from harmony_server.openapi import openapi_document
-
     return _json(openapi_document(ENDPOINTS))
 
 

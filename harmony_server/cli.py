@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from harmony.base.errors import ConfigError, HarmonyError
-from harmony_server.server import DEFAULT_PORT
+from harmony_server.server import DEFAULT_PORT, run_server
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,6 @@ def add_parser(subparsers: Any) -> None:
 
 def run_server_command(args: argparse.Namespace) -> int:
     """``harmony server``: serve until SIGINT/SIGTERM."""
-    from harmony_server.server import run_server
-
     port = args.port if args.port is not None else _env_int("HARMONY_PORT", DEFAULT_PORT)
     run_server(args.host, port, args.store, args.token_file, state_dir=args.state_dir)
     return 0

@@ -206,32 +206,7 @@ class ServerCollector:
         by_state["broken"] = len(broken)
         trials = GaugeMetricFamily("harmony_session_trials", "Trials of a session by status.",
                                    labels=["session", "status"])
-        gauges = {
-            "candidates": GaugeMetricFamily("harmony_session_candidates",
-                                            "Points the session's strategy asked for.",
-                                            labels=["session"]),
-            "evaluations": GaugeMetricFamily("harmony_session_evaluations",
-                                             "Completed evaluations of a session.",
-                                             labels=["session"]),
-            "clients": GaugeMetricFamily("harmony_session_clients",
-                                         "Clients that joined a session.", labels=["session"]),
-            "leases": GaugeMetricFamily("harmony_session_leases",
-                                        "Outstanding leases of a session.", labels=["session"]),
-            "commands": GaugeMetricFamily("harmony_session_commands",
-                                          "Length of a session's command log.",
-                                          labels=["session"]),
-            "best": GaugeMetricFamily("harmony_session_best_value",
-                                      "Best value so far, in the objective's sign.",
-                                      labels=["session"]),
-            "converged": GaugeMetricFamily("harmony_session_converged",
-                                           "1 when the search has converged.",
-                                           labels=["session"]),
-            "paused": GaugeMetricFamily("harmony_session_paused", "1 when paused.",
-                                        labels=["session"]),
-            "created": GaugeMetricFamily("harmony_session_created_seconds",
-                                         "When the session was created (Unix time).",
-                                         labels=["session"]),
-        }
+        gauges = _session_gauges()
         for name in sorted(hosted):
             session = hosted[name]
             try:
@@ -244,20 +219,7 @@ class ServerCollector:
             by_state["paused" if paused else "converged" if converged else "running"] += 1
             for status in TRIAL_STATES:
                 trials.add_metric([name, status], float(counts.get(status, 0)))
-            label = [name]
-            gauges["candidates"].add_metric(label, float(counts.get("candidates", 0)))
-            gauges["evaluations"].add_metric(label, float(counts.get("completed", 0)))
-            gauges["clients"].add_metric(label, float(len(core.clients)))
-            gauges["leases"].add_metric(label, float(len(getattr(session, "leases", {}))))
-            gauges["commands"].add_metric(label, float(getattr(session, "seq", 0)))
-            best = core.best()
-            if best is not None:
-                gauges["best"].add_metric(label, float(best[1]))
-            gauges["converged"].add_metric(label, 1.0 if converged else 0.0)
-            gauges["paused"].add_metric(label, 1.0 if paused else 0.0)
-            created = getattr(session, "created", None)
-            if created is not None:
-                gauges["created"].add_metric(label, float(created))
+            _add_session_gauges(gauges, name, session, counts, converged, paused)
         states = GaugeMetricFamily("harmony_sessions", "Sessions hosted, by status.",
                                    labels=["status"])
         for state in SESSION_STATES:
@@ -265,6 +227,56 @@ class ServerCollector:
         yield states
         yield trials
         yield from gauges.values()
+
+
+def _session_gauges() -> dict[str, GaugeMetricFamily]:
+    """The per-session gauge families (label ``session``), by short name."""
+    return {
+        "candidates": GaugeMetricFamily("harmony_session_candidates",
+                                        "Points the session's strategy asked for.",
+                                        labels=["session"]),
+        "evaluations": GaugeMetricFamily("harmony_session_evaluations",
+                                         "Completed evaluations of a session.",
+                                         labels=["session"]),
+        "clients": GaugeMetricFamily("harmony_session_clients",
+                                     "Clients that joined a session.", labels=["session"]),
+        "leases": GaugeMetricFamily("harmony_session_leases",
+                                    "Outstanding leases of a session.", labels=["session"]),
+        "commands": GaugeMetricFamily("harmony_session_commands",
+                                      "Length of a session's command log.",
+                                      labels=["session"]),
+        "best": GaugeMetricFamily("harmony_session_best_value",
+                                  "Best value so far, in the objective's sign.",
+                                  labels=["session"]),
+        "converged": GaugeMetricFamily("harmony_session_converged",
+                                       "1 when the search has converged.",
+                                       labels=["session"]),
+        "paused": GaugeMetricFamily("harmony_session_paused", "1 when paused.",
+                                    labels=["session"]),
+        "created": GaugeMetricFamily("harmony_session_created_seconds",
+                                     "When the session was created (Unix time).",
+                                     labels=["session"]),
+    }
+
+
+def _add_session_gauges(gauges: dict[str, GaugeMetricFamily], name: str, session: Any,
+                        counts: Mapping[str, Any], converged: bool, paused: bool) -> None:
+    """One hosted session's samples of the per-session gauges."""
+    core = session.core
+    label = [name]
+    gauges["candidates"].add_metric(label, float(counts.get("candidates", 0)))
+    gauges["evaluations"].add_metric(label, float(counts.get("completed", 0)))
+    gauges["clients"].add_metric(label, float(len(core.clients)))
+    gauges["leases"].add_metric(label, float(len(getattr(session, "leases", {}))))
+    gauges["commands"].add_metric(label, float(getattr(session, "seq", 0)))
+    best = core.best()
+    if best is not None:
+        gauges["best"].add_metric(label, float(best[1]))
+    gauges["converged"].add_metric(label, 1.0 if converged else 0.0)
+    gauges["paused"].add_metric(label, 1.0 if paused else 0.0)
+    created = getattr(session, "created", None)
+    if created is not None:
+        gauges["created"].add_metric(label, float(created))
 
 
 def registry_for(source: Any) -> CollectorRegistry:

@@ -14,6 +14,8 @@ from harmony.core.definition import (
     SESSION_SCHEMA,
 )
 from harmony_server.protocol import MAX_DEPTH, MAX_WAIT, REQUEST_SCHEMAS
+from plugins.base import Plugin
+from strategies.base import Strategy, load_entry_point_strategies
 
 if TYPE_CHECKING:
     from harmony_server.app import Endpoint
@@ -119,11 +121,6 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
 
 def _definition_schema() -> dict[str, Any]:
     """SESSION_SCHEMA with the registered strategy and plugin names as enums."""
-    import plugins  # noqa: F401  (registers the built-in plugins)
-    import strategies  # noqa: F401  (registers the built-in strategies)
-    from plugins.base import Plugin
-    from strategies.base import Strategy, load_entry_point_strategies
-
     load_entry_point_strategies()
     schema = copy.deepcopy({k: v for k, v in SESSION_SCHEMA.items() if k != "$schema"})
     props = schema["properties"]

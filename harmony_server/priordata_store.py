@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
 from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
+from harmony_server.hosted import HostedSession
 from harmony_server.store import ClientRow, Store, StoredSession, StoreError, TrialRow, sessions
 
 __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_store",
@@ -48,8 +49,7 @@ def prior_from_store(store: Store, name: str, *, status: str | None = None) -> P
 def _replayed_status(store: Store, stored: StoredSession) -> str:
     """A live row's real state (``running``, ``converged``, ``paused``): the store keeps only
     "live", so replay the command log the way the server recovers it; "live" if that fails."""
-    from harmony_server.hosted import HostedSession  # the server's own recovery
-
+    # the server's own recovery
     try:
         definition = SessionDefinition.from_dict(stored.definition,
                                                  source=f"stored session {stored.name!r}")

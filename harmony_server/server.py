@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +172,6 @@ class ServerHandle:
 
 def start_server(config: ServerConfig | None = None, **overrides: Any) -> ServerHandle:
     """Start a server on a background thread; returns once it listens."""
-    from dataclasses import replace
-
     config = replace(config or ServerConfig(), **overrides)
     return ServerHandle(config).start()
 

@@ -123,7 +123,7 @@ class Plugin:
 
 def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
     """Instantiate a registered plugin by name; unknown names and options are errors."""
-    import plugins  # noqa: F401  (registers the built-in plugins)
+    # the built-ins are registered: importing this module ran plugins/__init__.py first
 
     cls = Plugin.registry.get_class(name)
     allowed = plugin_options(cls)

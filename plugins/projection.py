@@ -196,67 +196,78 @@ def nearest_feasible(poly: GridPolytope, costs: Sequence[IndexCost],
             for r in poly.rows]
     upper = [poly.upper[j] for j in order]
     relax = _Relaxation(rows, costs)
-
-    def total(k: Sequence[int]) -> float:
-        return sum(c.cost(i) for c, i in zip(costs, k, strict=True))
-
-    best_cost, best = math.inf, None
+    search = _BranchAndBound(rows, costs, upper, relax, node_limit)
     for k in _starts(rows, upper, relax, [tuple(a[j] for j in order) for a in anchors]):
-        c = total(k)
-        if c < best_cost:
-            best_cost, best = c, k
-
-    # per row and depth: the largest / smallest contribution the free dims can still add
-    tail_max = [[0] * (n + 1) for _ in rows]
-    tail_min = [[0] * (n + 1) for _ in rows]
-    for r, row in enumerate(rows):
-        for d in range(n - 1, -1, -1):
-            a = row.coeffs[d] * upper[d]
-            tail_max[r][d] = tail_max[r][d + 1] + max(0, a)
-            tail_min[r][d] = tail_min[r][d + 1] + min(0, a)
-    chosen = [0] * n
-    level = [row.constant for row in rows]
-    lam_stack = [[0.0] * len(rows) for _ in range(n + 1)]
-    lo_stack = [[0.0] * n for _ in range(n + 1)]
-    hi_stack = [[0.0] * n for _ in range(n + 1)]
-    nodes = 0
-    last = n - 1
-
-    def search(d: int, spent: float) -> None:
-        nonlocal best_cost, best, nodes
-        if d == last:
-            found = _best_last(rows, level, last, upper[last], costs[last])
-            if found is not None and spent + found[0] < best_cost:
-                chosen[last] = found[1]
-                best_cost, best = spent + found[0], tuple(chosen)
-            return
-        for c, i in costs[d].order():
-            if spent + c >= best_cost - _EPS or nodes >= node_limit:
-                break
-            nodes += 1
-            chosen[d] = i
-            for r, row in enumerate(rows):
-                level[r] += row.coeffs[d] * i
-            if _may_hold(level, rows, tail_max, tail_min, d + 1):
-                lam_stack[d + 1][:] = lam_stack[d]
-                lo_stack[d + 1][:] = lo_stack[d]
-                hi_stack[d + 1][:] = hi_stack[d]
-                rest, _ = relax.bound(d + 1, level, lam_stack[d + 1], lo_stack[d + 1],
-                                      hi_stack[d + 1], _NODE_SWEEPS, enough=best_cost - spent - c)
-                if spent + c + rest < best_cost - _EPS:
-                    search(d + 1, spent + c)
-            for r, row in enumerate(rows):
-                level[r] -= row.coeffs[d] * i
-
-    search(0, 0.0)
-    if nodes >= node_limit:
-        logger.debug("projection stopped after %d nodes; returning the best point found", nodes)
-    if best is None:
+        c = sum(cost.cost(i) for cost, i in zip(costs, k, strict=True))
+        if c < search.best_cost:
+            search.best_cost, search.best = c, k
+    search.search(0, 0.0)
+    if search.nodes >= node_limit:
+        logger.debug("projection stopped after %d nodes; returning the best point found",
+                     search.nodes)
+    if search.best is None:
         return None
     out = [0] * n
     for position, j in enumerate(order):
-        out[j] = best[position]
+        out[j] = search.best[position]
     return tuple(out)
+
+
+class _BranchAndBound:
+    """Depth-first branch and bound over the reordered dimensions: each level tries its
+    indices cheapest first, prunes by the rows' reachable ranges and the relaxation's bound,
+    and solves the last dimension in closed form; ``best`` / ``best_cost`` the incumbent."""
+
+    def __init__(self, rows: list[IntegerRow], costs: list[IndexCost], upper: list[int],
+                 relax: _Relaxation, node_limit: int) -> None:
+        n = len(costs)
+        self.rows, self.costs, self.upper, self.relax = rows, costs, upper, relax
+        self.node_limit = node_limit
+        self.best_cost: float = math.inf
+        self.best: tuple[int, ...] | None = None
+        # per row and depth: the largest / smallest contribution the free dims can still add
+        self.tail_max = [[0] * (n + 1) for _ in rows]
+        self.tail_min = [[0] * (n + 1) for _ in rows]
+        for r, row in enumerate(rows):
+            for d in range(n - 1, -1, -1):
+                a = row.coeffs[d] * upper[d]
+                self.tail_max[r][d] = self.tail_max[r][d + 1] + max(0, a)
+                self.tail_min[r][d] = self.tail_min[r][d + 1] + min(0, a)
+        self.chosen = [0] * n
+        self.level = [row.constant for row in rows]
+        self.lam_stack = [[0.0] * len(rows) for _ in range(n + 1)]
+        self.lo_stack = [[0.0] * n for _ in range(n + 1)]
+        self.hi_stack = [[0.0] * n for _ in range(n + 1)]
+        self.nodes = 0
+        self.last = n - 1
+
+    def search(self, d: int, spent: float) -> None:
+        """Branch on dimension ``d`` with ``spent`` the cost of the dimensions before it."""
+        rows, level, last = self.rows, self.level, self.last
+        if d == last:
+            found = _best_last(rows, level, last, self.upper[last], self.costs[last])
+            if found is not None and spent + found[0] < self.best_cost:
+                self.chosen[last] = found[1]
+                self.best_cost, self.best = spent + found[0], tuple(self.chosen)
+            return
+        for c, i in self.costs[d].order():
+            if spent + c >= self.best_cost - _EPS or self.nodes >= self.node_limit:
+                break
+            self.nodes += 1
+            self.chosen[d] = i
+            for r, row in enumerate(rows):
+                level[r] += row.coeffs[d] * i
+            if _may_hold(level, rows, self.tail_max, self.tail_min, d + 1):
+                self.lam_stack[d + 1][:] = self.lam_stack[d]
+                self.lo_stack[d + 1][:] = self.lo_stack[d]
+                self.hi_stack[d + 1][:] = self.hi_stack[d]
+                rest, _ = self.relax.bound(d + 1, level, self.lam_stack[d + 1],
+                                           self.lo_stack[d + 1], self.hi_stack[d + 1],
+                                           _NODE_SWEEPS, enough=self.best_cost - spent - c)
+                if spent + c + rest < self.best_cost - _EPS:
+                    self.search(d + 1, spent + c)
+            for r, row in enumerate(rows):
+                level[r] -= row.coeffs[d] * i
 
 
 def _best_last(rows: Sequence[IntegerRow], level: Sequence[int], d: int, upper: int,

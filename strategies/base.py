@@ -141,7 +141,7 @@ def load_entry_point_strategies() -> None:
 def make_strategy(name: str, space: Space, *, seed: int = 0,
                   region: FeasibleRegion | None = None, **options: Any) -> Strategy:
     """Instantiate a registered strategy by name; unknown names and options are errors."""
-    import strategies  # noqa: F401  (registers the built-in strategies)
+    # the built-ins are registered: importing this module ran strategies/__init__.py first
 
     # only a failure to bind the options is the user's "bad options"; a TypeError raised
     # inside the constructor is a bug and propagates as it is

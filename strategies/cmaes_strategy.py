@@ -29,7 +29,7 @@ from cmaes import CMA, CMAwM
 from harmony.base.errors import ConfigError
 from harmony.base.space import EnumParam, FeasibleRegion, Point, RealParam, Space, Value
 from strategies.base import Strategy, Trial
-from strategies.simplex import _check_real, _is_fixed, option_error
+from strategies.options import check_real, is_fixed, option_error
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +71,10 @@ class CMAES(Strategy, name="cma-es"):
                  max_evals: int | None = None):
         super().__init__(space, seed=seed, region=region)
         name = type(self).name
-        self.axes = [k for k, p in enumerate(space.params) if not _is_fixed(p)]
+        self.axes = [k for k, p in enumerate(space.params) if not is_fixed(p)]
         n = max(len(self.axes), 1)
         if sigma0 is not None:
-            _check_real(name, "sigma0", sigma0, low=0.0, high=1.0, low_open=True)
+            check_real(name, "sigma0", sigma0, low=0.0, high=1.0, low_open=True)
         for option, value in (("popsize", popsize), ("n_max_resampling", n_max_resampling),
                               ("max_evals", max_evals)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)

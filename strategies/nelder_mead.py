@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from harmony.base.space import FeasibleRegion, Space
-from strategies.simplex import Candidate, Phase, SimplexStrategy, _check_real, option_error
+from strategies.options import check_real, option_error
+from strategies.simplex import Candidate, Phase, SimplexStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +34,13 @@ class NelderMead(SimplexStrategy, name="nelder-mead"):
                  reflect: float = 1.0, expand: float = 2.0, contract_outside: float = 0.5,
                  contract_inside: float = 0.5, **options: Any):
         name = type(self).name
-        _check_real(name, "reflect", reflect, low=0.0, low_open=True)
-        _check_real(name, "expand", expand, low=1.0, low_open=True)
+        check_real(name, "reflect", reflect, low=0.0, low_open=True)
+        check_real(name, "expand", expand, low=1.0, low_open=True)
         if expand <= reflect:
             raise option_error(name, "expand", f"> reflect ({reflect})", expand)
-        _check_real(name, "contract_outside", contract_outside, low=0.0, high=1.0,
+        check_real(name, "contract_outside", contract_outside, low=0.0, high=1.0,
                     low_open=True, high_open=True)
-        _check_real(name, "contract_inside", contract_inside, low=0.0, high=1.0,
+        check_real(name, "contract_inside", contract_inside, low=0.0, high=1.0,
                     low_open=True, high_open=True)
         self.rho = float(reflect)
         self.chi = float(expand)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from harmony.base.space import FeasibleRegion, Space
-from strategies.simplex import Candidate, Phase, SimplexStrategy, _check_real, option_error
+from strategies.options import check_real, option_error
+from strategies.simplex import Candidate, Phase, SimplexStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ class PRO(SimplexStrategy, name="pro"):
                  reflect: float = 1.0, expand: float = 2.0, expand_check: str = "one",
                  **options: Any):
         name = type(self).name
-        _check_real(name, "reflect", reflect, low=0.0, low_open=True)
-        _check_real(name, "expand", expand, low=1.0, low_open=True)
+        check_real(name, "reflect", reflect, low=0.0, low_open=True)
+        check_real(name, "expand", expand, low=1.0, low_open=True)
         if expand_check not in EXPAND_CHECKS:
             raise option_error(name, "expand_check", "one of one, all", expand_check)
         self.rho = float(reflect)

@@ -6,11 +6,10 @@ vertices; :meth:`ask` hands out a batch's unmeasured points (several at once whe
 batch holds several), and the state machine advances once every candidate has a value.
 
 Candidates get their values from three places besides a measurement: a candidate outside
-the feasible region is handled by ``reject_method`` (``penalty`` scores it
-:attr:`Strategy.PENALTY`, ``random`` replaces it by a random feasible point, ``project``
-by the region's projection); a candidate whose snapped point was measured before is
-answered from memory; a candidate sharing its point with another outstanding one waits
-for that measurement. So a grid that turns a move into a no-op never costs a measurement.
+the feasible region is handled by ``reject_method`` (:mod:`strategies.simplex_vertices`);
+a candidate whose snapped point was measured before is answered from memory; a candidate
+sharing its point with another outstanding one waits for that measurement. So a grid that
+turns a move into a no-op never costs a measurement.
 
 When the simplex stalls (all vertices on one grid point, a degenerate simplex, a shrink
 that moves nothing on the grid, a cycle of steps that needs no new measurement, or the
@@ -35,32 +34,22 @@ import enum
 import logging
 import math
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
-from harmony.base.space import FeasibleRegion, Point, RealParam, Space, Value, WholeSpace
+from harmony.base.space import FeasibleRegion, Point, RealParam, Space
 from strategies.base import Strategy, Trial
+from strategies.options import check_simplex_options, is_fixed
+from strategies.simplex_vertices import Candidate, Key, SimplexVertices
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[Value, ...]
-
-INIT_METHODS = ("point", "random-point", "lhs", "random", "simplex")
-REJECT_METHODS = ("penalty", "random", "project")
-#: attempts at drawing a non-degenerate random / Latin-hypercube initial simplex
-_INIT_ATTEMPTS = 20
-#: attempts at drawing a feasible replacement for an infeasible candidate
-_REPLACE_ATTEMPTS = 100
 #: safety net: state-machine steps in a row without handing out a point
 _MAX_SILENT_STEPS = 100_000
 #: restarts in a row that needed no new measurement before the grid counts as exhausted
 _MAX_SILENT_RESTARTS = 60
-#: restarts in a row that needed no new measurement before the restart radius starts to grow
-_WIDEN_AFTER_SILENT = 6
 
 
 class Phase(enum.Enum):
@@ -77,23 +66,7 @@ class Phase(enum.Enum):
     CONVERGED = "converged"
 
 
-@dataclass
-class Candidate:
-    """A vertex waiting for its value: unit coordinates, snapped point, and its value."""
-
-    u: np.ndarray
-    point: Point
-    key: Key
-    value: float | None = None
-    handed_out: bool = False
-
-
-def option_error(strategy: str, option: str, must: str, got: Any) -> ConfigError:
-    """A uniform message for a bad strategy option."""
-    return ConfigError(f"strategy {strategy!r}: option {option} must be {must}, got {got!r}")
-
-
-class SimplexStrategy(Strategy):
+class SimplexStrategy(SimplexVertices, Strategy):
     """Base of the simplex strategies: initial simplex, candidate resolution, convergence.
 
     Options shared by the simplex strategies:
@@ -131,75 +104,23 @@ class SimplexStrategy(Strategy):
                  restart_decay: float = 0.5, restart_patience: int | None = None,
                  shrink: float = 0.5):
         super().__init__(space, seed=seed, region=region)
-        name = type(self).name
-        spans = [not _is_fixed(p) for p in space.params]
         #: indices of the axes that can move (a parameter with one grid value cannot)
-        self.active_axes = [k for k, moves in enumerate(spans) if moves]
-        n_eff = len(self.active_axes)
-        if init_simplex is not None:
-            if isinstance(init_simplex, str | bytes | Mapping) \
-                    or not isinstance(init_simplex, Sequence):
-                raise option_error(name, "init_simplex", "a list of points", init_simplex)
-            if simplex_size is None:
-                simplex_size = len(init_simplex)
-            elif simplex_size != len(init_simplex):
-                raise option_error(name, "init_simplex", f"{simplex_size} points (simplex_size)",
-                                   f"{len(init_simplex)} points")
-            try:
-                init_simplex = [space.snap(p) for p in init_simplex]
-            except (ConfigError, TypeError, ValueError) as exc:
-                raise ConfigError(f"strategy {name!r}: option init_simplex holds a point that is "
-                                  f"not a point of the space: {exc}") from None
-            init_method = init_method or "simplex"
-        if simplex_size is None:
-            simplex_size = n_eff + 1
-        if isinstance(simplex_size, bool) or not isinstance(simplex_size, int) \
-                or simplex_size < n_eff + 1:
-            raise option_error(name, "simplex_size", f"an integer >= {n_eff + 1} (the number of "
-                               f"movable parameters + 1)", simplex_size)
-        if init_method is None:
-            init_method = "point" if init_point is not None else "lhs"
-        if init_method not in INIT_METHODS:
-            raise option_error(name, "init_method", f"one of {', '.join(INIT_METHODS)}",
-                               init_method)
-        if init_method == "simplex" and init_simplex is None:
-            raise option_error(name, "init_simplex", "a list of points when init_method is simplex",
-                               None)
-        if reject_method not in REJECT_METHODS:
-            raise option_error(name, "reject_method", f"one of {', '.join(REJECT_METHODS)}",
-                               reject_method)
-        _check_real(name, "init_radius", init_radius, low=0.0, high=1.0, low_open=True)
-        _check_real(name, "fval_tol", fval_tol, low=0.0)
-        _check_real(name, "fval_atol", fval_atol, low=0.0)
-        _check_real(name, "size_tol", size_tol, low=0.0)
-        _check_real(name, "shrink", shrink, low=0.0, high=1.0, low_open=True, high_open=True)
-        if max_evals is not None and (isinstance(max_evals, bool) or not isinstance(max_evals, int)
-                                      or max_evals < 1):
-            raise option_error(name, "max_evals", "a positive integer (or absent)", max_evals)
-        _check_real(name, "restart_decay", restart_decay, low=0.0, high=1.0, low_open=True,
-                    high_open=True)
-        if restart_patience is not None and (isinstance(restart_patience, bool)
-                                             or not isinstance(restart_patience, int)
-                                             or restart_patience < 1):
-            raise option_error(name, "restart_patience", "a positive integer (or absent)",
-                               restart_patience)
-        if init_point is not None:
-            if not isinstance(init_point, Mapping):
-                raise option_error(name, "init_point", "a mapping of parameter name to value",
-                                   init_point)
-            try:
-                init_point = space.snap(init_point)
-            except (ConfigError, TypeError, ValueError) as exc:
-                raise ConfigError(f"strategy {name!r}: option init_point is not a point of the "
-                                  f"space: {exc}") from None
-        self.simplex_size: int = simplex_size
-        self.init_method: str = init_method
-        self.init_point: Point = dict(init_point) if init_point is not None \
+        self.active_axes = [k for k, p in enumerate(space.params) if not is_fixed(p)]
+        options = check_simplex_options(
+            type(self).name, space, len(self.active_axes), simplex_size=simplex_size,
+            init_method=init_method, init_point=init_point, init_radius=init_radius,
+            init_simplex=init_simplex, reject_method=reject_method, fval_tol=fval_tol,
+            fval_atol=fval_atol, size_tol=size_tol, max_evals=max_evals,
+            restart_decay=restart_decay, restart_patience=restart_patience, shrink=shrink)
+        self.simplex_size: int = options.simplex_size
+        self.init_method: str = options.init_method
+        self.init_point: Point = dict(options.init_point) if options.init_point is not None \
             else space.default_point()
         self.init_radius = float(init_radius)
         #: a given initial simplex (e.g. the best points of prior sessions: a warm start)
         self.init_simplex: list[Point] | None = (
-            [dict(p) for p in init_simplex] if init_simplex is not None else None)
+            [dict(p) for p in options.init_simplex] if options.init_simplex is not None
+            else None)
         self.reject_method = reject_method
         self.fval_tol = float(fval_tol)
         self.fval_atol = float(fval_atol)
@@ -209,7 +130,13 @@ class SimplexStrategy(Strategy):
         self.restart_decay = float(restart_decay)
         self.restart_patience = restart_patience
         self.shrink_coef = float(shrink)
+        self._init_grid(space)
+        self._init_state(space)
+        self._start_batch(Phase.INIT, self._initial_simplex())
 
+    def _init_grid(self, space: Space) -> None:
+        """Per-axis grid facts in unit coordinates: continuous axes, the smallest step, the
+        scale of the rank test."""
         res = space.unit_resolution()
         self._continuous = np.array([isinstance(p, RealParam) and not p.discrete
                                      for p in space.params])
@@ -219,6 +146,8 @@ class SimplexStrategy(Strategy):
         #: per-axis scale that turns unit differences into grid steps (for the rank test)
         self._rank_scale = np.where(res > 0, 1.0 / np.where(res > 0, res, 1.0), 1.0)
 
+    def _init_state(self, space: Space) -> None:
+        """The state machine before the first batch: no simplex, no memory, no restarts."""
         self.phase = Phase.INIT
         self.vertices = np.zeros((0, space.dim))
         self.values = np.zeros(0)
@@ -240,7 +169,6 @@ class SimplexStrategy(Strategy):
         self._best_at_restart: float | None = None
         self._silent_restarts = 0
         self._evals_at_start = 0
-        self._start_batch(Phase.INIT, self._initial_simplex())
 
     # -- the Strategy contract ---------------------------------------------------
     def ask(self) -> Trial | None:
@@ -321,20 +249,7 @@ class SimplexStrategy(Strategy):
         or random simplex is drawn anew, and an axis simplex around ``init_point`` (or a given
         ``init_simplex``) becomes a randomly oriented simplex of the same radius.
         """
-        if simplex is not None:
-            if len(simplex) != self.simplex_size:
-                raise ConfigError(f"strategy {self.name!r}: a restart simplex needs "
-                                  f"{self.simplex_size} points (simplex_size), got {len(simplex)}")
-            us = [self._unit(self.space.snap(p)) for p in simplex]
-        elif point is not None:
-            us = self._axis_simplex(self._unit(self.space.snap(point)),
-                                    np.maximum(self.init_radius, self._min_step))
-        elif self.init_method in ("point", "simplex"):
-            centre = self.init_point if self.init_method == "point" or not self.init_simplex \
-                else self.init_simplex[0]
-            us = self._oriented_simplex(self._unit(self.space.snap(centre)), self.init_radius)
-        else:
-            us = self._initial_simplex()
+        us = self._restart_simplex(point, simplex)
         self._memo.clear()
         self._outstanding.clear()
         self._trial_key.clear()
@@ -370,15 +285,6 @@ class SimplexStrategy(Strategy):
         self.phase = phase
         self._batch = [self._candidate(u) for u in us]
 
-    def _candidate(self, u: np.ndarray) -> Candidate:
-        point = self.space.from_unit(u)
-        c = Candidate(u=self._unit(point, raw=u), point=point, key=self.space.key(point))
-        if not self._feasible(point):
-            self._reject(c, None)
-        if c.value is None:
-            c.value = self._memo.get(c.key)
-        return c
-
     def _pump(self) -> None:
         """Advance the state machine while the current batch needs no measurement."""
         while self.phase is not Phase.CONVERGED and all(c.value is not None for c in self._batch):
@@ -389,46 +295,6 @@ class SimplexStrategy(Strategy):
                 self._converge("no progress")
                 return
             self._advance()
-
-    def _feasible(self, point: Point) -> bool:
-        if self._refused and self.space.key(point) in self._refused:
-            return False
-        # every snapped point is in the whole space: skip the check for the trivial region
-        return isinstance(self.region, WholeSpace) or self.region.contains(point)
-
-    def _reject(self, c: Candidate, hint: Point | None) -> None:
-        """Apply ``reject_method`` to an infeasible or refused candidate."""
-        if self.reject_method != "penalty":
-            for replacement in self._replacements(c.point, hint):
-                try:
-                    replacement = self.space.snap(replacement)
-                except ConfigError as exc:
-                    logger.warning("%s: ignoring a replacement that is not a point: %s",
-                                   self.name, exc)
-                    continue
-                if self._feasible(replacement):
-                    c.point, c.key, c.u = (replacement, self.space.key(replacement),
-                                           self._unit(replacement))
-                    return
-        c.value = self.PENALTY
-
-    def _replacements(self, point: Point, hint: Point | None) -> Iterator[Point]:
-        if hint is not None:
-            yield hint
-        if self.reject_method == "project":
-            projected = self.region.project(point)
-            if projected is not None:
-                yield projected
-        else:
-            for _ in range(_REPLACE_ATTEMPTS):
-                yield self.region.sample(self.rng)
-
-    def _unit(self, point: Point, raw: np.ndarray | None = None) -> np.ndarray:
-        """Unit coordinates of a snapped point (continuous axes keep the exact ``raw``)."""
-        u = self.space.to_unit(point)
-        if raw is not None:
-            u = np.where(self._continuous, np.clip(raw, 0.0, 1.0), u)
-        return u
 
     # -- the simplex ------------------------------------------------------------------------
     def _accept(self, candidates: Sequence[Candidate]) -> None:
@@ -476,17 +342,6 @@ class SimplexStrategy(Strategy):
         self._seen_silent.add(signature)
         self._step()
 
-    def _degenerate(self, vertices: np.ndarray) -> bool:
-        n_eff = len(self.active_axes)
-        if n_eff == 0:
-            return False
-        active = vertices[:, self.active_axes]
-        if self._all_continuous and not np.any((active == 0.0) | (active == 1.0)):
-            # off the grid and off the bounds nothing snaps, so nothing can flatten the simplex
-            return False
-        diffs = (active[1:] - active[0]) * self._rank_scale[self.active_axes]
-        return int(np.linalg.matrix_rank(diffs)) < n_eff
-
     def _improved_since_restart(self) -> bool:
         """Whether the best value beat the one at the last restart by more than the tolerance."""
         if self._best_at_restart is None:
@@ -495,15 +350,6 @@ class SimplexStrategy(Strategy):
         tol = self.fval_tol * abs(self._best_at_restart) + self.fval_atol
         return bool(f0 < self._best_at_restart - tol) or (
             not math.isfinite(self._best_at_restart) and math.isfinite(f0))
-
-    def restart_radius(self, k: int) -> float:
-        """The radius (unit cube) of the ``k``-th restart: ``init_radius`` shrunk ``k`` times by
-        ``restart_decay`` down to one grid step, then from ``init_radius`` again."""
-        floor = float(np.max(self._min_step[self.active_axes])) if self.active_axes else 1.0
-        if self.init_radius <= floor:
-            return self.init_radius
-        cycle = int(math.ceil(math.log(floor / self.init_radius) / math.log(self.restart_decay)))
-        return max(self.init_radius * self.restart_decay ** (k % (cycle + 1)), floor)
 
     def _stall(self, reason: str) -> None:
         """Restart around the best vertex with a fresh, randomly oriented, smaller simplex.
@@ -526,13 +372,7 @@ class SimplexStrategy(Strategy):
             self._converge(f"{reason}; exhausted: {_MAX_SILENT_RESTARTS} restarts in a row reached "
                            f"only points measured already")
             return
-        radius = self.restart_radius(self.restarts)
-        if self._silent_restarts > _WIDEN_AFTER_SILENT:
-            # the neighbourhood is all measured (an exact grid optimum, or a corner): look
-            # wider, at a random radius so that every distance gets its chance
-            widest = min(1.0, max(radius, self.init_radius)
-                         * 2.0 ** (self._silent_restarts - _WIDEN_AFTER_SILENT))
-            radius = float(self.rng.uniform(radius, widest))
+        radius = self._stall_radius(self.restarts, self._silent_restarts)
         self.restarts += 1
         self._best_at_restart = float(self.values[0])
         logger.debug("%s: %s; restart %d around %s (radius %.3g)", self.name, reason,
@@ -542,52 +382,6 @@ class SimplexStrategy(Strategy):
         self.phase = Phase.INIT
         self._batch = [self._vertex(0)] + [self._candidate(u) for u in us[1:]]
 
-    def _oriented_simplex(self, x0: np.ndarray, radius: float) -> list[np.ndarray]:
-        """``x0`` plus ``simplex_size - 1`` vertices at ``radius`` in a random orientation.
-
-        The first ``n`` directions are the columns of a random orthogonal matrix (so the simplex
-        is a rotated, reflected axis simplex); further vertices take random unit directions.
-        Every axis moves at least one grid step. If the grid flattens the rotated simplex, a
-        randomly signed axis simplex in random axis order is used instead.
-        """
-        axes = self.active_axes
-        n_eff = len(axes)
-        if n_eff == 0:
-            return [np.array(x0, dtype=float)] * self.simplex_size
-        q, r = np.linalg.qr(self.rng.standard_normal((n_eff, n_eff)))
-        q = q * np.sign(np.diag(r))  # a uniformly random orthogonal matrix
-        directions = [q[:, j] for j in range(n_eff)]
-        for _ in range(self.simplex_size - 1 - n_eff):
-            d = self.rng.standard_normal(n_eff)
-            directions.append(d / np.linalg.norm(d))
-        step = np.maximum(radius, self._min_step[axes])
-        us = [np.array(x0, dtype=float)]
-        for d in directions[: self.simplex_size - 1]:
-            u = np.array(x0, dtype=float)
-            moved = u[axes] + step * d
-            # a step out of the unit cube goes the other way along that axis
-            out = (moved < 0.0) | (moved > 1.0)
-            moved[out] = u[axes][out] - (step * d)[out]
-            u[axes] = np.clip(moved, 0.0, 1.0)
-            us.append(self._unit(self.space.from_unit(u), raw=u))
-        if not self._degenerate(np.array(us)):
-            return us
-        order = self.rng.permutation(n_eff)
-        signs = self.rng.choice([-1.0, 1.0], size=n_eff)
-        us = [np.array(x0, dtype=float)]
-        for j in range(1, self.simplex_size):
-            k = order[(j - 1) % n_eff]
-            axis = axes[k]
-            ring = (j - 1) // n_eff
-            u = np.array(x0, dtype=float)
-            delta = signs[k] * (1 if ring % 2 == 0 else -1) * step[k] * (1 + ring // 2)
-            moved = u[axis] + delta
-            if moved > 1.0 or moved < 0.0:
-                moved = u[axis] - delta
-            u[axis] = min(max(moved, 0.0), 1.0)
-            us.append(u)
-        return us
-
     def _converge(self, reason: str) -> None:
         self.phase = Phase.CONVERGED
         self.convergence_reason = reason
@@ -595,89 +389,4 @@ class SimplexStrategy(Strategy):
         logger.info("%s: converged (%s) after %d evaluations; best %s", self.name, reason,
                     self.evaluations, self.points[0] if self.points else None)
 
-    # -- initial simplices ----------------------------------------------------------------------
-    def _initial_simplex(self) -> list[np.ndarray]:
-        if self.init_method == "simplex" and self.init_simplex is not None:
-            out = []
-            for point in self.init_simplex:
-                if not self._feasible(point):
-                    point = self.space.snap(self.region.sample(self.rng))
-                out.append(self._unit(point))
-            return out
-        if self.init_method in ("point", "random-point"):
-            start = self.init_point if self.init_method == "point" \
-                else self.space.snap(self.region.sample(self.rng))
-            return self._axis_simplex(self._unit(start),
-                                      np.maximum(self.init_radius, self._min_step))
-        best: list[np.ndarray] = []
-        for _ in range(_INIT_ATTEMPTS):
-            if self.init_method == "lhs":
-                us = self._latin_hypercube()
-            else:
-                us = [self._unit(self.space.snap(self.region.sample(self.rng)))
-                      for _ in range(self.simplex_size)]
-            best = us
-            if not self._degenerate(np.array(us)):
-                break
-        return best
 
-    def _latin_hypercube(self) -> list[np.ndarray]:
-        """``simplex_size`` points, one per stratum of every axis; infeasible ones resampled."""
-        k, dim = self.simplex_size, self.space.dim
-        u = np.full((k, dim), 0.5)
-        for axis in range(dim):
-            u[:, axis] = (self.rng.permutation(k) + self.rng.random(k)) / k
-        out = []
-        for row in u:
-            point = self.space.from_unit(row)
-            if not self._feasible(point):
-                for _ in range(_REPLACE_ATTEMPTS):
-                    sampled = self.space.snap(self.region.sample(self.rng))
-                    if self._feasible(sampled):
-                        point = sampled
-                        break
-            out.append(self._unit(point, raw=row if self._feasible(point) else None))
-        return out
-
-    def _axis_simplex(self, x0: np.ndarray, radius: np.ndarray,
-                      sign: float = 1.0) -> list[np.ndarray]:
-        """``x0`` plus axis steps (like scipy's initial simplex): vertex j moves along one axis.
-
-        With more vertices than movable axes + 1, later rounds step the other way and further.
-        A step that would leave the unit cube is taken in the opposite direction.
-        """
-        us = [np.array(x0, dtype=float)]
-        n_eff = len(self.active_axes)
-        if n_eff == 0:  # nothing can move: every vertex is the one point of the space
-            return us * self.simplex_size
-        for j in range(1, self.simplex_size):
-            axis = self.active_axes[(j - 1) % n_eff]
-            ring = (j - 1) // n_eff
-            direction = sign if ring % 2 == 0 else -sign
-            step = float(radius[axis]) * (1 + ring // 2)
-            u = np.array(x0, dtype=float)
-            moved = u[axis] + direction * step
-            if moved > 1.0 or moved < 0.0:
-                moved = u[axis] - direction * step
-            u[axis] = min(max(moved, 0.0), 1.0)
-            us.append(u)
-        return us
-
-
-def _is_fixed(p: Any) -> bool:
-    if isinstance(p, RealParam) and not p.discrete:
-        return p.max == p.min
-    return bool(p.size == 1)
-
-
-def _check_real(strategy: str, option: str, value: Any, *, low: float | None = None,
-                high: float | None = None, low_open: bool = False,
-                high_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise option_error(strategy, option, "a finite number", value)
-    bad_low = low is not None and (value <= low if low_open else value < low)
-    bad_high = high is not None and (value >= high if high_open else value > high)
-    if bad_low or bad_high:
-        lo = "" if low is None else f"{low} {'<' if low_open else '<='} "
-        hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
-        raise option_error(strategy, option, f"{lo}{option}{hi}".strip(), value)

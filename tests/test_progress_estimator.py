@@ -14,7 +14,8 @@ import pytest
 
 from harmony.base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
-from workloads.sample import Recorder, progress_credit
+from workloads.recorder import Recorder
+from workloads.sample import progress_credit
 
 
 def test_credit_of_known_spans() -> None:

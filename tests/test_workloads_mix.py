@@ -9,7 +9,8 @@ import pytest
 
 from harmony.base.errors import WorkloadError
 from workloads.mix import Mix, parse_mix
-from workloads.sample import Recorder, Sample, percentile, summarize
+from workloads.recorder import Recorder
+from workloads.sample import Sample, percentile, summarize
 from workloads.schedule import Schedule, parse_duration, parse_schedule
 
 

@@ -28,6 +28,7 @@ import psycopg
 
 from harmony.base.errors import ConfigError
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from tuner_client.knob_text import format_quantity, parse_bool, parse_enum, parse_number
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,6 @@ ONLINE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 OFFLINE_CONTEXTS = frozenset({"postmaster"})
 
 _UNIT_RE = re.compile(r"^(\d*)\s*([A-Za-z]+)$")
-_QUANTITY_RE = re.compile(
-    r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$"
-)
-_TRUE = ("on", "true", "yes", "1")
-_FALSE = ("off", "false", "no", "0")
-
-
-def _fraction(text: str) -> Fraction:
-    return Fraction(text)
-
-
 @dataclass(frozen=True)
 class Knob:
     """One row of ``pg_settings``: type, native unit, range, context and current values."""
@@ -155,11 +145,11 @@ class Knob:
 
     def to_unit(self, value: KnobValue, unit: str) -> Fraction:
         """A canonical memory/time value expressed in ``unit`` (e.g. bytes → MB), exactly."""
-        return Fraction(value) / self._unit_factor(unit)  # type: ignore[arg-type]
+        return Fraction(value) / self.unit_factor(unit)  # type: ignore[arg-type]
 
     def from_unit(self, number: int | float | Fraction, unit: str) -> KnobValue:
         """A number in ``unit`` (64 in ``MB``) → canonical value, range-checked as in parse()."""
-        canonical = Fraction(number) * self._unit_factor(unit)
+        canonical = Fraction(number) * self.unit_factor(unit)
         if self.vartype == "integer":
             value: KnobValue = int(canonical) if canonical.denominator == 1 else float(canonical)
         else:
@@ -167,7 +157,8 @@ class Knob:
         self._check_range(value, f"{number}{unit}")
         return value
 
-    def _unit_factor(self, unit: str) -> Fraction:
+    def unit_factor(self, unit: str) -> Fraction:
+        """Canonical units (bytes or ms) in one ``unit`` of the knob's quantity (``MB``, ``s``)."""
         q = self.quantity
         if q == "memory" and unit in MEMORY_UNITS:
             return Fraction(MEMORY_UNITS[unit])
@@ -206,14 +197,14 @@ class Knob:
         one (for values computed by rules of thumb, e.g. ``'6171023kB'`` of 8kB pages).
         """
         if self.vartype == "bool":
-            return self._parse_bool(value)
+            return parse_bool(self.name, value)
         if self.vartype == "enum":
-            return self._parse_enum(value)
+            return parse_enum(self.name, self.enumvals or (), value)
         if self.vartype == "string":
             if not isinstance(value, str):
                 raise ConfigError(f"{self.name} takes a string, but got {value!r}")
             return value
-        result = self._parse_number(value, round_down=round_down)
+        result = parse_number(self, value, round_down=round_down)
         self._check_range(result, value)
         return result
 
@@ -255,29 +246,12 @@ class Knob:
         native = self.to_native(value)
         if native == -1 and self.min_val is not None and float(self.min_val) == -1:
             return "-1"  # the "use the other setting / disabled" sentinel has no unit
-        return self._format_quantity(value)
-
-    def _format_quantity(self, value: int | float) -> str:
-        table: dict[str, Fraction]
-        if self.quantity == "memory":
-            table = {u: Fraction(f) for u, f in MEMORY_UNITS.items()}
-            order = ["TB", "GB", "MB", "kB", "B"]
-        else:
-            table = dict(TIME_UNITS_MS)
-            order = ["d", "h", "min", "s", "ms"]
-        exact = Fraction(value)
-        if exact == 0:
-            return f"0{order[-1]}"
-        for unit in order:
-            q = exact / table[unit]
-            if q.denominator == 1:
-                return f"{q.numerator}{unit}"
-        return f"{float(value)!r}ms"
+        return format_quantity(self.quantity, value)
 
     def _describe(self, value: Any) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool) and self.unit:
             try:
-                return f"{value} ({self._format_quantity(value)})"
+                return f"{value} ({format_quantity(self.quantity, value)})"
             except (ValueError, ZeroDivisionError):
                 return repr(value)
         return repr(value)
@@ -289,7 +263,7 @@ class Knob:
         if self.unit is None:
             return self.min_val, self.max_val
         lo, hi = self.from_native(self.min_val), self.from_native(self.max_val)
-        return self._format_quantity(lo), self._format_quantity(hi)  # type: ignore[arg-type]
+        return format_quantity(self.quantity, lo), format_quantity(self.quantity, hi)  # type: ignore[arg-type]
 
     def range_text(self) -> str:
         """The allowed range with units, e.g. ``64kB .. 2147483647kB``."""
@@ -314,75 +288,6 @@ class Knob:
         return (f"{self.name} is {kind} knob; valid units are {', '.join(allowed)}, "
                 f"but got unit {unit!r}{hint}")
 
-    def _parse_number(self, value: Any, *, round_down: bool = False) -> int | float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{self.name} takes a number, but got {value!r}")
-        if isinstance(value, int | float):
-            number, unit = Fraction(str(value)) if isinstance(value, float) else Fraction(value), ""
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"{self.name} must be a finite number, but got {value!r}")
-        elif isinstance(value, str):
-            match = _QUANTITY_RE.match(value)
-            if not match:
-                raise ConfigError(
-                    f"{self.name} takes a number"
-                    + (f" with a unit like '64{self._example_unit()}'" if self.unit else "")
-                    + f" (allowed {self.range_text()}), but got {value!r}"
-                )
-            number, unit = _fraction(match.group(1)), match.group(2)
-        else:
-            raise ConfigError(f"{self.name} takes a number, but got {value!r}")
-        if self.unit is None:
-            if unit:
-                raise ConfigError(f"{self.name} has no unit, but got {value!r} with unit {unit!r}")
-            canonical = number
-        elif not unit:
-            # only the unit-free sentinels 0 and -1 may be given without a unit
-            if number not in (0, -1):
-                raise ConfigError(
-                    f"{self.name} needs a unit (e.g. '{value}{self._example_unit()}'); a bare "
-                    f"number is ambiguous (native unit {self.unit}). Allowed "
-                    f"{self.range_text()}, got {value!r}"
-                )
-            canonical = number * self.unit_size
-        else:
-            canonical = number * self._unit_factor(unit)
-        if self.vartype == "integer":
-            if round_down:
-                canonical = (canonical // self.unit_size) * self.unit_size
-            if (canonical / self.unit_size).denominator != 1:
-                raise ConfigError(
-                    f"{self.name} is counted in whole units of {self.unit or 1}; {value!r} is not "
-                    f"a whole number of them (allowed {self.range_text()})"
-                )
-            return int(canonical) if canonical.denominator == 1 else float(canonical)
-        return float(canonical)
-
-    def _example_unit(self) -> str:
-        return "MB" if self.quantity == "memory" else "ms"
-
-    def _parse_bool(self, value: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str):
-            low = value.strip().lower()
-            if low in _TRUE:
-                return True
-            if low in _FALSE:
-                return False
-        raise ConfigError(f"{self.name} is a boolean (on/off), but got {value!r}")
-
-    def _parse_enum(self, value: Any) -> str:
-        allowed = self.enumvals or ()
-        if isinstance(value, bool):
-            value = "on" if value else "off"
-        text = str(value).strip().lower()
-        for option in allowed:
-            if option.lower() == text:
-                return option
-        raise ConfigError(f"{self.name} must be one of {', '.join(allowed)}, but got {value!r}")
 
 
 class KnobCatalog:

@@ -14,109 +14,28 @@ the port always matches this object's DSN; ``postgresql.auto.conf`` is left to t
 Optionally the postmaster runs inside a memory cgroup (v2 ``memory.max`` or v1
 ``memory.limit_in_bytes``) so that the OS page cache cannot hide buffer misses, and inside a
 CPU cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) that caps it at ``cpu_limit`` CPUs,
-e.g. to run a replica deliberately slower than its siblings.
+e.g. to run a replica deliberately slower than its siblings (:mod:`tuner_client.cgroups`).
+Finding the server binaries and the OS user is :mod:`tuner_client.pg_binaries`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import pwd
 import shutil
-import socket
-import stat
 import subprocess
-import time
 from pathlib import Path
 from types import TracebackType
 
 from harmony.base.errors import ConfigError, DatabaseError
+from tuner_client.cgroups import cpu_cgroup, memory_cgroup, remove_cgroup
+from tuner_client.cluster_files import prepare_state_dir, write_hba, write_local_conf
+from tuner_client.pg_binaries import DEFAULT_OS_USER, ensure_os_user, find_bin_dir, find_free_port
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_OS_USER = "harmony"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def find_bin_dir(bin_dir: Path | None = None) -> Path:
-    """Return the directory holding ``pg_ctl``/``initdb``/``postgres``, or raise DatabaseError.
-
-    Looks at ``bin_dir`` if given, then ``pg_config --bindir``, then the highest
-    ``/usr/lib/postgresql/<major>/bin``, then ``PATH``.
-    """
-    candidates: list[Path] = []
-    if bin_dir is not None:
-        if not (Path(bin_dir) / "pg_ctl").exists():
-            raise DatabaseError(
-                f"PostgreSQL bin_dir {bin_dir} must contain pg_ctl, initdb and postgres, "
-                "but pg_ctl is not there"
-            )
-        return Path(bin_dir)
-    pg_config = shutil.which("pg_config")
-    if pg_config:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-            ).stdout.strip()
-            if out:
-                candidates.append(Path(out))
-
-    def major(p: Path) -> tuple[int, ...]:
-        try:
-            return tuple(int(x) for x in p.parent.name.split("."))
-        except ValueError:
-            return (0,)
-
-    candidates.extend(
-        sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=major, reverse=True)
-    )
-    on_path = shutil.which("pg_ctl")
-    if on_path:
-        candidates.append(Path(on_path).resolve().parent)
-    for cand in candidates:
-        if (cand / "pg_ctl").exists() and (cand / "initdb").exists():
-            return cand
-    raise DatabaseError(
-        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found via "
-        "pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; install them "
-        "(`make postgres` runs apt-get install postgresql) or pass bin_dir"
-    )
-
-
-def find_free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def ensure_os_user(name: str) -> pwd.struct_passwd:
-    """Return the passwd entry of ``name``, creating it as a system user if missing (root only)."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    for attempt in range(5):
-        proc = subprocess.run(
-            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        # 9: another process created the user meanwhile; 10: /etc/passwd locked by one
-        if proc.returncode != 10:
-            break
-        time.sleep(0.2 * (attempt + 1))
-    if proc.returncode not in (0, 9):
-        raise DatabaseError(
-            f"could not create the unprivileged OS user {name!r} to run PostgreSQL "
-            f"(useradd exit {proc.returncode}: {proc.stderr.strip()})"
-        )
-    logger.info("created system user %s to run PostgreSQL (it refuses to run as root)", name)
-    return pwd.getpwnam(name)
 
 
 class LocalCluster:
@@ -298,64 +217,14 @@ class LocalCluster:
                     template)
 
     def _prepare_state_dir(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.socket_dir.mkdir(exist_ok=True)
-        if self._pw is None:
-            self.socket_dir.chmod(0o700)
-            return
-        if self.state_dir == Path("/root") or Path("/root") in self.state_dir.parents:
-            raise ConfigError(
-                f"state_dir {self.state_dir} is under /root, which the unprivileged user "
-                f"{self.os_user!r} running PostgreSQL cannot reach; use a directory under "
-                "/var/tmp or /tmp"
-            )
-        for parent in reversed(self.state_dir.parents):
-            mode = parent.stat().st_mode
-            if not mode & stat.S_IXOTH:
-                logger.warning(
-                    "making %s traversable (o+x) so that user %s can reach %s",
-                    parent, self.os_user, self.state_dir,
-                )
-                parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-        uid, gid = self._pw.pw_uid, self._pw.pw_gid
-        for path in (self.state_dir, self.socket_dir):
-            os.chown(path, uid, gid)
-            path.chmod(0o700)
-        if self.log_path.exists():
-            os.chown(self.log_path, uid, gid)
+        prepare_state_dir(self.state_dir, self.socket_dir, self.log_path, self._pw)
 
     def _write_hba(self) -> None:
-        text = (
-            "# written by harmony: trust on the private socket and loopback only\n"
-            "local all all trust\n"
-            "host all all 127.0.0.1/32 trust\n"
-            "local replication all trust\n"
-            "host replication all 127.0.0.1/32 trust\n"
-        )
-        self._write_owned(self.data_dir / "pg_hba.conf", text)
+        write_hba(self.data_dir, self._pw)
 
     def _write_conf(self) -> None:
         """Write the cluster's fixed settings into an include file of postgresql.conf."""
-        conf = self.data_dir / "postgresql.conf"
-        include_line = "include_if_exists = 'harmony_local.conf'"
-        body = conf.read_text()
-        if include_line not in body:
-            self._write_owned(conf, body.rstrip("\n") + "\n\n# harmony local cluster\n"
-                              + include_line + "\n")
-        sock = str(self.socket_dir).replace("'", "''")
-        self._write_owned(
-            self.data_dir / "harmony_local.conf",
-            "# fixed by harmony's LocalCluster; tuned knobs go to postgresql.auto.conf\n"
-            "listen_addresses = '127.0.0.1'\n"
-            f"port = {self._port}\n"
-            f"unix_socket_directories = '{sock}'\n",
-        )
-
-    def _write_owned(self, path: Path, text: str) -> None:
-        path.write_text(text)
-        if self._pw is not None:
-            os.chown(path, self._pw.pw_uid, self._pw.pw_gid)
-        path.chmod(0o600)
+        write_local_conf(self.data_dir, self.socket_dir, self._port, self._pw)
 
     def is_running(self) -> bool:
         """True when ``pg_ctl status`` finds a live postmaster for the data directory."""
@@ -503,54 +372,9 @@ class LocalCluster:
     def _setup_cgroup(self) -> None:
         if self.memory_limit_bytes is None or self._cgroup_dir is not None:
             return
-        name = f"harmony-pg-{self._port}-{os.getpid()}"
-        for make in (self._cgroup_v2, self._cgroup_v1):
-            try:
-                made = make(name)
-            except OSError as exc:
-                logger.debug("memory cgroup via %s not usable: %s", make.__name__, exc)
-                continue
-            if made:
-                return
-        logger.warning(
-            "memory_limit_bytes=%s requested but no writable memory cgroup (v2 memory.max or "
-            "v1 memory.limit_in_bytes under %s) was found; PostgreSQL runs without the limit "
-            "and the OS page cache may hide buffer misses",
-            self.memory_limit_bytes, CGROUP_ROOT,
-        )
-
-    def _cgroup_v2(self, name: str) -> bool:
-        for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-            controllers = root / "cgroup.controllers"
-            if not controllers.exists() or "memory" not in controllers.read_text().split():
-                continue
-            subtree = root / "cgroup.subtree_control"
-            if "memory" not in subtree.read_text().split():
-                subtree.write_text("+memory")
-            cg = root / name
-            cg.mkdir(exist_ok=True)
-            (cg / "memory.max").write_text(str(self.memory_limit_bytes))
-            with contextlib.suppress(OSError):
-                (cg / "memory.swap.max").write_text("0")
+        cg = memory_cgroup(f"harmony-pg-{self._port}-{os.getpid()}", self.memory_limit_bytes)
+        if cg is not None:
             self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
-            logger.info("PostgreSQL memory cgroup v2 %s, memory.max=%s", cg,
-                        self.memory_limit_bytes)
-            return True
-        return False
-
-    def _cgroup_v1(self, name: str) -> bool:
-        root = CGROUP_ROOT / "memory"
-        if not (root / "memory.limit_in_bytes").exists():
-            return False
-        cg = root / name
-        cg.mkdir(exist_ok=True)
-        (cg / "memory.limit_in_bytes").write_text(str(self.memory_limit_bytes))
-        with contextlib.suppress(OSError):
-            # also cap swap so the limit really bounds resident memory
-            (cg / "memory.memsw.limit_in_bytes").write_text(str(self.memory_limit_bytes))
-        self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
-        logger.info("PostgreSQL memory cgroup v1 %s, limit=%s", cg, self.memory_limit_bytes)
-        return True
 
     def _cpu_procs(self) -> Path | None:
         return self._cpu_cgroup_dir / "cgroup.procs" if self._cpu_cgroup_dir else None
@@ -559,51 +383,16 @@ class LocalCluster:
         """A CPU cgroup capping the server at ``cpu_limit`` CPUs (v1 cfs quota or v2 cpu.max)."""
         if self.cpu_limit is None or self._cpu_cgroup_dir is not None:
             return
-        name = f"harmony-pg-cpu-{self._port}-{os.getpid()}"
-        period = 100_000
-        quota = max(1000, int(self.cpu_limit * period))
-        try:
-            v1 = CGROUP_ROOT / "cpu"
-            if (v1 / "cpu.cfs_quota_us").exists():
-                cg = v1 / name
-                cg.mkdir(exist_ok=True)
-                (cg / "cpu.cfs_period_us").write_text(str(period))
-                (cg / "cpu.cfs_quota_us").write_text(str(quota))
-            elif "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
-                subtree = CGROUP_ROOT / "cgroup.subtree_control"
-                if "cpu" not in subtree.read_text().split():
-                    subtree.write_text("+cpu")
-                cg = CGROUP_ROOT / name
-                cg.mkdir(exist_ok=True)
-                (cg / "cpu.max").write_text(f"{quota} {period}")
-            else:
-                raise OSError("no cpu controller under " + str(CGROUP_ROOT))
-        except OSError as exc:
-            raise DatabaseError(f"cpu_limit={self.cpu_limit} asked for, but no writable CPU "
-                                f"cgroup was found ({exc}); run as root on a machine with the "
-                                f"cgroup cpu controller, or drop cpu_limit") from exc
-        self._cpu_cgroup_dir = cg
-        logger.info("PostgreSQL CPU cgroup %s: at most %.2f CPUs", cg, self.cpu_limit)
+        self._cpu_cgroup_dir = cpu_cgroup(f"harmony-pg-cpu-{self._port}-{os.getpid()}",
+                                          self.cpu_limit)
 
     def _remove_cgroup(self) -> None:
         cpu = self._cpu_cgroup_dir
         if cpu is not None:
             self._cpu_cgroup_dir = None
-            self._rmdir_cgroup(cpu)
+            remove_cgroup(cpu)
         cg = self._cgroup_dir
         if cg is None:
             return
-        self._rmdir_cgroup(cg)
+        remove_cgroup(cg)
         self._cgroup_dir = self._cgroup_procs = None
-
-    @staticmethod
-    def _rmdir_cgroup(cg: Path) -> None:
-        for _ in range(20):
-            try:
-                cg.rmdir()
-                break
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    logger.warning("could not remove cgroup %s: %s", cg, exc)
-                    break
-                time.sleep(0.05)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
+import os
 import statistics
 import threading
 import time
@@ -23,19 +23,24 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    Info,
     generate_latest,
     start_http_server,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from bme.equation import PARAM_KEYS, BMEParams, miss_probability
-from harmony import __version__
 from harmony.base.errors import ConfigError
-from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from tuner_client.metric_series import (
+    CURVE_POINTS,
+    FAILURE_KINDS,
+    MISS_SLOTS,
+    PHASES,
+    REMEASURE_KINDS,
+    TUNER_METRICS,
+    TunerSeries,
+    failure_kind,
+    setting_to_base_units,
+)
 
 if TYPE_CHECKING:
     from tuner_client.measure import PointRecord
@@ -48,112 +53,9 @@ logger = logging.getLogger(__name__)
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: the tuner's metrics port unless told otherwise (the server's API is on 1979)
 DEFAULT_METRICS_PORT = 9188
-#: what the tuner is doing (values of the ``phase`` label)
-PHASES = ("idle", "offline", "screening", "online", "baseline", "final")
-#: why a point failed (values of the ``kind`` label)
-FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
-#: evaluation kinds that re-measure known configurations (never a new best-so-far)
-REMEASURE_KINDS = ("baseline", "final", "reference", "screening")
-#: how many recent (shared_buffers, miss probability) observations are kept as slots
-MISS_SLOTS = 16
-#: how many points of the fitted BME curve are exported
-CURVE_POINTS = 24
-
-#: every series this module exports (sample names) -> what it means; docs and tests use it
-TUNER_METRICS: dict[str, str] = {
-    "harmony_tuner_info": "constant 1; labels version and tuner (the config name)",
-    "harmony_tuner_start_time_seconds": "when the tuner started (Unix time)",
-    "harmony_tuner_pass": "the current tuning pass (1, 2, ...; 0 before the first)",
-    "harmony_tuner_passes_total": "tuning passes started",
-    "harmony_tuner_phase": "1 for the phase the tuner is in (label phase), 0 for the others",
-    "harmony_tuner_session_info": "1 for the session being tuned (labels session, kind)",
-    "harmony_tuner_throughput_queries_per_second": "throughput of the last measured point",
-    "harmony_tuner_best_throughput_queries_per_second": "best throughput found so far",
-    "harmony_tuner_default_throughput_queries_per_second":
-        "throughput of the default configuration (baseline), when measured",
-    "harmony_tuner_knob_value": "value in force of each tuned knob (label knob; bytes, "
-                                "seconds or plain number)",
-    "harmony_tuner_best_knob_value": "each knob's value in the best configuration so far",
-    "harmony_tuner_evaluations_total": "points measured, by kind (offline, online, baseline, "
-                                       "final, reference: the reference of a paired block)",
-    "harmony_tuner_samples_total": "throughput samples taken",
-    "harmony_tuner_point_samples": "samples taken for the last measured point",
-    "harmony_tuner_sample_spread_ratio": "(max - min) / mean of the last point's samples",
-    "harmony_tuner_sample_stddev_queries_per_second": "standard deviation of the last point's "
-                                                      "samples",
-    "harmony_tuner_failed_points_total": "points that failed, by kind (apply, restart, measure, "
-                                         "infeasible, other)",
-    "harmony_tuner_restarts_total": "PostgreSQL restarts (offline knob changes)",
-    "harmony_tuner_failed_restarts_total": "restarts that failed (rolled back)",
-    "harmony_tuner_restart_duration_seconds_bucket": "restart duration histogram",
-    "harmony_tuner_restart_duration_seconds_sum": "sum of restart durations",
-    "harmony_tuner_restart_duration_seconds_count": "number of restarts timed",
-    "harmony_tuner_budget_slack_bytes": "memory budget left by the configuration in force "
-                                        "(RAM - W*m - S - M - T - O - n*P)",
-    "harmony_tuner_buffer_miss_probability": "buffer miss probability of the last measured point "
-                                             "(blks_read / (blks_read + blks_hit))",
-    "harmony_tuner_shared_buffers_bytes": "shared_buffers in force",
-    "harmony_tuner_miss_observation_probability": "recent miss probabilities, label slot",
-    "harmony_tuner_miss_observation_shared_buffers_bytes": "shared_buffers of each slot's "
-                                                           "observation",
-    "harmony_tuner_bme_m_star_bytes": "fitted natural buffer size M* (BME)",
-    "harmony_tuner_bme_m_b_bytes": "fitted memory outside the buffer Mb (BME)",
-    "harmony_tuner_bme_p_star": "fitted cold-miss probability P* (BME)",
-    "harmony_tuner_bme_p_c": "fitted convexity parameter Pc (BME)",
-    "harmony_tuner_bme_r2": "R^2 of the BME fit",
-    "harmony_tuner_bme_fits_total": "BME fits made",
-    "harmony_tuner_screening_effect_ratio": "screening: throughput at the knob's high end over "
-                                            "its low end (label knob)",
-    "harmony_tuner_screening_z": "screening: the knob's effect over its standard error "
-                                 "(label knob)",
-    "harmony_tuner_screening_cleared": "screening: 1 when the knob's effect cleared the noise "
-                                       "and the knob is searched, else 0 (label knob)",
-    "harmony_tuner_bme_curve_probability": "fitted miss probability at curve point (label point)",
-    "harmony_tuner_bme_curve_shared_buffers_bytes": "shared_buffers at curve point (label point)",
-    "harmony_tuner_workload_shifts_total": "workload shifts detected (restart from offline)",
-    "harmony_tuner_local_minima_total": "local minima detected (online session abandoned)",
-    "harmony_tuner_guardrail_trips_total": "live mode: guardrail trips, by kind (latency, "
-                                           "errors, memory); each restored the last good "
-                                           "configuration",
-    "harmony_tuner_guardrail_revert_seconds": "live mode: from the harmful configuration "
-                                              "taking effect to the last good one back in "
-                                              "force, at the last trip",
-    "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
-}
-
-#: case-insensitive: bytes per memory unit, seconds per time unit
-_MEMORY = {unit.lower(): float(size) for unit, size in MEMORY_UNITS.items()}
-_TIME = {unit: float(ms / 1000) for unit, ms in TIME_UNITS_MS.items()}
-_SETTING_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\s*$")
-_BOOLS = {"on": 1.0, "true": 1.0, "yes": 1.0, "off": 0.0, "false": 0.0, "no": 0.0}
 
 
-def setting_to_base_units(value: Any) -> float | None:
-    """A knob value as one number: ``'64MB'`` -> bytes, ``'200ms'`` -> seconds, ``'on'`` -> 1.
-
-    Numbers pass through; anything else (an enum such as ``'pglz'``) gives ``None``.
-    """
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    if text.lower() in _BOOLS:
-        return _BOOLS[text.lower()]
-    m = _SETTING_RE.match(text)
-    if not m:
-        return None
-    number, unit = float(m.group(1)), m.group(2).lower()
-    if not unit:
-        return number
-    if unit in _MEMORY:
-        return number * _MEMORY[unit]
-    if unit in _TIME:
-        return number * _TIME[unit]
-    return None
-
-
-class TunerMetrics:
+class TunerMetrics(TunerSeries):
     """The tuner's metrics and the plain methods that update them.
 
     ``knobs`` are the knob names the tuner may set (the ``knob`` label's values); a knob
@@ -171,92 +73,12 @@ class TunerMetrics:
         self._best_qps: float | None = None
         self._misses: deque[tuple[float, float]] = deque(maxlen=MISS_SLOTS)
         r = self.registry
-        Info("harmony_tuner", "The tuner: harmony version and config name.",
-             registry=r).info({"version": __version__, "tuner": tuner})
-        Gauge("harmony_tuner_start_time_seconds", "When the tuner started (Unix time).",
-              registry=r).set(time.time())
-        self.pass_number = Gauge("harmony_tuner_pass", "The current tuning pass.", registry=r)
-        self.passes = Counter("harmony_tuner_passes", "Tuning passes started.", registry=r)
-        self.phase = Gauge("harmony_tuner_phase", "1 for the phase the tuner is in.",
-                           ["phase"], registry=r)
-        for phase in PHASES:
-            self.phase.labels(phase).set(1.0 if phase == "idle" else 0.0)
-        self.session = Gauge("harmony_tuner_session_info", "The session being tuned.",
-                             ["session", "kind"], registry=r)
-        self.throughput = Gauge("harmony_tuner_throughput_queries_per_second",
-                                "Throughput of the last measured point.", registry=r)
-        self.best_throughput = Gauge("harmony_tuner_best_throughput_queries_per_second",
-                                     "Best throughput so far.", registry=r)
-        self.default_throughput = Gauge("harmony_tuner_default_throughput_queries_per_second",
-                                        "Throughput of the default configuration.", registry=r)
-        self.knob_value = Gauge("harmony_tuner_knob_value", "Value in force of each tuned knob.",
-                                ["knob"], registry=r)
-        self.best_knob_value = Gauge("harmony_tuner_best_knob_value",
-                                     "Each knob's value in the best configuration so far.",
-                                     ["knob"], registry=r)
-        self.evaluations = Counter("harmony_tuner_evaluations", "Points measured, by kind.",
-                                   ["kind"], registry=r)
-        self.samples = Counter("harmony_tuner_samples", "Throughput samples taken.", registry=r)
-        self.point_samples = Gauge("harmony_tuner_point_samples",
-                                   "Samples of the last measured point.", registry=r)
-        self.spread = Gauge("harmony_tuner_sample_spread_ratio",
-                            "(max - min) / mean of the last point's samples.", registry=r)
-        self.stddev = Gauge("harmony_tuner_sample_stddev_queries_per_second",
-                            "Standard deviation of the last point's samples.", registry=r)
-        self.failures = Counter("harmony_tuner_failed_points", "Points that failed, by kind.",
-                                ["kind"], registry=r)
-        for kind in FAILURE_KINDS:
-            self.failures.labels(kind)
-        self.restarts = Counter("harmony_tuner_restarts", "PostgreSQL restarts.", registry=r)
-        self.failed_restarts = Counter("harmony_tuner_failed_restarts",
-                                       "Restarts that failed (rolled back).", registry=r)
-        self.restart_duration = Histogram(
-            "harmony_tuner_restart_duration_seconds", "Restart duration.",
-            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300), registry=r)
-        self.budget_slack = Gauge("harmony_tuner_budget_slack_bytes",
-                                  "Memory budget left by the configuration in force.", registry=r)
-        self.miss = Gauge("harmony_tuner_buffer_miss_probability",
-                          "Buffer miss probability of the last measured point.", registry=r)
-        self.shared_buffers = Gauge("harmony_tuner_shared_buffers_bytes",
-                                    "shared_buffers in force.", registry=r)
-        self.miss_obs = Gauge("harmony_tuner_miss_observation_probability",
-                              "Recent miss probabilities, by slot.", ["slot"], registry=r)
-        self.miss_obs_size = Gauge("harmony_tuner_miss_observation_shared_buffers_bytes",
-                                   "shared_buffers of each slot's observation.", ["slot"],
-                                   registry=r)
-        self.m_star = Gauge("harmony_tuner_bme_m_star_bytes", "Fitted M* (BME).", registry=r)
-        self.screen_ratio = Gauge("harmony_tuner_screening_effect_ratio",
-                                  "Screening: throughput at the high end over the low end.",
-                                  ["knob"], registry=r)
-        self.screen_z = Gauge("harmony_tuner_screening_z",
-                              "Screening: effect over its standard error.", ["knob"], registry=r)
-        self.screen_cleared = Gauge("harmony_tuner_screening_cleared",
-                                    "Screening: 1 when the knob's effect cleared the noise.",
-                                    ["knob"], registry=r)
-        self.m_b = Gauge("harmony_tuner_bme_m_b_bytes", "Fitted Mb (BME).", registry=r)
-        self.p_star = Gauge("harmony_tuner_bme_p_star", "Fitted P* (BME).", registry=r)
-        self.p_c = Gauge("harmony_tuner_bme_p_c", "Fitted Pc (BME).", registry=r)
-        self.r2 = Gauge("harmony_tuner_bme_r2", "R^2 of the BME fit.", registry=r)
-        self.fits = Counter("harmony_tuner_bme_fits", "BME fits made.", registry=r)
-        self.curve = Gauge("harmony_tuner_bme_curve_probability",
-                           "Fitted miss probability at each curve point.", ["point"], registry=r)
-        self.curve_size = Gauge("harmony_tuner_bme_curve_shared_buffers_bytes",
-                                "shared_buffers at each curve point.", ["point"], registry=r)
-        self.shifts = Counter("harmony_tuner_workload_shifts", "Workload shifts detected.",
-                              registry=r)
-        self.guard_trips = Counter("harmony_tuner_guardrail_trips",
-                                   "Live mode: guardrail trips (the last good configuration "
-                                   "restored), by kind (latency, errors, memory).", ["kind"],
-                                   registry=r)
-        for kind in ("latency", "errors", "memory"):
-            self.guard_trips.labels(kind)  # exported at 0 before the first trip
-        self.guard_revert = Gauge("harmony_tuner_guardrail_revert_seconds",
-                                  "Live mode: from the configuration taking effect to the last "
-                                  "good one back in force, at the last trip.", registry=r)
-        self.local_minima = Counter("harmony_tuner_local_minima", "Local minima detected.",
-                                    registry=r)
-        self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
-                                "When a detector last fired.", ["event"], registry=r)
+        self._declare_progress(r, tuner)
+        self._declare_failures(r)
+        self._declare_memory(r)
+        self._declare_screening(r)
+        self._declare_bme(r)
+        self._declare_detectors(r)
         for knob in sorted(self.knobs):
             self.knob_value.labels(knob)
 
@@ -367,7 +189,7 @@ class TunerMetrics:
         if restart_s and restarts:
             self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
         if failure:
-            self.record_failure(_failure_kind(str(failure)))
+            self.record_failure(failure_kind(str(failure)))
             if in_force:
                 self.set_knobs(in_force)
             return
@@ -482,8 +304,6 @@ class TunerMetrics:
 
 def add_metrics_arguments(parser: Any) -> None:
     """``--metrics-host`` / ``--metrics-port`` for ``harmony tune`` (env ``HARMONY_METRICS_*``)."""
-    import os
-
     port = os.environ.get("HARMONY_METRICS_PORT")
     parser.add_argument("--metrics-port", type=int, default=int(port) if port else None,
                         help="serve the tuner's Prometheus metrics on this port (0: any free "
@@ -506,16 +326,3 @@ def metrics_from_args(args: Any, knobs: Sequence[str], *, tuner: str = "harmony"
     if port is not None:
         metrics.serve(getattr(args, "metrics_host", "127.0.0.1"), int(port))
     return metrics
-
-
-def _failure_kind(reason: str) -> str:
-    text = reason.lower()
-    if text.startswith("infeasible"):
-        return "infeasible"
-    if "restart" in text:
-        return "restart"
-    if text.startswith("applying") or "apply" in text:
-        return "apply"
-    if "sampl" in text or "measur" in text:
-        return "measure"
-    return "other"

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,22 +34,15 @@ import psycopg
 from psycopg import sql
 
 from harmony.base.errors import ConfigError, DatabaseError
+from workloads.capture_log import parse_capture_log
 from workloads.connect import connect, describe_dsn
-from workloads.replay import CapturedStatement, Execution, ReplayFile
-from workloads.script_file import READ_KEYWORDS, blank_quoted
+from workloads.replay import ReplayFile
 
 logger = logging.getLogger(__name__)
 
 #: how long the server is given to reload its configuration
 RELOAD_WAIT_S = 5.0
 READ_CHUNK = 4 * 2**20
-_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-_DURATION = re.compile(r"^duration: ([\d.]+) ms  (statement|execute [^:]*|parse [^:]*|"
-                       r"bind [^:]*): (.*)$", re.S)
-_PARAM = re.compile(r"\$(\d+) = (NULL|'(?:[^']|'')*')", re.S)
-_BEGIN = frozenset({"begin", "start"})
-_END = frozenset({"commit", "end", "rollback", "abort"})
-_WRITE_WORD = re.compile(r"\b(insert|update|delete|merge)\b", re.I)
 
 
 def capture_settings(token: str) -> dict[str, str]:
@@ -188,165 +180,6 @@ class _LogReader:
                 if len(data) < READ_CHUNK:
                     break
         return "".join(parts)
-
-
-# -- turning the log into a replay file --------------------------------------------------------
-@dataclass
-class _Session:
-    open: list[tuple[int, Execution]] | None = None  # (sequence, execution) of a transaction
-    began: bool = False  # a BEGIN of this session was seen
-    #: units of this session before its first BEGIN: the rest of a transaction that began
-    #: before the capture, if a lone COMMIT follows (then they are dropped)
-    before_begin: list[int] = field(default_factory=list)
-
-
-@dataclass
-class ParsedLog:
-    """Executions grouped into units, in the order each unit began."""
-
-    statements: list[CapturedStatement] = field(default_factory=list)
-    units: list[tuple[Execution, ...]] = field(default_factory=list)
-    sessions: int = 0
-    busy_ms: float = 0.0
-    records: int = 0
-
-
-def _keyword(text: str) -> str:
-    word = re.match(r"\s*\(*\s*([A-Za-z]+)", text)
-    return word.group(1).lower() if word else ""
-
-
-def _single(text: str) -> bool:
-    return ";" not in blank_quoted(text).strip().rstrip(";")
-
-
-def _writes(text: str) -> bool:
-    keyword = _keyword(text)
-    if keyword in _BEGIN | _END | {"set", "reset", "savepoint", "release"}:
-        return False
-    if keyword in READ_KEYWORDS:
-        return keyword == "with" and bool(_WRITE_WORD.search(blank_quoted(text)))
-    return True
-
-
-def _records(text: str, token: str) -> Iterator[tuple[str, str, int, str, str]]:
-    """(session, database, queryid, level, message) of every log record with the capture's
-    prefix (the queryid is 0 when the server computes none)."""
-    head = re.compile(rf"^\S+ \S+ \S+ hcap-{re.escape(token)} (\S+) (\S*) (-?\d+) "
-                      rf"([A-Z]+):  (.*)$")
-    current: list[str] | None = None
-
-    def record(parts: list[str]) -> tuple[str, str, int, str, str]:
-        return parts[0], parts[1], int(parts[2]), parts[3], "\n".join(parts[4:])
-
-    for line in text.split("\n"):
-        m = head.match(line)
-        if m is not None:
-            if current is not None:
-                yield record(current)
-            current = list(m.groups())
-        elif current is not None and not _TIMESTAMP.match(line):
-            current.append(line)
-        else:
-            if current is not None:
-                yield record(current)
-            current = None
-    if current is not None:
-        yield record(current)
-
-
-def parse_capture_log(text: str, token: str, database: str, exclude_pids: set[int]
-                      ) -> ParsedLog:
-    """The statements, units and concurrency of ``database`` in a capture's log text."""
-    parsed = ParsedLog()
-    index: dict[str, int] = {}
-    calls: dict[int, int] = {}
-    total: dict[int, float] = {}
-    sessions: dict[str, _Session] = {}
-    used: set[str] = set()
-    started: list[tuple[int, tuple[Execution, ...]]] = []
-    last: dict[str, list[str | None] | None] = {}  # the session's last execute's parameters
-    pending: dict[str, tuple[int, int, float]] = {}  # session -> (seq, statement, ms)
-    #: sessions whose last LOG record was an execute: their next DETAIL is its parameters
-    #: (a bind's DETAIL, logged before the execute, is not)
-    executed: set[str] = set()
-    dropped: set[int] = set()  # units (by sequence) that were parts of cut transactions
-    seq = 0
-
-    def finish(session: str) -> None:
-        """Place the session's pending execution (its parameters are known now)."""
-        if session not in pending:
-            return
-        at, statement, _ = pending.pop(session)
-        execution: Execution = (statement, last.pop(session, None))
-        state = sessions.setdefault(session, _Session())
-        text = parsed.statements[statement].sql
-        keyword = _keyword(text)
-        if keyword in _BEGIN and _single(text):
-            if state.open:
-                started.append((state.open[0][0], tuple(e for _, e in state.open)))
-            state.open, state.began = [(at, execution)], True
-        elif keyword in _END and _single(text):
-            if state.open:
-                state.open.append((at, execution))
-                started.append((state.open[0][0], tuple(e for _, e in state.open)))
-            elif not state.began:  # its BEGIN came before the capture: drop the fragment
-                dropped.update(state.before_begin)
-            state.open = None
-            state.before_begin = []
-        elif state.open is not None:
-            state.open.append((at, execution))
-        else:
-            started.append((at, (execution,)))
-            if not state.began:
-                state.before_begin.append(at)
-        used.add(session)
-
-    for session, db, queryid, level, message in _records(text, token):
-        parsed.records += 1
-        pid = int(session.rsplit(".", 1)[-1], 16) if "." in session else -1
-        if db != database or pid in exclude_pids:
-            continue
-        if level == "DETAIL" and message.startswith("parameters: "):
-            if session in executed:
-                last[session] = [None if v == "NULL" else v[1:-1].replace("''", "'")
-                                 for _, v in _PARAM.findall(message)]
-                executed.discard(session)
-            continue
-        if level != "LOG":
-            continue
-        executed.discard(session)
-        m = _DURATION.match(message)
-        if m is None:
-            continue
-        finish(session)
-        kind = m.group(2).split(" ", 1)[0]
-        if kind in ("parse", "bind"):
-            continue
-        executed.add(session)
-        statement_text = m.group(3).strip()
-        if statement_text not in index:
-            index[statement_text] = len(parsed.statements)
-            parsed.statements.append(CapturedStatement(f"s{len(parsed.statements) + 1}",
-                                                       statement_text, 0, 0.0,
-                                                       _writes(statement_text), queryid or None))
-        i = index[statement_text]
-        ms = float(m.group(1))
-        calls[i] = calls.get(i, 0) + 1
-        total[i] = total.get(i, 0.0) + ms
-        parsed.busy_ms += ms
-        seq += 1
-        pending[session] = (seq, i, ms)
-        last.pop(session, None)
-    for session in list(pending):
-        finish(session)
-    started.sort(key=lambda item: item[0])
-    parsed.units = [unit for at, unit in started if at not in dropped]
-    parsed.statements = [CapturedStatement(s.id, s.sql, calls.get(k, 0), total.get(k, 0.0),
-                                           s.writes, s.queryid)
-                         for k, s in enumerate(parsed.statements)]
-    parsed.sessions = len(used)
-    return parsed
 
 
 # -- pg_stat_statements beside -----------------------------------------------------------------

@@ -188,7 +188,13 @@ def add_parser(subparsers: Any) -> None:
     """Register ``harmony tpch ...`` and ``harmony pgbench ...``."""
     tpch = subparsers.add_parser("tpch", help="load TPC-H data, run query mixes, print queries")
     tpch_sub = tpch.add_subparsers(dest="tpch_command", metavar="ACTION", required=True)
+    _add_tpch_load(tpch_sub)
+    _add_tpch_run(tpch_sub)
+    _add_tpch_queries(tpch_sub)
+    _add_pgbench(subparsers)
 
+
+def _add_tpch_load(tpch_sub: Any) -> None:
     load = tpch_sub.add_parser("load", help="generate and load TPC-H data (idempotent)")
     _add_dsn(load)
     load.add_argument(
@@ -203,6 +209,8 @@ def add_parser(subparsers: Any) -> None:
     load.add_argument("--json", action="store_true", help="print the result as JSON")
     load.set_defaults(func=_cmd_load)
 
+
+def _add_tpch_run(tpch_sub: Any) -> None:
     run = tpch_sub.add_parser("run", help="run a query mix or schedule and report throughput")
     _add_dsn(run)
     run.add_argument("--mix", default=env_default("tpch_mix"),
@@ -222,6 +230,8 @@ def add_parser(subparsers: Any) -> None:
     run.add_argument("--json", action="store_true", help="print the samples as JSON")
     run.set_defaults(func=_cmd_run)
 
+
+def _add_tpch_queries(tpch_sub: Any) -> None:
     queries = tpch_sub.add_parser("queries", help="print query instances with fresh parameters")
     queries.add_argument("--query", action="append", help="Q1..Q22 (repeatable; default all)")
     queries.add_argument("--seed", type=int, default=0, help="seed of the substitution parameters")
@@ -231,6 +241,8 @@ def add_parser(subparsers: Any) -> None:
                          help="the spec's validation parameters instead of random ones")
     queries.set_defaults(func=_cmd_queries)
 
+
+def _add_pgbench(subparsers: Any) -> None:
     pgbench = subparsers.add_parser("pgbench", help="run pgbench as an OLTP workload")
     pgbench_sub = pgbench.add_subparsers(dest="pgbench_command", metavar="ACTION", required=True)
     prun = pgbench_sub.add_parser("run", help="initialise if needed, run, report throughput")

@@ -16,7 +16,8 @@ from harmony.base.errors import WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.mix import Mix, parse_mix
-from workloads.sample import QueryStats, Recorder, Sample
+from workloads.recorder import Recorder
+from workloads.sample import QueryStats, Sample
 from workloads.stream import QueryStream
 from workloads.tpch.load import loaded_scale
 

@@ -28,7 +28,8 @@ from psycopg import sql
 from harmony.base.errors import ConfigError, DatabaseError, WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
-from workloads.sample import Recorder, Sample
+from workloads.recorder import Recorder
+from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)
 

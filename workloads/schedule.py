@@ -22,7 +22,8 @@ from harmony.base.errors import WorkloadError
 from workloads.base import Workload
 from workloads.driver import StreamSet, _check_timeout, check_tpch_database
 from workloads.mix import Mix, parse_mix
-from workloads.sample import Recorder, Sample
+from workloads.recorder import Recorder
+from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)
 

@@ -142,19 +142,9 @@ def split_commands(text: str, source: str) -> list[Command]:
         c = text[i]
         pending = blank_quoted("".join(buf)).strip()
         if c == "\\" and not pending:
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            while end < n and text[i:end].rstrip().endswith("\\"):  # a continued meta line
-                nxt = text.find("\n", end + 1)
-                end, line = (n if nxt < 0 else nxt), line + 1
-            words = text[i + 1:end].replace("\\\n", " ").split(None, 1)
-            name = words[0].lower() if words else ""
-            if name in ("gset", "aset"):
-                raise ConfigError(f"{source}, line {line}: \\{name} must follow an SQL command "
-                                  f"on its line, but none precedes it")
-            commands.append(Command(line=line, text=text[i:end].strip(), meta=name))
+            command, i, line = _meta_command(text, i, line, source)
+            commands.append(command)
             buf, buf_line = [], 0
-            i = end
             continue
         if c == "\\" and pending:
             word = re.match(r"\\([a-z]+)\b\s*([A-Za-z0-9_]*)", text[i:])
@@ -184,6 +174,23 @@ def split_commands(text: str, source: str) -> list[Command]:
         i += 1
     flush()
     return commands
+
+
+def _meta_command(text: str, i: int, line: int, source: str) -> tuple[Command, int, int]:
+    """The meta-command starting at ``text[i]`` (a backslash), continued over lines that end
+    in a backslash; returns it, the offset after it and the line it ends on."""
+    n = len(text)
+    end = text.find("\n", i)
+    end = n if end < 0 else end
+    while end < n and text[i:end].rstrip().endswith("\\"):  # a continued meta line
+        nxt = text.find("\n", end + 1)
+        end, line = (n if nxt < 0 else nxt), line + 1
+    words = text[i + 1:end].replace("\\\n", " ").split(None, 1)
+    name = words[0].lower() if words else ""
+    if name in ("gset", "aset"):
+        raise ConfigError(f"{source}, line {line}: \\{name} must follow an SQL command "
+                          f"on its line, but none precedes it")
+    return Command(line=line, text=text[i:end].strip(), meta=name), end, line
 
 
 def parse_weighted(spec: str) -> tuple[str, int]:

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from harmony.base.errors import DatabaseError
 from workloads.connect import connect
-from workloads.sample import Recorder
+from workloads.recorder import Recorder
 from workloads.tpch.queries import make_query
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 from harmony.base.errors import ConfigError
 from harmony.base.space import IntParam, Point, RealParam, Space
@@ -96,8 +97,6 @@ FUNCTIONS: dict[str, SyntheticFunction] = {
 @functools.lru_cache(maxsize=64)
 def _michalewicz_optimum(dim: int, grid: str, lower: float, upper: float, levels: int) -> float:
     """Separable: the minimum is the sum of each coordinate's one-dimensional minimum."""
-    from scipy.optimize import minimize_scalar
-
     total = 0.0
     for i in range(1, dim + 1):
         def term(x: float, i: int = i) -> float:

@@ -38,6 +38,7 @@ from harmony.base.space import EnumParam, Point, RealParam, Space
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS, unit_size
 from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import HostInfo, PriorSession
+from strategies.base import Strategy
 
 __all__ = ["Compatibility", "apply_warm_start", "check_compatible",
            "ranked_prior_points", "select_compatible", "warm_start_options",
@@ -233,9 +234,6 @@ def warm_start_simplex(prior_sessions: Iterable[PriorSession], definition: Sessi
 
 def strategy_accepts(strategy: str, option: str) -> bool:
     """Whether the registered strategy ``strategy`` declares the keyword ``option``."""
-    import strategies  # noqa: F401  (registers the built-in strategies)
-    from strategies.base import Strategy
-
     cls = Strategy.registry.get(strategy)
     if cls is None:
         return False

@@ -1,11 +1,11 @@
 """Reading a tuner config: YAML with line numbers, schema validation, defaults, typed config.
 
-Errors name the file, the line and the key.
+Errors name the file, the line and the key. :func:`tuner_config_from_dict` reads one section
+after another; the workload and knob sections live in :mod:`.sections`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -13,11 +13,7 @@ from typing import Any
 
 from harmony.base.errors import ConfigError
 from harmony.core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
-from tuner_client.config.defaults import (
-    DEFAULT_OFFLINE_KNOBS,
-    DEFAULT_ONLINE_KNOBS,
-    KNOWN_RANGES,
-)
+from tuner_client.config.defaults import DEFAULT_OFFLINE_KNOBS, DEFAULT_ONLINE_KNOBS
 from tuner_client.config.model import (
     OFFLINE_SESSION,
     ONLINE_SESSION,
@@ -27,8 +23,6 @@ from tuner_client.config.model import (
     DatabaseConfig,
     FinalConfig,
     FlowConfig,
-    GuardConfig,
-    KnobSpec,
     MeasureConfig,
     ObserveConfig,
     ProbeConfig,
@@ -42,6 +36,7 @@ from tuner_client.config.model import (
     default_estimator,
 )
 from tuner_client.config.schema import TUNER_SCHEMA
+from tuner_client.config.sections import Where, knob_specs, session_config, workload_config
 from tuner_client.config.units import parse_bytes
 
 
@@ -62,15 +57,49 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a tuner config must be a mapping at the top level")
     validate(data, TUNER_SCHEMA, source=source, lines=lines)
-    lines = lines or {}
+    where = _locator(source, lines or {})
+    database = _database_config(data.get("database") or {}, where)
+    workload = workload_config(data, database, source, where)
+    measure = _measure_config(data.get("measure") or {}, workload, where)
+    budget = _budget_config(data.get("budget") or {}, where)
+    offline, online = _session_configs(data, database, workload, where)
+    flow = _flow_config(data.get("flow") or {}, where)
+    final = _final_config(data.get("final") or {}, where)
+    sc = data.get("screening") or {}
+    screening = ScreeningConfig(enabled=bool(sc.get("enabled", ScreeningConfig.enabled)),
+                                design=str(sc.get("design", ScreeningConfig.design)),
+                                z=float(sc.get("z", ScreeningConfig.z)),
+                                replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
+                                samples=int(sc.get("samples", ScreeningConfig.samples)))
+    bme = _probe_config(data.get("bme") or {}, where)
+    replicas = _replicas(data.get("replicas") or {}, database, where)
+    if replicas.enabled and not measure.paired:
+        raise ConfigError(f"{where('measure', 'paired')}: tuning on several replicas compares "
+                          f"each candidate with its own replica's reference, so it needs "
+                          f"measure.paired: true (got false)")
+    ws = data.get("warm_start") or {}
+    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
+    return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
+                       budget=budget, offline=offline, online=online, flow=flow, final=final,
+                       seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
+                       description=data.get("description", TunerConfig.description),
+                       source=source,
+                       warm_start=warm_start, screening=screening, bme=bme,
+                       replicas=replicas)
 
+
+def _locator(source: str, lines: Mapping[tuple[Any, ...], int]) -> Where:
+    """``where(*path)``: the source and the line of the deepest prefix of ``path`` written."""
     def where(*path: Any) -> str:
         p = tuple(path)
         while p and p not in lines:
             p = p[:-1]
         return f"{source}, line {lines[p]}" if p in lines else source
+    return where
 
-    db = data.get("database") or {}
+
+def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
+    """The ``database:`` section: a DSN with a controller, or none for the embedded cluster."""
     ctl = db.get("controller") or {"kind": ControllerConfig.kind if db.get("dsn") is None
                                    else "none"}
     if db.get("dsn") is None and ctl.get("kind", "local") != "local":
@@ -98,35 +127,13 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         raise ConfigError(f"{where('database', 'memory_limit')}: memory_limit applies to the "
                           f"embedded local cluster only (limit an existing server yourself and "
                           f"give budget.ram)")
+    return database
 
-    wl = data.get("workload") or {}
-    given = [k for k in ("tpch", "pgbench", "scripts", "replay", "observe") if k in wl]
-    if len(given) > 1:
-        raise ConfigError(f"{where('workload')}: give one workload (tpch, pgbench, scripts, "
-                          f"replay or observe), but got {', '.join(given)}")
-    timeout = wl.get("statement_timeout_s", WorkloadConfig.statement_timeout_s)
-    if "observe" in wl:
-        workload = WorkloadConfig(kind="observe", mix=None, statement_timeout_s=None,
-                                  observe=_observe_config(wl["observe"] or {}))
-        _check_observe(data, database, where)
-    elif given and given[0] in ("scripts", "replay"):
-        workload = _user_workload(given[0], wl[given[0]], timeout, source, where)
-    elif "pgbench" in wl:
-        pg = wl["pgbench"]
-        workload = WorkloadConfig(kind="pgbench",
-                                  scale=float(pg.get("scale", WorkloadConfig.PGBENCH_SCALE)),
-                                  mix=None, clients=int(pg.get("clients", WorkloadConfig.clients)),
-                                  statement_timeout_s=timeout)
-    else:
-        tp = wl.get("tpch") or {}
-        if "mix" in tp and "schedule" in tp:
-            raise ConfigError(f"{where('workload', 'tpch')}: give a mix or a schedule, not both")
-        workload = WorkloadConfig(kind="tpch", scale=float(tp.get("scale", WorkloadConfig.scale)),
-                                  mix=(tp.get("mix", WorkloadConfig.mix) if "schedule" not in tp
-                                       else None),
-                                  schedule=tp.get("schedule"), statement_timeout_s=timeout)
 
-    ms = data.get("measure") or {}
+def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
+                    where: Where) -> MeasureConfig:
+    """The ``measure:`` section: fixed work (queries) or time windows (seconds), and the
+    estimator that fits the workload."""
     if workload.observe is not None:
         # live traffic: time windows, scored statement by statement against the reference
         ms = {**ms, "estimator": "latency",
@@ -141,21 +148,23 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                           f"(time window), not both")
     queries = ms.get("queries", MeasureConfig.queries if ms.get("seconds") is None else None)
     restart_warmup = ms.get("restart_warmup_s")
-    measure = MeasureConfig(warmup_s=float(ms.get("warmup_s", MeasureConfig.warmup_s)),
-                            restart_warmup_s=(None if restart_warmup is None
-                                              else float(restart_warmup)),
-                            samples=int(ms.get("samples", MeasureConfig.samples)),
-                            aggregate=ms.get("aggregate", MeasureConfig.aggregate),
-                            queries=queries,
-                            seconds=None if queries is not None else float(ms["seconds"]),
-                            estimator=ms.get("estimator", default_estimator(workload.kind)),
-                            paired=bool(ms.get("paired", MeasureConfig.paired)))
+    return MeasureConfig(warmup_s=float(ms.get("warmup_s", MeasureConfig.warmup_s)),
+                         restart_warmup_s=(None if restart_warmup is None
+                                           else float(restart_warmup)),
+                         samples=int(ms.get("samples", MeasureConfig.samples)),
+                         aggregate=ms.get("aggregate", MeasureConfig.aggregate),
+                         queries=queries,
+                         seconds=None if queries is not None else float(ms["seconds"]),
+                         estimator=ms.get("estimator", default_estimator(workload.kind)),
+                         paired=bool(ms.get("paired", MeasureConfig.paired)))
 
-    bd = data.get("budget") or {}
+
+def _budget_config(bd: Mapping[str, Any], where: Where) -> BudgetConfig:
+    """The ``budget:`` section: the memory and connections the tuned server may use."""
     ram = bd.get("ram", "auto")
     online_limit = bd.get("online")
     connections = bd.get("connections", "auto")
-    budget = BudgetConfig(
+    return BudgetConfig(
         ram_bytes=None if ram == "auto" else parse_bytes(ram, what=f"{where('budget', 'ram')}: "
                                                                    f"budget.ram"),
         os_reserved_bytes=parse_bytes(bd.get("os_reserved", BudgetConfig.os_reserved_bytes),
@@ -175,27 +184,34 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        else BudgetConfig.work_mem_held),
     )
 
+
+def _session_configs(data: Mapping[str, Any], database: DatabaseConfig,
+                     workload: WorkloadConfig,
+                     where: Where) -> tuple[SessionConfig, SessionConfig]:
+    """The ``offline:`` and ``online:`` sessions; each knob is listed in one of them only. The
+    default restart-time knobs apply to the embedded cluster, or to a server named by a DSN
+    whose config allows restarts (an explicit offline.knobs list is itself the request), and
+    not in live mode without restarts; ``online.knobs: auto`` starts from the default online
+    knobs, which the run replaces by what the workload's statistics propose."""
     off = data.get("offline") or {}
     on = data.get("online") or {}
-    # the default restart-time knobs apply to the embedded cluster, or to a server named by a
-    # DSN whose config allows restarts; an explicit offline.knobs list is itself the request
     restarts = (database.embedded or database.allow_restarts) and (
         workload.observe is None or workload.observe.allow_restarts)
-    offline_knobs = _knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
-                                ("offline", "knobs"), where)
-    # online.knobs: auto starts from the defaults; the run replaces them with the knobs the
-    # workload's statistics propose (tuner_client.knob_proposals)
+    offline_knobs = knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
+                               ("offline", "knobs"), where)
     auto = on.get("knobs") == "auto"
-    online_knobs = _knob_specs(DEFAULT_ONLINE_KNOBS if auto else
-                               on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
+    online_knobs = knob_specs(DEFAULT_ONLINE_KNOBS if auto else
+                              on.get("knobs", DEFAULT_ONLINE_KNOBS), ("online", "knobs"), where)
     dup = {k.name for k in offline_knobs} & {k.name for k in online_knobs}
     if dup:
         raise ConfigError(f"{where('online', 'knobs')}: knob(s) {sorted(dup)} are listed both "
                           f"offline and online; list each knob once")
-    offline = _session_config(off, offline_knobs, OFFLINE_SESSION)
-    online = replace(_session_config(on, online_knobs, ONLINE_SESSION), auto=auto)
+    return (session_config(off, offline_knobs, OFFLINE_SESSION),
+            replace(session_config(on, online_knobs, ONLINE_SESSION), auto=auto))
 
-    fl = data.get("flow") or {}
+
+def _flow_config(fl: Mapping[str, Any], where: Where) -> FlowConfig:
+    """The ``flow:`` section: one pass or several, and when a workload shift restarts it."""
     shift = fl.get("shift") or {}
     lm = fl.get("local_minimum") or {}
     kind = fl.get("kind", FlowConfig.kind)
@@ -210,7 +226,11 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
     if kind == "one-pass" and flow.max_passes != 1:
         raise ConfigError(f"{where('flow', 'max_passes')}: a one-pass flow makes exactly one "
                           f"pass; use kind: multi-pass for max_passes {flow.max_passes}")
-    fin = data.get("final") or {}
+    return flow
+
+
+def _final_config(fin: Mapping[str, Any], where: Where) -> FinalConfig:
+    """The ``final:`` section: the rounds that confirm the best against the baselines."""
     rounds = int(fin.get("rounds", FinalConfig.rounds))
     final = FinalConfig(rounds=rounds,
                         apply_best=bool(fin.get("apply_best", FinalConfig.apply_best)),
@@ -232,30 +252,10 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
         raise ConfigError(f"{where('final', 'close_call_rounds')}: final.close_call_rounds must "
                           f"be at least final.max_rounds ({final.max_rounds}), but got "
                           f"{final.close_call_rounds}")
-    sc = data.get("screening") or {}
-    screening = ScreeningConfig(enabled=bool(sc.get("enabled", ScreeningConfig.enabled)),
-                                design=str(sc.get("design", ScreeningConfig.design)),
-                                z=float(sc.get("z", ScreeningConfig.z)),
-                                replicates=int(sc.get("replicates", ScreeningConfig.replicates)),
-                                samples=int(sc.get("samples", ScreeningConfig.samples)))
-    bme = _probe_config(data.get("bme") or {}, where)
-    replicas = _replicas(data.get("replicas") or {}, database, where)
-    if replicas.enabled and not measure.paired:
-        raise ConfigError(f"{where('measure', 'paired')}: tuning on several replicas compares "
-                          f"each candidate with its own replica's reference, so it needs "
-                          f"measure.paired: true (got false)")
-    ws = data.get("warm_start") or {}
-    warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
-    return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
-                       budget=budget, offline=offline, online=online, flow=flow, final=final,
-                       seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
-                       description=data.get("description", TunerConfig.description),
-                       source=source,
-                       warm_start=warm_start, screening=screening, bme=bme,
-                       replicas=replicas)
+    return final
 
 
-def _probe_config(raw: Mapping[str, Any], where: Any) -> ProbeConfig:
+def _probe_config(raw: Mapping[str, Any], where: Where) -> ProbeConfig:
     """The ``bme:`` section: probes 0 (off) or 3..12 (the fit needs three sizes)."""
     probes = int(raw.get("probes", ProbeConfig.probes))
     if 0 < probes < 3:
@@ -276,130 +276,7 @@ def _probe_config(raw: Mapping[str, Any], where: Any) -> ProbeConfig:
                        min_r2=float(raw.get("min_r2", ProbeConfig.min_r2)))
 
 
-def _user_workload(kind: str, raw: Mapping[str, Any], timeout: float | None, source: str,
-                   where: Any) -> WorkloadConfig:
-    """``workload.scripts`` or ``workload.replay``: the user's SQL or a captured workload."""
-    from workloads.script_file import parse_weighted  # checks file@weight
-
-    files = tuple(raw["files"]) if kind == "scripts" else (raw["file"],)
-    for i, spec in enumerate(files):
-        try:
-            parse_weighted(spec)
-        except ConfigError as exc:
-            raise ConfigError(f"{where('workload', kind, 'files', i)}: workload.{kind}.files: "
-                              f"{exc}") from None
-    app = raw.get("app") or {}
-    if app:
-        from workloads.apps import app_names
-
-        if app["name"] not in app_names():
-            raise ConfigError(f"{where('workload', kind, 'app', 'name')}: workload.{kind}.app "
-                              f"must be one of {app_names()}, but got {app['name']!r}")
-    base = Path(source).parent if Path(source).suffix in (".yaml", ".yml") else None
-    return WorkloadConfig(kind=kind, mix=None, files=files,
-                          # a replay without clients runs at the captured concurrency (0)
-                          clients=int(raw.get("clients", WorkloadConfig.clients
-                                              if kind == "scripts" else 0)),
-                          writes=bool(raw.get("writes", False)),
-                          variables=dict(raw.get("variables") or {}),
-                          app=app.get("name"), app_scale=int(app.get("scale", 1)),
-                          base_dir=str(base) if base is not None else None,
-                          statement_timeout_s=timeout)
-
-
-def _observe_config(raw: Mapping[str, Any]) -> ObserveConfig:
-    """The ``workload.observe`` section over its defaults."""
-    guard = raw.get("guard") or {}
-    return ObserveConfig(
-        min_calls=int(raw.get("min_calls", ObserveConfig.min_calls)),
-        min_coverage=float(raw.get("min_coverage", ObserveConfig.min_coverage)),
-        poll_s=float(raw.get("poll_s", ObserveConfig.poll_s)),
-        allow_restarts=bool(raw.get("allow_restarts", ObserveConfig.allow_restarts)),
-        shift_distance=float(raw.get("shift_distance", ObserveConfig.shift_distance)),
-        guard=GuardConfig(**{k: type(getattr(GuardConfig, k))(v) for k, v in guard.items()}))
-
-
-def _check_observe(data: Mapping[str, Any], database: DatabaseConfig, where: Any) -> None:
-    """Live mode watches an existing server; restart-time knobs need a maintenance window;
-    its samples are time windows scored by the latency estimator."""
-    if database.embedded:
-        raise ConfigError(f"{where('workload', 'observe')}: workload.observe measures the "
-                          f"traffic an application already sends to an existing server; give "
-                          f"database.dsn (and a controller) of that server")
-    observe = (data["workload"].get("observe") or {})
-    off = data.get("offline") or {}
-    if off.get("knobs") and not observe.get("allow_restarts", ObserveConfig.allow_restarts):
-        raise ConfigError(f"{where('offline', 'knobs')}: workload.observe changes only "
-                          f"reload-time knobs (ALTER SYSTEM + reload) on a live server, but "
-                          f"offline.knobs {sorted(off['knobs'])} need restarts; remove them, or "
-                          f"set workload.observe.allow_restarts: true if this run is inside a "
-                          f"maintenance window")
-    ms = data.get("measure") or {}
-    if ms.get("queries") is not None:
-        raise ConfigError(f"{where('measure', 'queries')}: workload.observe samples time "
-                          f"windows (the application decides how much work arrives); give "
-                          f"measure.seconds instead of measure.queries")
-    if ms.get("estimator", "latency") != "latency":
-        raise ConfigError(f"{where('measure', 'estimator')}: workload.observe scores windows "
-                          f"with the latency estimator (each statement against its own time "
-                          f"under the reference); got {ms['estimator']!r}")
-
-
-def _session_config(raw: Mapping[str, Any], knobs: tuple[KnobSpec, ...],
-                    base: SessionConfig) -> SessionConfig:
-    """The ``offline:`` or ``online:`` section over its defaults (``base``)."""
-    strategy = raw.get("strategy") or {}
-    prior = raw.get("prior") or {}
-    name = strategy.get("name", base.strategy)
-    # the defaults' options (simplex_size) belong to the default simplex strategy; another
-    # strategy given without options gets its own defaults
-    default_options = base.strategy_options if name == base.strategy else {}
-    return replace(base, knobs=knobs, strategy=name,
-                   strategy_options=dict(strategy.get("options", default_options)),
-                   evaluations=int(raw.get("evaluations", base.evaluations)),
-                   seconds=(float(raw["seconds"]) if raw.get("seconds") is not None
-                            else base.seconds),
-                   prior=bool(prior.get("enabled", base.prior)),
-                   prior_min_r2=float(prior.get("min_r2", base.prior_min_r2)))
-
-
-def _knob_specs(raw: Any, path: tuple[str, ...], where: Any) -> tuple[KnobSpec, ...]:
-    items = {name: None for name in raw} if isinstance(raw, list) else dict(raw)
-    out = []
-    for name, spec in items.items():
-        here = where(*path, name)
-        if spec is None:
-            if name not in KNOWN_RANGES:
-                raise ConfigError(f"{here}: knob {name!r} has no built-in range; give one, e.g. "
-                                  f"{name}: {{min: ..., max: ..., step: ...}} or "
-                                  f"{{values: [...]}}")
-            spec = KNOWN_RANGES[name]
-        values = spec.get("values")
-        if values is not None and any(k in spec for k in ("min", "max", "step")):
-            raise ConfigError(f"{here}: knob {name!r}: give either values or min/max/step, "
-                              f"not both")
-        if values is None and ("min" not in spec or "max" not in spec):
-            raise ConfigError(f"{here}: knob {name!r} needs min and max (with units, e.g. "
-                              f"min: 1MB, max: 200MB) or a list of values")
-        for key in ("min", "max", "step"):
-            v = spec.get(key)
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ConfigError(f"{here}: knob {name!r}: {key} must be finite, got {v}")
-        out.append(KnobSpec(
-            name=name, min=spec.get("min"), max=spec.get("max"), step=spec.get("step"),
-            values=tuple(_yaml_bool(v) for v in values) if values is not None else None,
-            log=bool(spec.get("log", False)), where=here))
-    return tuple(out)
-
-
-def _yaml_bool(v: Any) -> Any:
-    # YAML 1.1 reads on/off/yes/no as booleans; PostgreSQL wants 'on'/'off'
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return v
-
-
-def _replicas(rep: Mapping[str, Any], database: DatabaseConfig, where: Any) -> ReplicasConfig:
+def _replicas(rep: Mapping[str, Any], database: DatabaseConfig, where: Where) -> ReplicasConfig:
     """The ``replicas`` section: embedded clones only of an embedded database, unique names."""
     count = int(rep.get("count", ReplicasConfig.count))
     if count > 1 and not database.embedded:

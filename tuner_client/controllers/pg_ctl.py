@@ -12,7 +12,7 @@ from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.budget import detect_ram_bytes
 from tuner_client.controllers.base import AUTO_CONF, Controller
 from tuner_client.knobs import Knob, KnobValue
-from tuner_client.local_cluster import find_bin_dir
+from tuner_client.pg_binaries import find_bin_dir
 
 
 class PgCtlController(Controller, kind="pg_ctl"):

@@ -79,55 +79,28 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
     if strategy == "pro":
         options.setdefault("simplex_size", max(dim + 1, replicas + 1))
     strat: Strategy = make_strategy(strategy, problem.space, seed=seed, **options)
-    model = model or NoiseModel.measured()
     reference = problem.space.snap({n: 0.5 * (p.min + p.max)  # type: ignore[union-attr]
                                     for n, p in zip(problem.space.names, problem.space.params,
                                                     strict=True)})
-    machines = [NoisyObjective(truth, model, seed=int(seed * 1000 + i), replica=i)
-                for i in range(replicas)]
-    # every replica's first reference measurement opens its first block; their geometric
-    # mean is the pooled level the strategy's values are scaled to
-    last_ref = [m.measure(reference, point_seconds) for m in machines]
-    level = math.exp(float(np.mean(np.log(last_ref))))
+    fleet = _Fleet.start(replicas, truth, model or NoiseModel.measured(), seed, reference,
+                         point_seconds, normalise)
     run = SimRun(replicas, strategy)
-    clock = [point_seconds] * replicas  # each replica's own time (they run in parallel)
-    events: list[tuple[float, int, int]] = []  # (finish time, replica, trial id)
-    pending: dict[int, tuple[Trial, float]] = {}
-    free = list(range(replicas))
     best_measured = -math.inf
     pick_true = 0.0
     pick_point: Mapping[str, Any] | None = None
     measured: list[tuple[float, Mapping[str, Any]]] = []
     while True:
-        if strat.converged and not events:
+        if strat.converged and not fleet.events:
             # converged with time left: search again around the pick (as a tuner would)
             try:
                 strat.restart(point=dict(pick_point) if pick_point is not None else None)
             except ConfigError:
                 break
-        # hand a point to every free replica the strategy can serve now
-        still_free = []
-        for i in free:
-            trial = strat.ask() if clock[i] < seconds else None
-            if trial is None:
-                still_free.append(i)
-                continue
-            m = machines[i]
-            m.idle(clock[i] - m.now)  # the replica waited for a point: its drift walked on
-            candidate = m.measure(trial.point, point_seconds)
-            after = m.measure(reference, point_seconds)
-            ratio = candidate / math.sqrt(last_ref[i] * after)
-            last_ref[i] = after
-            value = ratio * level if normalise else candidate
-            clock[i] = m.now
-            pending[trial.id] = (trial, value)
-            heapq.heappush(events, (clock[i], i, trial.id))
-        free = still_free
-        if not events:
+        fleet.hand_out(strat, seconds)
+        if not fleet.events:
             break
-        now, i, tid = heapq.heappop(events)
-        trial, value = pending.pop(tid)
-        strat.tell(tid, -value)
+        now, i, trial, value = fleet.next_result()
+        strat.tell(trial.id, -value)
         run.evaluations += 1
         measured.append((value, trial.point))
         if value > best_measured:
@@ -135,14 +108,75 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
         run.curve.append((now, pick_true))
         if run.time_to_target is None and pick_true >= target:
             run.time_to_target = now
-        # a replica that waited for this result starts at the same moment
-        for j in free:
-            clock[j] = max(clock[j], now)
-        free.append(i)
+        fleet.release(i, now)
     run.search_true = pick_true
-    run.final_true = truth(_final_pick(measured, machines, reference, last_ref, clock,
-                                       finalists, rounds, point_seconds))
+    run.final_true = truth(_final_pick(measured, fleet.machines, reference, fleet.last_ref,
+                                       fleet.clock, finalists, rounds, point_seconds))
     return run
+
+
+@dataclass
+class _Fleet:
+    """The replicas on the simulated clock: each one's noisy machine, its last reference
+    value, its own time; the results on their way (a heap by finish time) and the free
+    replicas."""
+
+    machines: list[NoisyObjective]
+    reference: Mapping[str, Any]
+    last_ref: list[float]
+    clock: list[float]
+    point_seconds: float
+    #: the pooled level the block ratios are scaled to; None: the strategy gets raw values
+    level: float | None
+    events: list[tuple[float, int, int]] = field(default_factory=list)  # (finish, replica, id)
+    pending: dict[int, tuple[Trial, float]] = field(default_factory=dict)
+    free: list[int] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, replicas: int, truth: Any, model: NoiseModel, seed: int,
+              reference: Mapping[str, Any], point_seconds: float, normalise: bool) -> _Fleet:
+        """Every replica measures the reference once, opening its first block; their
+        geometric mean is the pooled level."""
+        machines = [NoisyObjective(truth, model, seed=int(seed * 1000 + i), replica=i)
+                    for i in range(replicas)]
+        last_ref = [m.measure(reference, point_seconds) for m in machines]
+        level = math.exp(float(np.mean(np.log(last_ref))))
+        return cls(machines, reference, last_ref, [point_seconds] * replicas, point_seconds,
+                   level if normalise else None, free=list(range(replicas)))
+
+    def hand_out(self, strat: Strategy, seconds: float) -> None:
+        """Hand a point to every free replica the strategy can serve now (and whose time is
+        not up); each measures it in its paired block."""
+        still_free = []
+        for i in self.free:
+            trial = strat.ask() if self.clock[i] < seconds else None
+            if trial is None:
+                still_free.append(i)
+                continue
+            m = self.machines[i]
+            m.idle(self.clock[i] - m.now)  # the replica waited for a point: its drift walked on
+            candidate = m.measure(trial.point, self.point_seconds)
+            after = m.measure(self.reference, self.point_seconds)
+            ratio = candidate / math.sqrt(self.last_ref[i] * after)
+            self.last_ref[i] = after
+            value = ratio * self.level if self.level is not None else candidate
+            self.clock[i] = m.now
+            self.pending[trial.id] = (trial, value)
+            heapq.heappush(self.events, (self.clock[i], i, trial.id))
+        self.free = still_free
+
+    def next_result(self) -> tuple[float, int, Trial, float]:
+        """The earliest result: when it is known, its replica, the trial and its value."""
+        now, i, tid = heapq.heappop(self.events)
+        trial, value = self.pending.pop(tid)
+        return now, i, trial, value
+
+    def release(self, i: int, now: float) -> None:
+        """Replica ``i`` is free at ``now``; a replica that waited for this result starts at
+        the same moment."""
+        for j in self.free:
+            self.clock[j] = max(self.clock[j], now)
+        self.free.append(i)
 
 
 def _final_pick(measured: list[tuple[float, Mapping[str, Any]]], machines: list[NoisyObjective],

@@ -193,6 +193,29 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
     is measured around them every ``default_every`` runs. Evaluations: design runs ×
     replicates plus ⌈that / default_every⌉ + 1 defaults (PB, 6 knobs, once: 8 + 5 = 13).
     """
+    _check_screen_inputs(knobs, default, replicates, default_every, z)
+    matrix = _design_matrix(design, len(knobs))
+    rng = np.random.default_rng(seed)
+    order = [int(i) for _ in range(replicates) for i in rng.permutation(len(matrix))]
+    runs = _run_design(knobs, default, measure, matrix, order, default_every)
+    fit = _fit_effects(runs, matrix, len(knobs), design, len(order))
+    # z is read as a two-sided normal level (2.0: 95.45 %) and held at that level with the
+    # few degrees of freedom the noise estimate has: Student's quantile, not z itself
+    # (measured, PB of 6 knobs once, df 4: z itself passes an irrelevant knob in 12 %)
+    threshold = t_quantile(float(sps.norm.cdf(z)), fit.df)
+    effects = _rank_effects(knobs, fit, threshold)
+    result = Screening(effects=tuple(effects), design=design, design_runs=len(matrix),
+                       replicates=replicates, evaluations=len(runs.measurements),
+                       noise_sd=math.sqrt(fit.var_run), noise_df=fit.df, z=z,
+                       threshold=threshold, measurements=tuple(runs.measurements))
+    for line in result.lines():
+        logger.info("screening: %s", line)
+    return result
+
+
+def _check_screen_inputs(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
+                         replicates: int, default_every: int, z: float) -> None:
+    """Each knob once, with a default value; positive replicates, default_every and z."""
     names = [k.name for k in knobs]
     if len(set(names)) != len(names):
         raise ConfigError(f"each knob may be screened once, but got {names}")
@@ -203,15 +226,36 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
     if replicates < 1 or default_every < 1 or z <= 0:
         raise ConfigError(f"screening needs replicates ≥ 1, default_every ≥ 1 and z > 0, but "
                           f"got replicates {replicates}, default_every {default_every}, z {z}")
-    k = len(knobs)
+
+
+def _design_matrix(design: Design, k: int) -> np.ndarray:
     if design == "pb":
-        matrix = plackett_burman(k)
-    elif design == "oat":
-        matrix = oat_design(k)
-    else:
-        raise ConfigError(f"design must be 'pb' or 'oat', but got {design!r}")
-    rng = np.random.default_rng(seed)
-    order = [int(i) for _ in range(replicates) for i in rng.permutation(len(matrix))]
+        return plackett_burman(k)
+    if design == "oat":
+        return oat_design(k)
+    raise ConfigError(f"design must be 'pb' or 'oat', but got {design!r}")
+
+
+@dataclass
+class _Runs:
+    """What the design measured: every measurement in order, the default's log levels and
+    the design runs' log values, each at its position ``t`` in the sequence."""
+
+    measurements: list[tuple[str, dict[str, Any], float | None]]
+    default_t: list[float]
+    default_logs: list[float]
+    run_t: list[float]
+    run_rows: list[int]
+    run_logs: list[float]
+
+
+def _run_design(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
+                measure: MeasurePoint, matrix: np.ndarray, order: list[int],
+                default_every: int) -> _Runs:
+    """Measure the design's rows in ``order``, the default before the first, after every
+    ``default_every`` runs and after the last; failed measurements are left out."""
+    k = len(knobs)
+    runs = _Runs([], [], [], [], [], [])
 
     def point(row: np.ndarray) -> dict[str, Any]:
         out = dict(default)
@@ -220,50 +264,61 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
                 out[knob.name] = knob.high if x > 0 else knob.low
         return out
 
-    measurements: list[tuple[str, dict[str, Any], float | None]] = []
-    default_t: list[float] = []
-    default_logs: list[float] = []
-    run_t: list[float] = []
-    run_rows: list[int] = []
-    run_logs: list[float] = []
-
     def take(label: str, p: dict[str, Any]) -> float | None:
         value = measure(dict(p))
         ok = _usable(value)
-        measurements.append((label, p, float(value) if ok else None))  # type: ignore[arg-type]
+        runs.measurements.append((label, p, float(value) if ok else None))  # type: ignore[arg-type]
         if not ok:
             logger.info("screening: %s failed (%s); left out", label, value)
         return float(value) if ok else None  # type: ignore[arg-type]
 
     def take_default(t: int) -> None:
         if (v := take("default", dict(default))) is not None:
-            default_t.append(t)
-            default_logs.append(math.log(v))
+            runs.default_t.append(t)
+            runs.default_logs.append(math.log(v))
 
     t = 0
     take_default(t)
     for i, r in enumerate(order, 1):
         t += 1
         if (v := take(f"run {r + 1}", point(matrix[r]))) is not None:
-            run_t.append(t)
-            run_rows.append(r)
-            run_logs.append(math.log(v))
+            runs.run_t.append(t)
+            runs.run_rows.append(r)
+            runs.run_logs.append(math.log(v))
         if i % default_every == 0 or i == len(order):
             t += 1
             take_default(t)
-    if len(default_logs) < 2:
+    if len(runs.default_logs) < 2:
         raise ConfigError("screening needs at least two successful measurements of the default "
-                          f"point to cancel the drift, but got {len(default_logs)}")
+                          f"point to cancel the drift, but got {len(runs.default_logs)}")
+    return runs
 
+
+@dataclass(frozen=True)
+class _Fit:
+    """The regression of the drift-corrected runs on the design: coefficients, their
+    covariance, the column of each knob's slope, one run's noise variance and its df."""
+
+    coef: np.ndarray
+    cov: np.ndarray
+    slope: list[int]
+    var_run: float
+    df: int
+
+
+def _fit_effects(runs: _Runs, matrix: np.ndarray, k: int, design: Design,
+                 planned: int) -> _Fit:
+    """Regress the runs, relative to the default's interpolated level, on the design and pool
+    the residuals with the defaults' own spread into one run's noise variance."""
     # runs relative to the default's interpolated level; inflation = that level's own noise
     corrected, inflation = [], []
-    for tr, lr in zip(run_t, run_logs, strict=True):
-        level, factor = _interpolate(default_t, default_logs, tr)
+    for tr, lr in zip(runs.run_t, runs.run_logs, strict=True):
+        level, factor = _interpolate(runs.default_t, runs.default_logs, tr)
         corrected.append(lr - level)
         inflation.append(1.0 + factor)
     # the design's columns for the regression: PB an intercept and the knobs; OAT per knob a
     # slope and its own offset (the default need not lie midway between the ends)
-    rows = matrix[run_rows, :k].astype(float)
+    rows = matrix[runs.run_rows, :k].astype(float)
     if design == "pb":
         x = np.column_stack([np.ones(len(rows)), rows])
         slope = list(range(1, k + 1))
@@ -272,21 +327,15 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
         slope = [2 * j for j in range(k)]
     y = np.asarray(corrected)
     if len(y) < x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
-        raise ConfigError(f"too many failed runs: {len(y)} of {len(order)} design runs "
+        raise ConfigError(f"too many failed runs: {len(y)} of {planned} design runs "
                           "measured, too few to estimate every knob's effect")
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     resid = y - x @ coef
     df_design = len(y) - x.shape[1]
     rss = float(resid @ resid)
-    # the defaults' spread about their neighbours' interpolation: σ²·(1 + w² + (1 − w)²)
-    sq_default = []
-    for j in range(1, len(default_t) - 1):
-        level, factor = _interpolate([default_t[j - 1], default_t[j + 1]],
-                                     [default_logs[j - 1], default_logs[j + 1]], default_t[j])
-        sq_default.append((default_logs[j] - level) ** 2 / (1.0 + factor))
-    df_default = len(sq_default)
+    sq_default = _default_spread(runs.default_t, runs.default_logs)
     mean_inflation = float(np.mean(inflation)) if inflation else 1.0
-    df = df_design + df_default
+    df = df_design + len(sq_default)
     if df < 1:
         raise ConfigError("the screening has no degrees of freedom left to estimate the noise: "
                           "use more replicates, measure the default more often "
@@ -294,15 +343,27 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
     # σ² of one corrected run, pooled; the defaults' σ² scaled by the correction's inflation
     var_run = (rss + mean_inflation * math.fsum(sq_default)) / df
     cov = var_run * np.linalg.inv(x.T @ x)
-    # z is read as a two-sided normal level (2.0: 95.45 %) and held at that level with the
-    # few degrees of freedom the noise estimate has: Student's quantile, not z itself
-    # (measured, PB of 6 knobs once, df 4: z itself passes an irrelevant knob in 12 %)
-    threshold = t_quantile(float(sps.norm.cdf(z)), df)
+    return _Fit(coef=coef, cov=cov, slope=slope, var_run=var_run, df=df)
+
+
+def _default_spread(default_t: Sequence[float], default_logs: Sequence[float]) -> list[float]:
+    """Each inner default's squared distance from its neighbours' interpolation, scaled to one
+    measurement's variance (the distance's is σ²·(1 + w² + (1 − w)²))."""
+    sq_default = []
+    for j in range(1, len(default_t) - 1):
+        level, factor = _interpolate([default_t[j - 1], default_t[j + 1]],
+                                     [default_logs[j - 1], default_logs[j + 1]], default_t[j])
+        sq_default.append((default_logs[j] - level) ** 2 / (1.0 + factor))
+    return sq_default
+
+
+def _rank_effects(knobs: Sequence[KnobLevels], fit: _Fit, threshold: float) -> list[KnobEffect]:
+    """Each knob's low-to-high effect with its standard error and verdict, largest first."""
     effects = []
     for j, knob in enumerate(knobs):
-        col = slope[j]
-        log_effect = 2.0 * float(coef[col])
-        se = 2.0 * math.sqrt(float(cov[col, col]))
+        col = fit.slope[j]
+        log_effect = 2.0 * float(fit.coef[col])
+        se = 2.0 * math.sqrt(float(fit.cov[col, col]))
         cleared = abs(log_effect) >= threshold * se
         ratio = math.exp(log_effect)
         verdict = (f"clears the noise ({abs(log_effect) / se:.1f} se ≥ {threshold:.2f})"
@@ -313,10 +374,4 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
             reason=f"{ratio:.2f}× from {knob.low} to {knob.high} (se {100 * se:.1f} %): "
                    f"{verdict}", low=knob.low, high=knob.high))
     effects.sort(key=lambda e: abs(math.log(e.ratio)), reverse=True)
-    result = Screening(effects=tuple(effects), design=design, design_runs=len(matrix),
-                       replicates=replicates, evaluations=len(measurements),
-                       noise_sd=math.sqrt(var_run), noise_df=df, z=z, threshold=threshold,
-                       measurements=tuple(measurements))
-    for line in result.lines():
-        logger.info("screening: %s", line)
-    return result
+    return effects

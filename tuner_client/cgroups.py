@@ -1,0 +1,114 @@
+"""Cgroups for a private PostgreSQL server: a memory cgroup (v2 ``memory.max`` or v1
+``memory.limit_in_bytes``, swap capped too) so that the OS page cache cannot hide buffer
+misses, and a CPU cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) capping it at a number
+of CPUs. The caller starts the postmaster inside them (their ``cgroup.procs``) and removes
+them once it has stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import time
+from pathlib import Path
+
+from harmony.base.errors import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def memory_cgroup(name: str, limit_bytes: int) -> Path | None:
+    """A memory cgroup ``name`` limited to ``limit_bytes`` (v2, else v1); None, with a warning,
+    when neither is writable (the server then runs without the limit)."""
+    for make in (_memory_cgroup_v2, _memory_cgroup_v1):
+        try:
+            made = make(name, limit_bytes)
+        except OSError as exc:
+            logger.debug("memory cgroup via %s not usable: %s", make.__name__, exc)
+            continue
+        if made is not None:
+            return made
+    logger.warning(
+        "memory_limit_bytes=%s requested but no writable memory cgroup (v2 memory.max or "
+        "v1 memory.limit_in_bytes under %s) was found; PostgreSQL runs without the limit "
+        "and the OS page cache may hide buffer misses",
+        limit_bytes, CGROUP_ROOT,
+    )
+    return None
+
+
+def _memory_cgroup_v2(name: str, limit_bytes: int) -> Path | None:
+    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        controllers = root / "cgroup.controllers"
+        if not controllers.exists() or "memory" not in controllers.read_text().split():
+            continue
+        subtree = root / "cgroup.subtree_control"
+        if "memory" not in subtree.read_text().split():
+            subtree.write_text("+memory")
+        cg = root / name
+        cg.mkdir(exist_ok=True)
+        (cg / "memory.max").write_text(str(limit_bytes))
+        with contextlib.suppress(OSError):
+            (cg / "memory.swap.max").write_text("0")
+        logger.info("PostgreSQL memory cgroup v2 %s, memory.max=%s", cg, limit_bytes)
+        return cg
+    return None
+
+
+def _memory_cgroup_v1(name: str, limit_bytes: int) -> Path | None:
+    root = CGROUP_ROOT / "memory"
+    if not (root / "memory.limit_in_bytes").exists():
+        return None
+    cg = root / name
+    cg.mkdir(exist_ok=True)
+    (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    with contextlib.suppress(OSError):
+        # also cap swap so the limit really bounds resident memory
+        (cg / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+    logger.info("PostgreSQL memory cgroup v1 %s, limit=%s", cg, limit_bytes)
+    return cg
+
+
+def cpu_cgroup(name: str, cpu_limit: float) -> Path:
+    """A CPU cgroup ``name`` capping its processes at ``cpu_limit`` CPUs (v1 cfs quota or v2
+    cpu.max); DatabaseError when no CPU controller is writable."""
+    period = 100_000
+    quota = max(1000, int(cpu_limit * period))
+    try:
+        v1 = CGROUP_ROOT / "cpu"
+        if (v1 / "cpu.cfs_quota_us").exists():
+            cg = v1 / name
+            cg.mkdir(exist_ok=True)
+            (cg / "cpu.cfs_period_us").write_text(str(period))
+            (cg / "cpu.cfs_quota_us").write_text(str(quota))
+        elif "cpu" in (CGROUP_ROOT / "cgroup.controllers").read_text().split():
+            subtree = CGROUP_ROOT / "cgroup.subtree_control"
+            if "cpu" not in subtree.read_text().split():
+                subtree.write_text("+cpu")
+            cg = CGROUP_ROOT / name
+            cg.mkdir(exist_ok=True)
+            (cg / "cpu.max").write_text(f"{quota} {period}")
+        else:
+            raise OSError("no cpu controller under " + str(CGROUP_ROOT))
+    except OSError as exc:
+        raise DatabaseError(f"cpu_limit={cpu_limit} asked for, but no writable CPU "
+                            f"cgroup was found ({exc}); run as root on a machine with the "
+                            f"cgroup cpu controller, or drop cpu_limit") from exc
+    logger.info("PostgreSQL CPU cgroup %s: at most %.2f CPUs", cg, cpu_limit)
+    return cg
+
+
+def remove_cgroup(cg: Path) -> None:
+    """Remove an emptied cgroup, waiting briefly while its last processes exit."""
+    for _ in range(20):
+        try:
+            cg.rmdir()
+            break
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                logger.warning("could not remove cgroup %s: %s", cg, exc)
+                break
+            time.sleep(0.05)

@@ -1,0 +1,99 @@
+"""Where the PostgreSQL server binaries are, a free local port, and the unprivileged OS user
+that runs the server when the tuner runs as root (PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from harmony.base.errors import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OS_USER = "harmony"
+
+
+def find_bin_dir(bin_dir: Path | None = None) -> Path:
+    """Return the directory holding ``pg_ctl``/``initdb``/``postgres``, or raise DatabaseError.
+
+    Looks at ``bin_dir`` if given, then ``pg_config --bindir``, then the highest
+    ``/usr/lib/postgresql/<major>/bin``, then ``PATH``.
+    """
+    candidates: list[Path] = []
+    if bin_dir is not None:
+        if not (Path(bin_dir) / "pg_ctl").exists():
+            raise DatabaseError(
+                f"PostgreSQL bin_dir {bin_dir} must contain pg_ctl, initdb and postgres, "
+                "but pg_ctl is not there"
+            )
+        return Path(bin_dir)
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            if out:
+                candidates.append(Path(out))
+
+    def major(p: Path) -> tuple[int, ...]:
+        try:
+            return tuple(int(x) for x in p.parent.name.split("."))
+        except ValueError:
+            return (0,)
+
+    candidates.extend(
+        sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=major, reverse=True)
+    )
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    for cand in candidates:
+        if (cand / "pg_ctl").exists() and (cand / "initdb").exists():
+            return cand
+    raise DatabaseError(
+        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found via "
+        "pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; install them "
+        "(`make postgres` runs apt-get install postgresql) or pass bin_dir"
+    )
+
+
+def find_free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_os_user(name: str) -> pwd.struct_passwd:
+    """Return the passwd entry of ``name``, creating it as a system user if missing (root only)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    for attempt in range(5):
+        proc = subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        # 9: another process created the user meanwhile; 10: /etc/passwd locked by one
+        if proc.returncode != 10:
+            break
+        time.sleep(0.2 * (attempt + 1))
+    if proc.returncode not in (0, 9):
+        raise DatabaseError(
+            f"could not create the unprivileged OS user {name!r} to run PostgreSQL "
+            f"(useradd exit {proc.returncode}: {proc.stderr.strip()})"
+        )
+    logger.info("created system user %s to run PostgreSQL (it refuses to run as root)", name)
+    return pwd.getpwnam(name)
