@@ -38,7 +38,7 @@ from harmony.base.errors import ConfigError
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 if TYPE_CHECKING:
-    from tuner_client.measure import PointRecord
+    from tuner_client.measurer import PointRecord
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
            "TunerMetrics", "setting_to_base_units"]
