@@ -87,7 +87,7 @@ def test_infeasible_point_is_never_applied(measurer: Measurer, tpch_cluster: Tpc
     outcome = measurer.apply({"work_mem": "32MB"})  # 192MB + 64MB + 8MB > 64MB
     assert outcome.failure is not None and outcome.failure.startswith("infeasible")
     assert "exceeds the online budget 64MB" in outcome.failure
-    assert measurer.applied_log == []
+    assert measurer.applier.applied_log == []
     assert _setting(tpch_cluster.dsn, "work_mem") == before
     record = measurer.measure("test", {}, {"work_mem": "32MB"})
     assert record.failure is not None and record.samples == []
@@ -183,11 +183,11 @@ def test_a_restart_gets_its_own_warm_up(tpch_cluster: TpchCluster) -> None:  # n
         outcome = m.apply({"shared_buffers": "64MB"})
         restarted = time.monotonic() - started
         assert outcome.failure is None and outcome.restart_s is not None
-        assert m.last_warmup_s == 1.5 and restarted >= 1.5 + outcome.restart_s
+        assert m.windows.last_warmup_s == 1.5 and restarted >= 1.5 + outcome.restart_s
         started = time.monotonic()
         outcome = m.apply({"work_mem": "8MB"})
         assert outcome.failure is None and outcome.restart_s is None
-        assert m.last_warmup_s == 0.2 and time.monotonic() - started < 1.5
+        assert m.windows.last_warmup_s == 0.2 and time.monotonic() - started < 1.5
     finally:
         m.apply(original, check_budget=False, warm_up=False)
         m.close()

@@ -55,9 +55,9 @@ def test_measurer_work_estimator_on_tpch(tpch_cluster: TpchCluster) -> None:  # 
                  WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"), config)
     m.in_force = m.current_settings(["work_mem"])
     try:
-        assert m.reference_costs is None
+        assert m.reference.costs is None
         record = m.measure("test", {}, {"work_mem": "8MB"})
-        costs = m.reference_costs
+        costs = m.reference.costs
     finally:
         m.close()
         with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:

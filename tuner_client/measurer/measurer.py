@@ -16,7 +16,7 @@ import psycopg
 
 from harmony.base.errors import GuardrailTrip, HarmonyError
 from tuner_client.config import MeasureConfig
-from tuner_client.guardrails import Guardrail, Trip
+from tuner_client.guardrails import Guardrail
 from tuner_client.measurer.applying import Applier, ApplyOutcome
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.counters import StatsDelta, no_blocks
@@ -94,21 +94,9 @@ class Measurer:
         return self.trips.guard
 
     @property
-    def reference_costs(self) -> dict[str, float] | None:
-        return self.reference.costs
-
-    @property
     def mix_reference(self) -> MixReference | None:
         return self.reference.mix
 
-    @property
-    def last_warmup_s(self) -> float | None:
-        return self.windows.last_warmup_s
-
-    @property
-    def applied_log(self) -> list[dict[str, str]]:
-        """Every configuration sent to the server."""
-        return self.applier.applied_log
 
     # -- connection and workload -------------------------------------------------------------
     def conn(self) -> psycopg.Connection[Any]:
@@ -156,16 +144,11 @@ class Measurer:
         outcome, restarted = self.applier.change(settings, check_budget=check_budget)
         if warm_up and outcome.changed and outcome.failure is None:
             try:
-                self.warm_up(self.config.restart_warmup_s if restarted else None)
+                self.windows.warm_up(self.config.restart_warmup_s if restarted else None)
             except GuardrailTrip as trip:
-                self.guard_tripped(trip)
+                self.trips.tripped(trip)
                 outcome.failure = f"sampling failed: {trip.reason}"
         return outcome
-
-    def warm_up(self, seconds: float | None = None) -> None:
-        """Let caches settle (a discarded window of ``seconds``, default
-        ``measure.warmup_s``)."""
-        self.windows.warm_up(seconds)
 
     def sample(self) -> SampleRecord:
         """One throughput sample of the configuration in force (see :class:`Sampler`)."""
@@ -192,9 +175,9 @@ class Measurer:
             return record
         if not outcome.changed:
             try:
-                self.warm_up()  # same protocol whether or not anything changed
+                self.windows.warm_up()  # same protocol whether or not anything changed
             except GuardrailTrip as trip:
-                self.guard_tripped(trip)
+                self.trips.tripped(trip)
                 record.failure = f"sampling failed: {trip.reason}"
                 return record
         for _ in range(samples or self.config.samples):
@@ -230,7 +213,3 @@ class Measurer:
         """Drop the frozen reference (costs, statement mix): the next :meth:`apply` measures
         the configuration in force again (after a shift of the statement mix)."""
         self.reference.forget()
-
-    def guard_tripped(self, trip: GuardrailTrip) -> Trip:
-        """Restore the last good configuration now and record the trip."""
-        return self.trips.tripped(trip)
