@@ -42,7 +42,7 @@ from harmony.base.space import IntParam, Space
 from harmony.core.definition import SessionDefinition
 from harmony.core.session import SessionCore
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import read_database_stats, stats_delta
+from tuner_client.measurer import read_database_stats, stats_delta
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix

@@ -10,7 +10,7 @@ import pytest
 
 from bme import SharedBuffersPrior, touched_pages_p_star
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import StatsDelta, read_database_stats, stats_delta
+from tuner_client.measurer import StatsDelta, read_database_stats, stats_delta
 
 pytestmark = pytest.mark.postgres
 

@@ -27,7 +27,7 @@ from tuner_client.config import MeasureConfig
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
+from tuner_client.measurer import Measurer, ServerAccess
 from workloads.loop import Statement, StatementLoop
 
 KB, MB = 1024, 1 << 20
@@ -84,9 +84,10 @@ def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
     with psycopg.connect(cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
         original = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
-    measurer = Measurer(cluster.dsn, catalog, StatementLoop(cluster.dsn, draw, streams=2),
-                        MeasureConfig(warmup_s=0, samples=1),
-                        controller=LocalController(cluster, precheck_memory=False))
+    measurer = Measurer(ServerAccess(cluster.dsn, catalog,
+                                     LocalController(cluster, precheck_memory=False)),
+                        StatementLoop(cluster.dsn, draw, streams=2),
+                        MeasureConfig(warmup_s=0, samples=1))
     measurer.in_force = {"shared_buffers": original}
     try:
         probes, failures = run_probes(measurer, sizes, PROBE_S)

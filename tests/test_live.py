@@ -31,7 +31,7 @@ from tuner_client.flows import Tuner
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measurer import LiveWatch, Measurer, PointRecord, ServerAccess
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.result import TuneResult
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
@@ -68,8 +68,8 @@ def _measurer(dsn: str, *, guard: Guardrail | None = None, warmup_s: float = 1.0
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=warmup_s, samples=1, queries=None, seconds=seconds,
                            estimator="latency")
-    measurer = Measurer(dsn, catalog, ObservedWorkload(dsn, poll_s=0.25), config, guard=guard,
-                        min_calls=20)
+    measurer = Measurer(ServerAccess(dsn, catalog), ObservedWorkload(dsn, poll_s=0.25), config,
+                        live=LiveWatch(guard, min_calls=20))
     measurer.in_force = measurer.current_settings(KNOBS)
     return measurer
 
@@ -122,7 +122,7 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     trips = []
     traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=12, rows=ROWS).start()
     measurer = _measurer(dsn, guard=guard, warmup_s=2.0, seconds=2.0)
-    measurer.on_guard_trip = trips.append
+    measurer.trips.on_trip = trips.append
     time.sleep(1.0)  # past pgbench's start
     try:
         original = dict(measurer.in_force)

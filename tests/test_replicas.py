@@ -23,7 +23,7 @@ from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.replicas import Replica, clone_cluster
 from tuner_client.target import Target
 from workloads.tpch.load import load_tpch

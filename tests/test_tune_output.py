@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner_client.measure import objective_unit
+from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import TuneResult
 from tuner_client.tune_cli import format_result
 

@@ -23,7 +23,7 @@ import psycopg
 from bme.probes import Probe
 from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
-from tuner_client.measure import Measurer
+from tuner_client.measurer import Measurer
 
 logger = logging.getLogger(__name__)
 

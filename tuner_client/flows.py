@@ -20,7 +20,7 @@ from harmony.base.errors import ConfigError
 from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig
-from tuner_client.measure import PointRecord, Workload
+from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.final import final_rounds
 from tuner_client.phases.offline import offline_pass

@@ -12,7 +12,7 @@ While a configuration is measured on live traffic, the partial window is checked
 
 A check that fails raises :class:`harmony.base.errors.GuardrailTrip`; the measurer then restores
 the last good configuration at once and scores the point as failed
-(:meth:`tuner_client.measure.Measurer.guard_tripped`).
+(:meth:`tuner_client.measurer.trips.TripHandler.tripped`).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from tuner_client.metric_series import (
 )
 
 if TYPE_CHECKING:
-    from tuner_client.measure import PointRecord
+    from tuner_client.measurer import PointRecord
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
            "TunerMetrics", "setting_to_base_units"]

@@ -23,7 +23,7 @@ from typing import Any
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import KnobSpace, TunerConfig
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.parallel import METADATA_KEY, Shared, measure_loop

@@ -23,7 +23,7 @@ import psycopg
 from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.target import EMBEDDED_DBNAME, Target, make_controller, read_catalog

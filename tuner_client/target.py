@@ -21,7 +21,7 @@ from tuner_client.config import TunerConfig
 from tuner_client.controllers.base import Controller
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Workload
+from tuner_client.measurer import Workload
 
 logger = logging.getLogger(__name__)
 

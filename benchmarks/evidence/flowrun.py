@@ -15,7 +15,7 @@ from typing import Any
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.measure import Workload
+from tuner_client.measurer import Workload
 from tuner_client.target import Target, open_target
 
 

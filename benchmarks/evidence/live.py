@@ -44,7 +44,7 @@ from tuner_client.flows import Tuner
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
+from tuner_client.measurer import LiveWatch, Measurer, ServerAccess
 from tuner_client.target import Target
 from workloads.observe import ObservedWorkload
 
@@ -90,9 +90,9 @@ def guardrail_trips(dsn: str, trips: int) -> list[dict[str, Any]]:
     with psycopg.connect(dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     guard = Guardrail(GuardConfig())
-    measurer = Measurer(dsn, catalog, ObservedWorkload(dsn, poll_s=0.25),
+    measurer = Measurer(ServerAccess(dsn, catalog), ObservedWorkload(dsn, poll_s=0.25),
                         MeasureConfig(warmup_s=3.0, samples=2, queries=None, seconds=3.0,
-                                      estimator="latency"), guard=guard)
+                                      estimator="latency"), live=LiveWatch(guard))
     measurer.in_force = measurer.current_settings(list(SLOW))
     original = dict(measurer.in_force)
     out = []

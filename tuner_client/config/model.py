@@ -144,7 +144,7 @@ class MeasureConfig:
     aggregate: str = "median"
     queries: int | None = 20
     seconds: float | None = None
-    #: what a sample's value is (``tuner_client.measure.ESTIMATORS``): ``count``, completions
+    #: what a sample's value is (``tuner_client.measurer.ESTIMATORS``): ``count``, completions
     #: per minute in the window; ``concurrency``, streams / mean latency per query (Little's
     #: law), only queries started under the measured configuration; ``work``, reference-seconds
     #: of work per second (each completion credited with its template's mean latency under

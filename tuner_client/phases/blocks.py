@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.paired import ReferenceLevel, block_ratio
 

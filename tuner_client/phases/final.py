@@ -31,7 +31,7 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from tuner_client.measure import PointRecord, objective_unit
+from tuner_client.measurer import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult

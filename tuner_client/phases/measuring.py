@@ -16,7 +16,7 @@ from collections.abc import Callable
 from harmony.base.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
-from tuner_client.measure import PointRecord, aggregate
+from tuner_client.measurer import PointRecord, aggregate
 from tuner_client.phases.blocks import Reference, measure_block
 from tuner_client.phases.parallel import open_references, run_parallel
 from tuner_client.phases.state import RunContext, RunState

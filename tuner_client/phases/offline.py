@@ -22,7 +22,7 @@ from harmony.base.space import IntParam, Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.measuring import run_session
 from tuner_client.phases.offline_prior import OfflinePrior

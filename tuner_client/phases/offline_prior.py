@@ -16,7 +16,7 @@ from bme.prior import SharedBuffersPrior, touched_pages_p_star
 from harmony.base.errors import HarmonyError
 from harmony.base.space import EnumParam
 from tuner_client.config import KnobSpace
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 
 logger = logging.getLogger(__name__)
 

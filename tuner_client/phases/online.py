@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Mapping
 
 from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import Reference
 from tuner_client.phases.measuring import record_point, run_session
 from tuner_client.phases.sessions import open_session, session_definition

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from harmony.base.errors import HarmonyError
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import Reference, measure_block, measure_reference
 from tuner_client.phases.state import RunContext, RunState
 

@@ -15,7 +15,14 @@ from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.guardrails import Guardrail, Trip
 from tuner_client.knob_proposals import choose_online_knobs
-from tuner_client.measure import Measurer, PointRecord, Workload
+from tuner_client.measurer import (
+    ApplyHooks,
+    LiveWatch,
+    Measurer,
+    PointRecord,
+    ServerAccess,
+    Workload,
+)
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.state import BUDGET_KNOBS, RunContext
 from tuner_client.target import Target, make_workload
@@ -86,14 +93,12 @@ def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
         b = budget.budget
         guard = Guardrail(observe.guard,
                           memory_limit_bytes=max(0, b.ram_bytes - b.os_reserved_bytes))
-    measurer = Measurer(target.dsn, target.catalog,
+    live = (LiveWatch(guard, tripped, observe.min_calls, observe.min_coverage)
+            if observe is not None else LiveWatch(guard, tripped))
+    measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
+                                     config.database.restart_timeout_s),
                         workload if workload is not None else make_workload(config, target.dsn),
-                        config.measure, controller=target.controller,
-                        restart_timeout_s=config.database.restart_timeout_s,
-                        feasible=budget.violation, on_restart=restarted, guard=guard,
-                        on_guard_trip=tripped)
-    if observe is not None:
-        measurer.min_calls, measurer.min_coverage = observe.min_calls, observe.min_coverage
+                        config.measure, hooks=ApplyHooks(budget.violation, restarted), live=live)
     if guard is not None:
         guard.memory_used = measurer.server_memory
     return measurer

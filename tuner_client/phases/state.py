@@ -19,7 +19,7 @@ from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.knob_proposals import Proposal
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measurer import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.target import Target
 
