@@ -23,11 +23,10 @@ from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measure import PointRecord
-from tuner_client.phases.blocks import Reference
-from tuner_client.phases.measuring import run_session
 from tuner_client.phases.offline_prior import OfflinePrior
 from tuner_client.phases.probing import ProbeAdvice, probe_shared_buffers
-from tuner_client.phases.sessions import open_session, session_definition
+from tuner_client.phases.session_loop import run_session
+from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of
 
 logger = logging.getLogger(__name__)
@@ -47,11 +46,12 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     probed = probe_shared_buffers(ctx, state, label, space)
     if probed is not None:
         return _probed_search(ctx, state, n, label, space, probed, first)
+    references = session_references(ctx, label, space)
     definition = session_definition(ctx, state, label, space,
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
                                     warm=n == 1, metadata=_probes_metadata(state)
-                                    if state.probe_decisions else None)
+                                    if state.probe_decisions else None, references=references)
     session = open_session(ctx, state, definition, "offline")
     prior = None
     if cfg.offline.prior and "shared_buffers" in space.names:
@@ -78,8 +78,7 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
         return True
 
     evaluations = cfg.offline.evaluations
-    reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
-    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, reference,
+    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, references,
                          seconds=cfg.offline.seconds)
     advice = prior.last if prior is not None else None
     if reason == "stopped" and advice is not None and advice.usable:
@@ -89,14 +88,18 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
                                    for p in space.params))
         spent = len(state.records) - first
         label2 = f"p{n}-offline-bme"
+        # the first session's reference carries over (in a pool of one it is still in force)
+        references2 = session_references(ctx, label2, narrowed, references.primary_reference
+                                         if references is not None else None)
         definition = session_definition(ctx, state, label2, narrowed,
                                         ctx.budget.offline_constraints(measurer.in_force),
                                         cfg.offline.strategy, cfg.offline.strategy_options,
                                         advice.start, metadata={"bme": state.bme}
-                                        if state.bme is not None else None)
+                                        if state.bme is not None else None,
+                                        references=references2)
         session2 = open_session(ctx, state, definition, "offline")
         run_session(ctx, state, session2, narrowed, max(1, evaluations - spent), label2,
-                    reference=reference)
+                    references=references2)
     return _put_best_in_force(ctx, state, label, space, first)
 
 
@@ -134,13 +137,13 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     else:
         evaluations = cfg.offline.evaluations
     label2 = f"{label}-bme"
+    references = session_references(ctx, label2, space)
     definition = session_definition(ctx, state, label2, narrowed,
                                     ctx.budget.offline_constraints(ctx.measurer.in_force),
                                     cfg.offline.strategy, options, start,
-                                    metadata=_probes_metadata(state))
+                                    metadata=_probes_metadata(state), references=references)
     session = open_session(ctx, state, definition, "offline")
-    reference = Reference(label2, ctx.current(space.names)) if cfg.measure.paired else None
-    run_session(ctx, state, session, narrowed, evaluations, label2, reference=reference,
+    run_session(ctx, state, session, narrowed, evaluations, label2, references=references,
                 seconds=cfg.offline.seconds)
     return _put_best_in_force(ctx, state, label, space, first)
 
@@ -158,17 +161,13 @@ def _probes_metadata(state: RunState) -> dict[str, Any] | None:
 def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                        first: int) -> float | None:
     """Put the pass's best offline point in force for the online session; its value."""
-    measurer = ctx.measurer
     best = best_of(state.records[first:])
     if best is None:
         state.decide(f"{label}: no offline point measured successfully; keeping "
                      f"{ctx.current(space.names)}")
         return None
     # put the offline best in force for the online session
-    outcome = measurer.apply({k: best.in_force[k] for k in space.names})
-    ctx.in_force_changed()
-    if ctx.pool is not None:
-        ctx.pool.apply_everywhere({k: best.in_force[k] for k in space.names})
+    outcome = ctx.apply({k: best.in_force[k] for k in space.names})
     if outcome.failure is not None:
         logger.warning("%s: could not put the offline best back in force: %s", label,
                        outcome.failure)
@@ -199,10 +198,7 @@ def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
         return
     # lowering memory knobs only frees memory: applied even while the shared_buffers in force
     # (the user's, before the first offline point) still breaks the budget
-    outcome = ctx.measurer.apply(lowered, check_budget=False)
-    ctx.in_force_changed()
-    if ctx.pool is not None:
-        ctx.pool.apply_everywhere(lowered, check_budget=False)
+    outcome = ctx.apply(lowered, check_budget=False)
     if outcome.failure is not None:
         raise ConstraintError(f"{label}: could not lower the online memory knobs to {lowered} "
                               f"to make room for shared_buffers: {outcome.failure}")

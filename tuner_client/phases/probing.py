@@ -55,15 +55,14 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
         state.decide(f"{label}: no BME probes: the memory budget leaves shared_buffers only "
                      f"{format_bytes(low)}..{format_bytes(max(low, high))}")
         return None
-    before = measurer.in_force.get("shared_buffers")
+    before = measurer.in_force["shared_buffers"]  # tracked always (the budget reads it)
     sizes = probe_sizes(low, high, cfg.probes, step)
     probes, failures = run_probes(measurer, sizes, cfg.probe_seconds)
-    if before is not None:  # the last probed size is not left in force
-        outcome = measurer.apply({"shared_buffers": before}, warm_up=False)
-        if outcome.failure is not None:
-            logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
-                           before, outcome.failure)
-    ctx.in_force_changed()
+    # the last probed size is not left in force
+    outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
+    if outcome.failure is not None:
+        logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
+                       before, outcome.failure)
     decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
                       min_r2=cfg.min_r2, target_miss=cfg.target_miss)
     cost = sum(p.cost_s for p in probes)

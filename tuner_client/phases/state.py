@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harmony.base.errors import HarmonyError
 from harmony.core.priordata import PriorSession
@@ -18,12 +18,10 @@ from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.budget_view import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measure import ApplyOutcome, Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
+from tuner_client.replicas import ReplicaPool
 from tuner_client.target import Target
-
-if TYPE_CHECKING:
-    from tuner_client.replicas import ReplicaPool
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +32,8 @@ BUDGET_KNOBS = ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buff
 @dataclass
 class RunContext:
     """What every phase after ``prepare`` reads: the config, the server and its measurer,
-    the two knob spaces, the memory budget and the original configuration."""
+    the pool of replicas it measures on (of one without replicas), the two knob spaces, the
+    memory budget and the original configuration."""
 
     config: TunerConfig
     run_id: str
@@ -47,19 +46,27 @@ class RunContext:
     #: the tuned knobs' values before the run (PostgreSQL strings with units)
     original: dict[str, str]
     metrics: TunerMetrics
-    original_auto_conf: str | None = None
+    #: every database the run measures on; the first is ``target`` with ``measurer``
+    pool: ReplicaPool
     #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
     relpages_bytes: int | None = None
     priors: list[PriorSession] = field(default_factory=list)
-    #: the replicas of a run over several (None: this target only)
-    pool: ReplicaPool | None = None
 
     def current(self, names: list[str]) -> dict[str, str]:
         """The values in force of ``names``."""
         return {n: self.measurer.in_force[n] for n in names}
 
+    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
+              warm_up: bool = True) -> ApplyOutcome:
+        """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
+        and export them; the outcome on the run's own database."""
+        outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
+        self.in_force_changed()
+        return outcome
+
     def in_force_changed(self) -> None:
-        """Export the knobs now in force and the budget slack they leave."""
+        """Export the knobs now in force and the budget slack they leave (after an apply or a
+        measurement, which applies its configuration itself)."""
         in_force = self.measurer.in_force
         self.metrics.set_knobs(in_force)
         slack = self.budget_slack(in_force)
@@ -125,6 +132,32 @@ class RunState:
         self.best = None
         self.screened = None
         self.ranked_from = len(self.records)
+
+
+def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
+                 kind: str | None = None, ranks: bool = True) -> None:
+    """Keep a finished record: the log, the metrics, and (when ``ranks``) the best so far."""
+    state.records.append(record)
+    ctx.metrics.record_point(record, kind=kind or evaluation_kind(record.session),
+                             restarts=False)
+    ctx.in_force_changed()  # the measurement put its configuration in force
+    if ranks and record.value is not None and (state.best is None
+                                               or record.value > (state.best.value or 0.0)):
+        state.best = record
+        logger.info("new best: %.1f qpm with %s", record.value, record.in_force)
+    if ranks and state.on_record is not None:
+        state.on_record(record)
+    if state.on_measured is not None:
+        state.on_measured(record)
+
+
+def evaluation_kind(label: str) -> str:
+    """The metrics' evaluation kind of a record's session label."""
+    if label.startswith("final-default"):
+        return "baseline"
+    if label.startswith("final"):
+        return "final"
+    return "offline" if "offline" in label else "online"
 
 
 def best_of(records: list[PointRecord]) -> PointRecord | None:
