@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harmony.base.errors import ConfigError
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig
 from tuner_client.measure import PointRecord, Workload

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import IntParam, Space
+from harmony.base.space import Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
@@ -179,21 +179,12 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
 def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
                                  space: KnobSpace, start: Mapping[str, Any]) -> None:
     """Lower the online memory knobs in force when, with them, the budget leaves less than
-    the offline session's start (within the fraction cap) for shared_buffers: every offline
-    point is measured with them in force, and none may break the budget."""
+    the offline session's start for shared_buffers
+    (:meth:`tuner_client.budget.BudgetView.room_for_shared_buffers`)."""
     if "shared_buffers" not in space.names:
         return
-    knob = space["shared_buffers"]
-    param = knob.param
-    if not isinstance(param, IntParam):
-        raise ConstraintError(f"shared_buffers must be an integer knob range, got {param}")
-    highest = min(int(knob.canonical(param.upper)), ctx.budget.budget.shared_buffers_max_bytes)
-    wanted = max(int(knob.canonical(param.min)),
-                 min(int(knob.canonical(start["shared_buffers"])), highest))
-    in_force = ctx.measurer.in_force
-    if ctx.budget.shared_buffers_cap(in_force) >= wanted:
-        return
-    lowered = ctx.budget.fit_online(in_force, wanted)
+    wanted, lowered = ctx.budget.room_for_shared_buffers(ctx.measurer.in_force,
+                                                         space["shared_buffers"], start)
     if not lowered:
         return
     # lowering memory knobs only frees memory: applied even while the shared_buffers in force

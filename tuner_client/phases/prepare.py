@@ -13,13 +13,13 @@ import psycopg
 
 from harmony.base.errors import ConfigError, HarmonyError
 from harmony.core.priordata import PriorSession
-from tuner_client.budget_view import BudgetView, make_budget_view
+from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.guardrails import Guardrail, Trip
 from tuner_client.measure import Measurer, PointRecord, Workload
 from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.state import BUDGET_KNOBS, RunContext
+from tuner_client.phases.state import RunContext
 from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.target import Target, make_workload
 

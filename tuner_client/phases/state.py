@@ -12,10 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.base.errors import HarmonyError
 from harmony.core.priordata import PriorSession
-from tuner_client.budget import ONLINE_MEMORY_KNOBS
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measure import ApplyOutcome, Measurer, PointRecord
@@ -24,10 +22,6 @@ from tuner_client.replicas import ReplicaPool
 from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
-
-#: knobs the memory budget reads, tuned or not
-BUDGET_KNOBS = ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")
-
 
 @dataclass
 class RunContext:
@@ -69,22 +63,9 @@ class RunContext:
         measurement, which applies its configuration itself)."""
         in_force = self.measurer.in_force
         self.metrics.set_knobs(in_force)
-        slack = self.budget_slack(in_force)
+        slack = self.budget.slack(in_force)
         if slack is not None:
             self.metrics.set_budget_slack(slack)
-
-    def budget_slack(self, in_force: Mapping[str, str]) -> int | None:
-        """Bytes the settings in force leave under the tightest budget inequality."""
-        if not all(n in in_force for n in BUDGET_KNOBS):
-            return None
-        catalog = self.budget.catalog
-        try:
-            point = {n: float(catalog[n].parse(in_force[n]))
-                     for n in ("shared_buffers", *ONLINE_MEMORY_KNOBS)}
-            return self.budget.in_bytes.slack(point)
-        except HarmonyError as exc:
-            logger.debug("no budget slack for %s: %s", in_force, exc)
-            return None
 
 
 @dataclass
