@@ -1,10 +1,10 @@
 """Phase 2a, the offline pass: the restart-only knobs (``shared_buffers``) with a 2-vertex
 simplex, capped by the memory budget with the online knobs in force.
 
-Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a good fit, the
+Once three sizes are measured the Buffer Miss Equation is fitted and, on a good fit, the
 search restarts inside the advised range from the advised size (on a poor fit the plain
 search goes on, and says so). With ``bme.probes`` the pass probes first
-(:mod:`tuner_client.phases.probing`): a usable decision replaces that prior, the search runs in
+(:mod:`tuner_client.phases.offline_probes`): a usable decision replaces that fit, the search runs in
 the probes' window from their size with ``bme.evaluations`` (2) and a first step of 30 % of
 that size, and from pass 2 (or with ``bme.target_miss``) only the equation's size is
 measured. The pass ends with its best point in force.
@@ -23,8 +23,8 @@ from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measure import PointRecord
-from tuner_client.phases.offline_prior import OfflinePrior
-from tuner_client.phases.probing import ProbeAdvice, probe_shared_buffers
+from tuner_client.phases.offline_bme_fit import OfflineBMEFit
+from tuner_client.phases.offline_probes import ProbeAdvice, probe_shared_buffers
 from tuner_client.phases.session_loop import run_session
 from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of
@@ -53,25 +53,25 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
                                     warm=n == 1, metadata=_probes_metadata(state)
                                     if state.probe_decisions else None, references=references)
     session = open_session(ctx, state, definition, "offline")
-    prior = None
-    if cfg.offline.prior and "shared_buffers" in space.names:
-        prior = OfflinePrior(space, ctx.budget.shared_buffers_cap(measurer.in_force),
-                             cfg.offline.prior_min_r2, ctx.relpages_bytes)
+    bme_fit = None
+    if cfg.offline.prior and "shared_buffers" in space.names:  # the config's name: BME advice
+        bme_fit = OfflineBMEFit(space, ctx.budget.shared_buffers_cap(measurer.in_force),
+                                cfg.offline.prior_min_r2, ctx.relpages_bytes)
 
     def after_eval(record: PointRecord) -> bool:
-        """Feed the prior; True (stop) once it advises a range to restart in."""
-        if prior is None or prior.last is not None:
+        """Feed the BME fit; True (stop) once it advises a range to restart in."""
+        if bme_fit is None or bme_fit.last is not None:
             return False
-        prior.add(record)
-        advice = prior.advice()
+        bme_fit.add(record)
+        advice = bme_fit.advice()
         if advice is None:
             return False
-        note_bme(ctx, state, prior)
+        note_bme(ctx, state, bme_fit)
         if not advice.usable:
-            state.decide(f"{label}: BME prior not used ({advice.reason}); the plain "
+            state.decide(f"{label}: BME advice not used ({advice.reason}); the plain "
                          f"search goes on")
             return False
-        state.decide(f"{label}: BME prior fitted ({advice.reason}); restarting the offline "
+        state.decide(f"{label}: BME fitted ({advice.reason}); restarting the offline "
                      f"search in {advice.range_text} from {advice.start}")
         state.recommended = {**ctx.original, **space.settings(
             {**space.point_from_settings(ctx.original), **advice.start})}
@@ -80,7 +80,7 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     evaluations = cfg.offline.evaluations
     reason = run_session(ctx, state, session, space, evaluations, label, after_eval, references,
                          seconds=cfg.offline.seconds)
-    advice = prior.last if prior is not None else None
+    advice = bme_fit.last if bme_fit is not None else None
     if reason == "stopped" and advice is not None and advice.usable:
         # a fresh session inside the advised range, from the advised size
         narrowed = KnobSpace(tuple(p if p.name not in advice.bounds else
@@ -198,15 +198,15 @@ def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
                  f"lowered to {lowered} before the offline search")
 
 
-def note_bme(ctx: RunContext, state: RunState, prior: OfflinePrior) -> None:
-    """Export the prior's BME fit (metrics) and keep it for the sessions' metadata."""
-    meta = prior.metadata()
-    if meta is None or prior.fit is None:
+def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
+    """Export the BME fit (metrics) and keep it for the sessions' metadata."""
+    meta = bme_fit.metadata()
+    if meta is None or bme_fit.fit is None:
         return
     state.bme = meta
     try:
-        ctx.metrics.record_bme_fit(prior.fit.params, r2=float(prior.fit.r2),
-                                   sizes=prior.size_range)
+        ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
+                                   sizes=bme_fit.size_range)
     except HarmonyError as exc:
         logger.info("BME fit not exported to the metrics: %s", exc)
 

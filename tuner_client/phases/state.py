@@ -42,7 +42,7 @@ class RunContext:
     metrics: TunerMetrics
     #: every database the run measures on; the first is ``target`` with ``measurer``
     pool: ReplicaPool
-    #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
+    #: bytes of the user relations and indexes (the BME fit's P* estimate), if known
     relpages_bytes: int | None = None
     priors: list[PriorSession] = field(default_factory=list)
 
@@ -80,10 +80,10 @@ class RunState:
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
     bme: dict[str, Any] | None = None
-    #: every BME probe decision of the run (``bme.probes.ProbeDecision.to_dict``
+    #: every BME probe decision of the run (``bme.probe_decision.ProbeDecision.to_dict``
     #: plus the pass label, the probes' cost and the search window), in order
     probe_decisions: list[dict[str, Any]] = field(default_factory=list)
-    #: the BME prior's recommended configuration, when it gave one
+    #: the BME advice's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
     screening: Any = None

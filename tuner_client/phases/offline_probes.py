@@ -1,7 +1,7 @@
 """Buffer Miss Equation probes before an offline pass (``bme.probes``): a few restarts at
 shared_buffers sizes spread over the range the memory budget allows, each a short window
 from a cold buffer reading only the miss probability; the fitted curve's decision says where
-the offline search runs (:func:`bme.probes.search_window`), or why it cannot.
+the offline search runs (:func:`bme.probe_decision.search_window`), or why it cannot.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from bme.probes import (
+from bme.probe_decision import (
     ProbeDecision,
     decide,
     probe_sizes,
@@ -19,9 +19,9 @@ from bme.probes import (
 )
 from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam
-from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.probe_runner import run_probes, touched_pages
 
 logger = logging.getLogger(__name__)
 
