@@ -26,6 +26,7 @@ import psycopg
 
 from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client import controllers
+from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measure import ApplyOutcome, Measurer
@@ -121,6 +122,24 @@ class ReplicaPool:
     def record_name(self, replica: Replica) -> str | None:
         """The replica name a record carries: None in a pool of one."""
         return replica.name if self.replicated else None
+
+    def client_id(self, client: HarmonyClient, replica: Replica) -> str:
+        """The client id ``replica`` fetches and reports under on a replicated pool."""
+        return f"{client.client_id}-{replica.name}"
+
+    def session_for(self, session: Session, client: HarmonyClient, replica: Replica) -> Session:
+        """``session`` as ``replica`` works on it: joined under its own client id on a
+        replicated pool (the server then leases trials per replica), else the run's own."""
+        if not self.replicated:
+            return session
+        return client.as_client(self.client_id(client, replica)).join(session.name)
+
+    def session_done(self, session: Session) -> None:
+        """A search session's loop is over: a replicated session is paused, so that replicas
+        on other hosts leave it."""
+        if self.replicated:
+            with contextlib.suppress(HarmonyError):
+                session.pause()
 
     def for_round(self, index: int) -> Replica:
         """The replica that measures round ``index`` of the final rounds: the live ones in

@@ -135,12 +135,6 @@ class SessionReferences:
                                                             dict(self.settings))
         return ref
 
-    def scaled(self, record: PointRecord) -> None:
-        """Give a block's record the value the strategy is told: on a replicated pool its
-        ratio times the pooled level (in a pool of one :func:`measure_block` set it)."""
-        if self.pooled_level is not None and record.ratio is not None:
-            record.value = record.ratio * self.pooled_level
-
     def metadata(self, in_force: Mapping[str, str], pool: ReplicaPool) -> dict[str, Any]:
         """What lets any replica (local or remote) join the session and scale the same way:
         the pooled level, the reference, the coordinator's settings in force, the lease."""

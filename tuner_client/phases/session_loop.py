@@ -22,7 +22,6 @@ dies outright stops heartbeating and loses its lease the same way.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harmony.base.errors import DatabaseError, HarmonyError
-from tuner_client.client import HarmonyClient, Session
+from tuner_client.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measure import Measurer, PointRecord, aggregate
 from tuner_client.metrics import TunerMetrics
@@ -200,7 +199,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     if references is not None and references.replicated and references.pooled_level is None:
         raise DatabaseError(f"[{label}] no replica could measure the reference configuration "
                             f"{references.settings}")
-    local_ids = {replica_client(ctx.client, r.name).client_id for r in pool.replicas}
+    local_ids = {pool.client_id(ctx.client, r) for r in pool.replicas}
     remote = bool(ctx.config.replicas.remote)
     shared = Shared(evaluations, None if seconds is None else time.monotonic() + seconds,
                     others=(lambda: _remote_claimed(session, local_ids)) if remote else None,
@@ -214,10 +213,9 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
                     shared.stop = "stopped"
 
     def work(replica: Replica) -> None:
-        mine = replica_client(ctx.client, replica.name).join(session.name) \
-            if pool.replicated else session
-        why = member_loop(mine, _trials(ctx, replica, label, references), space, shared, keep,
-                          name=pool.record_name(replica),
+        trials = _trials(ctx, replica, label, references)
+        why = member_loop(pool.session_for(session, ctx.client, replica), trials, space, shared,
+                          keep, name=pool.record_name(replica),
                           on_dead=lambda reason: pool.drop(replica, reason, state.decide),
                           alive=replica.answers, lease_s=pool.session_lease_s)
         logger.info("[%s] replica %s stops: %s", label, replica.name, why)
@@ -231,9 +229,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
         if remote:
             _wait_for_remote(ctx, state, session, space, label, local_ids)
     finally:
-        if pool.replicated:
-            with contextlib.suppress(HarmonyError):
-                session.pause()
+        pool.session_done(session)
     if not pool.live:
         raise HarmonyError(f"[{label}] every replica was dropped: "
                            + "; ".join(f"{r.name}: {r.dropped}" for r in pool.replicas))
@@ -371,11 +367,6 @@ def _outcome(record: PointRecord) -> str:
     if record.ratio is not None:
         return f"{record.ratio:.3f}× its reference → {record.value:.1f}"
     return f"{record.value:.1f} qpm"
-
-
-def replica_client(client: HarmonyClient, replica: str) -> HarmonyClient:
-    """A client on the same connection under the replica's own client id."""
-    return client.as_client(f"{client.client_id}-{replica}")
 
 
 def _no_block_counts(record: PointRecord) -> bool:
