@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,7 +107,7 @@ class Measured:
     ask: bool = True
 
 
-class Trials:
+class Trials(ABC):
     """How one replica measures the trials it fetches (paired blocks or single samples)."""
 
     label: str
@@ -116,8 +117,9 @@ class Trials:
         """True while an evaluation spans more fetches (its next trial needs no claim)."""
         return False
 
+    @abstractmethod
     def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
-        raise NotImplementedError
+        """Measure one fetched trial of ``point`` (``settings``: its knob values)."""
 
 
 class PairedTrials(Trials):
@@ -157,12 +159,12 @@ class SampledTrials(Trials):
             current.restart_s, current.apply_s = outcome.restart_s, outcome.apply_s
             current.in_force = dict(self.measurer.in_force)
             if outcome.failure is not None:
-                return self._failed(outcome.failure)
+                return self._failed(current, outcome.failure)
         try:
             sample = self.measurer.sample()
         except HarmonyError as exc:
             logger.warning("[%s] %s: sampling failed: %s", self.label, settings, exc)
-            return self._failed(f"sampling failed: {exc}")
+            return self._failed(current, f"sampling failed: {exc}")
         current.samples.append(sample)
         logger.info("[%s] %s sample %d/%d: %.1f qpm", self.label, settings,
                     len(current.samples), self.samples, sample.qpm)
@@ -174,9 +176,8 @@ class SampledTrials(Trials):
         self.current = None
         return Measured(sample.qpm, None, current)
 
-    def _failed(self, failure: str) -> Measured:
-        record, self.current = self.current, None
-        assert record is not None
+    def _failed(self, record: PointRecord, failure: str) -> Measured:
+        self.current = None
         record.failure = failure
         return Measured(None, failure, record, ask=False)
 
