@@ -14,8 +14,13 @@ import psycopg
 import pytest
 from conftest import ClusterFactory
 
-from bme.probes import Probe, decide, probe_sizes
-from tuner_client.buffer_probes import (
+from bme.probe_decision import Probe, decide, probe_sizes
+from tuner_client.config import MeasureConfig
+from tuner_client.controllers.local import LocalController
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measurer import Measurer, ServerAccess
+from tuner_client.probe_runner import (
     client_pids,
     read_relation_io,
     run_probes,
@@ -23,11 +28,6 @@ from tuner_client.buffer_probes import (
     touched_pages,
     window_delta,
 )
-from tuner_client.config import MeasureConfig
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.measurer import Measurer, ServerAccess
 from workloads.loop import Statement, StatementLoop
 
 KB, MB = 1024, 1 << 20
@@ -269,7 +269,7 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     """Without a target miss probability the probed search starts at the decided size, takes
     bme.evaluations (2 of offline.evaluations 6), and its second size is a step of about 30 %
     of the first (not the plain search's 0.3 of the whole window)."""
-    from bme.probes import RADIUS
+    from bme.probe_decision import RADIUS
     from harmony_server.server import start_server
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config

@@ -11,8 +11,7 @@ from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.apply import reset_knobs
-from tuner_client.budget import MemoryBudget
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView, MemoryBudget
 from tuner_client.config import MeasureConfig, parse_tuner_config, resolve_knob_space
 from tuner_client.controllers import LocalController
 from tuner_client.knobs import KnobCatalog

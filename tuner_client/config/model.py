@@ -163,7 +163,7 @@ class MeasureConfig:
 @dataclass(frozen=True)
 class BudgetConfig:
     """``ram_bytes`` None = detected; ``connections`` None = the workload's streams plus the
-    parallel workers they can start (:func:`tuner_client.budget_view.worker_processes`)."""
+    parallel workers they can start (:func:`tuner_client.budget.worker_processes`)."""
 
     ram_bytes: int | None = None
     os_reserved_bytes: int = 512 * 1024**2

@@ -33,9 +33,8 @@ from collections.abc import Mapping
 
 from tuner_client.measurer import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
-from tuner_client.phases.measuring import record_point
 from tuner_client.phases.result import TuneResult
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, decide
 from tuner_client.stats.paired import Method
 from tuner_client.stats.racing import Race, RaceBudget
@@ -104,16 +103,12 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     def measure(label: str) -> float | None:
         kind = "baseline" if label == "default" else "final"
         ctx.metrics.set_phase(kind)
-        # over several replicas, each round is measured whole on one replica (in turn), so
-        # every ratio to the default within a round is paired on one machine
-        measurer, replica = ctx.measurer, None
-        if ctx.pool is not None and ctx.pool.live and race is not None:
-            replica = ctx.pool.live[len(race.rounds) % len(ctx.pool.live)]
-            assert replica.ctx is not None
-            measurer = replica.ctx.measurer
-        record = measurer.measure(f"final-{label}", {}, candidates[label],
-                                  check_budget=label != "default")
-        record.replica = replica.name if replica is not None else None
+        # each round is measured whole on one replica (the live ones in turn), so every
+        # ratio to the default within a round is paired on one machine
+        replica = ctx.pool.for_round(len(race.rounds) if race is not None else 0)
+        record = replica.joined().measure(f"final-{label}", {}, candidates[label],
+                                          check_budget=label != "default")
+        record.replica = ctx.pool.record_name(replica)
         record_point(ctx, state, record, kind=kind, ranks=False)
         logger.info("[final] %s: %s%s", label,
                     f"{record.value:.1f}" if record.value else "n/a",

@@ -7,7 +7,7 @@ at a time in the tuner's paired protocol (:mod:`tuner_client.phases.blocks`): th
 then the candidate, the trailing reference opening the next block, so one evaluation costs
 two measurements. The strategy is told the block ratio times the pooled level (the geometric
 mean of the replicas' first reference values), exactly as
-:mod:`tuner_client.phases.parallel` does; with ``normalise=False`` it is told the raw value
+:mod:`tuner_client.phases.session_loop` does; with ``normalise=False`` it is told the raw value
 instead (the ablation: replica bias and drift reach the strategy). A free replica takes the
 next point the strategy can offer, so PRO's batches spread over the replicas and a
 sequential strategy keeps one replica busy.
