@@ -23,12 +23,12 @@ from harmony.base.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony.base.trial import TrialStatus
 from harmony.core.definition import SessionDefinition
 from harmony.core.leased import FetchResult, Lease, LeasedSession
-from harmony.core.session import TrialRecord
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
-from harmony_server.store import ClientRow, CommandRecord, Store, StoreError, TrialRow
+from harmony_server.store import ClientRow, CommandRecord, Store, StoreError
 
 __all__ = ["FetchResult", "HostedSession", "Lease", "ReplayMismatchError"]
 
@@ -68,7 +68,7 @@ class HostedSession(LeasedSession):
         hosted._hosts = {row.client_id: asdict(row) for row in store.clients(definition.name)}
         now = time.monotonic()
         for record in hosted.core.trials():
-            if record.status == "leased":
+            if record.status is TrialStatus.LEASED:
                 hosted.leases[record.id] = Lease(record.id, record.client,
                                                  now + definition.lease_seconds)
         logger.info("session %s: replayed %d commands, %d trials, %d outstanding leases",
@@ -173,7 +173,7 @@ class HostedSession(LeasedSession):
             if kind == "fetch":
                 payload["trial_id"] = result.trial_id if result is not None else None  # type: ignore[attr-defined]
             log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
-        rows = [self._trial_row(self.core.trial(tid)) for tid in touched(result)]
+        rows = [self.record(tid) for tid in touched(result)]
         try:
             self.store.write(self.name, log, rows, [ClientRow(**host)] if host else [])
         except StoreError:
@@ -184,11 +184,6 @@ class HostedSession(LeasedSession):
         if log:
             self._notify()
         return result
-
-    def _trial_row(self, record: TrialRecord) -> TrialRow:
-        return TrialRow(record.id, record.candidate, dict(record.point), record.client,
-                        record.status, record.value, record.failure,
-                        self._leased_at.get(record.id), self._reported_at.get(record.id))
 
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()

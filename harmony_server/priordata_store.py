@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
 from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
-from harmony_server.store import ClientRow, Store, StoredSession, StoreError, TrialRow, sessions
+from harmony.core.priordata import HostInfo, PriorSession
+from harmony_server.store import ClientRow, Store, StoredSession, StoreError, sessions
 
 __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_store",
            "priors_from_store", "store_session_summaries"]
@@ -38,7 +38,7 @@ def prior_from_store(store: Store, name: str, *, status: str | None = None) -> P
                                    f"known: {list_store_sessions(store)[:20]}")
     return PriorSession(
         name=stored.name, definition=dict(stored.definition), created=stored.created,
-        trials=[_trial_from_row(r) for r in store.trials(name)],
+        trials=store.trials(name),
         hosts=[HostInfo(c.client_id, c.joined, c.hostname, c.cpu_count, c.ram_bytes, c.os,
                         c.python, c.left) for c in store.clients(name)],
         status=status if status is not None else
@@ -110,8 +110,7 @@ def import_into_store(store: Store, prior: PriorSession, *, name: str | None = N
     if store.get_session(target) is not None:
         raise ConfigError(f"the store already has a session named {target!r}; import it under "
                           f"another name (--rename)")
-    trial_rows = [TrialRow(t.id, t.candidate, dict(t.point), t.client, t.status, t.value,
-                           t.failure, t.leased_at, t.reported_at) for t in prior.trials]
+    trial_rows = list(prior.trials)
     client_rows = [ClientRow(h.client_id, h.joined if h.joined is not None else 0.0, h.hostname,
                              h.cpu_count, h.ram_bytes, h.os, h.python, h.left)
                    for h in prior.hosts]
@@ -127,7 +126,3 @@ def import_into_store(store: Store, prior: PriorSession, *, name: str | None = N
                 len(client_rows))
     return target
 
-
-def _trial_from_row(r: TrialRow) -> PriorTrial:
-    return PriorTrial(r.id, r.candidate, dict(r.point), r.client, r.status, r.value, r.failure,
-                      r.leased_at, r.reported_at)

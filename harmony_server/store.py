@@ -23,6 +23,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from harmony.base.errors import ConfigError, StoreError
+from harmony.base.trial import TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)
@@ -138,21 +139,6 @@ class CommandRecord:
     payload: dict[str, Any]
     time: float
     client: str | None = None
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    """The materialised state of one handed-out measurement."""
-
-    id: int
-    candidate: int
-    point: dict[str, Any]
-    client: str | None
-    status: str
-    value: float | None
-    failure: str | None
-    leased_at: float | None
-    reported_at: float | None
 
 
 @dataclass(frozen=True)
@@ -315,7 +301,8 @@ class Store:
             conn.execute(sessions.insert().values(name=name, definition=definition,
                                                   created=created, status="live"))
 
-    def write(self, session: str, log: Sequence[CommandRecord], trial_rows: Sequence[TrialRow] = (),
+    def write(self, session: str, log: Sequence[CommandRecord],
+              trial_rows: Sequence[TrialRecord] = (),
               client_rows: Sequence[ClientRow] = ()) -> None:
         """Append commands and upsert the trials/clients they changed, in one transaction."""
         with self._transaction(f"session {session!r}") as conn:
@@ -325,7 +312,8 @@ class Store:
                  "time": c.time, "client": c.client} for c in log])
             self._prepared(trials, upsert=True).run(conn, [
                 {"session": session, "id": t.id, "candidate": t.candidate, "point": t.point,
-                 "client": t.client, "status": t.status, "value": t.value, "failure": t.failure,
+                 "client": t.client, "status": t.status.value, "value": t.value,
+                 "failure": t.failure,
                  "leased_at": t.leased_at, "reported_at": t.reported_at} for t in trial_rows])
             self._prepared(clients, upsert=True).run(
                 conn, [{"session": session, **asdict(c)} for c in client_rows])
@@ -366,11 +354,12 @@ class Store:
                           .order_by(commands.c.seq))
         return [CommandRecord(r.seq, r.kind, r.payload, r.time, r.client) for r in rows]
 
-    def trials(self, session: str) -> list[TrialRow]:
+    def trials(self, session: str) -> list[TrialRecord]:
+        """The session's trial rows in id order."""
         rows = self._read(sa.select(trials).where(trials.c.session == session)
                           .order_by(trials.c.id))
-        return [TrialRow(r.id, r.candidate, r.point, r.client, r.status, r.value, r.failure,
-                         r.leased_at, r.reported_at) for r in rows]
+        return [TrialRecord(r.id, r.candidate, r.point, r.client, TrialStatus.parse(r.status),
+                            r.value, r.failure, r.leased_at, r.reported_at) for r in rows]
 
     def clients(self, session: str) -> list[ClientRow]:
         rows = self._read(sa.select(clients).where(clients.c.session == session)

@@ -21,7 +21,7 @@ from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.base.space import IntParam, RealParam, Space
 from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial, dump, load
+from harmony.core.priordata import HostInfo, PriorSession, TrialRecord, dump, load
 from harmony.report import write_report
 from tuner_client.client import host_metadata
 from tuner_client.config import parse_tuner_config
@@ -80,7 +80,7 @@ def _prior_online_session(path: Path) -> Path:
     facts = host_metadata()
     prior = PriorSession(
         name=definition.name, definition=definition.to_dict(), created=1.7e9,
-        trials=[PriorTrial(i, i, dict(p), "earlier", "done", v, None, 1.7e9 + i, 1.7e9 + i)
+        trials=[TrialRecord(i, i, dict(p), "earlier", "done", v, None, 1.7e9 + i, 1.7e9 + i)
                 for i, (p, v) in enumerate(points)],
         hosts=[HostInfo("earlier", 1.7e9, facts["hostname"], facts["cpu_count"],
                         facts["ram_bytes"], facts["os"])])

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harmony.base.hostinfo import host_metadata
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
+from harmony.base.trial import FIELD_ORDER, TrialRecord
+from harmony.core.priordata import HostInfo, PriorSession
 from tuner_client.client import Session
 
 __all__ = ["session_prior"]
@@ -34,9 +35,10 @@ def session_prior(session: Session, *, finished: bool = False) -> PriorSession:
         hosts = [HostInfo(session.client_id, described.get("created"), facts.get("hostname"),
                           facts.get("cpu_count"), facts.get("ram_bytes"), facts.get("os"),
                           facts.get("python"))]
-    trials = [PriorTrial(int(r["id"]), int(r["candidate"]), dict(r["point"]), r.get("client"),
-                         str(r["status"]), r.get("value"), r.get("failure"), r.get("leased_at"),
-                         r.get("reported_at")) for r in rows]
+    # the /trials answer adds lease_remaining to each record's fields
+    trials = [TrialRecord.from_dict({k: r[k] for k in FIELD_ORDER if k in r},
+                                    where=f"session {session.name!r}, trial {i}")
+              for i, r in enumerate(rows)]
     status = str(described.get("status", "running"))
     if finished and status not in ("converged", "closed"):
         status = "finished"

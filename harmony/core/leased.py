@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
@@ -29,8 +29,9 @@ from harmony.base.errors import (
     SessionNotFoundError,
 )
 from harmony.base.space import Space
+from harmony.base.trial import SessionStatus, TrialRecord
 from harmony.core.definition import SessionDefinition
-from harmony.core.session import Assignment, SessionCore, TrialRecord
+from harmony.core.session import Assignment, SessionCore
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class LeasedSession:
         self._check_holder(record, client, "report")
         value, non_finite = finite_or_failure(value)
         failure = failure if failure is not None else non_finite
-        if record.status in ("done", "failed"):
+        if record.status.reported:
             return False
         payload = {"trial_id": trial_id, "value": value, "failure": failure, "client": client}
         self._reported_at[trial_id] = time.time()
@@ -265,7 +266,7 @@ class LeasedSession:
         best = self.core.best()
         return None if best is None else {"point": best[0], "value": best[1]}
 
-    def status(self) -> str:
+    def status(self) -> SessionStatus:
         return self.core.status
 
     def summary(self) -> dict[str, Any]:
@@ -286,14 +287,24 @@ class LeasedSession:
                 "hosts": [dict(row) for row in self._hosts.values()],
                 "definition": self.definition.to_dict()}
 
+    def record(self, trial_id: int) -> TrialRecord:
+        """The core's record of a trial with its lease and report times."""
+        return self._timed(self.core.trial(trial_id))
+
+    def records(self) -> list[TrialRecord]:
+        """Every trial, in id order, with its lease and report times."""
+        return [self._timed(r) for r in self.core.trials()]
+
+    def _timed(self, record: TrialRecord) -> TrialRecord:
+        return replace(record, leased_at=self._leased_at.get(record.id),
+                       reported_at=self._reported_at.get(record.id))
+
     def trial_dicts(self) -> list[dict[str, Any]]:
-        """Every trial with its lease and timing information."""
-        out = []
+        """Every trial with its lease and timing information (the ``/trials`` answer)."""
         now = time.monotonic()
-        for record in self.core.trials():
+        out = []
+        for record in self.records():
             lease = self.leases.get(record.id)
             remaining = None if lease is None else max(lease.expires - now, 0.0)
-            out.append({**record.to_dict(), "leased_at": self._leased_at.get(record.id),
-                        "reported_at": self._reported_at.get(record.id),
-                        "lease_remaining": remaining})
+            out.append({**record.to_dict(), "lease_remaining": remaining})
         return out
