@@ -75,7 +75,8 @@ def run_demo(args: argparse.Namespace) -> int:
     output = args.output or Path("harmony-out") / "demo"
     result = run_with_metrics(config, args, output)
     print(format_result(result))
-    if result.best_qpm is not None and result.default_qpm is not None:
-        print(f"\ndemo: default {result.default_qpm:.1f} qpm, tuned {result.best_qpm:.1f} qpm "
+    throughput = result.best.throughput
+    if throughput.best is not None and throughput.default is not None:
+        print(f"\ndemo: default {throughput.default:.1f} qpm, tuned {throughput.best:.1f} qpm "
               f"({100 * (result.improvement or 0.0):+.1f}%)")
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from harmony.base.errors import ConfigError
@@ -109,7 +110,8 @@ class Tuner:
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
                 if ctx.measurer.guard is not None:
-                    result.guardrails = ctx.measurer.guard.summary()
+                    result.evidence = replace(result.evidence,
+                                              guardrails=ctx.measurer.guard.summary())
                 result.output_dir = self.output_dir
                 if self.output_dir is not None:
                     write_outputs(ctx, state, result, self.output_dir)
