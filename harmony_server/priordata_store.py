@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
+from harmony.base.trial import SessionStatus
 from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import HostInfo, PriorSession
 from harmony_server.store import ClientRow, Store, StoredSession, StoreError, sessions
@@ -25,10 +26,11 @@ __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_s
 logger = logging.getLogger(__name__)
 
 #: the status of a session row created by an import
-IMPORTED = "imported"
+IMPORTED = SessionStatus.IMPORTED
 
 
-def prior_from_store(store: Store, name: str, *, status: str | None = None) -> PriorSession:
+def prior_from_store(store: Store, name: str, *,
+                     status: SessionStatus | None = None) -> PriorSession:
     """One session of the store (live, closed or imported) as prior data; a live session's
     status is ``status`` if given (a hosted session's own), else its replayed state (running,
     converged or paused)."""
@@ -42,10 +44,10 @@ def prior_from_store(store: Store, name: str, *, status: str | None = None) -> P
         hosts=[HostInfo(c.client_id, c.joined, c.hostname, c.cpu_count, c.ram_bytes, c.os,
                         c.python, c.left) for c in store.clients(name)],
         status=status if status is not None else
-        _replayed_status(store, stored) if stored.status == "live" else stored.status)
+        _replayed_status(store, stored) if stored.status is SessionStatus.LIVE else stored.status)
 
 
-def _replayed_status(store: Store, stored: StoredSession) -> str:
+def _replayed_status(store: Store, stored: StoredSession) -> SessionStatus:
     """A live row's real state (``running``, ``converged``, ``paused``): the store keeps only
     "live", so replay the command log the way the server recovers it; "live" if that fails."""
     from harmony_server.hosted import HostedSession  # the server's own recovery

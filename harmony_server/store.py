@@ -23,7 +23,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from harmony.base.errors import ConfigError, StoreError
-from harmony.base.trial import TrialRecord, TrialStatus
+from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ sessions = sa.Table(
     sa.Column("name", sa.String(200), primary_key=True),
     sa.Column("definition", sa.JSON, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
-    sa.Column("status", sa.String(20), nullable=False),  # "live" | "closed"
+    sa.Column("status", sa.String(20), nullable=False),  # a SessionStatus: live | imported
 )
 
 commands = sa.Table(
@@ -127,7 +127,7 @@ class StoredSession:
     name: str
     definition: dict[str, Any]
     created: float
-    status: str
+    status: SessionStatus
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,8 @@ class Store:
         """Store a new live session; raises :class:`StoreError` if the name is taken."""
         with self._transaction(f"create session {name!r}") as conn:
             conn.execute(sessions.insert().values(name=name, definition=definition,
-                                                  created=created, status="live"))
+                                                  created=created,
+                                                  status=SessionStatus.LIVE.value))
 
     def write(self, session: str, log: Sequence[CommandRecord],
               trial_rows: Sequence[TrialRecord] = (),
@@ -339,14 +340,15 @@ class Store:
 
     def live_sessions(self) -> list[StoredSession]:
         """Every session that should be running, oldest first."""
-        rows = self._read(sa.select(sessions).where(sessions.c.status == "live")
+        rows = self._read(sa.select(sessions).where(sessions.c.status == SessionStatus.LIVE.value)
                           .order_by(sessions.c.created, sessions.c.name))
-        return [StoredSession(r.name, r.definition, r.created, r.status) for r in rows]
+        return [StoredSession(r.name, r.definition, r.created, SessionStatus.parse(r.status))
+                for r in rows]
 
     def get_session(self, name: str) -> StoredSession | None:
         rows = self._read(sa.select(sessions).where(sessions.c.name == name))
         return StoredSession(rows[0].name, rows[0].definition, rows[0].created,
-                             rows[0].status) if rows else None
+                             SessionStatus.parse(rows[0].status)) if rows else None
 
     def commands(self, session: str) -> list[CommandRecord]:
         """The session's command log in ``seq`` order."""

@@ -36,6 +36,7 @@ from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony import __version__
 from harmony.base.errors import ConfigError
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from tuner_client.labels import EvaluationKind, FailureKind, Phase
 
 if TYPE_CHECKING:
     from tuner_client.measure import PointRecord
@@ -49,11 +50,11 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: the tuner's metrics port unless told otherwise (the server's API is on 1979)
 DEFAULT_METRICS_PORT = 9188
 #: what the tuner is doing (values of the ``phase`` label)
-PHASES = ("idle", "offline", "screening", "online", "baseline", "final")
+PHASES = tuple(p.value for p in Phase)
 #: why a point failed (values of the ``kind`` label)
-FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
+FAILURE_KINDS = tuple(k.value for k in FailureKind)
 #: evaluation kinds that re-measure known configurations (never a new best-so-far)
-REMEASURE_KINDS = ("baseline", "final", "reference", "screening")
+REMEASURE_KINDS = tuple(k.value for k in EvaluationKind if k.remeasures)
 #: how many recent (shared_buffers, miss probability) observations are kept as slots
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
@@ -367,7 +368,7 @@ class TunerMetrics:
         if restart_s and restarts:
             self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
         if failure:
-            self.record_failure(_failure_kind(str(failure)))
+            self.record_failure(FailureKind.of(str(failure)))
             if in_force:
                 self.set_knobs(in_force)
             return
@@ -507,15 +508,3 @@ def metrics_from_args(args: Any, knobs: Sequence[str], *, tuner: str = "harmony"
         metrics.serve(getattr(args, "metrics_host", "127.0.0.1"), int(port))
     return metrics
 
-
-def _failure_kind(reason: str) -> str:
-    text = reason.lower()
-    if text.startswith("infeasible"):
-        return "infeasible"
-    if "restart" in text:
-        return "restart"
-    if text.startswith("applying") or "apply" in text:
-        return "apply"
-    if "sampl" in text or "measur" in text:
-        return "measure"
-    return "other"

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harmony.base.hostinfo import host_metadata
-from harmony.base.trial import FIELD_ORDER, TrialRecord
+from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord
 from harmony.core.priordata import HostInfo, PriorSession
 from tuner_client.client import Session
 
@@ -39,9 +39,9 @@ def session_prior(session: Session, *, finished: bool = False) -> PriorSession:
     trials = [TrialRecord.from_dict({k: r[k] for k in FIELD_ORDER if k in r},
                                     where=f"session {session.name!r}, trial {i}")
               for i, r in enumerate(rows)]
-    status = str(described.get("status", "running"))
-    if finished and status not in ("converged", "closed"):
-        status = "finished"
+    status = SessionStatus.parse(described.get("status", "running"))
+    if finished and status not in (SessionStatus.CONVERGED, SessionStatus.CLOSED):
+        status = SessionStatus.FINISHED
     return PriorSession(name=str(described.get("name", session.name)),
                         definition=dict(described["definition"]),
                         created=described.get("created"), trials=trials, hosts=hosts,

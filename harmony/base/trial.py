@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from harmony.base.errors import TrialError
+from harmony.base.errors import ConfigError, TrialError
 from harmony.base.space import Point
 
 __all__ = ["SessionStatus", "TrialRecord", "TrialStatus"]
@@ -57,11 +57,19 @@ class SessionStatus(enum.StrEnum):
     #: a store's live row (not hosted right now)
     LIVE = "live"
 
+    @classmethod
+    def parse(cls, raw: object) -> SessionStatus:
+        """``raw`` (a status as written in JSON, a store row or a file) as a status."""
+        for status in cls:
+            if raw == status.value:
+                return status
+        raise ConfigError(f"a session's status must be one of {[s.value for s in cls]}, got "
+                          f"{raw!r}")
+
     @property
     def ended(self) -> bool:
-        """True for a session whose search will not go on."""
-        return self in (SessionStatus.CONVERGED, SessionStatus.FINISHED, SessionStatus.CLOSED,
-                        SessionStatus.IMPORTED)
+        """True for a session whose search has ended (what reports show as finished)."""
+        return self in (SessionStatus.CONVERGED, SessionStatus.FINISHED, SessionStatus.CLOSED)
 
 
 @dataclass(frozen=True)

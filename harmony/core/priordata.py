@@ -27,7 +27,7 @@ from typing import Any
 from harmony import __version__
 from harmony.base.errors import ConfigError, HarmonyError
 from harmony.base.space import EnumParam, IntParam, Param, Point, RealParam, Value
-from harmony.base.trial import FIELD_ORDER, TrialRecord, TrialStatus
+from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord, TrialStatus
 from harmony.core.definition import SessionDefinition
 from harmony.core.session import SessionCore
 
@@ -67,7 +67,14 @@ class PriorSession:
     created: float | None
     trials: list[TrialRecord] = field(default_factory=list)
     hosts: list[HostInfo] = field(default_factory=list)
-    status: str = "closed"
+    status: SessionStatus = SessionStatus.CLOSED
+
+    def __post_init__(self) -> None:
+        # readers hand over the status as written in the file
+        try:
+            self.status = SessionStatus.parse(self.status)
+        except ConfigError as exc:
+            raise ConfigError(f"prior session {self.name!r}: {exc}") from None
 
     def session_definition(self) -> SessionDefinition:
         """The definition as an object (validated; errors name the session)."""
@@ -131,7 +138,7 @@ def from_dict(data: Any, *, source: str = "prior data") -> PriorSession:
         trials=[_trial(row if isinstance(row, Mapping) else {}, f"{source}, trial {i}")
                 for i, row in enumerate(trials)],
         hosts=[_host(h, f"{source}, host {i}") for i, h in enumerate(hosts)],
-        status=str(data.get("status", "closed")))
+        status=SessionStatus.parse(data.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -190,7 +197,7 @@ def from_text(text: str, *, source: str = "text log") -> PriorSession:
         raise ConfigError(f"{source}: header lines {missing} are missing")
     return PriorSession(name=header["session"], definition=header["definition"],
                         created=header.get("created"), trials=trials, hosts=hosts,
-                        status=header.get("status", "closed"))
+                        status=SessionStatus.parse(header.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,7 +290,7 @@ def from_xml(text: str | bytes, *, source: str = "XML document") -> PriorSession
                           f"{declared}")
     return PriorSession(name=root.get("name", definition.get("name", "")), definition=definition,
                         created=created, trials=trials, hosts=hosts,
-                        status=root.get("status", "closed"))
+                        status=SessionStatus.parse(root.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,7 +377,7 @@ def from_csv(text: str, *, source: str = "CSV file") -> PriorSession:
             raise ConfigError(f"{where}: {exc}") from None
     return PriorSession(name=header.get("session", definition.get("name", "")),
                         definition=definition, created=header.get("created"), trials=trials,
-                        hosts=hosts, status=header.get("status", "closed"))
+                        hosts=hosts, status=SessionStatus.parse(header.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
