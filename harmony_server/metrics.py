@@ -94,19 +94,17 @@ def histogram_family(name: str, doc: str, hist: LatencyHistogram,
                      family: HistogramMetricFamily | None = None) -> HistogramMetricFamily:
     """A Prometheus histogram (cumulative buckets, ``+Inf``) from a :class:`LatencyHistogram`."""
     snap = hist.snapshot()
-    bounds: list[float] = list(snap["buckets"])  # type: ignore[call-overload]
-    counts: list[int] = list(snap["counts"])  # type: ignore[call-overload]
     cumulative = 0
     buckets: list[tuple[str, float]] = []
-    for bound, n in zip(bounds, counts, strict=False):
+    for bound, n in zip(snap.buckets, snap.counts, strict=False):
         cumulative += n
         buckets.append((_le(bound), float(cumulative)))
-    buckets.append(("+Inf", float(snap["count"])))  # type: ignore[arg-type]
+    buckets.append(("+Inf", float(snap.count)))
     keys = list(labels or {})
     if family is None:
         family = HistogramMetricFamily(name, doc, labels=keys)
     family.add_metric([str(labels[k]) for k in keys] if labels else [], buckets,
-                      sum_value=float(snap["sum"]))  # type: ignore[arg-type]
+                      sum_value=float(snap.sum))
     return family
 
 
@@ -273,7 +271,7 @@ def registry_for(source: Any) -> CollectorRegistry:
     Built per scrape: it is cheap, and it keeps no reference to a stopped server.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(source))  # type: ignore[arg-type]
+    registry.register(ServerCollector(source))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

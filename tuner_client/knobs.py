@@ -155,7 +155,7 @@ class Knob:
 
     def to_unit(self, value: KnobValue, unit: str) -> Fraction:
         """A canonical memory/time value expressed in ``unit`` (e.g. bytes → MB), exactly."""
-        return Fraction(value) / self._unit_factor(unit)  # type: ignore[arg-type]
+        return Fraction(value) / self._unit_factor(unit)
 
     def from_unit(self, number: int | float | Fraction, unit: str) -> KnobValue:
         """A number in ``unit`` (64 in ``MB``) → canonical value, range-checked as in parse()."""

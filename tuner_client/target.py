@@ -153,15 +153,15 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
     if wl.kind in ("scripts", "replay"):
         from workloads.user_workload import make_user_workload
 
-        return make_user_workload(wl, dsn, seed=seed)  # type: ignore[return-value]
+        return make_user_workload(wl, dsn, seed=seed)
     if wl.kind == "pgbench":
         from workloads.pgbench import PgbenchWorkload
 
-        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))  # type: ignore[return-value]
+        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))
     if wl.schedule is not None:
         from workloads.schedule import ScheduledDriver
 
-        return ScheduledDriver(dsn, wl.schedule, seed=seed,  # type: ignore[return-value]
+        return ScheduledDriver(dsn, wl.schedule, seed=seed,
                                statement_timeout_s=wl.statement_timeout_s)
     from workloads.driver import WorkloadDriver
 

@@ -10,7 +10,7 @@ from harmony.core.definition import load_definition
 from harmony.core.session import SessionCore
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate", help="validate session definition YAML files",
         description="Validate session definitions against the schema, build their strategy and "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -67,11 +67,10 @@ class Compatibility:
 def hosts_similar(a: Mapping[str, Any] | HostInfo, b: Mapping[str, Any] | HostInfo, *,
                   ram_tolerance: float = RAM_TOLERANCE) -> bool | None:
     """Same CPU count and RAM within ``ram_tolerance``; ``None`` when a fact is missing."""
-    fa, fb = _facts(a), _facts(b)
-    if None in (*fa, *fb):
+    (cpu_a, ram_a), (cpu_b, ram_b) = _facts(a), _facts(b)
+    if cpu_a is None or ram_a is None or cpu_b is None or ram_b is None:
         return None
-    (cpu_a, ram_a), (cpu_b, ram_b) = fa, fb
-    return cpu_a == cpu_b and abs(ram_a - ram_b) <= ram_tolerance * max(ram_a, ram_b)  # type: ignore[operator, type-var]
+    return cpu_a == cpu_b and abs(ram_a - ram_b) <= ram_tolerance * max(ram_a, ram_b)
 
 
 def _facts(h: Mapping[str, Any] | HostInfo) -> tuple[int | None, int | None]:
@@ -168,7 +167,9 @@ def ranked_prior_points(priors: Iterable[PriorSession], space: Space, *, maximiz
             if point is None:
                 continue
             key = space.key(point)
-            value = float(trial.value)  # type: ignore[arg-type]
+            if trial.value is None:
+                continue  # completed() keeps only measured trials
+            value = float(trial.value)
             old = best.get(key)
             if old is None or (value > old[1] if maximize else value < old[1]):
                 best[key] = (point, value)
@@ -324,7 +325,8 @@ def _rank(units: list[np.ndarray]) -> int:
     return int(np.linalg.matrix_rank(diffs, tol=1e-9))
 
 
-def _axis_steps(best: Point, space: Space, active: list[int], rings: int = 1):  # type: ignore[no-untyped-def]
+def _axis_steps(best: Point, space: Space, active: list[int], rings: int = 1
+                ) -> Iterator[Point]:
     """Points one step from ``best`` along each movable axis (away from the nearer edge)."""
     x0 = space.to_unit(best)
     res = space.unit_resolution()

@@ -54,7 +54,7 @@ class KnobParam:
             text = self.knob.format(canonical)
             return text if text in self.param.values else self.param.values[0]
         number = (float(self.knob.to_unit(canonical, self.unit)) if self.unit is not None
-                  else float(canonical))  # type: ignore[arg-type]
+                  else float(canonical))
         return self.param.snap(number)
 
 
@@ -145,7 +145,7 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
     lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
     current_u: Fraction | None = None
     if current is not None and lo <= current <= hi:  # type: ignore[operator]
-        current_u = Fraction(current) * scale  # type: ignore[arg-type]
+        current_u = Fraction(current) * scale
     if knob.vartype == "integer":
         if any(v.denominator != 1 for v in (lo_u, hi_u, step_u)):
             raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole numbers of "

@@ -102,7 +102,7 @@ def setup_app(dsn: str, name: str, scale: int = 1) -> AppSetup:
     data = re.sub(r":scale\b", str(scale), (folder / "data.sql").read_text())
     with connect(dsn) as conn, conn.transaction():
         for statement in _statements((folder / "schema.sql").read_text()) + _statements(data):
-            conn.execute(statement)  # type: ignore[arg-type]  # our own files, not user input
+            conn.execute(statement)  # our own files, not user input
         conn.execute(sql.SQL("CREATE TABLE {} (name text NOT NULL, scale int NOT NULL)").format(
             sql.Identifier(MARKER)))
         conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(sql.Identifier(MARKER)),
