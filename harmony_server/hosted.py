@@ -170,8 +170,8 @@ class HostedSession(LeasedSession):
         log: list[CommandRecord] = []
         if self.core.version != before:
             payload = dict(payload)
-            if kind == "fetch":
-                payload["trial_id"] = result.trial_id if result is not None else None  # type: ignore[attr-defined]
+            if kind == "fetch":  # the trial handed out: the one the fetch touched, if any
+                payload["trial_id"] = next(iter(touched(result)), None)
             log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
         rows = [self.record(tid) for tid in touched(result)]
         try:

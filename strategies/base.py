@@ -91,13 +91,11 @@ class Strategy(ABC):
         trial = self._trial(trial_id)
         if trial.done:
             return False
-        if failure is None and (value is None or not math.isfinite(value)):
-            failure = f"non-finite measurement {value!r}"
-        if failure is not None:
-            trial.failure = failure
-            trial.value = None
+        if failure is None and value is not None and math.isfinite(value):
+            trial.value = float(value)
         else:
-            trial.value = float(value)  # type: ignore[arg-type]
+            trial.failure = failure if failure is not None else f"non-finite measurement {value!r}"
+            trial.value = None
         self._on_result(trial)
         return True
 

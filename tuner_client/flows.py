@@ -35,7 +35,7 @@ from tuner_client.replicas import Replica, ReplicaPool, open_replicas
 from tuner_client.target import Target, default_state_dir, open_target
 from tuner_client.warm import load_priors
 
-__all__ = ["TuneResult", "Tuner", "run_tuning"]
+__all__ = ["TuneResult", "Tuner"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +164,3 @@ class Tuner:
                 state.decide(f"pass {n}: a restart was asked for, but max_passes "
                              f"{flow.max_passes} is reached")
 
-
-def run_tuning(config: TunerConfig, **kwargs: object) -> TuneResult:
-    """Convenience wrapper: ``Tuner(config, **kwargs).run()``."""
-    if config.flow.kind not in ("one-pass", "multi-pass"):
-        raise ConfigError(f"flow.kind must be one-pass or multi-pass, got {config.flow.kind!r}")
-    return Tuner(config, **kwargs).run()  # type: ignore[arg-type]

@@ -119,7 +119,7 @@ class Knob:
         return mult * TIME_UNITS_MS[base]
 
     # -- native <-> canonical -------------------------------------------------------
-    def from_native(self, native: int | float | str) -> KnobValue:
+    def from_native(self, native: int | float | str) -> int | float:
         """Canonical value of a number in the knob's native unit (as in ``pg_settings``)."""
         if self.vartype == "integer":
             n = int(Fraction(str(native)))
@@ -157,7 +157,7 @@ class Knob:
         """A canonical memory/time value expressed in ``unit`` (e.g. bytes → MB), exactly."""
         return Fraction(value) / self._unit_factor(unit)
 
-    def from_unit(self, number: int | float | Fraction, unit: str) -> KnobValue:
+    def from_unit(self, number: int | float | str | Fraction, unit: str) -> KnobValue:
         """A number in ``unit`` (64 in ``MB``) → canonical value, range-checked as in parse()."""
         canonical = Fraction(number) * self._unit_factor(unit)
         if self.vartype == "integer":
@@ -240,6 +240,13 @@ class Knob:
         """A string is user input (see parse), anything else a canonical value (see check)."""
         return self.parse(value) if isinstance(value, str) else self.check(value)
 
+    def parse_number(self, value: Any) -> int | float:
+        """:meth:`parse` for a numeric (integer or real) knob: its canonical number."""
+        parsed = self.parse(value)
+        if isinstance(parsed, bool) or not isinstance(parsed, int | float):
+            raise ConfigError(f"knob {self.name!r} is {self.vartype}, not numeric; got {value!r}")
+        return parsed
+
     def format(self, value: KnobValue) -> str:
         """A string for ``ALTER SYSTEM`` / postgresql.conf, with a unit if the knob has one."""
         if self.vartype == "bool":
@@ -289,7 +296,7 @@ class Knob:
         if self.unit is None:
             return self.min_val, self.max_val
         lo, hi = self.from_native(self.min_val), self.from_native(self.max_val)
-        return self._format_quantity(lo), self._format_quantity(hi)  # type: ignore[arg-type]
+        return self._format_quantity(lo), self._format_quantity(hi)
 
     def range_text(self) -> str:
         """The allowed range with units, e.g. ``64kB .. 2147483647kB``."""

@@ -35,7 +35,7 @@ import psycopg
 from psycopg import sql
 
 from harmony.base.errors import ConfigError, DatabaseError
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, current_setting, describe_dsn, relation_exists
 from workloads.replay import CapturedStatement, Execution, ReplayFile
 from workloads.script_file import READ_KEYWORDS, blank_quoted
 
@@ -98,8 +98,7 @@ def _wait_for(dsn: str, wanted: dict[str, str]) -> dict[str, str]:
     deadline = time.monotonic() + RELOAD_WAIT_S
     while True:
         with _own_connection(dsn) as conn:
-            seen = {n: str(conn.execute("SELECT current_setting(%s)", [n]).fetchone()[0])  # type: ignore[index]
-                    for n in wanted}
+            seen = {n: current_setting(conn, n) for n in wanted}
         if seen == wanted or time.monotonic() > deadline:
             return seen
         time.sleep(0.05)
@@ -355,8 +354,7 @@ def _statements_snapshot(conn: psycopg.Connection[Any]) -> dict[int, tuple[int, 
     pg_stat_statements is not usable here."""
     try:
         with conn.transaction():
-            if not conn.execute("SELECT to_regclass('pg_stat_statements') IS NOT NULL"
-                                ).fetchone()[0]:  # type: ignore[index]
+            if not relation_exists(conn, "pg_stat_statements"):
                 return {}
             rows = conn.execute(
                 "SELECT queryid, calls, total_exec_time, query FROM pg_stat_statements "

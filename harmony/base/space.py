@@ -221,6 +221,13 @@ class Space:
         except KeyError:
             raise ConfigError(f"unknown parameter {name!r}; the space has {self.names}") from None
 
+    def numeric(self, name: str) -> IntParam | RealParam:
+        """The int or real parameter ``name`` (a :class:`ConfigError` for an enum)."""
+        param = self[name]
+        if isinstance(param, EnumParam):
+            raise ConfigError(f"parameter {name!r} is an enum; a numeric one is needed here")
+        return param
+
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 

@@ -80,9 +80,9 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
         options.setdefault("simplex_size", max(dim + 1, replicas + 1))
     strat: Strategy = make_strategy(strategy, problem.space, seed=seed, **options)
     model = model or NoiseModel.measured()
-    reference = problem.space.snap({n: 0.5 * (p.min + p.max)  # type: ignore[union-attr]
-                                    for n, p in zip(problem.space.names, problem.space.params,
-                                                    strict=True)})
+    reference = problem.space.snap({n: 0.5 * (problem.space.numeric(n).min
+                                              + problem.space.numeric(n).max)
+                                    for n in problem.space.names})
     machines = [NoisyObjective(truth, model, seed=int(seed * 1000 + i), replica=i)
                 for i in range(replicas)]
     # every replica's first reference measurement opens its first block; their geometric

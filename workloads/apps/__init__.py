@@ -16,7 +16,7 @@ from pathlib import Path
 from psycopg import conninfo, sql
 
 from harmony.base.errors import ConfigError, WorkloadError
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, describe_dsn, relation_exists
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def _statements(text: str) -> list[str]:
 def loaded_app(dsn: str) -> tuple[str, int] | None:
     """The example application loaded in ``dsn`` and its scale, if any."""
     with connect(dsn) as conn:
-        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [MARKER]).fetchone()[0]:  # type: ignore[index]
+        if not relation_exists(conn, MARKER):
             return None
         row = conn.execute(sql.SQL("SELECT name, scale FROM {}").format(
             sql.Identifier(MARKER))).fetchone()
