@@ -122,7 +122,7 @@ class ServerCollector:
     handler does.
     """
 
-    def __init__(self, source: Any, *, started: float | None = None) -> None:
+    def __init__(self, source: StatsSource, *, started: float | None = None) -> None:
         self.source = source
         self.started = time.time() if started is None else started
 
@@ -265,7 +265,7 @@ class ServerCollector:
         yield from gauges.values()
 
 
-def registry_for(source: Any) -> CollectorRegistry:
+def registry_for(source: StatsSource) -> CollectorRegistry:
     """A registry holding one server's collector plus the standard process/platform metrics.
 
     Built per scrape: it is cheap, and it keeps no reference to a stopped server.
@@ -277,7 +277,7 @@ def registry_for(source: Any) -> CollectorRegistry:
     return registry
 
 
-def render_metrics(source: Any) -> bytes:
+def render_metrics(source: StatsSource) -> bytes:
     """The Prometheus text exposition of a server: pass its ``SessionManager``.
 
     Call it on the server's event-loop thread (the ``/metrics`` handler), and answer with
@@ -286,6 +286,6 @@ def render_metrics(source: Any) -> bytes:
     return generate_latest(registry_for(source))
 
 
-def render_metrics_text(source: Any) -> str:
+def render_metrics_text(source: StatsSource) -> str:
     """:func:`render_metrics` as ``str`` (what ``AppSettings.render_metrics`` returns)."""
     return render_metrics(source).decode("utf-8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -103,9 +104,9 @@ class _Prepared:
     json_columns: frozenset[str]
 
     @classmethod
-    def compile(cls, stmt: Any, table: sa.Table, dialect: sa.Dialect) -> _Prepared:
+    def compile(cls, stmt: sa.Insert, table: sa.Table, dialect: sa.Dialect) -> _Prepared:
         compiled = stmt.compile(dialect=dialect, column_keys=[c.name for c in table.columns])
-        positional = tuple(compiled.positiontup) if compiled.positional else None
+        positional = tuple(compiled.positiontup or ()) if compiled.positional else None
         json_columns = frozenset(c.name for c in table.columns if isinstance(c.type, sa.JSON))
         return cls(str(compiled), positional, json_columns)
 
@@ -205,7 +206,7 @@ class Store:
                                                          "check_same_thread": False})
 
             @sa.event.listens_for(engine, "connect")
-            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            def _pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute(f"PRAGMA synchronous={synchronous}")
@@ -282,7 +283,7 @@ class Store:
         key = (table.name, upsert)
         prepared = self._statements.get(key)
         if prepared is None:
-            stmt: Any = table.insert()
+            stmt: sa.Insert = table.insert()
             if upsert:
                 insert = (sqlite_dialect.insert(table) if self.engine.dialect.name == "sqlite"
                           else pg_dialect.insert(table))

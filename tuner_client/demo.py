@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from tuner_client.config import TunerConfig, parse_tuner_config
 from tuner_client.metrics import add_metrics_arguments
@@ -53,7 +52,7 @@ def demo_config() -> TunerConfig:
     return parse_tuner_config(_FALLBACK_YAML, source="built-in demo config")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony demo``."""
     parser = subparsers.add_parser(
         "demo", help="a short real tuning run on an embedded PostgreSQL (a few minutes)",

@@ -281,7 +281,7 @@ class Knob:
                 return f"{q.numerator}{unit}"
         return f"{float(value)!r}ms"
 
-    def _describe(self, value: Any) -> str:
+    def _describe(self, value: object) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool) and self.unit:
             try:
                 return f"{value} ({self._format_quantity(value)})"
@@ -303,7 +303,7 @@ class Knob:
         bounds = self.range_bounds()
         return "any value" if bounds is None else f"{bounds[0]} .. {bounds[1]}"
 
-    def _check_range(self, value: KnobValue, given: Any) -> None:
+    def _check_range(self, value: KnobValue, given: object) -> None:
         if self.min_val is None or self.max_val is None or not isinstance(value, int | float):
             return
         native = self.to_native(value) if self.vartype == "integer" else value / self.unit_size

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
@@ -20,7 +20,7 @@ def _env(name: str) -> str | None:
     return os.environ.get(f"HARMONY_{name.upper()}")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony tune``."""
     parser = subparsers.add_parser(
         "tune", help="tune a PostgreSQL server for a workload (one-pass or multi-pass flow)",
@@ -99,7 +99,7 @@ def format_result(result: TuneResult) -> str:
     return "\n".join(lines)
 
 
-def _term_as_interrupt(signum: int, frame: Any) -> None:
+def _term_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 

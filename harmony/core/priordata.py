@@ -491,7 +491,7 @@ def _host(data: Any, where: str, *, from_text_attrs: bool = False) -> HostInfo:
     return HostInfo(**values)
 
 
-def _attrs(**values: Any) -> dict[str, str]:
+def _attrs(**values: object) -> dict[str, str]:
     """XML attributes: None left out, floats as repr, underscores as dashes."""
     out = {}
     for key, value in values.items():

@@ -34,7 +34,7 @@ import numpy as np
 
 from harmony.base.errors import ConfigError
 from harmony.base.hostinfo import host_metadata
-from harmony.base.space import EnumParam, Point, RealParam, Space
+from harmony.base.space import EnumParam, Param, Point, RealParam, Space
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS, unit_size
 from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import HostInfo, PriorSession
@@ -287,7 +287,7 @@ def apply_warm_start(definition: SessionDefinition, prior_sessions: Sequence[Pri
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _movable(p: Any) -> bool:
+def _movable(p: Param) -> bool:
     if isinstance(p, RealParam) and not p.discrete:
         return p.max > p.min
     return bool(p.size > 1)
