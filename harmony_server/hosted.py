@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
@@ -23,12 +22,13 @@ from harmony.base.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony.base.hostinfo import HostInfo
 from harmony.base.trial import TrialStatus
 from harmony.core.definition import SessionDefinition
 from harmony.core.leased import FetchResult, Lease, LeasedSession
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
-from harmony_server.store import ClientRow, CommandRecord, Store, StoreError
+from harmony_server.store import CommandRecord, Store, StoreError
 
 __all__ = ["FetchResult", "HostedSession", "Lease", "ReplayMismatchError"]
 
@@ -65,7 +65,7 @@ class HostedSession(LeasedSession):
                 hosted._leased_at[row.id] = row.leased_at
             if row.reported_at is not None:
                 hosted._reported_at[row.id] = row.reported_at
-        hosted._hosts = {row.client_id: asdict(row) for row in store.clients(definition.name)}
+        hosted._hosts = {row.client_id: row for row in store.clients(definition.name)}
         now = time.monotonic()
         for record in hosted.core.trials():
             if record.status is TrialStatus.LEASED:
@@ -146,7 +146,7 @@ class HostedSession(LeasedSession):
     # -- the logged command wrapper ----------------------------------------------
     def _command(self, kind: str, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
-                 host: dict[str, Any] | None = None) -> T:
+                 host: HostInfo | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
         if self.closed:
             raise SessionNotFoundError(f"session {self.name!r} has been killed")
@@ -175,7 +175,7 @@ class HostedSession(LeasedSession):
             log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
         rows = [self.record(tid) for tid in touched(result)]
         try:
-            self.store.write(self.name, log, rows, [ClientRow(**host)] if host else [])
+            self.store.write(self.name, log, rows, [host] if host is not None else [])
         except StoreError:
             self._rebuild()
             raise UnavailableError(f"session {self.name!r}: the store refused the write; "

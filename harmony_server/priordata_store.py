@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,8 +18,8 @@ import sqlalchemy as sa
 from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
 from harmony.base.trial import SessionStatus
 from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession
-from harmony_server.store import ClientRow, Store, StoredSession, StoreError, sessions
+from harmony.core.priordata import PriorSession
+from harmony_server.store import Store, StoredSession, StoreError, sessions
 
 __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_store",
            "priors_from_store", "store_session_summaries"]
@@ -41,8 +42,7 @@ def prior_from_store(store: Store, name: str, *,
     return PriorSession(
         name=stored.name, definition=dict(stored.definition), created=stored.created,
         trials=store.trials(name),
-        hosts=[HostInfo(c.client_id, c.joined, c.hostname, c.cpu_count, c.ram_bytes, c.os,
-                        c.python, c.left) for c in store.clients(name)],
+        hosts=store.clients(name),
         status=status if status is not None else
         _replayed_status(store, stored) if stored.status is SessionStatus.LIVE else stored.status)
 
@@ -113,9 +113,8 @@ def import_into_store(store: Store, prior: PriorSession, *, name: str | None = N
         raise ConfigError(f"the store already has a session named {target!r}; import it under "
                           f"another name (--rename)")
     trial_rows = list(prior.trials)
-    client_rows = [ClientRow(h.client_id, h.joined if h.joined is not None else 0.0, h.hostname,
-                             h.cpu_count, h.ram_bytes, h.os, h.python, h.left)
-                   for h in prior.hosts]
+    # the store needs a join time: an unknown one is stored as 0 (the epoch)
+    client_rows = [h if h.joined is not None else replace(h, joined=0.0) for h in prior.hosts]
     created = prior.created if prior.created is not None else 0.0
     try:
         with store.engine.begin() as conn:

@@ -24,6 +24,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from harmony.base.errors import ConfigError, StoreError
+from harmony.base.hostinfo import HostInfo
 from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
@@ -140,20 +141,6 @@ class CommandRecord:
     payload: dict[str, Any]
     time: float
     client: str | None = None
-
-
-@dataclass(frozen=True)
-class ClientRow:
-    """A client of a session and the host it runs on (kept for reuse of prior data)."""
-
-    client_id: str
-    joined: float
-    hostname: str | None = None
-    cpu_count: int | None = None
-    ram_bytes: int | None = None
-    os: str | None = None
-    python: str | None = None
-    left: float | None = None
 
 
 def default_store_url(state_dir: str | Path) -> str:
@@ -305,7 +292,7 @@ class Store:
 
     def write(self, session: str, log: Sequence[CommandRecord],
               trial_rows: Sequence[TrialRecord] = (),
-              client_rows: Sequence[ClientRow] = ()) -> None:
+              client_rows: Sequence[HostInfo] = ()) -> None:
         """Append commands and upsert the trials/clients they changed, in one transaction."""
         with self._transaction(f"session {session!r}") as conn:
             # the hot path: statements compiled once from the Core tables, run on the driver
@@ -364,10 +351,11 @@ class Store:
         return [TrialRecord(r.id, r.candidate, r.point, r.client, TrialStatus.parse(r.status),
                             r.value, r.failure, r.leased_at, r.reported_at) for r in rows]
 
-    def clients(self, session: str) -> list[ClientRow]:
+    def clients(self, session: str) -> list[HostInfo]:
+        """The session's clients and their hosts, in the order they joined."""
         rows = self._read(sa.select(clients).where(clients.c.session == session)
                           .order_by(clients.c.joined, clients.c.client_id))
-        return [ClientRow(r.client_id, r.joined, r.hostname, r.cpu_count, r.ram_bytes, r.os,
+        return [HostInfo(r.client_id, r.joined, r.hostname, r.cpu_count, r.ram_bytes, r.os,
                           r.python, r.left) for r in rows]
 
     def check_integrity(self) -> list[str]:

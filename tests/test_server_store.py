@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from harmony.base.errors import ConfigError
+from harmony.base.hostinfo import HostInfo
 from harmony.base.trial import TrialRecord
 from harmony_server.store import (
     SCHEMA_VERSION,
-    ClientRow,
     CommandRecord,
     Store,
     StoreError,
@@ -32,7 +32,7 @@ def test_writes_and_reads_back_one_session(tmp_path: Path) -> None:
     store.write("s", [CommandRecord(1, "join", {"client": "a"}, 101.0, "a"),
                       CommandRecord(2, "fetch", {"client": "a", "trial_id": 0}, 102.0, "a")],
                 [TrialRecord(0, 0, {"x": 3}, "a", "leased", None, None, 102.0, None)],
-                [ClientRow("a", 101.0, "host", 2, 1 << 30, "Linux", "3.11")])
+                [HostInfo("a", 101.0, "host", 2, 1 << 30, "Linux", "3.11")])
     store.write("s", [CommandRecord(3, "report", {"trial_id": 0, "value": 1.5}, 103.0, "a")],
                 [TrialRecord(0, 0, {"x": 3}, "a", "done", 1.5, None, 102.0, 103.0)])
     assert [s.name for s in store.live_sessions()] == ["s"]
@@ -79,7 +79,7 @@ def test_delete_removes_every_row_of_the_session_only(tmp_path: Path) -> None:
         store.create_session(name, {**DEFINITION, "name": name}, created=1.0)
         store.write(name, [CommandRecord(1, "join", {"client": "c"}, 1.0, "c")],
                     [TrialRecord(0, 0, {"x": 1}, "c", "leased", None, None, 1.0, None)],
-                    [ClientRow("c", 1.0)])
+                    [HostInfo("c", 1.0)])
     assert store.delete_session("a") is True
     assert store.delete_session("a") is False
     assert [s.name for s in store.live_sessions()] == ["b"]

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
@@ -28,6 +28,7 @@ from harmony.base.errors import (
     ProtocolError,
     SessionNotFoundError,
 )
+from harmony.base.hostinfo import HostInfo
 from harmony.base.space import Space
 from harmony.base.trial import SessionStatus, TrialRecord
 from harmony.core.definition import SessionDefinition
@@ -36,10 +37,6 @@ from harmony.core.session import Assignment, SessionCore
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: host metadata a client may give when it joins (the keys of a ``hosts`` entry besides
-#: ``client_id``, ``joined`` and ``left``)
-HOST_KEYS = ("hostname", "cpu_count", "ram_bytes", "os", "python")
 
 
 @dataclass
@@ -76,14 +73,6 @@ def check_restart_point(space: Space, point: dict[str, Any]) -> None:
                           f"bounds); the nearest valid point is {space.snap(point)}")
 
 
-def host_row(client: str, joined: float, host: dict[str, Any] | None = None,
-             left: float | None = None) -> dict[str, Any]:
-    """One ``hosts`` entry of :meth:`LeasedSession.describe`."""
-    host = host or {}
-    return {"client_id": client, "joined": joined,
-            **{key: host.get(key) for key in HOST_KEYS}, "left": left}
-
-
 class LeasedSession:
     """A :class:`SessionCore` plus leases, heartbeats, ownership checks, leave and describe.
 
@@ -100,15 +89,15 @@ class LeasedSession:
         self.closed = False
         self._leased_at: dict[int, float] = {}
         self._reported_at: dict[int, float] = {}
-        #: client id -> its ``hosts`` entry (see :func:`host_row`)
-        self._hosts: dict[str, dict[str, Any]] = {}
+        #: client id -> its host (one ``hosts`` entry of :meth:`describe`)
+        self._hosts: dict[str, HostInfo] = {}
         #: the last fetch each client was answered: (request id, trial id), for retries
         self._answered: dict[str, tuple[str, int]] = {}
 
     # -- the command hook -------------------------------------------------------
     def _command(self, kind: str, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
-                 host: dict[str, Any] | None = None) -> T:
+                 host: HostInfo | None = None) -> T:
         """Run one core command (a subclass logs it durably; ``host`` is a changed host row)."""
         if self.closed:
             raise SessionNotFoundError(f"session {self.name!r} has been closed")
@@ -118,7 +107,7 @@ class LeasedSession:
     def join(self, client: str, host: dict[str, Any] | None = None) -> None:
         """Register a client and its host metadata (hostname, CPUs, RAM, OS)."""
         previous = self._hosts.get(client)
-        row = host_row(client, previous["joined"] if previous is not None else time.time(), host)
+        row = HostInfo.of(client, previous.joined if previous is not None else time.time(), host)
         self._command("join", {"client": client}, client, lambda: self.core.join(client),
                       host=row)
         self._hosts[client] = row
@@ -237,7 +226,7 @@ class LeasedSession:
         for tid in mine:
             self.release(tid)
         now = time.time()
-        row = {**self._hosts.get(client, host_row(client, now)), "left": now}
+        row = replace(self._hosts.get(client, HostInfo(client, now)), left=now)
         self._command("leave", {"client": client}, client, lambda: None, host=row)
         self._hosts[client] = row
         return len(mine)
@@ -284,7 +273,7 @@ class LeasedSession:
         return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
                 "convergence_reason": self.core.convergence_reason,
                 "counts": self.core.counts(), "leases": len(self.leases),
-                "hosts": [dict(row) for row in self._hosts.values()],
+                "hosts": [asdict(row) for row in self._hosts.values()],
                 "definition": self.definition.to_dict()}
 
     def record(self, trial_id: int) -> TrialRecord:

@@ -26,6 +26,7 @@ from typing import Any
 
 from harmony import __version__
 from harmony.base.errors import ConfigError, HarmonyError
+from harmony.base.hostinfo import HostInfo
 from harmony.base.space import EnumParam, IntParam, Param, Point, RealParam, Value
 from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord, TrialStatus
 from harmony.core.definition import SessionDefinition
@@ -42,20 +43,6 @@ FORMAT_VERSION = 1
 #: format name -> file extension
 FORMATS = {"xml": ".xml", "csv": ".csv", "text": ".log"}
 
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """A client of the session and the host it ran on."""
-
-    client_id: str
-    joined: float | None = None
-    hostname: str | None = None
-    cpu_count: int | None = None
-    ram_bytes: int | None = None
-    os: str | None = None
-    python: str | None = None
-    left: float | None = None
 
 
 @dataclass
