@@ -21,7 +21,14 @@ from harmony.base.space import FeasibleRegion, Point, Space, WholeSpace
 
 @dataclass
 class Trial:
-    """A point handed out by a strategy, identified by ``id`` (unique within the strategy)."""
+    """A point handed out by a strategy, identified by ``id`` (unique within the strategy).
+
+    This is the strategy's own proposal, not the session's trial record
+    (:class:`harmony.base.trial.TrialRecord`): one proposal may be handed to clients as
+    several trials (re-leased after a lease runs out, re-measured by ``agg``), or answered
+    by a plugin without any; its value is in the strategy's sign (always minimised). The
+    strategy knows nothing of clients, leases or times, so it keeps this small mutable type.
+    """
 
     id: int
     point: Point

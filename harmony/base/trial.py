@@ -13,12 +13,20 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from harmony.base.errors import ConfigError, TrialError
 from harmony.base.space import Point
 
 __all__ = ["SessionStatus", "TrialRecord", "TrialStatus"]
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+def _member(cls: type[_E], raw: object) -> _E | None:
+    """The member of ``cls`` whose value is ``raw`` (as read from JSON, a row or a file)."""
+    return next((member for member in cls if raw == member.value), None)
 
 
 class TrialStatus(enum.StrEnum):
@@ -32,10 +40,11 @@ class TrialStatus(enum.StrEnum):
     @classmethod
     def parse(cls, raw: object) -> TrialStatus:
         """``raw`` (a status as written in JSON, a store row or a file) as a status."""
-        for status in cls:
-            if raw == status.value:
-                return status
-        raise TrialError(f"a trial's status must be one of {[s.value for s in cls]}, got {raw!r}")
+        found = _member(cls, raw)
+        if found is None:
+            raise TrialError(f"a trial's status must be one of {[s.value for s in cls]}, "
+                             f"got {raw!r}")
+        return found
 
     @property
     def reported(self) -> bool:
@@ -60,11 +69,11 @@ class SessionStatus(enum.StrEnum):
     @classmethod
     def parse(cls, raw: object) -> SessionStatus:
         """``raw`` (a status as written in JSON, a store row or a file) as a status."""
-        for status in cls:
-            if raw == status.value:
-                return status
-        raise ConfigError(f"a session's status must be one of {[s.value for s in cls]}, got "
-                          f"{raw!r}")
+        found = _member(cls, raw)
+        if found is None:
+            raise ConfigError(f"a session's status must be one of {[s.value for s in cls]}, "
+                              f"got {raw!r}")
+        return found
 
     @property
     def ended(self) -> bool:
