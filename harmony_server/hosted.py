@@ -25,7 +25,7 @@ from harmony.base.errors import (
 from harmony.base.hostinfo import HostInfo
 from harmony.base.trial import TrialStatus
 from harmony.core.definition import SessionDefinition
-from harmony.core.leased import FetchResult, Lease, LeasedSession
+from harmony.core.leased import CommandKind, FetchResult, Lease, LeasedSession
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
 from harmony_server.store import CommandRecord, Store, StoreError
@@ -90,9 +90,10 @@ class HostedSession(LeasedSession):
 
     def _replay_one(self, command: CommandRecord) -> None:
         core, p = self.core, command.payload
-        if command.kind == "join":
+        kind = next((k for k in CommandKind if k.value == command.kind), None)
+        if kind is CommandKind.JOIN:
             core.join(p["client"])
-        elif command.kind == "fetch":
+        elif kind is CommandKind.FETCH:
             got = core.fetch(p["client"])
             got_id = got.trial_id if got is not None else None
             if got is not None and p.get("request") is not None:
@@ -101,17 +102,17 @@ class HostedSession(LeasedSession):
                 raise ReplayMismatchError(
                     f"session {self.name!r}: replaying fetch seq {command.seq} handed out trial "
                     f"{got_id}, the log says {p.get('trial_id')}")
-        elif command.kind == "report":
+        elif kind is CommandKind.REPORT:
             core.report(p["trial_id"], p.get("value"), p.get("failure"), p.get("client"))
-        elif command.kind == "release":
+        elif kind is CommandKind.RELEASE:
             core.release(p["trial_id"])
-        elif command.kind == "pause":
+        elif kind is CommandKind.PAUSE:
             core.pause()
-        elif command.kind == "resume":
+        elif kind is CommandKind.RESUME:
             core.resume()
-        elif command.kind == "restart":
+        elif kind is CommandKind.RESTART:
             core.restart(p.get("point"))
-        else:
+        else:  # never logged (leave changes no core state), or not ours
             raise ReplayMismatchError(f"session {self.name!r}: unknown command kind "
                                       f"{command.kind!r} at seq {command.seq}")
 
@@ -144,7 +145,7 @@ class HostedSession(LeasedSession):
             logger.exception("session %s: closing the discarded core failed", self.name)
 
     # -- the logged command wrapper ----------------------------------------------
-    def _command(self, kind: str, payload: dict[str, Any], client: str | None,
+    def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
                  host: HostInfo | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
@@ -170,9 +171,9 @@ class HostedSession(LeasedSession):
         log: list[CommandRecord] = []
         if self.core.version != before:
             payload = dict(payload)
-            if kind == "fetch":  # the trial handed out: the one the fetch touched, if any
+            if kind is CommandKind.FETCH:  # the trial handed out: the one it touched, if any
                 payload["trial_id"] = next(iter(touched(result)), None)
-            log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
+            log.append(CommandRecord(self.seq + 1, kind.value, payload, time.time(), client))
         rows = [self.record(tid) for tid in touched(result)]
         try:
             self.store.write(self.name, log, rows, [host] if host is not None else [])

@@ -14,6 +14,7 @@ real measurement); a second report of a trial is ignored, never double counted.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import time
@@ -37,6 +38,19 @@ from harmony.core.session import Assignment, SessionCore
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class CommandKind(enum.StrEnum):
+    """The commands that may change a session, as its command log names them."""
+
+    JOIN = "join"
+    FETCH = "fetch"
+    REPORT = "report"
+    RELEASE = "release"
+    LEAVE = "leave"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RESTART = "restart"
 
 
 @dataclass
@@ -95,7 +109,7 @@ class LeasedSession:
         self._answered: dict[str, tuple[str, int]] = {}
 
     # -- the command hook -------------------------------------------------------
-    def _command(self, kind: str, payload: dict[str, Any], client: str | None,
+    def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
                  host: HostInfo | None = None) -> T:
         """Run one core command (a subclass logs it durably; ``host`` is a changed host row)."""
@@ -108,8 +122,8 @@ class LeasedSession:
         """Register a client and its host metadata (hostname, CPUs, RAM, OS)."""
         previous = self._hosts.get(client)
         row = HostInfo.of(client, previous.joined if previous is not None else time.time(), host)
-        self._command("join", {"client": client}, client, lambda: self.core.join(client),
-                      host=row)
+        self._command(CommandKind.JOIN, {"client": client}, client,
+                      lambda: self.core.join(client), host=row)
         self._hosts[client] = row
 
     def try_fetch(self, client: str, request: str | None = None) -> FetchResult:
@@ -129,7 +143,7 @@ class LeasedSession:
         if request is not None:
             payload["request"] = request
         assignment = self._command(
-            "fetch", payload, client, lambda: self._fetch_and_lease(client, request),
+            CommandKind.FETCH, payload, client, lambda: self._fetch_and_lease(client, request),
             touched=lambda a: [a.trial_id] if a is not None else [])
         if assignment is None:
             return FetchResult(None)
@@ -174,7 +188,7 @@ class LeasedSession:
             return False
         payload = {"trial_id": trial_id, "value": value, "failure": failure, "client": client}
         self._reported_at[trial_id] = time.time()
-        accepted = self._command("report", payload, client,
+        accepted = self._command(CommandKind.REPORT, payload, client,
                                  lambda: self.core.report(trial_id, value, failure, client),
                                  touched=lambda ok: [trial_id] if ok else [])
         self.leases.pop(trial_id, None)
@@ -201,7 +215,7 @@ class LeasedSession:
     def release(self, trial_id: int) -> None:
         """Give a trial's point back to the session (lease expired or client left)."""
         self.leases.pop(trial_id, None)
-        self._command("release", {"trial_id": trial_id}, None,
+        self._command(CommandKind.RELEASE, {"trial_id": trial_id}, None,
                       lambda: self.core.release(trial_id), touched=lambda _: [trial_id])
 
     def expire_leases(self, now: float | None = None) -> int:
@@ -227,21 +241,22 @@ class LeasedSession:
             self.release(tid)
         now = time.time()
         row = replace(self._hosts.get(client, HostInfo(client, now)), left=now)
-        self._command("leave", {"client": client}, client, lambda: None, host=row)
+        self._command(CommandKind.LEAVE, {"client": client}, client, lambda: None, host=row)
         self._hosts[client] = row
         return len(mine)
 
     def pause(self) -> None:
-        self._command("pause", {}, None, self.core.pause)
+        self._command(CommandKind.PAUSE, {}, None, self.core.pause)
 
     def resume(self) -> None:
-        self._command("resume", {}, None, self.core.resume)
+        self._command(CommandKind.RESUME, {}, None, self.core.resume)
 
     def restart(self, point: dict[str, Any] | None = None) -> None:
         """Start the search again, optionally from ``point`` (checked against the space)."""
         if point is not None:
             check_restart_point(self.core.space, point)
-        self._command("restart", {"point": point}, None, lambda: self.core.restart(point))
+        self._command(CommandKind.RESTART, {"point": point}, None,
+                      lambda: self.core.restart(point))
 
     def close(self) -> None:
         """The session ends (killed or shut down): plugins' fini; every lease is dropped."""
