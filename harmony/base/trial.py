@@ -65,6 +65,8 @@ class SessionStatus(enum.StrEnum):
     IMPORTED = "imported"
     #: a store's live row (not hosted right now)
     LIVE = "live"
+    #: its command log could not be replayed: kept, not served (session listings only)
+    BROKEN = "broken"
 
     @classmethod
     def parse(cls, raw: object) -> SessionStatus:
