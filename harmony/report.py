@@ -28,7 +28,8 @@ from matplotlib.figure import Figure
 from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony import __version__
 from harmony.base.errors import ConfigError
-from harmony.core.priordata import PriorSession, PriorTrial
+from harmony.base.trial import TrialRecord
+from harmony.core.priordata import PriorSession
 
 __all__ = ["Comparison", "Evaluation", "ReportFigures", "bme_from_metadata",
            "comparison_from_metadata", "evaluations", "render_html", "shown_status",
@@ -182,7 +183,7 @@ def evaluations(prior: PriorSession) -> list[Evaluation]:
             how = str((plugin.get("options") or {}).get("how", "best"))
     finished = [t for t in prior.trials if t.status in ("done", "failed")]
     finished.sort(key=lambda t: (t.reported_at if t.reported_at is not None else math.inf, t.id))
-    groups: dict[int, list[PriorTrial]] = {}
+    groups: dict[int, list[TrialRecord]] = {}
     last: dict[int, int] = {}  # candidate -> index of its last result
     for i, t in enumerate(finished):
         groups.setdefault(t.candidate, []).append(t)

@@ -251,7 +251,7 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     wanted = size_for_target(params, 0.3)
     measured = catalog["shared_buffers"].parse(offline[0].in_force["shared_buffers"])
     assert abs(measured - wanted) <= 256 * KB, (measured, wanted)
-    assert any("target miss probability 0.3" in d for d in result.decisions)
+    assert any("target miss probability 0.3" in d for d in result.work.decisions)
     assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]

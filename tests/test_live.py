@@ -33,7 +33,7 @@ from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import LiveWatch, Measurer, PointRecord, ServerAccess
 from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.result import TuneResult
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
 from tuner_client.target import Target
 from tuner_client.tune_cli import format_result
@@ -153,14 +153,15 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     assert orders is not None and logged <= orders[0] <= logged + traffic.clients, \
         (orders, logged)
     # the trip is in the run's summary and metrics
-    assert guard.summary()["trips"] == 1 and guard.summary()["by_kind"] == {"latency": 1}
+    summary = guard.summary().to_dict()
+    assert summary["trips"] == 1 and summary["by_kind"] == {"latency": 1}
     metrics = TunerMetrics(KNOBS)
     metrics.record_guardrail_trip(trips[0].kind, trips[0].revert_s)
     assert 'harmony_tuner_guardrail_trips_total{kind="latency"} 1.0' in \
         metrics.render().decode()
-    shown = format_result(TuneResult(
-        best_settings=original, default_settings=original, best_qpm=None, default_qpm=None,
-        ab_rounds=[], passes=1, evaluations=1, output_dir=None, guardrails=guard.summary()))
+    shown = format_result(TuneResult.conclude(
+        Best(original, original, Throughput(None, None)), Intervals([]), Work(1, 1),
+        Evidence(guardrails=guard.summary())))
     assert "guardrails: 1 trip(s) {'latency': 1}" in shown and "reverted to" in shown
     # the server's configuration file holds the original values again (explicitly set)
     text = (live_cluster.data_dir / "postgresql.auto.conf").read_text()

@@ -15,7 +15,7 @@ from test_priordata import make_definition, run_session, space_dicts
 
 from harmony.base.errors import ConfigError
 from harmony.cli import report as report_cli
-from harmony.core.priordata import PriorSession, PriorTrial, dump, prior_from_core
+from harmony.core.priordata import PriorSession, TrialRecord, dump, prior_from_core
 from harmony.report import comparison_from_metadata, write_report
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
@@ -45,12 +45,12 @@ def session() -> PriorSession:
         "bme": BME})
     core = run_session(definition, 30)
     prior = prior_from_core(core, created=1700000000.0)
-    prior.trials = [PriorTrial(t.id, t.candidate, t.point, t.client, t.status, t.value,
+    prior.trials = [TrialRecord(t.id, t.candidate, t.point, t.client, t.status, t.value,
                                t.failure, 1700000000.0 + 60 * t.id, 1700000030.0 + 60 * t.id)
                     for t in prior.trials]
     # one evil failure reason: it must come out escaped
     t = prior.trials[3]
-    prior.trials[3] = PriorTrial(t.id, t.candidate, t.point, t.client, "failed", None,
+    prior.trials[3] = TrialRecord(t.id, t.candidate, t.point, t.client, "failed", None,
                                  "<script>alert(1)</script>", t.leased_at, t.reported_at)
     return prior
 

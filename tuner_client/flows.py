@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from harmony.base.errors import ConfigError
@@ -34,7 +35,7 @@ from tuner_client.replicas import Replica, ReplicaPool, close_replicas, open_rep
 from tuner_client.target import Target, default_state_dir, open_target
 from tuner_client.warm import load_priors
 
-__all__ = ["TuneResult", "Tuner", "run_tuning"]
+__all__ = ["TuneResult", "Tuner"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ class Tuner:
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
                 if ctx.measurer.guard is not None:
-                    result.guardrails = ctx.measurer.guard.summary()
+                    result.evidence = replace(result.evidence,
+                                              guardrails=ctx.measurer.guard.summary())
                 result.output_dir = self.output_dir
                 if self.output_dir is not None:
                     write_outputs(ctx, state, result, self.output_dir)
@@ -166,9 +168,3 @@ class Tuner:
                 state.decide(f"pass {n}: a restart was asked for, but max_passes "
                              f"{flow.max_passes} is reached")
 
-
-def run_tuning(config: TunerConfig, **kwargs: object) -> TuneResult:
-    """Convenience wrapper: ``Tuner(config, **kwargs).run()``."""
-    if config.flow.kind not in ("one-pass", "multi-pass"):
-        raise ConfigError(f"flow.kind must be one-pass or multi-pass, got {config.flow.kind!r}")
-    return Tuner(config, **kwargs).run()  # type: ignore[arg-type]

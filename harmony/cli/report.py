@@ -21,7 +21,7 @@ from harmony.core.priordata import load
 logger = logging.getLogger(__name__)
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``report`` on the ``harmony`` command's subparsers."""
     report = subparsers.add_parser(
         "report", help="write a session's HTML report (tuning curve, knobs, comparison, BME)",

@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
+from workloads.mix import MixSpec
+from workloads.schedule import ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,10 @@ class ObserveConfig:
 class WorkloadConfig:
     kind: str = "tpch"  # tpch | pgbench | scripts | replay | observe
     scale: float = 0.01  # TPC-H scale factor (pgbench: PGBENCH_SCALE)
-    mix: Any = "2Q6,1Q13"
-    schedule: Any = None
+    #: tpch: the query mix as written (parsed by :func:`workloads.mix.parse_mix`)
+    mix: MixSpec | None = "2Q6,1Q13"
+    #: tpch: mixes in turn (parsed by :func:`workloads.schedule.parse_schedule`)
+    schedule: ScheduleSpec | None = None
     clients: int = 4  # pgbench, scripts, replay (0 there: the captured concurrency)
     statement_timeout_s: float | None = 300.0
     #: scripts: the pgbench scripts and .sql files as ``file@weight``; replay: the one file

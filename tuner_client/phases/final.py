@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 from tuner_client.measurer import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
-from tuner_client.phases.result import TuneResult
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, decide
 from tuner_client.stats.paired import Method
@@ -169,25 +169,18 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
         row["tuned"] = row.get(winner or "default")
     if default_qpm is not None:
         ctx.metrics.record_default(default_qpm)
-    comparison = None
-    if default_qpm is not None and best_qpm is not None:
-        unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
-        comparison = {"default": default_qpm, "tuned": best_qpm, "unit": unit,
-                      **{b: q for b in baselines if (q := mean(b)) is not None}}
-    return TuneResult(best_settings=best, default_settings=dict(ctx.original),
-                      best_qpm=best_qpm, default_qpm=default_qpm, ab_rounds=rounds,
-                      passes=state.passes,
-                      evaluations=sum(1 for r in state.records
-                                      if not r.session.startswith("final")),
-                      output_dir=None, decisions=list(state.decisions),
-                      search_best_qpm=state.best.value if state.best is not None else None,
-                      recommended_qpm=mean("recommended"), comparison=comparison,
-                      bme=state.bme, sessions=[s.name for s, _ in state.sessions],
-                      decision=decision.to_dict() if decision is not None else None,
-                      paired_improvement=decision.improvement if decision is not None else None,
-                      improvement_ci=decision.improvement_ci if decision is not None else None,
-                      screening=state.screening.to_dict() if state.screening is not None
-                      else None)
+    unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
+    throughput = Throughput(
+        default=default_qpm, best=best_qpm,
+        search_best=state.best.value if state.best is not None else None,
+        recommended=mean("recommended"), unit=unit,
+        baselines={b: q for b in baselines if (q := mean(b)) is not None})
+    work = Work(passes=state.passes,
+                evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
+                sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions))
+    return TuneResult.conclude(Best(best, dict(ctx.original), throughput),
+                               Intervals(rounds, decision), work,
+                               Evidence(bme=state.bme, screening=state.screening))
 
 
 def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],

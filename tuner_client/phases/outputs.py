@@ -45,8 +45,7 @@ def conf_fragment(settings: Mapping[str, str]) -> str:
 def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Path) -> None:
     """Write the run's files into ``out`` (the knobs that changed, or all when none did)."""
     out.mkdir(parents=True, exist_ok=True)
-    changed = {k: v for k, v in result.best_settings.items() if v != ctx.original.get(k)}
-    settings = changed or result.best_settings
+    settings = result.best.changed or result.best.settings
     offline = set(ctx.offline_space.names)
     (out / "alter_system.sql").write_text(alter_system_sql(settings, offline))
     (out / "postgresql.conf.fragment").write_text(conf_fragment(settings))
@@ -73,8 +72,9 @@ def export_sessions(state: RunState, directory: Path, result: TuneResult) -> lis
             logger.warning("session %s not exported: %s", session.name, exc)
             continue
         metadata = dict(prior.definition.get("metadata") or {})
-        if result.comparison is not None:
-            metadata["comparison"] = result.comparison
+        comparison = result.best.throughput.comparison()
+        if comparison is not None:
+            metadata["comparison"] = comparison
         if kind == "offline" and state.bme is not None:
             metadata["bme"] = state.bme
         if kind == "offline" and state.probe_decisions:

@@ -79,9 +79,9 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
     if strategy == "pro":
         options.setdefault("simplex_size", max(dim + 1, replicas + 1))
     strat: Strategy = make_strategy(strategy, problem.space, seed=seed, **options)
-    reference = problem.space.snap({n: 0.5 * (p.min + p.max)  # type: ignore[union-attr]
-                                    for n, p in zip(problem.space.names, problem.space.params,
-                                                    strict=True)})
+    reference = problem.space.snap({n: 0.5 * (problem.space.numeric(n).min
+                                              + problem.space.numeric(n).max)
+                                    for n in problem.space.names})
     fleet = _Fleet.start(replicas, truth, model or NoiseModel.measured(), seed, reference,
                          point_seconds, normalise)
     run = SimRun(replicas, strategy)
