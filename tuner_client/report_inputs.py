@@ -1,0 +1,78 @@
+"""What ``summary.json`` carries for ``harmony report`` beyond the result itself: the race
+round by round, every measurement's paired ratio beside its reference, and the unit.
+
+The report (:mod:`harmony.report`) sits below the tuner and cannot recompute a paired
+interval, so the tuner writes down what the race saw: after each round, each label's ratio to
+the reference with its interval over the rounds so far (the interval the race judged, at the
+decision's level and by its method), where a candidate left the race and why, and why the
+race stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from tuner_client.measure import PointRecord
+from tuner_client.stats.paired import Method, paired_ratio_interval
+
+logger = logging.getLogger(__name__)
+
+#: labels of ``ab_rounds`` that are copies, not measurements (``tuned`` repeats the winner's)
+COPIED_LABELS = ("tuned",)
+
+
+def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[str, Any] | None,
+               decisions: Sequence[str]) -> dict[str, Any] | None:
+    """The race as the report draws it: per label (candidates and baselines) its ratio to
+    the reference and interval after every round from the second on; the candidates dropped,
+    after which round and why (the race's own words); why it stopped; the winner."""
+    if decision is None or len(rounds) < 2:
+        return None
+    reference = str(decision.get("reference") or "default")
+    level = float(decision.get("level") or 0.95)
+    method = cast(Method, str(decision.get("race_method") or decision.get("method") or "t"))
+    labels = [label for label in decision.get("intervals") or {} if label not in COPIED_LABELS]
+    trajectory: dict[str, list[dict[str, float | int]]] = {}
+    for label in labels:
+        points = []
+        for k in range(2, len(rounds) + 1):
+            iv = paired_ratio_interval([r.get(label) for r in rounds[:k]],
+                                       [r.get(reference) for r in rounds[:k]],
+                                       level=level, method=method)
+            if iv is not None and label in rounds[k - 1]:
+                points.append({"round": k, "ratio": iv.ratio, "low": iv.low, "high": iv.high,
+                               "n": iv.n})
+        trajectory[label] = points
+    dropped: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        present = [i for i, r in enumerate(rounds) if label in r]
+        if present and present[-1] < len(rounds) - 1:
+            after = present[-1] + 1
+            prefix = f"final: {label} dropped after {after} rounds: "
+            why = next((d[len(prefix):] for d in decisions if d.startswith(prefix)), None)
+            dropped[label] = {"after": after, "reason": why}
+    stopped = next((d.split("stopped: ", 1)[1] for d in decisions
+                    if d.startswith(f"final: {len(rounds)} rounds; stopped: ")), None)
+    return {"reference": reference, "level": level, "method": method,
+            "decision_level": decision.get("decision_level"), "labels": labels,
+            "trajectory": trajectory, "dropped": dropped, "stopped": stopped,
+            "winner": decision.get("winner"), "unstable": dict(decision.get("unstable") or {})}
+
+
+def measurement_trace(records: Sequence[PointRecord]) -> list[dict[str, Any]]:
+    """Every measured point in order: its session label, the paired ratio to the session's
+    reference (None unpaired), the value the strategy saw, the reference's own measurements
+    around it, and the replica that measured it."""
+    return [{"session": r.session, "ratio": r.ratio, "value": r.value,
+             "reference": list(r.reference), "replica": r.replica, "failure": r.failure}
+            for r in records]
+
+
+def report_inputs(records: Sequence[PointRecord], rounds: Sequence[Mapping[str, float | None]],
+                  decision: Mapping[str, Any] | None, decisions: Sequence[str],
+                  unit: str) -> dict[str, Any]:
+    """The keys summary.json gains for the report (``race``, ``measurements``, ``unit``)."""
+    return {"race": race_trace(rounds, decision, decisions),
+            "measurements": measurement_trace(records), "unit": unit}
