@@ -38,7 +38,7 @@ from harmony.report.inputs import (
 from harmony.report.knobs import knob_trajectories_png
 from harmony.report.race import race_png
 from harmony.report.screening import screening_png
-from harmony.report.verdict import interval_text, label_name, number, verdict_paragraphs
+from harmony.report.verdict import interval_text, label_name, number, verdict_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +91,7 @@ def render_html(inputs: ReportInputs, figures: ReportFigures) -> str:
     """The self-contained page: verdict, figures (as data: URIs), tables, trials."""
     e = html.escape
     prior, summary = inputs.prior, inputs.summary
-    verdict = "".join(f"<p class=verdict>{e(p)}</p>"
-                      for p in verdict_paragraphs(summary, inputs.comparison))
+    verdict = " ".join(e(sentence) for sentence in verdict_sentences(summary, inputs.comparison))
     sections = [_comparison_section(inputs, figures), _race_section(summary, figures),
                 _curve_section(inputs, figures),
                 _figure(figures, "knobs.png", "Knob trajectories",
@@ -111,10 +110,10 @@ h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.25em; margin-top: 1.6em; border-bo
 th, td {{ text-align: left; padding: 0.2em 0.8em; border-bottom: 1px solid #eee;
 font-size: 0.92em; vertical-align: top; }} th {{ color: #555; font-weight: 600; }}
 img {{ max-width: 100%; border: 1px solid #eee; }} .note {{ color: #666; font-size: 0.9em; }}
-#verdict {{ background: #f6f8fa; border-left: 4px solid #2ca02c; padding: 0.4em 1em; }}
+#verdict {{ background: #f6f8fa; border-left: 4px solid #2ca02c; padding: 0.6em 1em; }}
 </style></head><body>
 <h1>Harmony report: {e(prior.name)}</h1>
-<section id=verdict><h2>Verdict</h2>{verdict}</section>
+<section><h2>Verdict</h2><p id=verdict>{verdict}</p></section>
 {_session_table(prior)}
 {"".join(s for s in sections if s)}
 {_trials_section(prior)}

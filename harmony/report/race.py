@@ -31,8 +31,10 @@ def race_png(summary: RunSummary) -> bytes:
             name += " (unstable)"
         ax.plot(xs, ratios, "o-", color=color, linewidth=2.5 if label == summary.winner else 1.5,
                 markersize=4, label=name)
-        ax.fill_between(xs, [s.interval.low for s in steps], [s.interval.high for s in steps],
-                        color=color, alpha=0.15, linewidth=0)
+        lows, highs = [s.interval.low for s in steps], [s.interval.high for s in steps]
+        ax.fill_between(xs, lows, highs, color=color, alpha=0.10, linewidth=0)
+        for edge in (lows, highs):
+            ax.plot(xs, edge, "--", color=color, linewidth=0.8, alpha=0.7)
         if label in summary.dropped:
             after, _ = summary.dropped[label]
             ax.plot([xs[-1]], [ratios[-1]], "x", color="#d62728", markersize=11,

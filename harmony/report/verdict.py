@@ -46,9 +46,30 @@ def throughput_line(summary: RunSummary) -> str | None:
             + (f", 95 % CI {percent(ci[0])} to {percent(ci[1])}" if ci else "") + ")")
 
 
-def verdict_paragraphs(summary: RunSummary | None, comparison: Comparison | None) -> list[str]:
-    """The verdict in sentences: the decision's own lines first (the ones the tuner
-    printed), then the throughput line; without a run summary, what is known."""
+def in_words(summary: RunSummary) -> str | None:
+    """The conclusion in plain words, with the interval it rests on."""
+    rounds = len(summary.rounds)
+    reference = label_name(summary.reference)
+    winner_iv = summary.winner_interval()
+    if summary.winner is not None and winner_iv is not None:
+        text = (f"In words: {label_name(summary.winner)} measured "
+                f"{interval_text(winner_iv, summary.level)} against the {reference} over "
+                f"{rounds} interleaved rounds")
+        m = summary.candidates_counted
+        return text + (f", an interval simultaneous over the {m} candidates it was picked "
+                       "from, so it is recommended." if m > 1 else ", so it is recommended.")
+    if summary.decision is not None:
+        m = len(summary.intervals())
+        return (f"In words: none of the {m} configurations raced measured clearly better than "
+                f"the {reference} over {rounds} interleaved rounds, so the original "
+                "configuration is kept.")
+    return None
+
+
+def verdict_sentences(summary: RunSummary | None, comparison: Comparison | None) -> list[str]:
+    """The verdict as sentences of one paragraph: the decision's own lines (the ones the
+    tuner printed), the throughput line, then the conclusion in plain words; without a run
+    summary, what is known."""
     if summary is None:
         if comparison is not None and "default" in comparison.values:
             tuned = comparison.values.get("tuned")
@@ -61,21 +82,18 @@ def verdict_paragraphs(summary: RunSummary | None, comparison: Comparison | None
         return ["No decision was recorded for this session: the report shows its search "
                 "only (pass a tuning run's summary.json with --summary for the decision)."]
     lines = [line.strip() for line in (summary.decision or {}).get("text") or []]
-    out = []
-    if lines:
-        out.append(f"{lines[0][0].upper()}{lines[0][1:]}.")
-        out.extend(f"{line}." for line in lines[1:])
-    elif summary.rounds:
+    out = [f"{line[0].upper()}{line[1:]}." for line in lines if line]
+    if not lines and summary.rounds:
         out.append("No decision: fewer than 2 final rounds were measured, so there is no "
                    "interval; the original configuration is kept.")
     throughput = throughput_line(summary)
     if throughput is not None:
         out.append(throughput[0].upper() + throughput[1:] + ".")
-    if summary.winner is None and summary.decision is not None:
-        out.append(f"Kept the original: no candidate's interval lay above the "
-                   f"{label_name(summary.reference)}'s at the level the decision needs.")
+    words = in_words(summary)
+    if words is not None:
+        out.append(words)
     trips = (summary.guardrails or {}).get("trips")
     if isinstance(trips, int):
-        out.append(f"Live mode: the guardrails tripped {trips} time(s); each trip reverted to "
-                   "the last good configuration.")
+        out.append(f"Live mode: the guardrails tripped {trips} time(s)"
+                   + ("; each trip reverted to the last good configuration." if trips else "."))
     return out
