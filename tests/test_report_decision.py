@@ -257,6 +257,8 @@ def test_live_mode_speaks_its_unit_and_lists_the_guardrail_trips(session: PriorS
     assert f"-> {tune.best_qpm:.3g} {live_unit}" in verdict
     assert "queries/min" not in text and "qpm" not in verdict
     assert "the guardrails tripped 1 time(s)" in verdict
+    assert f"unit {live_unit} (the run's measurements and decision)" in " ".join(text.split())
+    assert "Buffer miss equation" not in text  # live mode searches no buffer size
     assert re.search(r"latency\s+p95 latency 3\.1x the last good configuration's\s+"
                      r"enable_indexscan = off\s+enable_indexscan = on\s+0\.80 s\s+0\.12 s", text)
 

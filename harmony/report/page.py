@@ -114,7 +114,7 @@ img {{ max-width: 100%; border: 1px solid #eee; }} .note {{ color: #666; font-si
 </style></head><body>
 <h1>Harmony report: {e(prior.name)}</h1>
 <section><h2>Verdict</h2><p id=verdict>{verdict}</p></section>
-{_session_table(prior)}
+{_session_table(prior, summary)}
 {"".join(s for s in sections if s)}
 {_trials_section(prior)}
 <p class=note>Generated {generated} by harmony {e(__version__)}.</p>
@@ -164,7 +164,7 @@ def write_report(prior: PriorSession, out_dir: str | Path, *,
 # -- sections ------------------------------------------------------------------------------
 
 
-def _session_table(prior: PriorSession) -> str:
+def _session_table(prior: PriorSession, run: RunSummary | None) -> str:
     e = html.escape
     evals = evaluations(prior)
     measured = [ev for ev in evals if ev.value is not None]
@@ -181,6 +181,7 @@ def _session_table(prior: PriorSession) -> str:
         ("session", prior.name),
         ("status", shown_status(prior)),
         ("objective", f"{objective.get('name', 'value')} ({objective.get('goal', 'minimize')})"),
+        *([("unit", f"{run.unit} (the run's measurements and decision)")] if run else []),
         ("strategy", str(strategy_name)),
         ("plugins", ", ".join(p.get("name", "?") for p in prior.definition.get("plugins", []))
          or "none"),
@@ -330,7 +331,8 @@ def _bme_section(inputs: ReportInputs, figures: ReportFigures) -> str:
     if probed:
         out += ("<h2>BME probes</h2><table><tr><th>pass</th><th>probes (size: miss "
                 "probability)</th><th>cost</th><th>decision</th></tr>" + probed + "</table>")
-    if bme is None and not probed:
+    # with a run's summary and no fit, the run searched no buffer size (e.g. live mode)
+    if bme is None and not probed and inputs.summary is None:
         out += ("<h2>Buffer miss equation</h2><p class=note>No BME fit was recorded for this "
                 "session (session metadata <code>bme</code> or <code>--bme FILE.json</code>)."
                 "</p>")
