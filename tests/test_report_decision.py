@@ -131,6 +131,9 @@ def test_the_race_trace_is_the_race_the_decision_judged() -> None:
             assert last["high"] / last["low"] < first["high"] / first["low"], label
     assert [s["round"] for s in trace["trajectory"]["candidate-2"]] == list(range(2, after + 1))
     assert trace["trajectory"]["best"][-1]["round"] == len(tune.ab_rounds)
+    # a method this tuner does not know leaves the rounds untraced, never the summary unwritten
+    odd = race_trace(tune.ab_rounds, {**decision, "method": "no-such-method"}, tune.decisions)
+    assert odd is not None and odd["trajectory"] == {} and odd["dropped"] == trace["dropped"]
 
 
 def test_comparison_and_verdict_carry_the_printed_numbers(session: PriorSession,

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from harmony.base.errors import ConfigError
 from tuner_client.measure import PointRecord
 from tuner_client.stats.paired import Method, paired_ratio_interval
 
@@ -32,19 +33,28 @@ def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[s
         return None
     reference = str(decision.get("reference") or "default")
     level = float(decision.get("level") or 0.95)
-    method = cast(Method, str(decision.get("race_method") or decision.get("method") or "t"))
-    labels = [label for label in decision.get("intervals") or {} if label not in COPIED_LABELS]
+    intervals = decision.get("intervals") or {}
+    recorded = next((iv["method"] for iv in intervals.values()
+                     if isinstance(iv, Mapping) and iv.get("method")), None)
+    method = cast(Method, str(decision.get("race_method") or decision.get("method")
+                              or recorded or "t"))
+    labels = [label for label in intervals if label not in COPIED_LABELS]
     trajectory: dict[str, list[dict[str, float | int]]] = {}
-    for label in labels:
-        points = []
-        for k in range(2, len(rounds) + 1):
-            iv = paired_ratio_interval([r.get(label) for r in rounds[:k]],
-                                       [r.get(reference) for r in rounds[:k]],
-                                       level=level, method=method)
-            if iv is not None and label in rounds[k - 1]:
-                points.append({"round": k, "ratio": iv.ratio, "low": iv.low, "high": iv.high,
-                               "n": iv.n})
-        trajectory[label] = points
+    try:
+        for label in labels:
+            points = []
+            for k in range(2, len(rounds) + 1):
+                iv = paired_ratio_interval([r.get(label) for r in rounds[:k]],
+                                           [r.get(reference) for r in rounds[:k]],
+                                           level=level, method=method)
+                if iv is not None and label in rounds[k - 1]:
+                    points.append({"round": k, "ratio": iv.ratio, "low": iv.low,
+                                   "high": iv.high, "n": iv.n})
+            trajectory[label] = points
+    except ConfigError as exc:
+        # the summary is still written; the report then draws the race without its rounds
+        logger.warning("summary.json: the race's rounds not traced: %s", exc)
+        trajectory = {}
     dropped: dict[str, dict[str, Any]] = {}
     for label in labels:
         present = [i for i, r in enumerate(rounds) if label in r]
