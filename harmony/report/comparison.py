@@ -28,7 +28,7 @@ def comparison_png(summary: RunSummary) -> bytes:
     labels = raced_labels(summary)
     intervals = summary.intervals()
     winner = summary.winner
-    fig = Figure(figsize=(10, 0.55 * len(labels) + 1.9), dpi=100, layout="constrained")
+    fig = Figure(figsize=(10, 0.65 * len(labels) + 1.9), dpi=100, layout="constrained")
     left, right = fig.subplots(1, 2, sharey=True, width_ratios=(2, 3))
     rows = list(range(len(labels)))[::-1]  # the reference on top
     names = [label_name(label) + (" (recommended)" if label == winner else "")
@@ -47,7 +47,8 @@ def comparison_png(summary: RunSummary) -> bytes:
     shown = [1.0]
     for y, label in zip(rows, labels, strict=True):
         if label == summary.reference:
-            right.annotate(" the reference (1×)", (1.0, y), va="center", fontsize=8)
+            right.annotate("the reference (1×)", (1.0, y), xytext=(0, 7),
+                           textcoords="offset points", ha="center", va="bottom", fontsize=8)
             continue
         iv = summary.winner_interval() if label == winner else intervals.get(label)
         if iv is None:
@@ -60,10 +61,12 @@ def comparison_png(summary: RunSummary) -> bytes:
         text = interval_text(iv, summary.level)
         if label == winner and summary.candidates_counted > 1:
             text += f", simultaneous over {summary.candidates_counted}"
-        right.annotate(text, (high, y), xytext=(4, 0), textcoords="offset points",
-                       va="center", fontsize=8)
+        # above its bar, centred: long labels stay inside the panel
+        right.annotate(text, (iv.ratio, y), xytext=(0, 7), textcoords="offset points",
+                       ha="center", va="bottom", fontsize=8)
     span = max(shown) - min(shown)
-    right.set_xlim(min(shown) - 0.08 * span - 0.01, max(shown) + 0.9 * span + 0.05)
+    right.set_xlim(min(shown) - 0.3 * span - 0.02, max(shown) + 0.3 * span + 0.02)
+    right.set_ylim(-0.6, len(labels) - 0.2)
     right.set_xlabel(f"ratio to {label_name(summary.reference)}, paired by round "
                      f"({_method(summary)})")
     right.grid(True, axis="x", alpha=0.3)
