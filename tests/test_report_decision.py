@@ -24,6 +24,7 @@ from test_priordata import make_definition, run_session
 
 from harmony.core.priordata import PriorSession, prior_from_core
 from harmony.report import summary_from_json, write_report
+from harmony.report.curve import raced_evaluations
 from tuner_client.measure import PointRecord
 from tuner_client.phases.final import NAMES
 from tuner_client.phases.result import TuneResult
@@ -207,6 +208,18 @@ def test_the_tuning_curve_is_in_one_declared_unit(session: PriorSession,
     width, height = _png_size((tmp_path / "tuning_curve.png").read_bytes())
     assert (width, height) == (900, 600)  # two panels: ratios, and the reference below
 
+    # the race's candidates found among the search's evaluations: "tuned" is the 1.31x one
+    for i, r in enumerate(records):
+        r.in_force = {"work_mem": f"{i + 1}MB"}
+    final = [PointRecord(session=f"final-{label}", point={}, settings={}, value=1000.0,
+                         in_force={"work_mem": mem})
+             for label, mem in (("default", "4MB"), ("best", "4MB"), ("candidate-2", "5MB"))]
+    run = summary_from_json(summary_of(tune, records + final))
+    assert raced_evaluations(run) == {"best": [4], "candidate-2": [5]}
+    page = write_report(session, tmp_path / "rings", summary=summary_of(tune, records + final))
+    assert "rings round the evaluations whose configuration went on to the race" in page_text(
+        page.read_text())
+
     # unpaired: the values in the unit, said so
     for r in records:
         r.ratio, r.reference = None, []
@@ -287,3 +300,24 @@ def _b64_images(page: str) -> list[bytes]:
 
 def _png_size(data: bytes) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_the_screening_and_the_bme_fit_of_the_run_are_drawn_from_its_summary(
+        session: PriorSession, tmp_path: Path) -> None:
+    """A session exported without them (here: a bare session) still gets the run's
+    screening and BME fit from summary.json."""
+    tune, records = run_race()
+    tune.screening = {"design": "pb", "design_runs": 8, "evaluations": 13, "threshold": 2.0,
+                      "effects": [{"knob": "jit_above_cost", "ratio": 1.4, "se": 0.03,
+                                   "cleared": True, "reason": "cleared 2.0 se"},
+                                  {"knob": "work_mem", "ratio": 1.01, "se": 0.03,
+                                   "cleared": False, "reason": "within the noise"}]}
+    mib = 1024**2
+    tune.bme = {"p_star": 0.03, "p_c": 0.01, "m_b": 6.0 * mib, "m_star": 192.0 * mib,
+                "r2": 0.97, "points": [[16 * mib, 0.5], [64 * mib, 0.2], [128 * mib, 0.07]]}
+    page = write_report(session, tmp_path, summary=summary_of(tune, records)).read_text()
+    text = page_text(page)
+    assert {"screening.png", "bme.png"} <= {p.name for p in tmp_path.glob("*.png")}
+    assert re.search(r"jit_above_cost\s+1\.400×\s+searched", text)
+    assert re.search(r"work_mem\s+1\.010×\s+held", text)
+    assert "M* = 192.0 MiB" in text

@@ -74,9 +74,11 @@ def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[s
 def measurement_trace(records: Sequence[PointRecord]) -> list[dict[str, Any]]:
     """Every measured point in order: its session label, the paired ratio to the session's
     reference (None unpaired), the value the strategy saw, the reference's own measurements
-    around it, and the replica that measured it."""
+    around it, the replica that measured it, and the settings in force (so a final label's
+    configuration can be found among the search's evaluations)."""
     return [{"session": r.session, "ratio": r.ratio, "value": r.value,
-             "reference": list(r.reference), "replica": r.replica, "failure": r.failure}
+             "reference": list(r.reference), "replica": r.replica, "failure": r.failure,
+             "in_force": dict(r.in_force)}
             for r in records]
 
 

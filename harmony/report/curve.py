@@ -62,6 +62,7 @@ def run_curve_png(summary: RunSummary) -> bytes:
     if failed:
         top.plot(failed, [1.0 if ratio else 0.0] * len(failed), "x", color=FAIL,
                  label=f"failed ({len(failed)})")
+    _mark_raced(top, summary, ms, ratio)
     end = len(ms) + 1
     _race_column(top, summary, end, ratio)
     if ratio:
@@ -94,6 +95,34 @@ def run_curve_png(summary: RunSummary) -> bytes:
         bottom.legend(loc="best", fontsize=8)
     bottom.set_ylim(bottom=0)
     return png(fig)
+
+
+def raced_evaluations(summary: RunSummary) -> dict[str, list[int]]:
+    """Final label -> the search evaluations (1-based, in :func:`search_measurements`) that
+    measured its configuration: where the race's candidates came from."""
+    ms = search_measurements(summary)
+    out: dict[str, list[int]] = {}
+    for m in summary.measurements:
+        label = str(m.get("session", "")).removeprefix("final-")
+        settings = m.get("in_force") or {}
+        if not str(m.get("session", "")).startswith("final-") or label == summary.reference \
+                or label in out or not settings:
+            continue
+        out[label] = [x for x, s in enumerate(ms, 1)
+                      if all((s.get("in_force") or {}).get(k) == v for k, v in settings.items())]
+    return {label: xs for label, xs in out.items() if xs}
+
+
+def _mark_raced(ax: Any, summary: RunSummary, ms: list[dict[str, Any]], ratio: bool) -> None:
+    """Ring the search evaluations whose configuration went on to the race."""
+    for label, xs in raced_evaluations(summary).items():
+        ys = [ms[x - 1].get("ratio" if ratio else "value") for x in xs]
+        shown = [(x, float(y)) for x, y in zip(xs, ys, strict=True) if y is not None]
+        if shown:
+            ax.plot([x for x, _ in shown], [y for _, y in shown], "o", markersize=11,
+                    markerfacecolor="none",
+                    markeredgecolor=WIN if label == summary.winner else "#333333",
+                    label=f"raced as {label_name(label)}")
 
 
 def _race_column(ax: Any, summary: RunSummary, x: int, ratio: bool) -> None:

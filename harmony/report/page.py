@@ -287,7 +287,8 @@ def _curve_section(inputs: ReportInputs, figures: ReportFigures) -> str:
     if paired(summary):
         caption = ("One unit throughout: each search evaluation's ratio to its session's "
                    "reference, measured just before and after it (the configuration in force "
-                   "when the session started), the best so far per session (steps); at the "
+                   "when the session started), the best so far per session (steps), rings "
+                   "round the evaluations whose configuration went on to the race; at the "
                    f"right, the final rounds' ratios to the {summary.reference} with their "
                    "intervals (the recommended one's simultaneous). Below, the reference's "
                    f"own measurements in {summary.unit}: the drift the ratios cancel")
