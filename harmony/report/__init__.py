@@ -8,6 +8,7 @@ data) and, when there is one, the tuning run's ``summary.json``; it knows nothin
 they came from. One module per chart; :mod:`harmony.report.page` puts the page together.
 """
 
+from harmony.report.draw import ReportFigures
 from harmony.report.inputs import (
     Comparison,
     Evaluation,
@@ -19,7 +20,7 @@ from harmony.report.inputs import (
     shown_status,
     summary_from_json,
 )
-from harmony.report.page import ReportFigures, render_html, write_report
+from harmony.report.page import render_html, write_report
 
 __all__ = ["Comparison", "Evaluation", "ReportFigures", "RunSummary", "bme_from_metadata",
            "comparison_from_metadata", "evaluations", "render_html",

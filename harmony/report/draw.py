@@ -4,6 +4,7 @@ display) and the colours."""
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -22,3 +23,10 @@ def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
+
+
+@dataclass
+class ReportFigures:
+    """The PNGs of one report, by file name (bytes)."""
+
+    images: dict[str, bytes] = field(default_factory=dict)

@@ -352,3 +352,14 @@ def shared_buffers_throughput(prior: PriorSession) -> list[tuple[float, float]]:
                     for ev in evaluations(prior)
                     if ev.value is not None and "shared_buffers" in ev.point]
     return []
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything a page is drawn from: the session, and what the run recorded beside it."""
+
+    prior: PriorSession
+    summary: RunSummary | None
+    comparison: Comparison | None
+    bme: Mapping[str, Any] | None
+    screening: Mapping[str, Any] | None
