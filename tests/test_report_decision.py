@@ -321,3 +321,19 @@ def test_the_screening_and_the_bme_fit_of_the_run_are_drawn_from_its_summary(
     assert re.search(r"jit_above_cost\s+1\.400×\s+searched", text)
     assert re.search(r"work_mem\s+1\.010×\s+held", text)
     assert "M* = 192.0 MiB" in text
+
+
+def test_a_summary_from_before_the_race_trace_still_gets_its_intervals(
+        session: PriorSession, tmp_path: Path) -> None:
+    """summary.json of an older tuner (no race, measurements or unit): the comparison with
+    its intervals and the verdict as before, the race said untraced, the session's curve."""
+    tune, _ = run_race()
+    old = json.loads(json.dumps(tune.to_dict(), default=str))
+    page = write_report(session, tmp_path, summary=old).read_text()
+    assert {p.name for p in tmp_path.glob("*.png")} == {"comparison.png", "tuning_curve.png",
+                                                        "knobs.png"}
+    text = page_text(page)
+    assert "The race's rounds were not traced in summary.json" in text
+    assert "after round" not in text  # no drops invented from the decision's wording
+    assert "Recommending tuned: tuned/default 1.23×" in verdict_of(page)
+    assert "as its strategy saw it" in text

@@ -108,16 +108,18 @@ def comparison_section(inputs: ReportInputs, figures: ReportFigures) -> str:
             f"<td>{e(_pct(comparison.gain(k)) if k != 'default' else '')}</td></tr>"
             for k, v in comparison.values.items())
         return (figure(figures, "comparison.png", title,
-                        "Means only, gains over the default's mean: no paired interval was "
-                        "recorded, so no difference here is a decision (pass the run's "
-                        "summary.json with --summary).") + f"<table>{table}</table>")
+                       "Means only, gains over the default's mean: no paired interval was "
+                       "recorded, so no difference here is a decision (pass the run's "
+                       "summary.json with --summary).") + f"<table>{table}</table>")
     return (f"<h2>{e(title)}</h2><p class=note>No comparison was recorded for this session "
             "(session metadata <code>comparison</code>, or the run's <code>--summary "
             "summary.json</code>).</p>")
 
 
 def race_section(summary: RunSummary | None, figures: ReportFigures) -> str:
-    if summary is None or "race.png" not in figures.images:
+    """The race chart with who left it and why; without the rounds traced in summary.json
+    (a tuner before them), the drops and the unstable candidates alone."""
+    if summary is None or summary.decision is None:
         return ""
     e = html.escape
     rows = "".join(
@@ -135,6 +137,9 @@ def race_section(summary: RunSummary | None, figures: ReportFigures) -> str:
                + (f" The race stopped: {summary.stopped}." if summary.stopped else ""))
     table = ("<table><tr><th>candidate</th><th>left the race</th><th>why</th></tr>"
              f"{rows}</table>") if rows else "<p class=note>No candidate was dropped.</p>"
+    if "race.png" not in figures.images:
+        return ("<h2>The race</h2><p class=note>The race's rounds were not traced in "
+                "summary.json; the verdict above gives its result.</p>" + table)
     return figure(figures, "race.png", "The race", caption) + table
 
 
@@ -142,10 +147,10 @@ def curve_section(inputs: ReportInputs, figures: ReportFigures) -> str:
     summary = inputs.summary
     if summary is None or not summary.measurements:
         return figure(figures, "tuning_curve.png", "Tuning curve",
-                       "Every evaluation of this session as its strategy saw it (grey; light "
-                       "grey: its samples when a point is measured several times), the best "
-                       "so far (blue), failed evaluations (red x). With the run's summary.json "
-                       "(--summary) the curve is drawn as paired ratios instead.")
+                      "Every evaluation of this session as its strategy saw it (grey; light "
+                      "grey: its samples when a point is measured several times), the best "
+                      "so far (blue), failed evaluations (red x). With the run's summary.json "
+                      "(--summary) the curve is drawn as paired ratios instead.")
     spread = drift(summary)
     if paired(summary):
         caption = ("One unit throughout: each search evaluation's ratio to its session's "
@@ -172,8 +177,8 @@ def screening_section(inputs: ReportInputs, figures: ReportFigures) -> str:
         f"<td>{'searched' if x['cleared'] else 'held'}</td><td>{e(str(x['reason']))}</td>"
         f"</tr>" for x in screening["effects"])
     return figure(figures, "screening.png", "Knob screening",
-                   "Each knob's effect over the noise before the search; only the knobs whose "
-                   "effect cleared it were searched.") + f"<table>{table}</table>"
+                  "Each knob's effect over the noise before the search; only the knobs whose "
+                  "effect cleared it were searched.") + f"<table>{table}</table>"
 
 
 def bme_section(inputs: ReportInputs, figures: ReportFigures) -> str:
