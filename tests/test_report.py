@@ -73,7 +73,7 @@ def test_report_page_is_self_contained_with_every_figure(session: PriorSession,
     # the numbers are there
     best_point, best_value = session.best()  # type: ignore[misc]
     assert f"{best_value:.6g}" in page
-    assert "+303%" in page and "+101%" in page  # tuned and recommended over default
+    assert "+302.9%" in page and "+100.9%" in page  # tuned and recommended over default
     assert "M* = 192.0 MiB" in page
     assert "29 done" not in page and f"{sum(t.status == 'done' for t in session.trials)} done" \
         in page
@@ -109,7 +109,7 @@ def test_report_cli_from_xml_and_from_a_store(session: PriorSession, tmp_path: P
                               str(tmp_path / "r1"), "--comparison", str(summary)])
     assert args.func(args) == 0
     page = (tmp_path / "r1" / "report.html").read_text()
-    assert "+150%" in page and len(embedded_images(page)) == 4
+    assert "+150.0%" in page and len(embedded_images(page)) == 4
 
     state = tmp_path / "state"
     small = prior_from_core(run_session(make_definition("small", params=space_dicts()[:1]), 5,

@@ -30,7 +30,7 @@ def test_a_recommendation_prints_its_interval() -> None:
     assert lines[1] == ("result: recommending tuned: tuned/default 1.18× (95 % CI 1.07–1.30) "
                         "over 4 rounds")
     assert "work_mem = 8MB   (default 4MB)" in "\n".join(lines)
-    assert lines[-1].endswith("(+18.0%, 95 % CI +7.0% to +30.0%)")
+    assert lines[-1].endswith("(+18.0%, 95 % anytime-valid CI +7.0% to +30.0%)")
     result = _result(True)
     assert result.status is RunStatus.IMPROVED and result.message.startswith("recommending tuned")
 

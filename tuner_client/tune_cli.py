@@ -79,12 +79,14 @@ def format_result(result: TuneResult) -> str:
         mark = "" if name not in changed else f"   (default {best.original.get(name)})"
         lines.append(f"  {name:<{width}} = {value}{mark}")
     ci = result.intervals.improvement_ci
+    decision = result.intervals.decision
+    kind = "anytime-valid CI" if decision is not None and decision.method == "anytime" else "CI"
     if throughput.best is not None and throughput.default is not None:
         lines.append(f"throughput, default vs best interleaved over "
                      f"{len(result.intervals.rounds)} round(s): {_number(throughput.default)} "
                      f"-> {_number(throughput.best)} {throughput.unit} "
                      f"({100 * (result.improvement or 0.0):+.1f}%"
-                     + (f", 95 % CI {100 * ci[0]:+.1f}% to {100 * ci[1]:+.1f}%" if ci else "")
+                     + (f", 95 % {kind} {100 * ci[0]:+.1f}% to {100 * ci[1]:+.1f}%" if ci else "")
                      + ")")
     for text in work.decisions:
         lines.append(f"decision: {text}")

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from harmony.base.errors import HarmonyError
 from harmony.core.priordata import dump
+from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.prior_export import session_prior
+from tuner_client.report_inputs import report_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +54,13 @@ def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Pat
     with (out / "trials.jsonl").open("w") as fh:
         for record in state.records:
             fh.write(json.dumps(record.to_dict(), default=str) + "\n")
-    (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    # the report's inputs (the race round by round, every paired ratio) beside the result
+    summary = {**result.to_dict(), **report_inputs(
+        state.records, result.intervals.rounds,
+        result.intervals.decision.to_dict() if result.intervals.decision is not None else None,
+        result.work.decisions,
+        objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind))}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     exported = export_sessions(state, out / "sessions", result)
     logger.info("wrote %s", ", ".join(str(out / f) for f in (
         "alter_system.sql", "postgresql.conf.fragment", "trials.jsonl", "summary.json")))

@@ -62,7 +62,7 @@ class RatioInterval:
         """``1.18× (95 % CI 1.07–1.30)``; ``1.18× (95 % anytime-valid CI 1.02–1.37)`` for a
         confidence sequence."""
         pct = f"{100 * self.level:.0f}" if (100 * self.level).is_integer() \
-            else f"{100 * self.level:g}"
+            else f"{100 * self.level:.1f}"
         kind = "anytime-valid CI" if self.method == "anytime" else "CI"
         if not math.isfinite(self.high) or self.low <= 0.0:
             return f"{self.ratio:.2f}× ({pct} % {kind} unbounded yet)"
