@@ -4,6 +4,7 @@ guardrails, the statement-mix shift detector, and every bad input."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -361,7 +362,7 @@ flow: {{kind: multi-pass, max_passes: 2, shift: {{outside: 2, monitor: 4}},
 
 
 def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
-        live_cluster: LocalCluster) -> None:
+        live_cluster: LocalCluster, caplog: pytest.LogCaptureFixture) -> None:
     """A multi-pass live run: the application's mix changes while the converged best is
     monitored, the mix detector starts pass 2 with a new reference, and a SIGTERM during
     pass 2 leaves the server with its original configuration."""
@@ -399,6 +400,7 @@ def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
 
     tuner = Tuner(config, client=connect(None), target=target, run_id="flow",
                   on_decision=on_decision, on_measured=on_measured)
+    caplog.set_level(logging.INFO, logger="tuner_client")
     try:
         with pytest.raises(SystemExit):
             tuner.run()
@@ -411,6 +413,9 @@ def test_live_flow_retunes_on_a_mix_shift_and_sigterm_restores_the_original(
     assert statements == [2, 3]
     assert auto_conf.read_text() == original
     assert {n: _show(dsn, n) for n in names} == before
+    # the log speaks live mode's unit, not queries per minute
+    best = [r.getMessage() for r in caplog.records if r.getMessage().startswith("new best:")]
+    assert best and all("x the original's speed" in m and "qpm" not in m for m in best)
 
 
 def test_shipped_config_resolves_and_the_budget_counts_every_connection(

@@ -171,7 +171,7 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
     if outcome.failure is not None:
         logger.warning("%s: could not put the offline best back in force: %s", label,
                        outcome.failure)
-    logger.info("[%s] best %.1f qpm with %s", label, best.value or 0.0,
+    logger.info("[%s] best %.4g %s with %s", label, best.value or 0.0, ctx.unit,
                 {k: best.in_force[k] for k in space.names})
     return best.value
 

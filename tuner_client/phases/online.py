@@ -119,7 +119,8 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
                                       {k: best.in_force[k] for k in space.names})
         record_point(ctx, state, record, kind="online", ranks=False)
         value = record.value if record.value is not None else math.nan
-        logger.info("[%s-monitor] %d/%d: %.1f qpm", label, i + 1, cfg.flow.monitor, value)
+        logger.info("[%s-monitor] %d/%d: %.4g %s", label, i + 1, cfg.flow.monitor, value,
+                    ctx.unit)
         if mix is not None and mix.observe(pooled_shares([record], costs)):
             ctx.metrics.record_workload_shift()
             state.decide(f"{label}: statement mix shift: {cfg.flow.shift_outside} consecutive "

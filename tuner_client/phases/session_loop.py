@@ -111,6 +111,8 @@ class Trials(ABC):
     """How one replica measures the trials it fetches (paired blocks or single samples)."""
 
     label: str
+    #: the objective's unit, as the log prints values (:attr:`RunContext.unit`)
+    unit: str = "queries/min"
 
     @property
     def midway(self) -> bool:
@@ -166,8 +168,8 @@ class SampledTrials(Trials):
             logger.warning("[%s] %s: sampling failed: %s", self.label, settings, exc)
             return self._failed(current, f"sampling failed: {exc}")
         current.samples.append(sample)
-        logger.info("[%s] %s sample %d/%d: %.1f qpm", self.label, settings,
-                    len(current.samples), self.samples, sample.qpm)
+        logger.info("[%s] %s sample %d/%d: %.4g %s", self.label, settings,
+                    len(current.samples), self.samples, sample.qpm, self.unit)
         if len(current.samples) < self.samples:
             return Measured(sample.qpm, None)
         if _no_block_counts(current):
@@ -249,9 +251,12 @@ def _trials(ctx: RunContext, replica: Replica, label: str,
     """How ``replica`` measures the session's trials."""
     if references is None:
         cfg = ctx.config.measure
-        return SampledTrials(replica.joined(), label, cfg.samples, cfg.aggregate)
-    return PairedTrials(replica.joined(), ctx.metrics, label, references.of(replica),
-                        pooled_level=references.pooled_level)
+        trials: Trials = SampledTrials(replica.joined(), label, cfg.samples, cfg.aggregate)
+    else:
+        trials = PairedTrials(replica.joined(), ctx.metrics, label, references.of(replica),
+                              pooled_level=references.pooled_level)
+    trials.unit = ctx.unit
+    return trials
 
 
 def _remote_claimed(session: Session, local_ids: set[str]) -> int:
@@ -354,20 +359,20 @@ def member_loop(session: Session, trials: Trials, space: KnobSpace, shared: Shar
                 continue
             record.replica = name
             logger.info("[%s] %strial %d %s: %s", label, f"{name} " if name else "",
-                        got.trial_id, settings, _outcome(record))
+                        got.trial_id, settings, _outcome(record, trials.unit))
             keep(record, measured.ask)
         finally:
             with shared.lock:
                 shared.busy -= 1
 
 
-def _outcome(record: PointRecord) -> str:
+def _outcome(record: PointRecord, unit: str) -> str:
     """How a finished evaluation is logged."""
     if record.value is None:
         return f"failed: {record.failure}"
     if record.ratio is not None:
-        return f"{record.ratio:.3f}× its reference → {record.value:.1f}"
-    return f"{record.value:.1f} qpm"
+        return f"{record.ratio:.3f}× its reference → {record.value:.4g} {unit}"
+    return f"{record.value:.4g} {unit}"
 
 
 def _no_block_counts(record: PointRecord) -> bool:

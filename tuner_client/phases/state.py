@@ -17,7 +17,7 @@ from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.knob_proposals import Proposal
-from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord
+from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics import TunerMetrics
 from tuner_client.replicas import ReplicaPool
 from tuner_client.target import Target
@@ -48,6 +48,12 @@ class RunContext:
     priors: list[PriorSession] = field(default_factory=list)
     #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
     knob_proposals: list[Proposal] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        """The objective's unit, as logs and outputs print its values (live mode: × the
+        original's speed)."""
+        return objective_unit(self.config.measure.estimator, self.config.workload.kind)
 
     def current(self, names: list[str]) -> dict[str, str]:
         """The values in force of ``names``."""
@@ -128,7 +134,7 @@ def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
     if ranks and record.value is not None and (state.best is None
                                                or record.value > (state.best.value or 0.0)):
         state.best = record
-        logger.info("new best: %.1f qpm with %s", record.value, record.in_force)
+        logger.info("new best: %.4g %s with %s", record.value, ctx.unit, record.in_force)
     if ranks and state.on_record is not None:
         state.on_record(record)
     if state.on_measured is not None:
