@@ -203,10 +203,17 @@ def test_stop_is_prompt_and_idempotent(tpch_dsn: str) -> None:
     driver.stop()
     with pytest.raises(WorkloadError, match="not running"):
         driver.sample(1.0)
-    with psycopg.connect(tpch_dsn) as conn:
-        (left,) = conn.execute(  # type: ignore[misc]
-            "select count(*) from pg_stat_activity where application_name like 'harmony-tpch-%%'"
-        ).fetchone()
+    # every stream's connection is closed; its backend exits on its own schedule (a loaded
+    # machine may take a moment), so wait for the count rather than sample it once
+    deadline = time.monotonic() + 30.0
+    while True:
+        with psycopg.connect(tpch_dsn) as conn:
+            (left,) = conn.execute(  # type: ignore[misc]
+                "select count(*) from pg_stat_activity "
+                "where application_name like 'harmony-tpch-%%'").fetchone()
+        if left == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert left == 0
 
 

@@ -206,7 +206,9 @@ def _interval(raw: Any, where: str, method: Any = None) -> Interval:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected {{ratio, low, high}}, got {raw!r}")
     try:
-        ratio, low, high = (float(raw[k]) for k in ("ratio", "low", "high"))
+        # an anytime-valid sequence still unbounded above is written with high null
+        ratio, low = float(raw["ratio"]), float(raw["low"])
+        high = math.inf if raw["high"] is None else float(raw["high"])
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{where}: expected numbers ratio, low and high, got {raw!r}") \
             from None
