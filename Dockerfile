@@ -1,6 +1,9 @@
 # The Harmony for PostgreSQL image: the session server, the tuner and the TPC-H tools.
 # Build: docker build -t harmony-postgres .   (docker-compose.yml builds it for you)
-FROM python:3.11-slim AS build
+# PYTHON_IMAGE: any Python 3.11 image with pip on PATH; deploy/images/build passes its own
+# (Debian's Python on a debootstrap base) where no public registry is reachable.
+ARG PYTHON_IMAGE=python:3.11-slim
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY harmony ./harmony
@@ -11,7 +14,7 @@ COPY strategies ./strategies
 COPY workloads ./workloads
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="harmony-postgres" \
       org.opencontainers.image.description="Active-Harmony-style autotuner for PostgreSQL throughput"
 ENV PYTHONDONTWRITEBYTECODE=1 \
