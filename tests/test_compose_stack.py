@@ -13,6 +13,7 @@ against the metric names Prometheus really scraped instead.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -20,7 +21,9 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -28,10 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import docker  # type: ignore[import-untyped]
 import psycopg
 import pytest
-
 from test_deploy import DASHBOARD, dashboard_queries, promql_metric_names
+
+from tuner_client.controllers.base import make_controller
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES_ENV = os.environ.get("HARMONY_COMPOSE_IMAGES", "")
@@ -134,8 +139,6 @@ def _our_containers(client: Any) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    import docker  # type: ignore[import-untyped]
-
     client = docker.from_env()
     for name in ("harmony-postgres", "harmony-postgres-2"):
         existing = client.containers.list(all=True, filters={"name": f"^{name}$"})
@@ -161,7 +164,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         **ports,
         "TPCH_SCALE": "0.01",
         "TUNER_CONFIG": "/etc/harmony/tuner/compose-test.yaml",
-        "POSTGRES_MEMORY": "2g",
+        "POSTGRES_MEMORY": "4g",
         "SHOP_SCALE": "1",
         "SHOP_CLIENTS": "4",
         "DOCKER_SOCKET": socket_path,
@@ -232,8 +235,8 @@ def test_tuning_session_restarts_postgres_through_the_docker_api(stack: Stack) -
     assert server_log.count("database system is ready to accept connections") >= \
         1 + len(restarts)
     # the tuner applied its best configuration at the end; it is what the server runs now
-    out = tuner.get_archive("/var/lib/harmony/out/compose-test/summary.json")
-    summary = _json_from_archive(out[0])
+    summary = _json_from_archive(tuner.get_archive("/var/lib/harmony/out/summary.json")[0])
+    assert summary, "the tuner wrote an empty summary.json"
     stack.timings["summary_keys"] = sorted(summary)
     with psycopg.connect(stack.dsn("tpch"), autocommit=True) as conn:
         row = conn.execute("SELECT setting::bigint * 8192 FROM pg_settings "
@@ -246,9 +249,6 @@ def test_tuning_session_restarts_postgres_through_the_docker_api(stack: Stack) -
 
 
 def _json_from_archive(stream: Any) -> dict[str, Any]:
-    import io
-    import tarfile
-
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         fh = tar.extractfile(tar.getmembers()[0])
         assert fh is not None
@@ -261,6 +261,11 @@ def _json_from_archive(stream: Any) -> dict[str, Any]:
 def test_prometheus_scraped_the_server_and_the_tuner(stack: Stack) -> None:
     """Prometheus's HTTP API: both jobs were up, and the tuner's restarts and measured points
     are in its database with the numbers the session produced."""
+    # one error answer, so that the server's error counter has a series to scrape
+    missing = f"http://127.0.0.1:{stack.ports['HARMONY_PORT']}/sessions/no-such-session"
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(missing, timeout=10)
+    assert answer.value.code == 404
     up = stack.query("max_over_time(up[30m])")
     assert up == {"harmony-server": 1.0, "harmony-tuner": 1.0}
     # the tuner is gone now (a finished run exits): its last scraped values remain
@@ -274,6 +279,9 @@ def test_prometheus_scraped_the_server_and_the_tuner(stack: Stack) -> None:
     assert qps["harmony-tuner"] > 0
     requests = stack.query("sum(max_over_time(harmony_server_requests_total[30m]))")
     assert sum(requests.values()) > 10
+    errors = wait_for("the server's 404 in Prometheus", lambda: stack.query(
+        'harmony_server_errors_total{kind="not_found"}') or None, timeout_s=60, every_s=3)
+    assert sum(errors.values()) >= 1
     durations = stack.query("max_over_time(harmony_tuner_restart_duration_seconds_sum[30m]) / "
                             "max_over_time(harmony_tuner_restart_duration_seconds_count[30m])")
     stack.timings["prometheus_mean_restart_s"] = durations.get("harmony-tuner")
@@ -292,17 +300,15 @@ def test_dashboard_metrics_are_among_those_scraped(stack: Stack) -> None:
     assert not (set(missing) - EVENT_ONLY), f"the dashboard queries unscraped {missing}"
 
 
-#: series that exist only once a labelled event happened, which a healthy 2-point session
-#: does not produce (a failed point, a detector, a guardrail, a screening phase, a BME fit)
-EVENT_ONLY: set[str] = set()
+#: series that exist only once an event happened which a 2-point session does not produce: the
+#: fitted BME curve (a fit needs more offline points with buffer misses than it measures)
+EVENT_ONLY = {"harmony_tuner_bme_curve_probability", "harmony_tuner_bme_curve_shared_buffers_bytes"}
 
 
 # -- a failed restart inside the container ---------------------------------------------------
 def test_impossible_shared_buffers_is_rolled_back_in_the_container(stack: Stack) -> None:
     """1TB of shared_buffers cannot be mapped: the container's server exits, the controller
     puts the last good postgresql.auto.conf back into the container and starts it again."""
-    from tuner_client.controllers.base import make_controller
-
     controller = make_controller("docker", container="harmony-postgres",
                                  dsn=stack.dsn("tpch"), backup_dir=None)
     with psycopg.connect(stack.dsn("tpch")) as conn:
@@ -332,32 +338,46 @@ def test_impossible_shared_buffers_is_rolled_back_in_the_container(stack: Stack)
 # -- profile shop ----------------------------------------------------------------------------
 def test_shop_profile_live_tuner_observes_the_shop_load(stack: Stack) -> None:
     """``--profile shop``: the shop database loaded, pgbench running its scripts against it,
-    and the live-mode tuner measuring candidates on that traffic (its own metrics port)."""
+    and the live-mode tuner measuring its reference and candidates on that traffic (its own
+    metrics port); a candidate that slows the statements down is reverted by a guardrail."""
     begun = time.monotonic()
     stack.compose("up", "-d", "--no-build", *SHOP)
     url = f"http://127.0.0.1:{stack.ports['SHOP_TUNER_METRICS_PORT']}/metrics"
 
-    def evaluations() -> float | None:
+    def concluded() -> dict[str, float] | None:
+        """The tuner's counters once a reference and two candidates were concluded."""
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 text = response.read().decode()
         except OSError:
             return None
-        total = sum(float(m.group(1)) for m in re.finditer(
-            r'^harmony_tuner_evaluations_total\{[^}]*kind="online"[^}]*\} (\S+)$', text, re.M))
-        return total if total >= 2 else None
+        counts: dict[str, float] = {}
+        for m in re.finditer(r'^harmony_tuner_(evaluations|failed_points|guardrail_trips)_total'
+                             r'\{kind="(\w+)"\} (\S+)$', text, re.M):
+            counts[f"{m.group(1)}:{m.group(2)}"] = float(m.group(3))
+        candidates = sum(v for k, v in counts.items()
+                         if k == "evaluations:online" or k.startswith("failed_points:"))
+        return counts if counts.get("evaluations:reference", 0) >= 1 and candidates >= 2 \
+            else None
 
-    done = wait_for("two online evaluations of the shop-tuner", evaluations, timeout_s=600,
-                    every_s=5)
-    stack.timings["shop_two_evaluations_s"] = round(time.monotonic() - begun, 1)
-    assert done >= 2
+    counts = wait_for("a reference and two candidates of the shop-tuner", concluded,
+                      timeout_s=600, every_s=5)
+    stack.timings["shop_two_candidates_s"] = round(time.monotonic() - begun, 1)
+    stack.timings["shop_tuner_counts"] = counts
+    # every candidate that failed was a guardrail trip (put back within its sample), not a crash
+    trips = sum(v for k, v in counts.items() if k.startswith("guardrail_trips:"))
+    failed = sum(v for k, v in counts.items() if k.startswith("failed_points:"))
+    assert failed == trips
+    log = stack.container("shop-tuner").logs().decode(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+    reference = re.search(r"live reference: (\d+) statements compared \((\d+) calls\)", log)
+    assert reference, log[-3000:]
+    assert int(reference.group(1)) >= 3 and int(reference.group(2)) > 1000  # the shop's load
     with psycopg.connect(stack.dsn("shop")) as conn:
         rows = conn.execute(
             "SELECT count(*), sum(calls) FROM pg_stat_statements s JOIN pg_database d "
             "ON d.oid = s.dbid WHERE d.datname = 'shop' AND s.calls > 0").fetchone()
     assert rows is not None
     statements, calls = rows
-    assert statements >= 3 and calls > 1000, rows  # the application's load, not the tuner's
+    assert statements >= 3 and calls > 1000, rows
     stack.timings["shop_statements_calls"] = [statements, int(calls)]
-    log = stack.container("shop-tuner").logs().decode(errors="replace")
-    assert "Traceback" not in log, log[-3000:]

@@ -187,7 +187,7 @@ def test_compose_test_tuner_config_restarts_the_compose_database() -> None:
     assert config.offline.evaluations >= 2
     stack_test = (ROOT / "tests" / "test_compose_stack.py").read_text()
     assert '"TUNER_CONFIG": "/etc/harmony/tuner/compose-test.yaml"' in stack_test
-    assert '"POSTGRES_MEMORY": "2g"' in stack_test and "ram: 2GB" in \
+    assert '"POSTGRES_MEMORY": "4g"' in stack_test and "ram: 4GB" in \
         (ROOT / "deploy" / "tuner" / "compose-test.yaml").read_text()
 
 
