@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tarfile
 import time
@@ -11,6 +12,8 @@ from typing import Any
 
 from harmony.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
+
+logger = logging.getLogger(__name__)
 
 
 class DockerController(Controller, kind="docker"):
@@ -56,12 +59,18 @@ class DockerController(Controller, kind="docker"):
     def stop_server(self, timeout_s: float) -> None:
         self.container.reload()
         if self.container.status == "running":
+            started = time.monotonic()
             self.container.stop(timeout=max(1, int(timeout_s)))
+            logger.info("container %s stopped in %.2f s", self.container_name,
+                        time.monotonic() - started)
 
     def start_server(self, timeout_s: float) -> None:
         self.container.reload()
         restarts_before = int(self.container.attrs.get("RestartCount") or 0)
+        started = time.monotonic()
         self.container.start()
+        logger.info("container %s started in %.2f s", self.container_name,
+                    time.monotonic() - started)
 
         def alive() -> bool:
             # a server that exits at once (a value it cannot run with) ends the wait early, also
