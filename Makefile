@@ -29,8 +29,9 @@ system-packages:
 	fi
 
 # The container engine for compose-test, set up from the project's files only: Podman (daemonless;
-# runc, since crun fails on hybrid cgroups; netavark + aardvark-dns so that compose services
-# find each other by name), debootstrap (deploy/images/build) and docker-compose, installed via
+# runc, since crun fails on hybrid cgroups; CNI with the dnsname plugin so that compose services
+# find each other by name: netavark's aardvark-dns 1.4 stalled name lookups for 40 s after a
+# container restart), debootstrap (deploy/images/build) and docker-compose, installed via
 # apt-get when absent (HARMONY_ENGINE=docker: the Docker daemon already running instead). Podman
 # reads $(ENGINE_DIR)/containers.conf (CONTAINERS_CONF), never the machine's global one.
 ENGINE_DIR := $(CURDIR)/.engine
@@ -38,7 +39,7 @@ export HARMONY_ENGINE_DIR := $(ENGINE_DIR)
 engine:
 	@missing=; \
 	if [ "$${HARMONY_ENGINE:-podman}" = podman ]; then \
-		for p in podman runc catatonit netavark aardvark-dns; do \
+		for p in podman runc catatonit golang-github-containernetworking-plugin-dnsname; do \
 			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 		done; \
 	fi; \
@@ -51,7 +52,7 @@ engine:
 	fi
 	@mkdir -p $(ENGINE_DIR)
 	@printf '%s\n' '# written by make engine: Podman for compose-test (CONTAINERS_CONF points here)' \
-		'[containers]' 'default_ulimits = []' '[network]' 'network_backend = "netavark"' \
+		'[containers]' 'default_ulimits = []' '[network]' 'network_backend = "cni"' \
 		'[engine]' 'runtime = "runc"' > $(ENGINE_DIR)/containers.conf
 
 # The deployment for real (target < 10 min on a fresh machine, ~3 min with cached images): the

@@ -36,7 +36,7 @@ import psycopg
 import pytest
 from test_deploy import DASHBOARD, dashboard_queries, promql_metric_names
 
-from tuner_client.controllers.base import make_controller
+from tuner_client.controllers.docker import DockerController
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES_ENV = os.environ.get("HARMONY_COMPOSE_IMAGES", "")
@@ -167,6 +167,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         **ports,
         "TPCH_SCALE": "0.01",
         "TUNER_CONFIG": "/etc/harmony/tuner/compose-test.yaml",
+        "SHOP_TUNER_CONFIG": "/etc/harmony/tuner/compose-test-shop.yaml",
         "POSTGRES_MEMORY": "4g",
         "SHOP_SCALE": "1",
         "SHOP_CLIENTS": "4",
@@ -331,8 +332,7 @@ EVENT_ONLY = {"harmony_tuner_bme_curve_probability", "harmony_tuner_bme_curve_sh
 def test_impossible_shared_buffers_is_rolled_back_in_the_container(stack: Stack) -> None:
     """1TB of shared_buffers cannot be mapped: the container's server exits, the controller
     puts the last good postgresql.auto.conf back into the container and starts it again."""
-    controller = make_controller("docker", container="harmony-postgres",
-                                 dsn=stack.dsn("tpch"), backup_dir=None)
+    controller = DockerController("harmony-postgres", stack.dsn("tpch"))
     with psycopg.connect(stack.dsn("tpch")) as conn:
         row = conn.execute("SHOW shared_buffers").fetchone()
     assert row is not None
@@ -354,7 +354,8 @@ def test_impossible_shared_buffers_is_rolled_back_in_the_container(stack: Stack)
         assert conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart"
                             ).fetchone() == (0,)
     assert "1TB" not in (controller.read_auto_conf() or "")
-    controller.client.close()
+    if controller.client is not None:
+        controller.client.close()
 
 
 # -- profile shop ----------------------------------------------------------------------------

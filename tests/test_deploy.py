@@ -187,6 +187,11 @@ def test_compose_test_tuner_config_restarts_the_compose_database() -> None:
     assert config.offline.evaluations >= 2
     stack_test = (ROOT / "tests" / "test_compose_stack.py").read_text()
     assert '"TUNER_CONFIG": "/etc/harmony/tuner/compose-test.yaml"' in stack_test
+    assert '"SHOP_TUNER_CONFIG": "/etc/harmony/tuner/compose-test-shop.yaml"' in stack_test
+    shop = load_tuner_config(ROOT / "deploy" / "tuner" / "compose-test-shop.yaml")
+    observe = load_tuner_config(ROOT / "configs" / "shop-observe.yaml")
+    assert shop.workload == observe.workload and shop.database == observe.database
+    assert [k.name for k in shop.online.knobs] == [k.name for k in observe.online.knobs]
     assert '"POSTGRES_MEMORY": "4g"' in stack_test and "ram: 4GB" in \
         (ROOT / "deploy" / "tuner" / "compose-test.yaml").read_text()
 
@@ -207,7 +212,8 @@ def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
         assert (ROOT / "workloads" / "apps" / "shop" / f"{name}.pgbench").exists()
     assert "./workloads/apps/shop:/shop:ro" in load["volumes"]
     assert "PGPASSWORD=$$(cat /run/secrets/postgres_password)" in script  # no secret inline
-    assert tuner["command"][:3] == ["harmony", "tune", "/etc/harmony/configs/shop-observe.yaml"]
+    assert tuner["command"][:3] == ["harmony", "tune",
+                                    "${SHOP_TUNER_CONFIG:-/etc/harmony/configs/shop-observe.yaml}"]
     # live mode reads pg_stat_statements: preloaded on a new volume, created by shop-setup
     init = "./deploy/postgres/initdb:/docker-entrypoint-initdb.d:ro"
     assert init in services["postgres"]["volumes"] and "--stat-statements" in setup["command"]
