@@ -289,6 +289,7 @@ def test_prometheus_scraped_the_server_and_the_tuner(stack: Stack) -> None:
     with pytest.raises(urllib.error.HTTPError) as answer:
         urllib.request.urlopen(missing, timeout=10)
     assert answer.value.code == 404
+    answer.value.close()
     up = stack.query("max_over_time(up[30m])")
     assert up == {"harmony-server": 1.0, "harmony-tuner": 1.0}
     # the tuner is gone now (a finished run exits): its last scraped values remain
