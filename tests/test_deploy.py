@@ -117,11 +117,83 @@ def test_compose_operator_policies() -> None:
     for secret in compose["secrets"].values():
         assert secret["file"].startswith("./deploy/secrets/")
     tuner = services["tuner"]
-    assert "/var/run/docker.sock:/var/run/docker.sock" in tuner["volumes"]
+    assert "${DOCKER_SOCKET:-/var/run/docker.sock}:/var/run/docker.sock" in tuner["volumes"]
     assert tuner["depends_on"]["tpch-loader"]["condition"] == "service_completed_successfully"
     assert tuner["environment"]["HARMONY_SERVER"] == "http://harmony-server:1979"
     env_example = (ROOT / ".env.example").read_text()
     assert not re.search(r"^\s*\w*(PASSWORD|SECRET|TOKEN)\w*\s*=", env_example, re.M)
+
+
+def test_compose_images_come_from_variables_with_public_defaults() -> None:
+    """The same file runs the public images (a laptop with Docker) and the ones
+    deploy/images/build makes where no public registry is reachable."""
+    compose = load_compose()
+    images = {name: s["image"] for name, s in compose["services"].items()}
+    defaults = {}
+    for name, image in images.items():
+        found = re.fullmatch(r"\$\{(\w+)_IMAGE:-([^}]+)\}", image)
+        assert found, f"{name}: image {image!r} is not ${{NAME_IMAGE:-default}}"
+        defaults[found.group(1)] = found.group(2)
+    assert defaults == {"POSTGRES": "postgres:16", "HARMONY": "harmony-postgres:local",
+                        "PROMETHEUS": "prom/prometheus:v2.53.2",
+                        "GRAFANA": "grafana/grafana:11.2.0"}
+    build = compose["x-harmony"]["build"]
+    assert build["args"]["PYTHON_IMAGE"] == "${PYTHON_IMAGE:-python:3.11-slim}"
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3.11-slim$", (ROOT / "Dockerfile").read_text(),
+                     re.M)
+    env_example = (ROOT / ".env.example").read_text()
+    for variable, default in [*defaults.items(), ("PYTHON", "python:3.11-slim")]:
+        assert f"\n{variable}_IMAGE={default}\n" in env_example, variable
+
+
+def test_image_recipes_and_scripts() -> None:
+    """deploy/images: every recipe builds FROM the debootstrap base (an ARG), the scripts
+    parse, and the PostgreSQL entrypoint keeps the official image's contract."""
+    images = ROOT / "deploy" / "images"
+    for recipe in ("python", "postgres", "prometheus"):
+        text = (images / f"{recipe}.Dockerfile").read_text()
+        assert "ARG BASE_IMAGE=harmony-base:bookworm\nFROM ${BASE_IMAGE}\n" in text, recipe
+        for source in re.findall(r"^COPY\s+(?:--\S+\s+)*(\S+)\s", text, re.M):
+            assert (images / source).exists(), f"{recipe}.Dockerfile copies missing {source}"
+    for script in (images / "build", images / "postgres-entrypoint.sh",
+                   ROOT / "deploy" / "engine" / "engine", ROOT / "deploy" / "compose-test"):
+        assert script.stat().st_mode & 0o111, f"{script} is not executable"
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True,
+                                timeout=30)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+    entrypoint = (images / "postgres-entrypoint.sh").read_text()
+    for contract in ("POSTGRES_PASSWORD_FILE", "POSTGRES_DB", "/docker-entrypoint-initdb.d",
+                     "scram-sha-256", "setpriv --reuid=postgres"):
+        assert contract in entrypoint, contract
+    postgres = (images / "postgres.Dockerfile").read_text()
+    assert "postgresql-15" in postgres and "STOPSIGNAL SIGINT" in postgres
+    assert "--uid 999" in postgres  # the official image's postgres uid: volumes stay portable
+    result = subprocess.run([str(images / "build"), "--no-such-option"], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2 and "unknown argument '--no-such-option'" in result.stderr
+
+
+def test_compose_test_tuner_config_restarts_the_compose_database() -> None:
+    """deploy/tuner/compose-test.yaml (make compose-test): the docker controller on the compose
+    database, shared_buffers offline, a budget equal to the test's POSTGRES_MEMORY."""
+    from tuner_client.config import load_tuner_config
+
+    config = load_tuner_config(ROOT / "deploy" / "tuner" / "compose-test.yaml")
+    services = load_compose()["services"]
+    assert config.database.controller.kind == "docker"
+    assert config.database.controller.options["container"] == \
+        services["postgres"]["container_name"]
+    assert [k.name for k in config.offline.knobs] == ["shared_buffers"]
+    assert config.offline.evaluations >= 2
+    stack_test = (ROOT / "tests" / "test_compose_stack.py").read_text()
+    assert '"TUNER_CONFIG": "/etc/harmony/tuner/compose-test.yaml"' in stack_test
+    assert '"SHOP_TUNER_CONFIG": "/etc/harmony/tuner/compose-test-shop.yaml"' in stack_test
+    shop = load_tuner_config(ROOT / "deploy" / "tuner" / "compose-test-shop.yaml")
+    observe = load_tuner_config(ROOT / "configs" / "shop-observe.yaml")
+    assert shop.workload == observe.workload and shop.database == observe.database
+    assert [k.name for k in shop.online.knobs] == [k.name for k in observe.online.knobs]
+    assert '"POSTGRES_MEMORY": "4g"' in stack_test and "ram: 4GB" in \
+        (ROOT / "deploy" / "tuner" / "compose-test.yaml").read_text()
 
 
 def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
@@ -140,7 +212,8 @@ def test_compose_shop_profile_runs_the_example_beside_the_database() -> None:
         assert (ROOT / "workloads" / "apps" / "shop" / f"{name}.pgbench").exists()
     assert "./workloads/apps/shop:/shop:ro" in load["volumes"]
     assert "PGPASSWORD=$$(cat /run/secrets/postgres_password)" in script  # no secret inline
-    assert tuner["command"][:3] == ["harmony", "tune", "/etc/harmony/configs/shop-observe.yaml"]
+    assert tuner["command"][:3] == ["harmony", "tune",
+                                    "${SHOP_TUNER_CONFIG:-/etc/harmony/configs/shop-observe.yaml}"]
     # live mode reads pg_stat_statements: preloaded on a new volume, created by shop-setup
     init = "./deploy/postgres/initdb:/docker-entrypoint-initdb.d:ro"
     assert init in services["postgres"]["volumes"] and "--stat-statements" in setup["command"]

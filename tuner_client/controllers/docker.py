@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tarfile
 import time
@@ -11,6 +12,8 @@ from typing import Any
 
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
+
+logger = logging.getLogger(__name__)
 
 
 class DockerController(Controller, kind="docker"):
@@ -56,31 +59,74 @@ class DockerController(Controller, kind="docker"):
     def stop_server(self, timeout_s: float) -> None:
         self.container.reload()
         if self.container.status == "running":
+            started = time.monotonic()
             self.container.stop(timeout=max(1, int(timeout_s)))
+            logger.info("container %s stopped in %.2f s", self.container_name,
+                        time.monotonic() - started)
 
     def start_server(self, timeout_s: float) -> None:
+        self.container.reload()
+        restarts_before = int(self.container.attrs.get("RestartCount") or 0)
+        started = time.monotonic()
         self.container.start()
+        logger.info("container %s started in %.2f s", self.container_name,
+                    time.monotonic() - started)
 
         def alive() -> bool:
+            # a server that exits at once (a value it cannot run with) ends the wait early, also
+            # when the restart policy (restart: unless-stopped) starts the container again
             self.container.reload()
-            return bool(self.container.status in ("running", "created", "restarting"))
+            if int(self.container.attrs.get("RestartCount") or 0) > restarts_before:
+                return False
+            return bool(self.container.status in ("running", "created"))
 
         if not self.wait_until_up(timeout_s, still_starting=alive):
             logs = self.container.logs(tail=20).decode(errors="replace")
             raise DatabaseError(f"container {self.container_name} did not come up within "
                                 f"{timeout_s:.0f} s:\n{logs}")
 
+    def log_mark(self) -> int:
+        # the container's log is read from this second on (the API's `since` takes seconds)
+        return int(time.time())
+
     def log_since(self, mark: int) -> str:
-        return str(self.container.logs(tail=50).decode(errors="replace"))
+        return str(self.container.logs(since=mark, tail=50).decode(errors="replace"))
 
     def read_auto_conf(self) -> str | None:
         stream, _ = self.container.get_archive(f"{self.data_dir}/{AUTO_CONF}")
         data = io.BytesIO(b"".join(stream))
         with tarfile.open(fileobj=data) as tar:
             member = tar.getmembers()[0]
-            self._owner = (member.uid, member.gid)
+            self._owner = self._file_owner(member)
             fh = tar.extractfile(member)
             return fh.read().decode() if fh else ""
+
+    def _file_owner(self, member: tarfile.TarInfo) -> tuple[int, int]:
+        """(uid, gid) of a file in the container, as put_archive must write it back.
+
+        Docker's archive API gives numeric ids; Podman's gives uid/gid 0 with the owner's
+        *names*, so names other than root are looked up in the container's own /etc/passwd and
+        /etc/group (read with the archive API too: the container may be stopped).
+        """
+        if member.uid != 0 or member.uname in ("", "root"):
+            return member.uid, member.gid
+        uid = self._lookup_id("/etc/passwd", member.uname)
+        gid = self._lookup_id("/etc/group", member.gname or member.uname)
+        if uid is None or gid is None:
+            raise DatabaseError(f"container {self.container_name}: {self.data_dir}/{AUTO_CONF} "
+                                f"belongs to {member.uname!r}, who is not in its /etc/passwd")
+        return uid, gid
+
+    def _lookup_id(self, table: str, name: str) -> int | None:
+        stream, _ = self.container.get_archive(table)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            fh = tar.extractfile(tar.getmembers()[0])
+            text = fh.read().decode(errors="replace") if fh else ""
+        for line in text.splitlines():
+            fields = line.split(":")
+            if len(fields) > 2 and fields[0] == name and fields[2].isdigit():
+                return int(fields[2])
+        return None
 
     def write_auto_conf(self, text: str) -> None:
         payload = text.encode()
