@@ -5,7 +5,8 @@ A variant is the template's script inside ``BEGIN; SET LOCAL ...; <body>; END;``
 with its own ``BEGIN`` gets the ``SET LOCAL`` lines right after it). pgbench numbers the
 scripts in the order of ``-f``; script ``t·K + k`` is template t under configuration k, and
 the per-transaction log (``-l``: client, transaction, latency µs, script number, epoch s,
-µs) gives every transaction's configuration, template, end time and latency.
+µs) gives every transaction's configuration, template, end time and latency (a client's
+cycle, see :meth:`PgbenchAssignment._trace`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from workloads.script_file import Script, blank_quoted, split_commands
 
 logger = logging.getLogger(__name__)
 
-_BEGIN_LINE = re.compile(r"^\s*(begin|start\s+transaction)\b[^;]*;\s*$", re.I | re.M)
+_BEGIN_LINE = re.compile(r"^[ \t]*(begin|start[ \t]+transaction)\b[^;\n]*;[ \t]*$", re.I | re.M)
 _BEGIN_KEYWORDS = ("begin", "start")
 
 
@@ -72,7 +73,7 @@ def variant_text(template: Template, settings: Sequence[str]) -> str:
         if match is None:
             raise WorkloadError(f"script {template.name}: its BEGIN must stand on a line of its "
                                 f"own for the SET LOCAL lines to follow it")
-        return template.text[:match.end()] + "\n" + lines + template.text[match.end():]
+        return template.text[:match.end()] + "\n" + lines.rstrip("\n") + template.text[match.end():]
     body = template.text.rstrip()
     sql_commands = [c for c in commands if c.meta is None]
     if sql_commands and commands[-1].meta is None and not blank_quoted(body).rstrip().endswith(";"):
@@ -144,20 +145,32 @@ class PgbenchAssignment:
             shutil.rmtree(directory, ignore_errors=True)
 
     def _trace(self, directory: Path, seconds: float) -> Trace:
+        """The trace from pgbench's logs. A transaction's latency is its client's cycle: the
+        time from the client's previous end to this end (pgbench logs some sub-millisecond
+        latencies as 0 µs, and the cycle is what a closed loop's throughput is made of); a
+        client's first transaction keeps its logged latency."""
         k = len(self.configurations)
-        rows: list[tuple[int, int, float, float, bool]] = []
+        ends: dict[int, list[tuple[int, float, float, int]]] = {}
+        failed: list[tuple[int, int, float, float, bool]] = []
         for log in directory.glob("txn.*"):
             for line in log.read_text().splitlines():
                 f = line.split()
                 if len(f) < 6:
                     continue
-                script = int(f[3])
-                ended = int(f[4]) + int(f[5]) / 1e6
+                script, ended = int(f[3]), int(f[4]) + int(f[5]) / 1e6
                 if f[2].isdigit():
-                    latency = int(f[2]) / 1e6
-                    rows.append((script % k, script // k, ended - latency, latency, True))
+                    ends.setdefault(int(f[0]), []).append((int(f[1]), ended, int(f[2]) / 1e6,
+                                                           script))
                 else:  # a failed transaction (pgbench 15+: "failed", "serialization", ...)
-                    rows.append((script % k, script // k, ended, 0.0, False))
+                    failed.append((script % k, script // k, ended, 0.0, False))
+        rows = list(failed)
+        for client in ends.values():
+            client.sort()
+            previous = None
+            for _, ended, logged, script in client:
+                latency = ended - previous if previous is not None else logged
+                rows.append((script % k, script // k, ended - latency, latency, True))
+                previous = ended
         if rows:
             t0 = min(r[2] for r in rows)
             rows = [(c, t, s - t0, lat, ok) for c, t, s, lat, ok in rows]
