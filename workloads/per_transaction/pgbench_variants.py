@@ -23,9 +23,9 @@ from pathlib import Path
 
 from harmony.base.errors import WorkloadError
 from workloads.connect import connect
-from workloads.pgbench import find_pgbench
 from workloads.per_transaction.settings import Configuration, check_session_settable, set_local
 from workloads.per_transaction.trace import Trace
+from workloads.pgbench import find_pgbench
 from workloads.script_file import Script, blank_quoted, split_commands
 
 logger = logging.getLogger(__name__)
