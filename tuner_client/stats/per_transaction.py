@@ -70,11 +70,20 @@ RESAMPLES = 4000
 class Observations(Protocol):
     """Per-transaction arrays (:class:`workloads.per_transaction.Trace` has them)."""
 
-    config: np.ndarray
-    template: np.ndarray
-    start: np.ndarray
-    latency: np.ndarray
-    ok: np.ndarray
+    @property
+    def config(self) -> np.ndarray: ...
+
+    @property
+    def template(self) -> np.ndarray: ...
+
+    @property
+    def start(self) -> np.ndarray: ...
+
+    @property
+    def latency(self) -> np.ndarray: ...
+
+    @property
+    def ok(self) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

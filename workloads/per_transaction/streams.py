@@ -33,7 +33,7 @@ from workloads.tpch.queries import make_query
 logger = logging.getLogger(__name__)
 
 #: a stream's next query, drawn with its parameter generator: (template, statement)
-Draw = Callable[[random.Random], tuple[str, sql.Composable]]
+Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL]]
 #: one finished query: (config, template name, start monotonic s, latency s, ok)
 _Row = tuple[int, str, float, float, bool]
 
@@ -64,7 +64,7 @@ def statement_draws(scripts: Sequence[Script], streams: int) -> list[Draw]:
     texts = [sql.SQL(s.sql[0].text.rstrip().rstrip(";")) for s in scripts]  # type: ignore[arg-type]
     weights = [s.weight for s in scripts]
 
-    def draw(rng: random.Random) -> tuple[str, sql.Composable]:
+    def draw(rng: random.Random) -> tuple[str, sql.Composed | sql.SQL]:
         i = rng.choices(range(len(texts)), weights)[0]
         return names[i], texts[i]
 
