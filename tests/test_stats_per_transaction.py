@@ -10,6 +10,7 @@ import pytest
 
 from harmony.base.errors import ConfigError
 from tuner_client.stats.per_transaction import compare, completions_per_slice
+from tuner_client.stats.per_transaction_race import race_per_transaction
 
 FREQ = np.array([0.6, 0.3, 0.1])  # how often each template is drawn
 COST = np.array([0.001, 0.010, 0.050])  # its mean latency under A (s)
@@ -101,3 +102,36 @@ def test_refuses_what_it_cannot_compare() -> None:
         compare(run, 0, 2)
     with pytest.raises(ConfigError, match="at least 8 time slices"):
         compare(run, slice_s=10.0)
+
+
+def _three_way(seed: int) -> Synthetic:
+    """Configurations 0 (reference), 1 (RATIO: 1.14× faster) and 2 (the same as 0)."""
+    a = synthetic(seed)
+    b = synthetic(seed + 1000, ratio=np.ones(3))
+    return Synthetic(np.concatenate([a.config, np.where(b.config == 1, 2, 0)]),
+                     np.concatenate([a.template, b.template]),
+                     np.concatenate([a.start, b.start]), np.concatenate([a.latency, b.latency]),
+                     np.ones(a.config.size + b.config.size, dtype=bool))
+
+
+def test_race_recommends_the_faster_candidate_and_flags_system_wide_knobs() -> None:
+    race = race_per_transaction(_three_way(11), ["default", "tuned", "same"],
+                                [{}, {"work_mem": "64MB"},
+                                 {"max_parallel_workers_per_gather": "0"}], seed=1)
+    assert race.level == pytest.approx(0.975)
+    assert race.winner == "tuned"
+    assert race.comparisons["tuned"].interval.low > 1.0
+    assert race.comparisons["same"].interval.low < 1.0 < race.comparisons["same"].interval.high
+    assert race.system_wide == {"tuned": (), "same": ("max_parallel_workers_per_gather",)}
+    text = "\n".join(race.decisions())
+    assert "final race measured per-transaction" in text and "recommend tuned" in text
+    assert "confirm it with whole-server windows" in text
+    summary = race.summary()
+    assert summary["design"] == "per-transaction" and summary["winner"] == "tuned"
+    assert summary["comparisons"]["tuned"]["transactions"][0] > 0
+
+
+def test_race_keeps_the_reference_without_a_clear_winner() -> None:
+    run = synthetic(5, ratio=np.ones(3))
+    race = race_per_transaction(run, ["default", "same"], [{}, {"jit": "off"}])
+    assert race.winner is None and "kept default" in race.decisions()[-1]
