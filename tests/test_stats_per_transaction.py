@@ -32,17 +32,19 @@ def true_speedup(ratio: np.ndarray = RATIO) -> float:
 
 
 def synthetic(seed: int, *, n: int = 6000, seconds: float = 60.0, ratio: np.ndarray = RATIO,
-              drift_sd: float = 0.05, noise_sd: float = 0.6) -> Synthetic:
-    """A run with a drifting machine level (a random walk per second, shared by both arms)
-    and log-normal per-transaction noise whose mean is the template's cost."""
+              drift_sd: float = 0.05, noise_sd: float = 0.6,
+              more: tuple[np.ndarray, ...] = ()) -> Synthetic:
+    """A run with a drifting machine level (a random walk per second, shared by every arm)
+    and log-normal per-transaction noise whose mean is the template's cost; configuration 1
+    has latency ratios ``ratio``, configurations 2, 3, ... those of ``more``."""
     rng = np.random.default_rng(seed)
     start = np.sort(rng.uniform(0, seconds, n))
     level = np.exp(np.cumsum(rng.normal(0, drift_sd, int(seconds) + 1)))
-    config = rng.integers(0, 2, n)
+    ratios = np.vstack([np.ones(3), ratio, *more])
+    config = rng.integers(0, len(ratios), n)
     template = rng.choice(3, n, p=FREQ)
     noise = np.exp(rng.normal(-noise_sd**2 / 2, noise_sd, n))
-    latency = COST[template] * np.where(config == 1, ratio[template], 1.0) \
-        * level[start.astype(int)] * noise
+    latency = COST[template] * ratios[config, template] * level[start.astype(int)] * noise
     return Synthetic(config, template, start, latency, np.ones(n, dtype=bool))
 
 
@@ -104,18 +106,8 @@ def test_refuses_what_it_cannot_compare() -> None:
         compare(run, slice_s=10.0)
 
 
-def _three_way(seed: int) -> Synthetic:
-    """Configurations 0 (reference), 1 (RATIO: 1.14× faster) and 2 (the same as 0)."""
-    a = synthetic(seed)
-    b = synthetic(seed + 1000, ratio=np.ones(3))
-    return Synthetic(np.concatenate([a.config, np.where(b.config == 1, 2, 0)]),
-                     np.concatenate([a.template, b.template]),
-                     np.concatenate([a.start, b.start]), np.concatenate([a.latency, b.latency]),
-                     np.ones(a.config.size + b.config.size, dtype=bool))
-
-
 def test_race_recommends_the_faster_candidate_and_flags_system_wide_knobs() -> None:
-    race = race_per_transaction(_three_way(11), ["default", "tuned", "same"],
+    race = race_per_transaction(synthetic(11, n=9000, more=(np.ones(3),)), ["default", "tuned", "same"],
                                 [{}, {"work_mem": "64MB"},
                                  {"max_parallel_workers_per_gather": "0"}], seed=1)
     assert race.level == pytest.approx(0.975)
@@ -132,6 +124,6 @@ def test_race_recommends_the_faster_candidate_and_flags_system_wide_knobs() -> N
 
 
 def test_race_keeps_the_reference_without_a_clear_winner() -> None:
-    run = synthetic(5, ratio=np.ones(3))
+    run = synthetic(9, ratio=np.ones(3))
     race = race_per_transaction(run, ["default", "same"], [{}, {"jit": "off"}])
     assert race.winner is None and "kept default" in race.decisions()[-1]
