@@ -11,6 +11,7 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.base.errors import ConfigError, WorkloadError
+from tuner_client.config import ObserveConfig, WorkloadConfig
 from workloads.per_transaction import (
     PgbenchAssignment,
     StreamAssignment,
@@ -19,6 +20,7 @@ from workloads.per_transaction import (
     statement_draws,
     tpch_draws,
 )
+from workloads.per_transaction.from_config import make_assignment, unsupported_reason
 from workloads.per_transaction.pgbench_variants import variant_text
 from workloads.script_file import read_script_file
 
@@ -98,3 +100,19 @@ def test_knobs_that_are_not_session_settable_are_refused(fresh_dsn: str) -> None
                           [Template("r", "SELECT 1;")])
     with pytest.raises(ConfigError, match="work_memory is not a PostgreSQL setting"):
         StreamAssignment(fresh_dsn, [{"work_memory": "1MB"}], draws)
+
+
+def test_a_scripted_workload_section_runs_per_transaction(fresh_dsn: str,
+                                                          tmp_path: Path) -> None:
+    _seen_table(fresh_dsn)
+    (tmp_path / "record.sql").write_text(RECORD + "\n")
+    wl = WorkloadConfig(kind="scripts", files=(str(tmp_path / "record.sql"),), clients=2,
+                        writes=True)
+    assert unsupported_reason(wl) is None
+    trace = make_assignment(wl, fresh_dsn, CONFIGS, seed=2).run(1)
+    assert trace.templates == (f"{tmp_path / 'record.sql'}:1",)
+    assert _seen(fresh_dsn) == {"1MB": trace.counts()[0], "2MB": trace.counts()[1]}
+    assert "live traffic" in (unsupported_reason(WorkloadConfig(kind="observe",
+                                                                observe=ObserveConfig())) or "")
+    with pytest.raises(WorkloadError, match="a captured replay has no per-transaction driver"):
+        make_assignment(WorkloadConfig(kind="replay"), fresh_dsn, CONFIGS)
