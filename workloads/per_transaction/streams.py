@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from harmony.base.errors import DatabaseError, WorkloadError
-from workloads.base import cancel_and_join
+from workloads.base import cancel_and_join, cancel_running
 from workloads.connect import connect
 from workloads.driver import check_tpch_database
 from workloads.mix import Mix, parse_mix
@@ -86,11 +86,7 @@ class _Stream(threading.Thread):
     def cancel(self) -> None:
         with self._lock:
             conn = self._conn
-        if conn is not None and not conn.closed:
-            try:
-                conn.cancel_safe(timeout=2.0)
-            except (psycopg.Error, OSError) as exc:
-                logger.debug("cancelling %s failed: %s", self.name, exc)
+        cancel_running(conn, self.name)
 
     def run(self) -> None:
         owner = self.owner
