@@ -1,0 +1,86 @@
+"""The final race measured per transaction (``measure.design: per-transaction``): every
+candidate and the original share one run, each transaction drawing one of them at random
+and running under ``SET LOCAL`` (issue 27).
+
+Only where the design applies: every knob whose value differs between the candidates must be
+session-settable (``pg_settings.context`` user or superuser) and the workload must have a
+per-transaction driver (TPC-H mixes, pgbench, scripts). Otherwise the decisions say why and
+the race runs in windows, as before. The knobs the candidates share are put in force on the
+server first (the original's values), so ``SET LOCAL`` carries exactly the differences.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from harmony.base.errors import HarmonyError
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
+from workloads.per_transaction.from_config import make_assignment, unsupported_reason
+from workloads.per_transaction.settings import SESSION_CONTEXTS
+
+logger = logging.getLogger(__name__)
+
+#: the design's option value
+DESIGN = "per-transaction"
+#: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
+DEFAULT_SECONDS = 120
+MIN_SECONDS, MAX_SECONDS = 30, 600
+
+
+def differing_knobs(candidates: Sequence[Mapping[str, str]]) -> list[str]:
+    """The knobs whose value is not the same in every candidate (absent counts as a value)."""
+    names = sorted({n for c in candidates for n in c})
+    return [n for n in names if len({c.get(n) for c in candidates}) > 1]
+
+
+def why_not_per_transaction(ctx: RunContext, candidates: Sequence[Mapping[str, str]]
+                            ) -> str | None:
+    """Why these candidates cannot be compared per transaction here (None: they can)."""
+    reason = unsupported_reason(ctx.config.workload)
+    if reason is not None:
+        return reason
+    if ctx.pool is not None and len(ctx.pool.live) > 1:
+        return "the race runs over several replicas"
+    for name in differing_knobs(candidates):
+        context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
+        if context not in SESSION_CONTEXTS:
+            return (f"{name} differs between the candidates and its pg_settings context is "
+                    f"{context!r}; SET LOCAL needs 'user' or 'superuser'")
+    return None
+
+
+def race_per_transaction_run(ctx: RunContext, state: RunState,
+                             candidates: Mapping[str, dict[str, str]], labels: list[str]
+                             ) -> PerTransactionRace | None:
+    """Race ``labels`` (the first is the reference) in one per-transaction run of
+    ``final.max_seconds`` (default :data:`DEFAULT_SECONDS`, within
+    [:data:`MIN_SECONDS`, :data:`MAX_SECONDS`]); None, said why, when the design does not
+    apply here."""
+    configs = [candidates[label] for label in labels]
+    reason = why_not_per_transaction(ctx, configs)
+    if reason is not None:
+        state.decide(f"final: measured in windows, not per transaction: {reason}")
+        return None
+    differing = differing_knobs(configs)
+    shared = {n: v for n, v in configs[0].items() if n not in differing}
+    wanted = ctx.config.final.max_seconds or DEFAULT_SECONDS
+    seconds = int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    try:
+        ctx.measurer.apply(shared, check_budget=False, warm_up=False)
+        assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
+                                     [{n: c[n] for n in differing if n in c} for c in configs],
+                                     seed=ctx.config.seed)
+        logger.info("=== final race per transaction: %s for %d s ===", " vs ".join(labels),
+                    seconds)
+        trace = assignment.run(seconds)
+        race = race_per_transaction(trace, labels, configs, level=ctx.config.final.level,
+                                    seed=ctx.config.seed)
+    except HarmonyError as exc:
+        state.decide(f"final: the per-transaction run failed ({exc}); measured in windows")
+        return None
+    for line in race.decisions():
+        state.decide(f"final: {line}")
+    return race
