@@ -16,12 +16,15 @@ setup: $(STAMP) system-packages
 
 # System packages, each installed via apt-get only when absent: PostgreSQL server binaries
 # (pg_ctl, for the embedded cluster and the tests), promtool and docker-compose (the tests
-# validate the Prometheus config and the compose file with them).
+# validate the Prometheus config and the compose file with them), Chromium and its driver (the
+# report's browser test renders report.html in headless Chromium).
 system-packages:
 	@missing=; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages:$$missing"; \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -35,14 +35,14 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.machine import cpu_model
-from bme import PriorAdvice, SharedBuffersPrior, fit_bme, touched_pages_p_star
+from bme import BMEAdvice, SharedBuffersAdvisor, fit_bme, touched_pages_p_star
 from bme.fit import BMEFit
 from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam, Space
 from harmony.core.definition import SessionDefinition
 from harmony.core.session import SessionCore
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import read_database_stats, stats_delta
+from tuner_client.measurer import read_database_stats, stats_delta
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix
@@ -351,7 +351,7 @@ def _session(space: Space, start_mb: int, seed: int, label: str, *,
     return SessionCore(definition)
 
 
-_ADVICE_CACHE: dict[tuple[Any, ...], PriorAdvice] = {}
+_ADVICE_CACHE: dict[tuple[Any, ...], BMEAdvice] = {}
 
 
 def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior: bool,
@@ -367,7 +367,7 @@ def replay(table: Table, space: Space, start_mb: int, budget: int, *, use_prior:
     # the noise of the original replay: value × (1 + cv·z), one draw per evaluation
     objective = replay_objective(table, "shared_buffers", "qpm", unit=MB, seed=seed,
                                  model=point_noise_only(noise_cv, shape="normal"))
-    prior = SharedBuffersPrior(p_star=p_star, min_r2=min_r2) if use_prior else None
+    prior = SharedBuffersAdvisor(p_star=p_star, min_r2=min_r2) if use_prior else None
     added: list[int] = []
     param = space.params[0]
     assert isinstance(param, IntParam)

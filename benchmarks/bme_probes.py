@@ -48,16 +48,16 @@ from psycopg import sql
 from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
-from bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
 from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam, Space
-from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import OFFLINE_SESSION, ProbeConfig, default_estimator
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measurer import Measurer, PointRecord, ServerAccess
+from tuner_client.probe_runner import run_probes, touched_pages
 from tuner_client.stats.replay import point_noise_only, replay_objective
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
@@ -195,8 +195,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
         measure = MeasureConfig(warmup_s=args.warmup, samples=args.samples,
                                 queries=None, seconds=args.seconds, aggregate="mean",
                                 estimator=estimator)
-        measurer = Measurer(dsn, catalog, make_workload(args, dsn), measure,
-                            controller=controller)
+        measurer = Measurer(ServerAccess(dsn, catalog, controller), make_workload(args, dsn),
+                            measure)
         measurer.in_force = {"shared_buffers": original}
         lo, hi = args.sizes[0], args.sizes[-1]
         p_sizes = probe_sizes(lo, hi, args.probes, step=STEP_MB * MB)

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 EXIT_BAD_INPUT = 2
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony bme`` and its subcommands."""
     bme = subparsers.add_parser("bme", help="Buffer Miss Equation: fit, size, partition, "
                                             "reclaim, Mattson stack",

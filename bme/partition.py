@@ -106,7 +106,7 @@ def _weights(weights: Sequence[float] | None, k: int) -> list[float]:
 
 def _caps(max_miss: float | Sequence[float | None] | None, k: int) -> list[float | None]:
     if max_miss is None or isinstance(max_miss, int | float):
-        caps: list[float | None] = [max_miss] * k  # type: ignore[list-item]
+        caps: list[float | None] = [max_miss] * k
     else:
         caps = list(max_miss)
         if len(caps) != k:

@@ -101,7 +101,7 @@ def _session(request: web.Request) -> HostedSession:
     return request.app[MANAGER].get(request.match_info["name"])
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
+def _json(data: object, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
@@ -316,7 +316,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 
 
 # -- middlewares ------------------------------------------------------------------------
-def _error(kind: str, message: str, status: int, **extra: Any) -> web.Response:
+def _error(kind: str, message: str, status: int, **extra: object) -> web.Response:
     return web.json_response({"error": kind, "message": message, **extra}, status=status)
 
 

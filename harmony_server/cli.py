@@ -10,7 +10,6 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
 
 from harmony.base.errors import ConfigError, HarmonyError
 from harmony_server.server import DEFAULT_PORT, run_server
@@ -29,7 +28,7 @@ def _env_int(name: str, default: int) -> int:
             from None
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``server`` on the ``harmony`` command's subparsers."""
     server = subparsers.add_parser(
         "server", help="run the session server",

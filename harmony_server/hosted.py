@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
@@ -23,12 +22,13 @@ from harmony.base.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony.base.hostinfo import HostInfo
+from harmony.base.trial import TrialStatus
 from harmony.core.definition import SessionDefinition
-from harmony.core.leased import FetchResult, Lease, LeasedSession
-from harmony.core.session import TrialRecord
+from harmony.core.leased import CommandKind, FetchResult, Lease, LeasedSession
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
-from harmony_server.store import ClientRow, CommandRecord, Store, StoreError, TrialRow
+from harmony_server.store import CommandRecord, Store, StoreError
 
 __all__ = ["FetchResult", "HostedSession", "Lease", "ReplayMismatchError"]
 
@@ -65,10 +65,10 @@ class HostedSession(LeasedSession):
                 hosted._leased_at[row.id] = row.leased_at
             if row.reported_at is not None:
                 hosted._reported_at[row.id] = row.reported_at
-        hosted._hosts = {row.client_id: asdict(row) for row in store.clients(definition.name)}
+        hosted._hosts = {row.client_id: row for row in store.clients(definition.name)}
         now = time.monotonic()
         for record in hosted.core.trials():
-            if record.status == "leased":
+            if record.status is TrialStatus.LEASED:
                 hosted.leases[record.id] = Lease(record.id, record.client,
                                                  now + definition.lease_seconds)
         logger.info("session %s: replayed %d commands, %d trials, %d outstanding leases",
@@ -90,9 +90,10 @@ class HostedSession(LeasedSession):
 
     def _replay_one(self, command: CommandRecord) -> None:
         core, p = self.core, command.payload
-        if command.kind == "join":
+        kind = next((k for k in CommandKind if k.value == command.kind), None)
+        if kind is CommandKind.JOIN:
             core.join(p["client"])
-        elif command.kind == "fetch":
+        elif kind is CommandKind.FETCH:
             got = core.fetch(p["client"])
             got_id = got.trial_id if got is not None else None
             if got is not None and p.get("request") is not None:
@@ -101,17 +102,17 @@ class HostedSession(LeasedSession):
                 raise ReplayMismatchError(
                     f"session {self.name!r}: replaying fetch seq {command.seq} handed out trial "
                     f"{got_id}, the log says {p.get('trial_id')}")
-        elif command.kind == "report":
+        elif kind is CommandKind.REPORT:
             core.report(p["trial_id"], p.get("value"), p.get("failure"), p.get("client"))
-        elif command.kind == "release":
+        elif kind is CommandKind.RELEASE:
             core.release(p["trial_id"])
-        elif command.kind == "pause":
+        elif kind is CommandKind.PAUSE:
             core.pause()
-        elif command.kind == "resume":
+        elif kind is CommandKind.RESUME:
             core.resume()
-        elif command.kind == "restart":
+        elif kind is CommandKind.RESTART:
             core.restart(p.get("point"))
-        else:
+        else:  # never logged (leave changes no core state), or not ours
             raise ReplayMismatchError(f"session {self.name!r}: unknown command kind "
                                       f"{command.kind!r} at seq {command.seq}")
 
@@ -144,9 +145,9 @@ class HostedSession(LeasedSession):
             logger.exception("session %s: closing the discarded core failed", self.name)
 
     # -- the logged command wrapper ----------------------------------------------
-    def _command(self, kind: str, payload: dict[str, Any], client: str | None,
+    def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
-                 host: dict[str, Any] | None = None) -> T:
+                 host: HostInfo | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
         if self.closed:
             raise SessionNotFoundError(f"session {self.name!r} has been killed")
@@ -170,12 +171,12 @@ class HostedSession(LeasedSession):
         log: list[CommandRecord] = []
         if self.core.version != before:
             payload = dict(payload)
-            if kind == "fetch":
-                payload["trial_id"] = result.trial_id if result is not None else None  # type: ignore[attr-defined]
-            log.append(CommandRecord(self.seq + 1, kind, payload, time.time(), client))
-        rows = [self._trial_row(self.core.trial(tid)) for tid in touched(result)]
+            if kind is CommandKind.FETCH:  # the trial handed out: the one it touched, if any
+                payload["trial_id"] = next(iter(touched(result)), None)
+            log.append(CommandRecord(self.seq + 1, kind.value, payload, time.time(), client))
+        rows = [self.record(tid) for tid in touched(result)]
         try:
-            self.store.write(self.name, log, rows, [ClientRow(**host)] if host else [])
+            self.store.write(self.name, log, rows, [host] if host is not None else [])
         except StoreError:
             self._rebuild()
             raise UnavailableError(f"session {self.name!r}: the store refused the write; "
@@ -184,11 +185,6 @@ class HostedSession(LeasedSession):
         if log:
             self._notify()
         return result
-
-    def _trial_row(self, record: TrialRecord) -> TrialRow:
-        return TrialRow(record.id, record.candidate, dict(record.point), record.client,
-                        record.status, record.value, record.failure,
-                        self._leased_at.get(record.id), self._reported_at.get(record.id))
 
     def _notify(self) -> None:
         event, self._changed = self._changed, asyncio.Event()

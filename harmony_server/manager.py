@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harmony.base.errors import HarmonyError, SessionNotFoundError
+from harmony.base.trial import SessionStatus
 from harmony.core.definition import SessionDefinition
 from harmony_server.hosted import HostedSession
 from harmony_server.protocol import SessionBrokenError, SessionExistsError, UnavailableError
@@ -131,6 +132,6 @@ class SessionManager:
     def list(self) -> list[dict[str, Any]]:
         """A summary of every session, with the broken ones flagged."""
         out = [hosted.summary() for hosted in self.sessions.values()]
-        out += [{"name": name, "status": "broken", "error": reason}
+        out += [{"name": name, "status": SessionStatus.BROKEN, "error": reason}
                 for name, reason in self.broken.items()]
         return sorted(out, key=lambda s: s["name"])

@@ -94,19 +94,17 @@ def histogram_family(name: str, doc: str, hist: LatencyHistogram,
                      family: HistogramMetricFamily | None = None) -> HistogramMetricFamily:
     """A Prometheus histogram (cumulative buckets, ``+Inf``) from a :class:`LatencyHistogram`."""
     snap = hist.snapshot()
-    bounds: list[float] = list(snap["buckets"])  # type: ignore[call-overload]
-    counts: list[int] = list(snap["counts"])  # type: ignore[call-overload]
     cumulative = 0
     buckets: list[tuple[str, float]] = []
-    for bound, n in zip(bounds, counts, strict=False):
+    for bound, n in zip(snap.buckets, snap.counts, strict=False):
         cumulative += n
         buckets.append((_le(bound), float(cumulative)))
-    buckets.append(("+Inf", float(snap["count"])))  # type: ignore[arg-type]
+    buckets.append(("+Inf", float(snap.count)))
     keys = list(labels or {})
     if family is None:
         family = HistogramMetricFamily(name, doc, labels=keys)
     family.add_metric([str(labels[k]) for k in keys] if labels else [], buckets,
-                      sum_value=float(snap["sum"]))  # type: ignore[arg-type]
+                      sum_value=float(snap.sum))
     return family
 
 
@@ -124,7 +122,7 @@ class ServerCollector:
     handler does.
     """
 
-    def __init__(self, source: Any, *, started: float | None = None) -> None:
+    def __init__(self, source: StatsSource, *, started: float | None = None) -> None:
         self.source = source
         self.started = time.time() if started is None else started
 
@@ -279,19 +277,19 @@ def _add_session_gauges(gauges: dict[str, GaugeMetricFamily], name: str, session
         gauges["created"].add_metric(label, float(created))
 
 
-def registry_for(source: Any) -> CollectorRegistry:
+def registry_for(source: StatsSource) -> CollectorRegistry:
     """A registry holding one server's collector plus the standard process/platform metrics.
 
     Built per scrape: it is cheap, and it keeps no reference to a stopped server.
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ServerCollector(source))  # type: ignore[arg-type]
+    registry.register(ServerCollector(source))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry
 
 
-def render_metrics(source: Any) -> bytes:
+def render_metrics(source: StatsSource) -> bytes:
     """The Prometheus text exposition of a server: pass its ``SessionManager``.
 
     Call it on the server's event-loop thread (the ``/metrics`` handler), and answer with
@@ -300,6 +298,6 @@ def render_metrics(source: Any) -> bytes:
     return generate_latest(registry_for(source))
 
 
-def render_metrics_text(source: Any) -> str:
+def render_metrics_text(source: StatsSource) -> str:
     """:func:`render_metrics` as ``str`` (what ``AppSettings.render_metrics`` returns)."""
     return render_metrics(source).decode("utf-8")

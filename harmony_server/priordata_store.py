@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 
 from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
+from harmony.base.trial import SessionStatus
 from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
+from harmony.core.priordata import PriorSession
 from harmony_server.hosted import HostedSession
-from harmony_server.store import ClientRow, Store, StoredSession, StoreError, TrialRow, sessions
+from harmony_server.store import Store, StoredSession, StoreError, sessions
 
 __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_store",
            "priors_from_store", "store_session_summaries"]
@@ -26,10 +28,11 @@ __all__ = ["IMPORTED", "import_into_store", "list_store_sessions", "prior_from_s
 logger = logging.getLogger(__name__)
 
 #: the status of a session row created by an import
-IMPORTED = "imported"
+IMPORTED = SessionStatus.IMPORTED
 
 
-def prior_from_store(store: Store, name: str, *, status: str | None = None) -> PriorSession:
+def prior_from_store(store: Store, name: str, *,
+                     status: SessionStatus | None = None) -> PriorSession:
     """One session of the store (live, closed or imported) as prior data; a live session's
     status is ``status`` if given (a hosted session's own), else its replayed state (running,
     converged or paused)."""
@@ -39,14 +42,13 @@ def prior_from_store(store: Store, name: str, *, status: str | None = None) -> P
                                    f"known: {list_store_sessions(store)[:20]}")
     return PriorSession(
         name=stored.name, definition=dict(stored.definition), created=stored.created,
-        trials=[_trial_from_row(r) for r in store.trials(name)],
-        hosts=[HostInfo(c.client_id, c.joined, c.hostname, c.cpu_count, c.ram_bytes, c.os,
-                        c.python, c.left) for c in store.clients(name)],
+        trials=store.trials(name),
+        hosts=store.clients(name),
         status=status if status is not None else
-        _replayed_status(store, stored) if stored.status == "live" else stored.status)
+        _replayed_status(store, stored) if stored.status is SessionStatus.LIVE else stored.status)
 
 
-def _replayed_status(store: Store, stored: StoredSession) -> str:
+def _replayed_status(store: Store, stored: StoredSession) -> SessionStatus:
     """A live row's real state (``running``, ``converged``, ``paused``): the store keeps only
     "live", so replay the command log the way the server recovers it; "live" if that fails."""
     # the server's own recovery
@@ -110,11 +112,9 @@ def import_into_store(store: Store, prior: PriorSession, *, name: str | None = N
     if store.get_session(target) is not None:
         raise ConfigError(f"the store already has a session named {target!r}; import it under "
                           f"another name (--rename)")
-    trial_rows = [TrialRow(t.id, t.candidate, dict(t.point), t.client, t.status, t.value,
-                           t.failure, t.leased_at, t.reported_at) for t in prior.trials]
-    client_rows = [ClientRow(h.client_id, h.joined if h.joined is not None else 0.0, h.hostname,
-                             h.cpu_count, h.ram_bytes, h.os, h.python, h.left)
-                   for h in prior.hosts]
+    trial_rows = list(prior.trials)
+    # the store needs a join time: an unknown one is stored as 0 (the epoch)
+    client_rows = [h if h.joined is not None else replace(h, joined=0.0) for h in prior.hosts]
     created = prior.created if prior.created is not None else 0.0
     try:
         with store.engine.begin() as conn:
@@ -127,7 +127,3 @@ def import_into_store(store: Store, prior: PriorSession, *, name: str | None = N
                 len(client_rows))
     return target
 
-
-def _trial_from_row(r: TrialRow) -> PriorTrial:
-    return PriorTrial(r.id, r.candidate, dict(r.point), r.client, r.status, r.value, r.failure,
-                      r.leased_at, r.reported_at)

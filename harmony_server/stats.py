@@ -54,11 +54,23 @@ class LatencyHistogram:
                     return min(bound, self.maximum)
             return self.maximum
 
-    def snapshot(self) -> dict[str, object]:
-        """A JSON-ready copy: bucket bounds, counts (non-cumulative), count, sum, max."""
+    def snapshot(self) -> HistogramSnapshot:
+        """A consistent copy: bucket bounds, counts (non-cumulative), count, sum, max."""
         with self._lock:
-            return {"buckets": list(self.buckets), "counts": list(self.counts),
-                    "count": self.count, "sum": self.total, "max": self.maximum}
+            return HistogramSnapshot(tuple(self.buckets), tuple(self.counts), self.count,
+                                     self.total, self.maximum)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    """A :class:`LatencyHistogram` at one moment; ``counts`` has one more entry than
+    ``buckets`` (the +inf bucket)."""
+
+    buckets: tuple[float, ...]
+    counts: tuple[int, ...]
+    count: int
+    sum: float
+    max: float
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,8 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from harmony.base.errors import ConfigError, StoreError
+from harmony.base.hostinfo import HostInfo
+from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)
@@ -43,7 +46,7 @@ sessions = sa.Table(
     sa.Column("name", sa.String(200), primary_key=True),
     sa.Column("definition", sa.JSON, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
-    sa.Column("status", sa.String(20), nullable=False),  # "live" | "closed"
+    sa.Column("status", sa.String(20), nullable=False),  # a SessionStatus: live | imported
 )
 
 commands = sa.Table(
@@ -102,9 +105,9 @@ class _Prepared:
     json_columns: frozenset[str]
 
     @classmethod
-    def compile(cls, stmt: Any, table: sa.Table, dialect: sa.Dialect) -> _Prepared:
+    def compile(cls, stmt: sa.Insert, table: sa.Table, dialect: sa.Dialect) -> _Prepared:
         compiled = stmt.compile(dialect=dialect, column_keys=[c.name for c in table.columns])
-        positional = tuple(compiled.positiontup) if compiled.positional else None
+        positional = tuple(compiled.positiontup or ()) if compiled.positional else None
         json_columns = frozenset(c.name for c in table.columns if isinstance(c.type, sa.JSON))
         return cls(str(compiled), positional, json_columns)
 
@@ -126,7 +129,7 @@ class StoredSession:
     name: str
     definition: dict[str, Any]
     created: float
-    status: str
+    status: SessionStatus
 
 
 @dataclass(frozen=True)
@@ -138,35 +141,6 @@ class CommandRecord:
     payload: dict[str, Any]
     time: float
     client: str | None = None
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    """The materialised state of one handed-out measurement."""
-
-    id: int
-    candidate: int
-    point: dict[str, Any]
-    client: str | None
-    status: str
-    value: float | None
-    failure: str | None
-    leased_at: float | None
-    reported_at: float | None
-
-
-@dataclass(frozen=True)
-class ClientRow:
-    """A client of a session and the host it runs on (kept for reuse of prior data)."""
-
-    client_id: str
-    joined: float
-    hostname: str | None = None
-    cpu_count: int | None = None
-    ram_bytes: int | None = None
-    os: str | None = None
-    python: str | None = None
-    left: float | None = None
 
 
 def default_store_url(state_dir: str | Path) -> str:
@@ -219,7 +193,7 @@ class Store:
                                                          "check_same_thread": False})
 
             @sa.event.listens_for(engine, "connect")
-            def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            def _pragmas(dbapi_conn: sqlite3.Connection, _record: object) -> None:
                 cur = dbapi_conn.cursor()
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute(f"PRAGMA synchronous={synchronous}")
@@ -296,7 +270,7 @@ class Store:
         key = (table.name, upsert)
         prepared = self._statements.get(key)
         if prepared is None:
-            stmt: Any = table.insert()
+            stmt: sa.Insert = table.insert()
             if upsert:
                 insert = (sqlite_dialect.insert(table) if self.engine.dialect.name == "sqlite"
                           else pg_dialect.insert(table))
@@ -313,10 +287,12 @@ class Store:
         """Store a new live session; raises :class:`StoreError` if the name is taken."""
         with self._transaction(f"create session {name!r}") as conn:
             conn.execute(sessions.insert().values(name=name, definition=definition,
-                                                  created=created, status="live"))
+                                                  created=created,
+                                                  status=SessionStatus.LIVE.value))
 
-    def write(self, session: str, log: Sequence[CommandRecord], trial_rows: Sequence[TrialRow] = (),
-              client_rows: Sequence[ClientRow] = ()) -> None:
+    def write(self, session: str, log: Sequence[CommandRecord],
+              trial_rows: Sequence[TrialRecord] = (),
+              client_rows: Sequence[HostInfo] = ()) -> None:
         """Append commands and upsert the trials/clients they changed, in one transaction."""
         with self._transaction(f"session {session!r}") as conn:
             # the hot path: statements compiled once from the Core tables, run on the driver
@@ -325,7 +301,8 @@ class Store:
                  "time": c.time, "client": c.client} for c in log])
             self._prepared(trials, upsert=True).run(conn, [
                 {"session": session, "id": t.id, "candidate": t.candidate, "point": t.point,
-                 "client": t.client, "status": t.status, "value": t.value, "failure": t.failure,
+                 "client": t.client, "status": t.status.value, "value": t.value,
+                 "failure": t.failure,
                  "leased_at": t.leased_at, "reported_at": t.reported_at} for t in trial_rows])
             self._prepared(clients, upsert=True).run(
                 conn, [{"session": session, **asdict(c)} for c in client_rows])
@@ -351,14 +328,15 @@ class Store:
 
     def live_sessions(self) -> list[StoredSession]:
         """Every session that should be running, oldest first."""
-        rows = self._read(sa.select(sessions).where(sessions.c.status == "live")
+        rows = self._read(sa.select(sessions).where(sessions.c.status == SessionStatus.LIVE.value)
                           .order_by(sessions.c.created, sessions.c.name))
-        return [StoredSession(r.name, r.definition, r.created, r.status) for r in rows]
+        return [StoredSession(r.name, r.definition, r.created, SessionStatus.parse(r.status))
+                for r in rows]
 
     def get_session(self, name: str) -> StoredSession | None:
         rows = self._read(sa.select(sessions).where(sessions.c.name == name))
         return StoredSession(rows[0].name, rows[0].definition, rows[0].created,
-                             rows[0].status) if rows else None
+                             SessionStatus.parse(rows[0].status)) if rows else None
 
     def commands(self, session: str) -> list[CommandRecord]:
         """The session's command log in ``seq`` order."""
@@ -366,16 +344,18 @@ class Store:
                           .order_by(commands.c.seq))
         return [CommandRecord(r.seq, r.kind, r.payload, r.time, r.client) for r in rows]
 
-    def trials(self, session: str) -> list[TrialRow]:
+    def trials(self, session: str) -> list[TrialRecord]:
+        """The session's trial rows in id order."""
         rows = self._read(sa.select(trials).where(trials.c.session == session)
                           .order_by(trials.c.id))
-        return [TrialRow(r.id, r.candidate, r.point, r.client, r.status, r.value, r.failure,
-                         r.leased_at, r.reported_at) for r in rows]
+        return [TrialRecord(r.id, r.candidate, r.point, r.client, TrialStatus.parse(r.status),
+                            r.value, r.failure, r.leased_at, r.reported_at) for r in rows]
 
-    def clients(self, session: str) -> list[ClientRow]:
+    def clients(self, session: str) -> list[HostInfo]:
+        """The session's clients and their hosts, in the order they joined."""
         rows = self._read(sa.select(clients).where(clients.c.session == session)
                           .order_by(clients.c.joined, clients.c.client_id))
-        return [ClientRow(r.client_id, r.joined, r.hostname, r.cpu_count, r.ram_bytes, r.os,
+        return [HostInfo(r.client_id, r.joined, r.hostname, r.cpu_count, r.ram_bytes, r.os,
                           r.python, r.left) for r in rows]
 
     def check_integrity(self) -> list[str]:

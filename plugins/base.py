@@ -41,9 +41,13 @@ ACCEPT = FlowResult(Flow.ACCEPT)
 class PluginTrial:
     """One measurement as plugins see it.
 
-    ``candidate`` is the strategy's trial id (one point); ``samples`` are the raw values
+    ``candidate`` is the session's candidate id (one point); ``samples`` are the raw values
     measured for this candidate so far, in the objective's own sign. In ``analyze`` a
     plugin may replace ``value`` (e.g. with an aggregate) before the strategy sees it.
+
+    Not the session's trial record (:class:`harmony.base.trial.TrialRecord`): a plugin works
+    per candidate, not per hand-out; it sees the samples gathered across trials, has no
+    status or lease, and may rewrite the value, so this is a separate, mutable view.
     """
 
     candidate: int

@@ -37,7 +37,8 @@ def point_key(space: Space, point: Mapping[str, Any]) -> Key | None:
     return tuple(key)
 
 
-def _value_key(p: Param, raw: Any) -> Any:
+def _value_key(p: Param, raw: Any) -> tuple[str, int] | float | None:
+    """One coordinate of a point's key; ``raw`` is as read from a log or CSV file."""
     if isinstance(p, EnumParam):
         for v in p.values:
             if v == raw or (isinstance(raw, str) and str(v) == raw):

@@ -69,9 +69,9 @@ class ConstraintPlugin(Plugin, name="constraint"):
         upper = [hi - lo for lo, hi in bounds]
         self._region = ConstrainedRegion(narrowed, polytope.shifted(lower, upper))
         for name in polytope.names:
-            before, after = space[name], narrowed[name]
+            before, after = space.numeric(name), narrowed.numeric(name)
             logger.info("constraint: %s narrowed from %s..%s to %s..%s", name,
-                        before.min, before.max, after.min, after.max)  # type: ignore[union-attr]
+                        before.min, before.max, after.min, after.max)
         return narrowed
 
     def region(self) -> ConstrainedRegion | None:
@@ -91,7 +91,7 @@ class ConstraintPlugin(Plugin, name="constraint"):
 
     def _empty_message(self, space: Space, polytope: GridPolytope) -> str:
         conflict = polytope.first_conflict()
-        ranges = ", ".join(f"{n} in {space[n].min}..{space[n].max}"  # type: ignore[union-attr]
+        ranges = ", ".join(f"{n} in {space.numeric(n).min}..{space.numeric(n).max}"
                            for n in polytope.names)
         if conflict is None:
             return f"the constraints {self.texts} leave no feasible grid point ({ranges})"

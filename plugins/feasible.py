@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import IntParam, Point, RealParam, Space
+from harmony.base.space import IntParam, Point, RealParam, Space, Value
 from plugins.grid_polytope import GridPolytope, IntegerRow
 from plugins.projection import GridParam, IndexCost, nearest_feasible, unit_value
 
@@ -120,7 +120,7 @@ class ConstrainedRegion:
             out[p.name] = p.value_at(i)
         return {n: out[n] for n in self.space.names}
 
-    def _unit(self, p: GridParam, value: Any) -> float:
+    def _unit(self, p: GridParam, value: Value) -> float:
         return unit_value(p, float(value))
 
     def _anchors(self) -> list[tuple[int, ...]]:

@@ -21,7 +21,14 @@ from harmony.base.space import FeasibleRegion, Point, Space, WholeSpace
 
 @dataclass
 class Trial:
-    """A point handed out by a strategy, identified by ``id`` (unique within the strategy)."""
+    """A point handed out by a strategy, identified by ``id`` (unique within the strategy).
+
+    This is the strategy's own proposal, not the session's trial record
+    (:class:`harmony.base.trial.TrialRecord`): one proposal may be handed to clients as
+    several trials (re-leased after a lease runs out, re-measured by ``agg``), or answered
+    by a plugin without any; its value is in the strategy's sign (always minimised). The
+    strategy knows nothing of clients, leases or times, so it keeps this small mutable type.
+    """
 
     id: int
     point: Point
@@ -91,13 +98,11 @@ class Strategy(ABC):
         trial = self._trial(trial_id)
         if trial.done:
             return False
-        if failure is None and (value is None or not math.isfinite(value)):
-            failure = f"non-finite measurement {value!r}"
-        if failure is not None:
-            trial.failure = failure
-            trial.value = None
+        if failure is None and value is not None and math.isfinite(value):
+            trial.value = float(value)
         else:
-            trial.value = float(value)  # type: ignore[arg-type]
+            trial.failure = failure if failure is not None else f"non-finite measurement {value!r}"
+            trial.value = None
         self._on_result(trial)
         return True
 

@@ -27,7 +27,7 @@ import numpy as np
 from cmaes import CMA, CMAwM
 
 from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, FeasibleRegion, Point, RealParam, Space, Value
+from harmony.base.space import EnumParam, FeasibleRegion, Param, Point, RealParam, Space, Value
 from strategies.base import Strategy, Trial
 from strategies.options import check_real, is_fixed, option_error
 
@@ -298,7 +298,7 @@ class CMAES(Strategy, name="cma-es"):
         return key not in self._refused and self.region.contains(point)
 
 
-def _unit_step(p: Any) -> float:
+def _unit_step(p: Param) -> float:
     """A parameter's grid step on the unit cube; 0 where the grid is not even there (log)."""
     if isinstance(p, RealParam) and not p.discrete:
         return 0.0

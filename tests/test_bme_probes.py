@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bme.equation import BMEParams, miss_probability
-from bme.probes import Probe, decide, probe_sizes, search_radius, search_window
+from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
 from harmony.base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 

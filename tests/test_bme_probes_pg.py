@@ -14,8 +14,13 @@ import psycopg
 import pytest
 from conftest import ClusterFactory
 
-from bme.probes import Probe, decide, probe_sizes
-from tuner_client.buffer_probes import (
+from bme.probe_decision import Probe, decide, probe_sizes
+from tuner_client.config import MeasureConfig
+from tuner_client.controllers.local import LocalController
+from tuner_client.knobs import KnobCatalog
+from tuner_client.local_cluster import LocalCluster
+from tuner_client.measurer import Measurer, ServerAccess
+from tuner_client.probe_runner import (
     client_pids,
     read_relation_io,
     run_probes,
@@ -23,11 +28,6 @@ from tuner_client.buffer_probes import (
     touched_pages,
     window_delta,
 )
-from tuner_client.config import MeasureConfig
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
 from workloads.loop import Statement, StatementLoop
 
 KB, MB = 1024, 1 << 20
@@ -84,9 +84,10 @@ def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
     with psycopg.connect(cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
         original = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
-    measurer = Measurer(cluster.dsn, catalog, StatementLoop(cluster.dsn, draw, streams=2),
-                        MeasureConfig(warmup_s=0, samples=1),
-                        controller=LocalController(cluster, precheck_memory=False))
+    measurer = Measurer(ServerAccess(cluster.dsn, catalog,
+                                     LocalController(cluster, precheck_memory=False)),
+                        StatementLoop(cluster.dsn, draw, streams=2),
+                        MeasureConfig(warmup_s=0, samples=1))
     measurer.in_force = {"shared_buffers": original}
     try:
         probes, failures = run_probes(measurer, sizes, PROBE_S)
@@ -250,7 +251,7 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     wanted = size_for_target(params, 0.3)
     measured = catalog["shared_buffers"].parse(offline[0].in_force["shared_buffers"])
     assert abs(measured - wanted) <= 256 * KB, (measured, wanted)
-    assert any("target miss probability 0.3" in d for d in result.decisions)
+    assert any("target miss probability 0.3" in d for d in result.work.decisions)
     assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]
@@ -268,7 +269,7 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     """Without a target miss probability the probed search starts at the decided size, takes
     bme.evaluations (2 of offline.evaluations 6), and its second size is a step of about 30 %
     of the first (not the plain search's 0.3 of the whole window)."""
-    from bme.probes import RADIUS
+    from bme.probe_decision import RADIUS
     from harmony_server.server import start_server
     from tuner_client.client import connect
     from tuner_client.config import parse_tuner_config

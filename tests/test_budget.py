@@ -9,8 +9,13 @@ import psycopg
 import pytest
 
 from harmony.base.errors import ConfigError, ConstraintError
-from tuner_client.budget import MemoryBudget, detect_ram_bytes, mem_total_bytes
-from tuner_client.budget_view import BudgetView, worker_processes
+from tuner_client.budget import (
+    BudgetView,
+    MemoryBudget,
+    detect_ram_bytes,
+    mem_total_bytes,
+    worker_processes,
+)
 from tuner_client.config import parse_tuner_config, resolve_knob_space
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster

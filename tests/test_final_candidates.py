@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.final import rank_configurations
 
 ORIGINAL = {"work_mem": "4MB", "random_page_cost": "4"}

@@ -76,9 +76,9 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
     assert [r.session for r in measured].count("p1-online") == 3
     for r in measured:
         assert r.failure is None and len(r.samples) == 3 and min(s.qpm for s in r.samples) > 0
-    assert result.passes == 1 and result.evaluations == 5
-    assert result.default_qpm is not None and result.default_qpm > 0
-    assert result.best_qpm is not None and result.best_qpm > 0
+    assert result.work.passes == 1 and result.work.evaluations == 5
+    assert result.best.throughput.default is not None and result.best.throughput.default > 0
+    assert result.best.throughput.best is not None and result.best.throughput.best > 0
 
     # m counts the 3 streams and the 6 parallel workers they may start, x hash_mem_multiplier 2
     coef = tuner.budget.budget.work_mem_coefficient  # type: ignore[union-attr]
@@ -104,43 +104,43 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
     # (and PGTune's rules when the budget admits them), interleaved, two rounds at least
     finals = {r.session: r for r in tuner.records if r.session.startswith("final")}
     assert set(finals) - {"final-pgtune"} == {"final-default", "final-best", "final-candidate-2"}
-    runner_up = {n: finals["final-candidate-2"].in_force[n] for n in result.default_settings}
-    search_best = {n: finals["final-best"].in_force[n] for n in result.default_settings}
+    runner_up = {n: finals["final-candidate-2"].in_force[n] for n in result.best.original}
+    search_best = {n: finals["final-best"].in_force[n] for n in result.best.original}
     assert runner_up != search_best
     # the offline points (default work_mem 4MB: 4*18 > 48) break the online budget as a whole,
     # so both candidates are online points inside it
     for settings in (search_best, runner_up):
         assert sum(catalog[n].parse(settings[n]) * (coef if n == "work_mem" else 1)
                    for n in ("work_mem", "maintenance_work_mem", "temp_buffers")) <= 48 * MB
-    rounds = result.ab_rounds
+    rounds = result.intervals.rounds
     assert 2 <= len(rounds) <= config.final.max_rounds
     first_best = next(r for r in tuner.records if r.session == "final-best")
     assert rounds[0]["best"] == first_best.value
-    decision = result.decision
-    assert decision is not None and decision["rounds"] == len(rounds)
-    if decision["winner"] is None:
+    decision = result.intervals.decision
+    assert decision is not None and decision.rounds == len(rounds)
+    if decision.winner is None:
         # no interval above 1: the tuner keeps the original and says so, with the interval
-        assert result.best_settings == result.default_settings
-        assert result.improvement_ci is None
-        assert any("keeping the original" in d for d in result.decisions)
+        assert result.best.settings == result.best.original
+        assert result.intervals.improvement_ci is None
+        assert any("keeping the original" in d for d in result.work.decisions)
     else:
-        won = {"best": search_best, "candidate-2": runner_up}.get(decision["winner"]) or next(
+        won = {"best": search_best, "candidate-2": runner_up}.get(decision.winner) or next(
             r.settings for r in tuner.records if r.session == "final-pgtune")
-        assert result.best_settings == won
-        low, high = result.improvement_ci  # type: ignore[misc]
-        assert 0.0 < low <= result.paired_improvement <= high
+        assert result.best.settings == won
+        low, high = result.intervals.improvement_ci  # type: ignore[misc]
+        assert 0.0 < low <= decision.improvement <= high
 
     # outputs: ALTER SYSTEM statements and a postgresql.conf fragment for the best settings
     sql_text = (out / "alter_system.sql").read_text()
     assert "SELECT pg_reload_conf();" in sql_text
-    changed = {k: v for k, v in result.best_settings.items() if v != result.default_settings[k]}
+    changed = {k: v for k, v in result.best.settings.items() if v != result.best.original[k]}
     for name, value in changed.items():
         assert f"ALTER SYSTEM SET {name} = '{value}';" in sql_text
         assert f"{name} = '{value}'" in (out / "postgresql.conf.fragment").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["passes"] == 1 and len(summary["ab_rounds"]) == len(rounds)
-    assert summary["improvement_ci"] == (list(result.improvement_ci)
-                                         if result.improvement_ci else None)
+    assert summary["improvement_ci"] == (list(result.intervals.improvement_ci)
+                                         if result.intervals.improvement_ci else None)
     assert len((out / "trials.jsonl").read_text().splitlines()) == len(tuner.records)
 
     # the server is left running with its original configuration
@@ -201,24 +201,27 @@ def test_a_search_that_finds_nothing_better_keeps_the_original(
     finals = {r.session: r for r in tuner.records if r.session.startswith("final")}
     defaults = [r.value for r in tuner.records if r.session == "final-default"]
     assert len(defaults) >= 2 and all(v is not None for v in defaults)
-    original = result.default_settings
+    original = result.best.original
     searched = [r for r in tuner.records
                 if r.session == "final-best" or r.session.startswith("final-candidate")]
     # every searched candidate forces JIT (the original, the search's start, is measured
     # only as the default, never again as a candidate)
     assert searched and all({n: r.in_force[n] for n in original} != original for r in searched)
-    assert any("the search's best is the original configuration" in d for d in result.decisions)
+    assert any("the search's best is the original configuration" in d
+               for d in result.work.decisions)
     # every candidate that forces JIT lost to the original, measured side by side, round by
     # round: its ratio to the default is below 1 in every round it ran
-    for row in result.ab_rounds:
+    for row in result.intervals.rounds:
         for label in [k for k in row if k == "best" or k.startswith("candidate")]:
-            assert row[label] is not None and row[label] < row["default"], result.ab_rounds
+            assert row[label] is not None and row[label] < row["default"], result.intervals.rounds
     # the result is the original configuration, kept by the rule because nothing won
-    assert result.best_settings == original
-    assert any("keeping the original" in d for d in result.decisions), result.decisions
-    assert result.improvement_ci is None and result.paired_improvement == 0.0
-    assert result.best_qpm == result.default_qpm
-    assert result.default_qpm == pytest.approx(sum(defaults) / len(defaults))  # type: ignore[arg-type]
+    assert result.best.settings == original
+    assert any("keeping the original" in d for d in result.work.decisions), result.work.decisions
+    decision = result.intervals.decision
+    assert result.intervals.improvement_ci is None
+    assert decision is not None and decision.improvement == 0.0
+    assert result.best.throughput.best == result.best.throughput.default
+    assert result.best.throughput.default == pytest.approx(sum(defaults) / len(defaults))  # type: ignore[arg-type]
     assert set(finals) == {"final-default", "final-best", "final-candidate-2"}
     assert _settings(dsn, ["jit_above_cost"]) == {"jit_above_cost": "100000"}
 
@@ -266,7 +269,7 @@ def test_online_knobs_in_force_are_lowered_to_make_room_for_shared_buffers(
                   target=target, run_id="r1")
     result = tuner.run()
     assert any("lowered to {'work_mem': '2457kB'} before the offline search" in d
-               for d in result.decisions), result.decisions
+               for d in result.work.decisions), result.work.decisions
     offline = [r for r in tuner.records if r.session.endswith("offline")]
     assert offline and all(r.failure is None and r.in_force["work_mem"] == "2457kB"
                            for r in offline), offline

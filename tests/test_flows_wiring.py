@@ -21,7 +21,7 @@ from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.base.space import IntParam, RealParam, Space
 from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial, dump, load
+from harmony.core.priordata import HostInfo, PriorSession, TrialRecord, dump, load
 from harmony.report import write_report
 from tuner_client.client import host_metadata
 from tuner_client.config import parse_tuner_config
@@ -80,7 +80,7 @@ def _prior_online_session(path: Path) -> Path:
     facts = host_metadata()
     prior = PriorSession(
         name=definition.name, definition=definition.to_dict(), created=1.7e9,
-        trials=[PriorTrial(i, i, dict(p), "earlier", "done", v, None, 1.7e9 + i, 1.7e9 + i)
+        trials=[TrialRecord(i, i, dict(p), "earlier", "done", v, None, 1.7e9 + i, 1.7e9 + i)
                 for i, (p, v) in enumerate(points)],
         hosts=[HostInfo("earlier", 1.7e9, facts["hostname"], facts["cpu_count"],
                         facts["ram_bytes"], facts["os"])])
@@ -128,21 +128,21 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     online = [r for r in searched if r.session == "p1-online"]
     assert len(offline) >= 3 and len(online) == 2
     assert all(r.failure is None and r.value and r.value > 0 for r in searched)
-    assert result.passes == 1 and len(result.ab_rounds) >= 1
+    assert result.work.passes == 1 and len(result.intervals.rounds) >= 1
 
     # warm start: the online session's first point is the prior session's best (MB -> kB)
     assert online[0].point == PRIOR_BEST_KB
     assert online[0].in_force["work_mem"] == "4MB"
     assert any("warm start from prior session(s) wiring-earlier-p1-online" in d
-               for d in result.decisions)
+               for d in result.work.decisions)
 
     # the metrics served over HTTP match the run
-    assert result.search_best_qpm == max(r.value or 0.0 for r in searched)
+    assert result.best.throughput.search_best == max(r.value or 0.0 for r in searched)
     assert math.isclose(value("harmony_tuner_best_throughput_queries_per_second"),
-                        result.search_best_qpm / 60.0, rel_tol=1e-9)
-    assert result.default_qpm is not None
+                        result.best.throughput.search_best / 60.0, rel_tol=1e-9)
+    assert result.best.throughput.default is not None
     assert math.isclose(value("harmony_tuner_default_throughput_queries_per_second"),
-                        result.default_qpm / 60.0, rel_tol=1e-9)
+                        result.best.throughput.default / 60.0, rel_tol=1e-9)
     restarts = cluster.log_path.read_text(errors="replace")[log_start:].count(
         "database system is ready to accept connections")
     assert restarts >= 3  # offline sizes, then back to the original shared_buffers
@@ -153,7 +153,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     assert value("harmony_tuner_evaluations_total", kind="online") == len(online)
     # the default is measured once per final round; the candidates beside it, each round
     # until they drop; with a candidate there are 2 rounds at least (an interval needs 2)
-    rounds = result.ab_rounds
+    rounds = result.intervals.rounds
     assert value("harmony_tuner_evaluations_total", kind="baseline") == len(rounds)
     finals = [r for r in tuner.records if r.session.startswith("final-")
               and r.session != "final-default"]
@@ -192,22 +192,23 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
     assert value("harmony_tuner_budget_slack_bytes") == expected
 
     # the BME fit of the offline points: exported, and in the offline sessions' metadata
-    assert result.bme is not None, result.decisions
+    assert result.evidence.bme is not None, result.work.decisions
     assert value("harmony_tuner_bme_fits_total") == 1
-    assert math.isclose(value("harmony_tuner_bme_m_star_bytes"), result.bme["m_star"])
-    assert len(result.bme["points"]) >= 3
+    assert math.isclose(value("harmony_tuner_bme_m_star_bytes"), result.evidence.bme["m_star"])
+    assert len(result.evidence.bme["points"]) >= 3
 
     # outputs: the summary and the sessions as XML with the comparison (and the BME fit)
     summary = json.loads((out / "summary.json").read_text())
     assert {k: v for k, v in summary["comparison"].items() if k != "pgtune"} == {
-        "default": result.default_qpm, "tuned": result.best_qpm, "unit": "queries/min"}
+        "default": result.best.throughput.default, "tuned": result.best.throughput.best,
+        "unit": "queries/min"}
     assert summary["sessions"][0] == "wiring-w1-p1-offline"
     online_xml = load(out / "sessions" / "wiring-w1-p1-online.xml")
     assert online_xml.definition["metadata"]["comparison"] == summary["comparison"]
     assert online_xml.definition["metadata"]["warm_start"]["start"] == PRIOR_BEST_KB
     assert len(online_xml.completed()) == len(online)  # one trial per paired block
     offline_xml = load(out / "sessions" / "wiring-w1-p1-offline.xml")
-    assert offline_xml.definition["metadata"]["bme"]["m_star"] == result.bme["m_star"]
+    assert offline_xml.definition["metadata"]["bme"]["m_star"] == result.evidence.bme["m_star"]
     # the report reads both from the metadata, no flags needed
     write_report(offline_xml, tmp_path / "report")
     assert (tmp_path / "report" / "comparison.png").stat().st_size > 0

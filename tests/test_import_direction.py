@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: every product package (the CLI included)
 PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
 #: what must not import harmony_server (the CLI at the top may)
-BELOW_THE_SERVER = ("harmony/base", "harmony/core", "harmony/report.py", "tuner_client",
+BELOW_THE_SERVER = ("harmony/base", "harmony/core", "harmony/report", "tuner_client",
                     "plugins", "strategies", "workloads", "bme")
 SERVER = "harmony_server"
 

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
 from harmony.base.errors import ConfigError, GuardrailTrip, WorkloadError
-from tuner_client.budget_view import make_budget_view, worker_processes
+from tuner_client.budget import make_budget_view, worker_processes
 from tuner_client.client import connect
 from tuner_client.config import (
     GuardConfig,
@@ -31,9 +31,9 @@ from tuner_client.flows import Tuner
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measurer import LiveWatch, Measurer, PointRecord, ServerAccess
 from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.result import TuneResult
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
 from tuner_client.target import Target
 from tuner_client.tune_cli import format_result
@@ -68,8 +68,8 @@ def _measurer(dsn: str, *, guard: Guardrail | None = None, warmup_s: float = 1.0
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=warmup_s, samples=1, queries=None, seconds=seconds,
                            estimator="latency")
-    measurer = Measurer(dsn, catalog, ObservedWorkload(dsn, poll_s=0.25), config, guard=guard,
-                        min_calls=20)
+    measurer = Measurer(ServerAccess(dsn, catalog), ObservedWorkload(dsn, poll_s=0.25), config,
+                        live=LiveWatch(guard, min_calls=20))
     measurer.in_force = measurer.current_settings(KNOBS)
     return measurer
 
@@ -122,7 +122,7 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     trips = []
     traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=12, rows=ROWS).start()
     measurer = _measurer(dsn, guard=guard, warmup_s=2.0, seconds=2.0)
-    measurer.on_guard_trip = trips.append
+    measurer.trips.on_trip = trips.append
     time.sleep(1.0)  # past pgbench's start
     try:
         original = dict(measurer.in_force)
@@ -153,14 +153,15 @@ def test_guardrail_reverts_within_one_sample_and_nothing_is_lost(
     assert orders is not None and logged <= orders[0] <= logged + traffic.clients, \
         (orders, logged)
     # the trip is in the run's summary and metrics
-    assert guard.summary()["trips"] == 1 and guard.summary()["by_kind"] == {"latency": 1}
+    summary = guard.summary().to_dict()
+    assert summary["trips"] == 1 and summary["by_kind"] == {"latency": 1}
     metrics = TunerMetrics(KNOBS)
     metrics.record_guardrail_trip(trips[0].kind, trips[0].revert_s)
     assert 'harmony_tuner_guardrail_trips_total{kind="latency"} 1.0' in \
         metrics.render().decode()
-    shown = format_result(TuneResult(
-        best_settings=original, default_settings=original, best_qpm=None, default_qpm=None,
-        ab_rounds=[], passes=1, evaluations=1, output_dir=None, guardrails=guard.summary()))
+    shown = format_result(TuneResult.conclude(
+        Best(original, original, Throughput(None, None)), Intervals([]), Work(1, 1),
+        Evidence(guardrails=guard.summary())))
     assert "guardrails: 1 trip(s) {'latency': 1}" in shown and "reverted to" in shown
     # the server's configuration file holds the original values again (explicitly set)
     text = (live_cluster.data_dir / "postgresql.auto.conf").read_text()

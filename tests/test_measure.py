@@ -11,12 +11,17 @@ from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.apply import reset_knobs
-from tuner_client.budget import MemoryBudget
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView, MemoryBudget
 from tuner_client.config import MeasureConfig, parse_tuner_config, resolve_knob_space
 from tuner_client.controllers import LocalController
 from tuner_client.knobs import KnobCatalog
-from tuner_client.measure import Measurer, StatsSnapshot, read_database_stats, stats_delta
+from tuner_client.measurer import (
+    Measurer,
+    ServerAccess,
+    StatsSnapshot,
+    read_database_stats,
+    stats_delta,
+)
 from workloads.driver import WorkloadDriver
 
 MEASURE = MeasureConfig(warmup_s=0.5, samples=3, aggregate="best", queries=15)
@@ -33,8 +38,8 @@ def _setting(dsn: str, name: str) -> str:
 def measurer(tpch_cluster: TpchCluster) -> Iterator[Measurer]:  # noqa: F811
     with psycopg.connect(tpch_cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
-                 MEASURE)
+    m = Measurer(ServerAccess(tpch_cluster.dsn, catalog),
+                 WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"), MEASURE)
     m.in_force = m.current_settings(["work_mem", "shared_buffers", "maintenance_work_mem",
                                      "temp_buffers", "random_page_cost"])
     try:
@@ -74,14 +79,14 @@ def test_infeasible_point_is_never_applied(measurer: Measurer, tpch_cluster: Tpc
     # 3 connections x hash_mem_multiplier 2 -> work_mem*6 + mwm + tb <= 64MB
     budget = MemoryBudget(ram_bytes=8 * 2**30, connections=3, online_limit_bytes=64 * 2**20)
     view = BudgetView(budget, measurer.catalog, offline, online)
-    measurer.feasible = view.violation
+    measurer.applier.feasible = view.violation
     assert view.online_constraints(measurer.in_force) == [
         "work_mem * 6 + maintenance_work_mem + temp_buffers <= 64"]
     before = _setting(tpch_cluster.dsn, "work_mem")
     outcome = measurer.apply({"work_mem": "32MB"})  # 192MB + 64MB + 8MB > 64MB
     assert outcome.failure is not None and outcome.failure.startswith("infeasible")
     assert "exceeds the online budget 64MB" in outcome.failure
-    assert measurer.applied_log == []
+    assert measurer.applier.applied_log == []
     assert _setting(tpch_cluster.dsn, "work_mem") == before
     record = measurer.measure("test", {}, {"work_mem": "32MB"})
     assert record.failure is not None and record.samples == []
@@ -143,8 +148,8 @@ def test_latency_based_estimators_agree_with_the_count(tpch_cluster: TpchCluster
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.5, samples=3, aggregate="median", queries=30,
                            estimator=estimator)
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
-                 config)
+    m = Measurer(ServerAccess(tpch_cluster.dsn, catalog),
+                 WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"), config)
     m.in_force = m.current_settings(["work_mem"])
     try:
         record = m.measure("test", {}, {"work_mem": "8MB"})
@@ -166,8 +171,9 @@ def test_a_restart_gets_its_own_warm_up(tpch_cluster: TpchCluster) -> None:  # n
     with psycopg.connect(tpch_cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.2, restart_warmup_s=1.5, samples=1, queries=5)
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6"), config,
-                 controller=LocalController(tpch_cluster.cluster, precheck_memory=False))
+    m = Measurer(ServerAccess(tpch_cluster.dsn, catalog,
+                              LocalController(tpch_cluster.cluster, precheck_memory=False)),
+                 WorkloadDriver(tpch_cluster.dsn, "2Q6"), config)
     m.in_force = m.current_settings(["shared_buffers", "work_mem"])
     original = dict(m.in_force)
     try:
@@ -176,11 +182,11 @@ def test_a_restart_gets_its_own_warm_up(tpch_cluster: TpchCluster) -> None:  # n
         outcome = m.apply({"shared_buffers": "64MB"})
         restarted = time.monotonic() - started
         assert outcome.failure is None and outcome.restart_s is not None
-        assert m.last_warmup_s == 1.5 and restarted >= 1.5 + outcome.restart_s
+        assert m.windows.last_warmup_s == 1.5 and restarted >= 1.5 + outcome.restart_s
         started = time.monotonic()
         outcome = m.apply({"work_mem": "8MB"})
         assert outcome.failure is None and outcome.restart_s is None
-        assert m.last_warmup_s == 0.2 and time.monotonic() - started < 1.5
+        assert m.windows.last_warmup_s == 0.2 and time.monotonic() - started < 1.5
     finally:
         m.apply(original, check_budget=False, warm_up=False)
         m.close()

@@ -23,7 +23,7 @@ from harmony_server.metrics import (
 )
 from harmony_server.stats import LatencyHistogram
 from harmony_server.store import Store, default_store_url
-from tuner_client.measure import PointRecord, SampleRecord, StatsDelta
+from tuner_client.measurer import PointRecord, SampleRecord, StatsDelta
 from tuner_client.metrics import (
     CURVE_POINTS,
     MISS_SLOTS,

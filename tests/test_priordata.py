@@ -19,7 +19,7 @@ from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import (
     HostInfo,
     PriorSession,
-    PriorTrial,
+    TrialRecord,
     detect_format,
     dumps,
     from_csv,
@@ -106,7 +106,7 @@ def prior() -> PriorSession:
                       1700000100.0)]
     p = prior_from_core(core, created=1700000000.0 + 1 / 3, hosts=hosts)
     # times as a server would record them
-    p.trials = [PriorTrial(t.id, t.candidate, t.point, t.client, t.status, t.value, t.failure,
+    p.trials = [TrialRecord(t.id, t.candidate, t.point, t.client, t.status, t.value, t.failure,
                            1700000002.0 + t.id / 7, 1700000003.0 + t.id / 3) for t in p.trials]
     return p
 
@@ -319,7 +319,7 @@ def test_matching_rule(prior: PriorSession) -> None:
 
 def test_host_matched_sessions_win_over_unknown_hosts(prior: PriorSession) -> None:
     anonymous = PriorSession("anon", {**prior.definition, "name": "anon"}, None,
-                             [PriorTrial(0, 0, {"work_mem": 65536, "random_page_cost": 2.0,
+                             [TrialRecord(0, 0, {"work_mem": 65536, "random_page_cost": 2.0,
                                                 "seq_scale": 1.0, "jit": "off"}, None, "done",
                                          1e9, None)])
     other_host = PriorSession("other", {**prior.definition, "name": "other"}, None,

@@ -23,7 +23,7 @@ from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.replicas import Replica, clone_cluster
 from tuner_client.target import Target
 from workloads.tpch.load import load_tpch
@@ -144,7 +144,7 @@ def test_two_replicas_one_slowed_tuned_in_one_session(clusters: list[LocalCluste
 
     # final rounds: each round measured whole on one replica, the replicas in turn
     finals = [r for r in tuner.records if r.session.startswith("final")]
-    assert len(result.ab_rounds) == 2
+    assert len(result.intervals.rounds) == 2
     per_round = len(finals) // 2
     assert {r.replica for r in finals[:per_round]} == {"replica-1"}
     assert {r.replica for r in finals[per_round:]} == {"replica-2"}
@@ -189,7 +189,7 @@ def test_a_replica_killed_mid_run_loses_its_trial_to_another(clusters: list[Loca
     assert len(done) == 6 == len({t["candidate"] for t in done})
     online = [r for r in tuner.records if r.session == "p1-online" and r.value is not None]
     assert len(online) == 6
-    assert any("replica replica-2 dropped" in d for d in result.decisions)
+    assert any("replica replica-2 dropped" in d for d in result.work.decisions)
     assert tuner.pool is not None and [r.name for r in tuner.pool.live] == ["replica-1"]
     # after the kill, the final rounds ran on the survivor only
     assert {r.replica for r in tuner.records if r.session.startswith("final")} == {"replica-1"}

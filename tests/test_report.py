@@ -15,7 +15,7 @@ from test_priordata import make_definition, run_session, space_dicts
 
 from harmony.base.errors import ConfigError
 from harmony.cli import report as report_cli
-from harmony.core.priordata import PriorSession, PriorTrial, dump, prior_from_core
+from harmony.core.priordata import PriorSession, TrialRecord, dump, prior_from_core
 from harmony.report import comparison_from_metadata, write_report
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
@@ -45,12 +45,12 @@ def session() -> PriorSession:
         "bme": BME})
     core = run_session(definition, 30)
     prior = prior_from_core(core, created=1700000000.0)
-    prior.trials = [PriorTrial(t.id, t.candidate, t.point, t.client, t.status, t.value,
+    prior.trials = [TrialRecord(t.id, t.candidate, t.point, t.client, t.status, t.value,
                                t.failure, 1700000000.0 + 60 * t.id, 1700000030.0 + 60 * t.id)
                     for t in prior.trials]
     # one evil failure reason: it must come out escaped
     t = prior.trials[3]
-    prior.trials[3] = PriorTrial(t.id, t.candidate, t.point, t.client, "failed", None,
+    prior.trials[3] = TrialRecord(t.id, t.candidate, t.point, t.client, "failed", None,
                                  "<script>alert(1)</script>", t.leased_at, t.reported_at)
     return prior
 
@@ -73,7 +73,7 @@ def test_report_page_is_self_contained_with_every_figure(session: PriorSession,
     # the numbers are there
     best_point, best_value = session.best()  # type: ignore[misc]
     assert f"{best_value:.6g}" in page
-    assert "+303%" in page and "+101%" in page  # tuned and recommended over default
+    assert "+302.9%" in page and "+100.9%" in page  # tuned and recommended over default
     assert "M* = 192.0 MiB" in page
     assert "29 done" not in page and f"{sum(t.status == 'done' for t in session.trials)} done" \
         in page
@@ -109,7 +109,7 @@ def test_report_cli_from_xml_and_from_a_store(session: PriorSession, tmp_path: P
                               str(tmp_path / "r1"), "--comparison", str(summary)])
     assert args.func(args) == 0
     page = (tmp_path / "r1" / "report.html").read_text()
-    assert "+150%" in page and len(embedded_images(page)) == 4
+    assert "+150.0%" in page and len(embedded_images(page)) == 4
 
     state = tmp_path / "state"
     small = prior_from_core(run_session(make_definition("small", params=space_dicts()[:1]), 5,

@@ -58,7 +58,7 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     tuner = Tuner(config, client=connect(None), target=target, output_dir=out, run_id="sc1")
     result = tuner.run()
 
-    screening = result.screening
+    screening = result.to_dict()["screening"]
     assert screening is not None and screening["design"] == "pb"
     effects = {e["knob"]: e for e in screening["effects"]}
     assert set(effects) == {"jit_above_cost", "temp_buffers", "work_mem"}
@@ -83,12 +83,12 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     # the online session's time budget (6 s) ends it long before its 50 evaluations: no
     # evaluation starts after 6 s
     assert len(online) < 50 and online[-1].started - online[0].started < 6.0
-    original = result.default_settings
+    original = result.best.original
     for r in online:
         for knob in set(effects) - set(cleared):
             assert r.in_force[knob] == original[knob]
     assert any("screening: searching" in d or "every online knob cleared" in d
-               for d in result.decisions), result.decisions
+               for d in result.work.decisions), result.work.decisions
     # the design's predicted best (jit_above_cost at its better, high end: 200000, above the
     # original 100000) is where the online search starts, and it races in the final rounds
     # (as "screened", or as the search's own candidate when the search ranked it first)

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from harmony.base.errors import ConfigError
+from harmony.base.hostinfo import HostInfo
+from harmony.base.trial import TrialRecord
 from harmony_server.store import (
     SCHEMA_VERSION,
-    ClientRow,
     CommandRecord,
     Store,
     StoreError,
-    TrialRow,
     default_store_url,
     normalise_store_url,
 )
@@ -31,10 +31,10 @@ def test_writes_and_reads_back_one_session(tmp_path: Path) -> None:
     store.create_session("s", DEFINITION, created=100.0)
     store.write("s", [CommandRecord(1, "join", {"client": "a"}, 101.0, "a"),
                       CommandRecord(2, "fetch", {"client": "a", "trial_id": 0}, 102.0, "a")],
-                [TrialRow(0, 0, {"x": 3}, "a", "leased", None, None, 102.0, None)],
-                [ClientRow("a", 101.0, "host", 2, 1 << 30, "Linux", "3.11")])
+                [TrialRecord(0, 0, {"x": 3}, "a", "leased", None, None, 102.0, None)],
+                [HostInfo("a", 101.0, "host", 2, 1 << 30, "Linux", "3.11")])
     store.write("s", [CommandRecord(3, "report", {"trial_id": 0, "value": 1.5}, 103.0, "a")],
-                [TrialRow(0, 0, {"x": 3}, "a", "done", 1.5, None, 102.0, 103.0)])
+                [TrialRecord(0, 0, {"x": 3}, "a", "done", 1.5, None, 102.0, 103.0)])
     assert [s.name for s in store.live_sessions()] == ["s"]
     assert store.get_session("s").definition == DEFINITION  # type: ignore[union-attr]
     assert [(c.seq, c.kind) for c in store.commands("s")] == [(1, "join"), (2, "fetch"),
@@ -64,7 +64,7 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     store.write("s", [CommandRecord(1, "pause", {}, 2.0)])
     with pytest.raises(StoreError):  # seq 1 again: the whole transaction must roll back
         store.write("s", [CommandRecord(2, "resume", {}, 3.0), CommandRecord(1, "pause", {}, 3.0)],
-                    [TrialRow(0, 0, {"x": 1}, None, "leased", None, None, 3.0, None)])
+                    [TrialRecord(0, 0, {"x": 1}, None, "leased", None, None, 3.0, None)])
     assert [c.seq for c in store.commands("s")] == [1]
     assert store.trials("s") == []
     assert store.stats.failures == 1
@@ -78,8 +78,8 @@ def test_delete_removes_every_row_of_the_session_only(tmp_path: Path) -> None:
     for name in ("a", "b"):
         store.create_session(name, {**DEFINITION, "name": name}, created=1.0)
         store.write(name, [CommandRecord(1, "join", {"client": "c"}, 1.0, "c")],
-                    [TrialRow(0, 0, {"x": 1}, "c", "leased", None, None, 1.0, None)],
-                    [ClientRow("c", 1.0)])
+                    [TrialRecord(0, 0, {"x": 1}, "c", "leased", None, None, 1.0, None)],
+                    [HostInfo("c", 1.0)])
     assert store.delete_session("a") is True
     assert store.delete_session("a") is False
     assert [s.name for s in store.live_sessions()] == ["b"]

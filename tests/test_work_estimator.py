@@ -16,7 +16,7 @@ from tuner_client.apply import reset_knobs
 from tuner_client.config import MeasureConfig, parse_tuner_config
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
+from tuner_client.measurer import Measurer, ServerAccess
 from tuner_client.server_cpu import CGROUP_ROOT, parent_pid, read_server_cpu
 from workloads.driver import WorkloadDriver
 from workloads.pgbench import PgbenchWorkload
@@ -51,13 +51,13 @@ def test_measurer_work_estimator_on_tpch(tpch_cluster: TpchCluster) -> None:  # 
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.5, samples=3, aggregate="median", queries=12,
                            estimator="work")
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
-                 config)
+    m = Measurer(ServerAccess(tpch_cluster.dsn, catalog),
+                 WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"), config)
     m.in_force = m.current_settings(["work_mem"])
     try:
-        assert m.reference_costs is None
+        assert m.reference.costs is None
         record = m.measure("test", {}, {"work_mem": "8MB"})
-        costs = m.reference_costs
+        costs = m.reference.costs
     finally:
         m.close()
         with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
@@ -87,8 +87,8 @@ def test_cpu_estimators_are_finite_and_positive(tpch_cluster: TpchCluster,  # no
         catalog = KnobCatalog.from_connection(conn)
     config = MeasureConfig(warmup_s=0.5, samples=2, aggregate="median", queries=None,
                            seconds=1.5, estimator=estimator)
-    m = Measurer(tpch_cluster.dsn, catalog, WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"),
-                 config)
+    m = Measurer(ServerAccess(tpch_cluster.dsn, catalog),
+                 WorkloadDriver(tpch_cluster.dsn, "2Q6,1Q13"), config)
     m.in_force = m.current_settings(["work_mem"])
     try:
         record = m.measure("test", {}, {"work_mem": "6MB"})

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -187,7 +188,7 @@ def wait_for_settings(
     knobs: Mapping[str, tuple[Knob, KnobValue]],
     timeout_s: float,
     *,
-    reloaded_since: Any = None,
+    reloaded_since: datetime | None = None,
 ) -> tuple[dict[str, SettingState], dict[str, str]]:
     """Poll fresh sessions until the knobs show their values (reload is asynchronous).
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from tuner_client.config import TunerConfig, parse_tuner_config
 from tuner_client.metrics import add_metrics_arguments
@@ -53,7 +52,7 @@ def demo_config() -> TunerConfig:
     return parse_tuner_config(_FALLBACK_YAML, source="built-in demo config")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony demo``."""
     parser = subparsers.add_parser(
         "demo", help="a short real tuning run on an embedded PostgreSQL (a few minutes)",
@@ -75,7 +74,8 @@ def run_demo(args: argparse.Namespace) -> int:
     output = args.output or Path("harmony-out") / "demo"
     result = run_with_metrics(config, args, output)
     print(format_result(result))
-    if result.best_qpm is not None and result.default_qpm is not None:
-        print(f"\ndemo: default {result.default_qpm:.1f} qpm, tuned {result.best_qpm:.1f} qpm "
+    throughput = result.best.throughput
+    if throughput.best is not None and throughput.default is not None:
+        print(f"\ndemo: default {throughput.default:.1f} qpm, tuned {throughput.best:.1f} qpm "
               f"({100 * (result.improvement or 0.0):+.1f}%)")
     return 0

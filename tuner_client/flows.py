@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from harmony.base.errors import ConfigError
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig
-from tuner_client.measure import PointRecord, Workload
+from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.final import final_rounds
 from tuner_client.phases.offline import offline_pass
@@ -30,11 +31,11 @@ from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.screening import screening_phase
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.replicas import Replica, ReplicaPool, open_replicas
+from tuner_client.replicas import Replica, ReplicaPool, close_replicas, open_replicas
 from tuner_client.target import Target, default_state_dir, open_target
 from tuner_client.warm import load_priors
 
-__all__ = ["TuneResult", "Tuner", "run_tuning"]
+__all__ = ["TuneResult", "Tuner"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Tuner:
     is called with each search evaluation, ``on_measured`` with every measured record (the
     final rounds too), ``on_decision`` with each decision's text. ``replicas`` are more
     targets to tune on at once (default: the configured ``replicas``; see
-    :mod:`tuner_client.replicas`).
+    :mod:`tuner_client.replicas`): with them or without, the run measures on a pool.
     """
 
     def __init__(self, config: TunerConfig, *, server: str | None = None,
@@ -65,7 +66,6 @@ class Tuner:
         self.run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
         self._client, self._target, self._workload = client, target, workload
         self._replicas = replicas
-        self.pool: ReplicaPool | None = None
         # never None: without a metrics port the updates go to a registry nobody serves
         self.metrics = metrics if metrics is not None else TunerMetrics(
             [k.name for k in config.knob_specs()], tuner=config.name)
@@ -77,6 +77,11 @@ class Tuner:
     def records(self) -> list[PointRecord]:
         """Every measured record of the run, in order."""
         return self.state.records
+
+    @property
+    def pool(self) -> ReplicaPool | None:
+        """The databases the run measures on (this target first), once prepared."""
+        return self.context.pool if self.context is not None else None
 
     @property
     def budget(self) -> BudgetView | None:
@@ -94,25 +99,26 @@ class Tuner:
         target = self._target or open_target(cfg, self.state_dir)
         client = self._client or connect(self.server)
         result: TuneResult | None = None
+        others: list[Replica] = []
         try:
             with target.controller.safe_restart_guard(cfg.database.restart_timeout_s):
                 # the guard turns SIGTERM into SystemExit and, on the way out, makes sure the
                 # server is up (restoring the last good configuration if a restart was cut
                 # short); the finally below then restores the original configuration
-                pool = self.pool = self._open_pool(target)
+                others = self._other_replicas(target)
                 ctx = self.context = prepare(cfg, run_id=self.run_id, client=client,
                                              target=target, metrics=self.metrics,
-                                             priors=priors, workload=self._workload)
+                                             priors=priors, workload=self._workload,
+                                             replicas=others, lease_s=cfg.replicas.lease_s,
+                                             remote=cfg.replicas.remote)
                 for proposal in ctx.knob_proposals:
                     state.decide(f"online.knobs: auto: {proposal.symptom} -> "
                                  f"{', '.join(proposal.knobs)} ({proposal.evidence})")
-                if pool is not None:
-                    pool.prepare(ctx)
-                    ctx.pool = pool
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
                 if ctx.measurer.guard is not None:
-                    result.guardrails = ctx.measurer.guard.summary()
+                    result.evidence = replace(result.evidence,
+                                              guardrails=ctx.measurer.guard.summary())
                 result.output_dir = self.output_dir
                 if self.output_dir is not None:
                     write_outputs(ctx, state, result, self.output_dir)
@@ -122,31 +128,28 @@ class Tuner:
             raise
         finally:
             keep = bool(result is not None and cfg.final.apply_best)
-            if self.pool is not None:
-                self.pool.leave(state.best, keep_best=keep)
-                self.pool.close()
             if self.context is not None:
                 leave_server(self.context, state.best, keep_best=keep)
+            close_replicas(others)
             self.metrics.set_phase("idle")
             if self._client is None:
                 client.close()
             if self._target is None:
                 target.close()
 
-    def _open_pool(self, target: Target) -> ReplicaPool | None:
-        """The run's replicas (this target first), or None for a run on one target."""
+    def _other_replicas(self, target: Target) -> list[Replica]:
+        """The databases the run measures on besides ``target`` (none: a pool of one)."""
         cfg = self.config
         others = self._replicas
         if others is None:
             others = open_replicas(cfg, target, self.state_dir or default_state_dir(cfg.name)) \
                 if cfg.replicas.enabled else []
-        if not others and not cfg.replicas.remote:
-            return None
-        if not cfg.measure.paired:
+        if (others or cfg.replicas.remote) and not cfg.measure.paired:
+            close_replicas(others)
             raise ConfigError(f"{cfg.source}: tuning on several replicas compares each "
                               f"candidate with its own replica's reference, so it needs "
                               f"measure.paired: true (got false)")
-        return ReplicaPool([Replica("replica-1", target), *others], lease_s=cfg.replicas.lease_s)
+        return others
 
     def _passes(self, ctx: RunContext) -> None:
         """Offline then online, repeated in a multi-pass flow while a detector asks."""
@@ -165,9 +168,3 @@ class Tuner:
                 state.decide(f"pass {n}: a restart was asked for, but max_passes "
                              f"{flow.max_passes} is reached")
 
-
-def run_tuning(config: TunerConfig, **kwargs: object) -> TuneResult:
-    """Convenience wrapper: ``Tuner(config, **kwargs).run()``."""
-    if config.flow.kind not in ("one-pass", "multi-pass"):
-        raise ConfigError(f"flow.kind must be one-pass or multi-pass, got {config.flow.kind!r}")
-    return Tuner(config, **kwargs).run()  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ While a configuration is measured on live traffic, the partial window is checked
 
 A check that fails raises :class:`harmony.base.errors.GuardrailTrip`; the measurer then restores
 the last good configuration at once and scores the point as failed
-(:meth:`tuner_client.measure.Measurer.guard_tripped`).
+(:meth:`tuner_client.measurer.trips.TripHandler.tripped`).
 """
 
 from __future__ import annotations
@@ -153,10 +153,26 @@ class Guardrail:
                 f"% (workload.observe.guard.memory_fraction) of the {budget_mib:.0f} MiB the "
                 f"budget gives PostgreSQL", kind="memory")
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> GuardrailSummary:
         """The trips for the run's summary."""
-        by_kind: dict[str, int] = {}
-        for trip in self.trips:
-            by_kind[trip.kind] = by_kind.get(trip.kind, 0) + 1
-        return {"trips": len(self.trips), "by_kind": by_kind,
-                "events": [t.to_dict() for t in self.trips]}
+        return GuardrailSummary(tuple(self.trips))
+
+
+@dataclass(frozen=True)
+class GuardrailSummary:
+    """A live run's guardrail trips, in the order they happened."""
+
+    events: tuple[Trip, ...]
+
+    @property
+    def by_kind(self) -> dict[str, int]:
+        """How many trips of each kind (``latency``, ``errors``, ``memory``)."""
+        out: dict[str, int] = {}
+        for trip in self.events:
+            out[trip.kind] = out.get(trip.kind, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``guardrails`` entry of summary.json."""
+        return {"trips": len(self.events), "by_kind": self.by_kind,
+                "events": [t.to_dict() for t in self.events]}

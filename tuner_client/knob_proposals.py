@@ -23,13 +23,13 @@ from typing import Any, Protocol
 import psycopg
 
 from harmony.base.errors import DatabaseError
-from tuner_client.budget import detect_ram_bytes
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
     KNOWN_RANGES,
     KnobSpec,
     TunerConfig,
 )
+from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knobs import KnobCatalog
 from tuner_client.target import Target, make_workload
 

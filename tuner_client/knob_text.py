@@ -8,13 +8,33 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from harmony.base.errors import ConfigError
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
 
-if TYPE_CHECKING:
-    from tuner_client.knobs import Knob
+
+class KnobLike(Protocol):
+    """What reading and writing a value needs of a knob (:class:`tuner_client.knobs.Knob`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vartype(self) -> str: ...
+
+    @property
+    def unit(self) -> str | None: ...
+
+    @property
+    def quantity(self) -> Literal["memory", "time"] | None: ...
+
+    @property
+    def unit_size(self) -> Fraction: ...
+
+    def range_text(self) -> str: ...
+
+    def unit_factor(self, unit: str) -> Fraction: ...
 
 _QUANTITY_RE = re.compile(
     r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$"
@@ -27,7 +47,7 @@ def _fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
-def parse_number(knob: Knob, value: Any, *, round_down: bool = False) -> int | float:
+def parse_number(knob: KnobLike, value: Any, *, round_down: bool = False) -> int | float:
     """A user's number for a numeric knob (``'64MB'``, ``4``, ``1.5``) in canonical units,
     exactly: a unit of the knob's quantity is required unless the knob has none (0 and -1 may
     go without), and an integer knob's value must be a whole number of its native units."""
@@ -75,7 +95,7 @@ def parse_number(knob: Knob, value: Any, *, round_down: bool = False) -> int | f
     return float(canonical)
 
 
-def _example_unit(knob: Knob) -> str:
+def _example_unit(knob: KnobLike) -> str:
     return "MB" if knob.quantity == "memory" else "ms"
 
 

@@ -109,7 +109,7 @@ class Knob:
         return mult * TIME_UNITS_MS[base]
 
     # -- native <-> canonical -------------------------------------------------------
-    def from_native(self, native: int | float | str) -> KnobValue:
+    def from_native(self, native: int | float | str) -> int | float:
         """Canonical value of a number in the knob's native unit (as in ``pg_settings``)."""
         if self.vartype == "integer":
             n = int(Fraction(str(native)))
@@ -145,9 +145,9 @@ class Knob:
 
     def to_unit(self, value: KnobValue, unit: str) -> Fraction:
         """A canonical memory/time value expressed in ``unit`` (e.g. bytes → MB), exactly."""
-        return Fraction(value) / self.unit_factor(unit)  # type: ignore[arg-type]
+        return Fraction(value) / self.unit_factor(unit)
 
-    def from_unit(self, number: int | float | Fraction, unit: str) -> KnobValue:
+    def from_unit(self, number: int | float | str | Fraction, unit: str) -> KnobValue:
         """A number in ``unit`` (64 in ``MB``) → canonical value, range-checked as in parse()."""
         canonical = Fraction(number) * self.unit_factor(unit)
         if self.vartype == "integer":
@@ -231,6 +231,13 @@ class Knob:
         """A string is user input (see parse), anything else a canonical value (see check)."""
         return self.parse(value) if isinstance(value, str) else self.check(value)
 
+    def parse_number(self, value: Any) -> int | float:
+        """:meth:`parse` for a numeric (integer or real) knob: its canonical number."""
+        parsed = self.parse(value)
+        if isinstance(parsed, bool) or not isinstance(parsed, int | float):
+            raise ConfigError(f"knob {self.name!r} is {self.vartype}, not numeric; got {value!r}")
+        return parsed
+
     def format(self, value: KnobValue) -> str:
         """A string for ``ALTER SYSTEM`` / postgresql.conf, with a unit if the knob has one."""
         if self.vartype == "bool":
@@ -248,7 +255,7 @@ class Knob:
             return "-1"  # the "use the other setting / disabled" sentinel has no unit
         return format_quantity(self.quantity, value)
 
-    def _describe(self, value: Any) -> str:
+    def _describe(self, value: object) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool) and self.unit:
             try:
                 return f"{value} ({format_quantity(self.quantity, value)})"
@@ -263,14 +270,14 @@ class Knob:
         if self.unit is None:
             return self.min_val, self.max_val
         lo, hi = self.from_native(self.min_val), self.from_native(self.max_val)
-        return format_quantity(self.quantity, lo), format_quantity(self.quantity, hi)  # type: ignore[arg-type]
+        return format_quantity(self.quantity, lo), format_quantity(self.quantity, hi)
 
     def range_text(self) -> str:
         """The allowed range with units, e.g. ``64kB .. 2147483647kB``."""
         bounds = self.range_bounds()
         return "any value" if bounds is None else f"{bounds[0]} .. {bounds[1]}"
 
-    def _check_range(self, value: KnobValue, given: Any) -> None:
+    def _check_range(self, value: KnobValue, given: object) -> None:
         if self.min_val is None or self.max_val is None or not isinstance(value, int | float):
             return
         native = self.to_native(value) if self.vartype == "integer" else value / self.unit_size

@@ -16,13 +16,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from harmony import __version__
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from tuner_client.labels import EvaluationKind, FailureKind, Phase
 
 #: what the tuner is doing (values of the ``phase`` label)
-PHASES = ("idle", "offline", "screening", "online", "baseline", "final")
+PHASES = tuple(p.value for p in Phase)
 #: why a point failed (values of the ``kind`` label)
-FAILURE_KINDS = ("apply", "restart", "measure", "infeasible", "other")
+FAILURE_KINDS = tuple(k.value for k in FailureKind)
 #: evaluation kinds that re-measure known configurations (never a new best-so-far)
-REMEASURE_KINDS = ("baseline", "final", "reference", "screening")
+REMEASURE_KINDS = tuple(k.value for k in EvaluationKind if k.remeasures)
 #: how many recent (shared_buffers, miss probability) observations are kept as slots
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
@@ -229,17 +230,3 @@ class TunerSeries:
                                     registry=r)
         self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
                                 "When a detector last fired.", ["event"], registry=r)
-
-
-def failure_kind(reason: str) -> str:
-    """The ``kind`` label of a failed point from its failure reason."""
-    text = reason.lower()
-    if text.startswith("infeasible"):
-        return "infeasible"
-    if "restart" in text:
-        return "restart"
-    if text.startswith("applying") or "apply" in text:
-        return "apply"
-    if "sampl" in text or "measur" in text:
-        return "measure"
-    return "other"

@@ -11,6 +11,7 @@ recent miss observations use fixed slot numbers.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -30,6 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony.base.errors import ConfigError
+from tuner_client.labels import FailureKind
 from tuner_client.metric_series import (
     CURVE_POINTS,
     FAILURE_KINDS,
@@ -38,12 +41,11 @@ from tuner_client.metric_series import (
     REMEASURE_KINDS,
     TUNER_METRICS,
     TunerSeries,
-    failure_kind,
     setting_to_base_units,
 )
 
 if TYPE_CHECKING:
-    from tuner_client.measure import PointRecord
+    from tuner_client.measurer import PointRecord
 
 __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "TUNER_METRICS",
            "TunerMetrics", "setting_to_base_units"]
@@ -68,7 +70,7 @@ class TunerMetrics(TunerSeries):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.knobs: set[str] = set(knobs)
         self._lock = threading.Lock()
-        self._server: Any = None
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._best_qps: float | None = None
         self._misses: deque[tuple[float, float]] = deque(maxlen=MISS_SLOTS)
@@ -189,7 +191,7 @@ class TunerMetrics(TunerSeries):
         if restart_s and restarts:
             self.record_restart(float(restart_s), ok=not (failure and "restart" in failure))
         if failure:
-            self.record_failure(failure_kind(str(failure)))
+            self.record_failure(FailureKind.of(str(failure)))
             if in_force:
                 self.set_knobs(in_force)
             return
@@ -247,16 +249,18 @@ class TunerMetrics(TunerSeries):
             self.screen_z.labels(e.knob).set(float(e.z_score))
             self.screen_cleared.labels(e.knob).set(1.0 if e.cleared else 0.0)
 
-    def record_bme_fit(self, params: Any, *, r2: float | None = None,
+    def record_bme_fit(self, params: BMEParams | Mapping[str, object], *, r2: float | None = None,
                        sizes: tuple[float, float] | None = None) -> None:
         """A BME fit: ``params`` a ``BMEParams`` or a dict with p_star, p_c, m_b, m_star (bytes).
 
         The fitted curve is exported at :data:`CURVE_POINTS` sizes over ``sizes`` (min, max
         bytes; default 1/16 .. 2x M*) so a dashboard can draw it beside the observations.
         """
-        data = params.to_dict() if hasattr(params, "to_dict") else dict(params)
-        if r2 is None and data.get("r2") is not None:
-            r2 = float(data["r2"])
+        data: Mapping[str, object] = params.to_dict() if isinstance(params, BMEParams) \
+            else params
+        given_r2 = data.get("r2")
+        if r2 is None and isinstance(given_r2, int | float):
+            r2 = float(given_r2)
         fitted = BMEParams.from_dict({k: data.get(k) for k in PARAM_KEYS},
                                      source="tuner metrics: BME fit")
         p_star, p_c, m_b, m_star = fitted.p_star, fitted.p_c, fitted.m_b, fitted.m_star
@@ -292,7 +296,7 @@ class TunerMetrics(TunerSeries):
         self.last_event.labels("local_minimum").set(time.time())
 
     # -- helpers -------------------------------------------------------------------------
-    def _knob_number(self, knob: str, value: Any) -> float | None:
+    def _knob_number(self, knob: str, value: object) -> float | None:
         if self.knobs and knob not in self.knobs:
             logger.debug("metrics: knob %s is not a tuned knob; not exported", knob)
             return None
@@ -302,7 +306,7 @@ class TunerMetrics(TunerSeries):
         return number
 
 
-def add_metrics_arguments(parser: Any) -> None:
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
     """``--metrics-host`` / ``--metrics-port`` for ``harmony tune`` (env ``HARMONY_METRICS_*``)."""
     port = os.environ.get("HARMONY_METRICS_PORT")
     parser.add_argument("--metrics-port", type=int, default=int(port) if port else None,
@@ -315,7 +319,7 @@ def add_metrics_arguments(parser: Any) -> None:
                              "HARMONY_METRICS_HOST)")
 
 
-def metrics_from_args(args: Any, knobs: Sequence[str], *, tuner: str = "harmony"
+def metrics_from_args(args: argparse.Namespace, knobs: Sequence[str], *, tuner: str = "harmony"
                       ) -> TunerMetrics:
     """A :class:`TunerMetrics` for the run, served when ``--metrics-port`` was given.
 

@@ -24,9 +24,9 @@ import psycopg
 from harmony.base.errors import ConstraintError, DatabaseError
 from harmony.core.definition import PluginSpec, SessionDefinition
 from harmony.core.session import SessionCore
-from tuner_client.budget import detect_ram_bytes
-from tuner_client.budget_view import make_budget_view
+from tuner_client.budget import BUDGET_KNOBS, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
+from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knob_proposals import (
     Proposal,
     WorkloadStats,
@@ -37,7 +37,6 @@ from tuner_client.knob_proposals import (
 )
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.phases.state import BUDGET_KNOBS
 from tuner_client.stats.screening import pb_runs
 from tuner_client.target import read_catalog
 

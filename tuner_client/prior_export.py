@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harmony.base.hostinfo import host_metadata
-from harmony.core.priordata import HostInfo, PriorSession, PriorTrial
+from harmony.base.hostinfo import HostInfo, host_metadata
+from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord
+from harmony.core.priordata import PriorSession
 from tuner_client.client import Session
 
 __all__ = ["session_prior"]
@@ -31,15 +32,14 @@ def session_prior(session: Session, *, finished: bool = False) -> PriorSession:
              if isinstance(h, Mapping) and h.get("client_id")]
     if not hosts:
         facts = host_metadata()
-        hosts = [HostInfo(session.client_id, described.get("created"), facts.get("hostname"),
-                          facts.get("cpu_count"), facts.get("ram_bytes"), facts.get("os"),
-                          facts.get("python"))]
-    trials = [PriorTrial(int(r["id"]), int(r["candidate"]), dict(r["point"]), r.get("client"),
-                         str(r["status"]), r.get("value"), r.get("failure"), r.get("leased_at"),
-                         r.get("reported_at")) for r in rows]
-    status = str(described.get("status", "running"))
-    if finished and status not in ("converged", "closed"):
-        status = "finished"
+        hosts = [HostInfo.of(session.client_id, described.get("created"), facts)]
+    # the /trials answer adds lease_remaining to each record's fields
+    trials = [TrialRecord.from_dict({k: r[k] for k in FIELD_ORDER if k in r},
+                                    where=f"session {session.name!r}, trial {i}")
+              for i, r in enumerate(rows)]
+    status = SessionStatus.parse(described.get("status", "running"))
+    if finished and status not in (SessionStatus.CONVERGED, SessionStatus.CLOSED):
+        status = SessionStatus.FINISHED
     return PriorSession(name=str(described.get("name", session.name)),
                         definition=dict(described["definition"]),
                         created=described.get("created"), trials=trials, hosts=hosts,
@@ -47,5 +47,4 @@ def session_prior(session: Session, *, finished: bool = False) -> PriorSession:
 
 
 def _host(h: Mapping[str, Any]) -> HostInfo:
-    return HostInfo(str(h["client_id"]), h.get("joined"), h.get("hostname"), h.get("cpu_count"),
-                    h.get("ram_bytes"), h.get("os"), h.get("python"), h.get("left"))
+    return HostInfo.of(str(h["client_id"]), h.get("joined"), h, h.get("left"))

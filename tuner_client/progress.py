@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tuner_client.config import TunerConfig
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 
 
 def phase_of(session: str) -> str:

@@ -5,7 +5,7 @@ sessions, runs screening and the final rounds, and decides. A replica worker onl
 it waits for a replicated session of the same tuner name on the server (one whose metadata
 carries the pooled level, the reference and the settings in force on the coordinator), joins
 it under the client id ``NAME``, puts the coordinator's settings in force on its own database,
-and runs the same loop as a local replica (:func:`tuner_client.phases.parallel.measure_loop`)
+and runs the same loop as a local replica (:func:`tuner_client.phases.session_loop.member_loop`)
 until the coordinator pauses the session (it does at the end of each session) or the search
 converges; then it looks for the next one. It stops after ``idle_s`` seconds without a
 session to join, and always leaves its database with the original configuration.
@@ -23,13 +23,12 @@ from typing import Any
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import KnobSpace, TunerConfig
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.blocks import Reference
-from tuner_client.phases.parallel import METADATA_KEY, Shared, measure_loop
+from tuner_client.phases.blocks import METADATA_KEY, Reference
 from tuner_client.phases.prepare import leave_server, prepare
+from tuner_client.phases.session_loop import PairedTrials, Shared, member_loop
 from tuner_client.phases.state import RunContext
-from tuner_client.replicas import database_answers
 from tuner_client.target import Target, open_target
 
 logger = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
     names = [p["name"] for p in definition["parameters"]]
     space = _subspace(ctx, names)
     # the coordinator's settings in force (e.g. the offline best during the online pass)
-    outcome = ctx.measurer.apply(dict(info.get("in_force") or {}), check_budget=False)
+    outcome = ctx.apply(dict(info.get("in_force") or {}), check_budget=False)
     if outcome.failure is not None:
         raise DatabaseError(f"replica {replica}: cannot put the coordinator's settings in "
                             f"force: {outcome.failure}")
@@ -119,11 +118,12 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
     logger.info("replica %s joins session %s (%s), pooled level %.1f", replica, name, names,
                 level)
     dead: list[str] = []
+    trials = PairedTrials(ctx.measurer, ctx.metrics, label, ref, pooled_level=float(level))
     while True:
-        why = measure_loop(ctx, session, replica, space, label, ref, float(level), shared,
-                           records.append, on_dead=dead.append,
-                           alive=lambda: database_answers(ctx.target.dsn),
-                           lease_s=float(info.get("lease_s", 120)))
+        why = member_loop(session, trials, space, shared,
+                          lambda record, _ask: records.append(record), name=replica,
+                          on_dead=dead.append, alive=ctx.pool.primary.answers,
+                          lease_s=float(info.get("lease_s", 120)))
         if dead:
             raise DatabaseError(f"replica {replica}: {dead[0]}")
         if why in ("paused", "converged"):

@@ -1,13 +1,15 @@
-"""Several identical replicas of one database, tuned at once in one session.
+"""The databases a run measures on: a pool of replicas, of one when there are no others.
 
 Each replica is a :class:`~tuner_client.target.Target` (its own DSN, controller and workload
 driver) with its own measurer. Embedded replicas are clones of the embedded cluster (stop,
 copy the data directory, start; each with its own port, memory cgroup and optional CPU cap);
 existing servers are listed under ``replicas.targets``. The coordinator (the process that owns
-the run, :class:`tuner_client.flows.Tuner`) keeps them in a :class:`ReplicaPool`: the search
-sessions hand one trial to each free replica (:mod:`tuner_client.phases.parallel`), a replica
-that dies is dropped (its trial goes back to the session), and every live replica is left with
-its original configuration at the end.
+the run, :class:`tuner_client.flows.Tuner`) keeps them in a :class:`ReplicaPool`, whose first
+member is the run's own target: the search sessions hand one trial to each free replica
+(:mod:`tuner_client.phases.session_loop`), settings are put in force on every member at once
+(:meth:`ReplicaPool.apply`), a replica that dies is dropped (its trial goes back to the
+session), and every live replica is left with its original configuration at the end
+(:func:`tuner_client.phases.prepare.leave_server`). A run on one database is a pool of one.
 """
 
 from __future__ import annotations
@@ -15,33 +17,41 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
 from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
+from tuner_client import controllers
+from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import PointRecord
-from tuner_client.phases.blocks import Reference
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.measurer import ApplyOutcome, Measurer
 from tuner_client.target import EMBEDDED_DBNAME, Target, make_controller, read_catalog
 
 logger = logging.getLogger(__name__)
 
+#: the lease of a session only this run's own database measures (seconds): nobody else
+#: could take its trial over, so a long measurement must not lose it
+SOLE_LEASE_S = 3600.0
+
 
 @dataclass
 class Replica:
-    """One replica of the run: its name, target and (once prepared) its own run context."""
+    """One replica of the run: its name, target and (once joined) its own measurer."""
 
     name: str
     target: Target
-    #: opened by the pool (so closed by it); False for the run's own target
+    #: opened by the run (so closed by it); False for the run's own target
     owned: bool = False
-    #: the run's context with this replica's target and measurer (set by :meth:`ReplicaPool.
-    #: prepare`; the primary's is the run's own)
-    ctx: RunContext | None = None
+    #: this replica's measurer (set when it joins the pool,
+    #: :func:`tuner_client.phases.prepare.prepare`)
+    measurer: Measurer | None = None
+    #: its ``postgresql.auto.conf`` before the run (restored at the end), if readable
+    original_auto_conf: str | None = None
     #: why the replica was dropped (None while it is alive)
     dropped: str | None = None
 
@@ -52,6 +62,12 @@ class Replica:
     def answers(self) -> bool:
         """True when the replica's database accepts a connection and a query within 5 s."""
         return database_answers(self.target.dsn)
+
+    def joined(self) -> Measurer:
+        """The replica's measurer; ConfigError before it joined a pool."""
+        if self.measurer is None:
+            raise ConfigError(f"replica {self.name} has not joined the run's pool yet")
+        return self.measurer
 
 
 def database_answers(dsn: str) -> bool:
@@ -65,9 +81,15 @@ def database_answers(dsn: str) -> bool:
 
 
 class ReplicaPool:
-    """The run's replicas; the first is the primary (the run's own target and measurer)."""
+    """The run's replicas; the first is the primary (the run's own target and measurer).
 
-    def __init__(self, replicas: list[Replica], *, lease_s: float = 120.0) -> None:
+    ``remote``: replicas expected to join from other hosts. A pool is *replicated* when it
+    has more than one member or expects remote ones: its sessions then compare each
+    candidate with its own replica's reference and scale the ratio by one pooled level.
+    """
+
+    def __init__(self, replicas: list[Replica], *, lease_s: float = 120.0,
+                 remote: int = 0) -> None:
         names = [r.name for r in replicas]
         if len(set(names)) != len(names):
             raise ConfigError(f"replica names must be unique, got {names}")
@@ -75,91 +97,140 @@ class ReplicaPool:
             raise ConfigError("a replica pool needs at least one replica")
         self.replicas = replicas
         self.lease_s = lease_s
+        self.remote = remote
         self.lock = threading.Lock()
-        #: session label -> each replica's reference and the pooled level, measured when
-        #: the session was defined (:func:`tuner_client.phases.parallel.open_references`)
-        self.opened: dict[str, tuple[dict[str, Reference], float | None]] = {}
+
+    @property
+    def primary(self) -> Replica:
+        return self.replicas[0]
 
     @property
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.alive]
 
-    def prepare(self, ctx: RunContext) -> None:
-        """Give every replica its own measurer (same knobs, budget and workload kind as the
-        primary's) and check it starts from the primary's configuration."""
-        from tuner_client.phases.prepare import make_measurer
+    @property
+    def replicated(self) -> bool:
+        """True when more than this run's own database measures its sessions."""
+        return len(self.replicas) > 1 or self.remote > 0
 
-        primary = self.replicas[0]
-        primary.ctx = ctx
-        names = list(ctx.original)
+    @property
+    def session_lease_s(self) -> float:
+        """The lease of a search session's trial: the pool's when other replicas may take a
+        trial over, else long (:data:`SOLE_LEASE_S`)."""
+        return self.lease_s if self.replicated else SOLE_LEASE_S
+
+    def record_name(self, replica: Replica) -> str | None:
+        """The replica name a record carries: None in a pool of one."""
+        return replica.name if self.replicated else None
+
+    def client_id(self, client: HarmonyClient, replica: Replica) -> str:
+        """The client id ``replica`` fetches and reports under on a replicated pool."""
+        return f"{client.client_id}-{replica.name}"
+
+    def session_for(self, session: Session, client: HarmonyClient, replica: Replica) -> Session:
+        """``session`` as ``replica`` works on it: joined under its own client id on a
+        replicated pool (the server then leases trials per replica), else the run's own."""
+        if not self.replicated:
+            return session
+        return client.as_client(self.client_id(client, replica)).join(session.name)
+
+    def session_done(self, session: Session) -> None:
+        """A search session's loop is over: a replicated session is paused, so that replicas
+        on other hosts leave it."""
+        if self.replicated:
+            with contextlib.suppress(HarmonyError):
+                session.pause()
+
+    def for_round(self, index: int) -> Replica:
+        """The replica that measures round ``index`` of the final rounds: the live ones in
+        turn (the primary when none is left, so that the round fails there and says so)."""
+        live = self.live
+        return live[index % len(live)] if live else self.primary
+
+    def apply(self, settings: dict[str, str], *, check_budget: bool = True,
+              warm_up: bool = True) -> ApplyOutcome:
+        """Put ``settings`` in force on every member: the primary (its outcome is returned,
+        for the phase to act on) and every other live replica (a failure there is logged:
+        its next measurement says whether it still answers)."""
+        outcome = self.primary.joined().apply(settings, check_budget=check_budget,
+                                               warm_up=warm_up)
         for replica in self.replicas[1:]:
-            measurer = make_measurer(ctx.config, replica.target, ctx.budget, ctx.metrics)
-            try:
-                current = measurer.current_settings(list(ctx.measurer.in_force))
-            except BaseException:
-                measurer.close()
-                raise
-            measurer.in_force = dict(current)
-            differs = {n: (current[n], ctx.original[n]) for n in names
-                       if current[n] != ctx.original[n]}
-            if differs:
-                measurer.close()
-                raise ConfigError(f"replica {replica.name} does not start from the primary's "
-                                  f"configuration (knob: (replica, primary)): {differs}; "
-                                  f"replicas must be identical")
-            auto_conf = None
-            with contextlib.suppress(HarmonyError, OSError, AttributeError):
-                auto_conf = replica.target.controller.read_auto_conf()
-            replica.ctx = replace(ctx, target=replica.target, measurer=measurer,
-                                  original_auto_conf=auto_conf)
-            measurer.start()
-        logger.info("tuning on %d replicas: %s", len(self.replicas),
-                    ", ".join(f"{r.name} ({r.target.dsn})" for r in self.replicas))
+            if not replica.alive or replica.measurer is None:
+                continue
+            other = replica.measurer.apply(settings, check_budget=check_budget,
+                                           warm_up=warm_up)
+            if other.failure is not None:
+                logger.warning("replica %s: could not apply %s: %s", replica.name, settings,
+                               other.failure)
+        return outcome
 
-    def drop(self, replica: Replica, reason: str, state: RunState) -> None:
+    def drop(self, replica: Replica, reason: str, decide: Callable[[str], None]) -> None:
         """Take a replica out of the run (it died or stopped answering) and say so."""
         with self.lock:
             if replica.dropped is not None:
                 return
             replica.dropped = reason
             left = [r.name for r in self.live]
-        if replica.ctx is not None:
+        if replica.measurer is not None:
             with contextlib.suppress(HarmonyError, OSError, psycopg.Error):
-                replica.ctx.measurer.stop()  # its workload streams would only fail on
-        state.decide(f"replica {replica.name} dropped: {reason}; the run goes on with "
-                     f"{len(left)} replica(s) {left}")
+                replica.measurer.stop()  # its workload streams would only fail on
+        decide(f"replica {replica.name} dropped: {reason}; the run goes on with "
+               f"{len(left)} replica(s) {left}")
 
-    def apply_everywhere(self, settings: dict[str, str], *, check_budget: bool = True) -> None:
-        """Put ``settings`` in force on every live replica other than the primary (the
-        phases apply them on the primary themselves)."""
-        for replica in self.replicas[1:]:
-            if not replica.alive or replica.ctx is None:
-                continue
-            outcome = replica.ctx.measurer.apply(settings, check_budget=check_budget)
-            if outcome.failure is not None:
-                logger.warning("replica %s: could not apply %s: %s", replica.name, settings,
-                               outcome.failure)
-
-    def leave(self, best: PointRecord | None, *, keep_best: bool) -> None:
-        """Every replica but the primary left with its original (or the best) configuration;
-        a dead one is only reported."""
-        from tuner_client.phases.prepare import leave_server
-
-        for replica in self.replicas[1:]:
-            if replica.ctx is None:
-                continue
-            if not replica.answers():
-                logger.error("replica %s does not answer; its configuration cannot be "
-                             "restored (it was dropped: %s)", replica.name, replica.dropped)
-                replica.ctx.measurer.close()
-                continue
-            leave_server(replica.ctx, best, keep_best=keep_best)
+    def run_each(self, work: Callable[[Replica], None], *, members: Sequence[Replica] | None = None,
+                 stop: Callable[[], None] | None = None) -> None:
+        """Run ``work(replica)`` for every live member at once (in this thread for one)."""
+        run_each(list(self.live if members is None else members), work, stop=stop,
+                 grace_s=self.lease_s)
 
     def close(self) -> None:
         """Stop the embedded clones this pool started."""
-        for replica in self.replicas:
-            if replica.owned:
-                replica.target.close()
+        close_replicas(self.replicas)
+
+
+def close_replicas(replicas: Sequence[Replica]) -> None:
+    """Stop the embedded clones among ``replicas`` (the ones the run opened)."""
+    for replica in replicas:
+        if replica.owned:
+            replica.target.close()
+
+
+def run_each(replicas: list[Replica], work: Callable[[Replica], None], *,
+             stop: Callable[[], None] | None = None, grace_s: float = 120.0) -> None:
+    """Run ``work(replica)`` for every replica at once; re-raise the first error. One
+    replica runs in the calling thread, so that Ctrl-C interrupts it at once.
+
+    Interrupted (Ctrl-C, SIGTERM), it calls ``stop`` and waits up to ``grace_s`` for the
+    threads to finish their measurement, so that no replica applies a candidate after the
+    run has restored its configuration.
+    """
+    if len(replicas) == 1:
+        work(replicas[0])
+        return
+    errors: list[BaseException] = []
+
+    def run(replica: Replica) -> None:
+        try:
+            work(replica)
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,), name=f"harmony-replica-{r.name}",
+                                daemon=True) for r in replicas]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        if stop is not None:
+            stop()
+        deadline = time.monotonic() + grace_s
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        raise
+    if errors:
+        raise errors[0]
 
 
 def open_replicas(config: TunerConfig, primary: Target, state_dir: Path | None) -> list[Replica]:
@@ -181,17 +252,13 @@ def open_replicas(config: TunerConfig, primary: Target, state_dir: Path | None) 
                                 cluster=cluster, ram_bytes=cluster.effective_ram_bytes())
                 out.append(Replica(f"replica-{i + 1}", target, owned=True))
         for spec in rep.targets:
-            from tuner_client import controllers
-
             controller = controllers.make_controller(spec.controller.kind, dsn=spec.dsn,
                                                      **dict(spec.controller.options))
             out.append(Replica(spec.name, Target(dsn=spec.dsn, catalog=read_catalog(spec.dsn),
                                                  controller=controller, cluster=None,
                                                  ram_bytes=None)))
     except BaseException:
-        for replica in out:
-            if replica.owned:
-                replica.target.close()
+        close_replicas(out)
         raise
     return out
 

@@ -15,7 +15,7 @@ from tuner_client.client import connect
 DEFAULT_SERVER = "http://127.0.0.1:1979"
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``sessions`` on the ``harmony`` command's subparsers."""
     sessions = subparsers.add_parser(
         "sessions", help="list the sessions of a server with their best results")

@@ -18,10 +18,12 @@ from psycopg import sql
 
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.config import TunerConfig
+from tuner_client.config.model import WorkloadConfig
 from tuner_client.controllers.base import Controller
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Workload
+from tuner_client.measurer import Workload
+from workloads.mix import MixSpec
 
 logger = logging.getLogger(__name__)
 
@@ -153,19 +155,20 @@ def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> 
     if wl.kind in ("scripts", "replay"):
         from workloads.user_workload import make_user_workload
 
-        return make_user_workload(wl, dsn, seed=seed)  # type: ignore[return-value]
+        return make_user_workload(wl, dsn, seed=seed)
     if wl.kind == "pgbench":
         from workloads.pgbench import PgbenchWorkload
 
-        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))  # type: ignore[return-value]
+        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))
     if wl.schedule is not None:
         from workloads.schedule import ScheduledDriver
 
-        return ScheduledDriver(dsn, wl.schedule, seed=seed,  # type: ignore[return-value]
+        return ScheduledDriver(dsn, wl.schedule, seed=seed,
                                statement_timeout_s=wl.statement_timeout_s)
     from workloads.driver import WorkloadDriver
 
-    return WorkloadDriver(dsn, wl.mix, seed=seed, statement_timeout_s=wl.statement_timeout_s)
+    return WorkloadDriver(dsn, _tpch_mix(wl), seed=seed,
+                          statement_timeout_s=wl.statement_timeout_s)
 
 
 def stream_count(config: TunerConfig) -> int:
@@ -186,4 +189,11 @@ def stream_count(config: TunerConfig) -> int:
     if wl.schedule is not None:
         schedule = parse_schedule(wl.schedule)
         return max(phase.mix.total_streams for phase in schedule.phases)
-    return parse_mix(wl.mix).total_streams
+    return parse_mix(_tpch_mix(wl)).total_streams
+
+
+def _tpch_mix(wl: WorkloadConfig) -> MixSpec:
+    """The TPC-H workload's mix as written (a schedule-less TPC-H workload needs one)."""
+    if wl.mix is None:
+        raise ConfigError("workload.tpch needs a mix or a schedule, but has neither")
+    return wl.mix

@@ -144,7 +144,8 @@ class HttpBackend:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def _decode(self, method: str, path: str, response: Any) -> dict[str, Any]:
+    def _decode(self, method: str, path: str, response: urllib3.BaseHTTPResponse
+                ) -> dict[str, Any]:
         try:
             data = json.loads(response.data) if response.data else {}
         except ValueError:

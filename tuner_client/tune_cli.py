@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
@@ -21,7 +21,7 @@ def _env(name: str) -> str | None:
     return os.environ.get(f"HARMONY_{name.upper()}")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony tune``."""
     parser = subparsers.add_parser(
         "tune", help="tune a PostgreSQL server for a workload (one-pass or multi-pass flow)",
@@ -66,46 +66,48 @@ def _number(value: float) -> str:
 
 def format_result(result: TuneResult) -> str:
     """A readable summary: best configuration, throughput vs the default, files written."""
-    lines = [f"passes: {result.passes}, evaluations: {result.evaluations}"]
-    changed = {k: v for k, v in result.best_settings.items()
-               if v != result.default_settings.get(k)}
-    decision = result.decision or {}
-    for line in decision.get("text") or []:  # the verdict, with its interval, first
+    best, throughput, work = result.best, result.best.throughput, result.work
+    lines = [f"passes: {work.passes}, evaluations: {work.evaluations}"]
+    changed = best.changed
+    decision = result.intervals.decision
+    for line in decision.lines if decision is not None else ():  # the verdict, interval first
         lines.append(line if line.startswith(" ") else f"result: {line}")
     lines.append("recommended configuration:" if changed else
                  "recommended configuration: the original (no significant improvement)")
-    width = max((len(k) for k in result.best_settings), default=0)
-    for name, value in result.best_settings.items():
-        mark = "" if name not in changed else f"   (default {result.default_settings.get(name)})"
+    width = max((len(k) for k in best.settings), default=0)
+    for name, value in best.settings.items():
+        mark = "" if name not in changed else f"   (default {best.original.get(name)})"
         lines.append(f"  {name:<{width}} = {value}{mark}")
-    if result.best_qpm is not None and result.default_qpm is not None:
-        lines.append(f"throughput, default vs best interleaved over {len(result.ab_rounds)} "
-                     f"round(s): {_number(result.default_qpm)} -> {_number(result.best_qpm)} "
-                     f"{(result.comparison or {}).get('unit', 'queries/min')} "
+    ci = result.intervals.improvement_ci
+    decision = result.intervals.decision
+    kind = "anytime-valid CI" if decision is not None and decision.method == "anytime" else "CI"
+    if throughput.best is not None and throughput.default is not None:
+        lines.append(f"throughput, default vs best interleaved over "
+                     f"{len(result.intervals.rounds)} round(s): {_number(throughput.default)} "
+                     f"-> {_number(throughput.best)} {throughput.unit} "
                      f"({100 * (result.improvement or 0.0):+.1f}%"
-                     + (f", 95 % CI {100 * result.improvement_ci[0]:+.1f}% to "
-                        f"{100 * result.improvement_ci[1]:+.1f}%" if result.improvement_ci
-                        else "") + ")")
-    for text in result.decisions:
+                     + (f", 95 % {kind} {100 * ci[0]:+.1f}% to {100 * ci[1]:+.1f}%" if ci else "")
+                     + ")")
+    for text in work.decisions:
         lines.append(f"decision: {text}")
-    if result.guardrails is not None:  # live mode
-        trips = result.guardrails.get("events") or []
-        lines.append(f"guardrails: {len(trips)} trip(s) {result.guardrails.get('by_kind', {})}"
-                     + "".join(f"\n  {t['reason']} with {t['settings']}: reverted to "
-                               f"{t['restored']} {(t['detected_after_s'] or 0) + t['revert_s']:.2f}"
-                               f" s after it took effect" for t in trips))
+    guardrails = result.evidence.guardrails
+    if guardrails is not None:  # live mode
+        lines.append(f"guardrails: {len(guardrails.events)} trip(s) {guardrails.by_kind}"
+                     + "".join(f"\n  {t.reason} with {t.settings}: reverted to "
+                               f"{t.restored} {(t.detected_after_s or 0) + t.revert_s:.2f}"
+                               f" s after it took effect" for t in guardrails.events))
     if result.output_dir is not None:
         lines.append(f"ALTER SYSTEM statements: {result.output_dir / 'alter_system.sql'}")
         lines.append(f"postgresql.conf fragment: {result.output_dir / 'postgresql.conf.fragment'}")
-        if result.sessions:
-            first = result.sessions[-1]
+        if work.sessions:
+            first = work.sessions[-1]
             lines.append(f"sessions exported to {result.output_dir / 'sessions'}; report: "
                          f"harmony report {first} --from-xml "
                          f"{result.output_dir / 'sessions' / (first + '.xml')}")
     return "\n".join(lines)
 
 
-def _term_as_interrupt(signum: int, frame: Any) -> None:
+def _term_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -35,7 +35,7 @@ from psycopg import sql
 
 from harmony.base.errors import ConfigError, DatabaseError
 from workloads.capture_log import parse_capture_log
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, current_setting, describe_dsn, relation_exists
 from workloads.replay import ReplayFile
 
 logger = logging.getLogger(__name__)
@@ -90,8 +90,7 @@ def _wait_for(dsn: str, wanted: dict[str, str]) -> dict[str, str]:
     deadline = time.monotonic() + RELOAD_WAIT_S
     while True:
         with _own_connection(dsn) as conn:
-            seen = {n: str(conn.execute("SELECT current_setting(%s)", [n]).fetchone()[0])  # type: ignore[index]
-                    for n in wanted}
+            seen = {n: current_setting(conn, n) for n in wanted}
         if seen == wanted or time.monotonic() > deadline:
             return seen
         time.sleep(0.05)
@@ -188,8 +187,7 @@ def _statements_snapshot(conn: psycopg.Connection[Any]) -> dict[int, tuple[int, 
     pg_stat_statements is not usable here."""
     try:
         with conn.transaction():
-            if not conn.execute("SELECT to_regclass('pg_stat_statements') IS NOT NULL"
-                                ).fetchone()[0]:  # type: ignore[index]
+            if not relation_exists(conn, "pg_stat_statements"):
                 return {}
             rows = conn.execute(
                 "SELECT queryid, calls, total_exec_time, query FROM pg_stat_statements "

@@ -184,7 +184,7 @@ def _cmd_pgbench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony tpch ...`` and ``harmony pgbench ...``."""
     tpch = subparsers.add_parser("tpch", help="load TPC-H data, run query mixes, print queries")
     tpch_sub = tpch.add_subparsers(dest="tpch_command", metavar="ACTION", required=True)

@@ -44,3 +44,17 @@ def connect(dsn: str, *, connect_timeout_s: int = 10, **kwargs: Any) -> psycopg.
             "check that the server is running and the DSN is right"
         ) from exc
     return conn
+
+
+def relation_exists(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether the table (or view) ``name`` is visible on the connection's search path."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [name]).fetchone()
+    return bool(row and row[0])
+
+
+def current_setting(conn: psycopg.Connection[Any], name: str) -> str:
+    """The server's current value of setting ``name``, as PostgreSQL shows it."""
+    row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
+    if row is None:  # current_setting answers one row or raises
+        raise DatabaseError(f"current_setting({name!r}) returned no row")
+    return str(row[0])

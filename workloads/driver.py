@@ -15,7 +15,7 @@ import threading
 from harmony.base.errors import WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
-from workloads.mix import Mix, parse_mix
+from workloads.mix import Mix, MixSpec, parse_mix
 from workloads.recorder import Recorder
 from workloads.sample import QueryStats, Sample
 from workloads.stream import QueryStream
@@ -96,7 +96,7 @@ class WorkloadDriver(Workload):
     def __init__(
         self,
         dsn: str,
-        mix: Mix | str,
+        mix: MixSpec,
         *,
         seed: int = 0,
         statement_timeout_s: float | None = None,

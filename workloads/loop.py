@@ -64,7 +64,7 @@ class StatementLoop(Workload):
                     text, params = self.draw(rng)
                     started = time.monotonic()
                     try:
-                        conn.execute(text.encode(), params, prepare=True)  # type: ignore[arg-type]
+                        conn.execute(text.encode(), params, prepare=True)
                     except psycopg.Error as exc:
                         logger.debug("loop stream %d: %s", index, exc)
                         with self._lock:

@@ -112,7 +112,11 @@ def _parse_item(item: Any, whole: str) -> tuple[str, int]:
     )
 
 
-def parse_mix(spec: Mix | str | Sequence[Any]) -> Mix:
+#: a mix as a config gives it: ``"4Q6,4Q9"``, a YAML list (text or loaded), or a Mix
+MixSpec = Mix | str | Sequence[Any]
+
+
+def parse_mix(spec: MixSpec) -> Mix:
     """Parse ``"4Q6,4Q9"``, a YAML list (text or already loaded), or return a Mix as is."""
     if isinstance(spec, Mix):
         return spec

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harmony.base.errors import DatabaseError, WorkloadError
 from workloads.base import Workload
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, describe_dsn, relation_exists
 from workloads.sample import Sample, summarize
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class PgbenchWorkload(Workload):
 
     def _initialised_scale(self) -> int | None:
         with connect(self.dsn) as conn:
-            if not conn.execute("select to_regclass('pgbench_branches') is not null").fetchone()[0]:  # type: ignore[index]
+            if not relation_exists(conn, "pgbench_branches"):
                 return None
             row = conn.execute("select count(*) from pgbench_branches").fetchone()
         return int(row[0]) if row else None

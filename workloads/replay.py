@@ -204,9 +204,9 @@ class _ReplayClient(threading.Thread):
                     statement = replay.statements[index]
                     t0 = time.monotonic()
                     if params is None:
-                        conn.execute(statement.sql)  # type: ignore[arg-type]  # captured text
+                        conn.execute(statement.sql)  # captured text
                     else:
-                        cursor.execute(statement.sql, params)  # type: ignore[arg-type]
+                        cursor.execute(statement.sql, params)
                     w._times.add(statement.id, time.monotonic() - t0)
             except psycopg.Error as exc:
                 if w._stop_event.is_set():

@@ -101,7 +101,11 @@ def _phase_from_item(item: Any) -> tuple[Mix | str, float | str]:
     return (parse_mix(mix if isinstance(mix, str | list) else str(mix)), item["duration"])
 
 
-def parse_schedule(spec: Schedule | str | Sequence[Any]) -> Schedule:
+#: a schedule as a config gives it: ``"12Q6:90m;6Q7,6Q13:30m"``, a YAML list, or a Schedule
+ScheduleSpec = Schedule | str | Sequence[Any]
+
+
+def parse_schedule(spec: ScheduleSpec) -> Schedule:
     """Parse ``"12Q6:90m;6Q7,6Q13:30m"``, a YAML list (text or loaded), or pass a Schedule."""
     if isinstance(spec, Schedule):
         return spec
@@ -139,7 +143,7 @@ class ScheduledDriver(Workload):
     def __init__(
         self,
         dsn: str,
-        schedule: Schedule | str,
+        schedule: ScheduleSpec,
         *,
         seed: int = 0,
         statement_timeout_s: float | None = None,

@@ -8,7 +8,6 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from harmony.base.env import env_default
 from harmony.base.errors import ConfigError
@@ -82,7 +81,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony workload ...`` and ``harmony capture``."""
     workload = subparsers.add_parser("workload", help="example applications and the user's "
                                      "own SQL scripts or captures")

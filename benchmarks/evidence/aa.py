@@ -56,18 +56,19 @@ def one_run(target: Target, seed: int, *, quick: bool, screening: bool = False
     cfg = tuner_config_from_dict(aa_config(seed, quick=quick, screening=screening))
     started = time.monotonic()
     result = Tuner(cfg, target=target, client=connect(None)).run()
-    decision = result.decision or {}
+    summary = result.to_dict()
+    decision = summary["decision"] or {}
     best = decision.get("best")
     interval = (decision.get("intervals") or {}).get(best) if best else None
     return {"seed": seed, "wall_s": time.monotonic() - started,
             "claimed": decision.get("winner") is not None,
             "winner": decision.get("winner"), "best": best,
             "best_interval": interval, "rounds": decision.get("rounds"),
-            "improvement": result.improvement, "improvement_ci": result.improvement_ci,
-            "best_settings": result.best_settings, "decision_text": decision.get("text"),
-            "evaluations": result.evaluations, "load_average": load_average(),
+            "improvement": result.improvement, "improvement_ci": summary["improvement_ci"],
+            "best_settings": summary["best_settings"], "decision_text": decision.get("text"),
+            "evaluations": summary["evaluations"], "load_average": load_average(),
             "screened": any(d.startswith("screening: the design predicts")
-                            for d in result.decisions)}
+                            for d in summary["decisions"])}
 
 
 def markdown(data: dict[str, Any]) -> str:

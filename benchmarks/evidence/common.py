@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.machine import cpu_model
 from tuner_client.config import MeasureConfig, TunerConfig
-from tuner_client.measure import Measurer, Workload
+from tuner_client.measurer import Measurer, ServerAccess, Workload
 from tuner_client.target import Target, make_workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -101,9 +101,8 @@ def target_measurer(cfg: TunerConfig, target: Target, measure: MeasureConfig | N
                     workload: Workload | None = None, **options: Any) -> Measurer:
     """A measurer on ``target`` as the benchmarks use it: ``cfg``'s workload (or
     ``workload``), ``measure`` (default ``cfg.measure``), the target's controller and the
-    configured restart timeout; ``options`` go to :class:`Measurer` (e.g. ``feasible``)."""
-    return Measurer(target.dsn, target.catalog,
+    configured restart timeout; ``options`` go to :class:`Measurer` (e.g. ``hooks``)."""
+    return Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
+                                 cfg.database.restart_timeout_s),
                     workload if workload is not None else make_workload(cfg, target.dsn),
-                    measure if measure is not None else cfg.measure,
-                    controller=target.controller,
-                    restart_timeout_s=cfg.database.restart_timeout_s, **options)
+                    measure if measure is not None else cfg.measure, **options)

@@ -177,6 +177,7 @@ def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
     tuner = Tuner(cfg, target=target, client=connect(None),
                   on_record=lambda record: times.append(time.monotonic() - started))
     result = tuner.run()
+    summary = result.to_dict()
     wall = time.monotonic() - started
     records = [r for r in tuner.records if not r.session.startswith("final")]
     values = [r.value for r in records]
@@ -188,15 +189,15 @@ def run_tuner(cfg: TunerConfig, target: Target) -> dict[str, Any]:
                 reach_eval, reach_s = i + 1, t
                 break
     return {
-        "best_settings": result.best_settings, "default_settings": result.default_settings,
+        "best_settings": summary["best_settings"], "default_settings": summary["default_settings"],
         "evaluations": len(records), "best_qpm_during_search": best,
         "evals_to_90pct": reach_eval, "seconds_to_90pct": reach_s, "wall_s": wall,
         "restarts": sum(1 for r in records if r.restart_s),
         "restart_seconds": sum(r.restart_s or 0.0 for r in records),
         "failures": [{"settings": r.settings, "failure": r.failure} for r in records
                      if r.failure],
-        "decisions": result.decisions, "passes": result.passes,
-        "final_rounds": result.ab_rounds,
+        "decisions": summary["decisions"], "passes": summary["passes"],
+        "final_rounds": summary["ab_rounds"],
         "trajectory": [{"session": r.session, "settings": r.settings, "qpm": r.value,
                         "samples": [s.qpm for s in r.samples], "failure": r.failure}
                        for r in records],

@@ -15,7 +15,7 @@ from typing import Any
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.measure import Workload
+from tuner_client.measurer import Workload
 from tuner_client.target import Target, open_target
 
 
@@ -96,6 +96,7 @@ def run_flow(config: Mapping[str, Any], target: Target, *,
     tuner = Tuner(cfg, target=target, client=connect(None), workload=workload,
                   on_record=record, on_decision=decide)
     result = tuner.run()
+    summary = result.to_dict()
     # monitoring and final measurements are appended to records without on_record
     for r in tuner.records:
         if r.session.endswith("-monitor") or r.session.startswith("final"):
@@ -106,6 +107,7 @@ def run_flow(config: Mapping[str, Any], target: Target, *,
     out = result.to_dict()
     out.update({"wall_s": time.monotonic() - started, "timeline": timeline,
                 "timed_decisions": decisions,
-                "tuned_over_default": (result.best_qpm / result.default_qpm
-                                       if result.best_qpm and result.default_qpm else None)})
+                "tuned_over_default": (summary["best_qpm"] / summary["default_qpm"]
+                                       if summary["best_qpm"] and summary["default_qpm"]
+                                       else None)})
     return out

@@ -227,22 +227,23 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         killed_before = oom_lines(target)
         result = Tuner(cfg, target=target, client=connect(None)).run()
-        decision = result.decision or {}
+        summary = result.to_dict()
+        decision = summary["decision"] or {}
         data["tuning"] = {"wall_s": time.monotonic() - started,
-                          "evaluations": result.evaluations,
-                          "best_settings": result.best_settings,
+                          "evaluations": summary["evaluations"],
+                          "best_settings": summary["best_settings"],
                           "decision_text": " / ".join(decision.get("text") or []),
-                          "improvement_ci": result.improvement_ci,
-                          "screening": result.screening, "decisions": result.decisions,
+                          "improvement_ci": summary["improvement_ci"],
+                          "screening": summary["screening"], "decisions": summary["decisions"],
                           "oom_killed_backends": oom_lines(target) - killed_before}
-        knobs, points = grid(cfg, result.screening, args.grid_levels)
+        knobs, points = grid(cfg, summary["screening"], args.grid_levels)
         data["grid_knobs"], data["grid"] = knobs, points
         grid_labels = {f"grid-{i}": p for i, p in enumerate(points, 1)}
         data["grid_labels"] = grid_labels
-        pgtune = next((r for r in result.decisions if "PGTune" in r), None)
-        labels: dict[str, dict[str, str]] = {"default": {}, "tuned": result.best_settings,
+        pgtune = next((r for r in summary["decisions"] if "PGTune" in r), None)
+        labels: dict[str, dict[str, str]] = {"default": {}, "tuned": summary["best_settings"],
                                              **grid_labels}
-        baseline = _pgtune_settings(cfg, target, result.default_settings)
+        baseline = _pgtune_settings(cfg, target, summary["default_settings"])
         if baseline:
             labels["pgtune"] = baseline
         data["pgtune_settings"], data["pgtune_decision"] = baseline, pgtune

@@ -44,7 +44,7 @@ from tuner_client.flows import Tuner
 from tuner_client.guardrails import Guardrail
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import Measurer
+from tuner_client.measurer import LiveWatch, Measurer, ServerAccess
 from tuner_client.target import Target
 from workloads.observe import ObservedWorkload
 
@@ -90,9 +90,9 @@ def guardrail_trips(dsn: str, trips: int) -> list[dict[str, Any]]:
     with psycopg.connect(dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     guard = Guardrail(GuardConfig())
-    measurer = Measurer(dsn, catalog, ObservedWorkload(dsn, poll_s=0.25),
+    measurer = Measurer(ServerAccess(dsn, catalog), ObservedWorkload(dsn, poll_s=0.25),
                         MeasureConfig(warmup_s=3.0, samples=2, queries=None, seconds=3.0,
-                                      estimator="latency"), guard=guard)
+                                      estimator="latency"), live=LiveWatch(guard))
     measurer.in_force = measurer.current_settings(list(SLOW))
     original = dict(measurer.in_force)
     out = []
@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                                         source="benchmarks/evidence/live.py")
         tuner = Tuner(config, client=connect(None), target=target, run_id="bench")
         result = tuner.run()
+        summary = result.to_dict()
         tuning_s = time.monotonic() - started
         revert = guardrail_trips(dsn, trips)
         pgbench_output = traffic.stop()
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.stop(mode="fast")
         cluster.destroy()
     load_after = load_average()
-    decision = result.decision or {}
+    decision = summary["decision"] or {}
     intervals = decision.get("intervals") or {}
     times = [r["detected_after_s"] + r["revert_s"] for r in revert if r["tripped"]]
     reverts = [r["revert_s"] for r in revert if r["tripped"]]
@@ -194,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {label} | {ratio(iv['ratio'])} | {ratio(iv['low'])}–"
                          f"{ratio(iv['high'])} | {iv['n']} |")
     lines += ["", f"Decision: {decision.get('winner')} kept. Best settings: "
-                  f"`{result.best_settings}`.", "",
-              *[f"- {t}" for t in result.decisions], "",
+                  f"`{summary['best_settings']}`.", "",
+              *[f"- {t}" for t in summary["decisions"]], "",
               f"Guardrail trips during the tuning run: "
-              f"{(result.guardrails or {}).get('trips', 0)} "
-              f"{(result.guardrails or {}).get('by_kind', {})}.", "",
+              f"{(summary['guardrails'] or {}).get('trips', 0)} "
+              f"{(summary['guardrails'] or {}).get('by_kind', {})}.", "",
               "## Guardrail: time from a harmful configuration to the last good one\n",
               f"{len(times)} of {len(revert)} applications of {SLOW} tripped the latency "
               f"guardrail (default margin: 2x the reference's weighted latency). Time from "

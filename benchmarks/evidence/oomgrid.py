@@ -1,6 +1,6 @@
 """Which points the memory cgroup really kills: a grid of shared_buffers × work_mem run inside
 the end-to-end setup's cgroup, each point's OOM kills and unreclaimable peak beside what the
-memory budget predicts (the check for ``tuner_client/budget.py``'s per-process model).
+memory budget predicts (the check for ``tuner_client/budget/formula.py``'s per-process model).
 
 For each mix and each point (the other knobs at PostgreSQL's defaults) the cluster restarts
 with that shared_buffers inside the cgroup, the mix runs ``--seconds``, and every 0.2 s the
@@ -173,7 +173,7 @@ def markdown(data: dict[str, Any]) -> str:
              f"(maintenance_work_mem 64MB, temp_buffers 8MB, hash_mem_multiplier 2, 2 parallel "
              f"workers per gather). *Killed*: the cgroup's OOM killer fired or a backend ended "
              f"by signal 9 during the point. Budget slack: what the memory budget "
-             f"(`tuner_client/budget.py`: 32 MB reserve, {data['connections']} processes × "
+             f"(`tuner_client/budget/formula.py`: 32 MB reserve, {data['connections']} processes × "
              f"(4 MB + h × work_mem), maintenance_work_mem and temp_buffers once, no fraction "
              f"cap) leaves, with h = 1 (work_mem held once per process) and in the worst case "
              f"h = hash_mem_multiplier = 2; below 0 it refuses the point. The verdict is "

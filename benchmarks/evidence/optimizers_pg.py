@@ -38,9 +38,9 @@ from benchmarks.evidence.common import (
 from benchmarks.evidence.endtoend import MB, compare, open_memory_bound, tuner_dict
 from benchmarks.evidence.optimizers import run_harmony, run_optuna
 from harmony.base.space import Space
-from tuner_client.budget_view import make_budget_view
+from tuner_client.budget import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
-from tuner_client.measure import Measurer
+from tuner_client.measurer import ApplyHooks, Measurer
 from tuner_client.target import Target, stream_count
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def run(cfg: TunerConfig, target: Target, base: dict[str, str], seeds: int, budg
     offline = resolve_knob_space(cfg.offline.knobs, target.catalog, kind="offline")
     view = make_budget_view(cfg, target.catalog, offline, knobs,
                             known_ram_bytes=target.ram_bytes)
-    measurer = target_measurer(cfg, target, feasible=view.violation)
+    measurer = target_measurer(cfg, target, hooks=ApplyHooks(view.violation))
     auto_conf = target.controller.read_auto_conf()
     tracked = list(dict.fromkeys([*knobs.names, "shared_buffers", "work_mem",
                                   "maintenance_work_mem", "temp_buffers"]))

@@ -113,7 +113,7 @@ def tuner_cpu(state_dir: Path, mix: str) -> dict[str, Any]:
     """One measurement (warm-up + 3 samples): tuner-process CPU vs PostgreSQL CPU."""
     from benchmarks.evidence.flowrun import small_config
     from tuner_client.config import tuner_config_from_dict
-    from tuner_client.measure import Measurer
+    from tuner_client.measurer import Measurer, ServerAccess
     from tuner_client.target import make_workload, open_target
 
     cfg = tuner_config_from_dict(small_config("evidence-overheads", flow="one-pass", mix=mix,
@@ -121,8 +121,8 @@ def tuner_cpu(state_dir: Path, mix: str) -> dict[str, Any]:
     target = open_target(cfg, state_dir)
     try:
         assert target.cluster is not None
-        measurer = Measurer(target.dsn, target.catalog, make_workload(cfg, target.dsn),
-                            cfg.measure, controller=target.controller)
+        measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller),
+                            make_workload(cfg, target.dsn), cfg.measure)
         measurer.in_force = measurer.current_settings(["work_mem"])
         measurer.start()
         time.sleep(1.0)

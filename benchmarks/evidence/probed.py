@@ -68,6 +68,7 @@ def one_run(cfg: Any, target: Any) -> dict[str, Any]:
 
     tuner = Tuner(cfg, target=target, client=connect(None), on_record=note)
     result = tuner.run()
+    summary = result.to_dict()
     wall = time.monotonic() - started
     offline = [r for r in tuner.records if "offline" in r.session]
     kept = best_of(offline)
@@ -76,11 +77,11 @@ def one_run(cfg: Any, target: Any) -> dict[str, Any]:
             "values": [r.value for r in offline],
             # the size the offline pass put in force for the rest of the run (its best)
         "kept": kept.in_force.get("shared_buffers") if kept is not None else None,
-        "recommended": result.best_settings.get("shared_buffers"),
+        "recommended": summary["best_settings"].get("shared_buffers"),
             "probe_decisions": [{k: d.get(k) for k in ("decision", "reason", "window",
                                                        "probe_cost_s", "m_star")}
                                 for d in tuner.state.probe_decisions],
-            "decisions": result.decisions}
+            "decisions": summary["decisions"]}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,7 @@ Value = int | float | str
 Point = dict[str, Value]
 
 _EPS = 1e-9
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,13 @@ class Space:
         except KeyError:
             raise ConfigError(f"unknown parameter {name!r}; the space has {self.names}") from None
 
+    def numeric(self, name: str) -> IntParam | RealParam:
+        """The int or real parameter ``name`` (a :class:`ConfigError` for an enum)."""
+        param = self[name]
+        if isinstance(param, EnumParam):
+            raise ConfigError(f"parameter {name!r} is an enum; a numeric one is needed here")
+        return param
+
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
@@ -348,11 +356,14 @@ class Space:
         """
         params: list[Param] = []
         for p in self.params:
-            if p.name in bounds and not isinstance(p, EnumParam):
-                cast = int if isinstance(p, IntParam) else float
-                lo, hi = (cast(p.snap(v)) for v in bounds[p.name])
-                default = p.default if p.default is not None and lo <= p.default <= hi else None
-                params.append(replace(p, min=lo, max=max(lo, hi), default=default))  # type: ignore[arg-type]
+            if p.name in bounds and isinstance(p, IntParam):
+                ilo, ihi = (p.snap(v) for v in bounds[p.name])
+                params.append(replace(p, min=ilo, max=max(ilo, ihi),
+                                      default=_default_within(p.default, ilo, ihi)))
+            elif p.name in bounds and isinstance(p, RealParam):
+                flo, fhi = (p.snap(v) for v in bounds[p.name])
+                params.append(replace(p, min=flo, max=max(flo, fhi),
+                                      default=_default_within(p.default, flo, fhi)))
             else:
                 params.append(p)
         return Space(tuple(params))
@@ -371,21 +382,28 @@ class Space:
         return out
 
 
+def _default_within(default: _N | None, lo: _N, hi: _N) -> _N | None:
+    """A narrowed parameter keeps its default only when it lies in the new bounds."""
+    return default if default is not None and lo <= default <= hi else None
+
+
 def space_from_dicts(items: Iterable[Mapping[str, Any]]) -> Space:
     """Build a space from plain dictionaries (as in a session definition)."""
     params: list[Param] = []
     for item in items:
         kind = item.get("type", "int")
         name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"a parameter needs a non-empty name, got {name!r}")
         if kind == "enum":
-            params.append(EnumParam(name=name, values=tuple(item["values"]),  # type: ignore[arg-type]
+            params.append(EnumParam(name=name, values=tuple(item["values"]),
                                     default=item.get("default")))
         elif kind == "int":
-            params.append(IntParam(name=name, min=item["min"], max=item["max"],  # type: ignore[arg-type]
+            params.append(IntParam(name=name, min=item["min"], max=item["max"],
                                    step=item.get("step", 1), log=item.get("log", False),
                                    default=item.get("default"), unit=item.get("unit")))
         elif kind == "real":
-            params.append(RealParam(name=name, min=item["min"], max=item["max"],  # type: ignore[arg-type]
+            params.append(RealParam(name=name, min=item["min"], max=item["max"],
                                     step=item.get("step", 0.0), log=item.get("log", False),
                                     default=item.get("default"), unit=item.get("unit")))
         else:

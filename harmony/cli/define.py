@@ -26,7 +26,7 @@ from tuner_client.plan import make_plan
 TUNER_KEYS = frozenset(TUNER_SCHEMA["properties"]) - {"name", "description", "seed", "server"}
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate", help="validate session definitions and tuner configs",
         description="Validate session definitions (schema, strategy, plugins, the possibly "

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from harmony.base.errors import ConfigError
 from harmony.base.tokens import read_token_file
@@ -46,7 +45,7 @@ def add_source_options(parser: argparse.ArgumentParser, *, server: bool = True) 
                              "default ./state)")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``export`` and ``import`` on the ``harmony`` command's subparsers."""
     export = subparsers.add_parser(
         "export", help="export a session's trials and metadata (XML, CSV, text log)",

@@ -34,7 +34,7 @@ def _option(text: str) -> tuple[str, Any]:
                                          f"{exc}") from None
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``harmony synth``."""
     p = subparsers.add_parser(
         "synth", help="run a search strategy on a synthetic test function",

@@ -14,11 +14,12 @@ real measurement); a second report of a trial is ignored, never double counted.
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
@@ -28,17 +29,28 @@ from harmony.base.errors import (
     ProtocolError,
     SessionNotFoundError,
 )
+from harmony.base.hostinfo import HostInfo
 from harmony.base.space import Space
+from harmony.base.trial import SessionStatus, TrialRecord
 from harmony.core.definition import SessionDefinition
-from harmony.core.session import Assignment, SessionCore, TrialRecord
+from harmony.core.session import Assignment, SessionCore
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: host metadata a client may give when it joins (the keys of a ``hosts`` entry besides
-#: ``client_id``, ``joined`` and ``left``)
-HOST_KEYS = ("hostname", "cpu_count", "ram_bytes", "os", "python")
+
+class CommandKind(enum.StrEnum):
+    """The commands that may change a session, as its command log names them."""
+
+    JOIN = "join"
+    FETCH = "fetch"
+    REPORT = "report"
+    RELEASE = "release"
+    LEAVE = "leave"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RESTART = "restart"
 
 
 @dataclass
@@ -75,14 +87,6 @@ def check_restart_point(space: Space, point: dict[str, Any]) -> None:
                           f"bounds); the nearest valid point is {space.snap(point)}")
 
 
-def host_row(client: str, joined: float, host: dict[str, Any] | None = None,
-             left: float | None = None) -> dict[str, Any]:
-    """One ``hosts`` entry of :meth:`LeasedSession.describe`."""
-    host = host or {}
-    return {"client_id": client, "joined": joined,
-            **{key: host.get(key) for key in HOST_KEYS}, "left": left}
-
-
 class LeasedSession:
     """A :class:`SessionCore` plus leases, heartbeats, ownership checks, leave and describe.
 
@@ -99,15 +103,15 @@ class LeasedSession:
         self.closed = False
         self._leased_at: dict[int, float] = {}
         self._reported_at: dict[int, float] = {}
-        #: client id -> its ``hosts`` entry (see :func:`host_row`)
-        self._hosts: dict[str, dict[str, Any]] = {}
+        #: client id -> its host (one ``hosts`` entry of :meth:`describe`)
+        self._hosts: dict[str, HostInfo] = {}
         #: the last fetch each client was answered: (request id, trial id), for retries
         self._answered: dict[str, tuple[str, int]] = {}
 
     # -- the command hook -------------------------------------------------------
-    def _command(self, kind: str, payload: dict[str, Any], client: str | None,
+    def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
-                 host: dict[str, Any] | None = None) -> T:
+                 host: HostInfo | None = None) -> T:
         """Run one core command (a subclass logs it durably; ``host`` is a changed host row)."""
         if self.closed:
             raise SessionNotFoundError(f"session {self.name!r} has been closed")
@@ -117,9 +121,9 @@ class LeasedSession:
     def join(self, client: str, host: dict[str, Any] | None = None) -> None:
         """Register a client and its host metadata (hostname, CPUs, RAM, OS)."""
         previous = self._hosts.get(client)
-        row = host_row(client, previous["joined"] if previous is not None else time.time(), host)
-        self._command("join", {"client": client}, client, lambda: self.core.join(client),
-                      host=row)
+        row = HostInfo.of(client, previous.joined if previous is not None else time.time(), host)
+        self._command(CommandKind.JOIN, {"client": client}, client,
+                      lambda: self.core.join(client), host=row)
         self._hosts[client] = row
 
     def try_fetch(self, client: str, request: str | None = None) -> FetchResult:
@@ -139,7 +143,7 @@ class LeasedSession:
         if request is not None:
             payload["request"] = request
         assignment = self._command(
-            "fetch", payload, client, lambda: self._fetch_and_lease(client, request),
+            CommandKind.FETCH, payload, client, lambda: self._fetch_and_lease(client, request),
             touched=lambda a: [a.trial_id] if a is not None else [])
         if assignment is None:
             return FetchResult(None)
@@ -180,11 +184,11 @@ class LeasedSession:
         self._check_holder(record, client, "report")
         value, non_finite = finite_or_failure(value)
         failure = failure if failure is not None else non_finite
-        if record.status in ("done", "failed"):
+        if record.status.reported:
             return False
         payload = {"trial_id": trial_id, "value": value, "failure": failure, "client": client}
         self._reported_at[trial_id] = time.time()
-        accepted = self._command("report", payload, client,
+        accepted = self._command(CommandKind.REPORT, payload, client,
                                  lambda: self.core.report(trial_id, value, failure, client),
                                  touched=lambda ok: [trial_id] if ok else [])
         self.leases.pop(trial_id, None)
@@ -211,7 +215,7 @@ class LeasedSession:
     def release(self, trial_id: int) -> None:
         """Give a trial's point back to the session (lease expired or client left)."""
         self.leases.pop(trial_id, None)
-        self._command("release", {"trial_id": trial_id}, None,
+        self._command(CommandKind.RELEASE, {"trial_id": trial_id}, None,
                       lambda: self.core.release(trial_id), touched=lambda _: [trial_id])
 
     def expire_leases(self, now: float | None = None) -> int:
@@ -236,22 +240,23 @@ class LeasedSession:
         for tid in mine:
             self.release(tid)
         now = time.time()
-        row = {**self._hosts.get(client, host_row(client, now)), "left": now}
-        self._command("leave", {"client": client}, client, lambda: None, host=row)
+        row = replace(self._hosts.get(client, HostInfo(client, now)), left=now)
+        self._command(CommandKind.LEAVE, {"client": client}, client, lambda: None, host=row)
         self._hosts[client] = row
         return len(mine)
 
     def pause(self) -> None:
-        self._command("pause", {}, None, self.core.pause)
+        self._command(CommandKind.PAUSE, {}, None, self.core.pause)
 
     def resume(self) -> None:
-        self._command("resume", {}, None, self.core.resume)
+        self._command(CommandKind.RESUME, {}, None, self.core.resume)
 
     def restart(self, point: dict[str, Any] | None = None) -> None:
         """Start the search again, optionally from ``point`` (checked against the space)."""
         if point is not None:
             check_restart_point(self.core.space, point)
-        self._command("restart", {"point": point}, None, lambda: self.core.restart(point))
+        self._command(CommandKind.RESTART, {"point": point}, None,
+                      lambda: self.core.restart(point))
 
     def close(self) -> None:
         """The session ends (killed or shut down): plugins' fini; every lease is dropped."""
@@ -265,7 +270,7 @@ class LeasedSession:
         best = self.core.best()
         return None if best is None else {"point": best[0], "value": best[1]}
 
-    def status(self) -> str:
+    def status(self) -> SessionStatus:
         return self.core.status
 
     def summary(self) -> dict[str, Any]:
@@ -283,17 +288,27 @@ class LeasedSession:
         return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
                 "convergence_reason": self.core.convergence_reason,
                 "counts": self.core.counts(), "leases": len(self.leases),
-                "hosts": [dict(row) for row in self._hosts.values()],
+                "hosts": [asdict(row) for row in self._hosts.values()],
                 "definition": self.definition.to_dict()}
 
+    def record(self, trial_id: int) -> TrialRecord:
+        """The core's record of a trial with its lease and report times."""
+        return self._timed(self.core.trial(trial_id))
+
+    def records(self) -> list[TrialRecord]:
+        """Every trial, in id order, with its lease and report times."""
+        return [self._timed(r) for r in self.core.trials()]
+
+    def _timed(self, record: TrialRecord) -> TrialRecord:
+        return replace(record, leased_at=self._leased_at.get(record.id),
+                       reported_at=self._reported_at.get(record.id))
+
     def trial_dicts(self) -> list[dict[str, Any]]:
-        """Every trial with its lease and timing information."""
-        out = []
+        """Every trial with its lease and timing information (the ``/trials`` answer)."""
         now = time.monotonic()
-        for record in self.core.trials():
+        out = []
+        for record in self.records():
             lease = self.leases.get(record.id)
             remaining = None if lease is None else max(lease.expires - now, 0.0)
-            out.append({**record.to_dict(), "leased_at": self._leased_at.get(record.id),
-                        "reported_at": self._reported_at.get(record.id),
-                        "lease_remaining": remaining})
+            out.append({**record.to_dict(), "lease_remaining": remaining})
         return out

@@ -17,7 +17,6 @@ import csv
 import io
 import json
 import logging
-import math
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -26,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from harmony import __version__
-from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, IntParam, RealParam
+from harmony.base.errors import ConfigError, HarmonyError
+from harmony.base.hostinfo import HostInfo
+from harmony.base.space import EnumParam, IntParam, Param, Point, RealParam, Value
+from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord, TrialStatus
 from harmony.core.definition import SessionDefinition
 from harmony.core.session import SessionCore
 
-__all__ = ["FORMATS", "HostInfo", "PriorSession", "PriorTrial", "dump", "dumps", "from_csv",
+__all__ = ["FORMATS", "HostInfo", "PriorSession", "TrialRecord", "dump", "dumps", "from_csv",
            "from_dict", "from_text", "from_xml", "load", "loads", "prior_from_core", "to_csv",
            "to_dict", "to_text", "to_xml"]
 
@@ -42,36 +43,6 @@ FORMAT_VERSION = 1
 #: format name -> file extension
 FORMATS = {"xml": ".xml", "csv": ".csv", "text": ".log"}
 
-Value = int | float | str | bool
-
-
-@dataclass(frozen=True)
-class PriorTrial:
-    """One handed-out measurement: the point, its performance or failure, times, client."""
-
-    id: int
-    candidate: int
-    point: dict[str, Value]
-    client: str | None
-    status: str
-    value: float | None
-    failure: str | None
-    leased_at: float | None = None
-    reported_at: float | None = None
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    """A client of the session and the host it ran on."""
-
-    client_id: str
-    joined: float | None = None
-    hostname: str | None = None
-    cpu_count: int | None = None
-    ram_bytes: int | None = None
-    os: str | None = None
-    python: str | None = None
-    left: float | None = None
 
 
 @dataclass
@@ -81,9 +52,16 @@ class PriorSession:
     name: str
     definition: dict[str, Any]  # SessionDefinition.to_dict()
     created: float | None
-    trials: list[PriorTrial] = field(default_factory=list)
+    trials: list[TrialRecord] = field(default_factory=list)
     hosts: list[HostInfo] = field(default_factory=list)
-    status: str = "closed"
+    status: SessionStatus = SessionStatus.CLOSED
+
+    def __post_init__(self) -> None:
+        # readers hand over the status as written in the file
+        try:
+            self.status = SessionStatus.parse(self.status)
+        except ConfigError as exc:
+            raise ConfigError(f"prior session {self.name!r}: {exc}") from None
 
     def session_definition(self) -> SessionDefinition:
         """The definition as an object (validated; errors name the session)."""
@@ -97,19 +75,18 @@ class PriorSession:
     def parameter_names(self) -> list[str]:
         return [p["name"] for p in self.definition.get("parameters", [])]
 
-    def completed(self) -> list[PriorTrial]:
+    def completed(self) -> list[TrialRecord]:
         """Trials with a finite performance value, in trial order."""
-        return [t for t in self.trials if t.status == "done" and t.value is not None
-                and math.isfinite(t.value)]
+        return [t for t in self.trials if t.completed]
 
-    def best(self) -> tuple[dict[str, Value], float] | None:
+    def best(self) -> tuple[Point, float] | None:
         """The best measured point and its value (in the objective's own sign)."""
-        done = self.completed()
+        done = [(t.value, t) for t in self.completed() if t.value is not None]
         if not done:
             return None
-        pick = max if self.maximize else min
-        top = pick(done, key=lambda t: t.value)  # type: ignore[arg-type, return-value]
-        return dict(top.point), float(top.value)  # type: ignore[arg-type]
+        sign = -1.0 if self.maximize else 1.0
+        value, top = min(done, key=lambda pair: sign * pair[0])
+        return dict(top.point), float(value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -121,7 +98,7 @@ def to_dict(prior: PriorSession) -> dict[str, Any]:
     return {"format": FORMAT_VERSION, "name": prior.name, "status": prior.status,
             "created": prior.created, "definition": prior.definition,
             "hosts": [asdict(h) for h in prior.hosts],
-            "trials": [asdict(t) for t in prior.trials]}
+            "trials": [t.to_dict() for t in prior.trials]}
 
 
 def from_dict(data: Any, *, source: str = "prior data") -> PriorSession:
@@ -148,7 +125,7 @@ def from_dict(data: Any, *, source: str = "prior data") -> PriorSession:
         trials=[_trial(row if isinstance(row, Mapping) else {}, f"{source}, trial {i}")
                 for i, row in enumerate(trials)],
         hosts=[_host(h, f"{source}, host {i}") for i, h in enumerate(hosts)],
-        status=str(data.get("status", "closed")))
+        status=SessionStatus.parse(data.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -166,11 +143,10 @@ def to_text(prior: PriorSession) -> str:
            f"# definition: {json.dumps(prior.definition, sort_keys=True)}"]
     for host in prior.hosts:
         out.append(f"# host: {json.dumps(asdict(host))}")
-    names = [f.name for f in fields(PriorTrial)]
-    out.append("# columns: " + " ".join(names))
+    out.append("# columns: " + " ".join(FIELD_ORDER))
     for trial in prior.trials:
-        data = asdict(trial)
-        out.append("\t".join(f"{k}={json.dumps(data[k], allow_nan=False)}" for k in names))
+        data = trial.to_dict()
+        out.append("\t".join(f"{k}={json.dumps(data[k], allow_nan=False)}" for k in FIELD_ORDER))
     return "\n".join(out) + "\n"
 
 
@@ -178,7 +154,7 @@ def from_text(text: str, *, source: str = "text log") -> PriorSession:
     """Read a text log written by :func:`to_text`."""
     header: dict[str, Any] = {}
     hosts: list[HostInfo] = []
-    trials: list[PriorTrial] = []
+    trials: list[TrialRecord] = []
     lines = text.splitlines()
     if not lines or not lines[0].startswith("# harmony prior data"):
         raise ConfigError(f"{source}: not a harmony prior-data log (the first line must be "
@@ -208,7 +184,7 @@ def from_text(text: str, *, source: str = "text log") -> PriorSession:
         raise ConfigError(f"{source}: header lines {missing} are missing")
     return PriorSession(name=header["session"], definition=header["definition"],
                         created=header.get("created"), trials=trials, hosts=hosts,
-                        status=header.get("status", "closed"))
+                        status=SessionStatus.parse(header.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -247,7 +223,7 @@ def to_xml(prior: PriorSession) -> str:
     data = ET.SubElement(root, "data")
     for t in prior.trials:
         trial = ET.SubElement(data, "trial", _attrs(
-            id=t.id, candidate=t.candidate, status=t.status, client=t.client,
+            id=t.id, candidate=t.candidate, status=t.status.value, client=t.client,
             time=t.reported_at, leased=t.leased_at, time_iso=_iso(t.reported_at)
             if t.reported_at is not None else None))
         point = ET.SubElement(trial, "point")
@@ -284,14 +260,15 @@ def from_xml(text: str | bytes, *, source: str = "XML document") -> PriorSession
         failure = element.find("failure")
         point = {p.get("name", ""): _untyped(p, where) for p in element.iterfind("point/param")}
         try:
-            trials.append(PriorTrial(
+            trials.append(TrialRecord(
                 id=int(element.get("id", "")), candidate=int(element.get("candidate", "")),
-                point=point, client=element.get("client"), status=element.get("status", ""),
+                point=point, client=element.get("client"),
+                status=TrialStatus.parse(element.get("status", "")),
                 value=float(performance.get("value", "")) if performance is not None else None,
                 failure=failure.get("reason") if failure is not None else None,
                 leased_at=_float_or_none(element.get("leased"), where),
                 reported_at=_float_or_none(element.get("time"), where)))
-        except ValueError as exc:
+        except (ValueError, HarmonyError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
     names = [p.get("name") for p in meta.iterfind("parameters/parameter")]
     declared = [p["name"] for p in definition.get("parameters", [])]
@@ -300,7 +277,7 @@ def from_xml(text: str | bytes, *, source: str = "XML document") -> PriorSession
                           f"{declared}")
     return PriorSession(name=root.get("name", definition.get("name", "")), definition=definition,
                         created=created, trials=trials, hosts=hosts,
-                        status=root.get("status", "closed"))
+                        status=SessionStatus.parse(root.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -329,7 +306,7 @@ def to_csv(prior: PriorSession) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*_CSV_FIXED, *params])
     for t in prior.trials:
-        writer.writerow([t.id, t.candidate, _cell(t.client), t.status, _cell(t.value),
+        writer.writerow([t.id, t.candidate, _cell(t.client), t.status.value, _cell(t.value),
                          _cell(t.failure), _cell(t.leased_at), _cell(t.reported_at),
                          *(_cell(t.point.get(p)) for p in params)])
     return buf.getvalue()
@@ -375,18 +352,19 @@ def from_csv(text: str, *, source: str = "CSV file") -> PriorSession:
         cells = dict(zip(columns, row, strict=True))
         try:
             point = {p: _parse_param(cells[p], types.get(p), p) for p in params if cells[p] != ""}
-            trials.append(PriorTrial(
+            trials.append(TrialRecord(
                 id=int(cells["trial"]), candidate=int(cells["candidate"]),
-                point=point, client=cells["client"] or None, status=cells["status"],
+                point=point, client=cells["client"] or None,
+                status=TrialStatus.parse(cells["status"]),
                 value=float(cells["value"]) if cells["value"] else None,
                 failure=cells["failure"] or None,
                 leased_at=float(cells["leased_at"]) if cells["leased_at"] else None,
                 reported_at=float(cells["reported_at"]) if cells["reported_at"] else None))
-        except (ValueError, ConfigError) as exc:
+        except (ValueError, HarmonyError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
     return PriorSession(name=header.get("session", definition.get("name", "")),
                         definition=definition, created=header.get("created"), trials=trials,
-                        hosts=hosts, status=header.get("status", "closed"))
+                        hosts=hosts, status=SessionStatus.parse(header.get("status", "closed")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -477,13 +455,11 @@ def _check_version(raw: str, source: str) -> None:
                           f"reads format {FORMAT_VERSION}")
 
 
-def _trial(row: Mapping[str, Any], where: str) -> PriorTrial:
-    names = {f.name for f in fields(PriorTrial)}
-    unknown = sorted(set(row) - names)
-    missing = sorted(n for n in ("id", "candidate", "point", "status") if n not in row)
-    if unknown or missing:
-        raise ConfigError(f"{where}: trial fields: unknown {unknown}, missing {missing}")
-    return PriorTrial(**{k: row.get(k) for k in names})  # type: ignore[arg-type]
+def _trial(row: Mapping[str, Any], where: str) -> TrialRecord:
+    try:
+        return TrialRecord.from_dict(row, where=where)
+    except HarmonyError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _host(data: Any, where: str, *, from_text_attrs: bool = False) -> HostInfo:
@@ -502,7 +478,7 @@ def _host(data: Any, where: str, *, from_text_attrs: bool = False) -> HostInfo:
     return HostInfo(**values)
 
 
-def _attrs(**values: Any) -> dict[str, str]:
+def _attrs(**values: object) -> dict[str, str]:
     """XML attributes: None left out, floats as repr, underscores as dashes."""
     out = {}
     for key, value in values.items():
@@ -518,7 +494,7 @@ def _attrs(**values: Any) -> dict[str, str]:
     return out
 
 
-def _typed(v: Any) -> dict[str, str]:
+def _typed(v: Value) -> dict[str, str]:
     if isinstance(v, bool):
         return {"type": "bool", "value": "true" if v else "false"}
     if isinstance(v, int):
@@ -558,7 +534,7 @@ def _child(element: ET.Element, tag: str, source: str) -> ET.Element:
     return found
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Value | None) -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -568,7 +544,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _parameter_types(definition: Mapping[str, Any], source: str) -> dict[str, Any]:
+def _parameter_types(definition: Mapping[str, Any], source: str) -> dict[str, Param]:
     try:
         space = SessionDefinition.from_dict(definition, source=source).space
     except ConfigError:
@@ -576,7 +552,7 @@ def _parameter_types(definition: Mapping[str, Any], source: str) -> dict[str, An
     return {p.name: p for p in space.params}
 
 
-def _parse_param(cell: str, param: Any, name: str) -> Value:
+def _parse_param(cell: str, param: Param | None, name: str) -> Value:
     """A CSV cell as its parameter's type (int, float, or one of an enum's values)."""
     if isinstance(param, IntParam):
         return int(cell)
@@ -604,11 +580,6 @@ def prior_from_core(core: SessionCore, *, created: float | None = None,
     """A :class:`~harmony.core.session.SessionCore` (standalone mode) as prior data (no
     times)."""
     return PriorSession(name=core.name, definition=core.definition.to_dict(), created=created,
-                        trials=[_trial_from_dict(r.to_dict()) for r in core.trials()],
+                        trials=core.trials(),
                         hosts=list(hosts), status=core.status)
 
-
-def _trial_from_dict(r: Mapping[str, Any]) -> PriorTrial:
-    return PriorTrial(int(r["id"]), int(r["candidate"]), dict(r["point"]), r.get("client"),
-                      str(r["status"]), r.get("value"), r.get("failure"), r.get("leased_at"),
-                      r.get("reported_at"))

@@ -15,13 +15,13 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from harmony.base.errors import ConfigError, HarmonyError, TrialError
 from harmony.base.space import FeasibleRegion, Point, Space
+from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony.core.definition import PluginSpec, SessionDefinition
 from plugins.base import Flow, FlowResult, HistoryEntry, Plugin, PluginTrial, make_plugin
 from strategies.base import Strategy, make_strategy
@@ -41,22 +41,6 @@ class Assignment:
     trial_id: int
     point: Point
     candidate: int
-
-
-@dataclass
-class TrialRecord:
-    """One hand-out of a candidate, and what became of it."""
-
-    id: int
-    candidate: int
-    point: Point
-    client: str | None
-    status: str = "leased"  # leased | done | failed | released
-    value: float | None = None
-    failure: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -184,21 +168,23 @@ class SessionCore:
                client: str | None = None) -> bool:
         """Record a measurement; ``False`` for a duplicate (ignored, never double counted)."""
         record = self._trial(trial_id)
-        if record.status in ("done", "failed"):
+        if record.status.reported:
             return False
-        if failure is None and (value is None or isinstance(value, bool)
-                                or not math.isfinite(float(value))):
-            failure = f"non-finite measurement {value!r}"
+        measured: float | None = None
+        if failure is None:
+            if value is None or isinstance(value, bool) or not math.isfinite(float(value)):
+                failure = f"non-finite measurement {value!r}"
+            else:
+                measured = float(value)
         candidate = self._candidates[record.candidate]
-        if record.status == "leased":
+        if record.status is TrialStatus.LEASED:
             candidate.outstanding -= 1
         else:  # a late report for a released trial: keep it, drop the re-queued copy if unused
             self._drop_from_queue(candidate.id)
-        record.status = "failed" if failure is not None else "done"
-        record.value = None if failure is not None else float(value)  # type: ignore[arg-type]
-        record.failure = failure
-        if client is not None:
-            record.client = client
+        record = replace(record, status=TrialStatus.FAILED if failure is not None
+                         else TrialStatus.DONE, value=measured, failure=failure,
+                         client=client if client is not None else record.client)
+        self._trials[record.id] = record
         self.version += 1
         if not candidate.done:
             self._record_sample(candidate, record.value, failure, client=record.client)
@@ -207,9 +193,9 @@ class SessionCore:
     def release(self, trial_id: int) -> None:
         """The trial's lease expired: hand its point out again."""
         record = self._trial(trial_id)
-        if record.status != "leased":
+        if record.status is not TrialStatus.LEASED:
             return
-        record.status = "released"
+        self._trials[record.id] = replace(record, status=TrialStatus.RELEASED)
         candidate = self._candidates[record.candidate]
         candidate.outstanding -= 1
         if not candidate.done and candidate.generation == self._generation:
@@ -266,11 +252,11 @@ class SessionCore:
         return None
 
     @property
-    def status(self) -> str:
+    def status(self) -> SessionStatus:
         """``paused``, ``converged`` or ``running`` (what session listings show)."""
         if self.paused:
-            return "paused"
-        return "converged" if self.converged else "running"
+            return SessionStatus.PAUSED
+        return SessionStatus.CONVERGED if self.converged else SessionStatus.RUNNING
 
     def trials(self) -> list[TrialRecord]:
         return list(self._trials.values())
@@ -279,9 +265,9 @@ class SessionCore:
         return self._trial(trial_id)
 
     def counts(self) -> dict[str, int]:
-        out = {"leased": 0, "done": 0, "failed": 0, "released": 0}
+        out = {status.value: 0 for status in TrialStatus}
         for record in self._trials.values():
-            out[record.status] += 1
+            out[record.status.value] += 1
         out["candidates"] = len(self._candidates)
         out["completed"] = len(self._history)
         return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,7 +34,7 @@ import numpy as np
 
 from harmony.base.errors import ConfigError
 from harmony.base.hostinfo import host_metadata
-from harmony.base.space import EnumParam, Point, RealParam, Space
+from harmony.base.space import EnumParam, Param, Point, RealParam, Space
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS, unit_size
 from harmony.core.definition import SessionDefinition
 from harmony.core.priordata import HostInfo, PriorSession
@@ -68,11 +68,10 @@ class Compatibility:
 def hosts_similar(a: Mapping[str, Any] | HostInfo, b: Mapping[str, Any] | HostInfo, *,
                   ram_tolerance: float = RAM_TOLERANCE) -> bool | None:
     """Same CPU count and RAM within ``ram_tolerance``; ``None`` when a fact is missing."""
-    fa, fb = _facts(a), _facts(b)
-    if None in (*fa, *fb):
+    (cpu_a, ram_a), (cpu_b, ram_b) = _facts(a), _facts(b)
+    if cpu_a is None or ram_a is None or cpu_b is None or ram_b is None:
         return None
-    (cpu_a, ram_a), (cpu_b, ram_b) = fa, fb
-    return cpu_a == cpu_b and abs(ram_a - ram_b) <= ram_tolerance * max(ram_a, ram_b)  # type: ignore[operator, type-var]
+    return cpu_a == cpu_b and abs(ram_a - ram_b) <= ram_tolerance * max(ram_a, ram_b)
 
 
 def _facts(h: Mapping[str, Any] | HostInfo) -> tuple[int | None, int | None]:
@@ -169,7 +168,9 @@ def ranked_prior_points(priors: Iterable[PriorSession], space: Space, *, maximiz
             if point is None:
                 continue
             key = space.key(point)
-            value = float(trial.value)  # type: ignore[arg-type]
+            if trial.value is None:
+                continue  # completed() keeps only measured trials
+            value = float(trial.value)
             old = best.get(key)
             if old is None or (value > old[1] if maximize else value < old[1]):
                 best[key] = (point, value)
@@ -284,7 +285,7 @@ def apply_warm_start(definition: SessionDefinition, prior_sessions: Sequence[Pri
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _movable(p: Any) -> bool:
+def _movable(p: Param) -> bool:
     if isinstance(p, RealParam) and not p.discrete:
         return p.max > p.min
     return bool(p.size > 1)
@@ -322,7 +323,8 @@ def _rank(units: list[np.ndarray]) -> int:
     return int(np.linalg.matrix_rank(diffs, tol=1e-9))
 
 
-def _axis_steps(best: Point, space: Space, active: list[int], rings: int = 1):  # type: ignore[no-untyped-def]
+def _axis_steps(best: Point, space: Space, active: list[int], rings: int = 1
+                ) -> Iterator[Point]:
     """Points one step from ``best`` along each movable axis (away from the nearer edge)."""
     x0 = space.to_unit(best)
     res = space.unit_resolution()

@@ -41,7 +41,7 @@ class KnobParam:
         if isinstance(self.param, EnumParam):
             return self.knob.parse(value)
         if self.unit is not None:
-            return self.knob.from_unit(value, self.unit)  # type: ignore[arg-type]
+            return self.knob.from_unit(value, self.unit)
         return self.knob.parse(value)
 
     def setting(self, value: Value) -> str:
@@ -54,7 +54,7 @@ class KnobParam:
             text = self.knob.format(canonical)
             return text if text in self.param.values else self.param.values[0]
         number = (float(self.knob.to_unit(canonical, self.unit)) if self.unit is not None
-                  else float(canonical))  # type: ignore[arg-type]
+                  else float(canonical))
         return self.param.snap(number)
 
 
@@ -129,8 +129,8 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
     if knob.vartype == "string":
         raise ConfigError(f"knob {knob.name!r} is a string setting; give its candidate values "
                           f"as values: [...]")
-    lo, hi = knob.parse(spec.min), knob.parse(spec.max)
-    if lo > hi:  # type: ignore[operator]
+    lo, hi = knob.parse_number(spec.min), knob.parse_number(spec.max)
+    if lo > hi:
         raise ConfigError(f"knob {knob.name!r}: min {spec.min!r} is above max {spec.max!r}")
     step = _parse_step(knob, spec.step)
     unit: str | None = None
@@ -144,8 +144,8 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
     scale = Fraction(1) if unit is None else Fraction(knob.to_unit(1, unit))
     lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
     current_u: Fraction | None = None
-    if current is not None and lo <= current <= hi:  # type: ignore[operator]
-        current_u = Fraction(current) * scale  # type: ignore[arg-type]
+    if isinstance(current, int | float) and lo <= current <= hi:
+        current_u = Fraction(current) * scale
     if knob.vartype == "integer":
         if any(v.denominator != 1 for v in (lo_u, hi_u, step_u)):
             raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole numbers of "
@@ -162,7 +162,7 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
 def _parse_step(knob: Knob, step: Any) -> KnobValue:
     if step is None:
         if knob.vartype == "integer":
-            return knob.unit_size if knob.unit_size.denominator == 1 else 1  # type: ignore[return-value]
+            return int(knob.unit_size) if knob.unit_size.denominator == 1 else 1
         return 0.0
     if knob.quantity is None:
         value = float(step)

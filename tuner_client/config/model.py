@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
+from workloads.mix import MixSpec
+from workloads.schedule import ScheduleSpec
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,10 @@ class ObserveConfig:
 class WorkloadConfig:
     kind: str = "tpch"  # tpch | pgbench | scripts | replay | observe
     scale: float = 0.01  # TPC-H scale factor (pgbench: PGBENCH_SCALE)
-    mix: Any = "2Q6,1Q13"
-    schedule: Any = None
+    #: tpch: the query mix as written (parsed by :func:`workloads.mix.parse_mix`)
+    mix: MixSpec | None = "2Q6,1Q13"
+    #: tpch: mixes in turn (parsed by :func:`workloads.schedule.parse_schedule`)
+    schedule: ScheduleSpec | None = None
     clients: int = 4  # pgbench, scripts, replay (0 there: the captured concurrency)
     statement_timeout_s: float | None = 300.0
     #: scripts: the pgbench scripts and .sql files as ``file@weight``; replay: the one file
@@ -144,7 +148,7 @@ class MeasureConfig:
     aggregate: str = "median"
     queries: int | None = 20
     seconds: float | None = None
-    #: what a sample's value is (``tuner_client.measure.ESTIMATORS``): ``count``, completions
+    #: what a sample's value is (``tuner_client.measurer.ESTIMATORS``): ``count``, completions
     #: per minute in the window; ``concurrency``, streams / mean latency per query (Little's
     #: law), only queries started under the measured configuration; ``work``, reference-seconds
     #: of work per second (each completion credited with its template's mean latency under
@@ -163,7 +167,7 @@ class MeasureConfig:
 @dataclass(frozen=True)
 class BudgetConfig:
     """``ram_bytes`` None = detected; ``connections`` None = the workload's streams plus the
-    parallel workers they can start (:func:`tuner_client.budget_view.worker_processes`)."""
+    parallel workers they can start (:func:`tuner_client.budget.worker_processes`)."""
 
     ram_bytes: int | None = None
     os_reserved_bytes: int = 512 * 1024**2

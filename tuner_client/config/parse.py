@@ -195,8 +195,10 @@ def _session_configs(data: Mapping[str, Any], database: DatabaseConfig,
     knobs, which the run replaces by what the workload's statistics propose."""
     off = data.get("offline") or {}
     on = data.get("online") or {}
-    restarts = (database.embedded or database.allow_restarts) and (
-        workload.observe is None or workload.observe.allow_restarts)
+    observe = workload.observe
+    # live mode's maintenance window (observe.allow_restarts) asks for restarts too
+    restarts = (observe.allow_restarts if observe is not None
+                else database.embedded or database.allow_restarts)
     offline_knobs = knob_specs(off.get("knobs", DEFAULT_OFFLINE_KNOBS if restarts else []),
                                ("offline", "knobs"), where)
     auto = on.get("knobs") == "auto"

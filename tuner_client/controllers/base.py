@@ -35,7 +35,7 @@ import signal
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -142,7 +142,8 @@ class Controller(ABC):
         except (DatabaseError, psycopg.Error):
             return False
 
-    def wait_until_up(self, timeout_s: float, *, still_starting: Any = None) -> bool:
+    def wait_until_up(self, timeout_s: float, *,
+                      still_starting: Callable[[], bool] | None = None) -> bool:
         """Poll until the server answers; ``still_starting()`` False stops early (it died)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -8,6 +8,12 @@ the reference in its block (the geometric mean of its samples over that of the t
 values) times the reference's running level: levels wander 10–30 % over tens of minutes on
 these machines, the ratio within a block much less (``benchmarks/README.md``, paired
 measurement).
+
+On a replicated pool (:attr:`tuner_client.replicas.ReplicaPool.replicated`) each replica
+keeps its own reference, measured once on every live replica before the session is defined
+(:func:`open_references`): the candidate's ratio to its own replica's reference is scaled by
+the geometric mean of those first measurements, the session's *pooled level*, so a slower or
+drifting replica cancels out and the strategy sees one scale.
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner_client.measure import PointRecord
-from tuner_client.phases.state import RunContext
+from harmony.base.errors import HarmonyError
+from tuner_client.measurer import Measurer, PointRecord
+from tuner_client.metrics import TunerMetrics
+from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.stats.paired import ReferenceLevel, block_ratio
 
 logger = logging.getLogger(__name__)
+
+#: the metadata key of a replicated session: pooled level, reference settings, lease
+METADATA_KEY = "replicas"
 
 
 @dataclass
@@ -47,7 +58,7 @@ class Reference:
         return statistics.stdev(self.drifts) / math.sqrt(2.0)
 
 
-def measure_reference(ctx: RunContext, ref: Reference) -> float | None:
+def measure_reference(measurer: Measurer, metrics: TunerMetrics, ref: Reference) -> float | None:
     """One measurement of the reference configuration (apply, warm up, one sample).
 
     The reference is what was in force when the session started (the user's own settings or
@@ -55,21 +66,21 @@ def measure_reference(ctx: RunContext, ref: Reference) -> float | None:
     final rounds apply the original: the user's own may break a budget tighter than what
     they run today, and refusing it would leave the session without a reference.
     """
-    record = ctx.measurer.measure(f"{ref.label}-reference", {}, ref.settings, samples=1,
-                                  check_budget=False)
-    ctx.metrics.record_point(record, kind="reference", restarts=False)
+    record = measurer.measure(f"{ref.label}-reference", {}, ref.settings, samples=1,
+                              check_budget=False)
+    metrics.record_point(record, kind="reference", restarts=False)
     if record.failure is not None or record.value is None:
         logger.warning("[%s] reference measurement failed: %s", ref.label, record.failure)
         return None
     return record.value
 
 
-def measure_block(ctx: RunContext, ref: Reference, label: str, point: Mapping[str, Any],
-                  settings: Mapping[str, str]) -> PointRecord:
+def measure_block(measurer: Measurer, metrics: TunerMetrics, ref: Reference, label: str,
+                  point: Mapping[str, Any], settings: Mapping[str, str]) -> PointRecord:
     """Measure ``settings`` in a block beside ``ref``; ``value`` is the paired value."""
     fresh = ref.last is None
-    before = measure_reference(ctx, ref) if fresh else ref.last
-    record = ctx.measurer.measure(label, point, settings)
+    before = measure_reference(measurer, metrics, ref) if fresh else ref.last
+    record = measurer.measure(label, point, settings)
     if record.failure is not None:
         # refused by the budget: nothing was applied and the reference is still in force;
         # otherwise the next block starts with a fresh reference measurement
@@ -77,7 +88,7 @@ def measure_block(ctx: RunContext, ref: Reference, label: str, point: Mapping[st
             ref.last = None
         record.value = None
         return record
-    after = measure_reference(ctx, ref)
+    after = measure_reference(measurer, metrics, ref)
     ref.last = after
     references = [v for v in (before, after) if v is not None and v > 0]
     record.reference = references
@@ -93,3 +104,75 @@ def measure_block(ctx: RunContext, ref: Reference, label: str, point: Mapping[st
     record.ratio = ratio
     record.value = ref.level.value(ratio)
     return record
+
+
+@dataclass
+class SessionReferences:
+    """A session's reference on every replica of the pool, and (replicated) its pooled level.
+
+    In a pool of one the session's own :class:`Reference` is the primary's and a candidate's
+    value is its ratio times the reference's running level; on a replicated pool every
+    replica has its own, and the ratio is scaled by ``pooled_level`` instead.
+    """
+
+    label: str
+    settings: dict[str, str]
+    by_replica: dict[str, Reference]
+    replicated: bool = False
+    #: the geometric mean of the replicas' first reference measurements (replicated only)
+    pooled_level: float | None = None
+
+    @property
+    def primary_reference(self) -> Reference:
+        """The first replica's reference (the run's own database while it is alive)."""
+        return next(iter(self.by_replica.values()))
+
+    def of(self, replica: Replica) -> Reference:
+        """``replica``'s reference (a fresh one for a replica that joined later)."""
+        ref = self.by_replica.get(replica.name)
+        if ref is None:
+            ref = self.by_replica[replica.name] = Reference(f"{self.label}@{replica.name}",
+                                                            dict(self.settings))
+        return ref
+
+    def metadata(self, in_force: Mapping[str, str], pool: ReplicaPool) -> dict[str, Any]:
+        """What lets any replica (local or remote) join the session and scale the same way:
+        the pooled level, the reference, the coordinator's settings in force, the lease."""
+        return {"pooled_level": self.pooled_level, "reference": dict(self.settings),
+                "in_force": dict(in_force), "lease_s": pool.lease_s,
+                "replicas": [r.name for r in pool.live]}
+
+    def noise(self) -> float | None:
+        """The relative noise of one measurement, from the first replica's reference repeats
+        (:meth:`Reference.noise`)."""
+        return self.primary_reference.noise()
+
+
+def pooled_level(levels: list[float]) -> float | None:
+    """The geometric mean of the replicas' reference levels (None without one)."""
+    good = [v for v in levels if v is not None and math.isfinite(v) and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in good)) if good else None
+
+
+def open_references(pool: ReplicaPool, metrics: TunerMetrics, label: str,
+                    reference: Reference) -> SessionReferences:
+    """Session ``label``'s references over ``pool``. In a pool of one, ``reference`` itself
+    (its next block measures it); on a replicated pool every live replica measures its
+    settings once, in parallel, and the geometric mean is the pooled level."""
+    settings = dict(reference.settings)
+    if not pool.replicated:
+        return SessionReferences(label, settings, {pool.primary.name: reference})
+    refs = {r.name: Reference(f"{label}@{r.name}", dict(settings)) for r in pool.live}
+
+    def first(replica: Replica) -> None:
+        try:
+            value = measure_reference(replica.joined(), metrics, refs[replica.name])
+        except (HarmonyError, OSError) as exc:
+            logger.warning("replica %s: reference measurement failed: %s", replica.name, exc)
+            value = None
+        refs[replica.name].last = value
+        refs[replica.name].level.add(value)
+
+    pool.run_each(first)
+    level = pooled_level([v for r in refs.values() if (v := r.last) is not None])
+    return SessionReferences(label, settings, refs, replicated=True, pooled_level=level)

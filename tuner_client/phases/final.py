@@ -31,11 +31,10 @@ import statistics
 import time
 from collections.abc import Mapping
 
-from tuner_client.measure import PointRecord, objective_unit
+from tuner_client.measurer import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
-from tuner_client.phases.measuring import record_point
-from tuner_client.phases.result import TuneResult
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
+from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, decide
 from tuner_client.stats.paired import Method
 from tuner_client.stats.racing import Race, RaceBudget
@@ -104,16 +103,12 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     def measure(label: str) -> float | None:
         kind = "baseline" if label == "default" else "final"
         ctx.metrics.set_phase(kind)
-        # over several replicas, each round is measured whole on one replica (in turn), so
-        # every ratio to the default within a round is paired on one machine
-        measurer, replica = ctx.measurer, None
-        if ctx.pool is not None and ctx.pool.live and race is not None:
-            replica = ctx.pool.live[len(race.rounds) % len(ctx.pool.live)]
-            assert replica.ctx is not None
-            measurer = replica.ctx.measurer
-        record = measurer.measure(f"final-{label}", {}, candidates[label],
-                                  check_budget=label != "default")
-        record.replica = replica.name if replica is not None else None
+        # each round is measured whole on one replica (the live ones in turn), so every
+        # ratio to the default within a round is paired on one machine
+        replica = ctx.pool.for_round(len(race.rounds) if race is not None else 0)
+        record = replica.joined().measure(f"final-{label}", {}, candidates[label],
+                                          check_budget=label != "default")
+        record.replica = ctx.pool.record_name(replica)
         record_point(ctx, state, record, kind=kind, ranks=False)
         logger.info("[final] %s: %s%s", label,
                     f"{record.value:.1f}" if record.value else "n/a",
@@ -174,25 +169,18 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
         row["tuned"] = row.get(winner or "default")
     if default_qpm is not None:
         ctx.metrics.record_default(default_qpm)
-    comparison = None
-    if default_qpm is not None and best_qpm is not None:
-        unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
-        comparison = {"default": default_qpm, "tuned": best_qpm, "unit": unit,
-                      **{b: q for b in baselines if (q := mean(b)) is not None}}
-    return TuneResult(best_settings=best, default_settings=dict(ctx.original),
-                      best_qpm=best_qpm, default_qpm=default_qpm, ab_rounds=rounds,
-                      passes=state.passes,
-                      evaluations=sum(1 for r in state.records
-                                      if not r.session.startswith("final")),
-                      output_dir=None, decisions=list(state.decisions),
-                      search_best_qpm=state.best.value if state.best is not None else None,
-                      recommended_qpm=mean("recommended"), comparison=comparison,
-                      bme=state.bme, sessions=[s.name for s, _ in state.sessions],
-                      decision=decision.to_dict() if decision is not None else None,
-                      paired_improvement=decision.improvement if decision is not None else None,
-                      improvement_ci=decision.improvement_ci if decision is not None else None,
-                      screening=state.screening.to_dict() if state.screening is not None
-                      else None)
+    unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
+    throughput = Throughput(
+        default=default_qpm, best=best_qpm,
+        search_best=state.best.value if state.best is not None else None,
+        recommended=mean("recommended"), unit=unit,
+        baselines={b: q for b in baselines if (q := mean(b)) is not None})
+    work = Work(passes=state.passes,
+                evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
+                sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions))
+    return TuneResult.conclude(Best(best, dict(ctx.original), throughput),
+                               Intervals(rounds, decision), work,
+                               Evidence(bme=state.bme, screening=state.screening))
 
 
 def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],

@@ -1,10 +1,10 @@
 """Phase 2a, the offline pass: the restart-only knobs (``shared_buffers``) with a 2-vertex
 simplex, capped by the memory budget with the online knobs in force.
 
-Once three sizes are measured the Buffer Miss Equation prior is fitted and, on a good fit, the
+Once three sizes are measured the Buffer Miss Equation is fitted and, on a good fit, the
 search restarts inside the advised range from the advised size (on a poor fit the plain
 search goes on, and says so). With ``bme.probes`` the pass probes first
-(:mod:`tuner_client.phases.probing`): a usable decision replaces that prior, the search runs in
+(:mod:`tuner_client.phases.offline_probes`): a usable decision replaces that fit, the search runs in
 the probes' window from their size with ``bme.evaluations`` (2) and a first step of 30 % of
 that size, and from pass 2 (or with ``bme.target_miss``) only the equation's size is
 measured. The pass ends with its best point in force.
@@ -18,16 +18,15 @@ from dataclasses import replace
 from typing import Any
 
 from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import IntParam, Space
+from harmony.base.space import Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
-from tuner_client.measure import PointRecord
-from tuner_client.phases.blocks import Reference
-from tuner_client.phases.measuring import run_session
-from tuner_client.phases.offline_prior import OfflinePrior
-from tuner_client.phases.probing import ProbeAdvice, probe_shared_buffers
-from tuner_client.phases.sessions import open_session, session_definition
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.offline_bme_fit import OfflineBMEFit
+from tuner_client.phases.offline_probes import ProbeAdvice, probe_shared_buffers
+from tuner_client.phases.session_loop import run_session
+from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of
 
 logger = logging.getLogger(__name__)
@@ -47,41 +46,41 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     probed = probe_shared_buffers(ctx, state, label, space)
     if probed is not None:
         return _probed_search(ctx, state, n, label, space, probed, first)
+    references = session_references(ctx, label, space)
     definition = session_definition(ctx, state, label, space,
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
                                     warm=n == 1, metadata=_probes_metadata(state)
-                                    if state.probe_decisions else None)
+                                    if state.probe_decisions else None, references=references)
     session = open_session(ctx, state, definition, "offline")
-    prior = None
-    if cfg.offline.prior and "shared_buffers" in space.names:
-        prior = OfflinePrior(space, ctx.budget.shared_buffers_cap(measurer.in_force),
-                             cfg.offline.prior_min_r2, ctx.relpages_bytes)
+    bme_fit = None
+    if cfg.offline.prior and "shared_buffers" in space.names:  # the config's name: BME advice
+        bme_fit = OfflineBMEFit(space, ctx.budget.shared_buffers_cap(measurer.in_force),
+                                cfg.offline.prior_min_r2, ctx.relpages_bytes)
 
     def after_eval(record: PointRecord) -> bool:
-        """Feed the prior; True (stop) once it advises a range to restart in."""
-        if prior is None or prior.last is not None:
+        """Feed the BME fit; True (stop) once it advises a range to restart in."""
+        if bme_fit is None or bme_fit.last is not None:
             return False
-        prior.add(record)
-        advice = prior.advice()
+        bme_fit.add(record)
+        advice = bme_fit.advice()
         if advice is None:
             return False
-        note_bme(ctx, state, prior)
+        note_bme(ctx, state, bme_fit)
         if not advice.usable:
-            state.decide(f"{label}: BME prior not used ({advice.reason}); the plain "
+            state.decide(f"{label}: BME advice not used ({advice.reason}); the plain "
                          f"search goes on")
             return False
-        state.decide(f"{label}: BME prior fitted ({advice.reason}); restarting the offline "
+        state.decide(f"{label}: BME fitted ({advice.reason}); restarting the offline "
                      f"search in {advice.range_text} from {advice.start}")
         state.recommended = {**ctx.original, **space.settings(
             {**space.point_from_settings(ctx.original), **advice.start})}
         return True
 
     evaluations = cfg.offline.evaluations
-    reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
-    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, reference,
+    reason = run_session(ctx, state, session, space, evaluations, label, after_eval, references,
                          seconds=cfg.offline.seconds)
-    advice = prior.last if prior is not None else None
+    advice = bme_fit.last if bme_fit is not None else None
     if reason == "stopped" and advice is not None and advice.usable:
         # a fresh session inside the advised range, from the advised size
         narrowed = KnobSpace(tuple(p if p.name not in advice.bounds else
@@ -89,14 +88,18 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
                                    for p in space.params))
         spent = len(state.records) - first
         label2 = f"p{n}-offline-bme"
+        # the first session's reference carries over (in a pool of one it is still in force)
+        references2 = session_references(ctx, label2, narrowed, references.primary_reference
+                                         if references is not None else None)
         definition = session_definition(ctx, state, label2, narrowed,
                                         ctx.budget.offline_constraints(measurer.in_force),
                                         cfg.offline.strategy, cfg.offline.strategy_options,
                                         advice.start, metadata={"bme": state.bme}
-                                        if state.bme is not None else None)
+                                        if state.bme is not None else None,
+                                        references=references2)
         session2 = open_session(ctx, state, definition, "offline")
         run_session(ctx, state, session2, narrowed, max(1, evaluations - spent), label2,
-                    reference=reference)
+                    references=references2)
     return _put_best_in_force(ctx, state, label, space, first)
 
 
@@ -134,13 +137,13 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     else:
         evaluations = cfg.offline.evaluations
     label2 = f"{label}-bme"
+    references = session_references(ctx, label2, space)
     definition = session_definition(ctx, state, label2, narrowed,
                                     ctx.budget.offline_constraints(ctx.measurer.in_force),
                                     cfg.offline.strategy, options, start,
-                                    metadata=_probes_metadata(state))
+                                    metadata=_probes_metadata(state), references=references)
     session = open_session(ctx, state, definition, "offline")
-    reference = Reference(label2, ctx.current(space.names)) if cfg.measure.paired else None
-    run_session(ctx, state, session, narrowed, evaluations, label2, reference=reference,
+    run_session(ctx, state, session, narrowed, evaluations, label2, references=references,
                 seconds=cfg.offline.seconds)
     return _put_best_in_force(ctx, state, label, space, first)
 
@@ -158,17 +161,13 @@ def _probes_metadata(state: RunState) -> dict[str, Any] | None:
 def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                        first: int) -> float | None:
     """Put the pass's best offline point in force for the online session; its value."""
-    measurer = ctx.measurer
     best = best_of(state.records[first:])
     if best is None:
         state.decide(f"{label}: no offline point measured successfully; keeping "
                      f"{ctx.current(space.names)}")
         return None
     # put the offline best in force for the online session
-    outcome = measurer.apply({k: best.in_force[k] for k in space.names})
-    ctx.in_force_changed()
-    if ctx.pool is not None:
-        ctx.pool.apply_everywhere({k: best.in_force[k] for k in space.names})
+    outcome = ctx.apply({k: best.in_force[k] for k in space.names})
     if outcome.failure is not None:
         logger.warning("%s: could not put the offline best back in force: %s", label,
                        outcome.failure)
@@ -180,29 +179,17 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
 def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
                                  space: KnobSpace, start: Mapping[str, Any]) -> None:
     """Lower the online memory knobs in force when, with them, the budget leaves less than
-    the offline session's start (within the fraction cap) for shared_buffers: every offline
-    point is measured with them in force, and none may break the budget."""
+    the offline session's start for shared_buffers
+    (:meth:`tuner_client.budget.BudgetView.room_for_shared_buffers`)."""
     if "shared_buffers" not in space.names:
         return
-    knob = space["shared_buffers"]
-    param = knob.param
-    if not isinstance(param, IntParam):
-        raise ConstraintError(f"shared_buffers must be an integer knob range, got {param}")
-    highest = min(int(knob.canonical(param.upper)), ctx.budget.budget.shared_buffers_max_bytes)
-    wanted = max(int(knob.canonical(param.min)),
-                 min(int(knob.canonical(start["shared_buffers"])), highest))
-    in_force = ctx.measurer.in_force
-    if ctx.budget.shared_buffers_cap(in_force) >= wanted:
-        return
-    lowered = ctx.budget.fit_online(in_force, wanted)
+    wanted, lowered = ctx.budget.room_for_shared_buffers(ctx.measurer.in_force,
+                                                         space["shared_buffers"], start)
     if not lowered:
         return
     # lowering memory knobs only frees memory: applied even while the shared_buffers in force
     # (the user's, before the first offline point) still breaks the budget
-    outcome = ctx.measurer.apply(lowered, check_budget=False)
-    ctx.in_force_changed()
-    if ctx.pool is not None:
-        ctx.pool.apply_everywhere(lowered, check_budget=False)
+    outcome = ctx.apply(lowered, check_budget=False)
     if outcome.failure is not None:
         raise ConstraintError(f"{label}: could not lower the online memory knobs to {lowered} "
                               f"to make room for shared_buffers: {outcome.failure}")
@@ -211,15 +198,15 @@ def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
                  f"lowered to {lowered} before the offline search")
 
 
-def note_bme(ctx: RunContext, state: RunState, prior: OfflinePrior) -> None:
-    """Export the prior's BME fit (metrics) and keep it for the sessions' metadata."""
-    meta = prior.metadata()
-    if meta is None or prior.fit is None:
+def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
+    """Export the BME fit (metrics) and keep it for the sessions' metadata."""
+    meta = bme_fit.metadata()
+    if meta is None or bme_fit.fit is None:
         return
     state.bme = meta
     try:
-        ctx.metrics.record_bme_fit(prior.fit.params, r2=float(prior.fit.r2),
-                                   sizes=prior.size_range)
+        ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
+                                   sizes=bme_fit.size_range)
     except HarmonyError as exc:
         logger.info("BME fit not exported to the metrics: %s", exc)
 

@@ -14,11 +14,10 @@ import statistics
 from collections.abc import Mapping
 
 from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
-from tuner_client.measure import PointRecord
-from tuner_client.phases.blocks import Reference
-from tuner_client.phases.measuring import record_point, run_session
-from tuner_client.phases.sessions import open_session, session_definition
-from tuner_client.phases.state import RunContext, RunState, best_of
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.session_loop import run_session
+from tuner_client.phases.sessions import open_session, session_definition, session_references
+from tuner_client.phases.state import RunContext, RunState, best_of, record_point
 from tuner_client.stats.mix import pool, time_shares
 
 logger = logging.getLogger(__name__)
@@ -43,13 +42,14 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
         # fewer knobs after screening: no more vertices than the configured simplex had
         options["simplex_size"] = min(int(options["simplex_size"]), len(space.names) + 1)
     metadata = {"screening": state.screening.to_dict()} if state.screening is not None else {}
+    references = session_references(ctx, label, space)
     definition = session_definition(ctx, state, label, space, constraints, cfg.online.strategy,
-                                    options, start, warm=n == 1, metadata=metadata)
+                                    options, start, warm=n == 1, metadata=metadata,
+                                    references=references)
     session = open_session(ctx, state, definition, "online")
     first = len(state.records)
     vertices = int(options.get("simplex_size", len(space.names) + 1))
     multi = cfg.flow.kind == "multi-pass"
-    reference = Reference(label, ctx.current(space.names)) if cfg.measure.paired else None
     local_min = LocalMinimumDetector(cfg.flow.local_minimum_threshold)
     stuck = False
 
@@ -62,7 +62,7 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
             return False
         window = [r.value if r.value is not None else math.nan for r in mine[-vertices:]]
         # a drop within the measurement noise is not a local minimum
-        noise = reference.noise() if reference is not None else None
+        noise = references.noise() if references is not None else None
         local_min.threshold = max(cfg.flow.local_minimum_threshold, 2.0 * (noise or 0.0))
         if local_min.check(window, offline_best):
             stuck = True
@@ -77,19 +77,16 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
         return False
 
     reason = run_session(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
-                         reference, seconds=cfg.online.seconds)
+                         references, seconds=cfg.online.seconds)
     mine = state.records[first:]
     best = best_of(mine)
     if best is not None:
-        ctx.measurer.apply({k: best.in_force[k] for k in space.names})
-        ctx.in_force_changed()
-        if ctx.pool is not None:
-            ctx.pool.apply_everywhere({k: best.in_force[k] for k in space.names})
+        ctx.apply({k: best.in_force[k] for k in space.names})
     if stuck:
         return True
     if not multi or cfg.flow.monitor == 0 or best is None:
         return False
-    noise = reference.noise() if reference is not None else None
+    noise = references.noise() if references is not None else None
     return _watch_for_shift(ctx, state, label, reason, mine[-vertices:], best, noise)
 
 

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from harmony.base.errors import HarmonyError
 from harmony.core.priordata import dump
+from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.prior_export import session_prior
+from tuner_client.report_inputs import report_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +47,20 @@ def conf_fragment(settings: Mapping[str, str]) -> str:
 def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Path) -> None:
     """Write the run's files into ``out`` (the knobs that changed, or all when none did)."""
     out.mkdir(parents=True, exist_ok=True)
-    changed = {k: v for k, v in result.best_settings.items() if v != ctx.original.get(k)}
-    settings = changed or result.best_settings
+    settings = result.best.changed or result.best.settings
     offline = set(ctx.offline_space.names)
     (out / "alter_system.sql").write_text(alter_system_sql(settings, offline))
     (out / "postgresql.conf.fragment").write_text(conf_fragment(settings))
     with (out / "trials.jsonl").open("w") as fh:
         for record in state.records:
             fh.write(json.dumps(record.to_dict(), default=str) + "\n")
-    (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    # the report's inputs (the race round by round, every paired ratio) beside the result
+    summary = {**result.to_dict(), **report_inputs(
+        state.records, result.intervals.rounds,
+        result.intervals.decision.to_dict() if result.intervals.decision is not None else None,
+        result.work.decisions,
+        objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind))}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     exported = export_sessions(state, out / "sessions", result)
     logger.info("wrote %s", ", ".join(str(out / f) for f in (
         "alter_system.sql", "postgresql.conf.fragment", "trials.jsonl", "summary.json")))
@@ -73,8 +80,9 @@ def export_sessions(state: RunState, directory: Path, result: TuneResult) -> lis
             logger.warning("session %s not exported: %s", session.name, exc)
             continue
         metadata = dict(prior.definition.get("metadata") or {})
-        if result.comparison is not None:
-            metadata["comparison"] = result.comparison
+        comparison = result.best.throughput.comparison()
+        if comparison is not None:
+            metadata["comparison"] = comparison
         if kind == "offline" and state.bme is not None:
             metadata["bme"] = state.bme
         if kind == "offline" and state.probe_decisions:

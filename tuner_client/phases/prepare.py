@@ -1,23 +1,34 @@
-"""Phase 1, prepare: the knob spaces, the memory budget and the measurer on the target; and,
-at the very end of a run, the server left with its original (or best) configuration.
+"""Phase 1, prepare: the knob spaces, the memory budget, the measurer on the target and the
+pool of replicas (of one without others); and, at the very end of a run, every database of the
+pool left with its original (or best) configuration.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Sequence
 
 import psycopg
 
-from harmony.base.errors import HarmonyError
+from harmony.base.errors import ConfigError, HarmonyError
 from harmony.core.priordata import PriorSession
-from tuner_client.budget_view import BudgetView, make_budget_view
+from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
 from tuner_client.guardrails import Guardrail, Trip
 from tuner_client.knob_proposals import choose_online_knobs
-from tuner_client.measure import Measurer, PointRecord, Workload
+from tuner_client.measurer import (
+    ApplyHooks,
+    LiveWatch,
+    Measurer,
+    PointRecord,
+    ServerAccess,
+    Workload,
+)
 from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.state import BUDGET_KNOBS, RunContext
+from tuner_client.phases.state import RunContext
+from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.target import Target, make_workload
 
 logger = logging.getLogger(__name__)
@@ -25,9 +36,12 @@ logger = logging.getLogger(__name__)
 
 def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: Target,
             metrics: TunerMetrics, priors: list[PriorSession],
-            workload: Workload | None = None) -> RunContext:
+            workload: Workload | None = None, replicas: Sequence[Replica] = (),
+            lease_s: float = 120.0, remote: int = 0) -> RunContext:
     """Resolve the spaces against the server's catalog, build the budget and the measurer,
-    read the original configuration, and start the workload."""
+    read the original configuration, start the workload, and join ``replicas`` (more
+    databases measured at once, each with its own measurer; ``remote`` more are expected
+    from other hosts) to the run's pool after ``target``."""
     offline_space = resolve_knob_space(config.offline.knobs, target.catalog, kind="offline")
     online_knobs, proposals = (choose_online_knobs(config, target) if config.online.auto
                                else (config.online.knobs, []))
@@ -45,13 +59,15 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
         measurer.close()
         raise
     measurer.in_force = dict(current)
+    primary = Replica("replica-1", target, measurer=measurer)
+    pool = ReplicaPool([primary, *replicas], lease_s=lease_s, remote=remote)
     ctx = RunContext(config=config, run_id=run_id, client=client, target=target,
                      measurer=measurer, budget=budget, offline_space=offline_space,
                      online_space=online_space, original={n: current[n] for n in names},
-                     metrics=metrics, priors=priors, knob_proposals=proposals)
+                     metrics=metrics, pool=pool, priors=priors, knob_proposals=proposals)
     ctx.in_force_changed()
     try:
-        ctx.original_auto_conf = target.controller.read_auto_conf()
+        primary.original_auto_conf = target.controller.read_auto_conf()
     except (HarmonyError, OSError, AttributeError) as exc:
         logger.warning("cannot read postgresql.auto.conf (%s): the original configuration "
                        "will be restored with ALTER SYSTEM", exc)
@@ -66,7 +82,39 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     except BaseException:
         measurer.close()
         raise
+    try:
+        for replica in pool.replicas[1:]:
+            _join(ctx, replica)
+    except BaseException:
+        leave_server(ctx, None, keep_best=False)
+        raise
+    if pool.replicated:
+        logger.info("tuning on %d replicas: %s", len(pool.replicas),
+                    ", ".join(f"{r.name} ({r.target.dsn})" for r in pool.replicas))
     return ctx
+
+
+def _join(ctx: RunContext, replica: Replica) -> None:
+    """Give ``replica`` its own measurer (same knobs, budget and workload kind as the
+    primary's) and check it starts from the primary's configuration."""
+    measurer = make_measurer(ctx.config, replica.target, ctx.budget, ctx.metrics)
+    try:
+        current = measurer.current_settings(list(ctx.measurer.in_force))
+    except BaseException:
+        measurer.close()
+        raise
+    measurer.in_force = dict(current)
+    differs = {n: (current[n], ctx.original[n]) for n in ctx.original
+               if current[n] != ctx.original[n]}
+    if differs:
+        measurer.close()
+        raise ConfigError(f"replica {replica.name} does not start from the primary's "
+                          f"configuration (knob: (replica, primary)): {differs}; "
+                          f"replicas must be identical")
+    with contextlib.suppress(HarmonyError, OSError, AttributeError):
+        replica.original_auto_conf = replica.target.controller.read_auto_conf()
+    replica.measurer = measurer
+    measurer.start()
 
 
 def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
@@ -86,14 +134,12 @@ def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
         b = budget.budget
         guard = Guardrail(observe.guard,
                           memory_limit_bytes=max(0, b.ram_bytes - b.os_reserved_bytes))
-    measurer = Measurer(target.dsn, target.catalog,
+    live = (LiveWatch(guard, tripped, observe.min_calls, observe.min_coverage)
+            if observe is not None else LiveWatch(guard, tripped))
+    measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
+                                     config.database.restart_timeout_s),
                         workload if workload is not None else make_workload(config, target.dsn),
-                        config.measure, controller=target.controller,
-                        restart_timeout_s=config.database.restart_timeout_s,
-                        feasible=budget.violation, on_restart=restarted, guard=guard,
-                        on_guard_trip=tripped)
-    if observe is not None:
-        measurer.min_calls, measurer.min_coverage = observe.min_calls, observe.min_coverage
+                        config.measure, hooks=ApplyHooks(budget.violation, restarted), live=live)
     if guard is not None:
         guard.memory_used = measurer.server_memory
     return measurer
@@ -113,19 +159,36 @@ def _database_bytes(measurer: Measurer) -> int | None:
 
 
 def leave_server(ctx: RunContext, best: PointRecord | None, *, keep_best: bool) -> None:
-    """Stop the workload and leave the server running with the original configuration (the
-    user's ``postgresql.auto.conf`` restored), or with the best one when ``keep_best``."""
-    measurer = ctx.measurer
-    measurer.stop()
+    """Stop the workload and leave every database of the pool running with the original
+    configuration (the user's ``postgresql.auto.conf`` restored), or with the best one when
+    ``keep_best``; a replica that no longer answers is only reported."""
     keep = keep_best and best is not None
     wanted = dict(best.in_force) if keep and best is not None else dict(ctx.original)
     what = "best" if keep else "original"
+    for replica in ctx.pool.replicas:
+        measurer = replica.measurer
+        if measurer is None:
+            continue
+        if replica is not ctx.pool.primary and not replica.answers():
+            logger.error("replica %s does not answer; its configuration cannot be "
+                         "restored (it was dropped: %s)", replica.name, replica.dropped)
+            measurer.close()
+            continue
+        _leave(replica, measurer, wanted, what, keep)
+    ctx.in_force_changed()
+
+
+def _leave(replica: Replica, measurer: Measurer, wanted: dict[str, str], what: str,
+           keep: bool) -> None:
+    """Leave one database with ``wanted`` in force, its measurer closed."""
+    measurer.stop()
     try:
-        outcome = measurer.restore(wanted, auto_conf=None if keep else ctx.original_auto_conf)
-        logger.info("left the server running with the %s configuration%s", what,
+        outcome = measurer.restore(wanted, auto_conf=None if keep
+                                   else replica.original_auto_conf)
+        logger.info("left %s running with the %s configuration%s", replica.target.dsn, what,
                     f" ({outcome})" if outcome else "")
-        ctx.in_force_changed()
     except (HarmonyError, OSError) as exc:
-        logger.error("could not restore the %s configuration: %s", what, exc)
+        logger.error("could not restore the %s configuration of %s: %s", what,
+                     replica.target.dsn, exc)
     finally:
         measurer.close()

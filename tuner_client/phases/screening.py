@@ -22,8 +22,7 @@ from harmony.base.errors import HarmonyError
 from harmony.base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
-from tuner_client.phases.measuring import record_point
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.screening import KnobLevels, Screening, screen
 
 logger = logging.getLogger(__name__)
@@ -58,8 +57,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         state.decide(f"screening failed ({exc}); every online knob is searched")
         return None
     finally:  # the search starts from the settings in force before the design
-        ctx.measurer.apply(default_settings, check_budget=False)
-        ctx.in_force_changed()
+        ctx.apply(default_settings, check_budget=False)
     state.screening = result
     ctx.metrics.record_screening(result.effects)
     for line in result.lines():

@@ -1,4 +1,5 @@
-"""The Harmony sessions of a run: their definitions (with warm starts) and opening them."""
+"""The Harmony sessions of a run: their references, their definitions (with warm starts) and
+opening them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from harmony.core.definition import PluginSpec, SessionDefinition
 from harmony.core.warmstart import apply_warm_start
 from tuner_client.client import Session, host_metadata
 from tuner_client.config import KnobSpace
-from tuner_client.phases.parallel import METADATA_KEY, open_references, replicated_metadata
+from tuner_client.phases.blocks import (
+    METADATA_KEY,
+    Reference,
+    SessionReferences,
+    open_references,
+)
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
@@ -20,9 +26,12 @@ logger = logging.getLogger(__name__)
 def session_definition(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                        constraints: list[str], strategy: str, options: Mapping[str, Any],
                        init_point: Mapping[str, Any] | None, *, warm: bool = False,
-                       metadata: Mapping[str, Any] | None = None) -> SessionDefinition:
-    """The session's definition; with ``warm`` (and prior sessions) the search starts from
-    the priors' best points, else from ``init_point`` (when given)."""
+                       metadata: Mapping[str, Any] | None = None,
+                       references: SessionReferences | None = None) -> SessionDefinition:
+    """The session's definition; with ``warm`` (and prior data) the search starts from the
+    earlier sessions' best points, else from ``init_point`` (when given). A replicated
+    session's ``references`` go into its metadata, so that replicas on other hosts scale
+    their ratios by the same pooled level. Nothing is measured or applied here."""
     cfg = ctx.config
     sp = space.space
     opts = dict(options)
@@ -32,20 +41,13 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
     # a paired block measures all of a candidate's samples for one trial
     plugins.append(PluginSpec("agg", {"times": 1 if cfg.measure.paired else cfg.measure.samples,
                                       "how": cfg.measure.aggregate}))
-    lease = 3600.0
     metadata = dict(metadata or {})
-    if ctx.pool is not None and cfg.measure.paired:
-        # every replica measures the reference first; the pooled level goes into the
-        # metadata so that replicas on other hosts scale their ratios by the same number
-        refs, level = open_references(ctx.pool, label, ctx.current(space.names))
-        ctx.pool.opened[label] = (refs, level)
-        metadata[METADATA_KEY] = replicated_metadata(level, ctx.current(space.names),
-                                                       ctx.measurer.in_force, ctx.pool)
-        lease = ctx.pool.lease_s
+    if references is not None and references.replicated:
+        metadata[METADATA_KEY] = references.metadata(ctx.measurer.in_force, ctx.pool)
     definition = SessionDefinition(
         name=f"{cfg.name}-{ctx.run_id}-{label}"[:200], space=sp, strategy=strategy,
         strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
-        seed=cfg.seed, lease_seconds=lease,
+        seed=cfg.seed, lease_seconds=ctx.pool.session_lease_s,
         metadata={"tuner": cfg.name, "run": ctx.run_id, "session": label,
                   "workload": str(cfg.workload.mix or cfg.workload.schedule or "pgbench"),
                   **metadata})
@@ -65,6 +67,18 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
         opts.setdefault("init_method", "point")
         definition = replace(definition, strategy_options=opts)
     return definition
+
+
+def session_references(ctx: RunContext, label: str, space: KnobSpace,
+                       reference: Reference | None = None) -> SessionReferences | None:
+    """Session ``label``'s paired references (None without ``measure.paired``): the settings
+    in force of ``space`` (or ``reference``, carried over from an earlier session) on every
+    replica; on a replicated pool every live replica measures them now, and their geometric
+    mean is the session's pooled level (:func:`tuner_client.phases.blocks.open_references`)."""
+    if not ctx.config.measure.paired:
+        return None
+    return open_references(ctx.pool, ctx.metrics, label,
+                           reference or Reference(label, ctx.current(space.names)))
 
 
 def open_session(ctx: RunContext, state: RunState, definition: SessionDefinition,

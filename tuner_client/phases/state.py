@@ -10,32 +10,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from harmony.base.errors import HarmonyError
 from harmony.core.priordata import PriorSession
-from tuner_client.budget import ONLINE_MEMORY_KNOBS
-from tuner_client.budget_view import BudgetView
+from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.knob_proposals import Proposal
-from tuner_client.measure import Measurer, PointRecord
+from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
+from tuner_client.replicas import ReplicaPool
 from tuner_client.target import Target
 
-if TYPE_CHECKING:
-    from tuner_client.replicas import ReplicaPool
-
 logger = logging.getLogger(__name__)
-
-#: knobs the memory budget reads, tuned or not
-BUDGET_KNOBS = ("shared_buffers", "work_mem", "maintenance_work_mem", "temp_buffers")
-
 
 @dataclass
 class RunContext:
     """What every phase after ``prepare`` reads: the config, the server and its measurer,
-    the two knob spaces, the memory budget and the original configuration."""
+    the pool of replicas it measures on (of one without replicas), the two knob spaces, the
+    memory budget and the original configuration."""
 
     config: TunerConfig
     run_id: str
@@ -48,39 +41,34 @@ class RunContext:
     #: the tuned knobs' values before the run (PostgreSQL strings with units)
     original: dict[str, str]
     metrics: TunerMetrics
-    original_auto_conf: str | None = None
-    #: bytes of the user relations and indexes (the BME prior's P* estimate), if known
+    #: every database the run measures on; the first is ``target`` with ``measurer``
+    pool: ReplicaPool
+    #: bytes of the user relations and indexes (the BME fit's P* estimate), if known
     relpages_bytes: int | None = None
     priors: list[PriorSession] = field(default_factory=list)
     #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
     knob_proposals: list[Proposal] = field(default_factory=list)
-    #: the replicas of a run over several (None: this target only)
-    pool: ReplicaPool | None = None
 
     def current(self, names: list[str]) -> dict[str, str]:
         """The values in force of ``names``."""
         return {n: self.measurer.in_force[n] for n in names}
 
+    def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
+              warm_up: bool = True) -> ApplyOutcome:
+        """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
+        and export them; the outcome on the run's own database."""
+        outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
+        self.in_force_changed()
+        return outcome
+
     def in_force_changed(self) -> None:
-        """Export the knobs now in force and the budget slack they leave."""
+        """Export the knobs now in force and the budget slack they leave (after an apply or a
+        measurement, which applies its configuration itself)."""
         in_force = self.measurer.in_force
         self.metrics.set_knobs(in_force)
-        slack = self.budget_slack(in_force)
+        slack = self.budget.slack(in_force)
         if slack is not None:
             self.metrics.set_budget_slack(slack)
-
-    def budget_slack(self, in_force: Mapping[str, str]) -> int | None:
-        """Bytes the settings in force leave under the tightest budget inequality."""
-        if not all(n in in_force for n in BUDGET_KNOBS):
-            return None
-        catalog = self.budget.catalog
-        try:
-            point = {n: float(catalog[n].parse(in_force[n]))
-                     for n in ("shared_buffers", *ONLINE_MEMORY_KNOBS)}
-            return self.budget.in_bytes.slack(point)
-        except HarmonyError as exc:
-            logger.debug("no budget slack for %s: %s", in_force, exc)
-            return None
 
 
 @dataclass
@@ -95,10 +83,10 @@ class RunState:
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
     bme: dict[str, Any] | None = None
-    #: every BME probe decision of the run (``bme.probes.ProbeDecision.to_dict``
+    #: every BME probe decision of the run (``bme.probe_decision.ProbeDecision.to_dict``
     #: plus the pass label, the probes' cost and the search window), in order
     probe_decisions: list[dict[str, Any]] = field(default_factory=list)
-    #: the BME prior's recommended configuration, when it gave one
+    #: the BME advice's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
     screening: Any = None
@@ -128,6 +116,32 @@ class RunState:
         self.best = None
         self.screened = None
         self.ranked_from = len(self.records)
+
+
+def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
+                 kind: str | None = None, ranks: bool = True) -> None:
+    """Keep a finished record: the log, the metrics, and (when ``ranks``) the best so far."""
+    state.records.append(record)
+    ctx.metrics.record_point(record, kind=kind or evaluation_kind(record.session),
+                             restarts=False)
+    ctx.in_force_changed()  # the measurement put its configuration in force
+    if ranks and record.value is not None and (state.best is None
+                                               or record.value > (state.best.value or 0.0)):
+        state.best = record
+        logger.info("new best: %.1f qpm with %s", record.value, record.in_force)
+    if ranks and state.on_record is not None:
+        state.on_record(record)
+    if state.on_measured is not None:
+        state.on_measured(record)
+
+
+def evaluation_kind(label: str) -> str:
+    """The metrics' evaluation kind of a record's session label."""
+    if label.startswith("final-default"):
+        return "baseline"
+    if label.startswith("final"):
+        return "final"
+    return "offline" if "offline" in label else "online"
 
 
 def best_of(records: list[PointRecord]) -> PointRecord | None:

@@ -15,7 +15,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import numpy as np
 from scipy import stats as sps
@@ -62,7 +62,7 @@ class RatioInterval:
         """``1.18× (95 % CI 1.07–1.30)``; ``1.18× (95 % anytime-valid CI 1.02–1.37)`` for a
         confidence sequence."""
         pct = f"{100 * self.level:.0f}" if (100 * self.level).is_integer() \
-            else f"{100 * self.level:g}"
+            else f"{100 * self.level:.1f}"
         kind = "anytime-valid CI" if self.method == "anytime" else "CI"
         if not math.isfinite(self.high) or self.low <= 0.0:
             return f"{self.ratio:.2f}× ({pct} % {kind} unbounded yet)"
@@ -79,7 +79,8 @@ def t_quantile(q: float, df: float) -> float:
     return float(sps.t.ppf(q, df))
 
 
-def _usable(value: float | None) -> bool:
+def _usable(value: float | None) -> TypeGuard[float]:
+    """A measured value: present, finite and positive."""
     return value is not None and math.isfinite(value) and value > 0
 
 
@@ -90,7 +91,7 @@ def log_ratios(candidate: Sequence[float | None],
     if len(candidate) != len(reference):
         raise ConfigError(f"paired samples must have equal lengths, but got {len(candidate)} "
                           f"candidate and {len(reference)} reference values")
-    return [math.log(c / r) for c, r in zip(candidate, reference, strict=True)  # type: ignore[operator]
+    return [math.log(c / r) for c, r in zip(candidate, reference, strict=True)
             if _usable(c) and _usable(r)]
 
 
@@ -150,9 +151,9 @@ def block_ratio(candidate: Sequence[float | None], reference: Sequence[float | N
     if not c or not r:
         return None
     if mean == "arithmetic":
-        return statistics.fmean(c) / statistics.fmean(r)  # type: ignore[arg-type]
+        return statistics.fmean(c) / statistics.fmean(r)
     if mean == "geometric":
-        return statistics.geometric_mean(c) / statistics.geometric_mean(r)  # type: ignore[arg-type]
+        return statistics.geometric_mean(c) / statistics.geometric_mean(r)
     raise ConfigError(f"mean must be 'arithmetic' or 'geometric', but got {mean!r}")
 
 
@@ -187,7 +188,7 @@ class ReferenceLevel:
     def add(self, reference_value: float | None) -> None:
         """Record one block's reference value (a failed measurement is skipped)."""
         if _usable(reference_value):
-            self._values.append(float(reference_value))  # type: ignore[arg-type]
+            self._values.append(float(reference_value))
 
     @property
     def level(self) -> float | None:
@@ -206,7 +207,7 @@ class ReferenceLevel:
         self.add(reference)
         if not (_usable(candidate) and _usable(reference)):
             return None
-        return self.value(candidate / reference)  # type: ignore[operator]
+        return self.value(candidate / reference)
 
     def rebase(self, ratio: float) -> None:
         """The reference becomes a configuration measured at ``ratio`` × the old one."""

@@ -7,7 +7,7 @@ at a time in the tuner's paired protocol (:mod:`tuner_client.phases.blocks`): th
 then the candidate, the trailing reference opening the next block, so one evaluation costs
 two measurements. The strategy is told the block ratio times the pooled level (the geometric
 mean of the replicas' first reference values), exactly as
-:mod:`tuner_client.phases.parallel` does; with ``normalise=False`` it is told the raw value
+:mod:`tuner_client.phases.session_loop` does; with ``normalise=False`` it is told the raw value
 instead (the ablation: replica bias and drift reach the strategy). A free replica takes the
 next point the strategy can offer, so PRO's batches spread over the replicas and a
 sequential strategy keeps one replica busy.
@@ -79,9 +79,9 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
     if strategy == "pro":
         options.setdefault("simplex_size", max(dim + 1, replicas + 1))
     strat: Strategy = make_strategy(strategy, problem.space, seed=seed, **options)
-    reference = problem.space.snap({n: 0.5 * (p.min + p.max)  # type: ignore[union-attr]
-                                    for n, p in zip(problem.space.names, problem.space.params,
-                                                    strict=True)})
+    reference = problem.space.snap({n: 0.5 * (problem.space.numeric(n).min
+                                              + problem.space.numeric(n).max)
+                                    for n in problem.space.names})
     fleet = _Fleet.start(replicas, truth, model or NoiseModel.measured(), seed, reference,
                          point_seconds, normalise)
     run = SimRun(replicas, strategy)

@@ -16,7 +16,7 @@ from pathlib import Path
 from psycopg import conninfo, sql
 
 from harmony.base.errors import ConfigError, WorkloadError
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, describe_dsn, relation_exists
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def _statements(text: str) -> list[str]:
 def loaded_app(dsn: str) -> tuple[str, int] | None:
     """The example application loaded in ``dsn`` and its scale, if any."""
     with connect(dsn) as conn:
-        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [MARKER]).fetchone()[0]:  # type: ignore[index]
+        if not relation_exists(conn, MARKER):
             return None
         row = conn.execute(sql.SQL("SELECT name, scale FROM {}").format(
             sql.Identifier(MARKER))).fetchone()
@@ -102,7 +102,7 @@ def setup_app(dsn: str, name: str, scale: int = 1) -> AppSetup:
     data = re.sub(r":scale\b", str(scale), (folder / "data.sql").read_text())
     with connect(dsn) as conn, conn.transaction():
         for statement in _statements((folder / "schema.sql").read_text()) + _statements(data):
-            conn.execute(statement)  # type: ignore[arg-type]  # our own files, not user input
+            conn.execute(statement)  # our own files, not user input
         conn.execute(sql.SQL("CREATE TABLE {} (name text NOT NULL, scale int NOT NULL)").format(
             sql.Identifier(MARKER)))
         conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(sql.Identifier(MARKER)),

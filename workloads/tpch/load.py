@@ -22,7 +22,7 @@ import psycopg
 from psycopg import sql
 
 from harmony.base.errors import DatabaseError, WorkloadError
-from workloads.connect import connect, describe_dsn
+from workloads.connect import connect, describe_dsn, relation_exists
 from workloads.tpch.generate import GENERATOR, generate_files, scale_arg
 from workloads.tpch.schema import (
     COLUMNS,
@@ -88,7 +88,7 @@ def loaded_scale(conn: psycopg.Connection[Any]) -> float | None:
         return None
     missing = [
         t for t in TABLES
-        if not conn.execute("select to_regclass(%s) is not null", (t,)).fetchone()[0]  # type: ignore[index]
+        if not relation_exists(conn, t)
     ]  # fmt: skip
     if missing:
         logger.warning("TPC-H marker present but tables %s are missing; reloading", missing)

@@ -39,7 +39,7 @@ def _derived(name: str, params: Params) -> dict[str, Any]:
     return values
 
 
-def _literal(value: Any) -> sql.Composable:
+def _literal(value: object) -> sql.Composable:
     if isinstance(value, tuple):
         return sql.SQL(", ").join(sql.Literal(v) for v in value)
     return sql.Literal(value)

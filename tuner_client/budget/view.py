@@ -1,6 +1,6 @@
 """The memory budget as the tuner's sessions need it: constraint strings and a last check.
 
-Wraps :class:`tuner_client.budget.MemoryBudget` with the session units of the tuned knobs
+Wraps :class:`tuner_client.budget.formula.MemoryBudget` with the session units of the tuned knobs
 (:class:`tuner_client.config.KnobSpace`: MB, or kB for finer grids) and the settings in
 force (PostgreSQL strings), so the flows can ask for the offline cap, the online budget under
 the ``shared_buffers`` actually in force, and whether a configuration about to be applied
@@ -13,16 +13,18 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
-from harmony.base.errors import ConstraintError
+from harmony.base.errors import ConstraintError, HarmonyError
 from harmony.base.space import IntParam
-from tuner_client.budget import (
+from tuner_client.budget.formula import (
+    BUDGET_KNOBS,
     ONLINE_MEMORY_KNOBS,
     UNIT_BYTES,
     MemoryBudget,
-    detect_ram_bytes,
 )
-from tuner_client.config import KnobSpace, TunerConfig, format_bytes
+from tuner_client.config import KnobParam, KnobSpace, TunerConfig, format_bytes
+from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knobs import KnobCatalog
 from tuner_client.target import stream_count
 
@@ -61,6 +63,35 @@ class BudgetView:
         if "shared_buffers" not in self.offline.names:
             return []
         return self.budget.offline_constraints(self.online_use(in_force))
+
+    def slack(self, in_force: Mapping[str, str]) -> int | None:
+        """Bytes the settings in force leave under the tightest budget inequality (None when
+        a budget knob is not tracked or not readable)."""
+        if not all(n in in_force for n in BUDGET_KNOBS):
+            return None
+        try:
+            point = {n: float(self.catalog[n].parse(in_force[n])) for n in BUDGET_KNOBS}
+            return self.in_bytes.slack(point)
+        except HarmonyError as exc:
+            logger.debug("no budget slack for %s: %s", in_force, exc)
+            return None
+
+    def room_for_shared_buffers(self, in_force: Mapping[str, str], knob: KnobParam,
+                                start: Mapping[str, Any]) -> tuple[int, dict[str, str]]:
+        """The bytes an offline session starting at ``start`` wants for shared_buffers (its
+        start, within the knob's range and the fraction cap), and the online memory knobs
+        lowered so that the budget leaves them (``{}`` when the values in force already do):
+        every offline point is measured with the online knobs in force, and none may break
+        the budget. ConstraintError when even their minima do not fit."""
+        param = knob.param
+        if not isinstance(param, IntParam):
+            raise ConstraintError(f"shared_buffers must be an integer knob range, got {param}")
+        highest = min(int(knob.canonical(param.upper)), self.budget.shared_buffers_max_bytes)
+        wanted = max(int(knob.canonical(param.min)),
+                     min(int(knob.canonical(start["shared_buffers"])), highest))
+        if self.shared_buffers_cap(in_force) >= wanted:
+            return wanted, {}
+        return wanted, self.fit_online(in_force, wanted)
 
     def fit_online(self, in_force: Mapping[str, str], shared_buffers_bytes: int) -> dict[str, str]:
         """Online memory knobs lowered so that the whole budget holds beside

@@ -1,4 +1,4 @@
-"""The shared_buffers prior the PostgreSQL tuner uses for its offline session.
+"""The BME advice for the PostgreSQL tuner's offline session: where to search shared_buffers.
 
 Each offline measurement yields a point (shared_buffers, P) with P = blks_read/(blks_read +
 blks_hit) over the measuring window (``pg_stat_database`` deltas). From 3 distinct sizes on,
@@ -43,8 +43,8 @@ def touched_pages_p_star(relpages_total: int, block_accesses: int) -> float:
 
 
 @dataclass(frozen=True)
-class PriorAdvice:
-    """What the prior tells the offline session; ``usable`` False means: search as usual."""
+class BMEAdvice:
+    """What the BME advice tells the offline session; ``usable`` False means: search as usual."""
 
     usable: bool
     reason: str
@@ -62,7 +62,7 @@ class PriorAdvice:
                 "fit": self.fit.to_dict() if self.fit else None}
 
 
-class SharedBuffersPrior:
+class SharedBuffersAdvisor:
     """Collects (shared_buffers, P) points and turns them into advice once the fit is good.
 
     ``p_star`` (e.g. from :func:`touched_pages_p_star`) fixes the floor: forward
@@ -97,7 +97,7 @@ class SharedBuffersPrior:
         self.sizes.append(float(shared_buffers_bytes))
         self.misses.append(p)
         self._stale = True
-        logger.debug("prior point: shared_buffers=%d P=%.5f", shared_buffers_bytes, p)
+        logger.debug("BME advice point: shared_buffers=%d P=%.5f", shared_buffers_bytes, p)
         return p
 
     @property
@@ -116,20 +116,20 @@ class SharedBuffersPrior:
         if self._stale:
             self._fit = fit_bme(self.sizes, self.misses, p_star=self.p_star)
             self._stale = False
-            logger.info("shared_buffers prior: M* = %.0f bytes, R² = %.3f over %d points",
+            logger.info("BME advice: M* = %.0f bytes, R² = %.3f over %d points",
                         self._fit.params.m_star, self._fit.r2, self._fit.n_points)
         return self._fit
 
-    def recommend(self, max_bytes: int, min_bytes: int) -> PriorAdvice:
+    def recommend(self, max_bytes: int, min_bytes: int) -> BMEAdvice:
         """Advice for the offline search inside [min_bytes, max_bytes] (the budget)."""
         if not 0 < min_bytes < max_bytes:
             raise ConfigError(f"need 0 < min_bytes < max_bytes, got {min_bytes} and {max_bytes}")
         fit = self.fit()
         if fit is None:
-            return PriorAdvice(False, f"only {self.n_sizes} distinct shared_buffers size(s) "
+            return BMEAdvice(False, f"only {self.n_sizes} distinct shared_buffers size(s) "
                                       f"measured; the fit needs 3")
         if not fit.r2 >= self.min_r2:
-            return PriorAdvice(False, f"poor fit: R² {fit.r2:.3f} < {self.min_r2:g}; "
+            return BMEAdvice(False, f"poor fit: R² {fit.r2:.3f} < {self.min_r2:g}; "
                                       f"falling back to the plain search", fit=fit)
         m_star = fit.params.m_star
         capped = m_star > max_bytes
@@ -146,7 +146,7 @@ class SharedBuffersPrior:
             second = low if best != low else high
         reason = (f"M* = {m_star:.0f} bytes (R² {fit.r2:.3f})"
                   + (f", capped to the budget {max_bytes}" if capped else ""))
-        return PriorAdvice(True, reason, fit=fit, m_star_bytes=best, capped=capped,
+        return BMEAdvice(True, reason, fit=fit, m_star_bytes=best, capped=capped,
                            search_range=(low, high), simplex=(best, second))
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,21 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bme import BMEParams, SharedBuffersPrior, miss_probability, touched_pages_p_star
+from bme import BMEParams, SharedBuffersAdvisor, miss_probability, touched_pages_p_star
 from harmony.base.errors import ConfigError
 
 MB = 1 << 20
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=8.0 * MB, m_star=192.0 * MB)
 
 
-def _window(prior: SharedBuffersPrior, size: int, accesses: int = 1_000_000) -> None:
+def _window(prior: SharedBuffersAdvisor, size: int, accesses: int = 1_000_000) -> None:
     p = float(miss_probability(TRUE, size))
     reads = round(p * accesses)
     prior.add_point(size, accesses - reads, reads)
 
 
 def test_good_fit_gives_advice_inside_the_budget() -> None:
-    prior = SharedBuffersPrior(p_star=TRUE.p_star)
+    prior = SharedBuffersAdvisor(p_star=TRUE.p_star)
     for size in (16 * MB, 32 * MB):
         _window(prior, size)
     assert not prior.ready
@@ -43,7 +43,7 @@ def test_good_fit_gives_advice_inside_the_budget() -> None:
 
 
 def test_m_star_is_capped_by_the_budget() -> None:
-    prior = SharedBuffersPrior(p_star=TRUE.p_star)
+    prior = SharedBuffersAdvisor(p_star=TRUE.p_star)
     for size in (8 * MB, 16 * MB, 32 * MB, 48 * MB):
         _window(prior, size)
     advice = prior.recommend(max_bytes=128 * MB, min_bytes=8 * MB)
@@ -55,7 +55,7 @@ def test_m_star_is_capped_by_the_budget() -> None:
 
 
 def test_poor_fit_falls_back() -> None:
-    prior = SharedBuffersPrior()
+    prior = SharedBuffersAdvisor()
     rng = np.random.default_rng(5)
     for size in (16, 32, 48, 64, 96, 128):
         reads = int(rng.integers(1000, 900_000))       # miss rates unrelated to size
@@ -73,7 +73,7 @@ def test_touched_pages_p_star_and_bad_input() -> None:
         touched_pages_p_star(10, 5)
     with pytest.raises(ConfigError, match="> 0"):
         touched_pages_p_star(0, 5)
-    prior = SharedBuffersPrior()
+    prior = SharedBuffersAdvisor()
     with pytest.raises(ConfigError, match="no block accesses"):
         prior.add_point(MB, 0, 0)
     with pytest.raises(ConfigError, match="stats reset"):
@@ -81,4 +81,4 @@ def test_touched_pages_p_star_and_bad_input() -> None:
     with pytest.raises(ConfigError, match="min_bytes < max_bytes"):
         prior.recommend(max_bytes=MB, min_bytes=2 * MB)
     with pytest.raises(ConfigError, match="p_star"):
-        SharedBuffersPrior(p_star=2.0)
+        SharedBuffersAdvisor(p_star=2.0)

@@ -1,5 +1,5 @@
 """The shared_buffers prior on a real PostgreSQL: measured miss probabilities fall with the
-buffer size and SharedBuffersPrior fits them (docs/background.md §3)."""
+buffer size and SharedBuffersAdvisor fits them (docs/background.md §3)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from bme import SharedBuffersPrior, touched_pages_p_star
+from bme import SharedBuffersAdvisor, touched_pages_p_star
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measure import StatsDelta, read_database_stats, stats_delta
+from tuner_client.measurer import StatsDelta, read_database_stats, stats_delta
 
 pytestmark = pytest.mark.postgres
 
@@ -83,7 +83,7 @@ def test_miss_probability_falls_with_shared_buffers_and_feeds_the_prior(
 
     p_star = touched_pages_p_star(relpages, min(accesses))
     assert p_star < p[2]
-    prior = SharedBuffersPrior(p_star=p_star)
+    prior = SharedBuffersAdvisor(p_star=p_star)
     for size_kb, d, expected in zip(SIZES_KB, deltas, p, strict=True):
         assert prior.add_point(size_kb * KB, d.blks_hit, d.blks_read) == pytest.approx(expected)
     assert prior.ready

@@ -1,7 +1,7 @@
 """Buffer Miss Equation probes before an offline pass (``bme.probes``): a few restarts at
 shared_buffers sizes spread over the range the memory budget allows, each a short window
 from a cold buffer reading only the miss probability; the fitted curve's decision says where
-the offline search runs (:func:`bme.probes.search_window`), or why it cannot.
+the offline search runs (:func:`bme.probe_decision.search_window`), or why it cannot.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from bme.probes import (
+from bme.probe_decision import (
     ProbeDecision,
     decide,
     probe_sizes,
@@ -19,9 +19,9 @@ from bme.probes import (
 )
 from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam
-from tuner_client.buffer_probes import run_probes, touched_pages
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.probe_runner import run_probes, touched_pages
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +55,14 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
         state.decide(f"{label}: no BME probes: the memory budget leaves shared_buffers only "
                      f"{format_bytes(low)}..{format_bytes(max(low, high))}")
         return None
-    before = measurer.in_force.get("shared_buffers")
+    before = measurer.in_force["shared_buffers"]  # tracked always (the budget reads it)
     sizes = probe_sizes(low, high, cfg.probes, step)
     probes, failures = run_probes(measurer, sizes, cfg.probe_seconds)
-    if before is not None:  # the last probed size is not left in force
-        outcome = measurer.apply({"shared_buffers": before}, warm_up=False)
-        if outcome.failure is not None:
-            logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
-                           before, outcome.failure)
-    ctx.in_force_changed()
+    # the last probed size is not left in force
+    outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
+    if outcome.failure is not None:
+        logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
+                       before, outcome.failure)
     decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
                       min_r2=cfg.min_r2, target_miss=cfg.target_miss)
     cost = sum(p.cost_s for p in probes)

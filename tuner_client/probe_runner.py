@@ -1,4 +1,4 @@
-"""Buffer probes on a live server: restart at one shared_buffers size, run the workload for a
+"""Taking BME probes on a live server: restart at one shared_buffers size, run the workload for a
 short window from a cold buffer, and read only the miss probability of its relations.
 
 The counts come from ``pg_statio_user_tables`` (heap) and ``pg_statio_user_indexes``: block
@@ -6,7 +6,7 @@ hits and reads of every user relation whose counters moved over the window. A re
 be served by the OS page cache (inside the memory cgroup, if any); it is a miss of
 PostgreSQL's buffer all the same, which is what the Buffer Miss Equation describes. The
 sizes of the relations the windows touched give the catalog's P* (see
-:mod:`bme.probes`). Every probe goes through :meth:`Measurer.apply`, so a size
+:mod:`bme.probe_decision`). Every probe goes through :meth:`Measurer.apply`, so a size
 that breaks the memory budget is refused, never applied.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import psycopg
 
-from bme.probes import Probe
+from bme.probe_decision import Probe
 from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
-from tuner_client.measure import Measurer
+from tuner_client.measurer import Measurer
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
     for size in sorted(sizes):
         got = probe(measurer, size, seconds)
         if isinstance(got, str):
-            logger.warning("buffer probe skipped: %s", got)
+            logger.warning("BME probe skipped: %s", got)
             failures.append(got)
         else:
             probes.append(got)

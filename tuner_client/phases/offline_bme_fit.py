@@ -1,7 +1,7 @@
-"""The Buffer Miss Equation prior of the offline pass: measured sizes in, advice out.
+"""The Buffer Miss Equation fit of the offline pass: measured sizes in, BME advice out.
 
 Each measured shared_buffers size gives a point (size, buffer hits, buffer reads over the
-samples); with three distinct sizes :class:`bme.prior.SharedBuffersPrior` is fitted
+samples); with three distinct sizes :class:`bme.advice.SharedBuffersAdvisor` is fitted
 once, and its advice (a start size and a narrowed range) is converted to session units.
 """
 
@@ -11,19 +11,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from bme.advice import SharedBuffersAdvisor, touched_pages_p_star
 from bme.fit import BMEFit
-from bme.prior import SharedBuffersPrior, touched_pages_p_star
 from harmony.base.errors import HarmonyError
 from harmony.base.space import EnumParam
 from tuner_client.config import KnobSpace
-from tuner_client.measure import PointRecord
+from tuner_client.measurer import PointRecord
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class OfflineAdvice:
-    """The BME prior's advice in session units: a start point and a narrowed range."""
+    """The BME advice in session units: a start point and a narrowed range."""
 
     usable: bool
     reason: str
@@ -35,8 +35,8 @@ class OfflineAdvice:
         return ", ".join(f"{n} {lo:g}..{hi:g}" for n, (lo, hi) in self.bounds.items())
 
 
-class OfflinePrior:
-    """Feeds offline measurements to the Buffer Miss Equation prior and converts its advice.
+class OfflineBMEFit:
+    """Feeds offline measurements to the Buffer Miss Equation fit and converts its advice.
 
     Each measured shared_buffers size gives a point (size, buffer hits, buffer reads over the
     samples); with three distinct sizes the equation is fitted once. P* is estimated from the
@@ -50,7 +50,7 @@ class OfflinePrior:
         self.max_bytes = max_bytes
         self.min_r2 = min_r2
         self.relpages_bytes = relpages_bytes
-        self.prior: SharedBuffersPrior | None = None
+        self.advisor: SharedBuffersAdvisor | None = None
         self.last: OfflineAdvice | None = None
         self.fit: BMEFit | None = None  # the fit behind the last advice (good or poor), if any
         self.size_range: tuple[int, int] | None = None  # the bytes the advice searched in
@@ -59,27 +59,27 @@ class OfflinePrior:
         stats = record.stats_total()
         if stats is None or record.value is None or "shared_buffers" not in record.in_force:
             return
-        if self.prior is None:
+        if self.advisor is None:
             p_star = None
             if self.relpages_bytes and stats.blks_hit + stats.blks_read > 0:
                 try:
                     p_star = touched_pages_p_star(self.relpages_bytes // 8192,
                                                   stats.blks_hit + stats.blks_read)
                 except HarmonyError as exc:
-                    logger.info("no P* estimate for the BME prior: %s", exc)
-            self.prior = SharedBuffersPrior(p_star=p_star, min_r2=self.min_r2)
+                    logger.info("no P* estimate for the BME fit: %s", exc)
+            self.advisor = SharedBuffersAdvisor(p_star=p_star, min_r2=self.min_r2)
         size = int(self.param.knob.parse(record.in_force["shared_buffers"]))
         try:
-            self.prior.add_point(size, stats.blks_hit, stats.blks_read)
+            self.advisor.add_point(size, stats.blks_hit, stats.blks_read)
         except HarmonyError as exc:
             # e.g. no block access counted yet: backends flush their stats about once a
             # second, so very short windows can miss them
-            logger.info("BME prior: point at shared_buffers %s skipped: %s",
+            logger.info("BME fit: point at shared_buffers %s skipped: %s",
                         record.in_force["shared_buffers"], exc)
 
     def advice(self) -> OfflineAdvice | None:
         """None until three sizes are measured; then the advice (usable or not, with why)."""
-        if self.prior is None or not self.prior.ready:
+        if self.advisor is None or not self.advisor.ready:
             return None
         p = self.param.param
         if isinstance(p, EnumParam):
@@ -88,7 +88,7 @@ class OfflinePrior:
         hi_bytes = min(int(self.param.canonical(p.upper)), self.max_bytes)  # type: ignore[arg-type]
         self.size_range = (lo_bytes, hi_bytes)
         try:
-            raw = self.prior.recommend(max_bytes=hi_bytes, min_bytes=lo_bytes)
+            raw = self.advisor.recommend(max_bytes=hi_bytes, min_bytes=lo_bytes)
         except HarmonyError as exc:
             self.last = OfflineAdvice(False, f"fit failed: {exc}")
             return self.last
@@ -111,9 +111,9 @@ class OfflinePrior:
 
     def metadata(self) -> dict[str, Any] | None:
         """The fit for a session's ``metadata["bme"]``: parameters (bytes), r2, points."""
-        if self.fit is None or self.prior is None:
+        if self.fit is None or self.advisor is None:
             return None
-        points = sorted(zip(self.prior.sizes, self.prior.misses, strict=True))
+        points = sorted(zip(self.advisor.sizes, self.advisor.misses, strict=True))
         return {**self.fit.params.to_dict(), "r2": float(self.fit.r2),
                 "points": [[float(m), float(p)] for m, p in points],
                 "usable": bool(self.last.usable) if self.last is not None else False,

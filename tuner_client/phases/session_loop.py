@@ -1,0 +1,376 @@
+"""The measuring loop of a search session, on every database of the run's pool at once.
+
+Every live replica (one in a run on one database) runs the same loop, in its own thread when
+there are several (and a replica on another host runs it in its own process,
+:mod:`tuner_client.replica_worker`): claim an evaluation of the session's budget, fetch a
+trial under the replica's own client id, measure it, report, keep the record. A trial is
+measured one of two ways (:class:`Trials`):
+
+- paired (``measure.paired``): one block beside the session's reference *on that replica*
+  (:func:`tuner_client.phases.blocks.measure_block`), reported as one value (on a replicated
+  pool the ratio times the session's pooled level, :class:`~.blocks.SessionReferences`);
+- unpaired (a pool of one only): each fetched trial is one sample
+  (:meth:`Measurer.sample`) and the session's ``agg`` plugin asks for the same point
+  ``measure.samples`` times.
+
+A failure (a refused or failed apply, a failed sample) is reported as such. A replica whose
+measurement fails while its database no longer answers is dropped: it leaves the session,
+which hands its trial to another replica (never counted twice: the session ignores a second
+report of a candidate); the run goes on with the others and says so. A replica process that
+dies outright stops heartbeating and loses its lease the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harmony.base.errors import DatabaseError, HarmonyError
+from tuner_client.client import Session
+from tuner_client.config import KnobSpace
+from tuner_client.measurer import Measurer, PointRecord, aggregate
+from tuner_client.metrics import TunerMetrics
+from tuner_client.phases.blocks import Reference, SessionReferences, measure_block
+from tuner_client.phases.state import RunContext, RunState, record_point
+from tuner_client.replicas import Replica
+
+logger = logging.getLogger(__name__)
+
+#: how long one fetch waits for a point (seconds) before looking at the session again
+FETCH_WAIT_S = 5.0
+#: fetches in a row that find nothing while no replica measures: the session is idle
+IDLE_FETCHES = 3
+
+
+@dataclass
+class Shared:
+    """What the replicas working on one session share (guarded by ``lock``)."""
+
+    evaluations: int
+    deadline: float | None = None
+    claimed: int = 0  # evaluations started (a trial fetched) or finished
+    busy: int = 0  # replicas measuring right now
+    idle: int = 0
+    stop: str | None = None
+    #: evaluations replicas on other hosts hold or reported (they count toward the budget)
+    others: Callable[[], int] | None = None
+    #: called once the budget is all claimed (to stop remote replicas fetching more)
+    exhausted: Callable[[], None] | None = None
+    _remote: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def claim(self) -> str | None:
+        """Reserve one evaluation; the reason to stop instead, if any."""
+        remote = self.others() if self.others is not None else 0
+        with self.lock:
+            if self.stop is not None:
+                return self.stop
+            if self.claimed + remote >= self.evaluations:
+                self._exhausted()
+                return "budget"
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                return "time"
+            self.claimed += 1
+            self._remote = remote
+            return None
+
+    def fetched(self) -> None:
+        """A claimed evaluation got its trial: when it was the last, remote replicas take no
+        more (called after the fetch, so that pausing the session does not starve it)."""
+        with self.lock:
+            if self.claimed + self._remote >= self.evaluations:
+                self._exhausted()
+
+    def _exhausted(self) -> None:
+        if self.exhausted is not None:
+            self.exhausted()
+            self.exhausted = None
+
+    def unclaim(self) -> None:
+        with self.lock:
+            self.claimed -= 1
+
+
+@dataclass
+class Measured:
+    """What measuring one fetched trial gave: the value to report (or the failure), and the
+    record when the evaluation is finished (``ask``: whether ``after_eval`` sees it)."""
+
+    value: float | None
+    failure: str | None
+    record: PointRecord | None = None
+    ask: bool = True
+
+
+class Trials(ABC):
+    """How one replica measures the trials it fetches (paired blocks or single samples)."""
+
+    label: str
+
+    @property
+    def midway(self) -> bool:
+        """True while an evaluation spans more fetches (its next trial needs no claim)."""
+        return False
+
+    @abstractmethod
+    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+        """Measure one fetched trial of ``point`` (``settings``: its knob values)."""
+
+
+class PairedTrials(Trials):
+    """Each trial one block beside ``ref`` on ``measurer`` (:func:`measure_block`)."""
+
+    def __init__(self, measurer: Measurer, metrics: TunerMetrics, label: str, ref: Reference,
+                 pooled_level: float | None = None) -> None:
+        self.measurer, self.metrics, self.label, self.ref = measurer, metrics, label, ref
+        self.pooled_level = pooled_level
+
+    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+        record = measure_block(self.measurer, self.metrics, self.ref, self.label, point,
+                               settings)
+        if self.pooled_level is not None and record.ratio is not None:
+            record.value = record.ratio * self.pooled_level
+        return Measured(record.value, None if record.value is not None
+                        else record.failure or "not measured", record)
+
+
+class SampledTrials(Trials):
+    """Each trial one sample of its point; the record is finished after ``samples``."""
+
+    def __init__(self, measurer: Measurer, label: str, samples: int, how: str) -> None:
+        self.measurer, self.label, self.samples, self.how = measurer, label, samples, how
+        self.current: PointRecord | None = None
+
+    @property
+    def midway(self) -> bool:
+        return self.current is not None
+
+    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+        current = self.current
+        if current is None or current.point != point:
+            current = self.current = PointRecord(session=self.label, point=dict(point),
+                                                 settings=settings)
+            outcome = self.measurer.apply(settings)
+            current.restart_s, current.apply_s = outcome.restart_s, outcome.apply_s
+            current.in_force = dict(self.measurer.in_force)
+            if outcome.failure is not None:
+                return self._failed(current, outcome.failure)
+        try:
+            sample = self.measurer.sample()
+        except HarmonyError as exc:
+            logger.warning("[%s] %s: sampling failed: %s", self.label, settings, exc)
+            return self._failed(current, f"sampling failed: {exc}")
+        current.samples.append(sample)
+        logger.info("[%s] %s sample %d/%d: %.1f qpm", self.label, settings,
+                    len(current.samples), self.samples, sample.qpm)
+        if len(current.samples) < self.samples:
+            return Measured(sample.qpm, None)
+        if _no_block_counts(current):
+            current.window = self.measurer.point_window()
+        current.value = aggregate([s.qpm for s in current.samples], self.how)
+        self.current = None
+        return Measured(sample.qpm, None, current)
+
+    def _failed(self, record: PointRecord, failure: str) -> Measured:
+        self.current = None
+        record.failure = failure
+        return Measured(None, failure, record, ask=False)
+
+
+def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
+                evaluations: int, label: str,
+                after_eval: Callable[[PointRecord], bool] | None = None,
+                references: SessionReferences | None = None,
+                seconds: float | None = None) -> str:
+    """Measure ``session`` on every live replica of the run until it converges, the
+    evaluations or ``seconds`` are spent (no new evaluation starts after them), ``after_eval``
+    (called with each finished record) returns True, or no replica is left. Returns why it
+    stopped: ``converged``, ``idle``, ``stopped``, ``budget`` or ``time``.
+
+    With ``references`` (``measure.paired``) each evaluation is one paired block; without,
+    one point's ``measure.samples`` samples. A replicated session is paused at the end, so
+    that replicas on other hosts leave it.
+    """
+    pool = ctx.pool
+    if references is not None and references.replicated and references.pooled_level is None:
+        raise DatabaseError(f"[{label}] no replica could measure the reference configuration "
+                            f"{references.settings}")
+    local_ids = {pool.client_id(ctx.client, r) for r in pool.replicas}
+    remote = bool(ctx.config.replicas.remote)
+    shared = Shared(evaluations, None if seconds is None else time.monotonic() + seconds,
+                    others=(lambda: _remote_claimed(session, local_ids)) if remote else None,
+                    exhausted=session.pause if remote else None)
+
+    def keep(record: PointRecord, ask: bool) -> None:
+        with pool.lock:
+            record_point(ctx, state, record)
+            if ask and after_eval is not None and after_eval(record):
+                with shared.lock:
+                    shared.stop = "stopped"
+
+    def work(replica: Replica) -> None:
+        trials = _trials(ctx, replica, label, references)
+        why = member_loop(pool.session_for(session, ctx.client, replica), trials, space, shared,
+                          keep, name=pool.record_name(replica),
+                          on_dead=lambda reason: pool.drop(replica, reason, state.decide),
+                          alive=replica.answers, lease_s=pool.session_lease_s)
+        logger.info("[%s] replica %s stops: %s", label, replica.name, why)
+
+    def interrupted() -> None:
+        with shared.lock:
+            shared.stop = "interrupted"
+
+    try:
+        pool.run_each(work, stop=interrupted)
+        if remote:
+            _wait_for_remote(ctx, state, session, space, label, local_ids)
+    finally:
+        pool.session_done(session)
+    if not pool.live:
+        raise HarmonyError(f"[{label}] every replica was dropped: "
+                           + "; ".join(f"{r.name}: {r.dropped}" for r in pool.replicas))
+    with shared.lock:
+        if shared.stop is not None:
+            return shared.stop
+    if session.converged:
+        return "converged"
+    if shared.deadline is not None and time.monotonic() >= shared.deadline:
+        return "time"
+    return "budget" if shared.claimed >= evaluations else "idle"
+
+
+def _trials(ctx: RunContext, replica: Replica, label: str,
+            references: SessionReferences | None) -> Trials:
+    """How ``replica`` measures the session's trials."""
+    if references is None:
+        cfg = ctx.config.measure
+        return SampledTrials(replica.joined(), label, cfg.samples, cfg.aggregate)
+    return PairedTrials(replica.joined(), ctx.metrics, label, references.of(replica),
+                        pooled_level=references.pooled_level)
+
+
+def _remote_claimed(session: Session, local_ids: set[str]) -> int:
+    """Evaluations replicas on other hosts hold or reported (they count toward the budget)."""
+    return sum(1 for t in session.trials()
+               if t["status"] in ("leased", "done", "failed") and t["client"] not in local_ids)
+
+
+def _wait_for_remote(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
+                     label: str, local_ids: set[str]) -> None:
+    """No new trial for anyone; the remote ones in flight finish (up to the lease), and their
+    reports are adopted."""
+    session.pause()
+    deadline = time.monotonic() + ctx.pool.lease_s
+    while time.monotonic() < deadline and any(t["status"] == "leased"
+                                              for t in session.trials()):
+        time.sleep(0.5)
+    adopt_remote(ctx, state, session, space, label, local_ids)
+
+
+def adopt_remote(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
+                 label: str, local_ids: set[str]) -> int:
+    """Keep the evaluations replicas on other hosts reported to ``session`` as records of
+    this run (their point, normalised value and replica; the raw samples stay on that host),
+    so that the final rounds can pick among them too; returns how many."""
+    adopted = 0
+    for trial in session.trials():
+        if trial["status"] != "done" or trial["client"] in local_ids:
+            continue
+        settings = space.settings(trial["point"])
+        record = PointRecord(session=label, point=dict(trial["point"]), settings=settings,
+                             in_force={**ctx.measurer.in_force, **settings},
+                             value=float(trial["value"]), replica=str(trial["client"]))
+        record_point(ctx, state, record)
+        adopted += 1
+    if adopted:
+        state.decide(f"{label}: {adopted} evaluation(s) reported by replicas on other hosts")
+    return adopted
+
+
+def member_loop(session: Session, trials: Trials, space: KnobSpace, shared: Shared,
+                keep: Callable[[PointRecord, bool], None], *, name: str | None,
+                on_dead: Callable[[str], None], alive: Callable[[], bool],
+                lease_s: float) -> str:
+    """One replica's loop on one session (see the module docstring); ``name`` goes into its
+    records (None in a pool of one); ``keep(record, ask)`` keeps each finished record
+    (``ask``: whether the session's ``after_eval`` sees it). Returns why it ended."""
+    label = trials.label
+    while True:
+        claimed = not trials.midway  # the next sample of a point started needs no claim
+        if claimed:
+            why = shared.claim()
+            if why is not None:
+                return why
+        try:
+            got = session.fetch(timeout=FETCH_WAIT_S)
+        except HarmonyError:
+            if claimed:
+                shared.unclaim()
+            raise
+        if got is None:
+            if claimed:
+                shared.unclaim()
+            status = session.status()
+            if status.get("converged") and not status.get("paused"):
+                return "converged"
+            if status.get("paused"):
+                return "paused"
+            with shared.lock:
+                shared.idle = shared.idle + 1 if shared.busy == 0 else 0
+                if shared.idle >= IDLE_FETCHES:
+                    return "idle"
+            continue
+        shared.fetched()
+        with shared.lock:
+            shared.busy += 1
+            shared.idle = 0
+        try:
+            settings = space.settings(got.point)
+            try:
+                with session.keep_lease(got.trial_id, every=max(1.0, lease_s / 4)):
+                    measured = trials.measure(got.point, settings)
+            except (HarmonyError, OSError) as exc:
+                measured = Measured(None, f"{type(exc).__name__}: {exc}")
+            failure = measured.failure
+            if failure is not None and not failure.startswith("infeasible") and not alive():
+                reason = (f"its database stopped answering while measuring trial "
+                          f"{got.trial_id} ({failure}); the trial goes back to the session")
+                logger.warning("[%s] replica %s: %s", label, name, reason)
+                shared.unclaim()
+                session.leave()
+                on_dead(reason)
+                return "dropped"
+            if measured.value is None:
+                session.report_failure(got.trial_id, failure or "not measured")
+            else:
+                session.report(got.trial_id, measured.value)
+            record = measured.record
+            if record is None:
+                continue
+            record.replica = name
+            logger.info("[%s] %strial %d %s: %s", label, f"{name} " if name else "",
+                        got.trial_id, settings, _outcome(record))
+            keep(record, measured.ask)
+        finally:
+            with shared.lock:
+                shared.busy -= 1
+
+
+def _outcome(record: PointRecord) -> str:
+    """How a finished evaluation is logged."""
+    if record.value is None:
+        return f"failed: {record.failure}"
+    if record.ratio is not None:
+        return f"{record.ratio:.3f}× its reference → {record.value:.1f}"
+    return f"{record.value:.1f} qpm"
+
+
+def _no_block_counts(record: PointRecord) -> bool:
+    """True when the samples' counters show no block access (not flushed yet)."""
+    total = record.stats_total()
+    return total is None or total.blks_hit + total.blks_read == 0
