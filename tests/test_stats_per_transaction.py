@@ -107,8 +107,8 @@ def test_refuses_what_it_cannot_compare() -> None:
 
 
 def test_race_recommends_the_faster_candidate_and_flags_system_wide_knobs() -> None:
-    race = race_per_transaction(synthetic(11, n=9000, more=(np.ones(3),)), ["default", "tuned", "same"],
-                                [{}, {"work_mem": "64MB"},
+    race = race_per_transaction(synthetic(11, n=9000, more=(np.ones(3),)),
+                                ["default", "tuned", "same"], [{}, {"work_mem": "64MB"},
                                  {"max_parallel_workers_per_gather": "0"}], seed=1)
     assert race.level == pytest.approx(0.975)
     assert race.winner == "tuned"
@@ -126,4 +126,19 @@ def test_race_recommends_the_faster_candidate_and_flags_system_wide_knobs() -> N
 def test_race_keeps_the_reference_without_a_clear_winner() -> None:
     run = synthetic(9, ratio=np.ones(3))
     race = race_per_transaction(run, ["default", "same"], [{}, {"jit": "off"}])
-    assert race.winner is None and "kept default" in race.decisions()[-1]
+    assert race.winner is None and race.decisions()[0].startswith("kept default")
+
+
+def test_race_as_the_tuners_final_decision() -> None:
+    race = race_per_transaction(synthetic(11, n=9000, more=(np.ones(3),)),
+                                ["default", "best", "pgtune"], [{}, {"jit": "off"}, {"jit": "on"}])
+    decision = race.to_final_decision()
+    assert decision.winner == "best" and decision.lines[0].startswith("recommend best")
+    assert decision.level == 0.95 and decision.decision_level == pytest.approx(0.975)
+    low, high = decision.improvement_ci or (0.0, 0.0)
+    assert 0.0 < low < decision.improvement < high
+    summary = decision.to_dict()
+    assert summary["design"] == "per-transaction"
+    assert summary["observations"] == sum(race.comparisons["best"].transactions) > 5000
+    assert summary["method"].startswith("block bootstrap over time slices")
+    assert summary["intervals"]["pgtune"]["low"] < 1.0 < summary["intervals"]["pgtune"]["high"]

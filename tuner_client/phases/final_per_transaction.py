@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from harmony.base.errors import HarmonyError
+from tuner_client.measurer import objective_unit
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
 from workloads.per_transaction.from_config import make_assignment, unsupported_reason
@@ -22,8 +24,8 @@ from workloads.per_transaction.settings import SESSION_CONTEXTS
 
 logger = logging.getLogger(__name__)
 
-#: the design's option value
-DESIGN = "per-transaction"
+#: the ``measure.design`` value that asks for this race
+PER_TRANSACTION = "per-transaction"
 #: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
 DEFAULT_SECONDS = 120
 MIN_SECONDS, MAX_SECONDS = 30, 600
@@ -41,7 +43,7 @@ def why_not_per_transaction(ctx: RunContext, candidates: Sequence[Mapping[str, s
     reason = unsupported_reason(ctx.config.workload)
     if reason is not None:
         return reason
-    if ctx.pool is not None and len(ctx.pool.live) > 1:
+    if ctx.pool.replicated:
         return "the race runs over several replicas"
     for name in differing_knobs(candidates):
         context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
@@ -69,7 +71,7 @@ def race_per_transaction_run(ctx: RunContext, state: RunState,
     seconds = int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
     ctx.measurer.stop()  # the windows' workload must not run beside this one
     try:
-        ctx.measurer.apply(shared, check_budget=False, warm_up=False)
+        ctx.apply(shared, check_budget=False, warm_up=False)
         assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
                                      [{n: c[n] for n in differing if n in c} for c in configs],
                                      seed=ctx.config.seed)
@@ -84,3 +86,22 @@ def race_per_transaction_run(ctx: RunContext, state: RunState,
     for line in race.decisions():
         state.decide(f"final: {line}")
     return race
+
+
+def per_transaction_result(ctx: RunContext, state: RunState,
+                           candidates: Mapping[str, dict[str, str]],
+                           race: PerTransactionRace) -> TuneResult:
+    """The run's result from the per-transaction race (the original unless a winner): no
+    absolute throughput (every configuration ran in the same seconds), the ratios and their
+    intervals in the decision."""
+    decision = race.to_final_decision()
+    best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
+    unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
+    work = Work(passes=state.passes,
+                evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
+                sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions))
+    return TuneResult.conclude(
+        Best(best, dict(ctx.original), Throughput(
+            default=None, best=None, unit=unit,
+            search_best=state.best.value if state.best is not None else None)),
+        Intervals([], decision), work, Evidence(bme=state.bme, screening=state.screening))

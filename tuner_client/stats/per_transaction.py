@@ -25,9 +25,10 @@ on (slices − 1) degrees of freedom times the resamples' standard deviation of 
 (scaled by √(n/(n − 1))). In 300 synthetic runs of 60 s at 20 slices (log-normal latencies
 with σ 0.6, a random-walk drift shared by both arms) it covered the true ratio 93 % of the
 time at a nominal 95 % (A/A and 1.14×; ±1.3 % binomial error); the percentile interval of the
-same resamples covered 92.5 %. Expect it slightly optimistic at 20 slices; more slices help. Transactions of one slice share the machine's
-state (both arms alike), so resampling whole slices keeps that serial correlation inside a
-resampled unit instead of treating thousands of correlated transactions as independent.
+same resamples covered 92.5 %. Expect it slightly optimistic at 20 slices. Transactions of
+one slice share the machine's state (both arms alike), so resampling whole slices keeps that
+serial correlation inside a resampled unit instead of treating thousands of correlated
+transactions as independent.
 Slices should outlast the correlation time of the noise (seconds here); at least
 :data:`MIN_SLICES` slices are needed.
 

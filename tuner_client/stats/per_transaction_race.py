@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harmony.base.errors import ConfigError
+from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
@@ -28,6 +29,9 @@ from tuner_client.stats.per_transaction import (
     compare,
 )
 
+#: the interval method, as summary.json names it
+METHOD_TEXT = ("block bootstrap over time slices (Student multiplier), work-weighted "
+               "per-template latency ratios")
 #: knobs with a system-wide side that per-transaction latency does not see (measured: max
 #: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server windows,
 #: docs/background.md §6)
@@ -42,15 +46,27 @@ class PerTransactionRace:
     """Every candidate against the reference from one per-transaction run."""
 
     reference: str
+    #: each candidate against the reference at the simultaneous (Bonferroni) level
     comparisons: Mapping[str, PerTransactionComparison]
     winner: str | None
     level: float
     #: per candidate: the knobs whose system-wide side this design does not see
     system_wide: Mapping[str, tuple[str, ...]]
+    #: the same comparisons at the plain level (e.g. 95 %)
+    plain: Mapping[str, PerTransactionComparison]
+    plain_level: float
+
+    def verdict(self) -> str:
+        """The decision in one line."""
+        if self.winner is None:
+            return f"kept {self.reference}: no candidate's interval lies above 1 (per transaction)"
+        return (f"recommend {self.winner}: {self.comparisons[self.winner].interval.text()} "
+                f"over {self.reference}, simultaneous over {len(self.comparisons)} candidates "
+                f"(per transaction)")
 
     def decisions(self) -> list[str]:
-        """The decision's lines: the design, each candidate's interval, the verdict."""
-        lines = [f"final race measured {DESIGN}: every transaction drew one of "
+        """The decision's lines: the verdict, the design, each candidate's interval."""
+        lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
                  f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
                  f"intervals: percentile bootstrap over time slices at "
                  f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
@@ -61,13 +77,21 @@ class PerTransactionRace:
                 lines.append(f"{label} changes {', '.join(self.system_wide[label])}, whose "
                              f"system-wide side a per-transaction comparison does not see; "
                              f"confirm it with whole-server windows")
-        if self.winner is None:
-            lines.append(f"kept {self.reference}: no candidate's interval lies above 1")
-        else:
-            lines.append(f"recommend {self.winner}: "
-                         f"{self.comparisons[self.winner].interval.text()} over "
-                         f"{self.reference}")
         return lines
+
+    def to_final_decision(self) -> FinalDecision:
+        """The race as the tuner's :class:`FinalDecision` (summary.json, the report)."""
+        best = max(self.plain, key=lambda label: self.plain[label].interval.ratio)
+        shown = self.comparisons[self.winner or best]
+        improvement, ci = shown.interval.fractions()
+        return FinalDecision(
+            winner=self.winner, reference=self.reference, best=best,
+            intervals={label: r.interval for label, r in self.plain.items()}, unstable={},
+            lines=tuple(self.decisions()), rounds=shown.slices, level=self.plain_level,
+            decision_level=self.level,
+            improvement=improvement if self.winner is not None else 0.0,
+            improvement_ci=ci if self.winner is not None else None, method="bootstrap",
+            design=DESIGN, transactions=shown.transactions, method_text=METHOD_TEXT)
 
     def summary(self) -> dict[str, Any]:
         """What summary.json records: the design, its observations and each interval."""
@@ -94,10 +118,13 @@ def race_per_transaction(obs: Observations, labels: Sequence[str],
     simultaneous = 1.0 - (1.0 - level) / m
     comparisons = {labels[k]: compare(obs, 0, k, level=simultaneous, seed=seed + k)
                    for k in range(1, len(labels))}
+    plain = {labels[k]: compare(obs, 0, k, level=level, seed=seed + k)
+             for k in range(1, len(labels))}
     system_wide = {labels[k]: tuple(sorted(
         name for name in set(settings[k]) | set(settings[0])
         if name in SYSTEM_WIDE_KNOBS and settings[k].get(name) != settings[0].get(name)))
         for k in range(1, len(labels))}
     clear = [label for label, r in comparisons.items() if r.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
-    return PerTransactionRace(labels[0], comparisons, winner, simultaneous, system_wide)
+    return PerTransactionRace(labels[0], comparisons, winner, simultaneous, system_wide, plain,
+                              level)
