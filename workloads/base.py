@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
+
+import psycopg
 
 from workloads.sample import Sample
+
+logger = logging.getLogger(__name__)
 
 
 class Workload(ABC):
@@ -69,3 +74,14 @@ def cancel_and_join(threads: Sequence[Cancellable], timeout_s: float) -> list[st
             thread.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
         pending = [t for t in pending if t.is_alive()]
     return [t.name for t in pending]
+
+
+def cancel_running(conn: psycopg.Connection[Any] | None, name: str) -> None:
+    """Ask the server to cancel ``conn``'s running query, if any; safe from another thread
+    (a failure is logged at debug level: the query may just have finished)."""
+    if conn is None or conn.closed:
+        return
+    try:
+        conn.cancel_safe(timeout=2.0)
+    except (psycopg.Error, OSError) as exc:
+        logger.debug("cancelling %s failed: %s", name, exc)

@@ -162,6 +162,12 @@ class MeasureConfig:
     #: block), and the strategy receives the candidate/reference ratio times the reference's
     #: running level, so the machine's drift cancels out of comparisons
     paired: bool = True
+    #: how the final race compares its candidates: ``windows`` (each round measures every
+    #: configuration on the whole server in turn) or ``per-transaction`` (one run in which
+    #: every transaction draws a configuration at random under SET LOCAL; only where every
+    #: knob differing between the candidates is session-settable and the workload is TPC-H,
+    #: pgbench or scripts, else the race runs in windows and the decisions say why)
+    design: str = "windows"
 
 
 @dataclass(frozen=True)

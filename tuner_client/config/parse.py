@@ -156,7 +156,8 @@ def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
                          queries=queries,
                          seconds=None if queries is not None else float(ms["seconds"]),
                          estimator=ms.get("estimator", default_estimator(workload.kind)),
-                         paired=bool(ms.get("paired", MeasureConfig.paired)))
+                         paired=bool(ms.get("paired", MeasureConfig.paired)),
+                         design=str(ms.get("design", MeasureConfig.design)))
 
 
 def _budget_config(bd: Mapping[str, Any], where: Where) -> BudgetConfig:

@@ -136,6 +136,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "estimator": {"enum": ["count", "concurrency", "progress", "work",
                                        "work_per_cpu", "count_per_cpu"]},
                 "paired": {"type": "boolean"},
+                "design": {"enum": ["windows", "per-transaction"]},
             },
         },
         "budget": {

@@ -78,6 +78,12 @@ class FinalDecision:
     improvement_ci: tuple[float, float] | None = None
     baselines: tuple[str, ...] = field(default=())
     method: Method = "anytime"
+    #: the measurement design: ``windows`` (paired rounds) or ``per-transaction``
+    design: str = "windows"
+    #: per-transaction design: transactions behind the shown interval (reference, candidate)
+    transactions: tuple[int, int] | None = None
+    #: the interval method's name when the design names its own (else ``METHOD_NAMES``)
+    method_text: str | None = None
 
     @property
     def text(self) -> str:
@@ -90,8 +96,12 @@ class FinalDecision:
         shown = self.winner or self.best
         iv = self.intervals.get(shown) if shown is not None else None
         return {"winner": self.winner, "reference": self.reference, "best": self.best,
-                "method": METHOD_NAMES[self.method],
-                "observations": iv.n if iv is not None else 0,
+                "design": self.design,
+                "transactions": list(self.transactions) if self.transactions else None,
+                "method": self.method_text or METHOD_NAMES[self.method],
+                # per transaction: the transactions behind the interval, else paired rounds
+                "observations": (sum(self.transactions) if self.transactions
+                                 else iv.n if iv is not None else 0),
                 "rounds": self.rounds, "level": self.level,
                 "decision_level": self.decision_level, "improvement": self.improvement,
                 "improvement_ci": list(self.improvement_ci) if self.improvement_ci else None,

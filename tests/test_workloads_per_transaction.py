@@ -1,0 +1,118 @@
+"""Per-transaction assignment on a real PostgreSQL: both configurations drawn about equally,
+each transaction really under its configuration, non-session knobs refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from harmony.base.errors import ConfigError, WorkloadError
+from tuner_client.config import ObserveConfig, WorkloadConfig
+from workloads.per_transaction import (
+    PgbenchAssignment,
+    StreamAssignment,
+    Template,
+    builtin_template,
+    statement_draws,
+    tpch_draws,
+)
+from workloads.per_transaction.from_config import make_assignment, unsupported_reason
+from workloads.per_transaction.pgbench_variants import variant_text
+from workloads.script_file import read_script_file
+
+CONFIGS = [{"work_mem": "1MB"}, {"work_mem": "2MB"}]
+RECORD = "INSERT INTO seen (work_mem) VALUES (current_setting('work_mem'));"
+
+
+def _seen_table(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE seen (work_mem text)")
+
+
+def _seen(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT work_mem, count(*) FROM seen GROUP BY 1").fetchall()
+    return {str(value): int(n) for value, n in rows}
+
+
+def _balanced(counts: np.ndarray) -> bool:
+    """Both counts within 4 binomial standard deviations of half."""
+    n = counts.sum()
+    return bool(abs(counts[0] - n / 2) <= 4 * np.sqrt(n / 4))
+
+
+def test_variant_text_puts_set_local_inside_the_transaction() -> None:
+    plain = variant_text(Template("t", "\\set x random(1, 9)\nSELECT :x"), ["SET LOCAL a TO '1'"])
+    assert plain == "BEGIN;\nSET LOCAL a TO '1';\n\\set x random(1, 9)\nSELECT :x;\nEND;\n"
+    tpcb = variant_text(builtin_template("tpcb-like"), ["SET LOCAL a TO '1'"])
+    assert tpcb.count("BEGIN;") == 1 and "BEGIN;\nSET LOCAL a TO '1';\nUPDATE" in tpcb
+    with pytest.raises(WorkloadError, match="runs 2 transactions"):
+        variant_text(Template("two", "BEGIN;\nSELECT 1;\nEND;\nBEGIN;\nSELECT 2;\nEND;\n"), [])
+
+
+def test_pgbench_assigns_both_configurations_under_set_local(fresh_dsn: str) -> None:
+    _seen_table(fresh_dsn)
+    run = PgbenchAssignment(fresh_dsn, CONFIGS, [Template("record", RECORD)], clients=2, seed=3)
+    trace = run.run(2)
+    counts = trace.counts()
+    assert counts.sum() > 100 and trace.errors == 0 and _balanced(counts)
+    # every logged transaction committed its own configuration's work_mem, and no other
+    assert _seen(fresh_dsn) == {"1MB": counts[0], "2MB": counts[1]}
+    assert trace.templates == ("record",) and set(trace.template.tolist()) == {0}
+    assert np.all(trace.latency > 0) and 0 <= trace.start.min() < trace.start.max() <= 2.5
+
+
+def test_streams_assign_both_configurations_under_set_local(fresh_dsn: str,
+                                                           tmp_path: Path) -> None:
+    _seen_table(fresh_dsn)
+    (tmp_path / "record.sql").write_text(RECORD + "\n")
+    scripts = read_script_file(tmp_path / "record.sql")
+    run = StreamAssignment(fresh_dsn, CONFIGS, statement_draws(scripts, 2), seed=5)
+    trace = run.run(2.0)
+    counts = trace.counts()
+    assert counts.sum() > 100 and trace.errors == 0 and _balanced(counts)
+    seen = _seen(fresh_dsn)
+    assert set(seen) == {"1MB", "2MB"}
+    # a query committed just after the run's end is in the table but not in the trace
+    assert 0 <= seen["1MB"] - counts[0] <= 2 and 0 <= seen["2MB"] - counts[1] <= 2
+
+
+def test_tpch_streams_record_query_templates(tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    configs = [{"random_page_cost": "4"}, {"random_page_cost": "1.1", "jit": "off"}]
+    trace = StreamAssignment(tpch_cluster.dsn, configs, tpch_draws(tpch_cluster.dsn, "1Q6,1Q14"),
+                             seed=1).run(3.0)
+    assert set(trace.templates) == {"Q6", "Q14"} and trace.errors == 0
+    assert set(trace.config.tolist()) == {0, 1} and len(trace) > 10
+
+
+def test_knobs_that_are_not_session_settable_are_refused(fresh_dsn: str) -> None:
+    draws = statement_draws([], 1)
+    with pytest.raises(ConfigError, match="shared_buffers cannot be set per transaction: its "
+                                          "pg_settings context is 'postmaster'"):
+        StreamAssignment(fresh_dsn, [{}, {"shared_buffers": "64MB"}], draws)
+    with pytest.raises(ConfigError, match="checkpoint_timeout cannot be set per transaction: "
+                                          "its pg_settings context is 'sighup'"):
+        PgbenchAssignment(fresh_dsn, [{}, {"checkpoint_timeout": "10min"}],
+                          [Template("r", "SELECT 1;")])
+    with pytest.raises(ConfigError, match="work_memory is not a PostgreSQL setting"):
+        StreamAssignment(fresh_dsn, [{"work_memory": "1MB"}], draws)
+
+
+def test_a_scripted_workload_section_runs_per_transaction(fresh_dsn: str,
+                                                          tmp_path: Path) -> None:
+    _seen_table(fresh_dsn)
+    (tmp_path / "record.sql").write_text(RECORD + "\n")
+    wl = WorkloadConfig(kind="scripts", files=(str(tmp_path / "record.sql"),), clients=2,
+                        writes=True)
+    assert unsupported_reason(wl) is None
+    trace = make_assignment(wl, fresh_dsn, CONFIGS, seed=2).run(1)
+    assert trace.templates == (f"{tmp_path / 'record.sql'}:1",)
+    assert _seen(fresh_dsn) == {"1MB": trace.counts()[0], "2MB": trace.counts()[1]}
+    assert "live traffic" in (unsupported_reason(WorkloadConfig(kind="observe",
+                                                                observe=ObserveConfig())) or "")
+    with pytest.raises(WorkloadError, match="a captured replay has no per-transaction driver"):
+        make_assignment(WorkloadConfig(kind="replay"), fresh_dsn, CONFIGS)

@@ -1,0 +1,116 @@
+"""The final race measured per transaction (``measure.design: per-transaction``): every
+candidate and the original share one run, each transaction drawing one of them at random
+and running under ``SET LOCAL`` (issue 27).
+
+Only where the design applies: every knob whose value differs between the candidates must be
+session-settable (``pg_settings.context`` user or superuser) and the workload must have a
+per-transaction driver (TPC-H mixes, pgbench, scripts). Otherwise the decisions say why and
+the race runs in windows, as before; so it does, too, when the winner changes a knob with a
+system-wide side (parallel query), which per-transaction latency misjudges. The knobs the
+candidates share are put in force on the server first (the original's values), so
+``SET LOCAL`` carries exactly the differences.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from harmony.base.errors import HarmonyError
+from tuner_client.measurer import objective_unit
+from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
+from workloads.per_transaction.from_config import make_assignment, unsupported_reason
+from workloads.per_transaction.settings import SESSION_CONTEXTS
+
+logger = logging.getLogger(__name__)
+
+#: the ``measure.design`` value that asks for this race
+PER_TRANSACTION = "per-transaction"
+#: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
+DEFAULT_SECONDS = 120
+MIN_SECONDS, MAX_SECONDS = 30, 600
+
+
+def differing_knobs(candidates: Sequence[Mapping[str, str]]) -> list[str]:
+    """The knobs whose value is not the same in every candidate (absent counts as a value)."""
+    names = sorted({n for c in candidates for n in c})
+    return [n for n in names if len({c.get(n) for c in candidates}) > 1]
+
+
+def why_not_per_transaction(ctx: RunContext, candidates: Sequence[Mapping[str, str]]
+                            ) -> str | None:
+    """Why these candidates cannot be compared per transaction here (None: they can)."""
+    reason = unsupported_reason(ctx.config.workload)
+    if reason is not None:
+        return reason
+    if ctx.pool.replicated:
+        return "the race runs over several replicas"
+    for name in differing_knobs(candidates):
+        context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
+        if context not in SESSION_CONTEXTS:
+            return (f"{name} differs between the candidates and its pg_settings context is "
+                    f"{context!r}; SET LOCAL needs 'user' or 'superuser'")
+    return None
+
+
+def race_per_transaction_run(ctx: RunContext, state: RunState,
+                             candidates: Mapping[str, dict[str, str]], labels: list[str]
+                             ) -> PerTransactionRace | None:
+    """Race ``labels`` (the first is the reference) in one per-transaction run of
+    ``final.max_seconds`` (default :data:`DEFAULT_SECONDS`, within
+    [:data:`MIN_SECONDS`, :data:`MAX_SECONDS`]); None, said why, when the design does not
+    apply here."""
+    configs = [candidates[label] for label in labels]
+    reason = why_not_per_transaction(ctx, configs)
+    if reason is not None:
+        state.decide(f"final: measured in windows, not per transaction: {reason}")
+        return None
+    differing = differing_knobs(configs)
+    shared = {n: v for n, v in configs[0].items() if n not in differing}
+    wanted = ctx.config.final.max_seconds or DEFAULT_SECONDS
+    seconds = int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    try:
+        ctx.apply(shared, check_budget=False, warm_up=False)
+        assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
+                                     [{n: c[n] for n in differing if n in c} for c in configs],
+                                     seed=ctx.config.seed)
+        logger.info("=== final race per transaction: %s for %d s ===", " vs ".join(labels),
+                    seconds)
+        trace = assignment.run(seconds)
+        race = race_per_transaction(trace, labels, configs, level=ctx.config.final.level,
+                                    seed=ctx.config.seed)
+    except HarmonyError as exc:
+        state.decide(f"final: the per-transaction run failed ({exc}); measured in windows")
+        return None
+    for line in race.decisions():
+        state.decide(f"final: {line}")
+    if race.winner is not None and race.system_wide.get(race.winner):
+        # measured: parallel workers 2→0 read 0.77× per transaction and 1.22× in windows
+        # (benchmarks/results/evidence_pertx.quick.md), so such a winner is confirmed there
+        state.decide(f"final: {race.winner} changes "
+                     f"{', '.join(race.system_wide[race.winner])}; the race is run again in "
+                     f"whole-server windows to confirm it")
+        return None
+    return race
+
+
+def per_transaction_result(ctx: RunContext, state: RunState,
+                           candidates: Mapping[str, dict[str, str]],
+                           race: PerTransactionRace) -> TuneResult:
+    """The run's result from the per-transaction race (the original unless a winner): no
+    absolute throughput (every configuration ran in the same seconds), the ratios and their
+    intervals in the decision."""
+    decision = race.to_final_decision()
+    best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
+    unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
+    work = Work(passes=state.passes,
+                evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
+                sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions))
+    return TuneResult.conclude(
+        Best(best, dict(ctx.original), Throughput(
+            default=None, best=None, unit=unit,
+            search_best=state.best.value if state.best is not None else None)),
+        Intervals([], decision), work, Evidence(bme=state.bme, screening=state.screening))

@@ -1,0 +1,130 @@
+"""The final race decided per transaction: every candidate and the reference share one run
+(each transaction drawing one of them), each candidate's work-weighted speedup over the
+reference with a simultaneous interval, and the decision with the design named.
+
+The run's length is fixed in advance, so the block-bootstrap intervals of
+:mod:`tuner_client.stats.per_transaction` are valid as they stand; picking the best of m
+candidates is paid for with a Bonferroni level (1 − 0.05/m), as in
+:mod:`tuner_client.stats.decision`. A candidate wins only when that interval lies above 1;
+otherwise the original stays.
+
+Per-transaction latency sees a knob's direct effect only. Knobs that trade one query's latency
+against the others' resources (parallel workers take cores from the other queries) are
+flagged: the decision says so and asks for a window-level confirmation
+(``benchmarks/results/evidence_pertx*.md`` measures the agreement per knob class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harmony.base.errors import ConfigError
+from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.per_transaction import (
+    DESIGN,
+    Observations,
+    PerTransactionComparison,
+    compare,
+)
+
+#: the interval method, as summary.json names it
+METHOD_TEXT = ("block bootstrap over time slices (Student multiplier), work-weighted "
+               "per-template latency ratios")
+#: knobs with a system-wide side that per-transaction latency does not see (measured: max
+#: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server windows,
+#: docs/background.md §6)
+SYSTEM_WIDE_KNOBS = frozenset({
+    "max_parallel_workers_per_gather", "parallel_setup_cost", "parallel_tuple_cost",
+    "min_parallel_table_scan_size", "min_parallel_index_scan_size", "parallel_leader_participation",
+    "max_parallel_maintenance_workers"})
+
+
+@dataclass(frozen=True)
+class PerTransactionRace:
+    """Every candidate against the reference from one per-transaction run."""
+
+    reference: str
+    #: each candidate against the reference at the simultaneous (Bonferroni) level
+    comparisons: Mapping[str, PerTransactionComparison]
+    winner: str | None
+    level: float
+    #: per candidate: the knobs whose system-wide side this design does not see
+    system_wide: Mapping[str, tuple[str, ...]]
+    #: the same comparisons at the plain level (e.g. 95 %)
+    plain: Mapping[str, PerTransactionComparison]
+    plain_level: float
+
+    def verdict(self) -> str:
+        """The decision in one line."""
+        if self.winner is None:
+            return f"kept {self.reference}: no candidate's interval lies above 1 (per transaction)"
+        return (f"recommend {self.winner}: {self.comparisons[self.winner].interval.text()} "
+                f"over {self.reference}, simultaneous over {len(self.comparisons)} candidates "
+                f"(per transaction)")
+
+    def decisions(self) -> list[str]:
+        """The decision's lines: the verdict, the design, each candidate's interval."""
+        lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
+                 f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
+                 f"intervals: percentile bootstrap over time slices at "
+                 f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
+                 f"candidates)"]
+        for label, result in self.comparisons.items():
+            lines.append(f"{label}/{self.reference}: {result.text()}")
+            if self.system_wide.get(label):
+                lines.append(f"{label} changes {', '.join(self.system_wide[label])}, whose "
+                             f"system-wide side a per-transaction comparison does not see; "
+                             f"confirm it with whole-server windows")
+        return lines
+
+    def to_final_decision(self) -> FinalDecision:
+        """The race as the tuner's :class:`FinalDecision` (summary.json, the report)."""
+        best = max(self.plain, key=lambda label: self.plain[label].interval.ratio)
+        shown = self.comparisons[self.winner or best]
+        improvement, ci = shown.interval.fractions()
+        return FinalDecision(
+            winner=self.winner, reference=self.reference, best=best,
+            intervals={label: r.interval for label, r in self.plain.items()}, unstable={},
+            lines=tuple(self.decisions()), rounds=shown.slices, level=self.plain_level,
+            decision_level=self.level,
+            improvement=improvement if self.winner is not None else 0.0,
+            improvement_ci=ci if self.winner is not None else None, method="bootstrap",
+            design=DESIGN, transactions=shown.transactions, method_text=METHOD_TEXT)
+
+    def summary(self) -> dict[str, Any]:
+        """What summary.json records: the design, its observations and each interval."""
+        return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
+                "level": self.level,
+                "comparisons": {
+                    label: {"ratio": r.interval.ratio, "low": r.interval.low,
+                            "high": r.interval.high, "method": r.interval.method,
+                            "transactions": list(r.transactions), "slices": r.slices,
+                            "slice_s": r.slice_s,
+                            "system_wide_knobs": list(self.system_wide.get(label, ()))}
+                    for label, r in self.comparisons.items()}}
+
+
+def race_per_transaction(obs: Observations, labels: Sequence[str],
+                         settings: Sequence[Mapping[str, str]], *, level: float = 0.95,
+                         seed: int = 0) -> PerTransactionRace:
+    """Configuration 0 (``labels[0]``) is the reference; every other one a candidate."""
+    if len(labels) != len(settings) or len(labels) < 2:
+        raise ConfigError(f"a race needs a reference and at least one candidate, with one label "
+                          f"per configuration, but got {len(labels)} labels and "
+                          f"{len(settings)} configurations")
+    m = len(labels) - 1
+    simultaneous = 1.0 - (1.0 - level) / m
+    comparisons = {labels[k]: compare(obs, 0, k, level=simultaneous, seed=seed + k)
+                   for k in range(1, len(labels))}
+    plain = {labels[k]: compare(obs, 0, k, level=level, seed=seed + k)
+             for k in range(1, len(labels))}
+    system_wide = {labels[k]: tuple(sorted(
+        name for name in set(settings[k]) | set(settings[0])
+        if name in SYSTEM_WIDE_KNOBS and settings[k].get(name) != settings[0].get(name)))
+        for k in range(1, len(labels))}
+    clear = [label for label, r in comparisons.items() if r.interval.above_one]
+    winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
+    return PerTransactionRace(labels[0], comparisons, winner, simultaneous, system_wide, plain,
+                              level)

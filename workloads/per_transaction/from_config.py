@@ -1,0 +1,58 @@
+"""The per-transaction driver of a tuner workload section (``WorkloadConfig``), where one
+exists: TPC-H mixes (Python streams), pgbench's TPC-B and the user's scripts (pgbench
+variants). Schedules, replays and live traffic have none yet."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from harmony.base.errors import WorkloadError
+from workloads.per_transaction.pgbench_variants import (
+    PgbenchAssignment,
+    builtin_template,
+    script_templates,
+)
+from workloads.per_transaction.settings import Configuration
+from workloads.per_transaction.streams import StreamAssignment, tpch_draws
+from workloads.per_transaction.trace import Trace
+from workloads.scripted import load_scripts
+
+
+class Assignment(Protocol):
+    """A per-transaction run over fixed configurations."""
+
+    def run(self, seconds: int) -> Trace: ...
+
+
+def unsupported_reason(wl: Any) -> str | None:
+    """Why the workload cannot be measured per transaction (None: it can)."""
+    if wl.observe is not None or wl.kind == "observe":
+        return "live traffic is the application's: the tuner cannot SET LOCAL on its sessions"
+    if wl.kind == "replay":
+        return "a captured replay has no per-transaction driver yet"
+    if wl.kind == "tpch" and wl.schedule is not None:
+        return "a TPC-H schedule changes its mix over time; per-transaction runs need one mix"
+    if wl.kind not in ("tpch", "pgbench", "scripts"):
+        return f"workload kind {wl.kind!r} has no per-transaction driver"
+    return None
+
+
+def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], *,
+                    seed: int = 0) -> Assignment:
+    """The per-transaction driver of ``wl`` over ``configurations`` (knobs checked against
+    pg_settings: only session-settable ones)."""
+    reason = unsupported_reason(wl)
+    if reason is not None:
+        raise WorkloadError(f"no per-transaction measurement for this workload: {reason}")
+    if wl.kind == "tpch":
+        return StreamAssignment(dsn, configurations, tpch_draws(dsn, wl.mix), seed=seed)
+    if wl.kind == "pgbench":
+        return PgbenchAssignment(dsn, configurations, [builtin_template("tpcb-like")],
+                                 clients=wl.clients, variables={"scale": int(wl.scale)},
+                                 seed=seed)
+    scripts = load_scripts(wl.files, Path(wl.base_dir) if wl.base_dir else None)
+    return PgbenchAssignment(dsn, configurations, script_templates(scripts), clients=wl.clients,
+                             variables=wl.variables, seed=seed,
+                             pgoptions="" if wl.writes else "-c default_transaction_read_only=on")

@@ -1,0 +1,180 @@
+"""Per-transaction assignment with pgbench: one script variant per configuration, at equal
+weight, so pgbench's own weighted random choice assigns every transaction a configuration.
+
+A variant is the template's script inside ``BEGIN; SET LOCAL ...; <body>; END;`` (a body
+with its own ``BEGIN`` gets the ``SET LOCAL`` lines right after it). pgbench numbers the
+scripts in the order of ``-f``; script ``t·K + k`` is template t under configuration k, and
+the per-transaction log (``-l``: client, transaction, latency µs, script number, epoch s,
+µs) gives every transaction's configuration, template, end time and latency (a client's
+cycle, see :meth:`PgbenchAssignment._trace`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harmony.base.errors import WorkloadError
+from workloads.connect import connect
+from workloads.per_transaction.settings import Configuration, check_session_settable, set_local
+from workloads.per_transaction.trace import Trace
+from workloads.pgbench import find_pgbench
+from workloads.script_file import Script, blank_quoted, split_commands
+
+logger = logging.getLogger(__name__)
+
+_BEGIN_LINE = re.compile(r"^[ \t]*(begin|start[ \t]+transaction)\b[^;\n]*;[ \t]*$", re.I | re.M)
+_BEGIN_KEYWORDS = ("begin", "start")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A pgbench script to compare configurations on: its label, text and weight."""
+
+    name: str
+    text: str
+    weight: int = 1
+
+
+def builtin_template(name: str, bin_dir: Path | str | None = None) -> Template:
+    """pgbench's built-in script ``name`` (``tpcb-like``, ``select-only``, ...) as a template,
+    read from ``pgbench --show-script``."""
+    done = subprocess.run([str(find_pgbench(bin_dir)), f"--show-script={name}"],
+                          capture_output=True, text=True, check=False)
+    text = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("--"))
+    if done.returncode != 0 or not text.strip():
+        raise WorkloadError(f"pgbench has no built-in script {name!r}: {done.stderr.strip()}")
+    return Template(name, text.strip() + "\n")
+
+
+def script_templates(scripts: Sequence[Script]) -> list[Template]:
+    """Templates from the scripted workload's scripts (one per .sql statement)."""
+    return [Template(s.source, s.text, s.weight) for s in scripts]
+
+
+def variant_text(template: Template, settings: Sequence[str]) -> str:
+    """The template's script running in one transaction that starts with ``settings``
+    (rendered ``SET LOCAL`` statements)."""
+    commands = split_commands(template.text, template.name)
+    begins = [c for c in commands if c.meta is None and c.keyword in _BEGIN_KEYWORDS]
+    lines = "".join(f"{s};\n" for s in settings)
+    if len(begins) > 1:
+        raise WorkloadError(f"script {template.name} runs {len(begins)} transactions; "
+                            f"per-transaction assignment needs one transaction per script")
+    if begins:
+        match = _BEGIN_LINE.search(template.text)
+        if match is None:
+            raise WorkloadError(f"script {template.name}: its BEGIN must stand on a line of its "
+                                f"own for the SET LOCAL lines to follow it")
+        return template.text[:match.end()] + "\n" + lines.rstrip("\n") + template.text[match.end():]
+    body = template.text.rstrip()
+    sql_commands = [c for c in commands if c.meta is None]
+    if sql_commands and commands[-1].meta is None and not blank_quoted(body).rstrip().endswith(";"):
+        body += ";"
+    return f"BEGIN;\n{lines}{body}\nEND;\n"
+
+
+class PgbenchAssignment:
+    """pgbench running ``templates`` with every transaction under one of ``configurations``,
+    drawn at random (equal weights), against ``dsn`` with ``clients`` connections."""
+
+    def __init__(self, dsn: str, configurations: Sequence[Configuration],
+                 templates: Sequence[Template], *, clients: int = 4, threads: int | None = None,
+                 variables: Mapping[str, int | float | str] | None = None,
+                 bin_dir: Path | str | None = None, seed: int = 0,
+                 pgoptions: str = "") -> None:
+        if not templates:
+            raise WorkloadError("a per-transaction pgbench run needs at least one script")
+        if len(templates) * len(configurations) > 128:
+            raise WorkloadError(f"pgbench runs at most 128 scripts, but {len(templates)} "
+                                f"scripts × {len(configurations)} configurations make "
+                                f"{len(templates) * len(configurations)}")
+        self.dsn = dsn
+        self.configurations = tuple(dict(c) for c in configurations)
+        self.templates = tuple(templates)
+        self.clients = clients
+        self.threads = threads or max(1, min(clients, 2))
+        if clients % self.threads:
+            raise WorkloadError(f"pgbench clients ({clients}) must be a multiple of threads "
+                                f"({self.threads})")
+        self.variables = dict(variables or {})
+        self.pgbench = find_pgbench(bin_dir)
+        self.seed = seed
+        self.pgoptions = pgoptions
+        with connect(dsn) as conn:
+            check_session_settable(conn, self.configurations)
+            self._settings = [[s.as_string(conn) for s in set_local(c)]
+                              for c in self.configurations]
+
+    def _write_variants(self, directory: Path) -> list[str]:
+        specs = []
+        for t, template in enumerate(self.templates):
+            for k, settings in enumerate(self._settings):
+                path = directory / f"t{t}-c{k}.pgbench"
+                path.write_text(variant_text(template, settings))
+                specs += ["-f", f"{path}@{template.weight}"]
+        return specs
+
+    def run(self, seconds: int) -> Trace:
+        """Run pgbench for ``seconds`` whole seconds; every logged transaction, in a trace."""
+        if seconds < 1:
+            raise WorkloadError(f"a per-transaction pgbench run lasts >= 1 s, but got {seconds}")
+        directory = Path(tempfile.mkdtemp(prefix="harmony-pertx-"))
+        try:
+            cmd = [str(self.pgbench), "-n", "-M", "prepared", *self._write_variants(directory),
+                   "-c", str(self.clients), "-j", str(self.threads), "-T", str(seconds),
+                   f"--random-seed={self.seed}", "-l",
+                   f"--log-prefix={directory / 'txn'}"]
+            for name, value in self.variables.items():
+                cmd += ["-D", f"{name}={value}"]
+            env = {**os.environ, "PGOPTIONS": self.pgoptions} if self.pgoptions else None
+            done = subprocess.run([*cmd, self.dsn], capture_output=True, text=True,
+                                  check=False, env=env)
+            if done.returncode not in (0, 2) or "tps =" not in done.stdout:
+                raise WorkloadError(f"pgbench exited {done.returncode}: "
+                                    f"{done.stderr.strip()[-2000:]}")
+            return self._trace(directory, float(seconds))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _trace(self, directory: Path, seconds: float) -> Trace:
+        """The trace from pgbench's logs. A transaction's latency is its client's cycle: the
+        time from the client's previous end to this end (pgbench logs some sub-millisecond
+        latencies as 0 µs, and the cycle is what a closed loop's throughput is made of); a
+        client's first transaction keeps its logged latency."""
+        k = len(self.configurations)
+        ends: dict[int, list[tuple[int, float, float, int]]] = {}
+        failed: list[tuple[int, int, float, float, bool]] = []
+        for log in directory.glob("txn.*"):
+            for line in log.read_text().splitlines():
+                f = line.split()
+                if len(f) < 6:
+                    continue
+                script, ended = int(f[3]), int(f[4]) + int(f[5]) / 1e6
+                if f[2].isdigit():
+                    ends.setdefault(int(f[0]), []).append((int(f[1]), ended, int(f[2]) / 1e6,
+                                                           script))
+                else:  # a failed transaction (pgbench 15+: "failed", "serialization", ...)
+                    failed.append((script % k, script // k, ended, 0.0, False))
+        rows = list(failed)
+        for client in ends.values():
+            client.sort()
+            previous = None
+            for _, ended, logged, script in client:
+                latency = ended - previous if previous is not None else logged
+                rows.append((script % k, script // k, ended - latency, latency, True))
+                previous = ended
+        if rows:
+            t0 = min(r[2] for r in rows)
+            rows = [(c, t, s - t0, lat, ok) for c, t, s, lat, ok in rows]
+        logger.info("per-transaction pgbench: %d transactions in %.0f s over %d configurations",
+                    len(rows), seconds, k)
+        return Trace.from_rows(self.configurations, [t.name for t in self.templates], rows,
+                               seconds)

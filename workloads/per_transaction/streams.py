@@ -1,0 +1,160 @@
+"""Per-transaction assignment in the project's own Python driver: TPC-H streams and lists of
+plain SQL statements, each query in its own transaction under a configuration drawn at random.
+
+Every stream is a thread with its own connection. Per query it draws the statement (its
+parameter generator) and, from a separate seeded generator, the configuration, then runs
+``BEGIN; SET LOCAL ...; <statement>; COMMIT`` and records the configuration, the template,
+the start and the latency (statement and commit, not the ``SET LOCAL`` lines, which cost the
+same under every configuration).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from harmony.base.errors import DatabaseError, WorkloadError
+from workloads.base import cancel_and_join, cancel_running
+from workloads.connect import connect
+from workloads.driver import check_tpch_database
+from workloads.mix import Mix, parse_mix
+from workloads.per_transaction.settings import Configuration, check_session_settable, set_local
+from workloads.per_transaction.trace import Trace
+from workloads.script_file import Script
+from workloads.tpch.queries import make_query
+
+logger = logging.getLogger(__name__)
+
+#: a stream's next query, drawn with its parameter generator: (template, statement)
+Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL]]
+#: one finished query: (config, template name, start monotonic s, latency s, ok)
+_Row = tuple[int, str, float, float, bool]
+
+STOP_TIMEOUT_S = 10.0
+
+
+def tpch_draws(dsn: str, mix: Mix | str) -> list[Draw]:
+    """One draw per stream of the TPC-H ``mix`` (each stream loops its query with fresh
+    parameters, as :class:`workloads.driver.WorkloadDriver` runs it)."""
+    scale = check_tpch_database(dsn)
+
+    def loop(query: str) -> Draw:
+        return lambda rng: (query, make_query(query, rng, scale).statement)
+
+    return [loop(query) for query, count in parse_mix(mix) for _ in range(count)]
+
+
+def statement_draws(scripts: Sequence[Script], streams: int) -> list[Draw]:
+    """``streams`` draws, each picking one of the plain statements of ``scripts`` (e.g. a
+    ``.sql`` file's) by weight; statements with pgbench parameters are refused."""
+    for script in scripts:
+        if any(c.meta is not None for c in script.commands) or len(script.sql) != 1:
+            raise WorkloadError(f"{script.source}: the Python driver runs plain statements "
+                                f"only (no @param, one statement); run it with pgbench instead")
+    if streams < 1:
+        raise WorkloadError(f"a statement list needs streams >= 1, but got {streams}")
+    names = [s.source for s in scripts]
+    texts = [sql.SQL(s.sql[0].text.rstrip().rstrip(";")) for s in scripts]  # type: ignore[arg-type]
+    weights = [s.weight for s in scripts]
+
+    def draw(rng: random.Random) -> tuple[str, sql.Composed | sql.SQL]:
+        i = rng.choices(range(len(texts)), weights)[0]
+        return names[i], texts[i]
+
+    return [draw] * streams
+
+
+class _Stream(threading.Thread):
+    """One connection running its draws until stopped, each under a random configuration."""
+
+    def __init__(self, run: StreamAssignment, index: int, draw: Draw) -> None:
+        super().__init__(name=f"harmony-pertx-{index}", daemon=True)
+        self.owner, self.draw = run, draw
+        self.params = random.Random(f"{run.seed}/params/{index}")
+        self.assign = random.Random(f"{run.seed}/assign/{index}")
+        self.rows: list[_Row] = []
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        with self._lock:
+            conn = self._conn
+        cancel_running(conn, self.name)
+
+    def run(self) -> None:
+        owner = self.owner
+        try:
+            conn = connect(owner.dsn, application_name=self.name)
+        except DatabaseError as exc:
+            logger.warning("stream %s cannot connect: %s", self.name, exc)
+            return
+        with self._lock:
+            self._conn = conn
+        try:
+            while not owner.stop_event.is_set():
+                template, statement = self.draw(self.params)
+                k = self.assign.randrange(len(owner.settings))
+                started = time.monotonic()
+                try:
+                    with conn.transaction():
+                        for setting in owner.settings[k]:
+                            conn.execute(setting)
+                        started = time.monotonic()
+                        conn.execute(statement)
+                    self.rows.append((k, template, started, time.monotonic() - started, True))
+                except psycopg.Error as exc:
+                    if owner.stop_event.is_set():
+                        break
+                    self.rows.append((k, template, started, time.monotonic() - started, False))
+                    logger.warning("stream %s: %s failed: %s", self.name, template, exc)
+                    if conn.broken:
+                        break
+        finally:
+            with self._lock:
+                self._conn = None
+            conn.close()
+
+
+class StreamAssignment:
+    """Runs ``draws`` (one stream each) against ``dsn``, every query under one of
+    ``configurations`` drawn at random with equal probability (seeded by ``seed``)."""
+
+    def __init__(self, dsn: str, configurations: Sequence[Configuration],
+                 draws: Sequence[Draw], *, seed: int = 0) -> None:
+        if not draws:
+            raise WorkloadError("a per-transaction run needs at least one stream")
+        self.dsn, self.draws, self.seed = dsn, list(draws), seed
+        self.configurations = tuple(dict(c) for c in configurations)
+        with connect(dsn) as conn:
+            check_session_settable(conn, self.configurations)
+        self.settings = [set_local(c) for c in self.configurations]
+        self.stop_event = threading.Event()
+
+    def run(self, seconds: float) -> Trace:
+        """Run every stream for ``seconds``; the queries that finished within them."""
+        if not seconds > 0:
+            raise WorkloadError(f"a per-transaction run lasts > 0 s, but got {seconds}")
+        self.stop_event.clear()
+        streams = [_Stream(self, i, draw) for i, draw in enumerate(self.draws)]
+        t0 = time.monotonic()
+        for stream in streams:
+            stream.start()
+        self.stop_event.wait(seconds)
+        t_end = time.monotonic()
+        self.stop_event.set()
+        pending = cancel_and_join(streams, STOP_TIMEOUT_S)
+        if pending:
+            logger.warning("streams %s did not stop within %.1f s", pending, STOP_TIMEOUT_S)
+        rows = [r for s in streams for r in s.rows if r[2] + r[3] <= t_end]
+        templates = sorted({r[1] for r in rows})
+        index = {name: i for i, name in enumerate(templates)}
+        return Trace.from_rows(self.configurations, templates,
+                               [(k, index[t], s - t0, lat, ok) for k, t, s, lat, ok in rows],
+                               t_end - t0)
