@@ -158,7 +158,7 @@ def session_curve_png(prior: PriorSession) -> bytes:
     if sx:
         ax.plot(sx, sy, ".", color="#c7c7c7", markersize=4, label="samples")
     xs = [i + 1 for i, ev in enumerate(evals) if ev.value is not None]
-    ys = [float(ev.value) for ev in evals if ev.value is not None]  # type: ignore[arg-type]
+    ys = [float(ev.value) for ev in evals if ev.value is not None]
     ax.plot(xs, ys, "o", color=POINTS, markersize=5, label="evaluation")
     pick = max if prior.maximize else min
     best = [pick(ys[: k + 1]) for k in range(len(ys))]

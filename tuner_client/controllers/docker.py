@@ -30,8 +30,8 @@ class DockerController(Controller, kind="docker"):
         self.container_name = container
         self.data_dir = data_dir.rstrip("/")
         try:
-            import docker  # type: ignore[import-untyped]
-            import docker.errors  # type: ignore[import-untyped]
+            import docker
+            import docker.errors
         except ImportError as exc:  # pragma: no cover - docker is a declared dependency
             raise ConfigError("the docker controller needs the 'docker' package") from exc
         self._errors = docker.errors

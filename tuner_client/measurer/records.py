@@ -75,7 +75,7 @@ class PointRecord:
         deltas = [s.stats for s in self.samples]
         summed = None
         if deltas and all(d is not None for d in deltas):
-            summed = StatsDelta(*(sum(getattr(d, f) for d in deltas)  # type: ignore[misc]
+            summed = StatsDelta(*(sum(getattr(d, f) for d in deltas)
                                   for f in ("xact_commit", "blks_hit", "blks_read",
                                             "temp_bytes", "seconds")))
         if self.window is not None and (summed is None

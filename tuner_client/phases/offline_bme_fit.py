@@ -84,8 +84,8 @@ class OfflineBMEFit:
         p = self.param.param
         if isinstance(p, EnumParam):
             return None
-        lo_bytes = int(self.param.canonical(p.min))  # type: ignore[arg-type]
-        hi_bytes = min(int(self.param.canonical(p.upper)), self.max_bytes)  # type: ignore[arg-type]
+        lo_bytes = int(self.param.canonical(p.min))
+        hi_bytes = min(int(self.param.canonical(p.upper)), self.max_bytes)
         self.size_range = (lo_bytes, hi_bytes)
         try:
             raw = self.advisor.recommend(max_bytes=hi_bytes, min_bytes=lo_bytes)
@@ -99,8 +99,8 @@ class OfflineBMEFit:
         m_star = self.param.session_value(int(raw.m_star_bytes))
         lo, hi = float(p.min), float(p.upper)
         if raw.search_range is not None:
-            lo = float(self.param.session_value(int(raw.search_range[0])))  # type: ignore[arg-type]
-            hi = float(self.param.session_value(int(raw.search_range[1])))  # type: ignore[arg-type]
+            lo = float(self.param.session_value(int(raw.search_range[0])))
+            hi = float(self.param.session_value(int(raw.search_range[1])))
             if lo >= hi:
                 lo, hi = float(p.min), float(p.upper)
         self.last = OfflineAdvice(True, f"{raw.reason}; M* = {m_star}{self.param.unit or ''}"

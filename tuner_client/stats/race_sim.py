@@ -80,7 +80,7 @@ class Outcome:
     half_width: float
 
 
-def _measure(scenario: Scenario, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+def _measure(scenario: Scenario, rng: np.random.Generator):
     """A measurement callback over a drifting level (its state lives in the closure)."""
     state = {"log_level": 0.0, "t": 0}
     noise_sd = scenario.round_sd / math.sqrt(2.0)

@@ -61,7 +61,7 @@ def statement_draws(scripts: Sequence[Script], streams: int) -> list[Draw]:
     if streams < 1:
         raise WorkloadError(f"a statement list needs streams >= 1, but got {streams}")
     names = [s.source for s in scripts]
-    texts = [sql.SQL(s.sql[0].text.rstrip().rstrip(";")) for s in scripts]  # type: ignore[arg-type]
+    texts = [sql.SQL(s.sql[0].text.rstrip().rstrip(";")) for s in scripts]
     weights = [s.weight for s in scripts]
 
     def draw(rng: random.Random) -> tuple[str, sql.Composed | sql.SQL]:
