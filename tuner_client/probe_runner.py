@@ -123,7 +123,9 @@ def probe(measurer: Measurer, size: int, seconds: float) -> Probe | str:
     failing workload, is returned as text (the server keeps its last good configuration)."""
     started = time.monotonic()
     measurer.stop()
-    outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False)
+    # a probe reads the miss probability from a cold buffer: no prewarm
+    outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False,
+                             prewarm=False)
     if outcome.failure is not None:
         return outcome.failure
     try:
