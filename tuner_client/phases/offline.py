@@ -203,7 +203,11 @@ def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
     meta = bme_fit.metadata()
     if meta is None or bme_fit.fit is None:
         return
-    state.bme = meta
+    probed = state.bme if state.bme is not None and state.bme.get("source") == "probes" \
+        else None
+    # the prior now comes from throughput points; the probes' decision stays beside it
+    state.bme = {**meta, "source": "throughput",
+                 **({"probe_decision": probed} if probed is not None else {})}
     try:
         ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
                                    sizes=bme_fit.size_range)

@@ -89,14 +89,18 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
 
 def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecision, cost: float,
             failures: list[str], window: tuple[int, int, int] | None) -> None:
-    """Keep the decision for the sessions' metadata and export its fit to the metrics."""
+    """Keep the decision for the sessions' metadata and the summary's ``bme`` (the probes, the
+    fit when there is one, the decision and why, whatever the decision) and export its fit to
+    the metrics."""
     meta: dict[str, Any] = decision.to_dict()
-    meta.update({"pass": label, "probe_cost_s": cost, "failures": failures,
-                 "window": list(window) if window else None})
+    meta.update({"source": "probes", "pass": label, "probe_cost_s": cost,
+                 "failures": failures, "window": list(window) if window else None})
     state.probe_decisions.append(meta)
+    # a flat curve decides "no knee" without a fit: the summary carries the decision all the
+    # same (issue 31: it was null although the probes had decided)
+    state.bme = meta
     if decision.fit is None:
         return
-    state.bme = meta
     try:
         ctx.metrics.record_bme_fit(decision.fit.params, r2=float(decision.fit.r2),
                                    sizes=(float(decision.probes[0].size),
