@@ -101,3 +101,19 @@ def test_a_restart_with_prewarm_finds_the_table_resident(
 def test_prewarm_is_a_measure_option() -> None:
     assert parse_tuner_config("name: x\n").measure.prewarm is True
     assert parse_tuner_config("name: x\nmeasure: {prewarm: false}\n").measure.prewarm is False
+
+
+def test_the_pass_says_what_its_restarts_restored() -> None:
+    from tuner_client.measurer.prewarm import PrewarmResult, prewarm_summary
+
+    assert prewarm_summary([]) is None
+    warm = PrewarmResult("pg_buffercache", blocks=12_800, seconds=0.5, recorded=16_384,
+                         capacity=12_800)
+    cold = PrewarmResult("none", reason="CREATE EXTENSION pg_buffercache failed: denied")
+    assert prewarm_summary([warm, warm]) == ("2 of 2 restart(s) prewarmed (pg_buffercache): "
+                                             "25600 blocks (200 MB of 8 kB) restored in "
+                                             "1.0 s in all")
+    assert prewarm_summary([warm, cold]).endswith(  # type: ignore[union-attr]
+        "; 1 cold: CREATE EXTENSION pg_buffercache failed: denied")
+    assert prewarm_summary([cold]) == ("1 restart(s) not prewarmed: CREATE EXTENSION "
+                                       "pg_buffercache failed: denied")

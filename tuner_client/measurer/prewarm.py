@@ -196,3 +196,20 @@ def _wait_for_autoprewarm(conn: psycopg.Connection[Any], deadline: float) -> Non
         if row is None or int(row[0]) == 0:
             return
         time.sleep(0.2)
+
+
+def prewarm_summary(results: list[PrewarmResult]) -> str | None:
+    """One line on what a pass's warm restarts restored (None: no restart was recorded)."""
+    if not results:
+        return None
+    warm = [r for r in results if r.method != "none"]
+    if not warm:
+        return (f"{len(results)} restart(s) not prewarmed: {results[-1].reason}")
+    blocks = sum(r.blocks for r in warm)
+    seconds = sum(r.seconds for r in warm)
+    methods = sorted({r.method for r in warm})
+    text = (f"{len(warm)} of {len(results)} restart(s) prewarmed ({', '.join(methods)}): "
+            f"{blocks} blocks ({blocks * 8 / 1024:.0f} MB of 8 kB) restored in "
+            f"{seconds:.1f} s in all")
+    cold = [r for r in results if r.method == "none"]
+    return text + (f"; {len(cold)} cold: {cold[-1].reason}" if cold else "")
