@@ -108,6 +108,13 @@ def _autoprewarm_on(conn: psycopg.Connection[Any]) -> bool:
     return row is not None and "pg_prewarm" in str(row[0]) and str(row[1]) == "on"
 
 
+def buffers_in_use(conn: psycopg.Connection[Any]) -> int:
+    """Buffers holding a page now (``pg_buffercache`` must be installed)."""
+    row = conn.execute("SELECT count(*) FROM pg_buffercache "
+                       "WHERE relfilenode IS NOT NULL").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def buffer_capacity(conn: psycopg.Connection[Any]) -> int:
     """shared_buffers in force, in blocks."""
     row = conn.execute("SELECT setting::int8 FROM pg_settings "
@@ -123,7 +130,9 @@ class Prewarmer:
     created: list[str] = field(default_factory=list)
     unavailable: str = ""
 
-    def _extension(self, conn: psycopg.Connection[Any], name: str) -> str:
+    def ensure(self, conn: psycopg.Connection[Any], name: str) -> str:
+        """Make extension ``name`` usable (created and remembered when absent); why not, or
+        an empty string."""
         usable, note = _ensure_extension(conn, name)
         if note == "created":
             self.created.append(name)
@@ -135,7 +144,7 @@ class Prewarmer:
         if self.unavailable:
             return self.unavailable
         try:
-            why = self._extension(conn, "pg_buffercache")
+            why = self.ensure(conn, "pg_buffercache")
             if not why:
                 rows = conn.execute(_RESIDENT_SQL).fetchall()
                 return BufferRecord(tuple((int(r[0]), int(r[1])) for r in rows))
@@ -161,7 +170,7 @@ class Prewarmer:
                 return PrewarmResult("autoprewarm", blocks=min(record.dumped, capacity),
                                      seconds=time.monotonic() - started,
                                      recorded=record.dumped, capacity=capacity)
-            why = self._extension(conn, "pg_prewarm")
+            why = self.ensure(conn, "pg_prewarm")
             if why:
                 return PrewarmResult("none", recorded=len(record.blocks), capacity=capacity,
                                      reason=why)
