@@ -260,6 +260,9 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]
+        # pg_buffercache, created to see whether the probes' buffers filled, is gone again
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname IN "
+                            "('pg_buffercache', 'pg_prewarm')").fetchone()[0] == 0  # type: ignore[index]
 
 
 SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(
