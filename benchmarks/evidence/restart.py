@@ -22,6 +22,7 @@ Run: ``python -m benchmarks.evidence restart [--mix M] [--kinds restart,warm,onl
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -57,9 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=3.0, help="seconds a window")
     parser.add_argument("--windows", type=int, default=10, help="windows after the return")
     parser.add_argument("--tag", default="", help="suffix of the result files")
+    parser.add_argument("--from-json", type=Path, help="re-analyse a measured run")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        measured = json.loads(args.from_json.read_text())
+        measured["analysis"] = analyse(measured)
+        write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), measured,
+                      markdown(measured))
+        return 0
     cfg = headroom_config(args.mix, scale=args.scale, limit=args.memory_limit_mb * MB,
                           quick=False, estimator="count")
     measure = replace(cfg.measure, samples=1, seconds=args.window, warmup_s=0.0, prewarm=True)
@@ -152,6 +160,19 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
             key = kind if est == "qpm" else f"{kind}_progress"
             out[key] = ([t_interval([r[i] for r in rel]) for i in range(len(rel[0]))]
                         if rel else [])
+    # paired: the first window's ratio after a warm restart minus after a cold one, in the
+    # same interleaved block (the kinds run next to each other, so drift cancels)
+    kinds = data.get("kinds", ["restart", "online"])
+    if {"restart", "warm"} <= set(kinds):
+        diffs = []
+        cycles = data["cycles"]
+        for b in range(0, len(cycles) - len(kinds) + 1, len(kinds)):
+            first = {c["kind"]: statistics.fmean(c["qpm"][:1]) / statistics.fmean(c["qpm"][-3:])
+                     for c in cycles[b:b + len(kinds)] if statistics.fmean(c["qpm"][-3:]) > 0}
+            if "restart" in first and "warm" in first:
+                diffs.append(first["warm"] - first["restart"])
+        if len(diffs) >= 2:
+            out["first_window_warm_minus_cold"] = t_interval(diffs)
     warm = [c["prewarm"] for c in data["cycles"] if c["kind"] == "warm" and c.get("prewarm")]
     if warm:
         out["prewarm_blocks"] = t_interval([float(w["blocks"]) for w in warm])
@@ -190,6 +211,9 @@ def markdown(data: dict[str, Any]) -> str:
     if a.get("prewarm_blocks"):
         lines += [f"Warm restarts loaded {interval(a['prewarm_blocks'], 0)} blocks of 8 kB in "
                   f"{interval(a['prewarm_s'])} s (mean, 95 % t interval).", ""]
+    if a.get("first_window_warm_minus_cold"):
+        lines += [f"First window, warm minus cold restart in the same block (by count): "
+                  f"{interval(a['first_window_warm_minus_cold'])} of the settled level.", ""]
     for kind in kinds:
         if a.get(f"restart_s_{kind}"):
             lines.append(f"- restart {_NAMES[kind]}: {interval(a[f'restart_s_{kind}'])} s "
