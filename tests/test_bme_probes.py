@@ -151,3 +151,66 @@ def test_the_probed_search_steps_by_a_share_of_its_start() -> None:
     # on a log-scaled range the step is the factor 1.3: log(1.3) / log(256 / 16)
     assert search_radius(192 * MB, 16 * MB, 256 * MB, 8 * MB, log=True) == \
         pytest.approx(math.log(1.3) / math.log(16))
+
+
+def test_the_summary_bme_carries_every_probe_decision_with_or_without_a_fit() -> None:
+    """``state.bme`` (the summary's ``bme``) holds the probes, the decision and why, also for a
+    flat curve that decides "no knee" without a fit (issue 31: it was null then); with a fit
+    R², M* and P* beside them."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from tuner_client.metrics import TunerMetrics
+    from tuner_client.phases.offline_probes import _record
+    from tuner_client.phases.state import RunContext, RunState
+
+    ctx = cast(RunContext, SimpleNamespace(metrics=TunerMetrics(["shared_buffers"])))
+    flat = decide(_probes(probe_sizes(128 * MB, 1024 * MB, 4, step=8 * MB)),
+                  touched_pages=20_000, low=32 * MB, high=1024 * MB)
+    assert flat.kind == "no-knee" and flat.fit is None
+    state = RunState()
+    _record(ctx, state, "p1-offline", flat, 6.5, [], (128 * MB, 32 * MB, 160 * MB))
+    assert state.bme is not None
+    assert (state.bme["source"], state.bme["decision"], state.bme["pass"]) == \
+        ("probes", "no-knee", "p1-offline")
+    assert "no knee" in state.bme["reason"] and state.bme["probe_cost_s"] == 6.5
+    assert len(state.bme["probes"]) == 4 and len(state.bme["points"]) == 4
+    assert "r2" not in state.bme and state.bme["window"] == [128 * MB, 32 * MB, 160 * MB]
+
+    probes = _probes(probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB))
+    knee = decide(probes, touched_pages=int(TRUE.p_star * ACCESSES), low=8 * MB,
+                  high=256 * MB)
+    assert knee.kind == "knee" and knee.fit is not None
+    state = RunState()
+    _record(ctx, state, "p1-offline", knee, 9.0, [], None)
+    assert state.bme is not None and state.bme["decision"] == "knee"
+    assert state.bme["r2"] == pytest.approx(float(knee.fit.r2))
+    assert state.bme["m_star"] == pytest.approx(float(knee.fit.params.m_star))
+    assert state.bme["p_star"] == pytest.approx(float(knee.fit.params.p_star))
+    assert 0.9 * TRUE.m_star < state.bme["m_star"] < 1.1 * TRUE.m_star
+
+
+def test_a_flat_curve_from_a_buffer_that_never_filled_is_no_knee_found_in_range() -> None:
+    """A flat curve confines the search (no knee: the pages fit) only when the largest
+    probe's buffer was full at the end of its window; otherwise (or unknown) the decision is
+    "no knee found in range" and no window is set, so the search keeps its whole range."""
+    from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
+    from tuner_client.probe_runner import BufferFill
+
+    sizes = probe_sizes(128 * MB, 1024 * MB, 4, step=8 * MB)
+    flat = decide(_probes(sizes), touched_pages=20_000, low=32 * MB, high=1024 * MB)
+    assert flat.kind == "no-knee"
+    largest = 1024 * MB // 8192
+    full = flat_needs_a_full_buffer(flat, {sizes[-1]: BufferFill(largest - 100, largest)})
+    assert full is flat and search_window(full, 32 * MB, 1024 * MB, 8 * MB) is not None
+    for fills in ({sizes[-1]: BufferFill(largest // 3, largest)}, {}):
+        short = flat_needs_a_full_buffer(flat, fills)
+        assert short.kind == "rejected" and not short.usable and short.size is None
+        assert short.reason.startswith("no knee found in range")
+        assert search_window(short, 32 * MB, 1024 * MB, 8 * MB) is None
+    assert "43690 of 131072 buffers" in flat_needs_a_full_buffer(
+        flat, {sizes[-1]: BufferFill(largest // 3, largest)}).reason
+    # a knee is left alone
+    knee = decide(_probes(probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB)),
+                  touched_pages=int(TRUE.p_star * ACCESSES), low=8 * MB, high=256 * MB)
+    assert flat_needs_a_full_buffer(knee, {}) is knee

@@ -252,9 +252,17 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     measured = catalog["shared_buffers"].parse(offline[0].in_force["shared_buffers"])
     assert abs(measured - wanted) <= 256 * KB, (measured, wanted)
     assert any("target miss probability 0.3" in d for d in result.work.decisions)
+    # the summary's bme: the probes, the fit, the decision and why
+    bme = result.to_dict()["bme"]
+    assert bme["source"] == "probes" and bme["decision"] == "knee" and bme["reason"]
+    assert len(bme["probes"]) == 4 and bme["m_star"] == decisions[0]["m_star"]
+    assert 0 < bme["r2"] <= 1 and 0 < bme["p_star"] < 1
     assert decisions[0]["pass"] == "p1-offline"
     with psycopg.connect(cluster.dsn) as conn:
         assert conn.execute("SHOW shared_buffers").fetchone()[0] == before  # type: ignore[index]
+        # pg_buffercache, created to see whether the probes' buffers filled, is gone again
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname IN "
+                            "('pg_buffercache', 'pg_prewarm')").fetchone()[0] == 0  # type: ignore[index]
 
 
 SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(

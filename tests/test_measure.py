@@ -170,7 +170,8 @@ def test_a_restart_gets_its_own_warm_up(tpch_cluster: TpchCluster) -> None:  # n
     ``warmup_s`` after an online change; both as long as configured."""
     with psycopg.connect(tpch_cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
-    config = MeasureConfig(warmup_s=0.2, restart_warmup_s=1.5, samples=1, queries=5)
+    config = MeasureConfig(warmup_s=0.2, restart_warmup_s=1.5, samples=1, queries=5,
+                           prewarm=False)  # a cold restart (tests/test_prewarm.py: warm)
     m = Measurer(ServerAccess(tpch_cluster.dsn, catalog,
                               LocalController(tpch_cluster.cluster, precheck_memory=False)),
                  WorkloadDriver(tpch_cluster.dsn, "2Q6"), config)

@@ -24,6 +24,7 @@ from bme.probe_decision import Probe
 from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
 from tuner_client.measurer import Measurer
+from tuner_client.measurer.prewarm import buffer_capacity, buffers_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,20 @@ SELECT indexrelid::regclass::text, coalesce(idx_blks_hit, 0), coalesce(idx_blks_
        pg_relation_size(indexrelid) / current_setting('block_size')::int
   FROM pg_statio_user_indexes
 """
+
+
+@dataclass(frozen=True)
+class BufferFill:
+    """How full a probe's buffer was at the end of its window: ``used`` of ``capacity``
+    buffers (``pg_buffercache``)."""
+
+    used: int
+    capacity: int
+
+    @property
+    def full(self) -> bool:
+        """Whether the window filled the buffer (within 2 %: a few stay free for new pages)."""
+        return self.capacity > 0 and self.used >= 0.98 * self.capacity
 
 
 @dataclass(frozen=True)
@@ -117,13 +132,30 @@ def settled_io(conn: psycopg.Connection[Any], present: set[int]) -> RelationIO:
     return last
 
 
-def probe(measurer: Measurer, size: int, seconds: float) -> Probe | str:
+def read_fill(measurer: Measurer, conn: psycopg.Connection[Any]) -> BufferFill | None:
+    """How full the buffer is now, or None (logged) without ``pg_buffercache``."""
+    why = measurer.applier.prewarmer.ensure(conn, "pg_buffercache")
+    if why:
+        logger.info("the probes cannot tell whether their buffer filled: %s", why)
+        return None
+    try:
+        return BufferFill(buffers_in_use(conn), buffer_capacity(conn))
+    except psycopg.Error as exc:
+        logger.info("the probes cannot tell whether their buffer filled: %s", exc)
+        return None
+
+
+def probe(measurer: Measurer, size: int, seconds: float,
+          fills: dict[int, BufferFill] | None = None) -> Probe | str:
     """One probe at ``size`` bytes: restart (budget-checked), a ``seconds`` window of the
-    workload from the cold buffer, the statio deltas. A refused or failed restart, or a
-    failing workload, is returned as text (the server keeps its last good configuration)."""
+    workload from the cold buffer, the statio deltas (and, given ``fills``, how full the
+    buffer was at the end, by size). A refused or failed restart, or a failing workload, is
+    returned as text (the server keeps its last good configuration)."""
     started = time.monotonic()
     measurer.stop()
-    outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False)
+    # a probe reads the miss probability from a cold buffer: no prewarm
+    outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False,
+                             prewarm=False)
     if outcome.failure is not None:
         return outcome.failure
     try:
@@ -138,6 +170,9 @@ def probe(measurer: Measurer, size: int, seconds: float) -> Probe | str:
             measurer.stop()
         window_s = time.monotonic() - window_start
         after = settled_io(conn, present)
+        fill = read_fill(measurer, conn) if fills is not None else None
+        if fill is not None and fills is not None:
+            fills[size] = fill
     except (HarmonyError, psycopg.Error) as exc:
         return f"probe at {format_bytes(size)} failed: {exc}"
     hits, reads, touched = window_delta(before, after)
@@ -149,13 +184,14 @@ def probe(measurer: Measurer, size: int, seconds: float) -> Probe | str:
 
 
 def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
-               ) -> tuple[list[Probe], list[str]]:
-    """Probe every size (increasing); returns the probes and the failures' texts. The
-    workload is left stopped and the last probed size in force."""
+               fills: dict[int, BufferFill] | None = None) -> tuple[list[Probe], list[str]]:
+    """Probe every size (increasing); returns the probes and the failures' texts (``fills``
+    gets how full each probe's buffer was). The workload is left stopped and the last
+    probed size in force."""
     probes: list[Probe] = []
     failures: list[str] = []
     for size in sorted(sizes):
-        got = probe(measurer, size, seconds)
+        got = probe(measurer, size, seconds, fills)
         if isinstance(got, str):
             logger.warning("BME probe skipped: %s", got)
             failures.append(got)

@@ -1,25 +1,28 @@
-"""How long throughput takes to recover after a restart, against an online change.
+"""How long throughput takes to recover after a restart, cold or warm, against an online change.
 
 The 320 MB headroom rounds measured the label that followed PGTune's configuration (a
 restart from shared_buffers 80MB back to 128MB) 15.7 % below its round's mean with the 3-s
 warm-up. This measures the recovery directly, in the headroom setup (TPC-H SF 0.4 in a
 320 MB memory cgroup): each cycle puts PGTune-like settings in force with a restart, then
-returns to the default either by a restart (``restart``) or, as a control, first restarts
-into the default, runs 30 s, changes one online knob back and forth (``online``). After the
-return, consecutive ``--window``-s windows are counted without a warm-up. Cycles alternate
-the two kinds; the result is each window's throughput over the mean of the same cycle's last
-three windows (the settled level), with a 95 % t interval over the cycles.
+returns to the default either by a restart from a cold buffer (``restart``), by a warm
+restart (``warm``: the buffer's blocks recorded before it and loaded back with pg_prewarm,
+``measure.prewarm``), or, as a control, first restarts into the default, runs 30 s, changes
+one online knob back and forth (``online``). After the return, consecutive ``--window``-s
+windows are counted without a warm-up. Cycles interleave the kinds (A B B A); the result is
+each window's throughput over the mean of the same cycle's last three windows (the settled
+level), with a 95 % t interval over the cycles, and the warm restarts' blocks and seconds.
 
 Both estimators are recorded per window: ``count`` (completions) and ``progress`` (queries
 credited by their run time inside the window), to see which one a restart biases.
 
-Run: ``python -m benchmarks.evidence restart [--mix M] [--cycles 4] [--window 3] [--windows 10]
-[--tag T]``.
+Run: ``python -m benchmarks.evidence restart [--mix M] [--kinds restart,warm,online]
+[--cycles 4] [--window 3] [--windows 10] [--tag T]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -49,20 +52,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", default="4Q1,4Q16")
     parser.add_argument("--scale", type=float, default=0.4)
     parser.add_argument("--memory-limit-mb", type=int, default=320)
+    parser.add_argument("--kinds", default="restart,warm,online",
+                        help="how the default returns: restart (cold), warm, online")
     parser.add_argument("--cycles", type=int, default=4, help="cycles of each kind")
     parser.add_argument("--window", type=float, default=3.0, help="seconds a window")
     parser.add_argument("--windows", type=int, default=10, help="windows after the return")
     parser.add_argument("--tag", default="", help="suffix of the result files")
+    parser.add_argument("--from-json", type=Path, help="re-analyse a measured run")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        measured = json.loads(args.from_json.read_text())
+        measured["analysis"] = analyse(measured)
+        write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), measured,
+                      markdown(measured))
+        return 0
     cfg = headroom_config(args.mix, scale=args.scale, limit=args.memory_limit_mb * MB,
                           quick=False, estimator="count")
-    measure = replace(cfg.measure, samples=1, seconds=args.window, warmup_s=0.0)
+    measure = replace(cfg.measure, samples=1, seconds=args.window, warmup_s=0.0, prewarm=True)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"--kinds must name some of {', '.join(KINDS)}, got {args.kinds!r}")
     data: dict[str, Any] = {"machine": machine(), "mix": args.mix, "scale": args.scale,
+                            "kinds": kinds,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
-                                       f"--mix {args.mix} --cycles {args.cycles} "
+                                       f"--mix {args.mix} --kinds {','.join(kinds)} "
+                                       f"--scale {args.scale:g} --memory-limit-mb "
+                                       f"{args.memory_limit_mb} --cycles {args.cycles} "
                                        f"--window {args.window:g} --windows {args.windows}"
                                        + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
@@ -76,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         auto_conf = target.controller.read_auto_conf()
         try:
             measurer.start()
-            for c in range(2 * args.cycles):
-                kind = "restart" if c % 2 == 0 else "online"
+            for c, kind in enumerate(interleaved(kinds, args.cycles)):
+                measurer.config = measure  # the way out is the same (warm) in every kind
                 measurer.apply(AWAY, check_budget=False, warm_up=False)
                 time.sleep(5.0)  # the other configuration runs for a while
                 if kind == "online":  # settle in the default first (a restart), then nudge
@@ -86,12 +104,16 @@ def main(argv: list[str] | None = None) -> int:
                     measurer.apply({"random_page_cost": "4.1"}, check_budget=False,
                                    warm_up=False)
                     time.sleep(5.0)
-                measurer.apply(default, check_budget=False, warm_up=False)
+                measurer.config = replace(measure, prewarm=kind == "warm")
+                outcome = measurer.apply(default, check_budget=False, warm_up=False)
                 got = [measurer.workload.sample(seconds=args.window)
                        for _ in range(args.windows)]
                 qpm = [float(g.qpm) for g in got]
                 progress = [g.progress_qpm for g in got]
                 data["cycles"].append({"kind": kind, "qpm": qpm, "progress": progress,
+                                       "restart_s": outcome.restart_s,
+                                       "prewarm": outcome.prewarm.to_dict()
+                                       if outcome.prewarm is not None else None,
                                        "load_average": load_average()})
                 logger.info("cycle %d (%s): count %s, progress %s", c + 1, kind,
                             [round(q) for q in qpm], [round(p or 0) for p in progress])
@@ -109,12 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+KINDS = ("restart", "warm", "online")
+
+
+def interleaved(kinds: list[str], cycles: int) -> list[str]:
+    """``cycles`` of each kind, in blocks that reverse their order every other time
+    (A B, B A, ...), so drift hits every kind alike."""
+    out: list[str] = []
+    for c in range(cycles):
+        out.extend(kinds if c % 2 == 0 else list(reversed(kinds)))
+    return out
+
+
 def analyse(data: dict[str, Any]) -> dict[str, Any]:
     """Per estimator, kind and window: throughput over the cycle's settled level (the mean of
     its last three windows)."""
     out: dict[str, Any] = {}
     for est in ("qpm", "progress"):
-        for kind in ("restart", "online"):
+        for kind in KINDS:
             rel = []
             for c in data["cycles"]:
                 values = c.get(est) or []
@@ -126,32 +160,77 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
             key = kind if est == "qpm" else f"{kind}_progress"
             out[key] = ([t_interval([r[i] for r in rel]) for i in range(len(rel[0]))]
                         if rel else [])
+    # paired: the first window's ratio after a warm restart minus after a cold one, in the
+    # same interleaved block (the kinds run next to each other, so drift cancels)
+    kinds = data.get("kinds", ["restart", "online"])
+    if {"restart", "warm"} <= set(kinds):
+        diffs = []
+        cycles = data["cycles"]
+        for b in range(0, len(cycles) - len(kinds) + 1, len(kinds)):
+            first = {c["kind"]: statistics.fmean(c["qpm"][:1]) / statistics.fmean(c["qpm"][-3:])
+                     for c in cycles[b:b + len(kinds)] if statistics.fmean(c["qpm"][-3:]) > 0}
+            if "restart" in first and "warm" in first:
+                diffs.append(first["warm"] - first["restart"])
+        if len(diffs) >= 2:
+            out["first_window_warm_minus_cold"] = t_interval(diffs)
+    warm = [c["prewarm"] for c in data["cycles"] if c["kind"] == "warm" and c.get("prewarm")]
+    if warm:
+        out["prewarm_blocks"] = t_interval([float(w["blocks"]) for w in warm])
+        out["prewarm_s"] = t_interval([float(w["seconds"]) for w in warm])
+    for kind in KINDS:
+        restarts = [c["restart_s"] for c in data["cycles"]
+                    if c["kind"] == kind and c.get("restart_s")]
+        if restarts:
+            out[f"restart_s_{kind}"] = t_interval([float(r) for r in restarts])
     return out
+
+
+_NAMES = {"restart": "after a cold restart", "warm": "after a warm restart (prewarm)",
+          "online": "after an online change"}
 
 
 def markdown(data: dict[str, Any]) -> str:
     a, w = data["analysis"], data["window_s"]
-    lines = [header("Throughput after a restart against an online change", data["command"],
-                    data["machine"]),
+    kinds = [k for k in data.get("kinds", ["restart", "online"]) if a.get(k)]
+    cycles = sum(1 for c in data["cycles"] if c["kind"] == kinds[0]) if kinds else 0
+    lines = [header("Throughput after a restart, cold or warm, against an online change",
+                    data["command"], data["machine"]),
              f"Mix `{data['mix']}`, TPC-H SF {data['scale']:g} in a "
              f"{data['memory_limit_mb']} MB memory cgroup. Each cycle: PGTune-like settings "
-             f"{AWAY} (a restart), then back to the default by a restart, or (control) by an "
-             f"online change after 30 s in the default. {w:g}-s windows after the return, no "
-             f"warm-up; each over the mean of its cycle's last three windows, 95 % t interval "
-             f"over {len(data['cycles']) // 2} cycles of each kind. Wall {data['wall_s']:.0f} s; "
-             f"load at the end {data['load_average_end']}.", "",
-             "| seconds after the return | count, after a restart | count, after an online "
-             "change | progress, after a restart | progress, after an online change |",
-             "|---|---|---|---|---|"]
+             f"{AWAY} (a restart), then back to the default by a cold restart, a warm restart "
+             f"(the buffer's blocks recorded before it with pg_buffercache, loaded back with "
+             f"pg_prewarm), or (control) by an online change after 30 s in the default; kinds "
+             f"interleaved A B, B A. {w:g}-s windows after the return, no warm-up; each over "
+             f"the mean of its cycle's last three windows, 95 % t interval over {cycles} "
+             f"cycles of each kind. Wall {data['wall_s']:.0f} s; load at the end "
+             f"{data['load_average_end']}.", ""]
+
+    def interval(x: Any, digits: int = 2) -> str:
+        return f"{x[0]:.{digits}f} ({x[1]:.{digits}f}–{x[2]:.{digits}f})"
+
+    if a.get("prewarm_blocks"):
+        lines += [f"Warm restarts loaded {interval(a['prewarm_blocks'], 0)} blocks of 8 kB in "
+                  f"{interval(a['prewarm_s'])} s (mean, 95 % t interval).", ""]
+    if a.get("first_window_warm_minus_cold"):
+        lines += [f"First window, warm minus cold restart in the same block (by count): "
+                  f"{interval(a['first_window_warm_minus_cold'])} of the settled level.", ""]
+    for kind in kinds:
+        if a.get(f"restart_s_{kind}"):
+            lines.append(f"- restart {_NAMES[kind]}: {interval(a[f'restart_s_{kind}'])} s "
+                         f"(stop, start and any prewarm)")
+    lines += ["", "| seconds after the return | "
+              + " | ".join(f"count, {_NAMES[k]}" for k in kinds) + " | "
+              + " | ".join(f"progress, {_NAMES[k]}" for k in kinds) + " |",
+              "|---|" + "---|" * (2 * len(kinds))]
 
     def cell(rows: list[Any], i: int) -> str:
-        return f"{rows[i][0]:.2f} ({rows[i][1]:.2f}–{rows[i][2]:.2f})" if i < len(rows) \
-            else "–"
+        return interval(rows[i]) if i < len(rows) and rows[i][1] == rows[i][1] else (
+            f"{rows[i][0]:.2f}" if i < len(rows) else "–")
 
-    for i in range(len(a["restart"])):
-        lines.append(f"| {i * w:g}–{(i + 1) * w:g} | {cell(a['restart'], i)} | "
-                     f"{cell(a['online'], i)} | {cell(a.get('restart_progress', []), i)} | "
-                     f"{cell(a.get('online_progress', []), i)} |")
+    for i in range(max((len(a[k]) for k in kinds), default=0)):
+        lines.append(f"| {i * w:g}–{(i + 1) * w:g} | "
+                     + " | ".join(cell(a[k], i) for k in kinds) + " | "
+                     + " | ".join(cell(a.get(f"{k}_progress", []), i) for k in kinds) + " |")
     return "\n".join(lines) + "\n"
 
 

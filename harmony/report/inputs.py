@@ -256,6 +256,8 @@ def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | Non
         return None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected an object with p_star, p_c, m_b, m_star")
+    if data.get("decision") and all(data.get(k) is None for k in PARAM_KEYS):
+        return None  # the probes decided without a fit (a flat curve): nothing to draw
     params = BMEParams.from_dict({k: data.get(k) for k in PARAM_KEYS}, source=source)
     points = []
     for item in data.get("points", []) or []:

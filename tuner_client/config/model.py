@@ -144,6 +144,11 @@ class MeasureConfig:
     #: ``warmup_s``: a restart empties shared_buffers, and the label measured after one in the
     #: 320 MB headroom rounds (3-s warm-up) came out 15.7 % below its round; None: warmup_s
     restart_warmup_s: float | None = None
+    #: warm restarts: the buffer's blocks recorded before every restart (``pg_buffercache``)
+    #: and loaded back after it (``pg_prewarm``), hottest first up to the new size, so the
+    #: windows after a restart measure the configuration, not an empty cache; the warm-up
+    #: after a prewarmed restart is then ``warmup_s``
+    prewarm: bool = True
     samples: int = 3
     aggregate: str = "median"
     queries: int | None = 20

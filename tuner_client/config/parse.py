@@ -151,6 +151,7 @@ def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
     return MeasureConfig(warmup_s=float(ms.get("warmup_s", MeasureConfig.warmup_s)),
                          restart_warmup_s=(None if restart_warmup is None
                                            else float(restart_warmup)),
+                         prewarm=bool(ms.get("prewarm", MeasureConfig.prewarm)),
                          samples=int(ms.get("samples", MeasureConfig.samples)),
                          aggregate=ms.get("aggregate", MeasureConfig.aggregate),
                          queries=queries,

@@ -129,6 +129,7 @@ TUNER_SCHEMA: dict[str, Any] = {
             "properties": {
                 "warmup_s": {"type": "number", "minimum": 0},
                 "restart_warmup_s": {"type": ["number", "null"], "minimum": 0},
+                "prewarm": {"type": "boolean"},
                 "samples": {"type": "integer", "minimum": 1, "maximum": 100},
                 "aggregate": {"enum": ["best", "median", "mean"]},
                 "queries": {"type": ["integer", "null"], "minimum": 1},

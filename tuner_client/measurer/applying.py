@@ -20,6 +20,7 @@ from tuner_client.apply import apply_online_knobs, reload_and_wait
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.in_force import InForce
 from tuner_client.measurer.options import ApplyHooks, ServerAccess
+from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, PrewarmResult
 from tuner_client.measurer.traffic import Traffic
 
 logger = logging.getLogger(__name__)
@@ -48,15 +49,22 @@ class ApplyOutcome:
     restart_s: float | None = None
     apply_s: float | None = None
     failure: str | None = None
+    #: what the warm restart loaded back into the buffer (None: no restart, or prewarm off)
+    prewarm: PrewarmResult | None = None
 
 
 class Applier:
     """Changes the server's configuration: only what differs from :class:`InForce`, online
     knobs by ALTER SYSTEM and reload, offline knobs by a restart the controller rolls back
-    when the server does not come up. ``applied_log`` keeps every configuration sent."""
+    when the server does not come up. ``applied_log`` keeps every configuration sent.
+
+    With ``prewarm`` every restart is warm (:mod:`tuner_client.measurer.prewarm`): the
+    buffer's blocks are recorded before it and loaded back after it; ``prewarms`` keeps what
+    each restart restored."""
 
     def __init__(self, server: ServerAccess, hooks: ApplyHooks, in_force: InForce,
-                 connection: AdminConnection, traffic: Traffic) -> None:
+                 connection: AdminConnection, traffic: Traffic, *,
+                 prewarm: bool = True) -> None:
         self.controller = server.controller
         self.restart_timeout_s = server.restart_timeout_s
         self.feasible = hooks.feasible
@@ -65,10 +73,16 @@ class Applier:
         self.connection = connection
         self.traffic = traffic
         self.applied_log: list[dict[str, str]] = []
+        self.prewarm = prewarm
+        self.prewarmer = Prewarmer()
+        self.prewarms: list[PrewarmResult] = []
+        #: what the latest restart restored (None: prewarm off)
+        self.last_prewarm: PrewarmResult | None = None
 
-    def change(self, settings: Mapping[str, str], *,
-               check_budget: bool = True) -> tuple[ApplyOutcome, bool]:
-        """Put ``settings`` in force, and say whether a restart was part of it."""
+    def change(self, settings: Mapping[str, str], *, check_budget: bool = True,
+               prewarm: bool = True) -> tuple[ApplyOutcome, bool]:
+        """Put ``settings`` in force, and say whether a restart was part of it
+        (``prewarm=False``: a restart leaves the buffer cold even when prewarm is on)."""
         changed = self.in_force.differs(settings)
         if not changed:
             return ApplyOutcome(changed=False), False
@@ -81,7 +95,8 @@ class Applier:
         online = {n: v for n, v in changed.items() if n not in offline}
         outcome = ApplyOutcome(changed=True)
         if offline:
-            outcome.restart_s, outcome.failure = self.restart(offline)
+            outcome.restart_s, outcome.failure = self.restart(offline, prewarm=prewarm)
+            outcome.prewarm = self.last_prewarm
             if outcome.failure is not None:
                 return outcome, True
         if online:
@@ -103,7 +118,8 @@ class Applier:
         apply_online_knobs(self.connection.live(), self.in_force.catalog, online)
         self.in_force.values.update(online)
 
-    def restart(self, offline: dict[str, str]) -> tuple[float, str | None]:
+    def restart(self, offline: dict[str, str], *,
+                prewarm: bool = True) -> tuple[float, str | None]:
         """Restart the server with ``offline`` (the workload paused): the seconds it took and
         why it failed (the controller then restored the last good configuration)."""
         if self.controller is None:
@@ -112,6 +128,7 @@ class Applier:
         logger.info("restarting PostgreSQL with %s", offline)
         self.applied_log.append(dict(offline))
         was_running = self.traffic.running
+        record = self.record_buffer() if prewarm else None
         self.traffic.stop()
         self.connection.close()
         started = time.monotonic()
@@ -131,9 +148,38 @@ class Applier:
             logger.warning("%s (after %.1f s); the controller restored the last good "
                            "configuration", failure, elapsed)
             self.in_force.refresh(self.connection, list(offline))
+        self.load_buffer(record)
         if was_running:
             self.traffic.start()
         return elapsed, failure
+
+    def record_buffer(self) -> BufferRecord | str | None:
+        """Before a restart: the buffer's blocks, hottest first, or why not (None: prewarm
+        off)."""
+        if not self.prewarm:
+            return None
+        try:
+            return self.prewarmer.record(self.connection.live())
+        except (HarmonyError, psycopg.Error) as exc:
+            return f"the buffer could not be read before the restart: {exc}"
+
+    def load_buffer(self, record: BufferRecord | str | None) -> None:
+        """After a restart: load ``record`` back (the workload still stopped), keep what it
+        restored in ``last_prewarm`` and ``prewarms``."""
+        self.last_prewarm = None
+        if record is None:
+            return
+        try:
+            result = self.prewarmer.load(self.connection.live(), record)
+        except (HarmonyError, psycopg.Error) as exc:
+            result = PrewarmResult("none", reason=f"the server was not reachable after the "
+                                                  f"restart: {exc}")
+        if result.method == "none":
+            logger.info("restart not prewarmed: %s", result.reason)
+        else:
+            logger.info("warm restart: %s", result.text())
+        self.last_prewarm = result
+        self.prewarms.append(result)
 
     def restarted(self, seconds: float, ok: bool) -> None:
         if self.on_restart is not None:
@@ -160,8 +206,20 @@ class Applier:
 
         With ``auto_conf`` (the original ``postgresql.auto.conf`` text) and a controller that
         can write it, the file itself is restored, so knobs that were at their defaults go
-        back to *not set* rather than to an explicit value.
+        back to *not set* rather than to an explicit value. Extensions created for warm
+        restarts are dropped afterwards.
         """
+        try:
+            return self._restore(settings, auto_conf)
+        finally:
+            if self.prewarmer.created:
+                try:
+                    self.prewarmer.cleanup(self.connection.live())
+                except (HarmonyError, psycopg.Error) as exc:
+                    logger.warning("could not drop the extensions %s created for warm "
+                                   "restarts: %s", self.prewarmer.created, exc)
+
+    def _restore(self, settings: Mapping[str, str], auto_conf: str | None) -> str:
         self.traffic.stop()
         differs = self.in_force.differs(settings)
         if auto_conf is not None and self.controller is not None \
@@ -188,6 +246,7 @@ class Applier:
         """Write the original ``postgresql.auto.conf`` back, then restart (an offline knob
         differs) or reload: what was done, or ``None`` and what still differs."""
         offline = self.in_force.offline(differs)
+        record = self.record_buffer() if offline else None
         self.connection.close()
         try:
             controller.write_auto_conf(auto_conf)
@@ -200,6 +259,7 @@ class Applier:
             controller.stop_server(self.restart_timeout_s)
             controller.start_server(self.restart_timeout_s)
             self.restarted(time.monotonic() - started, True)
+            self.load_buffer(record)
         elif not reload_and_wait(self.connection.get(), self.restart_timeout_s):
             logger.warning("the reload after restoring postgresql.auto.conf was not "
                            "seen within %.0f s", self.restart_timeout_s)

@@ -61,7 +61,8 @@ class Measurer:
         self.settings = InForce(server.catalog)
         self.server = ServerProcess(self.connection)
         self.applier = Applier(server, hooks if hooks is not None else ApplyHooks(),
-                               self.settings, self.connection, self.traffic)
+                               self.settings, self.connection, self.traffic,
+                               prewarm=config.prewarm)
         self.trips = TripHandler(live, self.settings, self.applier)
         self.reference = Reference(live)
         self.windows = Sampler(config, SamplerParts(self.traffic, self.connection, self.server,
@@ -88,6 +89,7 @@ class Measurer:
     @config.setter
     def config(self, config: MeasureConfig) -> None:
         self.windows.config = config
+        self.applier.prewarm = config.prewarm
 
     @property
     def guard(self) -> Guardrail | None:
@@ -127,9 +129,14 @@ class Measurer:
 
     # -- applying and measuring --------------------------------------------------------------
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
-              warm_up: bool = True) -> ApplyOutcome:
+              warm_up: bool = True, prewarm: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force (a restart when an offline knob changes); warm up
         (``warm_up=False``: not, e.g. for a buffer probe that measures from a cold buffer).
+
+        With ``measure.prewarm`` a restart is warm: the buffer's blocks are loaded back
+        (``prewarm=False``: not for this apply), and the warm-up after it is
+        ``measure.warmup_s`` (for what prewarming cannot restore) instead of
+        ``measure.restart_warmup_s``.
 
         Returns what happened; a failure leaves the server running with its last good
         configuration (the controller rolls back a restart that does not come up). The first
@@ -141,10 +148,13 @@ class Measurer:
         self.trips.before_first_apply()
         if estimator in CPU_ESTIMATORS and not self.server.cpu_checked:
             self.server.check_cpu_readable(estimator)
-        outcome, restarted = self.applier.change(settings, check_budget=check_budget)
+        outcome, restarted = self.applier.change(settings, check_budget=check_budget,
+                                                 prewarm=prewarm)
+        warm = outcome.prewarm is not None and outcome.prewarm.blocks > 0
         if warm_up and outcome.changed and outcome.failure is None:
             try:
-                self.windows.warm_up(self.config.restart_warmup_s if restarted else None)
+                self.windows.warm_up(self.config.restart_warmup_s
+                                     if restarted and not warm else None)
             except GuardrailTrip as trip:
                 self.trips.tripped(trip)
                 outcome.failure = f"sampling failed: {trip.reason}"
@@ -169,6 +179,7 @@ class Measurer:
         outcome = self.apply(settings, check_budget=check_budget)
         record.restart_s, record.apply_s, record.failure = (outcome.restart_s, outcome.apply_s,
                                                             outcome.failure)
+        record.prewarm = outcome.prewarm.to_dict() if outcome.prewarm is not None else None
         # every tuned knob's value in force (what was refused leaves the previous values)
         record.in_force = dict(self.in_force)
         if outcome.failure is not None:

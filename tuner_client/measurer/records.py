@@ -55,6 +55,8 @@ class PointRecord:
     restart_s: float | None = None
     apply_s: float | None = None
     failure: str | None = None
+    #: what the warm restart before it loaded back (:class:`PrewarmResult` as a dict)
+    prewarm: dict[str, Any] | None = None
     value: float | None = None  # the aggregate of the samples
     started: float = field(default_factory=time.time)
     #: the counters over the whole point (after warm-up to after the last sample, waiting

@@ -23,6 +23,7 @@ from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measurer import PointRecord
+from tuner_client.measurer.prewarm import prewarm_summary
 from tuner_client.phases.offline_bme_fit import OfflineBMEFit
 from tuner_client.phases.offline_probes import ProbeAdvice, probe_shared_buffers
 from tuner_client.phases.session_loop import run_session
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     """Run pass ``n``'s offline session(s); returns the best value measured, if any."""
-    cfg, space, measurer = ctx.config, ctx.offline_space, ctx.measurer
+    space, measurer = ctx.offline_space, ctx.measurer
     label = f"p{n}-offline"
     if not space.names:
         state.decide(f"{label}: no restart-time knob to search (offline.knobs is empty, e.g. "
@@ -43,6 +44,19 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     start = space.point_from_settings(state.best_or_current(ctx, space.names))
     make_room_for_shared_buffers(ctx, state, label, space, start)
     first = len(state.records)
+    warm_from = len(measurer.applier.prewarms)
+    try:
+        return _offline_sessions(ctx, state, n, label, space, start, first)
+    finally:
+        said = prewarm_summary(measurer.applier.prewarms[warm_from:])
+        if said is not None:
+            state.decide(f"{label}: warm restarts (measure.prewarm): {said}")
+
+
+def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, space: KnobSpace,
+                      start: dict[str, Any], first: int) -> float | None:
+    """The pass's probes and sessions (with a usable probe decision, the probed search)."""
+    cfg, measurer = ctx.config, ctx.measurer
     probed = probe_shared_buffers(ctx, state, label, space)
     if probed is not None:
         return _probed_search(ctx, state, n, label, space, probed, first)
@@ -203,7 +217,11 @@ def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
     meta = bme_fit.metadata()
     if meta is None or bme_fit.fit is None:
         return
-    state.bme = meta
+    probed = state.bme if state.bme is not None and state.bme.get("source") == "probes" \
+        else None
+    # the prior now comes from throughput points; the probes' decision stays beside it
+    state.bme = {**meta, "source": "throughput",
+                 **({"probe_decision": probed} if probed is not None else {})}
     try:
         ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
                                    sizes=bme_fit.size_range)

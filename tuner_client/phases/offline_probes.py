@@ -7,7 +7,7 @@ the offline search runs (:func:`bme.probe_decision.search_window`), or why it ca
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bme.probe_decision import (
@@ -21,7 +21,7 @@ from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.probe_runner import run_probes, touched_pages
+from tuner_client.probe_runner import BufferFill, run_probes, touched_pages
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
         return None
     before = measurer.in_force["shared_buffers"]  # tracked always (the budget reads it)
     sizes = probe_sizes(low, high, cfg.probes, step)
-    probes, failures = run_probes(measurer, sizes, cfg.probe_seconds)
+    fills: dict[int, BufferFill] = {}
+    probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills)
     # the last probed size is not left in force
     outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
     if outcome.failure is not None:
@@ -65,6 +66,7 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
                        before, outcome.failure)
     decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
                       min_r2=cfg.min_r2, target_miss=cfg.target_miss)
+    decision = flat_needs_a_full_buffer(decision, fills)
     cost = sum(p.cost_s for p in probes)
     window = search_window(decision, low, high, step)
     _record(ctx, state, label, decision, cost, failures, window)
@@ -87,16 +89,41 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
                        search_radius(start, lo, hi, step, log=param.log))
 
 
+def flat_needs_a_full_buffer(decision: ProbeDecision,
+                             fills: dict[int, BufferFill]) -> ProbeDecision:
+    """A flat curve says the workload's pages fit only when the largest probe's buffer was
+    full; from a buffer that never filled (a short window from a cold start, data larger
+    than the probes) it says nothing of the knee, so the decision becomes "no knee found in
+    range" and the search keeps its whole range (issue 31)."""
+    if decision.kind != "no-knee" or not decision.probes:
+        return decision
+    largest = max(decision.probes, key=lambda p: p.size)
+    fill = fills.get(largest.size)
+    if fill is not None and fill.full:
+        return decision
+    seen = (f"{fill.used} of {fill.capacity} buffers held a page at the end of its window"
+            if fill is not None else "whether its buffer filled is unknown (no pg_buffercache)")
+    return replace(decision, kind="rejected",
+                   reason=f"no knee found in range: the curve is flat but the largest probe "
+                          f"({format_bytes(largest.size)}) never saw a full buffer ({seen}), "
+                          f"so the flat curve may be compulsory misses of a cold buffer; "
+                          f"the search keeps its whole range", size=None)
+
+
 def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecision, cost: float,
             failures: list[str], window: tuple[int, int, int] | None) -> None:
-    """Keep the decision for the sessions' metadata and export its fit to the metrics."""
+    """Keep the decision for the sessions' metadata and the summary's ``bme`` (the probes, the
+    fit when there is one, the decision and why, whatever the decision) and export its fit to
+    the metrics."""
     meta: dict[str, Any] = decision.to_dict()
-    meta.update({"pass": label, "probe_cost_s": cost, "failures": failures,
-                 "window": list(window) if window else None})
+    meta.update({"source": "probes", "pass": label, "probe_cost_s": cost,
+                 "failures": failures, "window": list(window) if window else None})
     state.probe_decisions.append(meta)
+    # a flat curve decides "no knee" without a fit: the summary carries the decision all the
+    # same (issue 31: it was null although the probes had decided)
+    state.bme = meta
     if decision.fit is None:
         return
-    state.bme = meta
     try:
         ctx.metrics.record_bme_fit(decision.fit.params, r2=float(decision.fit.r2),
                                    sizes=(float(decision.probes[0].size),

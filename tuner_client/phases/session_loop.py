@@ -159,6 +159,7 @@ class SampledTrials(Trials):
                                                  settings=settings)
             outcome = self.measurer.apply(settings)
             current.restart_s, current.apply_s = outcome.restart_s, outcome.apply_s
+            current.prewarm = outcome.prewarm.to_dict() if outcome.prewarm is not None else None
             current.in_force = dict(self.measurer.in_force)
             if outcome.failure is not None:
                 return self._failed(current, outcome.failure)
