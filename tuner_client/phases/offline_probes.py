@@ -84,8 +84,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
                  f"{format_bytes(max(0, high - hi))} of the shared_buffers cap to the online "
                  f"knobs and the OS cache")
     state.recommended = {**ctx.original, "shared_buffers": format_bytes(start)}
-    return ProbeAdvice(decision, int(knob.session_value(start)),  # type: ignore[arg-type]
-                       (int(knob.session_value(lo)), int(knob.session_value(hi))),  # type: ignore[arg-type]
+    return ProbeAdvice(decision, int(knob.session_value(start)),
+                       (int(knob.session_value(lo)), int(knob.session_value(hi))),
                        search_radius(start, lo, hi, step, log=param.log))
 
 
