@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 _STATUS_TEXT = {200: "OK", 201: "Created",
                 400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
-                     "nesting too deep) or invalid definition (bad constraint, unknown strategy)",
+                     "nesting too deep, text that is not UTF-8, a control character in a "
+                     "name) or invalid definition (bad constraint, unknown strategy)",
                 404: "Unknown session, trial or client", 409: "Conflict with the session's "
                 "state (session exists; lease lost or held by another client, named in 'holder')",
                 413: "Request body too large", 401: "Missing or wrong bearer token",

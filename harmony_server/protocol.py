@@ -38,10 +38,6 @@ MAX_WAIT = 3600.0  # seconds a fetch may ask to wait (the server caps it at --ma
 MAX_DEPTH = 32  # nesting levels of a request body (objects and arrays)
 
 
-
-
-
-
 #: error kind and HTTP status for each exception class (first match wins)
 ERROR_STATUS: tuple[tuple[type[BaseException], str, int], ...] = (
     (SessionBrokenError, "session_broken", 500),
@@ -67,7 +63,12 @@ def error_kind(exc: BaseException) -> tuple[str, int]:
     return "internal", 500
 
 
-_CLIENT_ID = {"type": "string", "minLength": 1, "maxLength": 200}
+#: a string that names something (a client, a request, a host) holds no control character
+#: (a newline in a client id would forge log lines); said as "not this pattern" because
+#: Python's ``$`` also matches before a final newline
+NO_CONTROL = {"pattern": "[\\x00-\\x1f\\x7f-\\x9f]"}
+_CLIENT_ID = {"type": "string", "minLength": 1, "maxLength": 200, "not": NO_CONTROL}
+_REQUEST_ID = {"type": "string", "minLength": 1, "maxLength": 100, "not": NO_CONTROL}
 #: integers the store keeps must fit its 64-bit INTEGER columns
 MAX_INT64 = 2**63 - 1
 _TRIAL_ID = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
@@ -75,7 +76,7 @@ _HOST = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "hostname": {"type": "string", "maxLength": 255},
+        "hostname": {"type": "string", "maxLength": 255, "not": NO_CONTROL},
         "cpu_count": {"type": ["integer", "null"], "minimum": 0, "maximum": 1_000_000},
         "ram_bytes": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_INT64},
         "os": {"type": "string", "maxLength": 255},
@@ -99,15 +100,12 @@ REQUEST_SCHEMAS: dict[str, dict[str, Any]] = {
     "create": _body({"definition": {"type": "object"}, "exist_ok": {"type": "boolean"}},
                     ["definition"]),
     "join": _body({"client": _CLIENT_ID, "host": _HOST}, ["client"]),
-    "fetch": _body({"client": _CLIENT_ID, "wait": _WAIT,
-                    "request": {"type": "string", "minLength": 1, "maxLength": 100}}, ["client"]),
+    "fetch": _body({"client": _CLIENT_ID, "wait": _WAIT, "request": _REQUEST_ID}, ["client"]),
     "report": {
         **_body({"client": _CLIENT_ID, "trial_id": _TRIAL_ID, "value": {"type": "number"},
                  "failure": {"type": "boolean"}, "reason": {"type": "string", "maxLength": 4000},
                  # piggybacked fetch: answer with the next trial for the same client
-                 "next": _body({"wait": _WAIT,
-                                "request": {"type": "string", "minLength": 1,
-                                            "maxLength": 100}})},
+                 "next": _body({"wait": _WAIT, "request": _REQUEST_ID})},
                 ["client", "trial_id"]),
         "oneOf": [
             {"required": ["value"], "not": {"required": ["failure"]}},
@@ -126,8 +124,9 @@ _VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
                for name, schema in REQUEST_SCHEMAS.items()}
 
 
-def _is_str(value: Any, longest: int) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= longest
+def _is_name(value: Any, longest: int) -> bool:
+    # isprintable() is stricter than NO_CONTROL: what it refuses goes the slow way
+    return isinstance(value, str) and 0 < len(value) <= longest and value.isprintable()
 
 
 def _is_number(value: Any) -> bool:
@@ -146,20 +145,21 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
     """
     if operation == "fetch":
         return (body.keys() <= {"client", "wait", "request"}
-                and _is_str(body.get("client"), 200)
+                and _is_name(body.get("client"), 200)
                 and ("wait" not in body or _is_wait(body["wait"]))
-                and ("request" not in body or _is_str(body["request"], 100)))
+                and ("request" not in body or _is_name(body["request"], 100)))
     if operation == "report":
         trial_id = body.get("trial_id")
-        if not (isinstance(trial_id, int) and not isinstance(trial_id, bool) and trial_id >= 0):
+        if not (isinstance(trial_id, int) and not isinstance(trial_id, bool)
+                and 0 <= trial_id <= MAX_INT64):
             return False
-        if not _is_str(body.get("client"), 200):
+        if not _is_name(body.get("client"), 200):
             return False
         if "next" in body:
             nxt = body["next"]
             if not (isinstance(nxt, dict) and nxt.keys() <= {"wait", "request"}
                     and ("wait" not in nxt or _is_wait(nxt["wait"]))
-                    and ("request" not in nxt or _is_str(nxt["request"], 100))):
+                    and ("request" not in nxt or _is_name(nxt["request"], 100))):
                 return False
         keys = body.keys() - {"client", "trial_id", "next"}
         if keys == {"value"}:
@@ -174,9 +174,26 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
 _NON_FINITE_ALLOWED = {("report", ("value",))}
 
 
+def _check_text(operation: str, where: str, text: str) -> None:
+    """:class:`ProtocolError` unless ``text`` can be encoded as UTF-8 (the store's encoding).
+
+    JSON may carry a lone surrogate (``"\\ud800"``) that no store can write: refused here,
+    before any session sees it, so a command never half-happens.
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(
+            f"{operation}: {where}: the text is not valid UTF-8 (character {exc.start} is a "
+            f"lone surrogate {text[exc.start]!r}); send well-formed Unicode text") from None
+
+
 def check_json_values(operation: str, body: Any) -> None:
     """:class:`ProtocolError` for a body nested deeper than :data:`MAX_DEPTH`, holding a
-    non-finite number where one is not allowed, or a value JSON cannot carry."""
+    non-finite number where one is not allowed, a string (or key) that is not UTF-8 text,
+    or a value JSON cannot carry."""
     stack: list[tuple[tuple[Any, ...], Any]] = [((), body)]
     while stack:
         path, value = stack.pop()
@@ -189,6 +206,7 @@ def check_json_values(operation: str, body: Any) -> None:
                 if not isinstance(key, str):
                     raise ProtocolError(f"{operation}: {where}: keys must be strings, "
                                         f"got {key!r}")
+                _check_text(operation, f"{where} (a key)", key)
                 stack.append((path + (key,), item))
         elif isinstance(value, list):
             stack.extend((path + (i,), item) for i, item in enumerate(value))
@@ -196,7 +214,9 @@ def check_json_values(operation: str, body: Any) -> None:
             if not math.isfinite(value) and (operation, path) not in _NON_FINITE_ALLOWED:
                 raise ProtocolError(f"{operation}: {where} must be a finite number, got "
                                     f"{value!r} (NaN and infinities are not accepted here)")
-        elif not (value is None or isinstance(value, str | int)):  # bool is an int
+        elif isinstance(value, str):
+            _check_text(operation, where, value)
+        elif not (value is None or isinstance(value, int)):  # bool is an int
             raise ProtocolError(f"{operation}: {where}: {type(value).__name__} values are not "
                                 f"accepted; use strings, numbers, booleans, null, lists and "
                                 f"mappings")
@@ -221,6 +241,9 @@ def validate_request(operation: str, body: Any) -> dict[str, Any]:
             extra = sorted(set(err.instance) - set(allowed))
             raise ProtocolError(f"{operation}: unknown key {extra[0]!r} in {key}; "
                                 f"allowed keys: {allowed}")
+        if err.validator == "not" and err.validator_value == NO_CONTROL:
+            raise ProtocolError(f"{operation}: {key} must be printable text (no control "
+                                f"characters), got {err.instance!r}")
         if err.validator == "oneOf" and operation == "report":
             raise ProtocolError("report: give either 'value' (a number) or 'failure': true "
                                 "with a 'reason', not both and not neither")
