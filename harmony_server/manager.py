@@ -131,19 +131,50 @@ class SessionManager:
         With ``exist_ok`` an existing session of the same name and definition is returned;
         a different definition under the same name is always a conflict.
         """
-        definition = SessionDefinition.from_dict(data, source="session definition")
-        canonical = definition.to_dict()
+        definition = self.parse(data)
+        existing = self.existing(definition, exist_ok=exist_ok)
+        if existing is not None:
+            return existing, False
+        return self.add(self.build(definition), exist_ok=exist_ok)
+
+    # the three steps of ``create``: the HTTP layer runs parse and build on a worker thread
+    @staticmethod
+    def parse(data: Mapping[str, Any]) -> SessionDefinition:
+        """Check a definition dict (pure: no session or store is touched)."""
+        return SessionDefinition.from_dict(data, source="session definition")
+
+    def existing(self, definition: SessionDefinition, *, exist_ok: bool
+                 ) -> HostedSession | None:
+        """The session already hosted under the definition's name, when ``exist_ok`` allows
+        it; :class:`SessionExistsError` when the name is taken otherwise."""
         existing = self.sessions.get(definition.name)
-        if existing is not None or definition.name in self.broken:
-            if existing is not None and exist_ok and existing.definition.to_dict() == canonical:
-                return existing, False
-            why = ("with a different definition" if exist_ok else
-                   "(pass exist_ok to join it, or pick another name)")
-            raise SessionExistsError(f"a session named {definition.name!r} already exists {why}")
-        created = time.time()
-        hosted = HostedSession(definition, self.store, created=created, stats=self.stats)
+        if existing is None and definition.name not in self.broken:
+            return None
+        if existing is not None and exist_ok and \
+                existing.definition.to_dict() == definition.to_dict():
+            return existing
+        why = ("with a different definition" if exist_ok else
+               "(pass exist_ok to join it, or pick another name)")
+        raise SessionExistsError(f"a session named {definition.name!r} already exists {why}")
+
+    def build(self, definition: SessionDefinition) -> HostedSession:
+        """A new session's core, plugins and strategy (pure work: no store, no registry)."""
+        return HostedSession(definition, self.store, created=time.time(), stats=self.stats)
+
+    def add(self, hosted: HostedSession, *, exist_ok: bool = False
+            ) -> tuple[HostedSession, bool]:
+        """Store and host a session :meth:`build` made; ``(session, created)``."""
+        definition = hosted.definition
         try:
-            self.store.create_session(definition.name, canonical, created)
+            existing = self.existing(definition, exist_ok=exist_ok)  # created meanwhile?
+        except SessionExistsError:
+            hosted.close()
+            raise
+        if existing is not None:
+            hosted.close()
+            return existing, False
+        try:
+            self.store.create_session(definition.name, definition.to_dict(), hosted.created)
         except StoreError as exc:
             hosted.close()
             raise UnavailableError(f"could not store session {definition.name!r}: {exc}") from None

@@ -30,12 +30,18 @@ from harmony.base.errors import (
 from harmony.core.leased import finite_or_failure
 
 __all__ = ["ConflictError", "LeaseLostError", "REQUEST_SCHEMAS", "SessionBrokenError",
-           "SessionExistsError", "UnavailableError", "UnsupportedMediaError", "check_json_values",
-           "error_kind", "finite_or_failure", "validate_request"]
+           "SessionExistsError", "UnavailableError", "UnsupportedMediaError",
+           "check_definition_size", "check_json_values", "error_kind", "finite_or_failure",
+           "validate_request"]
 
 #: the limits every request is held to (stated in the OpenAPI document and the README)
 MAX_WAIT = 3600.0  # seconds a fetch may ask to wait (the server caps it at --max-wait)
 MAX_DEPTH = 32  # nesting levels of a request body (objects and arrays)
+MAX_NODES = 20_000  # values (scalars, lists, mappings) in one request body
+MAX_PARAMETERS = 256  # parameters of a session definition
+MAX_CONSTRAINTS = 256  # constraints of a session definition
+MAX_CONSTRAINT_CHARS = 2_000  # characters of one constraint
+MAX_ENUM_VALUES = 1_000  # values of one enumerated parameter
 
 
 #: error kind and HTTP status for each exception class (first match wins)
@@ -195,12 +201,20 @@ def check_json_values(operation: str, body: Any) -> None:
     non-finite number where one is not allowed, a string (or key) that is not UTF-8 text,
     or a value JSON cannot carry."""
     stack: list[tuple[tuple[Any, ...], Any]] = [((), body)]
+    nodes = 0
     while stack:
         path, value = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ProtocolError(f"{operation}: the request body holds more than {MAX_NODES} "
+                                f"values (strings, numbers, lists, mappings); send a smaller one")
         where = ".".join(map(str, path)) or "(body)"
         if len(path) > MAX_DEPTH:
             raise ProtocolError(f"{operation}: the request body is nested deeper than "
                                 f"{MAX_DEPTH} levels (at {where})")
+        if isinstance(value, dict | list) and len(value) > MAX_NODES:
+            raise ProtocolError(f"{operation}: {where} holds {len(value)} entries; a request "
+                                f"body may hold at most {MAX_NODES} values")
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
@@ -220,6 +234,40 @@ def check_json_values(operation: str, body: Any) -> None:
             raise ProtocolError(f"{operation}: {where}: {type(value).__name__} values are not "
                                 f"accepted; use strings, numbers, booleans, null, lists and "
                                 f"mappings")
+
+
+def _over(what: str, limit: int, given: int) -> ProtocolError:
+    return ProtocolError(f"create: {what}: at most {limit} accepted, {given} given")
+
+
+def check_definition_size(definition: Mapping[str, Any]) -> None:
+    """:class:`ProtocolError` for a session definition larger than the server builds in
+    bounded time: too many parameters, constraints or enumeration values, or a long constraint.
+    """
+    parameters = definition.get("parameters")
+    if isinstance(parameters, list):
+        if len(parameters) > MAX_PARAMETERS:
+            raise _over("definition.parameters", MAX_PARAMETERS, len(parameters))
+        for i, param in enumerate(parameters):
+            values = param.get("values") if isinstance(param, Mapping) else None
+            if isinstance(values, list) and len(values) > MAX_ENUM_VALUES:
+                raise _over(f"definition.parameters.{i}.values", MAX_ENUM_VALUES, len(values))
+    lists: list[tuple[str, Any]] = [("definition.constraints", definition.get("constraints"))]
+    plugins = definition.get("plugins")
+    for i, plugin in enumerate(plugins if isinstance(plugins, list) else []):
+        options = plugin.get("options") if isinstance(plugin, Mapping) else None
+        if isinstance(options, Mapping):
+            lists.append((f"definition.plugins.{i}.options.constraints",
+                          options.get("constraints")))
+    for where, constraints in lists:
+        if not isinstance(constraints, list):
+            continue
+        if len(constraints) > MAX_CONSTRAINTS:
+            raise _over(where, MAX_CONSTRAINTS, len(constraints))
+        for j, text in enumerate(constraints):
+            if isinstance(text, str) and len(text) > MAX_CONSTRAINT_CHARS:
+                raise ProtocolError(f"create: {where}.{j}: a constraint may have at most "
+                                    f"{MAX_CONSTRAINT_CHARS} characters, {len(text)} given")
 
 
 def validate_request(operation: str, body: Any) -> dict[str, Any]:
@@ -248,4 +296,6 @@ def validate_request(operation: str, body: Any) -> dict[str, Any]:
             raise ProtocolError("report: give either 'value' (a number) or 'failure': true "
                                 "with a 'reason', not both and not neither")
         raise ProtocolError(f"{operation}: {key}: {err.message}")
+    if operation == "create":
+        check_definition_size(body["definition"])
     return dict(body)
