@@ -402,7 +402,8 @@ def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in public:
-            given = request.headers.get("Authorization", "").encode()
+            # a header that is not UTF-8 arrives with its bytes escaped: compare them as sent
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 request.app[MANAGER].stats.errors["unauthorized"] += 1
                 return _error("unauthorized", "missing or wrong bearer token "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,39 @@ def test_the_lease_sweeper_survives_a_failing_session_and_a_crash_of_its_own(
               if line.startswith('harmony_background_task_errors_total{task="lease_sweeper"}')]
     assert len(errors) == 1 and float(errors[0].split()[-1]) >= 2, errors
     assert "harmony_leases_expired_total 2.0" in text
+
+
+def test_an_authorization_header_that_is_not_utf8_is_a_401(tmp_path: Path) -> None:
+    """Issue 28 item 5: on main a Latin-1 byte in the header answered 500."""
+    with running_server(tmp_path, token="s3cret") as server:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"GET /sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         b"Authorization: Bearer s3cr\xe9t\r\n\r\n")
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 401"), head
+        assert json.loads(body)["error"] == "unauthorized"
+        http = Raw(server.url)
+        ok = {"Authorization": "Bearer s3cret"}
+        assert http("GET", "/sessions", headers=ok)[0] == 200
+        assert server.manager.stats.errors.get("internal", 0) == 0
+
+
+@pytest.mark.parametrize("trial_id", [2**63, 2**64, 2**70])
+def test_a_trial_id_past_64_bits_is_a_bad_request_as_documented(tmp_path: Path,
+                                                                 trial_id: int) -> None:
+    """Issue 28 item 5: the OpenAPI document bounds trial_id at 2**63 - 1 (a 400), but the
+    report's fast path skipped the bound and answered 404."""
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        http("POST", "/sessions", {"definition": definition("s")})
+        for body in ({"client": "c", "trial_id": trial_id, "value": 1.0},
+                     {"client": "c", "trial_id": trial_id, "failure": True}):
+            status, answer = http("POST", "/sessions/s/report", body)
+            assert (status, answer["error"]) == (400, "bad_request"), answer
+            assert "trial_id" in answer["message"]
+        status, answer = http("POST", "/sessions/s/report",
+                              {"client": "c", "trial_id": 2**63 - 1, "value": 1.0})
+        assert (status, answer["error"]) == (404, "trial_not_found")
