@@ -378,7 +378,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         kind = {413: "too_large", 404: "not_found", 405: "method_not_allowed"}.get(
             exc.status, "http_error")
         manager.stats.errors[kind] += 1
-        return _error(kind, exc.text or exc.reason, exc.status)
+        answer = _error(kind, exc.text or exc.reason, exc.status)
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
     except Exception as exc:
         kind, status = error_kind(exc)
         manager.stats.errors[kind] += 1
@@ -426,6 +429,9 @@ def make_app(manager: SessionManager, settings: AppSettings | None = None, *,
     app[SETTINGS] = settings
     app[CLOSING] = asyncio.Event()
     for endpoint in ENDPOINTS:
-        app.router.add_route(endpoint.method, endpoint.path, endpoint.handler,
-                             name=endpoint.operation)
+        if endpoint.method == "GET":  # HEAD too: the GET's headers without its body
+            app.router.add_get(endpoint.path, endpoint.handler, name=endpoint.operation)
+        else:
+            app.router.add_route(endpoint.method, endpoint.path, endpoint.handler,
+                                 name=endpoint.operation)
     return app

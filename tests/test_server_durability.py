@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from server_support import Raw, definition, running_server
 
 from harmony.core.definition import SessionDefinition
@@ -235,3 +236,15 @@ def test_a_trial_id_past_64_bits_is_a_bad_request_as_documented(tmp_path: Path,
         status, answer = http("POST", "/sessions/s/report",
                               {"client": "c", "trial_id": 2**63 - 1, "value": 1.0})
         assert (status, answer["error"]) == (404, "trial_not_found")
+
+
+def test_a_405_names_the_allowed_methods_and_head_answers_like_get(tmp_path: Path) -> None:
+    """Issue 28 item 5: 405 answers lacked ``Allow``; HEAD was refused."""
+    with running_server(tmp_path) as server:
+        pool = urllib3.connection_from_url(server.url, retries=False)
+        r = pool.request("PUT", "/sessions")
+        assert r.status == 405 and json.loads(r.data)["error"] == "method_not_allowed"
+        assert set(r.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}, r.headers
+        r = pool.request("HEAD", "/healthz")
+        assert r.status == 200 and r.data == b""
+        assert r.headers["Content-Type"].startswith("application/json")
