@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
@@ -24,11 +24,17 @@ from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
 from harmony_server.openapi import openapi_document
 from harmony_server.priordata_store import prior_from_store, store_session_summaries
-from harmony_server.protocol import UnsupportedMediaError, error_kind, validate_request
+from harmony_server.protocol import (
+    MAX_NODES,
+    UnsupportedMediaError,
+    error_kind,
+    validate_request,
+)
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class AppSettings:
@@ -53,12 +59,23 @@ JSON_TYPES = frozenset({"application/json"})
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
 
 
+#: bodies larger than this are decoded and checked on a worker thread: the loop goes on serving
+OFF_LOOP_BYTES = 16 * 1024
+#: seconds a request may spend decoding its body or building a session (on a worker thread)
+WORK_DEADLINE = 10.0
+
+
 class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors and aliases (an alias bomb would expand without bound)."""
+    """Safe YAML without anchors and aliases (an alias bomb would expand without bound), and
+    with at most :data:`MAX_NODES` nodes (PyYAML spends ~20 µs on each)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             raise yaml.YAMLError("anchors and aliases (&name, *name) are not accepted")
+        self._nodes = getattr(self, "_nodes", 0) + 1
+        if self._nodes > MAX_NODES:
+            raise yaml.YAMLError(f"the document holds more than {MAX_NODES} values; send a "
+                                 f"smaller one")
         return super().compose_node(parent, index)
 
 
@@ -82,11 +99,28 @@ def _decode(raw: bytes, content_type: str, operation: str) -> Any:
         raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
 
 
+def _decode_and_validate(raw: bytes, content_type: str, operation: str) -> dict[str, Any]:
+    # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
+    data: Any = _decode(raw, content_type, operation) if raw.strip() else {}
+    return validate_request(operation, data)
+
+
+async def _off_loop(what: str, work: Callable[..., T], *args: Any) -> T:
+    """Run CPU-bound request work on a worker thread, at most :data:`WORK_DEADLINE` seconds
+    (past it the request is refused; the thread's result is dropped, nothing was changed)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(work, *args), WORK_DEADLINE)
+    except TimeoutError:
+        raise ProtocolError(f"{what} took more than {WORK_DEADLINE:g} s; send a smaller "
+                            f"request") from None
+
+
 async def _body(request: web.Request, operation: str) -> dict[str, Any]:
     raw = await request.read()  # raises 413 past client_max_size
-    # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
-    data: Any = _decode(raw, request.content_type, operation) if raw.strip() else {}
-    return validate_request(operation, data)
+    if len(raw) > OFF_LOOP_BYTES:  # small bodies (every fetch and report) stay on the loop
+        return await _off_loop(f"{operation}: reading the request body", _decode_and_validate,
+                               raw, request.content_type, operation)
+    return _decode_and_validate(raw, request.content_type, operation)
 
 
 def _disconnected(request: web.Request) -> Callable[[], bool]:
@@ -131,8 +165,16 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def create_session(request: web.Request) -> web.Response:
     body = await _body(request, "create")
-    hosted, created = request.app[MANAGER].create(body["definition"],
-                                                  exist_ok=body.get("exist_ok", False))
+    manager, exist_ok = request.app[MANAGER], body.get("exist_ok", False)
+    # checking a definition and building its strategy and constraint region is pure CPU work
+    # that may take long (constraint narrowing): a worker thread does it
+    definition = await _off_loop("create: checking the definition", manager.parse,
+                                 body["definition"])
+    hosted = manager.existing(definition, exist_ok=exist_ok)
+    created = False
+    if hosted is None:
+        built = await _off_loop("create: building the session", manager.build, definition)
+        hosted, created = manager.add(built, exist_ok=exist_ok)
     return _json(hosted.describe(), status=201 if created else 200)
 
 
@@ -336,7 +378,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         kind = {413: "too_large", 404: "not_found", 405: "method_not_allowed"}.get(
             exc.status, "http_error")
         manager.stats.errors[kind] += 1
-        return _error(kind, exc.text or exc.reason, exc.status)
+        answer = _error(kind, exc.text or exc.reason, exc.status)
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes
+            answer.headers["Allow"] = exc.headers["Allow"]
+        return answer
     except Exception as exc:
         kind, status = error_kind(exc)
         manager.stats.errors[kind] += 1
@@ -360,7 +405,8 @@ def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in public:
-            given = request.headers.get("Authorization", "").encode()
+            # a header that is not UTF-8 arrives with its bytes escaped: compare them as sent
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 request.app[MANAGER].stats.errors["unauthorized"] += 1
                 return _error("unauthorized", "missing or wrong bearer token "
@@ -383,6 +429,9 @@ def make_app(manager: SessionManager, settings: AppSettings | None = None, *,
     app[SETTINGS] = settings
     app[CLOSING] = asyncio.Event()
     for endpoint in ENDPOINTS:
-        app.router.add_route(endpoint.method, endpoint.path, endpoint.handler,
-                             name=endpoint.operation)
+        if endpoint.method == "GET":  # HEAD too: the GET's headers without its body
+            app.router.add_get(endpoint.path, endpoint.handler, name=endpoint.operation)
+        else:
+            app.router.add_route(endpoint.method, endpoint.path, endpoint.handler,
+                                 name=endpoint.operation)
     return app

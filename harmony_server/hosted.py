@@ -181,6 +181,13 @@ class HostedSession(LeasedSession):
             self._rebuild()
             raise UnavailableError(f"session {self.name!r}: the store refused the write; "
                                    f"the command was not applied, retry later") from None
+        except Exception:
+            # not the store's fault (a value it cannot hold got past the edge): the memory
+            # moved and the log did not, so put the memory back as the log says
+            logger.exception("session %s: %s could not be written; undoing it in memory",
+                             self.name, kind)
+            self._rebuild()
+            raise
         self.seq += len(log)
         if log:
             self._notify()

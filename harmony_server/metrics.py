@@ -27,7 +27,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from harmony import __version__
-from harmony_server.stats import LatencyHistogram, ServerStats, StoreStats
+from harmony_server.stats import BACKGROUND_TASKS, LatencyHistogram, ServerStats, StoreStats
 
 __all__ = ["CONTENT_TYPE", "SERVER_METRICS", "ServerCollector", "render_metrics",
            "render_metrics_text"]
@@ -57,6 +57,10 @@ SERVER_METRICS: dict[str, str] = {
     "harmony_reports_total": "reports accepted",
     "harmony_duplicate_reports_total": "duplicate reports ignored",
     "harmony_leases_expired_total": "leases that expired: the trial was handed out again",
+    "harmony_background_task_errors_total": "errors a background task (label task: "
+                                            "lease_sweeper) caught and survived",
+    "harmony_background_task_restarts_total": "times a background task crashed, was logged and "
+                                              "was started again (label task)",
     "harmony_store_writes_total": "store transactions committed",
     "harmony_store_commands_total": "commands appended to the durable command log",
     "harmony_store_trial_rows_total": "trial rows upserted",
@@ -183,6 +187,15 @@ class ServerCollector:
                 ("harmony_leases_expired", "Leases expired; the trial was handed out again.",
                  stats.leases_expired)):
             yield CounterMetricFamily(name, doc, value=float(value))
+        for name, doc, counts in (
+                ("harmony_background_task_errors", "Errors a background task caught and "
+                 "survived (one session's step failed), by task.", stats.background_errors),
+                ("harmony_background_task_restarts", "Times a background task crashed and was "
+                 "started again, by task.", stats.background_restarts)):
+            family = CounterMetricFamily(name, doc, labels=["task"])
+            for task in sorted(set(BACKGROUND_TASKS) | set(counts)):
+                family.add_metric([task], float(counts.get(task, 0)))
+            yield family
 
     @staticmethod
     def _store(stats: StoreStats) -> Iterator[Metric]:

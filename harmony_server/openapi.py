@@ -13,7 +13,16 @@ from harmony.core.definition import (
     MIN_LEASE_SECONDS,
     SESSION_SCHEMA,
 )
-from harmony_server.protocol import MAX_DEPTH, MAX_WAIT, REQUEST_SCHEMAS
+from harmony_server.protocol import (
+    MAX_CONSTRAINT_CHARS,
+    MAX_CONSTRAINTS,
+    MAX_DEPTH,
+    MAX_ENUM_VALUES,
+    MAX_NODES,
+    MAX_PARAMETERS,
+    MAX_WAIT,
+    REQUEST_SCHEMAS,
+)
 from plugins.base import Plugin
 from strategies.base import Strategy, load_entry_point_strategies
 
@@ -22,7 +31,8 @@ if TYPE_CHECKING:
 
 _STATUS_TEXT = {200: "OK", 201: "Created",
                 400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
-                     "nesting too deep) or invalid definition (bad constraint, unknown strategy)",
+                     "nesting too deep, text that is not UTF-8, a control character in a "
+                     "name) or invalid definition (bad constraint, unknown strategy)",
                 404: "Unknown session, trial or client", 409: "Conflict with the session's "
                 "state (session exists; lease lost or held by another client, named in 'holder')",
                 413: "Request body too large", 401: "Missing or wrong bearer token",
@@ -134,7 +144,10 @@ def _definition_schema() -> dict[str, Any]:
     schema["description"] = (
         f"A session definition. Limits: lease_seconds {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS:g}"
         f"; parameter min, max and step within ±{MAX_BOUND:g}; no NaN or infinity anywhere; "
-        f"request bodies nested at most {MAX_DEPTH} levels; fetch 'wait' at most {MAX_WAIT:g} s.")
+        f"request bodies nested at most {MAX_DEPTH} levels and holding at most {MAX_NODES} "
+        f"values, every string UTF-8 text; at most {MAX_PARAMETERS} parameters, "
+        f"{MAX_CONSTRAINTS} constraints of at most {MAX_CONSTRAINT_CHARS} characters and "
+        f"{MAX_ENUM_VALUES} values per enumeration; fetch 'wait' at most {MAX_WAIT:g} s.")
     return schema
 
 def _schema_for(name: str) -> dict[str, Any]:

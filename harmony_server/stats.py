@@ -84,6 +84,10 @@ class StoreStats:
     write_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
+#: the server's supervised background tasks (label values of their metrics)
+BACKGROUND_TASKS: tuple[str, ...] = ("lease_sweeper",)
+
+
 @dataclass
 class ServerStats:
     """Request and session counters of one server process."""
@@ -95,6 +99,10 @@ class ServerStats:
     reports: int = 0
     duplicate_reports: int = 0
     leases_expired: int = 0
+    #: errors a background task caught and survived (one session's step), by task
+    background_errors: Counter[str] = field(default_factory=Counter)
+    #: times a background task crashed and was started again, by task
+    background_restarts: Counter[str] = field(default_factory=Counter)
     request_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     #: latency of the operations that carry the tuning load ("fetch", "report")
     route_latency: dict[str, LatencyHistogram] = field(default_factory=lambda: {

@@ -262,6 +262,9 @@ class Store:
             self.stats.failures += 1
             self._drop_connection()
             raise StoreError(f"store write failed ({what}): {exc}") from exc
+        except Exception:  # a value the driver cannot bind; the transaction was rolled back
+            self.stats.failures += 1
+            raise
         self.stats.writes += 1
         self.stats.write_latency.observe(time.perf_counter() - started)
 

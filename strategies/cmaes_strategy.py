@@ -12,7 +12,10 @@ Defaults follow Optuna's ``CmaEsSampler``: the unit cube as bounds, the mean at 
 ``init_point``), ``sigma0`` a sixth of the range, the library's population ``4 + 3 ln n`` and
 ``10 n`` resampling attempts. Unlike Optuna the strategy uses the margin on grid axes by
 default (``with_margin``) and restarts when the library's stopping test fires (a doubled
-population around the best point, IPOP, Auger & Hansen 2005), so it stops only at ``max_evals``.
+population around the best point, IPOP, Auger & Hansen 2005), so it stops only at ``max_evals``,
+or when a small discrete space is exhausted (its feasible points are counted: every one was
+handed out) or the search stalled (``_MAX_SILENT_DRAWS`` draws in a row met only points handed
+out already), which bounds the work of one ``ask`` instead of resampling without end.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ _MAX_SILENT_GENERATIONS = 50
 _MAX_SILENT_RESTARTS = 20
 #: feasible-region samples tried when every CMA draw of a candidate was infeasible
 _FALLBACK_ATTEMPTS = 100
+#: draws (CMA samples and fallback samples) in a row that found no new point before the
+#: search counts as stalled and converges; bounds the work of one ask (50-200 ms)
+_MAX_SILENT_DRAWS = 1_000
+#: a discrete space with at most this many grid points has its feasible points counted, so
+#: that a search which has handed out every one of them converges at once
+_COUNT_LIMIT = 10_000
 
 
 @dataclass
@@ -116,8 +125,12 @@ class CMAES(Strategy, name="cma-es"):
         self._trial_key: dict[int, Key] = {}
         self._silent_generations = 0
         self._silent_restarts = 0
+        self._silent_draws = 0
         self._evals_at_start = 0
         self._stopped = False
+        #: every feasible point of a small discrete space (counted on first need); None: not
+        #: counted yet; an empty tuple stands for "too large or continuous to count"
+        self._feasible_keys: frozenset[Key] | tuple[()] | None = None
         #: unit coordinates of the fixed parameters (the moving ones are overwritten)
         self._fixed_unit = space.to_unit(space.default_point())
         centre = self._unit(self.init_point) if self.init_point is not None \
@@ -146,18 +159,24 @@ class CMAES(Strategy, name="cma-es"):
                 member = self._sample()
                 self._members.append(member)
                 if member.value is not None or member.key in self._outstanding:
-                    continue  # answered from memory, or waits for that point's measurement
+                    # answered from memory, or waits for that point's measurement
+                    if self._silent_draws >= _MAX_SILENT_DRAWS:
+                        self._stalled()
+                    continue
                 trial = self._new_trial(member.point)
                 self._outstanding[member.key] = trial.id
                 self._trial_key[trial.id] = member.key
                 self._silent_generations = 0
                 self._silent_restarts = 0
+                self._silent_draws = 0
                 if self.max_evals is not None and self.evaluations >= self.max_evals:
                     self.convergence_reason = f"budget spent (max_evals {self.max_evals})"
                 return trial
             if any(m.value is None for m in self._members):
                 return None  # the generation is out: wait for its measurements
             self._finish_generation()
+            if not self._stopped and self._silent_generations:
+                self._stop_if_exhausted()
         return None
 
     def _on_result(self, trial: Trial) -> None:
@@ -193,6 +212,7 @@ class CMAES(Strategy, name="cma-es"):
         self.generation = 0
         self._silent_generations = 0
         self._silent_restarts = 0
+        self._silent_draws = 0
         self._stopped = False
         self.convergence_reason = None
         self._evals_at_start = len(self.trials)
@@ -219,14 +239,19 @@ class CMAES(Strategy, name="cma-es"):
         return x, x
 
     def _sample(self) -> _Member:
-        """A feasible member of the generation (resampled until the region contains it)."""
+        """A feasible member of the generation (resampled until the region contains it).
+
+        Every draw counts towards :data:`_MAX_SILENT_DRAWS` (see :meth:`_stalled`).
+        """
         for _ in range(self.n_max_resampling):
+            self._silent_draws += 1
             x_eval, x_tell = self._draw()
             point = self._point(x_eval)
             if self._feasible(point):
                 return self._member(x_tell, point)
         # CMA keeps drawing infeasible points: a feasible random point stands in
         for _ in range(_FALLBACK_ATTEMPTS):
+            self._silent_draws += 1
             point = self.space.snap(self.region.sample(self.rng))
             if self._feasible(point):
                 return self._member(self._unit(point), point)
@@ -276,6 +301,41 @@ class CMAES(Strategy, name="cma-es"):
         logger.debug("%s: %s; restart %d around %s with population %d", self.name, reason,
                      self.restarts, best.point if best else None, self._population)
         self._optimizer = self._new_optimizer(centre, self.sigma0, self._population)
+
+    def _stop_if_exhausted(self) -> None:
+        """Converge when a small space has no feasible point left that was never handed out
+        (CMA would otherwise resample measured points, restart after restart, forever)."""
+        feasible = self._feasible_points()
+        if feasible is None:
+            return
+        left = feasible - self._refused.keys() - self._memo.keys() - self._outstanding.keys()
+        if not left:
+            self._stop(f"exhausted: every one of the {len(feasible)} feasible points was "
+                       f"handed out")
+
+    def _stalled(self) -> None:
+        """:data:`_MAX_SILENT_DRAWS` draws in a row met only points handed out already: a
+        small space converges; a large one restarts (IPOP), and stops after
+        :data:`_MAX_SILENT_RESTARTS` such restarts, so one ``ask`` stays bounded."""
+        self._silent_draws = 0
+        self._members = []  # the generation is abandoned: CMA is told nothing of it
+        feasible = self._feasible_points()
+        measured = len(self._memo.keys() | self._outstanding.keys())
+        reason = (f"stalled: {_MAX_SILENT_DRAWS} draws in a row reached only points handed out "
+                  f"already")
+        if feasible is not None:
+            self._stop(f"{reason} ({measured} of {len(feasible)} feasible points)")
+        else:
+            self._stop_or_restart(reason)
+
+    def _feasible_points(self) -> frozenset[Key] | None:
+        """Every feasible grid point of a small discrete space; None for a large one."""
+        if self._feasible_keys is None:
+            self._feasible_keys = ()
+            if self.space.is_discrete and self.space.grid_size() <= _COUNT_LIMIT:
+                self._feasible_keys = frozenset(
+                    self.space.key(p) for p in self.space.iter_grid() if self.region.contains(p))
+        return self._feasible_keys if isinstance(self._feasible_keys, frozenset) else None
 
     def _stop(self, reason: str) -> None:
         self._stopped = True

@@ -52,6 +52,11 @@ def test_the_usual_bodies_take_the_fast_path(operation: str, body: dict[str, Any
     ("heartbeat", {"trial_id": 1}, "'client' is a required property"),
     ("join", {"client": "c", "host": {"ram": 1}}, "unknown key 'ram'"),
     ("restart", {"point": [1, 2]}, "point"),
+    ("fetch", {"client": "a\nforged log line"}, "client must be printable text"),
+    ("fetch", {"client": "c", "request": "r\x00"}, "request must be printable text"),
+    ("join", {"client": "c", "host": {"hostname": "h\r"}}, "host.hostname must be printable"),
+    ("report", {"client": "c", "trial_id": 0, "failure": True, "reason": "\udfff"},
+     "reason: the text is not valid UTF-8"),
 ])
 def test_bad_bodies_are_refused_with_the_key_named(operation: str, body: dict[str, Any],
                                                    message: str) -> None:

@@ -196,3 +196,63 @@ def test_cmaes_is_selectable_by_name_in_a_session_definition() -> None:
         core.report(a.trial_id, float(values[-1]))
     # the constrained optimum is (55, 35), where the value is 450; its grid neighbours are 452
     assert min(values) <= 452
+
+
+def _run_session(data: dict, *, parallel: int = 1, limit: int = 1000) -> tuple[SessionCore, int]:
+    """Fetch and report like ``parallel`` clients until the session hands out nothing more;
+    returns the core and the number of points handed out."""
+    core = SessionCore(SessionDefinition.from_dict(data))
+    handed = 0
+    while handed < limit:
+        got = [a for a in (core.fetch(f"c{i}") for i in range(parallel)) if a is not None]
+        if not got:
+            break
+        handed += len(got)
+        for a in got:
+            core.report(a.trial_id, float(a.point["x"]) ** 2 + 3.0 * float(a.point["y"]))
+    return core, handed
+
+
+@pytest.mark.timeout(120)
+def test_cmaes_converges_on_a_small_constrained_integer_space_instead_of_hanging() -> None:
+    """Issue 28: two integers 0..20 with x + y <= 5 (21 feasible points); on main the 20th
+    fetch took ~40 s and the next never returned (restart after restart, each doubling the
+    population, resampling points measured already)."""
+    data = {"name": "tri", "strategy": "cma-es", "seed": 0, "constraints": ["x + y <= 5"],
+            "parameters": [{"name": "x", "type": "int", "min": 0, "max": 20},
+                           {"name": "y", "type": "int", "min": 0, "max": 20}]}
+    for parallel in (1, 3):
+        core, handed = _run_session(data, parallel=parallel)
+        assert core.converged and 10 <= handed <= 21, (handed, core.convergence_reason)
+        points = [tuple(r.point.values()) for r in core.trials()]
+        assert len(set(points)) == handed  # never a point twice
+        reason = core.convergence_reason or ""
+        assert reason.startswith(("exhausted: every one of the 21", "stalled: 1000 draws")), reason
+        best = core.best()
+        assert best is not None and best[1] == 0.0  # (0, 0) was found
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_cmaes_on_a_2x2_grid_converges_after_its_four_points(parallel: int) -> None:
+    """Issue 28: on a 2x2 grid the fetch after every point was measured never returned."""
+    data = {"name": "g", "strategy": "cma-es", "seed": 0,
+            "parameters": [{"name": "x", "type": "int", "min": 0, "max": 1},
+                           {"name": "y", "type": "int", "min": 0, "max": 1}]}
+    core, handed = _run_session(data, parallel=parallel)
+    assert handed == 4 and core.converged
+    assert core.convergence_reason == "exhausted: every one of the 4 feasible points was handed out"
+    assert core.fetch("late") is None
+
+
+def test_cmaes_counts_only_small_spaces_and_keeps_searching_a_large_one() -> None:
+    s = make_strategy("cma-es", grid(2, levels=201), seed=0, max_evals=60)
+    assert isinstance(s, CMAES)
+    handed, _ = drive(s, bowl((30, 160)), evals=60)
+    assert len(handed) == 60 and s.convergence_reason == "budget spent (max_evals 60)"
+    assert s._feasible_points() is None  # 40,401 grid points: not enumerated
+    small = make_strategy("cma-es", grid(2, levels=5), seed=0)
+    assert isinstance(small, CMAES)
+    handed, best = drive(small, bowl((1, 3)), evals=100)
+    assert len(handed) == len({tuple(p.values()) for p in handed}) <= 25
+    assert small.converged and best == {"x0": 1, "x1": 3}

@@ -1,0 +1,104 @@
+"""Bounded work per request (issue 28, item 3): no body under the size limit stalls the server.
+
+On main each of these bodies held the event loop for seconds (a 1 MB YAML mapping 19.6 s,
+40 parameters x 2,000 constraints 10.4 s, nelder-mead with 2,000 parameters 42 s) and every
+other request, ``/healthz`` included, waited. Now the limits answer 400 naming the limit and
+what was given, and large bodies are decoded and sessions built on a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from server_support import Raw, definition, running_server
+
+#: the slowest /healthz answer accepted while a body is processed (generous: the machine is
+#: shared and loaded; the issue asks 100 ms on a quiet one)
+HEALTHZ_BOUND = 0.5
+
+_YAML = {"Content-Type": "application/yaml"}
+
+
+def _params(n: int) -> list[dict[str, Any]]:
+    return [{"name": f"x{i}", "type": "int", "min": 0, "max": 10} for i in range(n)]
+
+
+def _create(d: dict[str, Any]) -> bytes:
+    return json.dumps({"definition": d}).encode()
+
+
+BODIES: list[tuple[str, bytes, dict[str, str], int, str]] = [
+    ("yaml-mapping", b"".join(b"k%d: %d\n" % (i, i) for i in range(70_000)), _YAML, 400,
+     "more than 20000 values"),
+    ("yaml-brackets", b"[" * 1_000_000, _YAML, 400, "not valid YAML"),
+    ("json-array", b"[" + b"0," * 439_000 + b"0]", {}, 400,
+     "(body) holds 439001 entries; a request body may hold at most 20000 values"),
+    ("constraints", _create({**definition("c", dims=40),
+                             "constraints": [f"x0 + x{1 + i % 39} <= 30" for i in range(2000)]}),
+     {}, 400, "definition.constraints: at most 256 accepted, 2000 given"),
+    ("parameters", _create({"name": "p", "parameters": _params(15_000)}), {}, 400,
+     "more than 20000 values"),
+    ("nelder-mead", _create({"name": "n", "parameters": _params(2_000),
+                             "strategy": "nelder-mead"}), {}, 400,
+     "definition.parameters: at most 256 accepted, 2000 given"),
+    # within every limit but slow to parse (~1 s of PyYAML): accepted, off the loop
+    ("yaml-metadata", (b"definition:\n  name: big\n  parameters:\n"
+                       b"    - {name: x, type: int, min: 0, max: 5}\n  metadata:\n"
+                       + b"".join(b"    k%d: v%d\n" % (i, i) for i in range(9_000))),
+     _YAML, 201, "big"),
+]
+
+
+@pytest.mark.parametrize(("body", "headers", "status", "words"),
+                         [b[1:] for b in BODIES], ids=[b[0] for b in BODIES])
+def test_healthz_answers_while_a_large_body_is_processed(
+        tmp_path: Path, body: bytes, headers: dict[str, str], status: int, words: str) -> None:
+    assert len(body) < 1 << 20  # under the body size limit: the server must read it
+    with running_server(tmp_path) as server:
+        answer: list[tuple[int, Any]] = []
+        sender = threading.Thread(target=lambda: answer.append(
+            Raw(server.url)("POST", "/sessions", raw=body, headers=headers)))
+        pool = urllib3.connection_from_url(server.url, retries=False)
+        sender.start()
+        latencies: list[float] = []
+        while sender.is_alive() or not latencies:
+            started = time.monotonic()
+            r = pool.request("GET", "/healthz", timeout=urllib3.Timeout(connect=5, read=30))
+            latencies.append(time.monotonic() - started)
+            assert r.status == 200
+            time.sleep(0.01)
+        sender.join()
+        got_status, got = answer[0]
+        assert got_status == status, got
+        text = got["message"] if status == 400 else got["name"]
+        assert words in text, text
+        assert max(latencies) < HEALTHZ_BOUND, (len(latencies), sorted(latencies)[-3:])
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"parameters": [{"name": "e", "type": "enum", "values": list(range(1001))}]},
+     "definition.parameters.0.values: at most 1000 accepted, 1001 given"),
+    ({"constraints": ["x0 + x1 <= " + "1 + " * 600 + "1"]},
+     "definition.constraints.0: a constraint may have at most 2000 characters, 2412 given"),
+    ({"plugins": [{"name": "constraint",
+                   "options": {"constraints": ["x0 <= 3"] * 300, "constants": {}}}]},
+     "definition.plugins.0.options.constraints: at most 256 accepted, 300 given"),
+])
+def test_definition_limits_name_the_limit_and_what_was_given(
+        tmp_path: Path, change: dict[str, Any], words: str) -> None:
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        status, body = http("POST", "/sessions", {"definition": {**definition("l"), **change}})
+        assert (status, body["error"]) == (400, "bad_request"), body
+        assert words in body["message"], body["message"]
+        assert http("GET", "/sessions")[1]["sessions"] == []
+        # at the limits a definition is accepted
+        limits = {"parameters": _params(256), "constraints": ["x0 + x1 <= 15"] * 256}
+        status, body = http("POST", "/sessions", {"definition": {**definition("m"), **limits}})
+        assert status == 201, body
