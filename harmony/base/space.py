@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -410,29 +410,3 @@ def space_from_dicts(items: Iterable[Mapping[str, Any]]) -> Space:
             raise ConfigError(f"parameter {name!r}: type must be one of int, real, enum; "
                               f"got {kind!r}")
     return Space(tuple(params))
-
-
-class FeasibleRegion(Protocol):
-    """What a strategy may ask of the constraints (the constraint plugin provides one)."""
-
-    def contains(self, point: Point) -> bool: ...
-
-    def sample(self, rng: np.random.Generator) -> Point: ...
-
-    def project(self, point: Point) -> Point | None: ...
-
-
-@dataclass
-class WholeSpace:
-    """The trivial feasible region: every point of the space."""
-
-    space: Space
-
-    def contains(self, point: Point) -> bool:
-        return self.space.contains(point)
-
-    def sample(self, rng: np.random.Generator) -> Point:
-        return self.space.random_point(rng)
-
-    def project(self, point: Point) -> Point | None:
-        return self.space.snap(point)
