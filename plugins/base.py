@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from harmony.base.errors import ConfigError
+from harmony.base.region import FeasibleRegion
 from harmony.base.registry import Registry
-from harmony.base.space import FeasibleRegion, Point, Space
+from harmony.base.space import Point, Space
 
 
 class Flow(enum.Enum):

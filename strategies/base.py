@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harmony.base.errors import ConfigError, TrialError
+from harmony.base.region import FeasibleRegion, WholeSpace
 from harmony.base.registry import Registry
-from harmony.base.space import FeasibleRegion, Point, Space, WholeSpace
+from harmony.base.space import Point, Space
 
 
 @dataclass

@@ -30,7 +30,8 @@ import numpy as np
 from cmaes import CMA, CMAwM
 
 from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, FeasibleRegion, Param, Point, RealParam, Space, Value
+from harmony.base.region import FeasibleRegion
+from harmony.base.space import EnumParam, Param, Point, RealParam, Space, Value
 from strategies.base import Strategy, Trial
 from strategies.options import check_real, is_fixed, option_error
 

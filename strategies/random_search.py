@@ -6,7 +6,8 @@ import logging
 from collections.abc import Iterator
 
 from harmony.base.errors import ConfigError
-from harmony.base.space import FeasibleRegion, Point, Space, Value
+from harmony.base.region import FeasibleRegion
+from harmony.base.space import Point, Space, Value
 from strategies.base import Strategy, Trial
 
 logger = logging.getLogger(__name__)

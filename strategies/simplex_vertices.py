@@ -20,7 +20,8 @@ from typing import ClassVar
 import numpy as np
 
 from harmony.base.errors import ConfigError
-from harmony.base.space import FeasibleRegion, Point, Space, Value, WholeSpace
+from harmony.base.region import FeasibleRegion, WholeSpace
+from harmony.base.space import Point, Space, Value
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from harmony.base.errors import ConfigError, HarmonyError, TrialError
-from harmony.base.space import FeasibleRegion, Point, Space
+from harmony.base.region import FeasibleRegion
+from harmony.base.space import Point, Space
 from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony.core.definition import PluginSpec, SessionDefinition
 from plugins.base import Flow, FlowResult, HistoryEntry, Plugin, PluginTrial, make_plugin

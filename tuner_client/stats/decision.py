@@ -146,13 +146,33 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     """
     if not rounds:
         raise ConfigError("the decision needs at least one final round, but got none")
-    names = dict(names or {})
     cands = _labels(rounds, reference, baselines, candidates)
     ref_values = _series(rounds, reference)
     intervals: dict[str, RatioInterval | None] = {}
     for label in [*baselines, *cands]:
         intervals[label] = paired_ratio_interval(_series(rounds, label), ref_values,
                                                  level=level, method=method, seed=seed)
+    unstable = _unstable_candidates(rounds, cands, ref_values, search_ratios)
+    pick = _pick_winner(rounds, cands, intervals, unstable, ref_values, level=level,
+                        method=method, seed=seed)
+    lines = _decision_lines(pick, intervals, unstable, reference=reference,
+                            labels=[*baselines, *cands], names=dict(names or {}), level=level,
+                            method=method)
+    improvement, improvement_ci = 0.0, None
+    if pick.winner is not None and pick.strict is not None:
+        improvement, improvement_ci = pick.strict.fractions()
+    return FinalDecision(winner=pick.winner, reference=reference, best=pick.best,
+                         intervals=intervals, unstable=unstable, lines=tuple(lines),
+                         rounds=len(rounds), level=level, decision_level=pick.decision_level,
+                         improvement=improvement, improvement_ci=improvement_ci,
+                         baselines=tuple(baselines), method=method)
+
+
+def _unstable_candidates(rounds: Sequence[Round], cands: Sequence[str],
+                         ref_values: Sequence[float | None],
+                         search_ratios: Mapping[str, Sequence[float]] | None) -> dict[str, str]:
+    """Candidate → why it is unstable: too wide a spread in the final rounds, or (given its
+    ratios from the search) a degrade from the search to the final rounds."""
     unstable: dict[str, str] = {}
     for label in cands:
         values = _series(rounds, label)
@@ -163,6 +183,26 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
             reason = degrade_reason([*earlier, *final], first=len(earlier))
         if reason is not None:
             unstable[label] = reason
+    return unstable
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """The best stable candidate, its interval at the Bonferroni level over ``m`` candidates
+    (``strict``), and the winner: the best when that interval lies above 1."""
+
+    best: str | None
+    winner: str | None
+    strict: RatioInterval | None
+    m: int
+    decision_level: float
+
+
+def _pick_winner(rounds: Sequence[Round], cands: Sequence[str],
+                 intervals: Mapping[str, RatioInterval | None], unstable: Mapping[str, str],
+                 ref_values: Sequence[float | None], *, level: float, method: Method,
+                 seed: int) -> _Pick:
+    """Bonferroni over every raced candidate (``anytime``) or the stable ones (fixed n)."""
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
     m = max(1, len(cands) if method == "anytime" else len(eligible))
     decision_level = 1.0 - (1.0 - level) / m
@@ -174,6 +214,15 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
                                        method=method, seed=seed)
         if strict is not None and strict.above_one:
             winner = best
+    return _Pick(best=best, winner=winner, strict=strict, m=m, decision_level=decision_level)
+
+
+def _decision_lines(pick: _Pick, intervals: Mapping[str, RatioInterval | None],
+                    unstable: Mapping[str, str], *, reference: str, labels: Sequence[str],
+                    names: Mapping[str, str], level: float, method: Method) -> list[str]:
+    """The decision in words: the verdict with its interval, then every other label's."""
+    winner, best, strict, m = pick.winner, pick.best, pick.strict, pick.m
+    decision_level = pick.decision_level
 
     def name(label: str) -> str:
         return names.get(label, label)
@@ -199,7 +248,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
                          f"  best candidate {name(best)}/{ref_name} {iv.text()}: above 1 at "
                          f"{100 * level:.0f} % but not at the {100 * decision_level:.1f} % "
                          f"needed for the best of {m} candidates")
-    for label in [*baselines, *cands]:
+    for label in labels:
         if label == winner or (winner is None and label == best):
             continue
         iv = intervals.get(label)
@@ -208,12 +257,4 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     for label, reason in unstable.items():
         lines.append(f"  {name(label)} is unstable and not recommended: {reason}")
     lines.append(f"  intervals: {METHOD_NAMES[method]} {METHOD_NOTES[method]}")
-    improvement, improvement_ci = 0.0, None
-    if winner is not None and strict is not None:
-        improvement, improvement_ci = strict.fractions()
-    return FinalDecision(winner=winner, reference=reference, best=best, intervals=intervals,
-                         unstable=unstable, lines=tuple(lines), rounds=len(rounds), level=level,
-                         decision_level=decision_level, improvement=improvement,
-                         improvement_ci=improvement_ci, baselines=tuple(baselines),
-                         method=method)
-
+    return lines
