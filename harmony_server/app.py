@@ -8,27 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import yaml
 from aiohttp import web
 
 from harmony.base.errors import LeaseLostError, ProtocolError
 from harmony.core import priordata
+from harmony_server.bodies import off_loop, read_body
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
 from harmony_server.openapi import openapi_document
 from harmony_server.priordata_store import prior_from_store, store_session_summaries
 from harmony_server.protocol import (
-    MAX_NODES,
-    UnsupportedMediaError,
     error_kind,
-    validate_request,
 )
 
 logger = logging.getLogger(__name__)
@@ -54,75 +50,6 @@ CLOSING = web.AppKey("closing", asyncio.Event)
 
 
 # -- helpers -------------------------------------------------------------------------
-#: the media types a request body may have (no Content-Type at all is read as JSON)
-JSON_TYPES = frozenset({"application/json"})
-YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
-
-
-#: bodies larger than this are decoded and checked on a worker thread: the loop goes on serving
-OFF_LOOP_BYTES = 16 * 1024
-#: seconds a request may spend decoding its body or building a session (on a worker thread)
-WORK_DEADLINE = 10.0
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors and aliases (an alias bomb would expand without bound), and
-    with at most :data:`MAX_NODES` nodes (PyYAML spends ~20 µs on each)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("anchors and aliases (&name, *name) are not accepted")
-        self._nodes = getattr(self, "_nodes", 0) + 1
-        if self._nodes > MAX_NODES:
-            raise yaml.YAMLError(f"the document holds more than {MAX_NODES} values; send a "
-                                 f"smaller one")
-        return super().compose_node(parent, index)
-
-
-def _decode(raw: bytes, content_type: str, operation: str) -> Any:
-    """The body as plain data, from JSON or YAML; 415 for any other media type."""
-    if content_type in YAML_TYPES:
-        try:
-            return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
-        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
-            raise ProtocolError(f"{operation}: the request body is not valid YAML: "
-                                f"{str(exc)[:300]}") from None
-    if content_type not in JSON_TYPES and content_type != "application/octet-stream":
-        raise UnsupportedMediaError(
-            f"{operation}: request bodies of type {content_type!r} are not accepted; send "
-            f"'Content-Type: application/json' (or application/yaml for a YAML body)")
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise ProtocolError(f"{operation}: the request body is nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
-
-
-def _decode_and_validate(raw: bytes, content_type: str, operation: str) -> dict[str, Any]:
-    # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
-    data: Any = _decode(raw, content_type, operation) if raw.strip() else {}
-    return validate_request(operation, data)
-
-
-async def _off_loop(what: str, work: Callable[..., T], *args: Any) -> T:
-    """Run CPU-bound request work on a worker thread, at most :data:`WORK_DEADLINE` seconds
-    (past it the request is refused; the thread's result is dropped, nothing was changed)."""
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(work, *args), WORK_DEADLINE)
-    except TimeoutError:
-        raise ProtocolError(f"{what} took more than {WORK_DEADLINE:g} s; send a smaller "
-                            f"request") from None
-
-
-async def _body(request: web.Request, operation: str) -> dict[str, Any]:
-    raw = await request.read()  # raises 413 past client_max_size
-    if len(raw) > OFF_LOOP_BYTES:  # small bodies (every fetch and report) stay on the loop
-        return await _off_loop(f"{operation}: reading the request body", _decode_and_validate,
-                               raw, request.content_type, operation)
-    return _decode_and_validate(raw, request.content_type, operation)
-
-
 def _disconnected(request: web.Request) -> Callable[[], bool]:
     """Whether the client that sent ``request`` has closed its connection."""
     def gone() -> bool:
@@ -164,16 +91,16 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    body = await _body(request, "create")
+    body = await read_body(request, "create")
     manager, exist_ok = request.app[MANAGER], body.get("exist_ok", False)
     # checking a definition and building its strategy and constraint region is pure CPU work
     # that may take long (constraint narrowing): a worker thread does it
-    definition = await _off_loop("create: checking the definition", manager.parse,
+    definition = await off_loop("create: checking the definition", manager.parse,
                                  body["definition"])
     hosted = manager.existing(definition, exist_ok=exist_ok)
     created = False
     if hosted is None:
-        built = await _off_loop("create: building the session", manager.build, definition)
+        built = await off_loop("create: building the session", manager.build, definition)
         hosted, created = manager.add(built, exist_ok=exist_ok)
     return _json(hosted.describe(), status=201 if created else 200)
 
@@ -188,7 +115,7 @@ async def kill_session(request: web.Request) -> web.Response:
 
 
 async def join(request: web.Request) -> web.Response:
-    body = await _body(request, "join")
+    body = await read_body(request, "join")
     hosted = _session(request)
     hosted.join(body["client"], body.get("host"))
     return _json({"session": hosted.name, "client": body["client"],
@@ -212,13 +139,13 @@ async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str
 
 
 async def fetch(request: web.Request) -> web.Response:
-    body = await _body(request, "fetch")
+    body = await read_body(request, "fetch")
     return _json(await _fetch_answer(request, _session(request), body["client"],
                                      float(body.get("wait", 0.0)), body.get("request")))
 
 
 async def report(request: web.Request) -> web.Response:
-    body = await _body(request, "report")
+    body = await read_body(request, "report")
     hosted = _session(request)
     failure = (body.get("reason") or "failed") if body.get("failure") else None
     accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure, body["client"])
@@ -233,7 +160,7 @@ async def report(request: web.Request) -> web.Response:
 
 
 async def heartbeat(request: web.Request) -> web.Response:
-    body = await _body(request, "heartbeat")
+    body = await read_body(request, "heartbeat")
     expires = _session(request).heartbeat(int(body["trial_id"]), body["client"])
     return _json({"trial_id": body["trial_id"], "lease_expires": expires})
 
@@ -244,28 +171,28 @@ async def best(request: web.Request) -> web.Response:
 
 
 async def pause(request: web.Request) -> web.Response:
-    await _body(request, "empty")
+    await read_body(request, "empty")
     hosted = _session(request)
     hosted.pause()
     return _json({"status": hosted.status()})
 
 
 async def resume(request: web.Request) -> web.Response:
-    await _body(request, "empty")
+    await read_body(request, "empty")
     hosted = _session(request)
     hosted.resume()
     return _json({"status": hosted.status()})
 
 
 async def restart(request: web.Request) -> web.Response:
-    body = await _body(request, "restart")
+    body = await read_body(request, "restart")
     hosted = _session(request)
     hosted.restart(body.get("point"))
     return _json({"status": hosted.status()})
 
 
 async def leave(request: web.Request) -> web.Response:
-    body = await _body(request, "leave")
+    body = await read_body(request, "leave")
     released = _session(request).leave(body["client"])
     return _json({"released": released})
 

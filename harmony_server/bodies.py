@@ -1,0 +1,86 @@
+"""Request bodies: JSON or YAML (no aliases, a bounded number of values) decoded and checked
+against the protocol schema; large bodies and other CPU-bound request work on a worker thread
+with a deadline, so the event loop goes on serving."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+
+from harmony.base.errors import ProtocolError
+from harmony_server.protocol import MAX_NODES, UnsupportedMediaError, validate_request
+
+T = TypeVar("T")
+
+#: the media types a request body may have (no Content-Type at all is read as JSON)
+JSON_TYPES = frozenset({"application/json"})
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
+
+
+#: bodies larger than this are decoded and checked on a worker thread: the loop goes on serving
+OFF_LOOP_BYTES = 16 * 1024
+#: seconds a request may spend decoding its body or building a session (on a worker thread)
+WORK_DEADLINE = 10.0
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors and aliases (an alias bomb would expand without bound), and
+    with at most :data:`MAX_NODES` nodes (PyYAML spends ~20 µs on each)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("anchors and aliases (&name, *name) are not accepted")
+        self._nodes = getattr(self, "_nodes", 0) + 1
+        if self._nodes > MAX_NODES:
+            raise yaml.YAMLError(f"the document holds more than {MAX_NODES} values; send a "
+                                 f"smaller one")
+        return super().compose_node(parent, index)
+
+
+def decode(raw: bytes, content_type: str, operation: str) -> Any:
+    """The body as plain data, from JSON or YAML; 415 for any other media type."""
+    if content_type in YAML_TYPES:
+        try:
+            return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
+        except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+            raise ProtocolError(f"{operation}: the request body is not valid YAML: "
+                                f"{str(exc)[:300]}") from None
+    if content_type not in JSON_TYPES and content_type != "application/octet-stream":
+        raise UnsupportedMediaError(
+            f"{operation}: request bodies of type {content_type!r} are not accepted; send "
+            f"'Content-Type: application/json' (or application/yaml for a YAML body)")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ProtocolError(f"{operation}: the request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
+
+
+def decode_and_validate(raw: bytes, content_type: str, operation: str) -> dict[str, Any]:
+    # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
+    data: Any = decode(raw, content_type, operation) if raw.strip() else {}
+    return validate_request(operation, data)
+
+
+async def off_loop(what: str, work: Callable[..., T], *args: Any) -> T:
+    """Run CPU-bound request work on a worker thread, at most :data:`WORK_DEADLINE` seconds
+    (past it the request is refused; the thread's result is dropped, nothing was changed)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(work, *args), WORK_DEADLINE)
+    except TimeoutError:
+        raise ProtocolError(f"{what} took more than {WORK_DEADLINE:g} s; send a smaller "
+                            f"request") from None
+
+
+async def read_body(request: web.Request, operation: str) -> dict[str, Any]:
+    raw = await request.read()  # raises 413 past client_max_size
+    if len(raw) > OFF_LOOP_BYTES:  # small bodies (every fetch and report) stay on the loop
+        return await off_loop(f"{operation}: reading the request body", decode_and_validate,
+                               raw, request.content_type, operation)
+    return decode_and_validate(raw, request.content_type, operation)
