@@ -94,6 +94,9 @@ def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
         assert failures == []
         measurer.apply({"shared_buffers": original}, warm_up=False)
     finally:
+        # the extensions the probes created (to read how full a buffer got) go as in a run,
+        # so the next test on this cluster finds the database as the tuner found it
+        measurer.restore({"shared_buffers": original})
         measurer.close()
     return probes
 
