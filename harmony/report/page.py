@@ -112,6 +112,7 @@ def write_report(prior: PriorSession, out_dir: str | Path, *,
     """
     metadata = prior.definition.get("metadata", {}) or {}
     if summary is None and is_run_summary(comparison):
+        # is_run_summary checked it is a summary.json mapping, not a Comparison
         summary, comparison = comparison, None  # type: ignore[assignment]
     run = summary_from_json(summary) if summary is not None else None
     if not isinstance(comparison, Comparison):

@@ -32,6 +32,7 @@ def session_table(prior: PriorSession, run: RunSummary | None) -> str:
     evals = evaluations(prior)
     measured = [ev for ev in evals if ev.value is not None]
     pick = max if prior.maximize else min
+    # every value in ``measured`` is a number; max or min is chosen at run time
     top = pick(measured, key=lambda ev: ev.value) if measured else None  # type: ignore[arg-type, return-value]
     objective = prior.definition.get("objective", {})
     counts: dict[str, int] = {}

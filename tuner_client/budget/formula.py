@@ -99,6 +99,7 @@ class MemoryBudget:
     @classmethod
     def detect(cls, **kwargs: object) -> MemoryBudget:
         """A budget with the RAM detected (cgroup limit or MemTotal)."""
+        # kwargs are this dataclass's own fields, passed through as the caller gave them
         return cls(ram_bytes=detect_ram_bytes(), **kwargs)  # type: ignore[arg-type]
 
     # -- units ----------------------------------------------------------------------------------

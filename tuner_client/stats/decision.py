@@ -206,7 +206,8 @@ def _pick_winner(rounds: Sequence[Round], cands: Sequence[str],
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
     m = max(1, len(cands) if method == "anytime" else len(eligible))
     decision_level = 1.0 - (1.0 - level) / m
-    best = max(eligible, key=lambda c: intervals[c].ratio) if eligible else None  # type: ignore[union-attr]
+    ratios = {c: iv.ratio for c in eligible if (iv := intervals[c]) is not None}
+    best = max(ratios, key=lambda c: ratios[c]) if ratios else None
     winner: str | None = None
     strict: RatioInterval | None = None
     if best is not None:

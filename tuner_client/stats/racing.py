@@ -328,9 +328,10 @@ class Race:
                                           else self.cost)
             self.evaluations += 1
             self.samples[label] = self.samples.get(label, 0) + 1
-            ok = value is not None and math.isfinite(value) and value > 0
-            row[label] = float(value) if ok else None  # type: ignore[arg-type]
-            if not ok and label in self._candidates:
+            kept = float(value) if value is not None and math.isfinite(value) and value > 0 \
+                else None
+            row[label] = kept
+            if kept is None and label in self._candidates:
                 self.failures[label] = self.failures.get(label, 0) + 1
         self.rounds.append({label: row[label] for label in labels})
         self._drop()

@@ -27,7 +27,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 from scipy import stats as sps
@@ -164,7 +164,7 @@ def oat_design(n_factors: int) -> np.ndarray:
     return rows
 
 
-def _usable(value: float | None) -> bool:
+def _usable(value: float | None) -> TypeGuard[float]:
     return value is not None and math.isfinite(value) and value > 0
 
 
@@ -266,11 +266,11 @@ def _run_design(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
 
     def take(label: str, p: dict[str, Any]) -> float | None:
         value = measure(dict(p))
-        ok = _usable(value)
-        runs.measurements.append((label, p, float(value) if ok else None))  # type: ignore[arg-type]
-        if not ok:
+        kept = float(value) if _usable(value) else None
+        runs.measurements.append((label, p, kept))
+        if kept is None:
             logger.info("screening: %s failed (%s); left out", label, value)
-        return float(value) if ok else None  # type: ignore[arg-type]
+        return kept
 
     def take_default(t: int) -> None:
         if (v := take("default", dict(default))) is not None:
