@@ -20,6 +20,7 @@ writes ``benchmarks/results/evidence_proposals[.quick].{json,md}``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import threading
 import time
@@ -28,11 +29,12 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.evidence.common import header, load_average, machine, write_results
+from benchmarks.evidence.common import RESULTS, header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import open_memory_bound
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
+from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knob_proposals import observe_workload, propose, proposed_knobs
 from tuner_client.measurer import Workload
 from tuner_client.target import Target, make_workload, open_target
@@ -82,7 +84,6 @@ class Running:
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.driver.start()
         self.thread = threading.Thread(target=self.driver.sample, args=(self.seconds,),
                                        daemon=True)
         self.thread.start()
@@ -119,10 +120,13 @@ def one_workload(kind: str, *, quick: bool, observe_s: float, memory_limit: int,
     try:
         preload_statements(target)
         driver = make_workload(cfg, target.dsn)
+        if kind == "pgbench":  # pgbench -i (load, index builds) before the observed window
+            driver.start()
         runner = Running(driver, observe_s) if kind == "pgbench" else driver
         stats = observe_workload(target.dsn, observe_s, runner)
-        proposals = propose(stats, ram_bytes=target.ram_bytes, cpus=os.cpu_count(),
-                            restarts=False)
+        # as choose_online_knobs: the cgroup's memory, else the host's
+        proposals = propose(stats, ram_bytes=target.ram_bytes or detect_ram_bytes(),
+                            cpus=os.cpu_count(), restarts=False)
         online, _ = proposed_knobs(proposals, restarts=False)
         observed_s = time.monotonic() - started
         result = Tuner(cfg, target=target, client=connect(None)).run()
@@ -221,10 +225,16 @@ def main(argv: list[str] | None = None) -> int:
                             "memory_limit": args.memory_limit_mb * MB, "broad": list(BROAD),
                             "runs": []}
     name = "evidence_proposals" + (".quick" if args.quick else "")
+    previous = RESULTS / f"{name}.json"
+    if args.only and previous.exists():  # one workload again: the other's run is kept
+        kept = json.loads(previous.read_text())
+        data["runs"] = [r for r in kept["runs"] if r["kind"] != args.only]
+        data["command"] = f"{kept['command']}; then {command}"
     for kind in (args.only,) if args.only else ("tpch", "pgbench"):
         data["runs"].append(one_workload(kind, quick=args.quick, observe_s=args.observe,
                                          memory_limit=args.memory_limit_mb * MB,
                                          state_dir=args.state_dir))
+        data["runs"].sort(key=lambda r: ("tpch", "pgbench").index(r["kind"]))
         write_results(name, data, markdown(data))
     return 0
 
