@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from harmony.base.errors import LeaseLostError, ProtocolError
+from harmony.base.errors import ProtocolError
+from harmony.base.tokens import CLIENT_SECRET_HEADER
 from harmony.core import priordata
 from harmony_server.bodies import off_loop, read_body
 from harmony_server.hosted import HostedSession
@@ -64,6 +65,13 @@ def _session(request: web.Request) -> HostedSession:
 
 def _json(data: object, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
+
+
+def _client_of(request: web.Request, hosted: HostedSession, body: dict[str, Any]) -> str:
+    """The body's client, once the request proved it is that client (its secret header)."""
+    client: str = body["client"]
+    hosted.authenticate(client, request.headers.get(CLIENT_SECRET_HEADER))
+    return client
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -117,10 +125,14 @@ async def kill_session(request: web.Request) -> web.Response:
 async def join(request: web.Request) -> web.Response:
     body = await read_body(request, "join")
     hosted = _session(request)
-    hosted.join(body["client"], body.get("host"))
-    return _json({"session": hosted.name, "client": body["client"],
-                  "lease_seconds": hosted.definition.lease_seconds,
-                  "definition": hosted.definition.to_dict()})
+    secret = hosted.join(body["client"], body.get("host"),
+                         request.headers.get(CLIENT_SECRET_HEADER))
+    answer = {"session": hosted.name, "client": body["client"],
+              "lease_seconds": hosted.definition.lease_seconds,
+              "definition": hosted.definition.to_dict()}
+    if secret is not None:  # a new client: the only time its secret is ever sent
+        answer["secret"] = secret
+    return _json(answer)
 
 
 async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str,
@@ -140,28 +152,32 @@ async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str
 
 async def fetch(request: web.Request) -> web.Response:
     body = await read_body(request, "fetch")
-    return _json(await _fetch_answer(request, _session(request), body["client"],
+    hosted = _session(request)
+    return _json(await _fetch_answer(request, hosted, _client_of(request, hosted, body),
                                      float(body.get("wait", 0.0)), body.get("request")))
 
 
 async def report(request: web.Request) -> web.Response:
     body = await read_body(request, "report")
     hosted = _session(request)
+    client = _client_of(request, hosted, body)
     failure = (body.get("reason") or "failed") if body.get("failure") else None
-    accepted = hosted.report(int(body["trial_id"]), body.get("value"), failure, body["client"])
-    answer: dict[str, Any] = {"accepted": accepted, "converged": hosted.core.converged}
+    answer: dict[str, Any] = hosted.report_answer(int(body["trial_id"]), body.get("value"),
+                                                  failure, client)
+    answer["converged"] = hosted.core.converged
     if "next" in body:
-        if not body.get("client"):
+        if not client:
             raise ProtocolError("report: 'next' (a piggybacked fetch) needs 'client'")
         nxt = body["next"]
-        answer["next"] = await _fetch_answer(request, hosted, body["client"],
+        answer["next"] = await _fetch_answer(request, hosted, client,
                                              float(nxt.get("wait", 0.0)), nxt.get("request"))
     return _json(answer)
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     body = await read_body(request, "heartbeat")
-    expires = _session(request).heartbeat(int(body["trial_id"]), body["client"])
+    hosted = _session(request)
+    expires = hosted.heartbeat(int(body["trial_id"]), _client_of(request, hosted, body))
     return _json({"trial_id": body["trial_id"], "lease_expires": expires})
 
 
@@ -193,7 +209,8 @@ async def restart(request: web.Request) -> web.Response:
 
 async def leave(request: web.Request) -> web.Response:
     body = await read_body(request, "leave")
-    released = _session(request).leave(body["client"])
+    hosted = _session(request)
+    released = hosted.leave(_client_of(request, hosted, body))
     return _json({"released": released})
 
 
@@ -226,6 +243,7 @@ class Endpoint:
     request: str | None = None  # name in protocol.REQUEST_SCHEMAS
     responses: tuple[int, ...] = (200,)
     public: bool = False  # no bearer token needed
+    client_secret: bool = False  # the body's client must send its secret (X-Harmony-Client-Secret)
 
 
 _S = "/sessions/{name}"
@@ -247,20 +265,28 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("DELETE", _S, kill_session, "killSession",
              "Kill a session: end it and delete everything stored for it.", responses=(200, 404)),
     Endpoint("POST", _S + "/join", join, "join",
-             "Join a session as a client, with host metadata (hostname, CPUs, RAM, OS).", "join",
-             (200, 400, 404)),
+             "Join a session as a client, with host metadata (hostname, CPUs, RAM, OS). A new "
+             "client id is answered its client 'secret', once; fetch, report, heartbeat and "
+             "leave for that client must send it in the X-Harmony-Client-Secret header. A "
+             "client id that has joined may join again only with its secret (409 "
+             "client_exists otherwise: join under another id).", "join", (200, 400, 404, 409)),
     Endpoint("POST", _S + "/fetch", fetch, "fetch",
              "Long-poll for a point to measure: answers a leased trial as soon as one is ready, "
              "or status 'wait' with the best so far and a retry hint after 'wait' seconds. A "
-             "repeated 'request' id gets the same trial again (safe retries).",
-             "fetch", (200, 400, 404)),
+             "repeated 'request' id gets the same trial again (safe retries). Needs the "
+             "client's secret (403 without it, 404 client_not_found before its join).",
+             "fetch", (200, 400, 403, 404), client_secret=True),
     Endpoint("POST", _S + "/report", report, "report",
-             "Report a trial's value, or a failure with a reason; a duplicate is ignored "
-             "(accepted: false). Only the client holding the trial's lease may report it "
-             "(409 lease_lost naming the holder otherwise).", "report", (200, 400, 404, 409)),
+             "Report a trial's value, or a failure with a reason. A trial's first report "
+             "stands: a second one answers accepted: false, with duplicate: true when it "
+             "repeats the recorded outcome (a retry) and duplicate: false with a 'reason' when "
+             "it differs (rejected). Only the client holding the trial may report it (409 "
+             "lease_lost otherwise, without naming the holder); needs the client's secret "
+             "(403).", "report", (200, 400, 403, 404, 409), client_secret=True),
     Endpoint("POST", _S + "/heartbeat", heartbeat, "heartbeat",
              "Extend a leased trial's lease by the session's lease_seconds; 409 if the lease "
-             "was lost.", "heartbeat", (200, 404, 409)),
+             "was lost; needs the client's secret (403).", "heartbeat", (200, 400, 403, 404, 409),
+             client_secret=True),
     Endpoint("GET", _S + "/best", best, "best", "The best point and value so far.",
              responses=(200, 404)),
     Endpoint("POST", _S + "/pause", pause, "pause",
@@ -270,7 +296,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", _S + "/restart", restart, "restart",
              "Restart the search, optionally from a point.", "restart", (200, 400, 404)),
     Endpoint("POST", _S + "/leave", leave, "leave",
-             "A client leaves; its leased trials are handed out again.", "leave", (200, 404)),
+             "A client leaves; its leased trials are handed out again. Needs the client's "
+             "secret (403).", "leave", (200, 400, 403, 404), client_secret=True),
     Endpoint("GET", _S + "/trials", trials, "listTrials",
              "Every trial of the session with status, value, client and lease information.",
              responses=(200, 404)),
@@ -315,8 +342,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if kind == "internal":
             logger.exception("internal error on %s %s", request.method, request.path)
             return _error(kind, f"internal error: {type(exc).__name__}: {exc}", status)
-        if isinstance(exc, LeaseLostError):  # who holds the trial instead, when anyone does
-            return _error(kind, str(exc), status, holder=exc.holder)
         return _error(kind, str(exc), status)
     finally:
         elapsed = time.perf_counter() - started

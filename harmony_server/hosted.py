@@ -93,6 +93,8 @@ class HostedSession(LeasedSession):
         kind = next((k for k in CommandKind if k.value == command.kind), None)
         if kind is CommandKind.JOIN:
             core.join(p["client"])
+            if p.get("secret_sha256"):  # absent in logs written before clients had secrets
+                self._secret_digests[p["client"]] = p["secret_sha256"]
         elif kind is CommandKind.FETCH:
             got = core.fetch(p["client"])
             got_id = got.trial_id if got is not None else None
@@ -138,6 +140,7 @@ class HostedSession(LeasedSession):
         self.core, self.seq, self.leases = fresh.core, fresh.seq, fresh.leases
         self._leased_at, self._reported_at = fresh._leased_at, fresh._reported_at
         self._hosts, self._answered = fresh._hosts, fresh._answered
+        self._secret_digests = fresh._secret_digests
         self._stale = False
         try:
             old.close()

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import harmony
+from harmony.base.tokens import CLIENT_SECRET_HEADER
 from harmony.core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,
@@ -33,8 +34,11 @@ _STATUS_TEXT = {200: "OK", 201: "Created",
                 400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
                      "nesting too deep, text that is not UTF-8, a control character in a "
                      "name) or invalid definition (bad constraint, unknown strategy)",
+                403: "Missing or wrong client secret (X-Harmony-Client-Secret) for the "
+                     "body's client",
                 404: "Unknown session, trial or client", 409: "Conflict with the session's "
-                "state (session exists; lease lost or held by another client, named in 'holder')",
+                "state (session exists; client id already joined; lease lost or the trial held "
+                "by another client, who is not named)",
                 413: "Request body too large", 401: "Missing or wrong bearer token",
                 415: "Request body neither application/json nor application/yaml",
                 503: "Store unavailable or session not recoverable"}
@@ -42,11 +46,10 @@ _STATUS_TEXT = {200: "OK", 201: "Created",
 _ERROR = {
     "type": "object", "required": ["error", "message"],
     "properties": {"error": {"type": "string", "description": "machine-readable kind, e.g. "
-                             "bad_request, session_not_found, trial_not_found, lease_lost, "
-                             "session_exists, too_large, unauthorized, unavailable"},
-                   "message": {"type": "string"},
-                   "holder": {"type": ["string", "null"], "description": "lease_lost only: the "
-                              "client the trial was handed to"}},
+                             "bad_request, session_not_found, trial_not_found, "
+                             "client_not_found, lease_lost, client_exists, session_exists, "
+                             "forbidden, too_large, unauthorized, unavailable"},
+                   "message": {"type": "string"}},
 }
 
 _NUM = {"type": "number"}
@@ -105,9 +108,17 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
     "killSession": _obj({"killed": {"type": "string"}}),
     "join": _obj({"session": {"type": "string"}, "client": {"type": "string"},
                   "lease_seconds": _NUM,
-                  "definition": {"$ref": "#/components/schemas/SessionDefinition"}}),
+                  "definition": {"$ref": "#/components/schemas/SessionDefinition"},
+                  "secret": {"type": "string", "description": "a new client's secret, answered "
+                             "by its first join only: send it as X-Harmony-Client-Secret"}},
+                 ["session", "client", "lease_seconds", "definition"]),
     "fetch": {"oneOf": [_TRIAL_ANSWER, _WAIT_ANSWER]},
-    "report": _obj({"accepted": {"type": "boolean", "description": "false for a duplicate"},
+    "report": _obj({"accepted": {"type": "boolean", "description": "false when the trial "
+                                 "had been reported already (its first report stands)"},
+                    "duplicate": {"type": "boolean", "description": "only when not accepted: "
+                                  "true when this report repeats the recorded one (a retry)"},
+                    "reason": {"type": "string", "description": "only when not accepted and "
+                               "not a duplicate: why the report was rejected"},
                     "converged": {"type": "boolean"},
                     "next": {"oneOf": [_TRIAL_ANSWER, _WAIT_ANSWER]}},
                    ["accepted", "converged"]),
@@ -184,7 +195,9 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                                             "content": content}
         if not e.public:
             op["responses"]["401"] = {"description": _STATUS_TEXT[401]}
-            op["security"] = [{"bearer": []}, {}]
+            # the bearer token only when the server was given one (--token-file)
+            op["security"] = ([{"bearer": [], "clientSecret": []}, {"clientSecret": []}]
+                              if e.client_secret else [{"bearer": []}, {}])
             # any route that reads or writes the store can find it unavailable
             op["responses"]["503"] = {"description": _STATUS_TEXT[503], "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
@@ -205,5 +218,12 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                                 "measure them and report values; the server runs the search."},
         "paths": paths,
         "components": {"schemas": schemas,
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+                       "securitySchemes": {
+                           "bearer": {"type": "http", "scheme": "bearer", "description":
+                                      "the server's shared token (--token-file): who may use "
+                                      "the API at all"},
+                           "clientSecret": {"type": "apiKey", "in": "header",
+                                            "name": CLIENT_SECRET_HEADER, "description":
+                                            "one client's secret, issued by its join: proves "
+                                            "the body's 'client' is the caller"}}},
     }

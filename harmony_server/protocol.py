@@ -14,9 +14,11 @@ from typing import Any
 import jsonschema
 
 from harmony.base.errors import (
+    ClientExistsError,
     ClientNotFoundError,
     ConfigError,
     ConflictError,
+    ForbiddenError,
     ConstraintError,
     LeaseLostError,
     ProtocolError,
@@ -49,7 +51,9 @@ ERROR_STATUS: tuple[tuple[type[BaseException], str, int], ...] = (
     (SessionBrokenError, "session_broken", 500),
     (SessionExistsError, "session_exists", 409),
     (LeaseLostError, "lease_lost", 409),
+    (ClientExistsError, "client_exists", 409),
     (ConflictError, "conflict", 409),
+    (ForbiddenError, "forbidden", 403),
     (UnavailableError, "unavailable", 503),
     (SessionNotFoundError, "session_not_found", 404),
     (TrialError, "trial_not_found", 404),

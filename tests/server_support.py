@@ -11,6 +11,7 @@ from typing import Any
 
 import urllib3
 
+from harmony.base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.server import ServerHandle, start_server
 
 
@@ -46,22 +47,63 @@ def running_server(state_dir: Path, **overrides: Any) -> Iterator[ServerHandle]:
         handle.stop()
 
 
+#: the session commands a client makes for itself, proven by its client secret
+CLIENT_COMMANDS = frozenset({"fetch", "report", "heartbeat", "leave"})
+
+
+def _client_in(body: Any) -> str | None:
+    """The ``client`` of a request body (a raw body is read as JSON when it is JSON)."""
+    if isinstance(body, bytes):
+        try:
+            body = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+    client = body.get("client") if isinstance(body, dict) else None
+    return client if isinstance(client, str) else None
+
+
 class Raw:
-    """Raw HTTP requests, for checking the wire protocol and bad input."""
+    """Raw HTTP requests, for checking the wire protocol and bad input.
+
+    Like a real client it keeps the secret each join answers, and sends it with that
+    client's fetch, report, heartbeat and leave of the same session, unless the call gives
+    the header itself (``headers={CLIENT_SECRET_HEADER: ...}``, or ``secret=False`` for none).
+    """
 
     def __init__(self, url: str) -> None:
         self.pool = urllib3.connection_from_url(url, retries=False)
+        #: (session path, client id) -> the secret its join answered
+        self.secrets: dict[tuple[str, str], str] = {}
 
     def __call__(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-                 headers: dict[str, str] | None = None) -> tuple[int, Any]:
+                 headers: dict[str, str] | None = None, secret: bool = True
+                 ) -> tuple[int, Any]:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        r = self.pool.request(method, path, body=data,
-                              headers={"Content-Type": "application/json", **(headers or {})})
+        session, _, action = path.rpartition("/")
+        client = _client_in(body if raw is None else raw)
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        known = self.secrets.get((session, client)) if client is not None else None
+        if secret and action in CLIENT_COMMANDS and known is not None:
+            sent.setdefault(CLIENT_SECRET_HEADER, known)
+        r = self.pool.request(method, path, body=data, headers=sent)
         try:
             decoded = json.loads(r.data) if r.data else None
         except ValueError:
             decoded = r.data.decode(errors="replace")
+        if action == "join" and r.status == 200 and client is not None \
+                and isinstance(decoded, dict) and "secret" in decoded:
+            self.secrets[(session, client)] = decoded["secret"]
         return r.status, decoded
+
+    def secret(self, session: str, client: str) -> dict[str, str]:
+        """The header that proves ``client`` of ``session`` (for bodies Raw cannot read)."""
+        return {CLIENT_SECRET_HEADER: self.secrets[(f"/sessions/{session}", client)]}
+
+    def join(self, session: str, *clients: str) -> None:
+        """Join ``clients`` to ``session`` (their secrets are then sent for them)."""
+        for client in clients:
+            status, answer = self("POST", f"/sessions/{session}/join", {"client": client})
+            assert status == 200, answer
 
 
 def free_port() -> int:

@@ -75,6 +75,7 @@ def test_bad_input_gets_clear_4xx_and_nothing_is_corrupted(tmp_path: Path) -> No
     with running_server(tmp_path, max_body=64 * 1024) as server:
         http = Raw(server.url)
         assert http("POST", "/sessions", {"definition": definition("s")})[0] == 201
+        http.join("s", "c")
         status, trial = http("POST", "/sessions/s/fetch", {"client": "c"})
         cases: list[tuple[str, str, object, bytes | None, int, str, str]] = [
             ("POST", "/sessions", None, b"{not json", 400, "bad_request", "not valid JSON"),
@@ -134,6 +135,7 @@ def test_pause_really_pauses_and_long_poll_wakes_on_resume(tmp_path: Path) -> No
         http("POST", "/sessions", {"definition": definition("p")})
         assert http("POST", "/sessions/p/pause", {})[1] == {"status": "paused"}
         started = time.monotonic()
+        http.join("p", "c")
         status, answer = http("POST", "/sessions/p/fetch", {"client": "c", "wait": 0.4})
         waited = time.monotonic() - started
         assert answer["status"] == "wait" and answer["paused"] is True
@@ -156,6 +158,7 @@ def test_heartbeat_keeps_a_lease_and_expiry_releases_it(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("h", lease=0.5)})
+        http.join("h", "a")
         _, first = http("POST", "/sessions/h/fetch", {"client": "a"})
         for _ in range(6):  # 1.2 s, more than twice the lease
             time.sleep(0.2)
@@ -168,6 +171,7 @@ def test_heartbeat_keeps_a_lease_and_expiry_releases_it(tmp_path: Path) -> None:
         status, lost = http("POST", "/sessions/h/heartbeat", {"client": "a",
                                                              "trial_id": first["trial_id"]})
         assert (status, lost["error"]) == (409, "lease_lost")
+        http.join("h", "b")
         _, again = http("POST", "/sessions/h/fetch", {"client": "b"})
         assert again["point"] == first["point"] and again["trial_id"] != first["trial_id"]
         assert server.manager.stats.leases_expired == 1
@@ -181,6 +185,7 @@ def test_leave_restart_and_kill(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("k")})
+        http.join("k", "a", "b")
         _, t1 = http("POST", "/sessions/k/fetch", {"client": "a"})
         _, t2 = http("POST", "/sessions/k/fetch", {"client": "a"})
         assert http("POST", "/sessions/k/leave", {"client": "a"})[1] == {"released": 2}
@@ -229,6 +234,7 @@ def test_non_finite_values_become_failures(tmp_path: Path, value: str) -> None:
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("n")})
+        http.join("n", "c")
         _, got = http("POST", "/sessions/n/fetch", {"client": "c"})
         raw = f'{{"client": "c", "trial_id": {got["trial_id"]}, "value": {value}}}'.encode()
         assert http("POST", "/sessions/n/report", raw=raw)[1]["accepted"] is True
@@ -240,13 +246,16 @@ def test_a_retried_fetch_gets_the_same_trial_even_after_a_restart(tmp_path: Path
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("r")})
+        http.join("r", "c")
         _, first = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
         _, again = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
         assert (again["trial_id"], again["point"]) == (first["trial_id"], first["point"])
         _, other = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-2"})
         assert other["trial_id"] != first["trial_id"]
+    secrets = http.secrets  # the client's secret, like the trial it was answered, survives
     with running_server(tmp_path) as server:  # the answer is recovered from the command log
         http = Raw(server.url)
+        http.secrets = secrets
         _, repeat = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-2"})
         assert repeat["trial_id"] == other["trial_id"]
         _, stale = http("POST", "/sessions/r/fetch", {"client": "c", "request": "req-1"})
@@ -258,6 +267,7 @@ def test_a_failed_store_write_is_not_acknowledged_and_the_session_heals(tmp_path
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("w")})
+        http.join("w", "c")
         _, got = http("POST", "/sessions/w/fetch", {"client": "c"})
         store = server.manager.store
         real_write = store.write
@@ -288,9 +298,10 @@ def test_shutdown_answers_pending_long_polls_promptly(tmp_path: Path) -> None:
     http = Raw(server.url)
     http("POST", "/sessions", {"definition": definition("z")})
     http("POST", "/sessions/z/pause", {})
+    http.join("z", "c")
     answers: list[tuple[int, object]] = []
     poller = threading.Thread(target=lambda: answers.append(
-        Raw(server.url)("POST", "/sessions/z/fetch", {"client": "c", "wait": 30})))
+        http("POST", "/sessions/z/fetch", {"client": "c", "wait": 30})))
     poller.start()
     time.sleep(0.3)  # the poll is now parked on the server
     started = time.monotonic()
@@ -305,11 +316,14 @@ def test_a_session_whose_log_cannot_be_replayed_is_flagged_not_fatal(tmp_path: P
         http = Raw(server.url)
         for name in ("good", "bad"):
             http("POST", "/sessions", {"definition": definition(name)})
+            http.join(name, "c")
             http("POST", f"/sessions/{name}/fetch", {"client": "c"})
     with sqlite3.connect(tmp_path / "harmony.sqlite3") as conn:  # a log written by a future version
         conn.execute("INSERT INTO harmony_commands VALUES ('bad', 3, 'teleport', '{}', 0, NULL)")
+    secrets = http.secrets
     with running_server(tmp_path) as server:
         http = Raw(server.url)
+        http.secrets = secrets
         assert http("GET", "/healthz")[1] == {"status": "ok", "sessions": 1, "broken": 1}
         status, answer = http("GET", "/sessions/bad")
         assert (status, answer["error"]) == (500, "session_broken")

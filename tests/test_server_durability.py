@@ -57,6 +57,7 @@ def test_a_string_that_cannot_be_encoded_is_refused_before_it_touches_the_sessio
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("s")})
+        http.join("s", "c")
         assert http("POST", "/sessions/s/fetch", {"client": "c"})[1]["trial_id"] == 0
         _, before = http("GET", "/sessions/s")
         status, answer = http("POST", path, raw=_raw(body))
@@ -79,11 +80,14 @@ def test_surrogate_fetches_then_a_normal_fetch_leave_the_session_whole_after_a_r
         for _ in range(2):
             status, _ = http("POST", "/sessions/s/fetch", raw=_raw({"client": SURROGATE}))
             assert status == 400
+        http.join("s", "ok")
         status, got = http("POST", "/sessions/s/fetch", {"client": "ok"})
         assert (status, got["trial_id"]) == (200, 0)
         seq = http("GET", "/sessions/s")[1]["seq"]
+    secrets = http.secrets
     with running_server(tmp_path) as server:
         http = Raw(server.url)
+        http.secrets = secrets
         status, info = http("GET", "/sessions/s")
         assert status == 200 and info["status"] == "running" and info["seq"] == seq
         assert server.manager.broken == {}
@@ -100,6 +104,7 @@ def test_a_failure_report_with_a_bad_reason_is_refused_and_its_retry_accepted(
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("s")})
+        http.join("s", "c")
         assert http("POST", "/sessions/s/fetch", {"client": "c"})[1]["trial_id"] == 0
         status, answer = http("POST", "/sessions/s/report", raw=_raw(
             {"client": "c", "trial_id": 0, "failure": True, "reason": "oom " + SURROGATE}))
@@ -233,6 +238,7 @@ def test_a_trial_id_past_64_bits_is_a_bad_request_as_documented(tmp_path: Path,
             status, answer = http("POST", "/sessions/s/report", body)
             assert (status, answer["error"]) == (400, "bad_request"), answer
             assert "trial_id" in answer["message"]
+        http.join("s", "c")
         status, answer = http("POST", "/sessions/s/report",
                               {"client": "c", "trial_id": 2**63 - 1, "value": 1.0})
         assert (status, answer["error"]) == (404, "trial_not_found")

@@ -29,6 +29,8 @@ def test_a_nan_wait_is_refused_and_cannot_stall_another_session(tmp_path: Path) 
         for name in ("hostile", "victim"):
             assert http("POST", "/sessions", {"definition": definition(name)})[0] == 201
             assert http("POST", f"/sessions/{name}/pause", {})[0] == 200
+        http.join("hostile", "h")
+        http.join("victim", "v")
         hostile: list[tuple[int, Any]] = []
         thread = threading.Thread(target=lambda: hostile.append(Raw(server.url)(
             "POST", "/sessions/hostile/fetch", raw=b'{"client": "h", "wait": NaN}')))
@@ -38,7 +40,8 @@ def test_a_nan_wait_is_refused_and_cannot_stall_another_session(tmp_path: Path) 
         pool = urllib3.connection_from_url(server.url, retries=False)
         r = pool.request("POST", "/sessions/victim/fetch",
                          body=json.dumps({"client": "v", "wait": 0.5}).encode(),
-                         headers={"Content-Type": "application/json"},
+                         headers={"Content-Type": "application/json",
+                                  **http.secret("victim", "v")},
                          timeout=urllib3.Timeout(connect=2.0, read=5.0))
         waited = time.monotonic() - started
         assert r.status == 200 and json.loads(r.data)["status"] == "wait"
@@ -70,6 +73,7 @@ def test_non_finite_numbers_are_refused_where_they_are_not_a_measurement(
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("s")})
+        http.join("s", "c")
         assert http("POST", "/sessions/s/fetch", {"client": "c"})[1]["trial_id"] == 0
         status, body = http("POST", path, raw=raw)
         assert (status, body["error"]) == (400, "bad_request"), body
@@ -85,10 +89,12 @@ def test_a_client_that_hangs_up_during_its_long_poll_gets_no_lease(tmp_path: Pat
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("d")})
         http("POST", "/sessions/d/pause", {})
+        http.join("d", "quitter", "stayer")
         body = json.dumps({"client": "quitter", "wait": 10}).encode()
+        proof = "".join(f"{k}: {v}\r\n" for k, v in http.secret("d", "quitter").items())
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            sock.sendall(b"POST /sessions/d/fetch HTTP/1.1\r\nHost: x\r\n"
-                         b"Content-Type: application/json\r\n"
+            sock.sendall(b"POST /sessions/d/fetch HTTP/1.1\r\nHost: x\r\n" + proof.encode()
+                         + b"Content-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             time.sleep(0.5)  # the poll is open on the server; now the client hangs up
         time.sleep(1.0)  # the server notices within its disconnect check
@@ -207,8 +213,9 @@ def test_yaml_is_accepted_and_other_media_types_get_415(tmp_path: Path) -> None:
         status, body = http("POST", "/sessions", raw=yaml_body,
                             headers={"Content-Type": "application/yaml"})
         assert status == 201 and body["definition"]["lease_seconds"] == 30
+        http.join("y", "c")
         status, got = http("POST", "/sessions/y/fetch", raw=b"client: c\nwait: 0\n",
-                           headers={"Content-Type": "application/yaml"})
+                           headers={"Content-Type": "application/yaml", **http.secret("y", "c")})
         assert status == 200 and got["status"] == "trial"
         status, body = http("POST", "/sessions/y/fetch", raw=b"client=c",
                             headers={"Content-Type": "application/x-www-form-urlencoded"})

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server
 
-from harmony.base.errors import ClientNotFoundError, ConfigError, LeaseLostError
+from harmony.base.errors import (
+    ClientNotFoundError,
+    ConfigError,
+    ForbiddenError,
+    LeaseLostError,
+)
 from tuner_client.client import HarmonyClient, connect
 
 
@@ -21,14 +26,16 @@ def test_only_the_lease_holder_may_report_or_heartbeat(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
         http = Raw(server.url)
         http("POST", "/sessions", {"definition": definition("o")})
+        http.join("o", "a", "b")
         _, b_trial = http("POST", "/sessions/o/fetch", {"client": "b"})
         tid = b_trial["trial_id"]
         status, body = http("POST", "/sessions/o/report", {"client": "a", "trial_id": tid,
                                                           "value": 666.0})
-        assert (status, body["error"], body["holder"]) == (409, "lease_lost", "b")
-        assert "handed to client 'b', not to 'a'" in body["message"]
+        assert (status, body["error"]) == (409, "lease_lost") and "holder" not in body
+        assert "handed to another client, not to 'a'" in body["message"]
+        assert "'b'" not in body["message"]  # who holds it is not the caller's business
         status, body = http("POST", "/sessions/o/heartbeat", {"client": "a", "trial_id": tid})
-        assert (status, body["error"], body["holder"]) == (409, "lease_lost", "b")
+        assert (status, body["error"]) == (409, "lease_lost") and "'b'" not in body["message"]
         status, body = http("POST", "/sessions/o/report", {"trial_id": tid, "value": 1.0})
         assert (status, body["error"]) == (400, "bad_request") and "client" in body["message"]
         assert http("POST", "/sessions/o/heartbeat", {"client": "b", "trial_id": tid})[0] == 200
@@ -39,7 +46,7 @@ def test_only_the_lease_holder_may_report_or_heartbeat(tmp_path: Path) -> None:
         # a duplicate from someone else is refused too, not silently ignored
         status, body = http("POST", "/sessions/o/report", {"client": "a", "trial_id": tid,
                                                           "value": 3.0})
-        assert status == 409 and body["holder"] == "b"
+        assert status == 409 and "holder" not in body
 
 
 def test_leave_from_a_client_that_never_joined_is_an_error(tmp_path: Path) -> None:
@@ -96,13 +103,20 @@ def test_the_same_ownership_rule_in_both_modes(tmp_path: Path, mode: str) -> Non
         got = sa.fetch(timeout=1)
         assert got is not None
         other = type(sa)(sa._backend, sa.name, "intruder")
+        with pytest.raises(ClientNotFoundError, match="'intruder' never joined"):
+            other.report(got.trial_id, 5.0)  # a client must join before it reports
+        intruder = a.as_client("intruder").join("m")
         with pytest.raises(LeaseLostError) as info:
-            other.report(got.trial_id, 5.0)
-        assert info.value.holder == "a"
+            intruder.report(got.trial_id, 5.0)
+        assert info.value.holder is None and "'a'" not in str(info.value)
         with pytest.raises(LeaseLostError):
-            other.heartbeat(got.trial_id)
-        with pytest.raises(ClientNotFoundError):
-            other.leave()
+            intruder.heartbeat(got.trial_id)
+        # the intruder under a's id, without a's secret: refused before anything changes
+        spoof = type(sa)(sa._backend, sa.name, "a", secret="not-a-secret")
+        for attempt in (lambda: spoof.report(got.trial_id, -1e9),
+                        lambda: spoof.heartbeat(got.trial_id), spoof.leave):
+            with pytest.raises(ForbiddenError, match="wrong client secret for client 'a'"):
+                attempt()
         assert sa.heartbeat(got.trial_id) > time.time()
         sa.report(got.trial_id, 1.0)
         assert sa.best() == (got.point, 1.0)

@@ -30,6 +30,8 @@ from harmony.base.errors import (
     ConfigError,
     HarmonyError,
     LeaseLostError,
+    ProtocolError,
+    ReportRejectedError,
     ServerUnavailableError,
 )
 from harmony.base.hostinfo import host_metadata
@@ -40,7 +42,8 @@ from tuner_client.transport import Backend, HttpBackend
 logger = logging.getLogger(__name__)
 
 __all__ = ["Backend", "Fetched", "HarmonyClient", "HttpBackend", "LeaseKeeper", "LeaseLostError",
-           "ServerUnavailableError", "Session", "connect", "host_metadata"]
+           "ReportRejectedError", "ServerUnavailableError", "Session", "connect",
+           "host_metadata"]
 
 #: longest single long-poll the client asks the server for (seconds)
 MAX_POLL = 30.0
@@ -55,18 +58,40 @@ class Fetched:
 
 
 class Session:
-    """One session as seen by one client: fetch points, report values, steer the search."""
+    """One session as seen by one client: fetch points, report values, steer the search.
 
-    def __init__(self, backend: Backend, name: str, client_id: str) -> None:
+    ``secret`` is the client secret the session's join issued this client; fetch, report,
+    heartbeat and leave send it (:meth:`HarmonyClient.join` fills it in).
+    """
+
+    def __init__(self, backend: Backend, name: str, client_id: str,
+                 secret: str | None = None) -> None:
         self._backend = backend
         self.name = name
         self.client_id = client_id
+        self._secret = secret
         self._path = f"/sessions/{quote(name, safe='')}"
 
     def _call(self, method: str, action: str = "", body: Mapping[str, Any] | None = None,
               timeout: float | None = None) -> dict[str, Any]:
         path = self._path + (f"/{action}" if action else "")
         return self._backend.request(method, path, body, timeout=timeout)
+
+    def _as_client(self, action: str, body: Mapping[str, Any],
+                   timeout: float | None = None) -> dict[str, Any]:
+        """POST a command this client makes for itself, proven by its secret."""
+        return self._backend.request("POST", f"{self._path}/{action}", body, timeout=timeout,
+                                     secret=self._secret)
+
+    def _reported(self, trial_id: int, answer: Mapping[str, Any]) -> None:
+        """:class:`ReportRejectedError` unless the report was recorded or was a retry of the
+        recorded one (``duplicate``: the answer to an earlier try was lost)."""
+        if answer.get("accepted") or answer.get("duplicate"):
+            return
+        raise ReportRejectedError(
+            f"session {self.name!r}: the report of trial {trial_id} by client "
+            f"{self.client_id!r} was not recorded: "
+            f"{answer.get('reason') or 'the server gave no reason'}")
 
     def fetch(self, timeout: float = 30.0) -> Fetched | None:
         """The next point to measure; ``None`` if none is ready within ``timeout`` seconds
@@ -76,9 +101,9 @@ class Session:
             wait = min(max(deadline - time.monotonic(), 0.0), MAX_POLL)
             asked = time.monotonic()
             # the request id makes the backend's retries of this one call idempotent
-            answer = self._call("POST", "fetch", {"client": self.client_id, "wait": wait,
-                                                  "request": uuid.uuid4().hex[:16]},
-                                timeout=wait + 30.0)
+            answer = self._as_client("fetch", {"client": self.client_id, "wait": wait,
+                                               "request": uuid.uuid4().hex[:16]},
+                                     timeout=wait + 30.0)
             if answer.get("status") == "trial":
                 return Fetched(int(answer["trial_id"]), dict(answer["point"]))
             remaining = deadline - time.monotonic()
@@ -89,13 +114,18 @@ class Session:
                 time.sleep(min(float(answer.get("retry_after", 1.0)), remaining))
 
     def report(self, trial_id: int, value: float) -> None:
-        """Report a measurement; NaN or infinite values are reported as a failure."""
+        """Report a measurement; NaN or infinite values are reported as a failure.
+
+        :class:`ReportRejectedError` when the server did not record it (the trial had been
+        reported with another outcome); a retried report the server had already recorded
+        is fine.
+        """
         value = float(value)
         if not math.isfinite(value):
             self.report_failure(trial_id, f"non-finite measurement {value!r}")
             return
-        self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
-                                      "value": value})
+        self._reported(trial_id, self._as_client(
+            "report", {"client": self.client_id, "trial_id": int(trial_id), "value": value}))
 
     def report_and_fetch(self, trial_id: int, value: float,
                          timeout: float = 30.0) -> Fetched | None:
@@ -111,10 +141,12 @@ class Session:
             return self.fetch(timeout)
         deadline = time.monotonic() + max(timeout, 0.0)
         wait = min(max(timeout, 0.0), MAX_POLL)
-        answer = self._call("POST", "report",
-                            {"client": self.client_id, "trial_id": int(trial_id), "value": value,
-                             "next": {"wait": wait, "request": uuid.uuid4().hex[:16]}},
-                            timeout=wait + 30.0)
+        answer = self._as_client("report",
+                                 {"client": self.client_id, "trial_id": int(trial_id),
+                                  "value": value,
+                                  "next": {"wait": wait, "request": uuid.uuid4().hex[:16]}},
+                                 timeout=wait + 30.0)
+        self._reported(trial_id, answer)
         nxt = answer.get("next") or {}
         if nxt.get("status") == "trial":
             return Fetched(int(nxt["trial_id"]), dict(nxt["point"]))
@@ -124,9 +156,11 @@ class Session:
         return self.fetch(remaining)
 
     def report_failure(self, trial_id: int, reason: str) -> None:
-        """Report that the trial could not be measured, and why."""
-        self._call("POST", "report", {"client": self.client_id, "trial_id": int(trial_id),
-                                      "failure": True, "reason": str(reason)[:4000]})
+        """Report that the trial could not be measured, and why (:class:`ReportRejectedError`
+        as :meth:`report`)."""
+        self._reported(trial_id, self._as_client(
+            "report", {"client": self.client_id, "trial_id": int(trial_id), "failure": True,
+                       "reason": str(reason)[:4000]}))
 
     def heartbeat(self, trial_id: int) -> float:
         """Extend the trial's lease; returns its new expiry (seconds since the epoch).
@@ -134,8 +168,8 @@ class Session:
         :class:`LeaseLostError` if this client no longer holds it (the lease ran out and the
         point was handed out again, the trial was reported, or it was never ours).
         """
-        answer = self._call("POST", "heartbeat", {"client": self.client_id,
-                                                  "trial_id": int(trial_id)})
+        answer = self._as_client("heartbeat", {"client": self.client_id,
+                                               "trial_id": int(trial_id)})
         return float(answer["lease_expires"])
 
     def keep_lease(self, trial_id: int, every: float) -> LeaseKeeper:
@@ -179,7 +213,7 @@ class Session:
 
     def leave(self) -> None:
         """Leave the session; trials still leased to this client are handed out again."""
-        self._call("POST", "leave", {"client": self.client_id})
+        self._as_client("leave", {"client": self.client_id})
 
     def kill(self) -> None:
         """End the session and delete everything stored for it."""
@@ -234,6 +268,8 @@ class HarmonyClient:
     def __init__(self, backend: Backend, client_id: str) -> None:
         self._backend = backend
         self.client_id = client_id
+        #: session name -> the secret its join issued this client (kept for a re-join)
+        self._secrets: dict[str, str] = {}
 
     def create_session(self, definition: SessionDefinition | Mapping[str, Any], *,
                        exist_ok: bool = False) -> Session:
@@ -247,10 +283,22 @@ class HarmonyClient:
         return self.join(answer["name"])
 
     def join(self, name: str) -> Session:
-        """Join an existing session by name (:class:`SessionNotFoundError` if unknown)."""
-        session = Session(self._backend, name, self.client_id)
-        session._call("POST", "join", {"client": self.client_id, "host": host_metadata()})
-        return session
+        """Join an existing session by name (:class:`SessionNotFoundError` if unknown).
+
+        The server issues a new client its secret; joining the same session again from this
+        object sends it back. :class:`ClientExistsError` when another process has joined
+        under this client id (pick another id).
+        """
+        path = f"/sessions/{quote(name, safe='')}/join"
+        answer = self._backend.request("POST", path, {"client": self.client_id,
+                                                      "host": host_metadata()},
+                                       secret=self._secrets.get(name))
+        secret = answer.get("secret") or self._secrets.get(name)
+        if not isinstance(secret, str):
+            raise ProtocolError(f"join {name!r}: the server answered no client secret; it "
+                                f"may predate client secrets (upgrade it)")
+        self._secrets[name] = secret
+        return Session(self._backend, name, self.client_id, secret)
 
     def as_client(self, client_id: str) -> HarmonyClient:
         """Another client on the same connection, under ``client_id`` (e.g. one per replica

@@ -2,8 +2,9 @@
 
 The very leased-session service the server hosts (leases, ownership, heartbeats, leave,
 the restart check, ``describe``), answering the HTTP API's requests with the same answers
-and errors, so :class:`tuner_client.client.Session` works unchanged on top of it; there is
-no network and no store. Thread-safe: several threads may share one client.
+and errors (client secrets included), so :class:`tuner_client.client.Session` works unchanged
+on top of it; there is no network and no store. Thread-safe: several threads may share one
+client.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class StandaloneBackend:
             self._cond.notify_all()
 
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
-                timeout: float | None = None) -> dict[str, Any]:
-        """Serve one request of the HTTP API's shape, in-process."""
+                timeout: float | None = None, secret: str | None = None) -> dict[str, Any]:
+        """Serve one request of the HTTP API's shape, in-process (``secret`` as the HTTP
+        API's client-secret header)."""
         parts = [unquote(p) for p in path.strip("/").split("/")]
         body = dict(body or {})
         if parts[0] != "sessions" or len(parts) > 3:
@@ -51,6 +53,10 @@ class StandaloneBackend:
                                        key=lambda s: s["name"])}
             local = self._get(parts[1])
             action = parts[2] if len(parts) == 3 else ""
+            if action in ("fetch", "report", "heartbeat", "leave"):
+                local.authenticate(body["client"], secret)
+            if action == "join":
+                return self._join(local, body, secret)
             if action == "fetch":
                 return self._fetch(local, body["client"], body.get("wait", 0.0))
             answer = self._dispatch(local, method, action, body)
@@ -101,6 +107,14 @@ class StandaloneBackend:
                 remaining = min(remaining, max(next_expiry - time.monotonic(), 0.0) + 0.001)
             self._cond.wait(remaining)
 
+    @staticmethod
+    def _join(local: LeasedSession, body: dict[str, Any], secret: str | None) -> dict[str, Any]:
+        issued = local.join(body["client"], body.get("host"), secret)
+        answer = {"session": local.name, "client": body["client"],
+                  "lease_seconds": local.definition.lease_seconds,
+                  "definition": local.definition.to_dict()}
+        return answer if issued is None else {**answer, "secret": issued}
+
     def _dispatch(self, local: LeasedSession, method: str, action: str,
                   body: dict[str, Any]) -> dict[str, Any]:
         if action == "" and method == "GET":
@@ -109,16 +123,11 @@ class StandaloneBackend:
             del self._sessions[local.name]
             local.close()
             return {"killed": local.name}
-        if action == "join":
-            local.join(body["client"], body.get("host"))
-            return {"session": local.name, "client": body["client"],
-                    "lease_seconds": local.definition.lease_seconds,
-                    "definition": local.definition.to_dict()}
         if action == "report":
             failure = (body.get("reason") or "failed") if body.get("failure") else None
-            accepted = local.report(int(body["trial_id"]), body.get("value"), failure,
-                                    body.get("client"))
-            return {"accepted": accepted, "converged": local.core.converged}
+            return {**local.report_answer(int(body["trial_id"]), body.get("value"), failure,
+                                          body.get("client")),
+                    "converged": local.core.converged}
         if action == "heartbeat":
             expires = local.heartbeat(int(body["trial_id"]), body.get("client"))
             return {"trial_id": int(body["trial_id"]), "lease_expires": expires}

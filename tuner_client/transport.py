@@ -15,8 +15,10 @@ from typing import Any, Protocol
 import urllib3
 
 from harmony.base.errors import (
+    ClientExistsError,
     ClientNotFoundError,
     ConfigError,
+    ForbiddenError,
     HarmonyError,
     LeaseLostError,
     ProtocolError,
@@ -24,6 +26,7 @@ from harmony.base.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony.base.tokens import CLIENT_SECRET_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,8 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
     "trial_not_found": TrialError,
     "lease_lost": LeaseLostError,
     "client_not_found": ClientNotFoundError,
+    "client_exists": ClientExistsError,
+    "forbidden": ForbiddenError,
     "session_exists": ConfigError,
     "invalid_definition": ConfigError,
     "conflict": HarmonyError,
@@ -42,10 +47,8 @@ _KIND_ERRORS: dict[str, type[HarmonyError]] = {
 }
 
 
-def error_from_answer(kind: str, message: str, holder: str | None = None) -> HarmonyError:
+def error_from_answer(kind: str, message: str) -> HarmonyError:
     """The project exception for an error answer ``{"error": kind, "message": ...}``."""
-    if kind == "lease_lost":
-        return LeaseLostError(message, holder=holder)
     return _KIND_ERRORS.get(kind, ProtocolError)(message)
 
 
@@ -53,7 +56,9 @@ class Backend(Protocol):
     """What a :class:`Session` needs from the transport (HTTP or in-process)."""
 
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
-                timeout: float | None = None) -> dict[str, Any]: ...
+                timeout: float | None = None, secret: str | None = None) -> dict[str, Any]:
+        """Send one request; ``secret`` is the client secret of the body's client."""
+        ...
 
     def close(self) -> None: ...
 
@@ -116,15 +121,17 @@ class HttpBackend:
             self.pool.ConnectionCls = _OneWriteConnection
 
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
-                timeout: float | None = None) -> dict[str, Any]:
+                timeout: float | None = None, secret: str | None = None) -> dict[str, Any]:
         """Send one request; retry with exponential backoff while the server is unreachable."""
         payload = json.dumps(body, allow_nan=False).encode() if body is not None else None
+        headers = self.headers if secret is None else {**self.headers,
+                                                        CLIENT_SECRET_HEADER: secret}
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.05
         while True:
             try:
                 response = self.pool.request(
-                    method, path, body=payload, headers=self.headers,
+                    method, path, body=payload, headers=headers,
                     timeout=urllib3.Timeout(connect=5.0, read=timeout or self.timeout),
                     retries=False, preload_content=True)
             except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ProtocolError,
@@ -152,8 +159,7 @@ class HttpBackend:
             data = None
         if response.status >= 400:
             if isinstance(data, dict) and "error" in data:
-                raise error_from_answer(data["error"], data.get("message", ""),
-                                        data.get("holder"))
+                raise error_from_answer(data["error"], data.get("message", ""))
             raise ProtocolError(f"{method} {self.url}{path}: HTTP {response.status}: "
                                 f"{response.data[:200]!r}")
         if not isinstance(data, dict):

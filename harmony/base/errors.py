@@ -56,7 +56,8 @@ class ConflictError(HarmonyError):
 
 class LeaseLostError(ConflictError):
     """The caller does not hold the trial's lease: it expired, the trial was reported, or the
-    trial was handed to another client (``holder``, when there is one)."""
+    trial was handed to another client (never named on the wire; ``holder`` is kept for
+    callers that set it themselves)."""
 
     def __init__(self, message: str, *, holder: str | None = None) -> None:
         super().__init__(message)
@@ -65,6 +66,24 @@ class LeaseLostError(ConflictError):
 
 class ClientNotFoundError(HarmonyError):
     """A client id that never joined the session (e.g. it asks to leave)."""
+
+
+class ClientExistsError(ConflictError):
+    """A join under a client id that has already joined, without that client's secret."""
+
+    kind = "client_exists"
+
+
+class ForbiddenError(HarmonyError):
+    """A session command for a client that did not prove it is that client: its secret is
+    missing or wrong (HTTP 403)."""
+
+    kind = "forbidden"
+
+
+class ReportRejectedError(ConflictError):
+    """A report the server did not record and that is not a retry of the recorded one (the
+    trial was already reported with another outcome)."""
 
 
 class SessionExistsError(ConflictError):

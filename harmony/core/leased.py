@@ -4,9 +4,14 @@ The one leased-session service: the server (:mod:`harmony_server.hosted`) extend
 durable command log and long polls, the client's standalone mode
 (:mod:`tuner_client.standalone`) runs it in-process as it is. No HTTP and no store here.
 
+Identity: ``join`` issues each client a secret (the session keeps only its digest) and
+:meth:`LeasedSession.authenticate` checks it before fetch, report, heartbeat and leave, so a
+client cannot act under another's id. A second join under a taken id needs that client's
+secret (:class:`ClientExistsError`, HTTP 409, otherwise).
+
 The ownership rule: a fetched trial belongs to the client it was handed to. Only that client
 may report it or extend its lease with a heartbeat; anyone else gets :class:`LeaseLostError`
-naming the holder (HTTP 409). A lease runs ``lease_seconds`` from the fetch or the last
+(HTTP 409, which does not say who holds the trial). A lease runs ``lease_seconds`` from the fetch or the last
 heartbeat; when it runs out the trial is released and its point handed out again as a new
 trial. The original client's late report of a released trial is still accepted (it is a
 real measurement); a second report of a trial is ignored, never double counted.
@@ -23,13 +28,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from harmony.base.errors import (
+    ClientExistsError,
     ClientNotFoundError,
     ConfigError,
+    ForbiddenError,
     LeaseLostError,
     ProtocolError,
     SessionNotFoundError,
 )
 from harmony.base.hostinfo import HostInfo
+from harmony.base.tokens import new_client_secret, secret_digest, secret_matches
 from harmony.base.space import Space
 from harmony.base.trial import SessionStatus, TrialRecord
 from harmony.core.definition import SessionDefinition
@@ -107,6 +115,8 @@ class LeasedSession:
         self._hosts: dict[str, HostInfo] = {}
         #: the last fetch each client was answered: (request id, trial id), for retries
         self._answered: dict[str, tuple[str, int]] = {}
+        #: client id -> SHA-256 digest of the secret its join was issued (never the secret)
+        self._secret_digests: dict[str, str] = {}
 
     # -- the command hook -------------------------------------------------------
     def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
@@ -118,13 +128,54 @@ class LeasedSession:
         return action()
 
     # -- commands -----------------------------------------------------------------
-    def join(self, client: str, host: dict[str, Any] | None = None) -> None:
-        """Register a client and its host metadata (hostname, CPUs, RAM, OS)."""
+    def join(self, client: str, host: dict[str, Any] | None = None,
+             secret: str | None = None) -> str | None:
+        """Register a client and its host metadata (hostname, CPUs, RAM, OS).
+
+        A new client is issued a secret, returned here and never again (the session keeps
+        its digest, in the command log). A client that has joined may join again (to update
+        its host) only with that secret: :class:`ClientExistsError` otherwise, and nothing
+        changes; returns ``None`` then.
+        """
         previous = self._hosts.get(client)
         row = HostInfo.of(client, previous.joined if previous is not None else time.time(), host)
-        self._command(CommandKind.JOIN, {"client": client}, client,
+        if client in self.core.clients:
+            digest = self._secret_digests.get(client)
+            if digest is None or not secret_matches(secret, digest):
+                raise ClientExistsError(
+                    f"session {self.name!r}: client {client!r} has already joined; a second "
+                    f"join must prove it is that client by sending its secret (what the first "
+                    f"join answered), or join under another client id")
+            self._command(CommandKind.JOIN, {"client": client}, client, lambda: None, host=row)
+            self._hosts[client] = row
+            return None
+        issued = new_client_secret()
+        digest = secret_digest(issued)
+        self._command(CommandKind.JOIN, {"client": client, "secret_sha256": digest}, client,
                       lambda: self.core.join(client), host=row)
         self._hosts[client] = row
+        self._secret_digests[client] = digest
+        return issued
+
+    def authenticate(self, client: str, secret: str | None) -> None:
+        """Check that the caller is ``client``: it joined and ``secret`` is the one its join
+        was issued. :class:`ClientNotFoundError` for a client that never joined,
+        :class:`ForbiddenError` for a missing or wrong secret (one hash and one
+        constant-time compare)."""
+        digest = self._secret_digests.get(client)
+        if digest is None:
+            if client not in self.core.clients:
+                raise ClientNotFoundError(
+                    f"session {self.name!r}: client {client!r} never joined this session; "
+                    f"join first (its answer carries the secret the other commands need)")
+            raise ForbiddenError(
+                f"session {self.name!r}: client {client!r} joined without a secret (before "
+                f"this server issued them) and cannot prove its identity; join again under "
+                f"a new client id")
+        if not secret_matches(secret, digest):
+            raise ForbiddenError(
+                f"session {self.name!r}: {'a wrong' if secret else 'no'} client secret for "
+                f"client {client!r}; send the secret its join answered")
 
     def try_fetch(self, client: str, request: str | None = None) -> FetchResult:
         """One non-blocking fetch: expire leases, then ask the core for a trial.
@@ -166,11 +217,10 @@ class LeasedSession:
 
     def _check_holder(self, record: TrialRecord, client: str, action: str) -> None:
         """:class:`LeaseLostError` unless ``client`` is the one the trial was handed to."""
-        if record.client != client:
+        if record.client != client:  # which client holds it is not said: not the caller's
             raise LeaseLostError(
-                f"session {self.name!r}: trial {record.id} was handed to client "
-                f"{record.client!r}, not to {client!r}; only the client holding a trial may "
-                f"{action} it", holder=record.client)
+                f"session {self.name!r}: trial {record.id} was handed to another client, not "
+                f"to {client!r}; only the client holding a trial may {action} it")
 
     def report(self, trial_id: int, value: float | None = None, failure: str | None = None,
                client: str | None = None) -> bool:
@@ -193,6 +243,23 @@ class LeasedSession:
                                  touched=lambda ok: [trial_id] if ok else [])
         self.leases.pop(trial_id, None)
         return accepted
+
+    def report_answer(self, trial_id: int, value: float | None = None,
+                      failure: str | None = None, client: str | None = None) -> dict[str, Any]:
+        """:meth:`report` as the API answers it: ``accepted``, and for a report that was not,
+        ``duplicate`` -- true when it repeats the recorded outcome (a retry after a lost
+        answer), false with a ``reason`` when it tried to change a reported trial."""
+        accepted = self.report(trial_id, value, failure, client)
+        if accepted:
+            return {"accepted": True}
+        record = self.core.trial(trial_id)
+        value, non_finite = finite_or_failure(value)
+        failure = failure if failure is not None else non_finite
+        if (record.value, record.failure) == (value, failure):
+            return {"accepted": False, "duplicate": True}
+        return {"accepted": False, "duplicate": False,
+                "reason": f"trial {trial_id} was already reported with another outcome; a "
+                          f"trial's first report stands"}
 
     def heartbeat(self, trial_id: int, client: str | None) -> float:
         """Extend the lease ``client`` holds on a trial; returns the new expiry (epoch seconds).
