@@ -3,7 +3,8 @@
 Schemathesis draws requests for every operation: bodies that fit the documented schemas
 (positive), bodies that break them (negative), and, half the time, the path's session name
 fixed to a live session so joins, fetches, reports, heartbeats, pauses and restarts reach a
-real one. After every case: no 5xx, the answer conforms to the document (status code, media
+real one. A fetch, report, heartbeat or leave there is sent as a joined client with its
+secret (three clients in four; the fourth goes without and must get a 4xx). After every case: no 5xx, the answer conforms to the document (status code, media
 type, body schema; a negative body must get a 4xx), and the live session is still sane
 (its trial table and its counters agree, every lease has a holder, the server logged no
 internal error). Bounded by a time budget, not a case count; the count is printed.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-from server_support import Raw, definition, running_server
+from server_support import CLIENT_COMMANDS, Raw, definition, running_server
 
+from harmony.base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.app import ENDPOINTS
 from harmony_server.server import ServerHandle
 
@@ -80,6 +83,25 @@ def _assert_sane(http: Raw, server: ServerHandle) -> None:
             assert isinstance(t["value"], int | float) and t["value"] == t["value"], t
 
 
+def prove_client(case: Any, http: Raw) -> None:
+    """Send a session command of the live session as a joined client with its secret, as a
+    real client would, so the fuzz reaches the command and not only the secret check; one
+    client id in four goes without a secret."""
+    body = case.body
+    client = body.get("client") if isinstance(body, dict) else None
+    if case.operation.path.rpartition("/")[2] not in CLIENT_COMMANDS \
+            or (case.path_parameters or {}).get("name") != LIVE or not isinstance(client, str) \
+            or zlib.crc32(client.encode("utf-8", "surrogatepass")) % 4 == 0:
+        return
+    http("POST", f"/sessions/{LIVE}/join", {"client": client})  # 409 if it had joined
+    secret = http.secrets.get((f"/sessions/{LIVE}", client))
+    if secret is not None:
+        case.headers = {**(case.headers or {}), CLIENT_SECRET_HEADER: secret}
+        # schemathesis then treats the secret as real: on a 2xx its ignored_auth check sends
+        # the request again without it and with a wrong one, and wants a 401/403 for each
+        case._has_explicit_auth = True
+
+
 def _weight(operation: Any) -> int:
     return 3 if operation.method.lower() == "post" else 1
 
@@ -93,6 +115,7 @@ def _fuzz(strategy: st.SearchStrategy[Any], until: float, http: Raw, server: Ser
     def case_runs(case: Any) -> None:
         nonlocal count
         _ensure_live_session(http)
+        prove_client(case, http)
         response = case.call(session=session, timeout=10)
         assert response.status_code < 500, (response.status_code, response.text[:500],
                                             case.as_curl_command())

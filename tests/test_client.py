@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 from server_support import definition, free_port, running_server, sphere
 
-from harmony.base.errors import ConfigError, ProtocolError, SessionNotFoundError, TrialError
+from harmony.base.errors import (
+    ConfigError,
+    ProtocolError,
+    ReportRejectedError,
+    SessionNotFoundError,
+    TrialError,
+)
 from harmony.core.definition import SessionDefinition
 from harmony_server.cli import add_parser as add_server_parser
 from harmony_server.server import ServerConfig, ServerHandle
@@ -94,7 +100,9 @@ def test_the_same_semantics_in_both_modes(tmp_path: Path, mode: str) -> None:
         assert got is not None and set(got.point) == {"x0", "x1"}
         s.heartbeat(got.trial_id)
         s.report(got.trial_id, 5.0)
-        s.report(got.trial_id, 1.0)  # duplicate: ignored, not double counted
+        s.report(got.trial_id, 5.0)  # a retried report: recorded once, not double counted
+        with pytest.raises(ReportRejectedError, match="another outcome"):
+            s.report(got.trial_id, 1.0)  # a different second report: refused, not dropped
         assert s.best() == (got.point, 5.0)
         with pytest.raises(TrialError, match="999"):
             s.report(999, 1.0)

@@ -45,9 +45,9 @@ def _max_overlap(intervals: list[tuple[str, int, float, float]]) -> int:
 def test_two_sessions_four_clients_each_share_pro_batches(tmp_path: Path) -> None:
     sessions = ["pro-a", "pro-b"]
     with running_server(tmp_path) as server:
-        with connect(server.url, client_id="admin") as admin:
-            for i, name in enumerate(sessions):
-                admin.create_session(definition(name, strategy="pro", dims=4, seed=11 + i))
+        admin = connect(server.url, client_id="admin")
+        for i, name in enumerate(sessions):
+            admin.create_session(definition(name, strategy="pro", dims=4, seed=11 + i))
         counter = dict.fromkeys(sessions, 0)
         logs: dict[str, list[tuple[str, int, float, float]]] = {n: [] for n in sessions}
         lock = threading.Lock()
@@ -60,7 +60,7 @@ def test_two_sessions_four_clients_each_share_pro_batches(tmp_path: Path) -> Non
             t.join(60)
         assert not any(t.is_alive() for t in threads)
 
-        with connect(server.url, client_id="admin") as admin:
+        with admin:  # the same client object: it rejoins with the secrets it was issued
             for name in sessions:
                 log = logs[name]
                 s = admin.join(name)

@@ -172,9 +172,10 @@ def test_restart_after_sigkill_continues_exactly_like_an_uninterrupted_run(
         assert outstanding is not None
         points.append(outstanding.point)
         best_before = s.best()
+        secret = s.secret  # what a restarted client process keeps to stay "solo"
         _sigkill(proc)
     with server_process(state, port), connect(url, client_id="solo") as client:
-        s = client.join("exact")
+        s = client.join("exact", secret=secret)
         assert s.best() == best_before
         assert [t["status"] for t in s.trials()] == ["done"] * 12 + ["leased"]
         s.report(outstanding.trial_id, sphere(outstanding.point))  # the fresh lease is honoured

@@ -72,6 +72,12 @@ class Session:
         self._secret = secret
         self._path = f"/sessions/{quote(name, safe='')}"
 
+    @property
+    def secret(self) -> str | None:
+        """This client's secret for the session: keep it to rejoin under the same client id
+        from another process (``HarmonyClient.join(name, secret=...)``)."""
+        return self._secret
+
     def _call(self, method: str, action: str = "", body: Mapping[str, Any] | None = None,
               timeout: float | None = None) -> dict[str, Any]:
         path = self._path + (f"/{action}" if action else "")
@@ -265,11 +271,13 @@ class LeaseKeeper:
 class HarmonyClient:
     """A connection to a server (or to in-process sessions); a context manager."""
 
-    def __init__(self, backend: Backend, client_id: str) -> None:
+    def __init__(self, backend: Backend, client_id: str,
+                 secrets: dict[tuple[str, str], str] | None = None) -> None:
         self._backend = backend
         self.client_id = client_id
-        #: session name -> the secret its join issued this client (kept for a re-join)
-        self._secrets: dict[str, str] = {}
+        #: (client id, session name) -> the secret that join issued, for a re-join; shared
+        #: by the clients :meth:`as_client` makes on this connection
+        self._secrets = secrets if secrets is not None else {}
 
     def create_session(self, definition: SessionDefinition | Mapping[str, Any], *,
                        exist_ok: bool = False) -> Session:
@@ -282,28 +290,30 @@ class HarmonyClient:
                                                              "exist_ok": exist_ok})
         return self.join(answer["name"])
 
-    def join(self, name: str) -> Session:
+    def join(self, name: str, *, secret: str | None = None) -> Session:
         """Join an existing session by name (:class:`SessionNotFoundError` if unknown).
 
-        The server issues a new client its secret; joining the same session again from this
-        object sends it back. :class:`ClientExistsError` when another process has joined
-        under this client id (pick another id).
+        The server issues a new client its secret; joining the same session again on this
+        connection sends it back, as does ``secret`` (:attr:`Session.secret` of an earlier
+        process under this client id). :class:`ClientExistsError` when the id has joined
+        and the secret is missing or wrong: pick another client id.
         """
+        key = (self.client_id, name)
+        secret = secret or self._secrets.get(key)
         path = f"/sessions/{quote(name, safe='')}/join"
         answer = self._backend.request("POST", path, {"client": self.client_id,
-                                                      "host": host_metadata()},
-                                       secret=self._secrets.get(name))
-        secret = answer.get("secret") or self._secrets.get(name)
+                                                      "host": host_metadata()}, secret=secret)
+        secret = answer.get("secret") or secret
         if not isinstance(secret, str):
             raise ProtocolError(f"join {name!r}: the server answered no client secret; it "
                                 f"may predate client secrets (upgrade it)")
-        self._secrets[name] = secret
+        self._secrets[key] = secret
         return Session(self._backend, name, self.client_id, secret)
 
     def as_client(self, client_id: str) -> HarmonyClient:
         """Another client on the same connection, under ``client_id`` (e.g. one per replica
         of a run); closing it closes the shared connection, so close only the original."""
-        return HarmonyClient(self._backend, client_id)
+        return HarmonyClient(self._backend, client_id, self._secrets)
 
     def describe(self, name: str) -> dict[str, Any]:
         """A session's full status and definition, without joining it."""

@@ -8,7 +8,9 @@ it under the client id ``NAME``, puts the coordinator's settings in force on its
 and runs the same loop as a local replica (:func:`tuner_client.phases.session_loop.member_loop`)
 until the coordinator pauses the session (it does at the end of each session) or the search
 converges; then it looks for the next one. It stops after ``idle_s`` seconds without a
-session to join, and always leaves its database with the original configuration.
+session to join, and always leaves its database with the original configuration. A worker
+restarted under a ``NAME`` that already joined a session cannot prove it is that client (the
+secret died with the old process): it joins that session as ``NAME-<random>``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError, DatabaseError
-from tuner_client.client import HarmonyClient, connect
+from harmony.base.errors import ClientExistsError, ConfigError, DatabaseError
+from tuner_client.client import HarmonyClient, Session, connect
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
@@ -111,7 +114,7 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
     if outcome.failure is not None:
         raise DatabaseError(f"replica {replica}: cannot put the coordinator's settings in "
                             f"force: {outcome.failure}")
-    session = client.join(name)
+    session = _join_as(client, replica, name)
     ref = Reference(f"{label}@{replica}", dict(info["reference"]))
     shared = Shared(evaluations=10**9)
     records: list[PointRecord] = []
@@ -142,3 +145,15 @@ def _subspace(ctx: RunContext, names: list[str]) -> KnobSpace:
                           f"list; give every replica the coordinator's config")
     return KnobSpace(tuple(params[n] for n in names))
 
+
+
+def _join_as(client: HarmonyClient, replica: str, name: str) -> Session:
+    """Join ``name`` as ``replica``, or under a fresh id when an earlier process of this
+    replica joined it (its id is taken and only that process held the secret)."""
+    try:
+        return client.join(name)
+    except ClientExistsError:
+        fresh = f"{replica}-{uuid.uuid4().hex[:6]}"
+        logger.warning("replica %s: session %s was joined under this name by an earlier "
+                       "process; joining it as %s", replica, name, fresh)
+        return client.as_client(fresh).join(name)
