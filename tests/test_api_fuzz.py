@@ -4,8 +4,10 @@ Schemathesis draws requests for every operation: bodies that fit the documented 
 (positive), bodies that break them (negative), and, half the time, the path's session name
 fixed to a live session so joins, fetches, reports, heartbeats, pauses and restarts reach a
 real one. A fetch, report, heartbeat or leave there is sent as a joined client with its
-secret (three clients in four; the fourth goes without and must get a 4xx). After every case: no 5xx, the answer conforms to the document (status code, media
-type, body schema; a negative body must get a 4xx), and the live session is still sane
+secret (three clients in four; the fourth goes without and must get a 4xx). After every
+case: no 5xx, the answer conforms to the document (status code, media type, body schema; a
+negative body must get a 4xx; a 401/403 when the secret is dropped or wrong), and the live
+session is still sane
 (its trial table and its counters agree, every lease has a holder, the server logged no
 internal error). Bounded by a time budget, not a case count; the count is printed.
 """

@@ -11,10 +11,11 @@ secret (:class:`ClientExistsError`, HTTP 409, otherwise).
 
 The ownership rule: a fetched trial belongs to the client it was handed to. Only that client
 may report it or extend its lease with a heartbeat; anyone else gets :class:`LeaseLostError`
-(HTTP 409, which does not say who holds the trial). A lease runs ``lease_seconds`` from the fetch or the last
-heartbeat; when it runs out the trial is released and its point handed out again as a new
-trial. The original client's late report of a released trial is still accepted (it is a
-real measurement); a second report of a trial is ignored, never double counted.
+(HTTP 409, which does not say who holds the trial). A lease runs ``lease_seconds`` from the
+fetch or the last heartbeat; when it runs out the trial is released and its point handed out
+again as a new trial. The original client's late report of a released trial is still
+accepted (it is a real measurement); a second report of a trial is not recorded, never
+double counted: the answer says whether it repeated the first (a retry) or differed.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from harmony.base.errors import (
     SessionNotFoundError,
 )
 from harmony.base.hostinfo import HostInfo
-from harmony.base.tokens import new_client_secret, secret_digest, secret_matches
 from harmony.base.space import Space
+from harmony.base.tokens import new_client_secret, secret_digest, secret_matches
 from harmony.base.trial import SessionStatus, TrialRecord
 from harmony.core.definition import SessionDefinition
 from harmony.core.session import Assignment, SessionCore
