@@ -43,6 +43,9 @@ PROBE_S = 0.8
 #: them first touches of the cold buffer, and the curves showed that cold start instead of
 #: the cache (scan: P = 0.92, 0.36, 0.50, 1.0 over 256 kB .. 32 MB)
 MIN_STATEMENTS = 300
+#: pytest's hang guard for the tests that run the tuner (probes, then measurements and a
+#: second pass): at a load average of ~80 one took 317 s, past the default 300 s
+TUNING_RUN_TIMEOUT_S = 900
 #: a guard for those windows together, inside pytest's 300-s timeout for four probes (a
 #: failing workload completes nothing)
 MIN_STATEMENTS_S = 45.0
@@ -227,6 +230,7 @@ def _tuner_target(cluster: LocalCluster) -> tuple[KnobCatalog, str, Any]:
                                    ram_bytes=None)
 
 
+@pytest.mark.timeout(TUNING_RUN_TIMEOUT_S)
 def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """With bme.target_miss the offline pass probes, fits, and measures only the size the
@@ -297,6 +301,7 @@ SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(
     "max: 32MB", "max: 48MB")
 
 
+@pytest.mark.timeout(TUNING_RUN_TIMEOUT_S)
 def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """Without a target miss probability the probed search starts at the decided size, takes
