@@ -29,6 +29,7 @@ from tuner_client.probe_runner import (
     window_delta,
 )
 from workloads.loop import Statement, StatementLoop
+from workloads.sample import Sample
 
 KB, MB = 1024, 1 << 20
 #: scan tables of 0.25 .. 4 MB: a seq scan of a table above shared_buffers/4 goes through a
@@ -37,6 +38,17 @@ SCAN_TABLES = {f"scan{i}": 2 ** i * 32 for i in range(5)}  # pages: 32 .. 512
 LOOKUP_ROWS = 120_000
 SMALL_ROWS = 1_000
 PROBE_S = 0.8
+#: statements a probe's window runs at least (more windows of PROBE_S until then): on a quiet
+#: machine one window runs more, on a loaded one (load average ~75) a handful, nearly all of
+#: them first touches of the cold buffer, and the curves showed that cold start instead of
+#: the cache (scan: P = 0.92, 0.36, 0.50, 1.0 over 256 kB .. 32 MB)
+MIN_STATEMENTS = 300
+#: pytest's hang guard for the tests that run the tuner (probes, then measurements and a
+#: second pass): at a load average of ~80 one took 317 s, past the default 300 s
+TUNING_RUN_TIMEOUT_S = 900
+#: a guard for those windows together, inside pytest's 300-s timeout for four probes (a
+#: failing workload completes nothing)
+MIN_STATEMENTS_S = 45.0
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +70,19 @@ def cluster(cluster_factory: ClusterFactory) -> Iterator[LocalCluster]:
         yield made
     finally:
         made.destroy()
+
+
+class _Loop(StatementLoop):
+    """A statement loop whose windows last ``seconds`` and :data:`MIN_STATEMENTS` completions
+    at least: the probes read the buffer's misses over the window, which needs the same work
+    on a loaded machine as on a quiet one. Returns the first window's sample."""
+
+    def sample(self, seconds: float | None = None, **kwargs: Any) -> Sample:
+        first = super().sample(seconds, **kwargs)
+        done, deadline = first.completed, time.monotonic() + MIN_STATEMENTS_S
+        while done < MIN_STATEMENTS and time.monotonic() < deadline:
+            done += super().sample(seconds, **kwargs).completed
+        return first
 
 
 def _scan(rng: np.random.Generator) -> Statement:
@@ -86,7 +111,7 @@ def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
         original = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
     measurer = Measurer(ServerAccess(cluster.dsn, catalog,
                                      LocalController(cluster, precheck_memory=False)),
-                        StatementLoop(cluster.dsn, draw, streams=2),
+                        _Loop(cluster.dsn, draw, streams=2),
                         MeasureConfig(warmup_s=0, samples=1))
     measurer.in_force = {"shared_buffers": original}
     try:
@@ -205,6 +230,7 @@ def _tuner_target(cluster: LocalCluster) -> tuple[KnobCatalog, str, Any]:
                                    ram_bytes=None)
 
 
+@pytest.mark.timeout(TUNING_RUN_TIMEOUT_S)
 def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """With bme.target_miss the offline pass probes, fits, and measures only the size the
@@ -223,7 +249,7 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url) as client:
         tuner = Tuner(config, client=client, target=target, run_id="t1",
-                      workload=StatementLoop(cluster.dsn, _skewed_lookup, streams=2))
+                      workload=_Loop(cluster.dsn, _skewed_lookup, streams=2))
         result = tuner.run()
         # a second pass (as after a workload shift) re-probes and measures the equation's
         # size only, instead of searching shared_buffers again
@@ -275,6 +301,7 @@ SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(
     "max: 32MB", "max: 48MB")
 
 
+@pytest.mark.timeout(TUNING_RUN_TIMEOUT_S)
 def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
                                                        tmp_path: Any) -> None:
     """Without a target miss probability the probed search starts at the decided size, takes
@@ -292,7 +319,7 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url) as client:
         tuner = Tuner(config, client=client, target=target, run_id="t2",
-                      workload=StatementLoop(cluster.dsn, _skewed_lookup, streams=2))
+                      workload=_Loop(cluster.dsn, _skewed_lookup, streams=2))
         tuner.run()
     decision = tuner.state.probe_decisions[0]
     assert decision["usable"] and decision["window"] is not None, decision["reason"]

@@ -113,7 +113,10 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
         assert sum(catalog[n].parse(settings[n]) * (coef if n == "work_mem" else 1)
                    for n in ("work_mem", "maintenance_work_mem", "temp_buffers")) <= 48 * MB
     rounds = result.intervals.rounds
-    assert 2 <= len(rounds) <= config.final.max_rounds
+    # up to max_rounds, and on a close call (a lead the next rounds may settle) on past them
+    # up to close_call_rounds, as designed (tuner_client/stats/racing.py; a loaded machine's
+    # noise makes close calls: 12 rounds were seen)
+    assert 2 <= len(rounds) <= config.final.close_call_rounds
     first_best = next(r for r in tuner.records if r.session == "final-best")
     assert rounds[0]["best"] == first_best.value
     decision = result.intervals.decision

@@ -9,6 +9,7 @@ what was given, and large bodies are decoded and sessions built on a worker thre
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -18,11 +19,20 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-#: the slowest /healthz answer accepted while a body is processed. Generous, since the machine
-#: is shared and loaded (one 0.87 s answer was seen at a load average of ~15); the issue asks
-#: 100 ms on a quiet one. Each body kept the loop busy for 3.7-42 s before the fix, so even
-#: this bound tells a blocked loop from a free one; the quiet-machine figure is a benchmark's.
+from harmony_server import bodies
+
+#: the slowest /healthz answer accepted while a body is processed, on a quiet machine. Generous
+#: (one 0.87 s answer was seen at a load average of ~15); the issue asks 100 ms. Each body kept
+#: the loop busy for 3.7-42 s before the fix, so even this bound tells a blocked loop from a
+#: free one; the quiet-machine figure is a benchmark's.
 HEALTHZ_BOUND = 2.0
+#: on a loaded machine the bound stretches with it, measured in the same run: to this many
+#: times the median /healthz answer of the idle server just before the body is sent ...
+IDLE_FACTOR = 20
+#: ... and to this share of the POST's own duration: a blocked loop holds a /healthz sent
+#: while the body is processed for nearly all of that duration (the body is read in
+#: milliseconds), while a free loop answers it in a small part of it
+POST_SHARE = 0.5
 
 _YAML = {"Content-Type": "application/yaml"}
 
@@ -60,27 +70,57 @@ BODIES: list[tuple[str, bytes, dict[str, str], int, str]] = [
 @pytest.mark.parametrize(("body", "headers", "status", "words"),
                          [b[1:] for b in BODIES], ids=[b[0] for b in BODIES])
 def test_healthz_answers_while_a_large_body_is_processed(
-        tmp_path: Path, body: bytes, headers: dict[str, str], status: int, words: str) -> None:
+        tmp_path: Path, body: bytes, headers: dict[str, str], status: int, words: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(body) < 1 << 20  # under the body size limit: the server must read it
+    # the limits answer, not the work deadline: at a load average of ~42 decoding the 1 MB
+    # YAML bodies ran past the 10 s deadline (a 400 all the same; its own test is below)
+    monkeypatch.setattr(bodies, "WORK_DEADLINE", 600.0)
     with running_server(tmp_path) as server:
         answer: list[tuple[int, Any]] = []
-        sender = threading.Thread(target=lambda: answer.append(
-            Raw(server.url)("POST", "/sessions", raw=body, headers=headers)))
+        posted: list[float] = []
+
+        def send() -> None:
+            started = time.monotonic()
+            answer.append(Raw(server.url)("POST", "/sessions", raw=body, headers=headers))
+            posted.append(time.monotonic() - started)
+
+        sender = threading.Thread(target=send)
         pool = urllib3.connection_from_url(server.url, retries=False)
+        idle = statistics.median(_healthz(pool) for _ in range(11))
         sender.start()
         latencies: list[float] = []
         while sender.is_alive() or not latencies:
-            started = time.monotonic()
-            r = pool.request("GET", "/healthz", timeout=urllib3.Timeout(connect=5, read=30))
-            latencies.append(time.monotonic() - started)
-            assert r.status == 200
+            latencies.append(_healthz(pool))
             time.sleep(0.01)
         sender.join()
         got_status, got = answer[0]
         assert got_status == status, got
         text = got["message"] if status == 400 else got["name"]
         assert words in text, text
-        assert max(latencies) < HEALTHZ_BOUND, (len(latencies), sorted(latencies)[-3:])
+        bound = max(HEALTHZ_BOUND, IDLE_FACTOR * idle, POST_SHARE * posted[0])
+        assert max(latencies) < bound, (len(latencies), sorted(latencies)[-3:], idle, posted)
+
+
+def _healthz(pool: urllib3.HTTPConnectionPool) -> float:
+    """Seconds one ``GET /healthz`` took (it must answer 200)."""
+    started = time.monotonic()
+    r = pool.request("GET", "/healthz", timeout=urllib3.Timeout(connect=5, read=120))
+    assert r.status == 200
+    return time.monotonic() - started
+
+
+def test_work_past_the_deadline_is_a_clear_400(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bodies, "WORK_DEADLINE", 0.01)
+    slow = next(b for b in BODIES if b[0] == "yaml-metadata")  # ~1 s of PyYAML on a quiet machine
+    with running_server(tmp_path) as server:
+        http = Raw(server.url)
+        status, got = http("POST", "/sessions", raw=slow[1], headers=slow[2])
+        assert (status, got["error"]) == (400, "bad_request"), got
+        assert "took more than 0.01 s; send a smaller request" in got["message"], got
+        assert http("GET", "/healthz")[0] == 200
+        assert http("GET", "/sessions")[1]["sessions"] == []
 
 
 @pytest.mark.parametrize(("change", "words"), [

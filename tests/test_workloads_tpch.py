@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import random
 import threading
 import time
@@ -17,7 +18,7 @@ from psycopg import sql
 from harmony.base.errors import ConfigError, DatabaseError, WorkloadError
 from tuner_client.local_cluster import LocalCluster
 from workloads import cli
-from workloads.driver import WorkloadDriver
+from workloads.driver import STOP_TIMEOUT_S, WorkloadDriver
 from workloads.schedule import ScheduledDriver, wait_for_phase
 from workloads.tpch.load import LoadResult, load_tpch
 from workloads.tpch.params import NATIONS, REGIONS
@@ -91,12 +92,22 @@ def test_load_gives_the_spec_row_counts(tpch_loaded: tuple[str, LoadResult]) -> 
     assert [r for (r,) in regions] == list(REGIONS)
 
 
+def _table_files(dsn: str) -> dict[str, tuple[int, int]]:
+    """Each TPC-H table's oid and data file number."""
+    with psycopg.connect(dsn) as conn:
+        return {t: conn.execute(  # type: ignore[misc]
+            "select %s::regclass::oid::int8, pg_relation_filenode(%s::regclass)::int8",
+            (t, t)).fetchone() for t in TABLES}
+
+
 def test_load_is_idempotent_and_refuses_another_scale(tpch_loaded: tuple[str, LoadResult]) -> None:
     dsn, first = tpch_loaded
-    started = time.monotonic()
+    before = _table_files(dsn)
     again = load_tpch(dsn, TEST_SCALE)
     assert again.reused and again.rows == first.rows
-    assert time.monotonic() - started < 2.0
+    # nothing was reloaded: the same tables in the same files (a drop, a truncate or a
+    # rewrite gives a table a new oid or file); not timed, which a loaded machine stretches
+    assert _table_files(dsn) == before
     with pytest.raises(WorkloadError, match="already holds TPC-H at scale 0.01, but scale 0.02"):
         load_tpch(dsn, 0.02)
 
@@ -193,13 +204,17 @@ def test_statement_timeout_counts_errors_without_reconnecting(tpch_dsn: str) -> 
     assert sample.completed == 0 and sample.errors >= 3
 
 
-def test_stop_is_prompt_and_idempotent(tpch_dsn: str) -> None:
+def test_stop_is_prompt_and_idempotent(tpch_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
     driver = WorkloadDriver(tpch_dsn, "2Q1,2Q9")
     driver.start()
     time.sleep(0.3)
     started = time.monotonic()
-    driver.stop()
-    assert time.monotonic() - started < 2.0
+    with caplog.at_level(logging.WARNING, logger="workloads.driver"):
+        driver.stop()
+    # every stream stopped (its query cancelled) before stop() gave up on it after
+    # STOP_TIMEOUT_S and warned; not a tighter wall-clock bound, which a loaded machine breaks
+    assert time.monotonic() - started < STOP_TIMEOUT_S
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()], caplog.text
     driver.stop()
     with pytest.raises(WorkloadError, match="not running"):
         driver.sample(1.0)
