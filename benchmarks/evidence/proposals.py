@@ -49,6 +49,7 @@ from tuner_client.measurer import Workload
 from tuner_client.target import Target, make_workload, open_target
 
 MB = 1024**2
+SQL = Path(__file__).resolve().parent / "sql"
 #: the broad set: reload-time knobs only, each with its built-in range (KNOWN_RANGES)
 BROAD = ("work_mem", "hash_mem_multiplier", "random_page_cost", "effective_cache_size", "jit",
          "max_parallel_workers_per_gather", "max_wal_size", "checkpoint_timeout",
@@ -68,6 +69,15 @@ WORKLOADS: dict[str, tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], 
                    {"tpch": {"scale": 0.1, "mix": "2Q9,2Q13,2Q18"}, "statement_timeout_s": 120},
                    {"ram": "auto", "os_reserved": "128MB", "connections": "auto",
                     "shared_buffers_fraction": 0.25, "work_mem_held": 1.0}, "128MB"),
+    # the user's analytic SQL (a .sql file) over the TPC-H data, sorting and hashing
+    # lineitem whole: spills at work_mem 4MB
+    "sql-spill": ("analytic .sql over TPC-H SF 0.1 (benchmarks/evidence/sql/analytic_spill.sql, "
+                  "4 clients), embedded cluster in a 1.5 GB memory cgroup",
+                  {"memory_limit": 1536 * MB, "restart_timeout_s": 120},
+                  {"scripts": {"files": [str(SQL / "analytic_spill.sql")], "clients": 4},
+                   "statement_timeout_s": 120},
+                  {"ram": "auto", "os_reserved": "128MB", "connections": "auto",
+                   "shared_buffers_fraction": 0.25, "work_mem_held": 1.0}, "128MB"),
     "pgbench": ("pgbench TPC-B, scale 10, 4 clients, embedded cluster (no cgroup)",
                 {"restart_timeout_s": 120}, {"pgbench": {"scale": 10, "clients": 4}},
                 {"ram": "1GB", "os_reserved": "128MB", "connections": "auto"}, "128MB"),
@@ -128,7 +138,10 @@ def one_workload(kind: str, *, repeat: int, window_s: float, replicates: int,
     screening on the same cluster (its data kept between repeats)."""
     config = tuner_dict(kind, window_s=window_s, replicates=replicates)
     cfg = tuner_config_from_dict(config, source="benchmarks/evidence/proposals.py")
-    if cfg.database.memory_limit_bytes is not None:
+    if kind == "sql-spill":  # the TPC-H data the SQL reads, loaded as the TPC-H mixes' is
+        loader = tuner_config_from_dict({**config, "workload": WORKLOADS["tpch-spill"][2]})
+        target = open_memory_bound(loader, state_dir / kind)
+    elif cfg.database.memory_limit_bytes is not None:
         target = open_memory_bound(cfg, state_dir / kind)
     else:
         target = open_target(cfg, state_dir / kind)
@@ -192,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs per workload (default 2)")
     parser.add_argument("--only", choices=tuple(WORKLOADS), action="append", default=None,
                         help="these workloads (repeatable); the others' runs are kept")
+    parser.add_argument("--results", default=None,
+                        help="results file name (default evidence_proposals[.quick])")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}"
                         / "evidence-proposals")
@@ -200,12 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     command = ("python -m benchmarks.evidence proposals" + (" --quick" if args.quick else "")
                + (f" --observe {args.observe:g}" if args.observe != 40.0 else "")
                + f" --repeats {args.repeats}"
-               + "".join(f" --only {k}" for k in args.only or ()))
+               + "".join(f" --only {k}" for k in args.only or ())
+               + (f" --results {args.results}" if args.results else ""))
     data: dict[str, Any] = {"machine": machine(), "command": command, "quick": args.quick,
                             "observe_s": args.observe, "window_s": window_s,
                             "replicates": replicates, "broad": list(BROAD),
                             "titles": {k: w[0] for k, w in WORKLOADS.items()}, "runs": []}
-    name = "evidence_proposals" + (".quick" if args.quick else "")
+    name = args.results or "evidence_proposals" + (".quick" if args.quick else "")
     previous = RESULTS / f"{name}.json"
     kinds = tuple(args.only or WORKLOADS)
     if args.only and previous.exists():  # these workloads again: the others' runs are kept
