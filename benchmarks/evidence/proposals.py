@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,6 @@ from tuner_client.knob_proposals import (
     propose,
     proposed_knobs,
 )
-from tuner_client.measurer import Workload
 from tuner_client.target import Target, make_workload, open_target
 
 MB = 1024**2
@@ -103,25 +101,6 @@ def tuner_dict(kind: str, *, window_s: float, replicates: int) -> dict[str, Any]
     }
 
 
-class Running:
-    """A workload driver that generates load between start() and stop() (pgbench's driver
-    only runs while it samples)."""
-
-    def __init__(self, driver: Workload, seconds: float) -> None:
-        self.driver, self.seconds = driver, seconds
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self.driver.sample, args=(self.seconds,),
-                                       daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-        self.driver.stop()
-
-
 def preload_statements(target: Target) -> None:
     """pg_stat_statements preloaded and created in the tuned database (one restart)."""
     assert target.cluster is not None
@@ -156,8 +135,8 @@ def one_workload(kind: str, *, repeat: int, window_s: float, replicates: int,
         driver = make_workload(cfg, target.dsn)
         if kind == "pgbench":  # pgbench -i (load, index builds) before the observed window
             driver.start()
-        runner = Running(driver, observe_s) if kind == "pgbench" else driver
-        stats = observe_workload(target.dsn, observe_s, runner)
+        # the load runs inside sample(), which observe_workload calls for the window
+        stats = observe_workload(target.dsn, observe_s, driver)
         # as choose_online_knobs: the cgroup's memory, else the host's
         proposals = propose(stats, ram_bytes=target.ram_bytes or detect_ram_bytes(),
                             cpus=os.cpu_count(), restarts=False)
@@ -205,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs per workload (default 2)")
     parser.add_argument("--only", choices=tuple(WORKLOADS), action="append", default=None,
                         help="these workloads (repeatable); the others' runs are kept")
+    parser.add_argument("--append", action="store_true",
+                        help="with --only: keep these workloads' earlier runs, add more")
     parser.add_argument("--results", default=None,
                         help="results file name (default evidence_proposals[.quick])")
     parser.add_argument("--state-dir", type=Path,
@@ -216,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --observe {args.observe:g}" if args.observe != 40.0 else "")
                + f" --repeats {args.repeats}"
                + "".join(f" --only {k}" for k in args.only or ())
-               + (f" --results {args.results}" if args.results else ""))
+               + (f" --results {args.results}" if args.results else "")
+               + (" --append" if args.append else ""))
     data: dict[str, Any] = {"machine": machine(), "command": command, "quick": args.quick,
                             "observe_s": args.observe, "window_s": window_s,
                             "replicates": replicates, "broad": list(BROAD),
@@ -226,12 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     kinds = tuple(args.only or WORKLOADS)
     if args.only and previous.exists():  # these workloads again: the others' runs are kept
         kept = json.loads(previous.read_text())
-        data["runs"] = [r for r in kept["runs"] if r["kind"] not in kinds]
+        data["runs"] = [r for r in kept["runs"] if args.append or r["kind"] not in kinds]
         data["command"] = f"{kept['command']}; then {command}"
+    done = {k: sum(r["kind"] == k for r in data["runs"]) for k in kinds}
     # interleaved: every workload's first run, then every workload's second, ...
     for repeat in range(args.repeats):
         for kind in kinds:
-            data["runs"].append(one_workload(kind, repeat=repeat, window_s=window_s,
+            data["runs"].append(one_workload(kind, repeat=done[kind] + repeat,
+                                             window_s=window_s,
                                              replicates=replicates, observe_s=args.observe,
                                              state_dir=args.state_dir))
             data["runs"].sort(key=lambda r: (list(WORKLOADS).index(r["kind"]),
