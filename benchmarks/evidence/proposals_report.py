@@ -63,7 +63,9 @@ def markdown(data: dict[str, Any]) -> str:
                     f"preloaded; reload-time knobs only), then the tuner screens the broad set "
                     f"{', '.join(broad)} with their built-in ranges (Plackett–Burman, "
                     f"{data.get('replicates', 2)} replicates, {data['window_s']:.0f} s windows, "
-                    f"the default measured every 2 runs; shared_buffers held). A knob clears "
+                    f"the default measured every 2 runs; shared_buffers held). A knob's ratio is "
+                    f"the throughput at its range's high end over its low end (the design's "
+                    f"main effect); bold: cleared. A knob clears "
                     f"when |log ratio| ≥ z·se (z from the screening's multiplicity "
                     f"correction). Workloads are interleaved run by run.")]
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
