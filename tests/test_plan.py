@@ -20,6 +20,7 @@ from tuner_client.knob_proposals import (
     choose_online_knobs,
     propose,
     proposed_knobs,
+    read_workload_stats,
 )
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.plan import make_plan
@@ -261,3 +262,34 @@ def test_online_knobs_auto_takes_the_knobs_a_spilling_workload_points_at(
     assert names[:2] == ["work_mem", "hash_mem_multiplier"]
     # only reload-time knobs with built-in ranges, each once
     assert len(names) == len(set(names)) and "shared_buffers" not in names
+
+
+def test_a_spill_only_pg_stat_statements_saw_is_evidenced_by_its_own_numbers() -> None:
+    # the database's counters were reset after the spill; pg_stat_statements still has it
+    statements = StatementStats(count=3, calls=30, exec_ms=900.0, jit_ms=0.0,
+                                temp_blks_written=1280, top_mean_ms=30.0, top_query="select 1")
+    (spill,) = propose(_stats(statements=statements), ram_bytes=None, cpus=16, restarts=True)
+    assert spill.knobs == ("work_mem", "hash_mem_multiplier")
+    assert spill.evidence.startswith("1,280 temporary blocks written by the statements "
+                                     "pg_stat_statements tracks")
+    assert "0 temporary files" not in spill.evidence
+
+
+@pytest.mark.postgres
+def test_the_parallel_rule_reads_queries_not_copy(own_cluster: LocalCluster) -> None:
+    # pgbench -i's COPY took the most time on a pgbench server and proposed parallel workers
+    dsn = own_cluster.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    own_cluster.restart()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        conn.execute("CREATE TABLE c (id int, pad text)")
+        with conn.cursor().copy("COPY c FROM STDIN") as copy:
+            for i in range(200_000):
+                copy.write_row((i, "x" * 40))
+        conn.execute("SELECT count(*) FROM c WHERE id < 10").fetchall()
+        conn.read_only = True
+        stats = read_workload_stats(conn)
+    assert stats.statements is not None
+    assert stats.statements.top_query.lower().startswith("select count(*) from c")

@@ -57,9 +57,7 @@ class Startable(Protocol):
     """A workload driver as :func:`observe_workload` runs it."""
 
     def start(self) -> None: ...
-
     def stop(self) -> None: ...
-
     def sample(self, seconds: float | None = None) -> object: ...
 
 
@@ -134,9 +132,11 @@ SELECT count(*), coalesce(sum(calls), 0), coalesce(sum(total_exec_time), 0),
        coalesce(sum(temp_blks_written), 0)
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database
                                       WHERE datname = current_database())"""
+#: the SELECT or WITH (what a parallel plan can serve; not COPY or DDL) with the most time
 _TOP_STATEMENT = """
 SELECT mean_exec_time, left(query, 80) FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query ~* '^[[:space:](]*(select|with)[[:>:]]'
 ORDER BY total_exec_time DESC LIMIT 1"""
 _SETTINGS = """
 SELECT name, current_setting(name) FROM pg_settings WHERE name IN
@@ -225,9 +225,11 @@ def _spills(stats: WorkloadStats, **_: Any) -> Proposal | None:
     written = stats.statements.temp_blks_written if stats.statements else 0
     if stats.temp_bytes < MIN_TEMP_BYTES and written == 0:
         return None
+    evidence = (f"{stats.temp_files} temporary files, {_size(stats.temp_bytes)} written "
+                f"{_since(stats)}" if stats.temp_bytes >= MIN_TEMP_BYTES else f"{written:,} "
+                f"temporary blocks written by the statements pg_stat_statements tracks")
     return Proposal("sorts and hashes spill to disk", ("work_mem", "hash_mem_multiplier"),
-                    f"{stats.temp_files} temporary files, {_size(stats.temp_bytes)} "
-                    f"written {_since(stats)} (work_mem {stats.settings.get('work_mem', '?')})")
+                    f"{evidence} (work_mem {stats.settings.get('work_mem', '?')})")
 
 
 def _checkpoints(stats: WorkloadStats, **_: Any) -> Proposal | None:

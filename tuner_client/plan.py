@@ -15,7 +15,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import psycopg
 from harmony.base.errors import ConstraintError, DatabaseError
 from harmony.core.definition import PluginSpec, SessionDefinition
 from harmony.core.session import SessionCore
-from tuner_client.budget import BUDGET_KNOBS, make_budget_view
+from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knob_proposals import (
@@ -37,6 +37,14 @@ from tuner_client.knob_proposals import (
 )
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
+from tuner_client.plan_live import LivePlan, live_plan
+from tuner_client.plan_window import (
+    TimedWindow,
+    needs_timing,
+    timed_window,
+    window_seconds,
+    with_restarts,
+)
 from tuner_client.stats.screening import pb_runs
 from tuner_client.target import read_catalog
 
@@ -88,6 +96,10 @@ class Plan:
     held: list[tuple[str, str]]
     proposals: list[Proposal]
     notes: list[str] = field(default_factory=list)
+    #: the memory budget's arithmetic behind the narrowed ranges
+    budget_detail: list[str] = field(default_factory=list)
+    #: live mode's part (workload.observe), else None
+    live: LivePlan | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -102,14 +114,18 @@ class Plan:
         return out
 
 
-def make_plan(config: TunerConfig, *, unreachable_ok: bool = False) -> Plan:
+def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
+              time_window: bool = False) -> Plan:
     """The plan of ``config`` against its server (read-only) or a throw-away embedded one.
 
     ``unreachable_ok``: when the configured server does not answer, check against a
     throw-away cluster of this host's PostgreSQL instead (``harmony validate``) rather than
-    fail (``harmony tune --plan``)."""
+    fail (``harmony tune --plan``). ``time_window``: for the embedded cluster, time one
+    window of the workload on the throw-away cluster when a window's length is not known
+    (:mod:`tuner_client.plan_window`)."""
     notes: list[str] = []
-    with _catalog_and_stats(config, unreachable_ok, notes) as (catalog, stats, ram, target):
+    with _catalog_and_stats(config, unreachable_ok, notes, time_window) as (
+            catalog, stats, ram, target, timed):
         offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
         local = config.database.embedded or loopback(config.database.dsn or "")
         cpus = os.cpu_count() if local else None
@@ -127,10 +143,13 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False) -> Plan:
         in_force = {n: _current(catalog, n) for n in
                     dict.fromkeys(offline.names + online.names + list(BUDGET_KNOBS))
                     if n in catalog}
+        online_force = _online_in_force(offline, in_force)
         knobs = (_knob_plans(offline, "offline", budget.offline_constraints(in_force), in_force)
-                 + _knob_plans(online, "online", budget.online_constraints(in_force), in_force))
-        window_s, basis = _window_seconds(config, stats)
-        phases = _phases(config, offline, online, window_s)
+                 + _knob_plans(online, "online", budget.online_constraints(online_force),
+                               in_force))
+        window_s, basis = window_seconds(config, stats, timed)
+        phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed))
+                  for p in _phases(config, offline, online, window_s)]
         version = (f"{catalog.server_version_num // 10000}.{catalog.server_version_num % 100}"
                    if catalog.server_version_num else None)
         b = budget.budget
@@ -142,7 +161,9 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False) -> Plan:
                     restarts=sum(p.restarts for p in phases),
                     restarts_allowed=restarts_allowed, window_s=window_s, window_basis=basis,
                     held=_held(config, catalog, offline, online, proposals),
-                    proposals=proposals, notes=notes + _notes(stats))
+                    proposals=proposals, notes=notes + _notes(stats),
+                    budget_detail=_budget_detail(budget, online, online_force, in_force),
+                    live=live_plan(config, budget, stats))
 
 
 def _gb(n: int) -> str:
@@ -150,10 +171,13 @@ def _gb(n: int) -> str:
 
 
 @contextlib.contextmanager
-def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[str]
-                       ) -> Iterator[tuple[KnobCatalog, WorkloadStats | None, int | None, str]]:
+def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[str],
+                       time_window: bool) -> Iterator[tuple[KnobCatalog, WorkloadStats | None,
+                                                            int | None, str,
+                                                            TimedWindow | None]]:
     """The catalog (and statistics) of the configured server, or of a throw-away cluster in a
-    temporary directory standing in for the embedded one (no statistics: no workload ran)."""
+    temporary directory standing in for the embedded one (no statistics: no workload ran;
+    one window timed there when ``time_window`` and a window's length is unknown)."""
     dsn = config.database.dsn
     if dsn is not None:
         try:
@@ -168,7 +192,7 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
             notes.append(f"{dsn} did not answer ({str(exc).splitlines()[0]}): checked against "
                          f"this host's PostgreSQL instead")
         else:
-            yield catalog, stats, config.budget.ram_bytes or detect_ram_bytes(), dsn
+            yield catalog, stats, config.budget.ram_bytes or detect_ram_bytes(), dsn, None
             return
     with tempfile.TemporaryDirectory(prefix="harmony-plan-") as tmp:
         os.chmod(tmp, 0o755)  # the cluster's unprivileged OS user must reach it
@@ -176,14 +200,47 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
                                memory_limit_bytes=config.database.memory_limit_bytes,
                                timeout_s=config.database.restart_timeout_s)
         cluster.start()
+        timed = None
         try:
             catalog = read_catalog(cluster.dsn)
             ram = cluster.effective_ram_bytes()
+            if time_window and dsn is None and needs_timing(config):
+                timed = timed_window(config, cluster, Path(tmp))
         finally:
             cluster.stop()
         target = ("the embedded cluster (created by the run)" if dsn is None
                   else f"{dsn} (unreachable; this host's PostgreSQL stood in)")
-        yield catalog, None, config.budget.ram_bytes or ram, target
+        yield catalog, None, config.budget.ram_bytes or ram, target, timed
+
+
+def _online_in_force(offline: KnobSpace, in_force: dict[str, str]) -> dict[str, str]:
+    """The settings the online budget is computed with: shared_buffers at the offline range's
+    smallest value when the offline session tunes it (the widest online ranges; a larger
+    shared_buffers leaves less), else as in force."""
+    if "shared_buffers" not in offline.names:
+        return in_force
+    param = next(p for p in offline.params if p.name == "shared_buffers")
+    smallest = next(d for d in offline.space.to_dict() if d["name"] == "shared_buffers")["min"]
+    return {**in_force, "shared_buffers": param.setting(smallest)}
+
+
+def _budget_detail(budget: BudgetView, online: KnobSpace, online_force: dict[str, str],
+                   in_force: dict[str, str]) -> list[str]:
+    """The budget's arithmetic for work_mem when the online session tunes it."""
+    if "work_mem" not in online.names:
+        return []
+    catalog = budget.catalog
+    others: dict[str, int] = {n: int(catalog[n].parse(in_force[n]))
+                              for n in ("maintenance_work_mem", "temp_buffers")
+                              if n in in_force and n not in online.names}
+    sb = online_force["shared_buffers"]
+    try:
+        text = budget.budget.explain_work_mem(int(catalog["shared_buffers"].parse(sb)), others)
+    except ConstraintError as exc:
+        return [str(exc)]
+    basis = ("the offline range's smallest shared_buffers; a larger one leaves less"
+             if sb != in_force.get("shared_buffers") else "shared_buffers in force")
+    return [f"{text} (with {basis})"]
 
 
 def _current(catalog: KnobCatalog, name: str) -> str:
@@ -232,22 +289,6 @@ def _range_text(param: dict[str, Any], p: Any) -> str:
     if param.get("type") == "enum":
         return "{" + ", ".join(str(v) for v in param["values"]) + "}"
     return f"{p.setting(param['min'])} .. {p.setting(param['max'])}"
-
-
-def _window_seconds(config: TunerConfig, stats: WorkloadStats | None
-                    ) -> tuple[float | None, str]:
-    m = config.measure
-    if m.seconds is not None:
-        return m.seconds, f"measure.seconds = {m.seconds:g} s"
-    if m.queries is not None and stats is not None and stats.statements is not None \
-            and stats.statements.calls:
-        mean_s = stats.statements.exec_ms / stats.statements.calls / 1000
-        streams = max(1, config.workload.clients)
-        return (m.queries * mean_s / streams,
-                f"{m.queries} queries a window at the {mean_s * 1000:.1f} ms mean of "
-                f"pg_stat_statements over {streams} streams")
-    return None, (f"{m.queries} queries a window: its length is known only once the workload "
-                  f"runs (give measure.seconds for a time estimate)")
 
 
 def _phases(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
@@ -320,15 +361,21 @@ def _held(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace, online:
             held.append((name, "never changed by the tuner: it trades durability for speed"))
     if not offline.names:
         held.append(("restart-time knobs (shared_buffers, …)",
-                     "no restart: offline.knobs is empty"
-                     + ("" if config.database.embedded else
-                        " (list them, or set allow_restarts: true, to tune them)")))
+                     "no restart: offline.knobs is empty" + _restart_hint(config)))
     for p in proposals:
         for knob in p.knobs:
             if knob not in tuned:
                 held.append((knob, f"proposed ({p.symptom}) but not in the config's knob "
                                    f"lists, which win; `online.knobs: auto` would tune it"))
     return held
+
+
+def _restart_hint(config: TunerConfig) -> str:
+    if config.database.embedded:
+        return ""
+    if config.workload.observe is not None:
+        return " (live mode: set workload.observe.allow_restarts: true in a maintenance window)"
+    return " (list them, or set database.allow_restarts: true, to tune them)"
 
 
 def _notes(stats: WorkloadStats | None) -> list[str]:
@@ -345,40 +392,4 @@ def _notes(stats: WorkloadStats | None) -> list[str]:
     return notes
 
 
-def format_plan(plan: Plan) -> str:
-    """The plan as the terminal shows it."""
-    lines = [f"plan for {plan.config}",
-             f"  target: {plan.target}"
-             + (f" (PostgreSQL {plan.server_version})" if plan.server_version else ""),
-             f"  memory budget: {plan.budget}", "", "knobs:"]
-    for k in plan.knobs:
-        narrowed = "" if k.after_budget == k.configured else f" -> {k.after_budget} (budget)"
-        lines.append(f"  {k.phase:<8} {k.name:<32} now {k.current:<10} {k.configured}{narrowed}"
-                     f"  [{k.context}{', restart' if k.restart else ''}]")
-    lines += ["", f"phases (window: {plan.window_basis}):"]
-    for p in plan.phases:
-        when = f"~{_duration(p.seconds)}" if p.seconds is not None else "time unknown"
-        lines.append(f"  {p.name:<10} {p.evaluations:>4} evaluations, {p.windows:>4} windows, "
-                     f"{p.restarts:>3} restarts at most, {when}: {p.detail}")
-    total = plan.seconds
-    lines.append(f"  total: at most {plan.restarts} restarts"
-                 + (f", ~{_duration(total)}" if total is not None else ""))
-    if plan.proposals:
-        lines += ["", "what the workload shows:"]
-        for pr in plan.proposals:
-            lines.append(f"  {pr.symptom}: {', '.join(pr.knobs)}\n      {pr.evidence}")
-    if plan.held:
-        lines += ["", "held:"]
-        lines += [f"  {name}: {why}" for name, why in plan.held]
-    if plan.notes:
-        lines += ["", "notes:"] + [f"  {n}" for n in plan.notes]
-    return "\n".join(lines)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
-
-
-__all__ = ["DURABILITY_KNOBS", "KnobPlan", "PhasePlan", "Plan", "format_plan", "make_plan"]
+__all__ = ["DURABILITY_KNOBS", "KnobPlan", "PhasePlan", "Plan", "make_plan"]

@@ -86,28 +86,7 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
         cluster.stop()
     cluster.start()
     try:
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                                  [EMBEDDED_DBNAME]).fetchone()
-            if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DBNAME)))
-        dsn = cluster.dsn_for(EMBEDDED_DBNAME)
-        if config.workload.kind == "tpch":
-            from workloads.tpch.load import load_tpch
-
-            logger.info("loading TPC-H scale %s into the embedded cluster (reused if present)",
-                        config.workload.scale)
-            result = load_tpch(dsn, config.workload.scale, workdir=state_dir / "tpch-data")
-            logger.info("TPC-H scale %s %s (%.1f MB)", result.scale,
-                        "reused" if result.reused else f"loaded in {result.seconds:.1f} s",
-                        result.database_bytes / 2**20)
-        elif config.workload.app is not None:
-            from workloads.apps import setup_app
-
-            app = setup_app(dsn, config.workload.app, config.workload.app_scale)
-            logger.info("example application %s at scale %d %s (%.1f MB)", app.name, app.scale,
-                        "reused" if app.reused else f"loaded in {app.seconds:.1f} s",
-                        app.database_bytes / 2**20)
+        dsn = fill_embedded(config, cluster, state_dir)
         catalog = read_catalog(dsn)
         controller = make_controller(config, dsn=dsn, cluster=cluster)
     except BaseException:
@@ -115,6 +94,34 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
         raise
     return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=cluster,
                   ram_bytes=cluster.effective_ram_bytes())
+
+
+def fill_embedded(config: TunerConfig, cluster: LocalCluster, state_dir: Path) -> str:
+    """The embedded database on the started ``cluster``, created and filled with the
+    workload's data (TPC-H or an example application; reused when present); its DSN."""
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                              [EMBEDDED_DBNAME]).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DBNAME)))
+    dsn = cluster.dsn_for(EMBEDDED_DBNAME)
+    if config.workload.kind == "tpch":
+        from workloads.tpch.load import load_tpch
+
+        logger.info("loading TPC-H scale %s into the embedded cluster (reused if present)",
+                    config.workload.scale)
+        result = load_tpch(dsn, config.workload.scale, workdir=state_dir / "tpch-data")
+        logger.info("TPC-H scale %s %s (%.1f MB)", result.scale,
+                    "reused" if result.reused else f"loaded in {result.seconds:.1f} s",
+                    result.database_bytes / 2**20)
+    elif config.workload.app is not None:
+        from workloads.apps import setup_app
+
+        app = setup_app(dsn, config.workload.app, config.workload.app_scale)
+        logger.info("example application %s at scale %d %s (%.1f MB)", app.name, app.scale,
+                    "reused" if app.reused else f"loaded in {app.seconds:.1f} s",
+                    app.database_bytes / 2**20)
+    return dsn
 
 
 def read_catalog(dsn: str) -> KnobCatalog:

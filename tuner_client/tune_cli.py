@@ -13,7 +13,8 @@ from types import FrameType
 from tuner_client.config import TunerConfig, load_tuner_config
 from tuner_client.flows import Tuner, TuneResult
 from tuner_client.metrics import add_metrics_arguments, metrics_from_args
-from tuner_client.plan import format_plan, make_plan
+from tuner_client.plan import make_plan
+from tuner_client.plan_text import format_plan
 from tuner_client.progress import RunView, live_view
 
 
@@ -153,7 +154,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_plan(config: TunerConfig, args: argparse.Namespace) -> int:
     """``harmony tune --plan``: print the plan and write it as JSON; nothing is changed."""
-    plan = make_plan(config)
+    plan = make_plan(config, time_window=True)
     output = args.output or Path("harmony-out") / config.name
     output.mkdir(parents=True, exist_ok=True)
     path = output / "plan.json"

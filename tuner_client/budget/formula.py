@@ -212,6 +212,25 @@ class MemoryBudget:
             terms.append(name if coef == 1 else f"{name} * {coef}")
         return [f"{' + '.join(terms)} <= {rhs // base_bytes}"]
 
+    def explain_work_mem(self, shared_buffers_bytes: int, others: Mapping[str, int]) -> str:
+        """The online budget's largest work_mem with its arithmetic, for a person:
+        ``others`` are maintenance_work_mem and temp_buffers in bytes (each counted once)."""
+        mib = 2**20
+        held = self.hash_mem_multiplier if self.work_mem_held is None else self.work_mem_held
+        room = self.online_limit(shared_buffers_bytes) - sum(others.values())
+        if self.online_limit_bytes is not None:
+            left = f"the fixed online budget {self.online_limit_bytes / mib:.0f} MB"
+        else:
+            left = (f"RAM {self.ram_bytes / mib:.0f} MB - shared_buffers "
+                    f"{shared_buffers_bytes / mib:.0f} MB - OS reserve "
+                    f"{self.os_reserved_bytes / mib:.0f} MB - {self.connections} processes x "
+                    f"{self.process_memory_bytes / mib:.0f} MB")
+        left += "".join(f" - {name} {value / mib:.0f} MB" for name, value in others.items())
+        return (f"work_mem <= ({left}) / ({self.connections} connections x {self.operations} "
+                f"sort/hash operation(s) x {held:g} work_mem held) = "
+                f"{max(0, room) / mib:.0f} MB / {self.work_mem_coefficient} = "
+                f"{max(0, room) / self.work_mem_coefficient / mib:.1f} MB")
+
     # -- point checks --------------------------------------------------------------------------
     def slack(self, point: Mapping[str, float], shared_buffers_bytes: int | None = None) -> int:
         """Bytes left under the tightest applicable budget inequality (< 0: infeasible).
