@@ -281,9 +281,11 @@ class ProbeConfig:
     search, so it measures the decided size and one neighbour a step of 30 % of it away.
     ``target_miss``: the size comes from the equation
     instead (the smallest size whose miss probability is at most this), measured alone.
-    ``probes = 0`` turns probing off."""
+    On by default (issue 31): the probes run whenever shared_buffers is searched offline and
+    the tuner can restart the server (the embedded cluster, or a controller for a server
+    named by a DSN); ``probes = 0`` turns probing off."""
 
-    probes: int = 0
+    probes: int = 4
     probe_seconds: float = 3.0
     settle_s: float = 30.0
     evaluations: int = 2

@@ -49,6 +49,12 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     if not isinstance(param, IntParam):
         return None
     measurer = ctx.measurer
+    if param.upper <= param.min + 2 * param.step:
+        return None  # a fixed shared_buffers (or nearly): no curve to read
+    if measurer.applier.controller is None:
+        state.decide(f"{label}: no BME probes: the tuner cannot restart this server (no "
+                     f"controller), and every probe is a restart")
+        return None
     low = int(knob.canonical(param.min))
     high = min(int(knob.canonical(param.upper)), ctx.budget.shared_buffers_cap(measurer.in_force))
     step = int(knob.canonical(param.min + param.step)) - low
