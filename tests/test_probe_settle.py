@@ -33,6 +33,9 @@ def test_settled_needs_a_full_or_stopped_buffer_and_a_stable_miss_probability() 
     assert settled_state(cap, [0, 3_000, 3_050], [0.004, 0.001]) == "fits"
     # still growing by 5 % a sub-window: pages still arrive (data larger, buffer not full)
     assert settled_state(cap, [0, 3_000, 3_500], [0.05, 0.048]) is None
+    # a slow workload filling a large buffer: it grows little a sub-window but still misses
+    # 7.5 % of its accesses, so its pages do not fit (it was called "fits" before)
+    assert settled_state(cap, [0, 3_000, 3_050], [0.075, 0.074]) is None
     # one sub-window is never enough, nor a sub-window without an access
     assert settled_state(cap, [0, 9_990], [0.2]) is None
     assert settled_state(cap, [0, 9_990, 9_990], [0.2, None]) is None

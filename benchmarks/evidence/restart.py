@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                             "kinds": kinds,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
-                                       f"--mix {args.mix} --kinds {','.join(kinds)} "
+                                       + ("" if args.pgbench_scale else f"--mix {args.mix} ")
+                                       + f"--kinds {','.join(kinds)} "
                                        f"--scale {args.scale:g} --memory-limit-mb "
                                        f"{args.memory_limit_mb} --cycles {args.cycles} "
                                        f"--window {args.window:g} --windows {args.windows}"
