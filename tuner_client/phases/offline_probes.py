@@ -115,7 +115,7 @@ def flat_needs_a_full_buffer(decision: ProbeDecision,
     return replace(decision, kind="rejected",
                    reason=f"no knee found in range: the curve is flat but the largest probe "
                           f"({format_bytes(largest.size)}) never saw a full buffer ({seen}), "
-                          f"so the flat curve may be compulsory misses of a cold buffer; "
+                          f"so the flat curve may be compulsory misses of a buffer still filling; "
                           f"the search keeps its whole range", size=None)
 
 
