@@ -5,12 +5,17 @@ probes' prior.
 
 ``--setup tpch`` runs a TPC-H mix, ``--setup lookup`` skewed key lookups on ``lineitem``, both
 in a memory cgroup smaller than the TPC-H database, so buffer misses cost reads the OS cache
-cannot all absorb. ``--setup keys`` runs batched primary key lookups on pgbench's
+cannot all absorb. ``--setup tpcb`` runs pgbench TPC-B (``--pgbench-scale``, 4 clients),
+loaded outside the cgroup first, then in a cgroup smaller than its tables. ``--setup keys``
+runs batched primary key lookups on pgbench's
 ``pgbench_accounts`` (``pgbench -i -s --pgbench-scale``; uniform keys, or skewed with
 ``--skew``) in a cgroup large enough for the OS cache to hold the table: a buffer miss then
 costs a read from the page cache plus a buffer replacement, which dominates a lookup's CPU
 cost, so throughput has a knee where the table fits in shared_buffers.
-``--probe-sets-per-pass 0`` measures only the sweep (a pilot: is there a knee?).
+``--probe-sets-per-pass 0`` measures only the sweep (a pilot: is there a knee?). ``--settle-s``
+(default the tuner's ``bme.settle_s``; 0: cold windows) lets each probe's buffer settle before
+its window (:mod:`tuner_client.probe_settle`). The result says, per probe set, whether its
+search window holds the sweep's best size.
 
 Sweep passes (restart, warm-up, samples at every size; alternating order) are interleaved
 with probe sets, so both see the same machine. The offline session (2-vertex Nelder-Mead on
@@ -57,7 +62,8 @@ from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import Measurer, PointRecord, ServerAccess
-from tuner_client.probe_runner import run_probes, touched_pages
+from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
+from tuner_client.probe_runner import BufferFill, run_probes, touched_pages
 from tuner_client.stats.replay import point_noise_only, replay_objective
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
@@ -120,6 +126,8 @@ def keys_workload(dsn: str, seed: int, skew: float) -> StatementLoop:
 
 
 def make_workload(args: argparse.Namespace, dsn: str) -> Workload:
+    if args.setup == "tpcb":
+        return PgbenchWorkload(dsn, scale=args.pgbench_scale, clients=4)
     if args.setup == "lookup":
         return lookup_workload(dsn, args.seed)
     if args.setup == "keys":
@@ -136,8 +144,25 @@ def load_keys(dsn: str, scale: int) -> int:
                                 ).fetchone()[0])  # type: ignore[index]
 
 
+def load_tpcb_unlimited(state: Path, scale: int) -> None:
+    """pgbench's tables at ``scale`` loaded by the cluster outside its cgroup (a COPY and index
+    build under a small limit get the backend OOM-killed), then stopped."""
+    loader = LocalCluster(state / "cluster")
+    if not loader.is_initialized():
+        loader.init()
+    loader.start()
+    try:
+        with psycopg.connect(loader.dsn, autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                [DBNAME]).fetchone():
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+        load_keys(loader.dsn_for(DBNAME), scale)
+    finally:
+        loader.stop()
+
+
 def data_text(args: argparse.Namespace) -> str:
-    if args.setup == "keys":
+    if args.setup in ("keys", "tpcb"):
         return f"pgbench tables at scale {args.pgbench_scale}"
     return f"TPC-H SF {args.scale}"
 
@@ -146,6 +171,8 @@ def mix_text(args: argparse.Namespace) -> str:
     if args.setup == "keys":
         return (f"batched pgbench_accounts key lookups ({KEYS_BATCH} keys per statement, "
                 + ("uniform" if args.skew == 1 else f"rank n·u^{args.skew:g}") + ")")
+    if args.setup == "tpcb":
+        return "pgbench TPC-B (tpcb-like), 4 clients"
     return args.mix if args.setup == "tpch" else "skewed lineitem lookups"
 
 
@@ -166,6 +193,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
 
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
+    if args.setup == "tpcb":
+        load_tpcb_unlimited(state, args.pgbench_scale)
     cluster = LocalCluster(state / "cluster", memory_limit_bytes=args.memory_limit_mb * MB)
     if cluster.is_initialized():
         cluster.stop()
@@ -180,7 +209,7 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             conn.execute("ALTER SYSTEM SET max_parallel_workers_per_gather = 0")
             conn.execute("SELECT pg_reload_conf()")
         dsn = cluster.dsn_for(DBNAME)
-        if args.setup == "keys":
+        if args.setup in ("keys", "tpcb"):
             database_bytes = load_keys(dsn, args.pgbench_scale)
         else:
             database_bytes = load_tpch(dsn, args.scale, workdir=state / "tpch-data"
@@ -209,7 +238,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
                     record = measurer.measure("sweep", {"shared_buffers": size // MB},
                                               {"shared_buffers": _size_text(size)},
                                               check_budget=False)
-                    rows.append(_record_row(record, size, n, time.monotonic() - started))
+                    rows.append(_record_row(record, size, n, time.monotonic() - started)
+                                | {"load_average": list(os.getloadavg())})
                     logger.info("sweep %s pass %d: %s qpm (%.1f s)", _size_text(size), n,
                                 record.value, rows[-1]["cost_s"])
                     following = order[i + 1] if i + 1 < len(order) else None
@@ -224,8 +254,13 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
                                            "restart_s": ref.restart_s, "failure": ref.failure,
                                            "cost_s": time.monotonic() - started})
                 for k in range(args.probe_sets_per_pass):
-                    probes, failures = run_probes(measurer, p_sizes, args.probe_seconds)
+                    fills: dict[int, BufferFill] = {}
+                    probes, failures = run_probes(measurer, p_sizes, args.probe_seconds,
+                                                  fills, settle_s=args.settle_s)
                     probe_sets.append({"pass": n, "set": k, "failures": failures,
+                                       "load_average": list(os.getloadavg()),
+                                       "fills": {str(s): [f.used, f.capacity]
+                                                 for s, f in fills.items()},
                                        "probes": [p.to_dict() | {"touched": p.touched}
                                                   for p in probes]})
             measurer.apply({"shared_buffers": original}, warm_up=False)
@@ -238,6 +273,7 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             "server_version": version, "memory_limit_bytes": cluster.memory_limit_bytes,
             "warmup_s": args.warmup, "samples": args.samples, "sample_s": args.seconds,
             "passes": args.passes, "probe_seconds": args.probe_seconds,
+            "settle_s": args.settle_s,
             "probe_sizes": p_sizes, "rows": rows, "probe_sets": probe_sets,
             "estimator": estimator, "original": original, "references": references}
 
@@ -249,7 +285,8 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
 def _probe_from_dict(d: dict[str, Any]) -> Probe:
     return Probe(size=int(d["size"]), hits=int(d["hits"]), reads=int(d["reads"]),
                  window_s=float(d["window_s"]), cost_s=float(d["cost_s"]),
-                 touched={str(k): int(v) for k, v in d.get("touched", {}).items()})
+                 touched={str(k): int(v) for k, v in d.get("touched", {}).items()},
+                 settled=str(d.get("settled", "")), settle_s=float(d.get("settle_s", 0.0)))
 
 
 def _samples_by_size(rows: list[dict[str, Any]]) -> dict[int, list[float]]:
@@ -282,13 +319,18 @@ def decisions(measured: dict[str, Any], min_r2: float) -> list[dict[str, Any]]:
         probes = [_probe_from_dict(d) for d in ps["probes"]]
         decision = decide(probes, touched_pages=touched_pages(probes) or None, low=lo,
                           high=hi, min_r2=min_r2)
+        fills = {int(s): BufferFill(int(f[0]), int(f[1]))
+                 for s, f in ps.get("fills", {}).items()}
+        if "fills" in ps:  # recorded since the flat-curve rule needs them (issue 31)
+            decision = flat_needs_a_full_buffer(decision, fills)
         window = search_window(decision, lo, hi, STEP_MB * MB)
         out.append({"kind": decision.kind, "reason": decision.reason,
                     "r2": decision.fit.r2 if decision.fit is not None else None,
                     "m_star": decision.fit.params.m_star if decision.fit is not None else None,
                     "size": decision.size, "window": window,
                     "cost_s": sum(p.cost_s for p in probes),
-                    "misses": [[p.size, p.miss] for p in probes if p.accesses]})
+                    "misses": [[p.size, p.miss] for p in probes if p.accesses],
+                    "settled": [p.settled for p in probes]})
     return out
 
 
@@ -554,6 +596,26 @@ def _fixed_budget_lines(an: dict[str, Any]) -> list[str]:
             f"| {_ci(fb['wall_s']['ratio'], '{:.3f}')} |", ""]
 
 
+def _window_lines(an: dict[str, Any]) -> list[str]:
+    """Whether each probe set's search window holds the sweep's best size (a window that
+    excludes it would confine the search away from the best)."""
+    best = max(an["points"], key=lambda p: p["qpm"])["size"]
+    near = an["sizes_within_target"]
+    out = [f"Sweep's best size {_size_text(best)}; sizes within 95 % of it: "
+           + ", ".join(_size_text(x) for x in near) + "."]
+    for i, d in enumerate(an["decisions"]):
+        settled = ", ".join(x or "cold" for x in d.get("settled", []))
+        if d["window"] is None:
+            out.append(f"- set {i} ({settled}): no window, the search keeps its whole range")
+            continue
+        lo, hi = d["window"][1], d["window"][2]
+        out.append(f"- set {i} ({settled}): window {lo // MB}..{hi // MB} MB "
+                   + ("holds" if lo <= best <= hi else "**excludes**")
+                   + f" the best size; {sum(lo <= x <= hi for x in near)} of {len(near)} "
+                   f"sizes within 95 % inside")
+    return out
+
+
 def _markdown(report: dict[str, Any]) -> str:
     m, meas, an = report["machine"], report["measured"], report["analysis"]
     lines = [f"# BME probes as a shared_buffers prior: {meas['setup']}", "",
@@ -578,7 +640,9 @@ def _markdown(report: dict[str, Any]) -> str:
              f"each pass {len(meas['probe_sets']) // max(1, meas['passes'])} probe set(s) of "
              f"{len(meas['probe_sizes'])} probes ("
              + ", ".join(_size_text(s) for s in meas["probe_sizes"])
-             + f"), each restart + {meas['probe_seconds']:g} s cold-buffer window.", "",
+             + f"), each restart + {meas['probe_seconds']:g} s window"
+             + (f" once the buffer settled (at most {meas['settle_s']:g} s)."
+                if meas.get("settle_s") else " from the cold buffer."), "",
              "## Sweep (throughput by shared_buffers)", "",
              "| shared_buffers | qpm (mean) | 95 % CI | samples | sample CV |",
              "|---:|---:|---:|---:|---:|"]
@@ -624,6 +688,7 @@ def _markdown(report: dict[str, Any]) -> str:
                      + (f"{d['size'] // MB} MB" if d["size"] else "—") + f" | {window} |")
     lines += ["", "Decisions' reasons:", ""]
     lines += [f"- set {i}: {d['reason']}" for i, d in enumerate(an["decisions"])]
+    lines += ["", *_window_lines(an)]
     r2 = an["r2"]
     pu, ds = an["prior_used"], an["decision_sets"]
     lines += ["", "## Offline search: plain 2-vertex Nelder-Mead vs after the probes", "",
@@ -740,7 +805,7 @@ def _pooled_markdown(pool: dict[str, Any], command: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setup", choices=["tpch", "lookup", "keys"], required=True)
+    parser.add_argument("--setup", choices=["tpch", "lookup", "keys", "tpcb"], required=True)
     parser.add_argument("--pgbench-scale", type=int, default=8,
                         help="keys setup: pgbench -i scale (about 15 MB per unit)")
     parser.add_argument("--skew", type=float, default=1.0,
@@ -758,6 +823,8 @@ def main() -> int:
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--probe-sets-per-pass", type=int, default=3)
+    parser.add_argument("--settle-s", type=float, default=ProbeConfig.settle_s,
+                        help="the probes' settle budget (0: cold windows, the earlier runs)")
     parser.add_argument("--budget", type=int, default=10)
     parser.add_argument("--plain-evals", type=int, default=OFFLINE_SESSION.evaluations,
                         help="the plain search's budget (the tuner's offline.evaluations)")

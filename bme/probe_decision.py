@@ -1,5 +1,6 @@
 """Cheap shared_buffers probes turned into a decision: the Buffer Miss Equation fitted to the
-miss probabilities measured right after restarts at a few sizes, with P* from the catalog.
+miss probabilities measured after restarts at a few sizes, with P* from the catalog (cold
+windows) or the curve's floor (windows from a settled buffer: :func:`steady_p_star`).
 
 A probe starts with an empty buffer, so over its window the misses are the cold misses (the
 distinct pages the workload touches, at most the pages of the relations it reads) plus the
@@ -49,6 +50,11 @@ class Probe:
     cost_s: float
     #: relation name -> pages (block size units) of every relation the window accessed
     touched: dict[str, int] = field(default_factory=dict)
+    #: how the buffer settled before the window: "" (a cold window right after the
+    #: restart), "full" or "fits" (settled), "timeout" (the settle budget ran out first)
+    settled: str = ""
+    #: the seconds spent settling (inside ``cost_s``)
+    settle_s: float = 0.0
 
     @property
     def accesses(self) -> int:
@@ -65,7 +71,8 @@ class Probe:
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "hits": self.hits, "reads": self.reads,
                 "miss": self.miss if self.accesses > 0 else None, "window_s": self.window_s,
-                "cost_s": self.cost_s, "touched_relations": len(self.touched)}
+                "cost_s": self.cost_s, "touched_relations": len(self.touched),
+                "settled": self.settled, "settle_s": self.settle_s}
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,22 @@ def touched_p_star(probes: Sequence[Probe], touched_pages: int) -> tuple[float, 
     return p_star, source
 
 
+def steady_p_star(probes: Sequence[Probe]) -> tuple[float, str]:
+    """P* for windows that started from a settled buffer: their misses are capacity misses,
+    not the compulsory ones the touched pages count, so the floor is where the measured curve
+    ends, the smallest miss probability; with the source as text (and the probes that did
+    not settle within their budget)."""
+    counted = [p for p in probes if p.accesses > 0]
+    floor = min(p.miss for p in counted)
+    source = (f"the smallest measured miss probability {floor:.4f} (windows from a settled "
+              f"buffer count no compulsory misses)")
+    unsettled = [p for p in counted if p.settled not in ("full", "fits")]
+    if unsettled:
+        source += (f"; {len(unsettled)} probe(s) not settled when their window started ("
+                   + ", ".join(_mb(p.size) for p in unsettled) + ")")
+    return floor, source
+
+
 def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high: int,
            min_r2: float = 0.9, target_miss: float | None = None) -> ProbeDecision:
     """Fit the probes and decide (see the module docstring); sizes in bytes within
@@ -182,7 +205,9 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                              probes, touched_pages=touched_pages)
     p_star: float | None = None
     source = "searched (no catalog page count)"
-    if touched_pages:
+    if any(p.settled for p in counted):
+        p_star, source = steady_p_star(counted)
+    elif touched_pages:
         p_star, source = touched_p_star(counted, touched_pages)
     try:
         fit = fit_bme([p.size for p in counted], misses, p_star=p_star)

@@ -106,7 +106,7 @@ def test_rejections_say_why() -> None:
 @pytest.mark.parametrize(("section", "message"), [
     ("bme: {probes: 2}", r"bme.probes must be 0 \(no probes\) or at least 3"),
     ("bme: {probes: 4, target_miss: 1.0}", "strictly between 0 and 1"),
-    ("bme: {target_miss: 0.1}", "needs probes"),
+    ("bme: {probes: 0, target_miss: 0.1}", "needs probes"),
     ("bme: {probes: 4, probe_secs: 3}", "probe_secs"),
     ("bme: {probes: 4, probe_seconds: 0}", "probe_seconds"),
     ("bme: {probes: 4, evaluations: 0}", "evaluations"),
@@ -118,7 +118,11 @@ def test_bme_config_errors_name_the_key(section: str, message: str) -> None:
 
 
 def test_bme_config_defaults_and_values() -> None:
-    assert not parse_tuner_config("name: x\n").bme.enabled
+    # on by default (issue 31): 4 probes, each settling for at most 30 s; probes: 0 is off
+    default = parse_tuner_config("name: x\n").bme
+    assert default.enabled and (default.probes, default.settle_s) == (4, 30.0)
+    assert not parse_tuner_config("name: x\nbme: {probes: 0}\n").bme.enabled
+    assert parse_tuner_config("name: x\nbme: {settle_s: 0}\n").bme.settle_s == 0.0
     assert parse_tuner_config("name: x\n").bme.evaluations == 2
     cfg = parse_tuner_config("name: x\nbme: {probes: 5, probe_seconds: 2, target_miss: 0.05, "
                              "evaluations: 3}\n")

@@ -212,7 +212,7 @@ offline:
 online:
   knobs: {random_page_cost: {min: 1, max: 4, step: 1}}
   evaluations: 1
-bme: {probes: 4, probe_seconds: 0.6, target_miss: 0.3}
+bme: {probes: 4, probe_seconds: 0.6, target_miss: 0.3, settle_s: 0}
 flow: {kind: one-pass}
 final: {rounds: 0}
 """
@@ -295,8 +295,8 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
 
 
 SEARCH_CONFIG = TUNE_CONFIG.replace("evaluations: 3", "evaluations: 6").replace(
-    "bme: {probes: 4, probe_seconds: 0.6, target_miss: 0.3}",
-    "bme: {probes: 4, probe_seconds: 0.6, evaluations: 2}").replace(
+    "bme: {probes: 4, probe_seconds: 0.6, target_miss: 0.3, settle_s: 0}",
+    "bme: {probes: 4, probe_seconds: 0.6, evaluations: 2, settle_s: 0}").replace(
     "shared_buffers_fraction: 0.02", "shared_buffers_fraction: 0.05").replace(
     "max: 32MB", "max: 48MB")
 

@@ -38,6 +38,7 @@ online:
     random_page_cost: {min: 0.5, max: 8, step: 0.5}
   strategy: {name: nelder-mead, options: {simplex_size: 5}}
   evaluations: 3
+bme: {probes: 0}  # the plain offline search (probes are on by default)
 flow: {kind: one-pass}
 final: {rounds: 1, candidates: 2}
 """
@@ -246,6 +247,7 @@ online:
     work_mem: {min: 1MB, max: 32MB}
     maintenance_work_mem: {min: 1MB, max: 64MB}
   evaluations: 2
+bme: {probes: 0}  # the plain offline search (probes are on by default)
 flow: {kind: one-pass}
 final: {rounds: 1, candidates: 1}
 """

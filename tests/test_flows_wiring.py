@@ -52,6 +52,7 @@ online:
     random_page_cost: {{min: 0.5, max: 8, step: 0.5}}
   strategy: {{name: nelder-mead, options: {{simplex_size: 5}}}}
   evaluations: 2
+bme: {{probes: 0}}  # the plain search and its own BME prior (probes are on by default)
 flow: {{kind: one-pass}}
 final: {{rounds: 1}}
 warm_start: {{from: [PRIORS]}}

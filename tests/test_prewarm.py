@@ -11,7 +11,7 @@ from tuner_client.config import MeasureConfig, parse_tuner_config
 from tuner_client.controllers import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.measurer import Measurer, ServerAccess
-from tuner_client.measurer.prewarm import BufferRecord
+from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, drop_leftover_extensions
 from workloads.driver import WorkloadDriver
 
 _RESIDENT = """
@@ -117,3 +117,23 @@ def test_the_pass_says_what_its_restarts_restored() -> None:
         "; 1 cold: CREATE EXTENSION pg_buffercache failed: denied")
     assert prewarm_summary([cold]) == ("1 restart(s) not prewarmed: CREATE EXTENSION "
                                        "pg_buffercache failed: denied")
+
+
+@pytest.mark.postgres
+def test_extensions_a_crashed_run_left_are_dropped_by_the_next_start(fresh_dsn: str) -> None:
+    """A run that dies between creating pg_buffercache/pg_prewarm and its cleanup leaves
+    them; the next run's start drops those (they carry the tuner's mark), never an extension
+    the user created."""
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgstattuple")  # the user's own
+        crashed = Prewarmer()
+        assert crashed.ensure(conn, "pg_buffercache") == ""
+        assert crashed.ensure(conn, "pg_prewarm") == ""
+        assert crashed.created == ["pg_buffercache", "pg_prewarm"]
+    # ... the run dies here: no cleanup
+    assert {"pg_buffercache", "pg_prewarm", "pgstattuple"} <= _extensions(fresh_dsn)
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        assert sorted(drop_leftover_extensions(conn)) == ["pg_buffercache", "pg_prewarm"]
+        assert drop_leftover_extensions(conn) == []
+    left = _extensions(fresh_dsn)
+    assert "pgstattuple" in left and not {"pg_buffercache", "pg_prewarm"} & left

@@ -46,6 +46,7 @@ online:
     random_page_cost: {min: 0.5, max: 8, step: 0.5}
   strategy: {name: nelder-mead, options: {simplex_size: 3}}
   evaluations: 3
+bme: {probes: 0}  # the plain offline search (probes are on by default)
 flow: {kind: one-pass}
 final: {rounds: 2, max_rounds: 3, candidates: 2}
 """

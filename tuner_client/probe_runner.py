@@ -1,5 +1,6 @@
 """Taking BME probes on a live server: restart at one shared_buffers size, run the workload for a
-short window from a cold buffer, and read only the miss probability of its relations.
+short window (from the cold buffer, or once the buffer has settled:
+:mod:`tuner_client.probe_settle`), and read only the miss probability of its relations.
 
 The counts come from ``pg_statio_user_tables`` (heap) and ``pg_statio_user_indexes``: block
 hits and reads of every user relation whose counters moved over the window. A read may still
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -24,7 +25,14 @@ from bme.probe_decision import Probe
 from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
 from tuner_client.measurer import Measurer
-from tuner_client.measurer.prewarm import buffer_capacity, buffers_in_use
+from tuner_client.measurer.prewarm import BufferRecord, buffer_capacity, buffers_in_use
+from tuner_client.probe_settle import (
+    MIN_SUB_S,
+    Settling,
+    prewarm_for_probe,
+    record_richer,
+    settle,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -146,25 +154,35 @@ def read_fill(measurer: Measurer, conn: psycopg.Connection[Any]) -> BufferFill |
 
 
 def probe(measurer: Measurer, size: int, seconds: float,
-          fills: dict[int, BufferFill] | None = None) -> Probe | str:
+          fills: dict[int, BufferFill] | None = None, *, settle_s: float = 0.0,
+          record: BufferRecord | None = None) -> Probe | str:
     """One probe at ``size`` bytes: restart (budget-checked), a ``seconds`` window of the
-    workload from the cold buffer, the statio deltas (and, given ``fills``, how full the
-    buffer was at the end, by size). A refused or failed restart, or a failing workload, is
-    returned as text (the server keeps its last good configuration)."""
+    workload, the statio deltas (and, given ``fills``, how full the buffer was at the end,
+    by size). With ``settle_s`` > 0 the window starts from a settled buffer
+    (:mod:`tuner_client.probe_settle`: ``record``'s hottest blocks prewarmed, then the
+    workload until the buffer settles, at most ``settle_s``); else from the cold buffer. A
+    refused or failed restart, or a failing workload, is returned as text (the server keeps
+    its last good configuration)."""
     started = time.monotonic()
     measurer.stop()
-    # a probe reads the miss probability from a cold buffer: no prewarm
+    # the restart itself is cold: a settled probe prewarms from the probes' own record
     outcome = measurer.apply({"shared_buffers": format_bytes(size)}, warm_up=False,
                              prewarm=False)
     if outcome.failure is not None:
         return outcome.failure
+    settling = Settling("cold")
     try:
         conn = measurer.live_conn()
-        before = read_relation_io(conn)
         present = client_pids(conn)
-        window_start = time.monotonic()
+        if settle_s > 0:
+            prewarmed = prewarm_for_probe(measurer, conn, record)
         measurer.start()
         try:
+            if settle_s > 0:
+                settling = replace(settle(measurer, conn, settle_s,
+                                          max(MIN_SUB_S, seconds / 2)), prewarmed=prewarmed)
+            before = read_relation_io(conn)
+            window_start = time.monotonic()
             measurer.workload.sample(seconds=seconds)
         finally:
             measurer.stop()
@@ -177,21 +195,29 @@ def probe(measurer: Measurer, size: int, seconds: float,
         return f"probe at {format_bytes(size)} failed: {exc}"
     hits, reads, touched = window_delta(before, after)
     got = Probe(size=size, hits=hits, reads=reads, window_s=window_s,
-                cost_s=time.monotonic() - started, touched=touched)
-    logger.info("probe shared_buffers=%s: %d accesses, P = %s, %.1f s", format_bytes(size),
-                got.accesses, f"{got.miss:.4f}" if got.accesses else "n/a", got.cost_s)
+                cost_s=time.monotonic() - started, touched=touched,
+                settled="" if settling.how == "cold" else settling.how,
+                settle_s=settling.seconds)
+    logger.info("probe shared_buffers=%s (%s): %d accesses, P = %s, %.1f s",
+                format_bytes(size), settling.how, got.accesses,
+                f"{got.miss:.4f}" if got.accesses else "n/a", got.cost_s)
     return got
 
 
 def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
-               fills: dict[int, BufferFill] | None = None) -> tuple[list[Probe], list[str]]:
+               fills: dict[int, BufferFill] | None = None, *,
+               settle_s: float = 0.0) -> tuple[list[Probe], list[str]]:
     """Probe every size (increasing); returns the probes and the failures' texts (``fills``
-    gets how full each probe's buffer was). The workload is left stopped and the last
-    probed size in force."""
+    gets how full each probe's buffer was). With ``settle_s`` > 0 every window starts from
+    a settled buffer, prewarmed from the fullest buffer seen so far (the server's own before
+    the first probe). The workload is left stopped and the last probed size in force."""
     probes: list[Probe] = []
     failures: list[str] = []
+    record: BufferRecord | None = None
     for size in sorted(sizes):
-        got = probe(measurer, size, seconds, fills)
+        if settle_s > 0:
+            record = record_richer(measurer, measurer.live_conn(), record)
+        got = probe(measurer, size, seconds, fills, settle_s=settle_s, record=record)
         if isinstance(got, str):
             logger.warning("BME probe skipped: %s", got)
             failures.append(got)

@@ -15,8 +15,11 @@ level), with a 95 % t interval over the cycles, and the warm restarts' blocks an
 Both estimators are recorded per window: ``count`` (completions) and ``progress`` (queries
 credited by their run time inside the window), to see which one a restart biases.
 
+``--pgbench-scale N`` runs pgbench TPC-B (4 clients, its own database on the same cluster,
+initialised at scale N) instead of the TPC-H mix: every window is one pgbench run.
+
 Run: ``python -m benchmarks.evidence restart [--mix M] [--kinds restart,warm,online]
-[--cycles 4] [--window 3] [--windows 10] [--tag T]``.
+[--cycles 4] [--window 3] [--windows 10] [--pgbench-scale N] [--tag T]``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from benchmarks.evidence.common import (
     header,
     load_average,
@@ -41,6 +47,11 @@ from benchmarks.evidence.common import (
 from benchmarks.evidence.endtoend import MB, open_memory_bound
 from benchmarks.evidence.headroom import headroom_config
 from benchmarks.evidence.live import t_interval
+from harmony.base.errors import HarmonyError
+from tuner_client.config import TunerConfig
+from tuner_client.measurer import Measurer, ServerAccess
+from tuner_client.target import Target
+from workloads.pgbench import PgbenchWorkload
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=4, help="cycles of each kind")
     parser.add_argument("--window", type=float, default=3.0, help="seconds a window")
     parser.add_argument("--windows", type=int, default=10, help="windows after the return")
+    parser.add_argument("--pgbench-scale", type=int, default=0,
+                        help="run pgbench TPC-B at this scale instead of the TPC-H mix")
     parser.add_argument("--tag", default="", help="suffix of the result files")
     parser.add_argument("--from-json", type=Path, help="re-analyse a measured run")
     parser.add_argument("--state-dir", type=Path,
@@ -75,19 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     if not kinds or set(kinds) - set(KINDS):
         parser.error(f"--kinds must name some of {', '.join(KINDS)}, got {args.kinds!r}")
     data: dict[str, Any] = {"machine": machine(), "mix": args.mix, "scale": args.scale,
+                            "pgbench_scale": args.pgbench_scale,
                             "kinds": kinds,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
-                                       f"--mix {args.mix} --kinds {','.join(kinds)} "
+                                       + ("" if args.pgbench_scale else f"--mix {args.mix} ")
+                                       + f"--kinds {','.join(kinds)} "
                                        f"--scale {args.scale:g} --memory-limit-mb "
                                        f"{args.memory_limit_mb} --cycles {args.cycles} "
                                        f"--window {args.window:g} --windows {args.windows}"
+                                       + (f" --pgbench-scale {args.pgbench_scale}"
+                                          if args.pgbench_scale else "")
                                        + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
     t0 = time.monotonic()
     target = open_memory_bound(cfg, args.state_dir)
     try:
-        measurer = target_measurer(cfg, target, measure)
+        measurer = (pgbench_measurer(cfg, target, measure, args.pgbench_scale)
+                    if args.pgbench_scale else target_measurer(cfg, target, measure))
         names = sorted(AWAY)
         default = measurer.current_settings(names)
         measurer.in_force = dict(default)
@@ -132,6 +150,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 KINDS = ("restart", "warm", "online")
+PGBENCH_DB = "pgbench"
+
+
+def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int) -> Measurer:
+    """A measurer on pgbench TPC-B (4 clients) in its own database of the target's cluster,
+    initialised at ``scale`` unless it is already; prewarm records that database's blocks."""
+    if target.cluster is None:
+        raise HarmonyError("the pgbench restart evidence needs the embedded cluster")
+    with psycopg.connect(target.cluster.dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                            [PGBENCH_DB]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(PGBENCH_DB)))
+    dsn = target.cluster.dsn_for(PGBENCH_DB)
+    workload = PgbenchWorkload(dsn, scale=scale, clients=4)
+    workload.start()  # pgbench -i unless the tables are there at this scale
+    return Measurer(ServerAccess(dsn, target.catalog, target.controller,
+                                 cfg.database.restart_timeout_s), workload, measure)
 
 
 def interleaved(kinds: list[str], cycles: int) -> list[str]:
@@ -195,8 +230,10 @@ def markdown(data: dict[str, Any]) -> str:
     cycles = sum(1 for c in data["cycles"] if c["kind"] == kinds[0]) if kinds else 0
     lines = [header("Throughput after a restart, cold or warm, against an online change",
                     data["command"], data["machine"]),
-             f"Mix `{data['mix']}`, TPC-H SF {data['scale']:g} in a "
-             f"{data['memory_limit_mb']} MB memory cgroup. Each cycle: PGTune-like settings "
+             (f"pgbench TPC-B, scale {data['pgbench_scale']}, 4 clients, one pgbench run a "
+              f"window, in a " if data.get("pgbench_scale") else
+              f"Mix `{data['mix']}`, TPC-H SF {data['scale']:g} in a ")
+             + f"{data['memory_limit_mb']} MB memory cgroup. Each cycle: PGTune-like settings "
              f"{AWAY} (a restart), then back to the default by a cold restart, a warm restart "
              f"(the buffer's blocks recorded before it with pg_buffercache, loaded back with "
              f"pg_prewarm), or (control) by an online change after 30 s in the default; kinds "

@@ -272,17 +272,22 @@ class FinalConfig:
 class ProbeConfig:
     """Buffer Miss Equation probes before the offline search (docs/background.md §3):
     ``probes`` restarts at sizes spread over the allowed shared_buffers range, each a
-    ``probe_seconds`` window from a cold buffer that reads only the miss probability; the
+    ``probe_seconds`` window that reads only the miss probability, once the buffer has
+    settled (prewarmed, then the workload until the buffer is full or every touched page is
+    resident and the miss probability is stable; at most ``settle_s``, 0: a cold window); the
     fitted curve (trusted from R² ``min_r2``) starts the search near M* and caps it where the
     curve is flat. ``evaluations``: the probed search's budget (at most offline.evaluations)
     when shared_buffers is the only restart-time knob: the probes replace most of the plain
     search, so it measures the decided size and one neighbour a step of 30 % of it away.
     ``target_miss``: the size comes from the equation
     instead (the smallest size whose miss probability is at most this), measured alone.
-    ``probes = 0`` turns probing off."""
+    On by default (issue 31): the probes run whenever shared_buffers is searched offline and
+    the tuner can restart the server (the embedded cluster, or a controller for a server
+    named by a DSN); ``probes = 0`` turns probing off."""
 
-    probes: int = 0
+    probes: int = 4
     probe_seconds: float = 3.0
+    settle_s: float = 30.0
     evaluations: int = 2
     target_miss: float | None = None
     min_r2: float = 0.9

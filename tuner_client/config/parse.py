@@ -275,6 +275,7 @@ def _probe_config(raw: Mapping[str, Any], where: Where) -> ProbeConfig:
                           f"the curve it is read from; set bme.probes (3 or more)")
     return ProbeConfig(probes=probes,
                        probe_seconds=float(raw.get("probe_seconds", ProbeConfig.probe_seconds)),
+                       settle_s=float(raw.get("settle_s", ProbeConfig.settle_s)),
                        evaluations=int(raw.get("evaluations", ProbeConfig.evaluations)),
                        target_miss=float(target) if target is not None else None,
                        min_r2=float(raw.get("min_r2", ProbeConfig.min_r2)))

@@ -213,6 +213,7 @@ TUNER_SCHEMA: dict[str, Any] = {
             "properties": {
                 "probes": {"type": "integer", "minimum": 0, "maximum": 12},
                 "probe_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                "settle_s": {"type": "number", "minimum": 0, "maximum": 600},
                 "evaluations": {"type": "integer", "minimum": 1},
                 "target_miss": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
                 "min_r2": {"type": "number", "minimum": 0, "maximum": 1},

@@ -8,7 +8,9 @@ loads them back with ``pg_prewarm`` up to the new shared_buffers size (for a sma
 buffer the hottest blocks first). Without ``pg_buffercache`` the autoprewarm worker's dump
 is the fallback (when ``pg_prewarm`` is preloaded with ``pg_prewarm.autoprewarm``); without
 either nothing is loaded and the reason is logged. Extensions the tuner created itself are
-dropped again by :meth:`Prewarmer.cleanup`.
+dropped again by :meth:`Prewarmer.cleanup`; each carries :data:`TUNER_MARK` as its comment, so
+one left by a run that died before its cleanup (a crash, ``kill -9``) is dropped by the next
+run's start (:func:`drop_leftover_extensions`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ SELECT coalesce(sum(pg_prewarm(c.oid::regclass, 'buffer', 'main', t.f,
   FROM unnest(%s::int8[], %s::int8[], %s::int8[]) AS t(r, f, l)
   JOIN pg_class c ON c.oid = t.r::oid
  WHERE t.f < pg_relation_size(c.oid) / current_setting('block_size')::int8
+"""
+
+
+#: the comment on an extension the tuner created (a user's own extension never carries it)
+TUNER_MARK = "created by the Harmony tuner for warm restarts and BME probes; dropped when it ends"
+
+_MARKED_SQL = """
+SELECT e.extname FROM pg_extension e
+  JOIN pg_description d ON d.objoid = e.oid AND d.classoid = 'pg_extension'::regclass
+ WHERE d.description = %s
 """
 
 
@@ -97,9 +109,28 @@ def _ensure_extension(conn: psycopg.Connection[Any], name: str) -> tuple[bool, s
         return True, ""
     try:
         conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("COMMENT ON EXTENSION {} IS {}").format(sql.Identifier(name),
+                                                                    sql.Literal(TUNER_MARK)))
     except psycopg.Error as exc:
         return False, f"CREATE EXTENSION {name} failed: {str(exc).strip()}"
     return True, "created"
+
+
+def drop_leftover_extensions(conn: psycopg.Connection[Any]) -> list[str]:
+    """Drop the extensions an earlier run created and never dropped (it died first): those
+    carrying :data:`TUNER_MARK`; their names."""
+    dropped: list[str] = []
+    for (name,) in conn.execute(_MARKED_SQL, [TUNER_MARK]).fetchall():
+        try:
+            conn.execute(sql.SQL("DROP EXTENSION IF EXISTS {}").format(sql.Identifier(name)))
+        except psycopg.Error as exc:
+            logger.warning("could not drop extension %s left by an earlier run: %s", name, exc)
+            continue
+        dropped.append(str(name))
+    if dropped:
+        logger.warning("dropped extension(s) %s that an earlier run created for warm restarts "
+                       "and did not drop (it ended before its cleanup)", ", ".join(dropped))
+    return dropped
 
 
 def _autoprewarm_on(conn: psycopg.Connection[Any]) -> bool:

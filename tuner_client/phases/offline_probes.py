@@ -1,6 +1,7 @@
 """Buffer Miss Equation probes before an offline pass (``bme.probes``): a few restarts at
 shared_buffers sizes spread over the range the memory budget allows, each a short window
-from a cold buffer reading only the miss probability; the fitted curve's decision says where
+reading only the miss probability, from a settled buffer (``bme.settle_s``; 0: from the cold
+buffer); the fitted curve's decision says where
 the offline search runs (:func:`bme.probe_decision.search_window`), or why it cannot.
 """
 
@@ -48,6 +49,12 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     if not isinstance(param, IntParam):
         return None
     measurer = ctx.measurer
+    if param.upper <= param.min + 2 * param.step:
+        return None  # a fixed shared_buffers (or nearly): no curve to read
+    if measurer.applier.controller is None:
+        state.decide(f"{label}: no BME probes: the tuner cannot restart this server (no "
+                     f"controller), and every probe is a restart")
+        return None
     low = int(knob.canonical(param.min))
     high = min(int(knob.canonical(param.upper)), ctx.budget.shared_buffers_cap(measurer.in_force))
     step = int(knob.canonical(param.min + param.step)) - low
@@ -58,7 +65,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     before = measurer.in_force["shared_buffers"]  # tracked always (the budget reads it)
     sizes = probe_sizes(low, high, cfg.probes, step)
     fills: dict[int, BufferFill] = {}
-    probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills)
+    probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills,
+                                  settle_s=cfg.settle_s)
     # the last probed size is not left in force
     outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
     if outcome.failure is not None:
@@ -92,21 +100,22 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
 def flat_needs_a_full_buffer(decision: ProbeDecision,
                              fills: dict[int, BufferFill]) -> ProbeDecision:
     """A flat curve says the workload's pages fit only when the largest probe's buffer was
-    full; from a buffer that never filled (a short window from a cold start, data larger
-    than the probes) it says nothing of the knee, so the decision becomes "no knee found in
-    range" and the search keeps its whole range (issue 31)."""
+    full, or had settled with every page the workload touches resident ("fits"); from a
+    buffer that never filled (a short window from a cold start, data larger than the probes)
+    it says nothing of the knee, so the decision becomes "no knee found in range" and the
+    search keeps its whole range (issue 31)."""
     if decision.kind != "no-knee" or not decision.probes:
         return decision
     largest = max(decision.probes, key=lambda p: p.size)
     fill = fills.get(largest.size)
-    if fill is not None and fill.full:
+    if (fill is not None and fill.full) or largest.settled == "fits":
         return decision
     seen = (f"{fill.used} of {fill.capacity} buffers held a page at the end of its window"
             if fill is not None else "whether its buffer filled is unknown (no pg_buffercache)")
     return replace(decision, kind="rejected",
                    reason=f"no knee found in range: the curve is flat but the largest probe "
                           f"({format_bytes(largest.size)}) never saw a full buffer ({seen}), "
-                          f"so the flat curve may be compulsory misses of a cold buffer; "
+                          f"so the flat curve may be compulsory misses of a buffer still filling; "
                           f"the search keeps its whole range", size=None)
 
 

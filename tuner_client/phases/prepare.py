@@ -26,6 +26,7 @@ from tuner_client.measurer import (
     ServerAccess,
     Workload,
 )
+from tuner_client.measurer.prewarm import drop_leftover_extensions
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.state import RunContext
 from tuner_client.replicas import Replica, ReplicaPool
@@ -59,6 +60,7 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
         measurer.close()
         raise
     measurer.in_force = dict(current)
+    drop_leftovers(measurer)
     primary = Replica("replica-1", target, measurer=measurer)
     pool = ReplicaPool([primary, *replicas], lease_s=lease_s, remote=remote)
     ctx = RunContext(config=config, run_id=run_id, client=client, target=target,
@@ -143,6 +145,15 @@ def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
     if guard is not None:
         guard.memory_used = measurer.server_memory
     return measurer
+
+
+def drop_leftovers(measurer: Measurer) -> None:
+    """Drop the extensions an earlier run created for warm restarts and died before dropping
+    (the database is left as the user had it; issue 31)."""
+    try:
+        drop_leftover_extensions(measurer.live_conn())
+    except (HarmonyError, psycopg.Error) as exc:
+        logger.warning("could not look for extensions left by an earlier run: %s", exc)
 
 
 def _database_bytes(measurer: Measurer) -> int | None:

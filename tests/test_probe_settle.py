@@ -1,0 +1,86 @@
+"""When a probe's buffer counts as settled, and what a settled curve decides (no database):
+the window starts once the buffer is full or every touched page is resident *and* the miss
+probability is stable; P* is then the curve's floor, not the compulsory misses the touched
+pages count; a flat settled curve whose largest buffer held every page is a real "no knee"."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from bme.equation import BMEParams, miss_probability
+from bme.probe_decision import Probe, decide, probe_sizes, search_window
+from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
+from tuner_client.probe_runner import BufferFill
+from tuner_client.probe_settle import settled_state
+
+MB = 1 << 20
+ACCESSES = 1_000_000
+TRUE = BMEParams(p_star=0.002, p_c=0.05, m_b=4 * MB, m_star=96 * MB)
+
+
+def test_settled_needs_a_full_or_stopped_buffer_and_a_stable_miss_probability() -> None:
+    cap = 10_000
+    # filling: the miss probability falls and the occupancy grows
+    assert settled_state(cap, [0, 4_000, 7_000], [0.60, 0.35]) is None
+    # full, but the last two sub-windows still disagree (0.30 against 0.22)
+    assert settled_state(cap, [0, 9_900, 9_950, 9_990], [0.5, 0.30, 0.22]) is None
+    # full and stable (within 0.01 absolute or 10 %)
+    assert settled_state(cap, [0, 9_900, 9_950, 9_990], [0.5, 0.21, 0.22]) == "full"
+    # not full, but it grew by less than 1 % of the capacity and the misses stay ~0
+    assert settled_state(cap, [0, 3_000, 3_050], [0.004, 0.001]) == "fits"
+    # still growing by 5 % a sub-window: pages still arrive (data larger, buffer not full)
+    assert settled_state(cap, [0, 3_000, 3_500], [0.05, 0.048]) is None
+    # a slow workload filling a large buffer: it grows little a sub-window but still misses
+    # 7.5 % of its accesses, so its pages do not fit (it was called "fits" before)
+    assert settled_state(cap, [0, 3_000, 3_050], [0.075, 0.074]) is None
+    # one sub-window is never enough, nor a sub-window without an access
+    assert settled_state(cap, [0, 9_990], [0.2]) is None
+    assert settled_state(cap, [0, 9_990, 9_990], [0.2, None]) is None
+
+
+def _settled(sizes: list[int], how: str = "full") -> list[Probe]:
+    out = []
+    for size in sizes:
+        reads = int(round(float(miss_probability(TRUE, size)) * ACCESSES))
+        out.append(Probe(size=size, hits=ACCESSES - reads, reads=reads, window_s=3.0,
+                         cost_s=9.0, settled=how, settle_s=5.5))
+    return out
+
+
+def test_settled_probes_take_p_star_from_the_floor_not_the_touched_pages() -> None:
+    sizes = probe_sizes(16 * MB, 256 * MB, 5, step=8 * MB)
+    probes = _settled(sizes)
+    # 40,000 touched pages over a million accesses would put the floor at 0.04, twenty
+    # times the settled curve's 0.002: the cold-window rule would flatten the knee away
+    decision = decide(probes, touched_pages=40_000, low=16 * MB, high=256 * MB)
+    assert decision.kind == "knee", decision.reason
+    assert decision.p_star == pytest.approx(min(p.miss for p in probes))
+    assert "settled" in decision.p_star_source
+    assert decision.fit is not None and 0.8 * TRUE.m_star < decision.fit.params.m_star \
+        < 1.3 * TRUE.m_star
+    # a probe that ran out of settle time is named
+    late = [*probes[:-1], replace(probes[-1], settled="timeout")]
+    assert "1 probe(s) not settled" in decide(late, touched_pages=40_000, low=16 * MB,
+                                              high=256 * MB).p_star_source
+    assert probes[0].to_dict()["settled"] == "full" and probes[0].to_dict()["settle_s"] == 5.5
+
+
+def test_a_flat_settled_curve_whose_pages_fit_is_no_knee() -> None:
+    """Settled probes whose largest buffer held every touched page (occupancy stopped
+    growing short of full) show a real flat curve: the search may be confined; a cold flat
+    curve from a buffer that never filled may not."""
+    sizes = probe_sizes(128 * MB, 1024 * MB, 4, step=8 * MB)
+    flat = np.full(len(sizes), 0.001)
+    probes = [Probe(s, ACCESSES - int(m * ACCESSES), int(m * ACCESSES), 3.0, 9.0,
+                    settled="fits") for s, m in zip(sizes, flat, strict=True)]
+    decision = decide(probes, touched_pages=5_000, low=32 * MB, high=1024 * MB)
+    assert decision.kind == "no-knee"
+    half = {sizes[-1]: BufferFill(1024 * MB // 8192 // 2, 1024 * MB // 8192)}
+    kept = flat_needs_a_full_buffer(decision, half)
+    assert kept is decision and search_window(kept, 32 * MB, 1024 * MB, 8 * MB) is not None
+    cold = decide([replace(p, settled="") for p in probes], touched_pages=5_000,
+                  low=32 * MB, high=1024 * MB)
+    assert flat_needs_a_full_buffer(cold, half).reason.startswith("no knee found in range")
