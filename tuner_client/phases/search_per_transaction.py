@@ -168,7 +168,7 @@ class PerTransactionEvaluations:
         record.reference = [level]
         record.value = interval.ratio * level
         self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
-                          f"reference {self.reference.settings}")
+                          f"reference")
 
     def summary(self) -> str:
         """The session's design in one decision line."""
@@ -179,7 +179,8 @@ class PerTransactionEvaluations:
                 f"bootstrap over time slices, {100 * LEVEL:.0f} %)")
         if wide:
             text += (f"; {', '.join(wide)} measured per transaction does not show its "
-                     f"system-wide side: the final race confirms such a winner in windows")
+                     f"system-wide side: a final winner that changes it is confirmed in "
+                     f"whole-server windows")
         return text
 
 
