@@ -82,11 +82,39 @@ def from_dir(out: Path) -> dict[str, Any]:
     return outcome(summary, wall, loads[0], loads[-1], rc, out)
 
 
+def phase_seconds(log: Path) -> dict[str, float]:
+    """Seconds of the run's phases from its log's timestamps: ``setup`` (cluster, TPC-H
+    load) until the first pass, ``search`` until the final rounds, ``final`` to the end
+    (to the second)."""
+    marks: dict[str, int] = {}
+    last = None
+    for line in log.read_text().splitlines() if log.exists() else []:
+        m = re.match(r"(\d\d):(\d\d):(\d\d) ", line)
+        if m is None:
+            continue
+        t = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+        marks.setdefault("start", t)
+        last = t
+        if "=== pass 1 " in line:
+            marks.setdefault("search", t)
+        if "=== final" in line:
+            marks.setdefault("final", t)
+    if last is None or "search" not in marks or "final" not in marks:
+        return {}
+    span = {"setup": marks["search"] - marks["start"], "search": marks["final"] - marks["search"],
+            "final": last - marks["final"]}
+    return {k: float(v % 86400) for k, v in span.items()}
+
+
 def outcome(summary: dict[str, Any] | None, wall: float, load_start: list[float],
             load_end: list[float], rc: int, out: Path) -> dict[str, Any]:
     """What the table shows of one run."""
     row: dict[str, Any] = {"wall_s": round(wall, 1), "load_start": load_start,
-                           "load_end": load_end, "rc": rc, "output": str(out)}
+                           "load_end": load_end, "rc": rc, "output": str(out),
+                           "phases_s": phase_seconds(out / "stderr.log")}
+    if row["phases_s"]:  # the log starts after the process: setup is the rest of the wall
+        phases = row["phases_s"]
+        phases["setup"] = round(wall - phases["search"] - phases["final"], 1)
     if summary is None:
         return row
     decision = summary.get("decision") or {}
@@ -113,13 +141,16 @@ def markdown(tag: str, rows: dict[str, dict[str, Any]], meta: dict[str, Any]) ->
     lines = [f"# Tuning run wall-clock by design: {tag}", "",
              f"`{meta['command']}` on {meta['cpu']}, {meta['cores']} cores (shared; the load "
              f"average at each run's start and end is in the table). One run per design.", "",
-             "| design | wall-clock (s) | load 1-min start → end | decision | interval "
-             "(95 %) of the best over the default | recommended settings |",
-             "|---|---|---|---|---|---|"]
+             "| design | wall-clock (s) | setup / search / final (s) | load 1-min start → end "
+             "| decision | interval (95 %) of the best over the default | recommended settings |",
+             "|---|---|---|---|---|---|---|"]
     for design, row in rows.items():
         verdict = row.get("recommendation") or f"failed (exit {row['rc']})"
-        lines.append(f"| {design} | {row['wall_s']:.0f} | {row['load_start'][0]:.1f} → "
-                     f"{row['load_end'][0]:.1f} | {verdict} | {_interval_text(row)} | "
+        phases = row.get("phases_s") or {}
+        split = " / ".join(f"{phases[k]:.0f}" for k in ("setup", "search", "final")) \
+            if phases else "—"
+        lines.append(f"| {design} | {row['wall_s']:.0f} | {split} | {row['load_start'][0]:.1f} "
+                     f"→ {row['load_end'][0]:.1f} | {verdict} | {_interval_text(row)} | "
                      f"{row.get('best_settings', '—')} |")
     if all("wall_s" in r for r in rows.values()) and len(rows) == 2:
         w, p = (rows[d]["wall_s"] for d in DESIGNS)

@@ -17,7 +17,11 @@ from tuner_client.config import parse_tuner_config
 from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
-from tuner_client.phases.search_per_transaction import MAX_BATCH, run_seconds
+from tuner_client.phases.search_per_transaction import (
+    MAX_BATCH,
+    run_seconds,
+    why_not_per_transaction_search,
+)
 from tuner_client.target import Target
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop
@@ -85,3 +89,7 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
     designs = {t["session"]: t["design"] for t in trials if t["session"] in ("p1-online",
                                                                              "p1-offline")}
     assert designs == {"p1-online": "per-transaction", "p1-offline": "windows"}
+    ctx = tuner.context
+    assert ctx is not None and why_not_per_transaction_search(ctx, ctx.online_space) is None
+    why = why_not_per_transaction_search(ctx, ctx.offline_space) or ""
+    assert "shared_buffers" in why and "'postmaster'" in why, why
