@@ -14,8 +14,8 @@ over the default, with the design that measured it.
     python -m benchmarks.pertx_search --from-dirs windows=DIR per-transaction=DIR --tag demo
 
 ``--from-dirs`` re-analyses runs already made (an output directory holding ``stdout.json``,
-the ``--json`` summary, and ``wall.txt``). Writes benchmarks/results/pertx_search.<tag>.json
-and .md.
+the ``--json`` summary, and ``wall.txt``), ``--from-json`` this benchmark's own JSON.
+Writes benchmarks/results/pertx_search.<tag>.json and .md.
 """
 
 from __future__ import annotations
@@ -168,11 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="an override of the per-transaction run (YAML value)")
     parser.add_argument("--from-dirs", nargs="+", metavar="DESIGN=DIR")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="re-analyse this benchmark's own JSON (its runs' output dirs)")
     parser.add_argument("--order", default=",".join(DESIGNS),
                         help="the designs in the order they run (default windows first)")
     args = parser.parse_args(argv)
     rows: dict[str, dict[str, Any]] = {}
-    if args.from_dirs:
+    if args.from_json:
+        for design, row in json.loads(args.from_json.read_text())["runs"].items():
+            out = Path(row["output"])
+            summary = json.loads((out / "stdout.json").read_text()) if row["rc"] == 0 else None
+            rows[design] = outcome(summary, row["wall_s"], row["load_start"], row["load_end"],
+                                   row["rc"], out)
+    elif args.from_dirs:
         for item in args.from_dirs:
             design, directory = item.split("=", 1)
             rows[design] = from_dir(Path(directory))
@@ -185,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {d: rows[d] for d in DESIGNS if d in rows}
     meta = {"command": "python -m benchmarks.pertx_search " + " ".join(argv or sys.argv[1:]),
             "cpu": cpu_model(), "cores": os.cpu_count(), "overrides": args.set}
+    if args.from_json:  # the measured run's own command and machine
+        meta = {**json.loads(args.from_json.read_text())["meta"], "reanalysed": meta["command"]}
     RESULTS.mkdir(exist_ok=True)
     base = f"pertx_search.{args.tag}"
     (RESULTS / f"{base}.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=2)
