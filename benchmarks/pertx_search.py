@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,7 @@ def run_one(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
                              "--output", str(out), "--json"], stdout=stdout, stderr=stderr,
                             check=False).returncode
     wall = time.monotonic() - started
+    shutil.rmtree(state, ignore_errors=True)  # the run stopped its embedded cluster
     return outcome(json.loads((out / "stdout.json").read_text()) if rc == 0 else None, wall,
                    list(load_start), list(os.getloadavg()), rc, out)
 
