@@ -21,7 +21,7 @@ seed: 2
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction}
+measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction, per_transaction_s: 10}
 budget: {os_reserved: 256MB, connections: auto, online: 160MB}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB}}

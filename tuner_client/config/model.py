@@ -167,12 +167,17 @@ class MeasureConfig:
     #: block), and the strategy receives the candidate/reference ratio times the reference's
     #: running level, so the machine's drift cancels out of comparisons
     paired: bool = True
-    #: how the final race compares its candidates: ``windows`` (each round measures every
-    #: configuration on the whole server in turn) or ``per-transaction`` (one run in which
-    #: every transaction draws a configuration at random under SET LOCAL; only where every
-    #: knob differing between the candidates is session-settable and the workload is TPC-H,
-    #: pgbench or scripts, else the race runs in windows and the decisions say why)
+    #: how the search's evaluations and the final race compare configurations: ``windows``
+    #: (each configuration measured on the whole server in turn) or ``per-transaction`` (one
+    #: run in which every transaction draws a configuration at random under SET LOCAL; only
+    #: where every knob that differs -- every knob a session searches -- is session-settable
+    #: and the workload is TPC-H, pgbench or scripts on one database, else windows and the
+    #: decisions say why)
     design: str = "windows"
+    #: with ``design: per-transaction``, the seconds of one search evaluation's run (one
+    #: candidate against the session's reference; a batch of k candidates runs (k + 1) / 2
+    #: times as long, so every comparison keeps as many transactions of each arm)
+    per_transaction_s: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                                        "work_per_cpu", "count_per_cpu"]},
                 "paired": {"type": "boolean"},
                 "design": {"enum": ["windows", "per-transaction"]},
+                "per_transaction_s": {"type": "number", "minimum": 10, "maximum": 600},
             },
         },
         "budget": {

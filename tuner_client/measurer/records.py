@@ -69,6 +69,12 @@ class PointRecord:
     reference: list[float] = field(default_factory=list)
     #: the replica (its client id) that measured it, in a run over several replicas
     replica: str | None = None
+    #: how ``ratio`` was measured: ``windows`` (whole-server windows) or ``per-transaction``
+    #: (one run beside the reference, each transaction drawing one of them), then with the
+    #: ratio's 95 % interval and the transactions of (reference, candidate) behind it
+    design: str = "windows"
+    interval: tuple[float, float] | None = None
+    transactions: tuple[int, int] | None = None
 
     def stats_total(self) -> StatsDelta | None:
         """The samples' counters summed (None when any sample lost its counters); when

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.session_loop import run_session
+from tuner_client.phases.search_per_transaction import session_runner
 from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of, record_point
 from tuner_client.stats.mix import pool, time_shares
@@ -76,8 +76,9 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
             return True
         return False
 
-    reason = run_session(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
-                         references, seconds=cfg.online.seconds)
+    run = session_runner(ctx, state, label, space)  # windows or per transaction
+    reason = run(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
+                 references, seconds=cfg.online.seconds)
     mine = state.records[first:]
     best = best_of(mine)
     if best is not None:

@@ -1,0 +1,95 @@
+"""The online search's evaluations measured per transaction in a real tuning run (PostgreSQL +
+TPC-H SF 0.01, standalone, ``measure.design: per-transaction``): a clearly worse setting
+(hash joins off on a hash-join mix) reads below its reference with an interval below 1, the
+reference's own setting reads about 1, and the run records the design in ``trials.jsonl``,
+``summary.json`` and its decisions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner
+from tuner_client.knobs import KnobCatalog
+from tuner_client.phases.search_per_transaction import (
+    MAX_BATCH,
+    run_seconds,
+    why_not_per_transaction_search,
+)
+from tuner_client.target import Target
+
+# Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop
+CONFIG = """\
+name: pertx-search
+seed: 4
+workload:
+  tpch: {scale: 0.01, mix: "2Q3,2Q9,1Q13"}
+  statement_timeout_s: 60
+measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction,
+          per_transaction_s: 20}
+budget: {os_reserved: 256MB, connections: auto, online: 160MB}
+offline:
+  knobs: {shared_buffers: {min: 128MB, max: 128MB}}
+  evaluations: 1
+online:
+  knobs:
+    enable_hashjoin: {values: ["on", "off"]}
+  strategy: {name: exhaustive}
+  evaluations: 2
+flow: {kind: one-pass}
+final: {rounds: 1, max_seconds: 30}
+"""
+
+
+def test_run_seconds_keep_each_arms_share() -> None:
+    assert run_seconds(30, 1) == 30
+    assert run_seconds(30, 5) == 90  # six arms: each keeps a two-arm run's transactions
+    assert MAX_BATCH >= 6
+
+
+def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: F811
+                                            tmp_path: Path) -> None:
+    cluster, dsn = tpch_cluster.cluster, tpch_cluster.dsn
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
+                    ram_bytes=None)
+    config = parse_tuner_config(CONFIG, source="pertx-search.yaml")
+    assert config.measure.per_transaction_s == 20
+    tuner = Tuner(config, client=connect(None), target=target, run_id="s1", output_dir=tmp_path)
+    result = tuner.run()
+    online = {r.settings["enable_hashjoin"]: r for r in tuner.records
+              if r.session == "p1-online"}
+    assert set(online) == {"on", "off"}, [r.session for r in tuner.records]
+    off, same = online["off"], online["on"]
+    for record in (off, same):
+        assert record.design == "per-transaction" and record.interval is not None
+        assert record.transactions is not None and min(record.transactions) >= 30
+        assert record.value is not None and record.ratio is not None
+    # hash joins off: clearly slower, the whole interval below 1
+    assert off.ratio < 0.95 and off.interval[1] < 1.0, (off.ratio, off.interval)
+    # the reference's own setting: the interval holds 1 and is narrower than ±15 %
+    assert same.interval[0] <= 1.0 <= same.interval[1], same.interval
+    assert same.interval[1] / same.interval[0] < 1.35, same.interval
+    assert same.value > off.value  # the strategy ranks the worse setting below
+    # both candidates in one run beside the reference, and the run says so
+    decisions = "\n".join(result.work.decisions)
+    assert "p1-online: evaluations measured per-transaction: 1 run(s)" in decisions, decisions
+    assert "p1-offline: evaluations measured" not in decisions  # restart knobs: windows
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert any("measured per-transaction" in d for d in summary["decisions"])
+    assert result.best.settings.get("enable_hashjoin", "on") == "on"
+    trials = [json.loads(line) for line in (tmp_path / "trials.jsonl").read_text().splitlines()]
+    designs = {t["session"]: t["design"] for t in trials if t["session"] in ("p1-online",
+                                                                             "p1-offline")}
+    assert designs == {"p1-online": "per-transaction", "p1-offline": "windows"}
+    ctx = tuner.context
+    assert ctx is not None and why_not_per_transaction_search(ctx, ctx.online_space) is None
+    why = why_not_per_transaction_search(ctx, ctx.offline_space) or ""
+    assert "shared_buffers" in why and "'postmaster'" in why, why

@@ -1,0 +1,263 @@
+"""A search session's evaluations measured per transaction (``measure.design:
+per-transaction``, issue 27): the candidates the strategy asks for at once (a simplex's
+vertices, a shrink) and the session's reference share one run, each transaction drawing one
+of them at random and running under ``SET LOCAL``
+(:class:`workloads.per_transaction.StreamAssignment` and the pgbench variants).
+
+Each candidate's value for the strategy is its work-weighted speedup over the reference in
+that run (:func:`tuner_client.stats.per_transaction.compare`, with its 95 % interval) times the
+reference's level, measured once in a whole-server window when the session starts: values then
+keep the unit and scale of the window-measured sessions (the offline search, the final
+candidates' ranking), while every comparison is paired transaction by transaction.
+
+Only where it applies (:func:`why_not_per_transaction_search`): every knob the session searches
+is session-settable, the workload has a per-transaction driver, and the run measures one
+database; otherwise the session runs in windows (:func:`run_session`) and the decisions say
+why. Parallel-query knobs are measured per transaction here too; their system-wide side is
+what the final race confirms in windows (:mod:`tuner_client.phases.final_per_transaction`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from harmony.base.errors import HarmonyError
+from tuner_client.client import Fetched, Session
+from tuner_client.config import KnobSpace
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.blocks import Reference, SessionReferences, measure_reference
+from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
+from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
+from tuner_client.phases.state import RunContext, RunState, record_point
+from tuner_client.stats.per_transaction import PerTransactionComparison, compare
+from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
+from workloads.per_transaction.from_config import make_assignment
+from workloads.per_transaction.trace import Trace
+
+logger = logging.getLogger(__name__)
+
+#: most candidates measured in one run beside the reference (a 6-knob simplex's first batch
+#: has 7 vertices; more arms thin every comparison's share of the transactions)
+MAX_BATCH = 6
+#: the interval level of each evaluation (the search ranks; only the final race claims)
+LEVEL = 0.95
+
+
+def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | None:
+    """Why ``space``'s evaluations are measured in windows (None: per transaction).
+
+    ``measure.design: windows`` is a reason too, and so is an unpaired session: its strategy
+    aggregates window samples itself."""
+    if ctx.config.measure.design != PER_TRANSACTION:
+        return "measure.design is windows"
+    if not ctx.config.measure.paired:
+        return "measure.paired is off (the session aggregates single window samples)"
+    if ctx.config.replicas.remote:
+        return "replicas on other hosts measure the same session in windows"
+    # every searched knob may differ from the reference: against {} each one counts
+    return why_not_per_transaction(ctx, [ctx.current(space.names), {}])
+
+
+def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpace
+                   ) -> Callable[..., str]:
+    """How session ``label`` over ``space`` is measured: :func:`run_per_transaction_session`
+    where the design applies, else :func:`run_session` (the decisions say why when
+    ``measure.design`` asked for per-transaction)."""
+    reason = why_not_per_transaction_search(ctx, space)
+    if reason is None:
+        return run_per_transaction_session
+    if ctx.config.measure.design == PER_TRANSACTION:
+        state.decide(f"{label}: evaluations measured in windows, not per transaction: {reason}")
+    return run_session
+
+
+def run_seconds(base_s: float, candidates: int) -> float:
+    """How long a run of ``candidates`` beside the reference lasts: ``base_s`` for one, and
+    (k + 1) / 2 times that for k, so each arm keeps the transactions of a one-candidate run."""
+    return base_s * (candidates + 1) / 2.0
+
+
+@dataclass
+class _Evaluation:
+    """One fetched trial of the batch and its settings."""
+
+    got: Fetched
+    settings: dict[str, str]
+    record: PointRecord
+
+
+class PerTransactionEvaluations:
+    """Measures batches of a session's candidates beside ``reference`` per transaction."""
+
+    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                 reference: Reference) -> None:
+        self.ctx, self.state, self.label, self.space = ctx, state, label, space
+        self.reference = reference
+        self.runs = 0
+        self.transactions = 0
+
+    def level(self) -> float | None:
+        """The reference's window level (measured once, when the session first needs it)."""
+        if self.reference.level.level is None:
+            value = measure_reference(self.ctx.measurer, self.ctx.metrics, self.reference)
+            self.reference.level.add(value)
+        return self.reference.level.level
+
+    def measure(self, batch: list[_Evaluation]) -> None:
+        """Run the feasible candidates of ``batch`` beside the reference; fill each record
+        (its value, ratio, interval and design, or its failure)."""
+        ctx = self.ctx
+        runnable = []
+        for ev in batch:
+            wanted = {**ctx.measurer.in_force, **ev.settings}
+            reason = ctx.budget.violation(wanted, ev.settings)
+            if reason is not None:
+                ev.record.failure = f"infeasible: {reason}"
+            else:
+                runnable.append(ev)
+        if not runnable:
+            return
+        level = self.level()
+        if level is None:
+            for ev in runnable:
+                ev.record.failure = "the reference could not be measured in a window"
+            return
+        try:
+            trace = self._run([ev.settings for ev in runnable])
+        except HarmonyError as exc:
+            for ev in runnable:
+                ev.record.failure = f"per-transaction run failed: {exc}"
+            return
+        for k, ev in enumerate(runnable, 1):
+            try:
+                result = compare(trace, 0, k, level=LEVEL, seed=ctx.config.seed + self.runs)
+            except HarmonyError as exc:
+                ev.record.failure = f"per-transaction comparison failed: {exc}"
+                continue
+            self._fill(ev.record, result, level)
+
+    def _run(self, candidates: list[dict[str, str]]) -> Trace:
+        """One run of the reference (configuration 0) and ``candidates``."""
+        ctx = self.ctx
+        ctx.measurer.stop()  # the windows' workload must not run beside this one
+        names = self.space.names
+        configurations = [{n: self.reference.settings[n] for n in names},
+                          *({n: c[n] for n in names} for c in candidates)]
+        assignment = make_assignment(ctx.config.workload, ctx.target.dsn, configurations,
+                                     seed=ctx.config.seed + 1000 * self.runs)
+        seconds = max(1, round(run_seconds(ctx.config.measure.per_transaction_s,
+                                           len(candidates))))
+        logger.info("[%s] per-transaction run %d: the reference and %d candidate(s) for %d s",
+                    self.label, self.runs + 1, len(candidates), seconds)
+        trace = assignment.run(seconds)
+        self.runs += 1
+        self.transactions += len(trace)
+        return trace
+
+    def _fill(self, record: PointRecord, result: PerTransactionComparison,
+              level: float) -> None:
+        interval = result.interval
+        record.design = PER_TRANSACTION
+        record.ratio = interval.ratio
+        record.interval = (interval.low, interval.high)
+        record.transactions = result.transactions
+        record.reference = [level]
+        record.value = interval.ratio * level
+        self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
+                          f"reference")
+
+    def summary(self) -> str:
+        """The session's design in one decision line."""
+        wide = sorted(n for n in self.space.names if n in SYSTEM_WIDE_KNOBS)
+        text = (f"{self.label}: evaluations measured {PER_TRANSACTION}: {self.runs} run(s), "
+                f"{self.transactions:,} transactions, each candidate beside the reference "
+                f"{self.reference.settings} (work-weighted per-template latency ratio, block "
+                f"bootstrap over time slices, {100 * LEVEL:.0f} %)")
+        if wide:
+            text += (f"; {', '.join(wide)} measured per transaction does not show its "
+                     f"system-wide side: a final winner that changes it is confirmed in "
+                     f"whole-server windows")
+        return text
+
+
+def run_per_transaction_session(ctx: RunContext, state: RunState, session: Session,
+                                space: KnobSpace, evaluations: int, label: str,
+                                after_eval: Callable[[PointRecord], bool] | None = None,
+                                references: SessionReferences | None = None,
+                                seconds: float | None = None) -> str:
+    """Measure ``session`` per transaction until it converges, the evaluations or
+    ``seconds`` are spent, ``after_eval`` returns True, or it stays idle; returns why it
+    stopped (as :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds
+    several trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
+    reference = references.primary_reference if references is not None \
+        else Reference(label, ctx.current(space.names))
+    evals = PerTransactionEvaluations(ctx, state, label, space, reference)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    claimed, idle = 0, 0
+    try:
+        while True:
+            if claimed >= evaluations:
+                return "budget"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "time"
+            batch = _fetch_batch(session, space, label, min(MAX_BATCH, evaluations - claimed))
+            if not batch:
+                status = session.status()
+                if status.get("converged") and not status.get("paused"):
+                    return "converged"
+                idle += 1
+                if status.get("paused") or idle >= IDLE_FETCHES:
+                    return "paused" if status.get("paused") else "idle"
+                continue
+            idle, claimed = 0, claimed + len(batch)
+            if _measure_and_report(ctx, state, session, evals, batch, after_eval):
+                return "stopped"
+    finally:
+        if evals.runs:
+            state.decide(evals.summary())
+
+
+def _fetch_batch(session: Session, space: KnobSpace, label: str, most: int
+                 ) -> list[_Evaluation]:
+    """The trials ready now (waiting for the first), at most ``most``."""
+    batch: list[_Evaluation] = []
+    got = session.fetch(timeout=FETCH_WAIT_S)
+    while got is not None:
+        settings = space.settings(got.point)
+        batch.append(_Evaluation(got, settings, PointRecord(session=label, point=dict(got.point),
+                                                            settings=settings)))
+        got = session.fetch(timeout=0.0) if len(batch) < most else None
+    return batch
+
+
+def _measure_and_report(ctx: RunContext, state: RunState, session: Session,
+                        evals: PerTransactionEvaluations, batch: list[_Evaluation],
+                        after_eval: Callable[[PointRecord], bool] | None) -> bool:
+    """Measure ``batch`` holding its leases, report every trial, keep every record; True when
+    ``after_eval`` asks to stop."""
+    every = max(1.0, ctx.pool.session_lease_s / 4)
+    with ExitStack() as leases:
+        for ev in batch:
+            leases.enter_context(session.keep_lease(ev.got.trial_id, every=every))
+        evals.measure(batch)
+    stop = False
+    for ev in batch:
+        record = ev.record
+        record.in_force = {**ctx.measurer.in_force, **ev.settings}
+        if record.value is None:
+            session.report_failure(ev.got.trial_id, record.failure or "not measured")
+            logger.info("[%s] trial %d %s: failed: %s", evals.label, ev.got.trial_id,
+                        ev.settings, record.failure)
+        else:
+            session.report(ev.got.trial_id, record.value)
+            logger.info("[%s] trial %d %s: %.3f× its reference (per transaction) → %.4g %s",
+                        evals.label, ev.got.trial_id, ev.settings, record.ratio or 0.0,
+                        record.value, ctx.unit)
+        record_point(ctx, state, record)
+        if record.value is not None and after_eval is not None and after_eval(record):
+            stop = True
+    return stop
