@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, KnobApplyError
+from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError
 from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.knobs import KnobCatalog
 from tuner_client.stats.switchback import SliceSpan, balanced_order
@@ -48,7 +48,7 @@ RELOADABLE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 COMMITS = "xact_commit"
 
 _AUTO_CONF = ("SELECT lower(name), setting FROM pg_file_settings "
-              "WHERE sourcefile LIKE '%postgresql.auto.conf' AND lower(name) = ANY(%s) "
+              "WHERE sourcefile LIKE '%%postgresql.auto.conf' AND lower(name) = ANY(%s) "
               "ORDER BY seqno")
 
 
@@ -140,6 +140,32 @@ class ConfigurationSwitch:
 
 #: a slice's counter delta: template -> (calls, busy seconds)
 Delta = dict[str, tuple[int, float]]
+
+
+_DATABASE = ("SELECT xact_commit, xact_rollback, deadlocks, temp_files, stats_reset "
+             "FROM pg_stat_database WHERE datname = current_database()")
+_HAS_STATEMENTS = ("SELECT 'pg_stat_statements' = ANY(string_to_array(replace("
+                   "current_setting('shared_preload_libraries'), ' ', ''), ',')) AND EXISTS ("
+                   "SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')")
+
+
+def counters_reader(conn: psycopg.Connection[Any]) -> Callable[[], Counters]:
+    """What a live switchback reads at each slice's edges: ``pg_stat_statements`` and
+    ``pg_stat_database`` when the extension is there, else ``pg_stat_database`` alone (the
+    committed transactions; these reach it up to 1 s late, hence :data:`COUNTER_SETTLE_S`)."""
+    row = conn.execute(_HAS_STATEMENTS).fetchone()
+    if row is not None and row[0]:
+        return lambda: read_counters(conn)
+
+    def database_only() -> Counters:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        db = conn.execute(_DATABASE).fetchone()
+        if db is None:
+            raise DatabaseError("pg_stat_database has no row for the current database")
+        return Counters({}, int(db[0]), int(db[1]), int(db[2]), int(db[3]), db[4],
+                        time.monotonic())
+
+    return database_only
 
 
 def counter_delta(before: Counters, after: Counters) -> Delta:
