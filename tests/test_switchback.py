@@ -155,14 +155,16 @@ def test_counters_per_slice_from_pg_stat_database(cluster: LocalCluster, tmp_pat
     driver = _lookups(cluster.dsn, tmp_path)
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:
         catalog = KnobCatalog.from_connection(conn)
+        read, source, settle_s = counters_reader(conn)
+        assert source.startswith("committed transactions") and settle_s == 1.0
         with ConfigurationSwitch(conn, catalog, [INDEX_ON, INDEX_OFF]) as switch:
             load = threading.Thread(target=driver.run, args=(14,), daemon=True)
             load.start()
-            run = run_slices(switch, balanced_order(2, 3, seed=4), 2.0, settle_s=1.0,
-                             counters=counters_reader(conn))
+            run = run_slices(switch, balanced_order(2, 3, seed=4), 2.0, settle_s=settle_s,
+                             counters=read)
         driver.stop_event.set()
         load.join()
     assert len(run.deltas) == 6 and all(set(d) == {"xact_commit"} for d in run.deltas)
     result = race(totals_from_deltas(run.spans, run.deltas), ["on", "off"], slice_s=2.0,
-                  settle_s=1.0, source="committed transactions (pg_stat_database)")
+                  settle_s=settle_s, source=source)
     assert result.comparisons["off"].interval.ratio < 0.8

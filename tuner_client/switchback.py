@@ -28,6 +28,7 @@ from psycopg import sql
 
 from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError
 from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
+from tuner_client.config.defaults import DEFAULT_SLICE_S
 from tuner_client.knobs import KnobCatalog
 from tuner_client.stats.switchback import SliceSpan, balanced_order
 from workloads.observe import Counters, read_counters, window_between
@@ -35,13 +36,13 @@ from workloads.per_transaction.trace import Trace
 
 logger = logging.getLogger(__name__)
 
-#: slice length (s) when the configuration names none: 4 × the carry-over measured with a
-#: known-effect knob (benchmarks/results/evidence_switchback.md), floored at 2 s
-DEFAULT_SLICE_S = 2.0
 #: the part of each slice left out after its switch (s): backends take a reloaded value at
 #: their next command; counters of pg_stat_database lag up to PGSTAT_MIN_INTERVAL (1 s)
 DEFAULT_SETTLE_S = 0.1
 COUNTER_SETTLE_S = 1.0
+#: pg_stat_statements counts a call when it ends: the margin lets the previous slice's
+#: statements finish before the window opens
+STATEMENT_SETTLE_S = 0.25
 #: contexts a reload changes for every session (user/superuser: when no session SET it)
 RELOADABLE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 #: the pseudo-template of committed transactions when pg_stat_statements is absent
@@ -149,13 +150,21 @@ _HAS_STATEMENTS = ("SELECT 'pg_stat_statements' = ANY(string_to_array(replace("
                    "SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')")
 
 
-def counters_reader(conn: psycopg.Connection[Any]) -> Callable[[], Counters]:
-    """What a live switchback reads at each slice's edges: ``pg_stat_statements`` and
-    ``pg_stat_database`` when the extension is there, else ``pg_stat_database`` alone (the
+def counters_reader(conn: psycopg.Connection[Any]
+                    ) -> tuple[Callable[[], Counters], str, float]:
+    """What a live switchback reads at each slice's edges, what that is, and the settle
+    margin it needs: ``pg_stat_statements`` and ``pg_stat_database`` when the extension is
+    there (this session's own statements untracked), else ``pg_stat_database`` alone (the
     committed transactions; these reach it up to 1 s late, hence :data:`COUNTER_SETTLE_S`)."""
     row = conn.execute(_HAS_STATEMENTS).fetchone()
     if row is not None and row[0]:
-        return lambda: read_counters(conn)
+        try:
+            conn.execute("SET pg_stat_statements.track = 'none'")
+        except psycopg.Error as exc:
+            logger.warning("cannot untrack the switchback's own statements in "
+                           "pg_stat_statements (%s); they are counted as traffic", exc)
+        return (lambda: read_counters(conn), "statements (pg_stat_statements deltas)",
+                STATEMENT_SETTLE_S)
 
     def database_only() -> Counters:
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -165,7 +174,7 @@ def counters_reader(conn: psycopg.Connection[Any]) -> Callable[[], Counters]:
         return Counters({}, int(db[0]), int(db[1]), int(db[2]), int(db[3]), db[4],
                         time.monotonic())
 
-    return database_only
+    return database_only, "committed transactions (pg_stat_database deltas)", COUNTER_SETTLE_S
 
 
 def counter_delta(before: Counters, after: Counters) -> Delta:

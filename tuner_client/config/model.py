@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
+from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY, DEFAULT_SLICE_S
 from workloads.mix import MixSpec
 from workloads.schedule import ScheduleSpec
 
@@ -171,8 +171,13 @@ class MeasureConfig:
     #: configuration on the whole server in turn) or ``per-transaction`` (one run in which
     #: every transaction draws a configuration at random under SET LOCAL; only where every
     #: knob differing between the candidates is session-settable and the workload is TPC-H,
-    #: pgbench or scripts, else the race runs in windows and the decisions say why)
+    #: pgbench or scripts, else the race runs in windows and the decisions say why) or
+    #: ``switchback`` (the whole server alternates the configurations in short slices with
+    #: ALTER SYSTEM + reload; reload-time knobs and live mode). ``per-transaction`` falls back
+    #: to switchback where SET LOCAL cannot carry a differing knob or the traffic is live
     design: str = "windows"
+    #: a switchback's slice length (s): one configuration in force per slice
+    slice_s: float = DEFAULT_SLICE_S
 
 
 @dataclass(frozen=True)

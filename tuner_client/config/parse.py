@@ -158,7 +158,8 @@ def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
                          seconds=None if queries is not None else float(ms["seconds"]),
                          estimator=ms.get("estimator", default_estimator(workload.kind)),
                          paired=bool(ms.get("paired", MeasureConfig.paired)),
-                         design=str(ms.get("design", MeasureConfig.design)))
+                         design=str(ms.get("design", MeasureConfig.design)),
+                         slice_s=float(ms.get("slice_s", MeasureConfig.slice_s)))
 
 
 def _budget_config(bd: Mapping[str, Any], where: Where) -> BudgetConfig:

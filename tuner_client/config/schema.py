@@ -137,7 +137,8 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "estimator": {"enum": ["count", "concurrency", "progress", "work",
                                        "work_per_cpu", "count_per_cpu"]},
                 "paired": {"type": "boolean"},
-                "design": {"enum": ["windows", "per-transaction"]},
+                "design": {"enum": ["windows", "per-transaction", "switchback"]},
+                "slice_s": {"type": "number", "minimum": 0.5, "maximum": 600},
             },
         },
         "budget": {

@@ -49,6 +49,9 @@ from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "switchback"
+#: the share of straddling transactions above which the decisions warn (dropping them biases
+#: the kept ones towards short transactions, the more so under the slower configuration)
+STRADDLE_WARNING = 0.05
 #: the interval method, as summary.json names it
 METHOD_TEXT = (f"{METHOD} ({CITATION}) over per-block log speedups, work-weighted "
                f"per-template costs; one slice per configuration per block")
@@ -259,6 +262,14 @@ class SwitchbackRace:
                  f"intervals: {METHOD} over blocks at {100 * self.level:.4g} % (Bonferroni "
                  f"over {len(self.comparisons)} candidates)"]
         lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
+        kept = sum(sum(r.observations) for r in self.plain.values()) // max(1, len(self.plain))
+        straddling = self.dropped.get("straddling", 0)
+        if straddling > STRADDLE_WARNING * (kept + straddling):
+            # the dropped are the long ones, and more of them under the slower configuration:
+            # the kept transactions under-represent long work
+            lines.append(f"{straddling} of {kept + straddling} transactions straddled a switch "
+                         f"and were dropped: the slices are short for this workload's "
+                         f"transactions; raise measure.slice_s")
         return lines
 
     def to_final_decision(self) -> FinalDecision:
