@@ -88,7 +88,7 @@ def test_known_worse_configuration_reads_worse(cluster: LocalCluster, tmp_path: 
     result = compare(totals, 0, 1)
     assert len(run.spans) == 12 and result.blocks == 6
     assert result.interval.high < 0.8, result.text()  # sequential scans: several times slower
-    assert min(result.observations) > 100
+    assert min(result.observations) > 20
 
 
 def test_aa_switchback_keeps_one_inside(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -103,9 +103,11 @@ def test_straddling_transactions_are_dropped(cluster: LocalCluster, tmp_path: Pa
     driver = StreamAssignment(cluster.dsn, [{}],
                               statement_draws(read_script_file(tmp_path / "sleep.sql"), 3))
     run, totals = _totals(cluster.dsn, [INDEX_ON, INDEX_OFF], driver, blocks=3)
-    # at every slice's end each of the 3 streams is inside a 0.3 s sleep begun in that slice
-    # (but for the few ms between two of a stream's transactions)
-    assert 3 * len(run.spans) - 3 <= totals.dropped["straddling"] <= 3 * len(run.spans)
+    # at every slice's end but the last (the streams are stopped then) each of the 3 streams
+    # is inside a 0.3 s sleep begun in that slice (but for the few ms between two of a
+    # stream's transactions)
+    slices = len(run.spans)
+    assert 3 * (slices - 1) - 2 <= totals.dropped["straddling"] <= 3 * slices
     kept = totals.counts.sum(axis=1)
     assert np.all(kept >= 1) and totals.kept == kept.sum()
     ends = np.array([s.end for s in run.spans])

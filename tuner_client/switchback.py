@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
 from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.config.defaults import DEFAULT_SLICE_S
 from tuner_client.knobs import KnobCatalog
@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 #: their next command; counters of pg_stat_database lag up to PGSTAT_MIN_INTERVAL (1 s)
 DEFAULT_SETTLE_S = 0.1
 COUNTER_SETTLE_S = 1.0
+#: time a driven workload is given per slice beyond the slice itself, for the switch (s)
+SWITCH_ALLOWANCE_S = 0.5
 #: pg_stat_statements counts a call when it ends: the margin lets the previous slice's
 #: statements finish before the window opens
 STATEMENT_SETTLE_S = 0.25
@@ -260,15 +262,22 @@ def run_driven(conn: psycopg.Connection[Any], catalog: KnobCatalog,
     ``configurations``; the server's configuration is restored before this returns or
     raises."""
     order = balanced_order(len(configurations), blocks, seed)
-    seconds = int(math.ceil(warmup_s + len(order) * (slice_s + 0.05) + 1.0))
+    # a switch takes ~2 ms on a quiet machine and a few hundred under heavy load: the
+    # workload outlasts the slices with room for that; a driver with a ``stop_event`` (the
+    # Python streams) is stopped as soon as they end
+    seconds = int(math.ceil(warmup_s + len(order) * (slice_s + SWITCH_ALLOWANCE_S) + 1.0))
     result: dict[str, Trace] = {}
     failure: list[BaseException] = []
+
+    done = threading.Event()
 
     def drive() -> None:
         try:
             result["trace"] = driver.run(seconds)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             failure.append(exc)
+        finally:
+            done.set()
 
     with ConfigurationSwitch(conn, catalog, configurations) as switch:
         switch.apply(order[0][1])  # verified before the workload starts
@@ -276,11 +285,16 @@ def run_driven(conn: psycopg.Connection[Any], catalog: KnobCatalog,
         worker.start()
         try:
             _sleep_until(time.time() + warmup_s, None)
-            run = run_slices(switch, order, slice_s)
+            run = run_slices(switch, order, slice_s, stop=done)
         finally:
             switch.restore()
+            if isinstance(stop := getattr(driver, "stop_event", None), threading.Event):
+                stop.set()
             worker.join()
         switch_ms = 1e3 * switch.switch_s / max(1, switch.switches)
     if failure:
         raise failure[0]
+    if run.stopped == "stopped":
+        raise WorkloadError(f"the workload ended before the switchback's last slice "
+                            f"({len(run.spans)} of {len(order)} slices run)")
     return DrivenRun(tuple(run.spans), result["trace"], switch_ms)

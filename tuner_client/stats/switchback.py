@@ -242,6 +242,8 @@ class SwitchbackRace:
     dropped: Mapping[str, int]
     #: what was counted: ``transactions`` (a driven workload) or a counters' description
     source: str = "transactions"
+    #: observations kept over all slices
+    kept: int = 0
 
     def verdict(self) -> str:
         """The decision in one line."""
@@ -262,8 +264,7 @@ class SwitchbackRace:
                  f"intervals: {METHOD} over blocks at {100 * self.level:.4g} % (Bonferroni "
                  f"over {len(self.comparisons)} candidates)"]
         lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
-        kept = sum(sum(r.observations) for r in self.plain.values()) // max(1, len(self.plain))
-        straddling = self.dropped.get("straddling", 0)
+        kept, straddling = self.kept, self.dropped.get("straddling", 0)
         if straddling > STRADDLE_WARNING * (kept + straddling):
             # the dropped are the long ones, and more of them under the slower configuration:
             # the kept transactions under-represent long work
@@ -314,4 +315,4 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
     clear = [label for label, r in comparisons.items() if r.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return SwitchbackRace(labels[0], comparisons, plain, winner, simultaneous, level, slice_s,
-                          settle_s, len(totals.spans), dict(totals.dropped), source)
+                          settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept)
