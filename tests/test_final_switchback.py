@@ -7,8 +7,10 @@ result names the design, its blocks and its interval."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
+from harmony.base.errors import ConfigError
 from tuner_client.client import connect
 from tuner_client.config import parse_tuner_config
 from tuner_client.controllers import LocalController
@@ -62,3 +64,14 @@ def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F
     for label, iv in decision.intervals.items():
         assert iv is not None and iv.method == "anytime" and iv.n == summary["rounds"], label
         assert 0 < iv.low <= iv.ratio <= iv.high, label
+
+
+def test_switchback_design_and_slice_length_are_parsed_and_checked() -> None:
+    config = parse_tuner_config(CONFIG.replace("design: per-transaction, slice_s: 1",
+                                               "design: switchback"), source="s.yaml")
+    assert config.measure.design == "switchback" and config.measure.slice_s == 2.0
+    with pytest.raises(ConfigError, match="slice_s"):
+        parse_tuner_config(CONFIG.replace("slice_s: 1", "slice_s: 0.1"), source="s.yaml")
+    with pytest.raises(ConfigError, match="design"):
+        parse_tuner_config(CONFIG.replace("design: per-transaction", "design: slices"),
+                           source="s.yaml")
