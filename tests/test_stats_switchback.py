@@ -150,5 +150,6 @@ def test_carry_over_settle_time_is_found() -> None:
     found = carry_over(spans, template, start, latency, ok, bin_s=0.2)
     assert found.effect == pytest.approx(math.log(1.5), abs=0.05)
     assert 0.6 <= found.settle_s <= 0.8
+    assert all(m > 0 for t, m, _, _ in found.profile if t < 0.6)  # toward the previous one
     template, start, latency, ok = closed_loop(spans, {0: 1.0, 1: 1.5}, seed=9, drift_sd=0.0)
     assert carry_over(spans, template, start, latency, ok, bin_s=0.2).settle_s <= 0.2

@@ -36,19 +36,28 @@ from workloads.per_transaction.trace import Trace
 
 logger = logging.getLogger(__name__)
 
-#: the part of each slice left out after its switch (s): backends take a reloaded value at
-#: their next command; counters of pg_stat_database lag up to PGSTAT_MIN_INTERVAL (1 s)
-DEFAULT_SETTLE_S = 0.1
+#: the part of each slice left out after its switch (s), at most a quarter of the slice
+#: (:func:`settle_margin`): backends take a reloaded value at their next command, but the
+#: carry-over measured with fsync on/off on pgbench was 0.75 s (the first flushes after
+#: off→on pay for the WAL written under off; benchmarks/results/evidence_switchback.md);
+#: counters of pg_stat_database lag up to PGSTAT_MIN_INTERVAL (1 s)
+DEFAULT_SETTLE_S = 0.75
 COUNTER_SETTLE_S = 1.0
 #: time a driven workload is given per slice beyond the slice itself, for the switch (s)
 SWITCH_ALLOWANCE_S = 0.5
-#: pg_stat_statements counts a call when it ends: the margin lets the previous slice's
-#: statements finish before the window opens
-STATEMENT_SETTLE_S = 0.25
+#: pg_stat_statements counts a call when it ends: the margin (the carry-over's) also lets
+#: the previous slice's statements finish before the window opens
+STATEMENT_SETTLE_S = DEFAULT_SETTLE_S
 #: contexts a reload changes for every session (user/superuser: when no session SET it)
 RELOADABLE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 #: the pseudo-template of committed transactions when pg_stat_statements is absent
 COMMITS = "xact_commit"
+
+def settle_margin(slice_s: float, settle_s: float = DEFAULT_SETTLE_S) -> float:
+    """The margin left out at each slice's start: ``settle_s``, at most a quarter of the
+    slice."""
+    return min(settle_s, slice_s / 4)
+
 
 _AUTO_CONF = ("SELECT lower(name), setting FROM pg_file_settings "
               "WHERE sourcefile LIKE '%%postgresql.auto.conf' AND lower(name) = ANY(%s) "

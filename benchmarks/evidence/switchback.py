@@ -46,7 +46,7 @@ from tuner_client.stats.switchback import (
     totals_from_transactions,
 )
 from tuner_client.stats.switchback_carry import carry_over
-from tuner_client.switchback import DEFAULT_SETTLE_S, ConfigurationSwitch, run_driven
+from tuner_client.switchback import ConfigurationSwitch, run_driven, settle_margin
 from workloads.per_transaction import PgbenchAssignment, Trace, builtin_template
 from workloads.pgbench import find_pgbench
 
@@ -82,7 +82,7 @@ def switchback(dsn: str, configs: list[dict[str, str]], *, blocks: int, slice_s:
     trace = run.trace
     start = trace.origin + trace.start
     totals = totals_from_transactions(list(run.spans), trace.template, start, trace.latency,
-                                      trace.ok, settle_s=DEFAULT_SETTLE_S)
+                                      trace.ok, settle_s=settle_margin(slice_s))
     result = compare(totals, 0, 1)
     logs = block_log_speedups(totals, 0, 1)
     fixed = interval_from_logs(logs.tolist(), level=0.95, method="t")

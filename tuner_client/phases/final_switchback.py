@@ -39,13 +39,13 @@ from tuner_client.stats.switchback import (
     totals_from_transactions,
 )
 from tuner_client.switchback import (
-    DEFAULT_SETTLE_S,
-    RELOADABLE_CONTEXTS,
+        RELOADABLE_CONTEXTS,
     ConfigurationSwitch,
     SliceRun,
     counters_reader,
     run_driven,
     run_slices,
+    settle_margin,
 )
 from workloads.connect import connect
 from workloads.per_transaction.from_config import make_assignment, unsupported_reason
@@ -137,10 +137,11 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dic
     run = run_driven(conn, ctx.budget.catalog, configs, driver, blocks=blocks,
                      slice_s=cfg.measure.slice_s, seed=cfg.seed)
     trace = run.trace
+    settle_s = settle_margin(cfg.measure.slice_s)
     totals = totals_from_transactions(list(run.spans), trace.template,
                                       trace.origin + trace.start, trace.latency, trace.ok,
-                                      settle_s=DEFAULT_SETTLE_S)
-    return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=DEFAULT_SETTLE_S,
+                                      settle_s=settle_s)
+    return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=settle_s,
                 level=cfg.final.level)
 
 
@@ -150,6 +151,7 @@ def _live(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dict[
     first block at which every candidate's interval excludes 1."""
     cfg = ctx.config
     read, source, settle_s = counters_reader(conn)
+    settle_s = settle_margin(cfg.measure.slice_s, settle_s)
 
     def analyse(run: SliceRun) -> SwitchbackRace:
         return race(totals_from_deltas(run.spans, run.deltas), labels,

@@ -7,11 +7,12 @@ writer's rhythm) may keep the old speed for a while. Measured with two configura
 known, different speeds: each slice's observations are binned by the time since its switch,
 each bin's work is priced at its own configuration's *steady* per-template cost (the second
 half of that configuration's slices), and the bin's log of spent/priced time, signed towards
-the previous configuration, is averaged over slices. A carry-over shows as early bins above 0
-(the slice still runs at the previous configuration's speed); the settle time is the end of
-the first run of unsettled bins, a bin being unsettled when it is both significantly above 0
-(the mean over slices more than 1.96 standard errors) and above ``tolerance`` of the
-configurations' steady difference.
+the previous configuration, is averaged over slices. A carry-over shows as early bins away
+from 0: above (the slice still runs at the previous configuration's speed) or below (an
+overshoot). The settle time is the end of the last unsettled bin in the first half of the
+slice, a bin being unsettled when its mean over slices is both significantly away from 0
+(Bonferroni over those bins, two-sided 95 %) and beyond ``tolerance`` of the configurations'
+steady difference.
 
 Pure: numpy only; the spans and observations come from :mod:`tuner_client.switchback`.
 """
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from harmony.base.errors import ConfigError
 from tuner_client.stats.switchback import SliceSpan, attribute
@@ -102,9 +104,11 @@ def carry_over(spans: Sequence[SliceSpan], template: np.ndarray, start: np.ndarr
         if col.size >= 2:
             profile.append((b * bin_s, float(col.mean()),
                             float(col.std(ddof=1) / math.sqrt(col.size)), int(col.size)))
-    unsettled = [m > 1.96 * se and m > tolerance * effect for _, m, se, _ in profile]
-    # settled from the first bin that is settled and stays so in the next (one bin read as
-    # settled by chance does not end a carry-over)
-    first = next((i for i in range(len(profile)) if not any(unsettled[i:i + 2])), len(profile))
-    settle = profile[first][0] if first < len(profile) else longest
-    return CarryOver(bin_s, tuple(profile), effect, settle)
+    # the first half of a slice is where a carry-over shows (the second half is the steady
+    # reference); its bins are tested together (Bonferroni), in either direction: a switch may
+    # also overshoot (fsync off→on: the first flushes pay for the WAL written under off)
+    early = [row for row in profile if row[0] + bin_s <= longest / 2]
+    z = float(stats.norm.ppf(1.0 - 0.025 / max(1, len(early))))
+    unsettled = [t + bin_s for t, m, se, _ in early
+                 if abs(m) > z * se and abs(m) > tolerance * effect]
+    return CarryOver(bin_s, tuple(profile), effect, max(unsettled, default=0.0))
