@@ -13,6 +13,7 @@ from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 from harmony.base.errors import ConfigError
 from tuner_client.client import connect
 from tuner_client.config import parse_tuner_config
+from tuner_client.config.defaults import DEFAULT_SLICE_S
 from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
@@ -69,7 +70,7 @@ def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F
 def test_switchback_design_and_slice_length_are_parsed_and_checked() -> None:
     config = parse_tuner_config(CONFIG.replace("design: per-transaction, slice_s: 1",
                                                "design: switchback"), source="s.yaml")
-    assert config.measure.design == "switchback" and config.measure.slice_s == 2.0
+    assert config.measure.design == "switchback" and config.measure.slice_s == DEFAULT_SLICE_S
     with pytest.raises(ConfigError, match="slice_s"):
         parse_tuner_config(CONFIG.replace("slice_s: 1", "slice_s: 0.1"), source="s.yaml")
     with pytest.raises(ConfigError, match="design"):

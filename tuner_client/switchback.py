@@ -216,13 +216,15 @@ def _sleep_until(deadline: float, stop: threading.Event | None) -> None:
 
 
 def run_slices(switch: ConfigurationSwitch, order: Sequence[tuple[int, int]], slice_s: float,
-               *, settle_s: float = DEFAULT_SETTLE_S,
+               *, settle_s: float | None = None,
                counters: Callable[[], Counters] | None = None,
                after_block: Callable[[SliceRun], bool] | None = None,
                stop: threading.Event | None = None) -> SliceRun:
     """Walk ``order`` (``(block, configuration)`` per slice), ``slice_s`` seconds each; with
-    ``counters``, read them ``settle_s`` after each switch and at the slice's end. After
-    every complete block ``after_block`` may end the run early (True: stop)."""
+    ``counters``, read them ``settle_s`` (default :func:`settle_margin`) after each switch and
+    at the slice's end. After every complete block ``after_block`` may end the run early
+    (True: stop)."""
+    settle_s = settle_margin(slice_s) if settle_s is None else settle_s
     if not slice_s > settle_s >= 0:
         raise ConfigError(f"a slice must outlast its settle margin, but got slice_s={slice_s} "
                           f"and settle_s={settle_s}")
