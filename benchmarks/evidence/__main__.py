@@ -9,7 +9,7 @@ import sys
 
 NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
          "tight", "overheads", "procmem", "aa", "paired",
-         "headroom", "live", "oomgrid", "restart", "probed", "pertx", "proposals")
+         "headroom", "live", "oomgrid", "restart", "probed", "pertx", "proposals", "switchback")
 
 
 def main(argv: list[str] | None = None) -> int:

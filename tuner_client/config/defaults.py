@@ -11,6 +11,12 @@ from typing import Any
 #: procmem``). The original budget formula (docs/background.md §2) leaves it out (give 0).
 DEFAULT_PROCESS_MEMORY = 4 * 1024**2
 
+#: Switchback slice length (``measure.slice_s``, s): 4 × the carry-over measured after
+#: ALTER SYSTEM + reload with a known-effect knob (fsync on/off on pgbench: 0.75 s;
+#: ``python -m benchmarks.evidence switchback``, benchmarks/results/evidence_switchback.md),
+#: so the settle margin left out is a quarter of each slice.
+DEFAULT_SLICE_S = 3.0
+
 #: The online knobs and ranges of docs/background.md §2, used when ``online.knobs`` is omitted.
 DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
     "work_mem": {"min": "1MB", "max": "200MB", "step": "1MB"},

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
+from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY, DEFAULT_SLICE_S
 from workloads.mix import MixSpec
 from workloads.schedule import ScheduleSpec
 
@@ -168,16 +168,21 @@ class MeasureConfig:
     #: running level, so the machine's drift cancels out of comparisons
     paired: bool = True
     #: how the search's evaluations and the final race compare configurations: ``windows``
-    #: (each configuration measured on the whole server in turn) or ``per-transaction`` (one
+    #: (each configuration measured on the whole server in turn), ``per-transaction`` (one
     #: run in which every transaction draws a configuration at random under SET LOCAL; only
     #: where every knob that differs -- every knob a session searches -- is session-settable
     #: and the workload is TPC-H, pgbench or scripts on one database, else windows and the
-    #: decisions say why)
+    #: decisions say why) or ``switchback`` (the final race alternates the configurations on
+    #: the whole server in short slices with ALTER SYSTEM + reload; reload-time knobs and live
+    #: mode). In the final race ``per-transaction`` falls back to switchback where SET LOCAL
+    #: cannot carry a differing knob or the traffic is live
     design: str = "windows"
     #: with ``design: per-transaction``, the seconds of one search evaluation's run (one
     #: candidate against the session's reference; a batch of k candidates runs (k + 1) / 2
     #: times as long, so every comparison keeps as many transactions of each arm)
     per_transaction_s: float = 30.0
+    #: a switchback's slice length (s): one configuration in force per slice
+    slice_s: float = DEFAULT_SLICE_S
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,8 @@ from collections.abc import Mapping
 
 from tuner_client.measurer import PointRecord, objective_unit
 from tuner_client.pgtune import Machine, pgtune_on_grid
-from tuner_client.phases.final_per_transaction import (
-    PER_TRANSACTION,
-    per_transaction_result,
-    race_per_transaction_run,
-)
+from tuner_client.phases.final_per_transaction import PER_TRANSACTION, per_transaction_result
+from tuner_client.phases.final_switchback import SWITCHBACK, race_by_design
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, decide
@@ -91,9 +88,9 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         if _screened(ctx, state, candidates):
             candidates["screened"] = dict(state.screened or {})
             searched.append("screened")
-    if searched and cfg.measure.design == PER_TRANSACTION:
+    if searched and cfg.measure.design in (PER_TRANSACTION, SWITCHBACK):
         labels = ["default", *decision_labels(searched, baselines)[0]]
-        race = race_per_transaction_run(ctx, state, candidates, labels)
+        race = race_by_design(ctx, state, candidates, labels)
         if race is not None:
             return per_transaction_result(ctx, state, candidates, race)
     # without a candidate one round still measures the default (and the baselines) to report

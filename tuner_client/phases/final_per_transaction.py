@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from harmony.base.errors import HarmonyError
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
 from workloads.per_transaction.from_config import make_assignment, unsupported_reason
 from workloads.per_transaction.settings import SESSION_CONTEXTS
@@ -31,6 +33,15 @@ PER_TRANSACTION = "per-transaction"
 #: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
 DEFAULT_SECONDS = 120
 MIN_SECONDS, MAX_SECONDS = 30, 600
+
+
+class RaceOutcome(Protocol):
+    """A race run in one design (per transaction, switchback): its winner and decision."""
+
+    @property
+    def winner(self) -> str | None: ...
+
+    def to_final_decision(self) -> FinalDecision: ...
 
 
 def differing_knobs(candidates: Sequence[Mapping[str, str]]) -> list[str]:
@@ -99,10 +110,10 @@ def race_per_transaction_run(ctx: RunContext, state: RunState,
 
 def per_transaction_result(ctx: RunContext, state: RunState,
                            candidates: Mapping[str, dict[str, str]],
-                           race: PerTransactionRace) -> TuneResult:
-    """The run's result from the per-transaction race (the original unless a winner): no
-    absolute throughput (every configuration ran in the same seconds), the ratios and their
-    intervals in the decision."""
+                           race: RaceOutcome) -> TuneResult:
+    """The run's result from a per-transaction or switchback race (the original unless a
+    winner): no absolute throughput (every configuration ran in the same seconds), the
+    ratios and their intervals in the decision."""
     decision = race.to_final_decision()
     best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
     unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)

@@ -164,6 +164,7 @@ class PgbenchAssignment:
                 else:  # a failed transaction (pgbench 15+: "failed", "serialization", ...)
                     failed.append((script % k, script // k, ended, 0.0, False))
         rows = list(failed)
+        t0 = 0.0
         for client in ends.values():
             client.sort()
             previous = None
@@ -177,4 +178,4 @@ class PgbenchAssignment:
         logger.info("per-transaction pgbench: %d transactions in %.0f s over %d configurations",
                     len(rows), seconds, k)
         return Trace.from_rows(self.configurations, [t.name for t in self.templates], rows,
-                               seconds)
+                               seconds, origin=t0)

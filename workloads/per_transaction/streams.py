@@ -143,7 +143,7 @@ class StreamAssignment:
             raise WorkloadError(f"a per-transaction run lasts > 0 s, but got {seconds}")
         self.stop_event.clear()
         streams = [_Stream(self, i, draw) for i, draw in enumerate(self.draws)]
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         for stream in streams:
             stream.start()
         self.stop_event.wait(seconds)
@@ -157,4 +157,4 @@ class StreamAssignment:
         index = {name: i for i, name in enumerate(templates)}
         return Trace.from_rows(self.configurations, templates,
                                [(k, index[t], s - t0, lat, ok) for k, t, s, lat, ok in rows],
-                               t_end - t0)
+                               t_end - t0, origin=wall0)

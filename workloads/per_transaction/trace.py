@@ -18,7 +18,9 @@ class Trace:
     ``config[i]`` indexes :attr:`configurations`, ``template[i]`` indexes :attr:`templates`
     (a pgbench script, a TPC-H query, a statement of a .sql file); ``start[i]`` is seconds
     since the run began and ``latency[i]`` seconds; ``ok[i]`` is False for a transaction that
-    failed (its latency is then the time until the failure).
+    failed (its latency is then the time until the failure). ``origin`` is the wall-clock time
+    (``time.time()``, epoch seconds) of start 0, so the trace can be lined up with events timed
+    elsewhere (a switchback's slices).
     """
 
     configurations: tuple[Configuration, ...]
@@ -29,15 +31,17 @@ class Trace:
     latency: np.ndarray
     ok: np.ndarray
     seconds: float
+    origin: float = 0.0
 
     @classmethod
     def from_rows(cls, configurations: Sequence[Configuration], templates: Sequence[str],
-                  rows: Sequence[tuple[int, int, float, float, bool]], seconds: float) -> Trace:
+                  rows: Sequence[tuple[int, int, float, float, bool]], seconds: float,
+                  origin: float = 0.0) -> Trace:
         """A trace from ``(config, template, start, latency, ok)`` rows."""
         arr = np.array([r[:4] for r in rows], dtype=float).reshape(-1, 4)
         return cls(tuple(configurations), tuple(templates), arr[:, 0].astype(int),
                    arr[:, 1].astype(int), arr[:, 2], arr[:, 3],
-                   np.array([r[4] for r in rows], dtype=bool), seconds)
+                   np.array([r[4] for r in rows], dtype=bool), seconds, origin)
 
     def __len__(self) -> int:
         return int(self.config.size)

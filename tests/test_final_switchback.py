@@ -1,0 +1,78 @@
+"""The final race by switchback in a real tuning run (PostgreSQL + TPC-H SF 0.01, standalone):
+with ``measure.design: per-transaction`` and a reload-time knob (bgwriter_delay, context
+sighup) differing between the candidates, SET LOCAL cannot carry it, so the race alternates
+the configurations in slices (no PGTune baseline: it changes shared_buffers, a restart); the
+result names the design, its blocks and its interval."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+
+from harmony.base.errors import ConfigError
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.config.defaults import DEFAULT_SLICE_S
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner
+from tuner_client.knobs import KnobCatalog
+from tuner_client.target import Target
+
+CONFIG = """\
+name: switchback
+seed: 3
+workload:
+  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
+  statement_timeout_s: 60
+measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction, slice_s: 1}
+budget: {os_reserved: 256MB, connections: auto, online: 160MB}
+offline:
+  knobs: {shared_buffers: {min: 128MB, max: 128MB}}
+  evaluations: 1
+online:
+  knobs:
+    bgwriter_delay: {min: 10ms, max: 2000ms, step: 10ms}
+  strategy: {name: nelder-mead, options: {simplex_size: 3}}
+  evaluations: 3
+flow: {kind: one-pass}
+final: {rounds: 1, candidates: 2, max_seconds: 30, baselines: []}
+"""
+
+
+def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    cluster, dsn = tpch_cluster.cluster, tpch_cluster.dsn
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
+                    ram_bytes=None)
+    config = parse_tuner_config(CONFIG, source="switchback.yaml")
+    assert config.measure.slice_s == 1.0
+    result = Tuner(config, client=connect(None), target=target, run_id="t1").run()
+    decision = result.intervals.decision
+    decisions = "\n".join(result.work.decisions)
+    assert decision is not None and decision.design == "switchback", decisions
+    assert "bgwriter_delay differs between the candidates and its pg_settings context is " \
+           "'sighup'" in decisions and "by switchback instead" in decisions
+    summary = decision.to_dict()
+    labels = len(decision.intervals) + 1
+    # the planned blocks, less any whose slices kept no query (a TPC-H query may outlast a
+    # 1-s slice on a loaded machine and be dropped as a straddler)
+    assert 4 <= summary["rounds"] <= max(4, 30 // labels) and \
+        summary["rounds"] == summary["observations"]
+    assert summary["method"].startswith("anytime-valid confidence sequence")
+    assert f"{max(4, 30 // labels) * labels} slices of 1 s" in decisions
+    for label, iv in decision.intervals.items():
+        assert iv is not None and iv.method == "anytime" and iv.n == summary["rounds"], label
+        assert 0 < iv.low <= iv.ratio <= iv.high, label
+
+
+def test_switchback_design_and_slice_length_are_parsed_and_checked() -> None:
+    config = parse_tuner_config(CONFIG.replace("design: per-transaction, slice_s: 1",
+                                               "design: switchback"), source="s.yaml")
+    assert config.measure.design == "switchback" and config.measure.slice_s == DEFAULT_SLICE_S
+    with pytest.raises(ConfigError, match="slice_s"):
+        parse_tuner_config(CONFIG.replace("slice_s: 1", "slice_s: 0.1"), source="s.yaml")
+    with pytest.raises(ConfigError, match="design"):
+        parse_tuner_config(CONFIG.replace("design: per-transaction", "design: slices"),
+                           source="s.yaml")

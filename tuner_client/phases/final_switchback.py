@@ -1,0 +1,171 @@
+"""The final race by switchback (``measure.design: switchback``; and ``per-transaction`` where
+SET LOCAL cannot carry a differing knob or the traffic is live): the whole server alternates
+the original and the candidates in short slices (``measure.slice_s``) with ``ALTER SYSTEM`` +
+reload, one slice per configuration per block in a random order (issue 27, item 3).
+
+With a workload the tuner drives (TPC-H, pgbench, scripts), every transaction is timed and
+attributed to the slice it started in, straddlers dropped (:func:`run_driven`). In live mode
+the application's traffic is read from ``pg_stat_statements`` (or ``pg_stat_database``'s
+commits) at each slice's settled start and end, and the race may stop after any block whose
+intervals all exclude 1 (they are confidence sequences). Only reload-time and session knobs
+can be switched; a restart-time knob sends the race back to windows, said why. The server's
+``postgresql.auto.conf`` is put back as it was before the race, on failure too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import psycopg
+
+from harmony.base.errors import HarmonyError
+from tuner_client.phases.final_per_transaction import (
+    DEFAULT_SECONDS,
+    MAX_SECONDS,
+    MIN_SECONDS,
+    PER_TRANSACTION,
+    RaceOutcome,
+    differing_knobs,
+    race_per_transaction_run,
+    why_not_per_transaction,
+)
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.switchback import (
+    SwitchbackRace,
+    balanced_order,
+    race,
+    totals_from_deltas,
+    totals_from_transactions,
+)
+from tuner_client.switchback import (
+        RELOADABLE_CONTEXTS,
+    ConfigurationSwitch,
+    SliceRun,
+    counters_reader,
+    run_driven,
+    run_slices,
+    settle_margin,
+)
+from workloads.connect import connect
+from workloads.per_transaction.from_config import make_assignment, unsupported_reason
+
+logger = logging.getLogger(__name__)
+
+#: the ``measure.design`` value that asks for this race
+SWITCHBACK = "switchback"
+#: fewest blocks a switchback race runs (the 95 % confidence sequence is unbounded below 4)
+MIN_BLOCKS = 4
+
+
+def is_live(ctx: RunContext) -> bool:
+    """Whether the traffic is the application's (``workload.observe``)."""
+    wl = ctx.config.workload
+    return wl.observe is not None or wl.kind == "observe"
+
+
+def why_not_switchback(ctx: RunContext, candidates: Sequence[Mapping[str, str]]) -> str | None:
+    """Why these candidates cannot be compared by switchback here (None: they can)."""
+    if ctx.pool.replicated:
+        return "the race runs over several replicas"
+    if not is_live(ctx) and (reason := unsupported_reason(ctx.config.workload)) is not None:
+        return reason
+    for name in differing_knobs(candidates):
+        context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
+        if context not in RELOADABLE_CONTEXTS:
+            return (f"{name} differs between the candidates and its pg_settings context is "
+                    f"{context!r}; a switchback switches by reload, not restart")
+    return None
+
+
+def race_by_design(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+                   labels: list[str]) -> RaceOutcome | None:
+    """The final race in the design ``measure.design`` asks for (None: in windows, said
+    why): per transaction where it applies, else by switchback where that applies."""
+    configs = [candidates[label] for label in labels]
+    if ctx.config.measure.design == PER_TRANSACTION:
+        reason = why_not_per_transaction(ctx, configs)
+        if reason is None:
+            return race_per_transaction_run(ctx, state, candidates, labels)
+        if (other := why_not_switchback(ctx, configs)) is not None:
+            state.decide(f"final: measured in windows, not per transaction ({reason}) nor by "
+                         f"switchback ({other})")
+            return None
+        state.decide(f"final: not measured per transaction ({reason}); by switchback instead")
+    return race_switchback_run(ctx, state, candidates, labels)
+
+
+def race_switchback_run(ctx: RunContext, state: RunState,
+                        candidates: Mapping[str, dict[str, str]], labels: list[str]
+                        ) -> SwitchbackRace | None:
+    """Race ``labels`` (the first is the reference) by switchback for ``final.max_seconds``
+    (default and bounds as per transaction); None, said why, when it does not apply."""
+    configs = [candidates[label] for label in labels]
+    reason = why_not_switchback(ctx, configs)
+    if reason is not None:
+        state.decide(f"final: measured in windows, not by switchback: {reason}")
+        return None
+    slice_s = ctx.config.measure.slice_s
+    seconds = min(MAX_SECONDS, max(MIN_SECONDS, ctx.config.final.max_seconds or DEFAULT_SECONDS))
+    blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
+    logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
+                " vs ".join(labels), blocks, slice_s)
+    differing = differing_knobs(configs)
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    try:
+        # the knobs the candidates share are put in force first (a restart-time one may be
+        # among them); the switches then write only the differences
+        ctx.apply({n: v for n, v in configs[0].items() if n not in differing},
+                  check_budget=False, warm_up=False)
+        switched = [{n: c[n] for n in differing if n in c} for c in configs]
+        with connect(ctx.target.dsn) as conn:
+            outcome = (_live(ctx, conn, switched, labels, blocks) if is_live(ctx)
+                       else _driven(ctx, conn, switched, labels, blocks))
+    except HarmonyError as exc:
+        state.decide(f"final: the switchback run failed ({exc}); measured in windows")
+        return None
+    for line in outcome.decisions():
+        state.decide(f"final: {line}")
+    return outcome
+
+
+def _driven(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dict[str, str]],
+            labels: list[str], blocks: int) -> SwitchbackRace:
+    """The tuner's own workload beside the switching, every transaction timed."""
+    cfg = ctx.config
+    driver = make_assignment(cfg.workload, ctx.target.dsn, [{}], seed=cfg.seed)
+    run = run_driven(conn, ctx.budget.catalog, configs, driver, blocks=blocks,
+                     slice_s=cfg.measure.slice_s, seed=cfg.seed)
+    trace = run.trace
+    settle_s = settle_margin(cfg.measure.slice_s)
+    totals = totals_from_transactions(list(run.spans), trace.template,
+                                      trace.origin + trace.start, trace.latency, trace.ok,
+                                      settle_s=settle_s)
+    return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=settle_s,
+                level=cfg.final.level)
+
+
+def _live(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dict[str, str]],
+          labels: list[str], blocks: int) -> SwitchbackRace:
+    """The application's traffic, read from counters at each slice's edges; stops after the
+    first block at which every candidate's interval excludes 1."""
+    cfg = ctx.config
+    read, source, settle_s = counters_reader(conn)
+    settle_s = settle_margin(cfg.measure.slice_s, settle_s)
+
+    def analyse(run: SliceRun) -> SwitchbackRace:
+        return race(totals_from_deltas(run.spans, run.deltas), labels,
+                    slice_s=cfg.measure.slice_s, settle_s=settle_s, level=cfg.final.level,
+                    source=source)
+
+    def decided(run: SliceRun) -> bool:
+        if len({s.block for s in run.spans}) < MIN_BLOCKS:
+            return False
+        return all(r.interval.excludes_one for r in analyse(run).comparisons.values())
+
+    with ConfigurationSwitch(conn, ctx.budget.catalog, configs) as switch:
+        run = run_slices(switch, balanced_order(len(configs), blocks, cfg.seed),
+                         cfg.measure.slice_s, settle_s=settle_s, counters=read,
+                         after_block=decided)
+    logger.info("switchback: %s after %d slices", run.stopped, len(run.spans))
+    return analyse(run)

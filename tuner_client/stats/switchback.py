@@ -1,0 +1,318 @@
+"""Switchback slices analysed: configurations alternated on the whole server in short slices,
+each observation attributed to the slice it started in, compared block by block.
+
+**Design.** The run is ``blocks`` blocks of K slices, one slice per configuration in a random
+order per block (:func:`balanced_order`), so every configuration runs once per block and a
+drift within a block favours none on average (Bojinov, Simchi-Levi and Zhao, "Design and
+analysis of switchback experiments", Management Science 2023, on randomized switchbacks).
+A slice's :class:`SliceSpan` runs from the moment its configuration was in force (reload
+done) to the moment the next switch began.
+
+**Attribution.** A transaction belongs to the slice whose span holds its start. It is dropped
+when it ends after the span (it *straddles* a switch: part of it ran under the next
+configuration), when it starts within ``settle_s`` of the span's beginning (a backend takes a
+new value at its next command, and a cache or a background writer may carry the previous
+configuration's state for a while: the carry-over, measured by
+:mod:`tuner_client.stats.switchback_carry`), or when it starts between spans (during a switch).
+With counters only (live mode: ``pg_stat_statements`` deltas), the slice's window starts
+``settle_s`` after its beginning and a straddler cannot be told apart; the settle margin then
+is the whole protection.
+
+**Estimand and interval.** Per block, the reference's slice and the candidate's slice give
+each arm's time relative to what the reference's per-template costs predict for the same
+work (:func:`tuner_client.stats.per_transaction.slice_log_speedups`: per template t the
+reference's mean latency over the run, ``c_t``; an arm's value ``Σ latency / Σ c_t``), so a
+slice that happened to draw a cheaper mix is not credited with a gain, and the time is
+weighted by the work as the live objective is. The block's log speedup goes to the t-mixture
+confidence sequence (:mod:`tuner_client.stats.sequential`), valid at every number of blocks
+at once, so a live race may stop after any block. Blocks are the independent units; the
+transactions inside a slice share its machine state and are not counted as independent.
+Bonferroni splits alpha over the candidates.
+
+Pure: numpy only; times are seconds on one clock (the callers use ``time.time()``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harmony.base.errors import ConfigError
+from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.per_transaction import slice_log_speedups
+from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+
+#: the design's name in the decisions and in summary.json
+DESIGN = "switchback"
+#: the share of straddling transactions above which the decisions warn (dropping them biases
+#: the kept ones towards short transactions, the more so under the slower configuration)
+STRADDLE_WARNING = 0.05
+#: the interval method, as summary.json names it
+METHOD_TEXT = (f"{METHOD} ({CITATION}) over per-block log speedups, work-weighted "
+               f"per-template costs; one slice per configuration per block")
+
+
+def balanced_order(configurations: int, blocks: int, seed: int = 0) -> list[tuple[int, int]]:
+    """``(block, configuration)`` per slice: every block holds each configuration once, in
+    an order drawn at random per block (seeded)."""
+    if configurations < 2 or blocks < 1:
+        raise ConfigError(f"a switchback needs at least 2 configurations and 1 block, but got "
+                          f"{configurations} configurations and {blocks} blocks")
+    rng = random.Random(f"switchback/{seed}")
+    out: list[tuple[int, int]] = []
+    for block in range(blocks):
+        order = list(range(configurations))
+        rng.shuffle(order)
+        out += [(block, k) for k in order]
+    return out
+
+
+@dataclass(frozen=True)
+class SliceSpan:
+    """One slice: its block, its configuration, and when it ran (``begin``: its configuration
+    in force; ``end``: the next switch began)."""
+
+    block: int
+    config: int
+    begin: float
+    end: float
+
+
+@dataclass(frozen=True)
+class SliceTotals:
+    """Per slice (rows, in the order of ``spans``) and template (columns): the busy seconds
+    and the observations kept; ``dropped`` counts what attribution left out, by reason."""
+
+    spans: tuple[SliceSpan, ...]
+    sums: np.ndarray
+    counts: np.ndarray
+    dropped: Mapping[str, int]
+
+    @property
+    def kept(self) -> int:
+        return int(self.counts.sum())
+
+
+def _check_spans(spans: Sequence[SliceSpan]) -> None:
+    for a, b in zip(spans, spans[1:], strict=False):
+        if not a.begin < a.end <= b.begin:
+            raise ConfigError(f"slice spans must be ordered and disjoint, but slice {a} is "
+                              f"followed by {b}")
+
+
+def attribute(spans: Sequence[SliceSpan], start: np.ndarray, latency: np.ndarray,
+              ok: np.ndarray, *, settle_s: float) -> tuple[np.ndarray, dict[str, int]]:
+    """Each transaction's slice (index into ``spans``; -1 when dropped) and the counts of
+    the dropped ones: ``straddling`` (ended after its slice's end), ``settling`` (started
+    within ``settle_s`` of its slice's beginning), ``between`` (started outside every slice,
+    e.g. during a switch or before the first) and ``failed``."""
+    _check_spans(spans)
+    if settle_s < 0:
+        raise ConfigError(f"settle_s must be >= 0 seconds, but got {settle_s}")
+    begins = np.array([s.begin for s in spans], dtype=float)
+    ends = np.array([s.end for s in spans], dtype=float)
+    idx = np.searchsorted(begins, start, side="right") - 1
+    inside = (idx >= 0) & (start < ends[np.clip(idx, 0, None)])
+    safe = np.clip(idx, 0, None)
+    settling = inside & (start < begins[safe] + settle_s)
+    straddling = inside & ~settling & (start + latency > ends[safe])
+    failed = inside & ~settling & ~straddling & ~ok
+    keep = inside & ~settling & ~straddling & ok
+    dropped = {"straddling": int(straddling.sum()), "settling": int(settling.sum()),
+               "between": int((~inside).sum()), "failed": int(failed.sum())}
+    return np.where(keep, idx, -1), dropped
+
+
+def totals_from_transactions(spans: Sequence[SliceSpan], template: np.ndarray,
+                             start: np.ndarray, latency: np.ndarray, ok: np.ndarray, *,
+                             settle_s: float) -> SliceTotals:
+    """Per-slice busy seconds and counts per template from per-transaction observations
+    (``start`` on the spans' clock)."""
+    where, dropped = attribute(spans, start, latency, ok, settle_s=settle_s)
+    keep = where >= 0
+    shape = (len(spans), int(template.max(initial=-1)) + 1)
+    sums, counts = np.zeros(shape), np.zeros(shape)
+    np.add.at(sums, (where[keep], template[keep].astype(int)), latency[keep])
+    np.add.at(counts, (where[keep], template[keep].astype(int)), 1)
+    return SliceTotals(tuple(spans), sums, counts, dropped)
+
+
+def totals_from_deltas(spans: Sequence[SliceSpan],
+                       deltas: Sequence[Mapping[str, tuple[int, float]]]) -> SliceTotals:
+    """Per-slice totals from counter deltas, one mapping per slice of template (a
+    ``queryid``; or one pseudo-template of committed transactions over the window's seconds)
+    to ``(calls, busy seconds)``."""
+    if len(deltas) != len(spans):
+        raise ConfigError(f"one counter delta per slice is needed, but got {len(deltas)} for "
+                          f"{len(spans)} slices")
+    names = sorted({q for d in deltas for q in d})
+    index = {q: i for i, q in enumerate(names)}
+    sums, counts = np.zeros((len(spans), len(names))), np.zeros((len(spans), len(names)))
+    for s, delta in enumerate(deltas):
+        for q, (calls, busy) in delta.items():
+            if calls > 0 and busy >= 0:
+                sums[s, index[q]], counts[s, index[q]] = busy, calls
+    return SliceTotals(tuple(spans), sums, counts, {})
+
+
+def block_log_speedups(totals: SliceTotals, reference: int, candidate: int) -> np.ndarray:
+    """Per block holding both configurations with observations: ``log`` of the candidate's
+    work-weighted speed over the reference's (above 0: the candidate is faster)."""
+    pairs: dict[int, dict[int, int]] = {}
+    for row, span in enumerate(totals.spans):
+        if span.config in (reference, candidate) and totals.counts[row].sum() > 0:
+            pairs.setdefault(span.block, {})[span.config] = row
+    rows = [(p[reference], p[candidate]) for _, p in sorted(pairs.items())
+            if reference in p and candidate in p]
+    if not rows:
+        return np.zeros(0)
+    ref, cand = zip(*rows, strict=True)
+    sums = np.stack([totals.sums[list(ref)], totals.sums[list(cand)]], axis=-1)
+    counts = np.stack([totals.counts[list(ref)], totals.counts[list(cand)]], axis=-1)
+    return slice_log_speedups(sums, counts, sums.sum(axis=0), counts.sum(axis=0))
+
+
+@dataclass(frozen=True)
+class SwitchbackComparison:
+    """A candidate against the reference from one switchback run."""
+
+    reference: int
+    candidate: int
+    #: the confidence sequence's value at the blocks observed (method ``anytime``)
+    interval: RatioInterval
+    blocks: int
+    #: observations kept (reference, candidate): transactions, or calls with counters
+    observations: tuple[int, int]
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width on the log scale (0.03: ±3 %); inf while unbounded."""
+        if self.interval.low <= 0 or not math.isfinite(self.interval.high):
+            return math.inf
+        return 0.5 * (math.log(self.interval.high) - math.log(self.interval.low))
+
+    def text(self) -> str:
+        """``1.07× (95 % anytime-valid CI 1.02–1.12), switchback: 24 blocks``."""
+        return (f"{self.interval.text()}, switchback: {self.blocks} blocks, "
+                f"{sum(self.observations):,} observations kept")
+
+
+def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
+            level: float = 0.95) -> SwitchbackComparison:
+    """The candidate's work-weighted speedup over the reference with the confidence sequence
+    over blocks at ``level`` (bounds 0/inf while it is still unbounded)."""
+    if not 0.0 < level < 1.0:
+        raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
+    logs = block_log_speedups(totals, reference, candidate)
+    cs = confidence_sequence(logs.tolist(), alpha=1.0 - level)
+    if cs is None:
+        raise ConfigError(f"a switchback comparison needs at least 2 blocks holding both "
+                          f"configurations {reference} and {candidate} with observations, "
+                          f"but got {logs.size}; run more blocks")
+    mean, low, high = cs
+    interval = RatioInterval(math.exp(mean), math.exp(low) if math.isfinite(low) else 0.0,
+                             math.exp(high) if math.isfinite(high) else math.inf,
+                             int(logs.size), level, "anytime")
+    configs = np.array([s.config for s in totals.spans])
+    kept = totals.counts.sum(axis=1)
+    return SwitchbackComparison(reference, candidate, interval, int(logs.size),
+                                (int(kept[configs == reference].sum()),
+                                 int(kept[configs == candidate].sum())))
+
+
+@dataclass(frozen=True)
+class SwitchbackRace:
+    """Every candidate against the reference from one switchback run, and the decision."""
+
+    reference: str
+    #: each candidate at the simultaneous (Bonferroni) level, and at the plain level
+    comparisons: Mapping[str, SwitchbackComparison]
+    plain: Mapping[str, SwitchbackComparison]
+    winner: str | None
+    level: float
+    plain_level: float
+    slice_s: float
+    settle_s: float
+    slices: int
+    dropped: Mapping[str, int]
+    #: what was counted: ``transactions`` (a driven workload) or a counters' description
+    source: str = "transactions"
+    #: observations kept over all slices
+    kept: int = 0
+
+    def verdict(self) -> str:
+        """The decision in one line."""
+        if self.winner is None:
+            return f"kept {self.reference}: no candidate's interval lies above 1 (switchback)"
+        return (f"recommend {self.winner}: {self.comparisons[self.winner].interval.text()} "
+                f"over {self.reference}, simultaneous over {len(self.comparisons)} candidates "
+                f"(switchback)")
+
+    def decisions(self) -> list[str]:
+        """The decision's lines: the verdict, the design and its drops, each interval."""
+        dropped = ", ".join(f"{n} {why}" for why, n in self.dropped.items() if n) or "none"
+        lines = [self.verdict(),
+                 f"final race measured by {DESIGN}: {self.slices} slices of {self.slice_s:g} s "
+                 f"(ALTER SYSTEM + reload between them), one per configuration per block in a "
+                 f"random order; {self.source} attributed to the slice they started in, the "
+                 f"first {self.settle_s:g} s of each slice left out; dropped: {dropped}; "
+                 f"intervals: {METHOD} over blocks at {100 * self.level:.4g} % (Bonferroni "
+                 f"over {len(self.comparisons)} candidates)"]
+        lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
+        kept, straddling = self.kept, self.dropped.get("straddling", 0)
+        if straddling > STRADDLE_WARNING * (kept + straddling):
+            # the dropped are the long ones, and more of them under the slower configuration:
+            # the kept transactions under-represent long work
+            lines.append(f"{straddling} of {kept + straddling} transactions straddled a switch "
+                         f"and were dropped: the slices are short for this workload's "
+                         f"transactions; raise measure.slice_s")
+        return lines
+
+    def to_final_decision(self) -> FinalDecision:
+        """The race as the tuner's :class:`FinalDecision` (summary.json, the report): its
+        observations are blocks (``rounds`` and each interval's ``n``)."""
+        best = max(self.plain, key=lambda label: self.plain[label].interval.ratio)
+        shown = self.comparisons[self.winner or best]
+        improvement, ci = shown.interval.fractions()
+        return FinalDecision(
+            winner=self.winner, reference=self.reference, best=best,
+            intervals={label: r.interval for label, r in self.plain.items()}, unstable={},
+            lines=tuple(self.decisions()), rounds=shown.blocks, level=self.plain_level,
+            decision_level=self.level,
+            improvement=improvement if self.winner is not None else 0.0,
+            improvement_ci=ci if self.winner is not None else None, method="anytime",
+            design=DESIGN, method_text=METHOD_TEXT)
+
+    def summary(self) -> dict[str, object]:
+        """What summary.json may record: the design, its observations and each interval."""
+        return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
+                "level": self.level, "slice_s": self.slice_s, "settle_s": self.settle_s,
+                "slices": self.slices, "dropped": dict(self.dropped), "source": self.source,
+                "comparisons": {
+                    label: {"ratio": r.interval.ratio, "low": r.interval.low,
+                            "high": r.interval.high if math.isfinite(r.interval.high) else None,
+                            "blocks": r.blocks, "observations": list(r.observations)}
+                    for label, r in self.comparisons.items()}}
+
+
+def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s: float,
+         level: float = 0.95, source: str = "transactions") -> SwitchbackRace:
+    """Configuration 0 (``labels[0]``) is the reference, every other one a candidate; the
+    winner is the best candidate whose simultaneous interval lies above 1 (else none)."""
+    if len(labels) < 2:
+        raise ConfigError(f"a race needs a reference and at least one candidate, but got "
+                          f"{len(labels)} labels")
+    m = len(labels) - 1
+    simultaneous = 1.0 - (1.0 - level) / m
+    comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous)
+                   for k in range(1, len(labels))}
+    plain = {labels[k]: compare(totals, 0, k, level=level) for k in range(1, len(labels))}
+    clear = [label for label, r in comparisons.items() if r.interval.above_one]
+    winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
+    return SwitchbackRace(labels[0], comparisons, plain, winner, simultaneous, level, slice_s,
+                          settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept)
