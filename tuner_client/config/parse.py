@@ -160,7 +160,7 @@ def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
                          paired=bool(ms.get("paired", MeasureConfig.paired)),
                          design=str(ms.get("design", MeasureConfig.design)),
                          per_transaction_s=float(ms.get("per_transaction_s",
-                                                        MeasureConfig.per_transaction_s,
+                                                        MeasureConfig.per_transaction_s)),
                          slice_s=float(ms.get("slice_s", MeasureConfig.slice_s)))
 
 
