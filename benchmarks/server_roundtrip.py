@@ -68,7 +68,8 @@ class ServerProcess:
                                       str(self.port), "--state-dir", str(state)], cwd=ROOT,
                                      env=env, stdout=subprocess.DEVNULL)
         pool = urllib3.HTTPConnectionPool("127.0.0.1", self.port, retries=False)
-        deadline = time.monotonic() + 60
+        # generous: on a loaded machine importing the server alone took a minute
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.proc.returncode}")
