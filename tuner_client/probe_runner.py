@@ -173,16 +173,18 @@ def probe(measurer: Measurer, size: int, seconds: float,
     settling = Settling("cold")
     try:
         conn = measurer.live_conn()
-        present = client_pids(conn)
         if settle_s > 0:
             prewarmed = prewarm_for_probe(measurer, conn, record)
+        before = read_relation_io(conn)  # a cold window counts from the workload's start
+        present = client_pids(conn)
+        window_start = time.monotonic()
         measurer.start()
         try:
             if settle_s > 0:
                 settling = replace(settle(measurer, conn, settle_s,
                                           max(MIN_SUB_S, seconds / 2)), prewarmed=prewarmed)
-            before = read_relation_io(conn)
-            window_start = time.monotonic()
+                before = read_relation_io(conn)
+                window_start = time.monotonic()
             measurer.workload.sample(seconds=seconds)
         finally:
             measurer.stop()
