@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -56,9 +58,10 @@ def with_load(run: Runner, seconds: float, seed: int, stress_cpus: int) -> dict[
     stress = None
     if stress_cpus > 0:
         exe = shutil.which("stress") or "/usr/bin/stress"
+        # its own process group: stress forks its workers, and they go with it
         stress = subprocess.Popen([exe, "--cpu", str(stress_cpus), "--timeout",
                                    f"{int(seconds) + 120}s"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(2.0)
     before = load_average()
     watcher = threading.Thread(target=sample, daemon=True)
@@ -68,7 +71,7 @@ def with_load(run: Runner, seconds: float, seed: int, stress_cpus: int) -> dict[
     finally:
         done.set()
         if stress is not None:
-            stress.terminate()
+            os.killpg(stress.pid, signal.SIGTERM)
             stress.wait(timeout=30)
     one_minute = [s[0] for s in samples]
     out.update({"stress_cpus": stress_cpus, "load_average_start": before,

@@ -131,9 +131,15 @@ def measure_class(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *
 
 
 def window_rounds(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *, rounds: int,
-                  window_s: float, seed: int) -> tuple[list[dict[str, Any]], Any]:
+                  window_s: float, seed: int, set_local: bool = False,
+                  speedup: Callable[[Trace, Trace], float | None] | None = None
+                  ) -> tuple[list[dict[str, Any]], Any]:
     """``rounds`` interleaved window rounds (AB, BA, ...) of the whole server under A and B;
-    per round B's work-weighted speedup, and the 95 % t interval over rounds (log scale)."""
+    per round B's work-weighted speedup, and the 95 % t interval over rounds (log scale).
+    ``set_local``: every transaction also sets the window's own configuration locally, so the
+    windows pay the per-transaction design's ``SET LOCAL`` round trips (pgbench latencies are
+    client cycles, which include them). ``speedup``: B's speedup from a window of each
+    (default: work-weighted per-template mean latencies of the finished transactions)."""
     knobs = sorted(set(a) | set(b))
     windows: list[dict[str, Any]] = []
     try:
@@ -142,8 +148,9 @@ def window_rounds(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *
             got: dict[str, Trace] = {}
             for label in order:
                 _apply(dsn, a if label == "A" else b, knobs)
-                got[label] = run([{}], window_s, seed + 100 + 2 * r + (label == "B"))
-            speed = _window_speedup(got["A"], got["B"])
+                config = (a if label == "A" else b) if set_local else {}
+                got[label] = run([config], window_s, seed + 100 + 2 * r + (label == "B"))
+            speed = (speedup or _window_speedup)(got["A"], got["B"])
             windows.append({"round": r + 1, "order": "".join(order), "speedup": speed,
                             "n_a": len(got["A"]), "n_b": len(got["B"]),
                             "load_average": load_average()})
