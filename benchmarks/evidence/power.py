@@ -8,7 +8,10 @@ Steps (``python -m benchmarks.evidence power STEP``):
 * ``truth``: each pair's ground truth, measured separately from the races: ``rounds``
   interleaved whole-server window rounds (AB, BA, ...; ``ALTER SYSTEM`` + reload between
   windows), B's work-weighted speedup per round, a 95 % Student t interval over rounds
-  (:func:`benchmarks.evidence.pertx.window_rounds`).
+  (:func:`benchmarks.evidence.pertx.window_rounds`). For TPC-H streams a template's mean
+  latency in a window is its streams' busy time over its completions
+  (:func:`exposure_speedup`): at load 60-90 a Q13 takes seconds, and the finished queries of
+  a 10 s window would leave out the slowest.
 * ``race``: the tuner's per-transaction final race between the pair's reference (the
   original) and candidate, ``runs`` times per pair, on the code path of
   :func:`tuner_client.phases.final_per_transaction.race_per_transaction_run`: the workload's
@@ -19,7 +22,9 @@ Steps (``python -m benchmarks.evidence power STEP``):
   Counted: runs recommending the candidate with its interval above 1 (power) and A/A runs
   claiming a winner (false claims), each with a Clopper-Pearson 95 % interval.
 
-Run: ``python -m benchmarks.evidence power {scout,truth,race} [--pairs ...] [--tag T]``;
+The run's length is fixed (``final.max_seconds``, ``--seconds``), as in the tuner: its race
+does not stop early. Run: ``python -m benchmarks.evidence power {scout,truth,race}
+[--pairs ...] [--seconds S] [--runs PAIR=N,other=N] [--tag T]``;
 writes ``benchmarks/results/evidence_power.<step>[.T].{json,md}`` (rewritten after every
 measurement). The A/A half-width beside a second load is :mod:`benchmarks.evidence.loaded`.
 """
