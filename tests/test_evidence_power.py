@@ -37,13 +37,17 @@ def test_schedule_interleaves_one_run_per_pair_per_cycle() -> None:
 
 
 def test_tally_counts_claims_per_pair_with_their_interval() -> None:
-    runs = [{"pair": "x", "claimed": k < 7, "half_width": 0.01 * (k + 1)} for k in range(10)]
-    runs += [{"pair": "aa", "claimed": False, "half_width": 0.03} for _ in range(4)]
+    runs = [{"pair": "x", "claimed": k < 7, "half_width": 0.01 * (k + 1),
+             "interval": {"ratio": 1.1}} for k in range(10)]
+    runs += [{"pair": "aa", "claimed": False, "half_width": 0.03,
+              "interval": {"ratio": r}} for r in (0.98, 1.02, 0.99, 1.01)]
     out = tally(runs)
     assert out["x"]["claimed"] == 7 and out["x"]["runs"] == 10
     assert out["x"]["ci"] == pytest.approx(list(clopper_pearson(7, 10)))
     assert out["x"]["median_half_width"] == pytest.approx(0.06)
     assert out["aa"]["claimed"] == 0 and out["aa"]["rate"] == 0.0
+    pooled = out["aa"]["pooled"]
+    assert pooled["ratio"] == pytest.approx(1.0, abs=1e-3) and pooled["low"] < 1 < pooled["high"]
 
 
 def test_scout_configurations_and_pairs() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import sys
@@ -48,6 +49,7 @@ from benchmarks.evidence.common import header, load_average, machine, write_resu
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from benchmarks.evidence.pertx import fmt_iv, interval_dict, pgbench_dsn, window_rounds
 from tuner_client.config import TunerConfig, tuner_config_from_dict
+from tuner_client.stats.paired import interval_from_logs
 from tuner_client.stats.per_transaction import compare
 from tuner_client.stats.per_transaction_race import race_per_transaction
 from workloads.mix import parse_mix
@@ -233,9 +235,18 @@ def tally(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         mine = [r for r in runs if r["pair"] == pair]
         k = sum(1 for r in mine if r["claimed"])
         low, high = clopper_pearson(k, len(mine))
+        # what the anytime-valid interval (the confidence sequence over slices) would claim
+        k_any = sum(1 for r in mine if r.get("anytime") and r["anytime"]["low"] > 1.0)
         widths = sorted(r["half_width"] for r in mine)
+        logs = [math.log(r["interval"]["ratio"]) for r in mine]
+        pooled = interval_from_logs(logs, level=0.95, method="t")
         out[pair] = {"runs": len(mine), "claimed": k, "rate": k / len(mine),
-                     "ci": [low, high], "median_half_width": widths[len(widths) // 2]}
+                     "ci": [low, high], "median_half_width": widths[len(widths) // 2],
+                     "anytime_claimed": k_any,
+                     "anytime_ci": list(clopper_pearson(k_any, len(mine))),
+                     # the runs' ratios pooled: the per-transaction estimand, to set beside
+                     # the windows' ground truth (a t interval over runs)
+                     "pooled": interval_dict(pooled)}
     return out
 
 
@@ -268,11 +279,14 @@ def markdown(data: dict[str, Any]) -> str:
                          f"{t['window_s']:g} |")
     if step == "race":
         lines += ["| pair | runs | candidate recommended, interval above 1 | rate (95 % "
-                  "Clopper-Pearson) | median half-width |", "|---|---:|---:|---|---:|"]
+                  "Clopper-Pearson) | median half-width | runs' ratios pooled (95 % t) | "
+                  "anytime interval above 1 (95 % CP) |", "|---|---:|---:|---|---:|---|---|"]
         for pair, t in tally(data["runs"]).items():
             lines.append(f"| {pair} | {t['runs']} | {t['claimed']} | {100 * t['rate']:.0f} % "
                          f"({100 * t['ci'][0]:.0f}–{100 * t['ci'][1]:.0f} %) | "
-                         f"±{100 * t['median_half_width']:.1f} % |")
+                         f"±{100 * t['median_half_width']:.1f} % | {fmt_iv(t['pooled'])} | "
+                         f"{t['anytime_claimed']} ({100 * t['anytime_ci'][0]:.0f}–"
+                         f"{100 * t['anytime_ci'][1]:.0f} %) |")
         lines += ["", "| # | pair | seed | candidate / original (95 % CI) | anytime (95 %) | "
                   "queries | recommended | load avg start → end |",
                   "|---:|---|---:|---|---|---:|---|---|"]
