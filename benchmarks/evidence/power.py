@@ -252,9 +252,9 @@ def tally(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def markdown(data: dict[str, Any]) -> str:
     step = data["step"]
-    extra = (f"Workload `{data['workload']}` (tpch: SF 0.1; scripts: "
-             f"benchmarks/evidence/power_scripts/ on pgbench's tables at scale {PGBENCH_SCALE}, "
-             f"{CLIENTS} clients) on the embedded cluster in a "
+    extra = ((f"Workload `{data['workload']}`" if step == "scout" else "TPC-H streams")
+             + f" (tpch: SF 0.1; scripts: benchmarks/evidence/power_scripts/ on pgbench's "
+             f"tables at scale {PGBENCH_SCALE}, {CLIENTS} clients) on the embedded cluster in a "
              f"{data['memory_limit_bytes'] / MB:.0f} MB memory cgroup; step `{step}`. "
              "Pairs (reference = the original → candidate): "
              + "; ".join(f"{p}: `{PAIRS[p].workload}` {PAIRS[p].reference} → "
