@@ -8,7 +8,7 @@ import signal
 import sys
 
 NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
-         "tight", "overheads", "procmem", "aa", "paired",
+         "tight", "overheads", "procmem", "aa", "paired", "power", "loaded",
          "headroom", "live", "oomgrid", "restart", "probed", "pertx", "proposals", "switchback")
 
 

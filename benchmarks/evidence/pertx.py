@@ -101,7 +101,7 @@ def _window_speedup(a: Trace, b: Trace) -> float | None:
     return work / ratio if ratio > 0 else None
 
 
-def _interval(result: Any) -> dict[str, Any] | None:
+def interval_dict(result: Any) -> dict[str, Any] | None:
     if result is None:
         return None
     return {"ratio": result.ratio, "low": result.low, "high": result.high, "n": result.n,
@@ -111,19 +111,36 @@ def _interval(result: Any) -> dict[str, Any] | None:
 def measure_class(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *,
                   pertx_s: float, rounds: int, window_s: float, seed: int) -> dict[str, Any]:
     """The per-transaction and window ratios of B over A, with their intervals."""
-    knobs = sorted(set(a) | set(b))
     started = time.monotonic()
     trace = run([a, b], pertx_s, seed)
     result = compare(trace, 0, 1, seed=seed)
     out: dict[str, Any] = {
-        "a": a, "b": b, "per_transaction": _interval(result.interval),
-        "anytime": _interval(result.anytime), "transactions": list(result.transactions),
+        "a": a, "b": b, "per_transaction": interval_dict(result.interval),
+        "anytime": interval_dict(result.anytime), "transactions": list(result.transactions),
         "slices": result.slices, "slice_s": result.slice_s, "errors": trace.errors,
         "templates": [{"template": trace.templates[t.template], "n_a": t.n_reference,
                        "n_b": t.n_candidate, "speedup": t.speedup, "weight": t.weight}
                       for t in result.templates],
         "pertx_wall_s": time.monotonic() - started}
     logger.info("per transaction %s → %s: %s", a, b, result.text())
+    windows, win = window_rounds(run, dsn, a, b, rounds=rounds, window_s=window_s, seed=seed)
+    out.update({"windows": windows, "window": interval_dict(win),
+                "wall_s": time.monotonic() - started})
+    out["agree"], out["difference"] = _agreement(result.interval, win)
+    return out
+
+
+def window_rounds(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *, rounds: int,
+                  window_s: float, seed: int, set_local: bool = False,
+                  speedup: Callable[[Trace, Trace], float | None] | None = None
+                  ) -> tuple[list[dict[str, Any]], Any]:
+    """``rounds`` interleaved window rounds (AB, BA, ...) of the whole server under A and B;
+    per round B's work-weighted speedup, and the 95 % t interval over rounds (log scale).
+    ``set_local``: every transaction also sets the window's own configuration locally, so the
+    windows pay the per-transaction design's ``SET LOCAL`` round trips (pgbench latencies are
+    client cycles, which include them). ``speedup``: B's speedup from a window of each
+    (default: work-weighted per-template mean latencies of the finished transactions)."""
+    knobs = sorted(set(a) | set(b))
     windows: list[dict[str, Any]] = []
     try:
         for r in range(rounds):
@@ -131,8 +148,9 @@ def measure_class(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *
             got: dict[str, Trace] = {}
             for label in order:
                 _apply(dsn, a if label == "A" else b, knobs)
-                got[label] = run([{}], window_s, seed + 100 + 2 * r + (label == "B"))
-            speed = _window_speedup(got["A"], got["B"])
+                config = (a if label == "A" else b) if set_local else {}
+                got[label] = run([config], window_s, seed + 100 + 2 * r + (label == "B"))
+            speed = (speedup or _window_speedup)(got["A"], got["B"])
             windows.append({"round": r + 1, "order": "".join(order), "speedup": speed,
                             "n_a": len(got["A"]), "n_b": len(got["B"]),
                             "load_average": load_average()})
@@ -140,11 +158,7 @@ def measure_class(run: Runner, dsn: str, a: dict[str, str], b: dict[str, str], *
     finally:
         _apply(dsn, {}, knobs)
     logs = [math.log(w["speedup"]) for w in windows if w["speedup"]]
-    win = interval_from_logs(logs, level=0.95, method="t")
-    out.update({"windows": windows, "window": _interval(win),
-                "wall_s": time.monotonic() - started})
-    out["agree"], out["difference"] = _agreement(result.interval, win)
-    return out
+    return windows, interval_from_logs(logs, level=0.95, method="t")
 
 
 def _agreement(pertx: Any, window: Any) -> tuple[bool | None, dict[str, float] | None]:
@@ -172,8 +186,8 @@ def aa_half_widths(run: Runner, seconds: float, seed: int,
                        trace.template[keep], trace.start[keep], trace.latency[keep],
                        trace.ok[keep], mark)
         result = compare(prefix, 0, 1, seed=seed)
-        out[f"{mark:g}s"] = {"interval": _interval(result.interval),
-                             "anytime": _interval(result.anytime),
+        out[f"{mark:g}s"] = {"interval": interval_dict(result.interval),
+                             "anytime": interval_dict(result.anytime),
                              "half_width": result.half_width,
                              "transactions": sum(result.transactions)}
         logger.info("A/A after %g s: %s (±%.1f %%)", mark, result.text(),
@@ -194,7 +208,7 @@ def pgbench_runner(dsn: str, clients: int, scale: int) -> Runner:
         seed=seed + 1).run(max(1, round(seconds)))
 
 
-def _pgbench_dsn(target: Target, scale: int) -> str:
+def pgbench_dsn(target: Target, scale: int) -> str:
     assert target.cluster is not None
     with psycopg.connect(target.cluster.dsn, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
@@ -205,7 +219,7 @@ def _pgbench_dsn(target: Target, scale: int) -> str:
     return dsn
 
 
-def _fmt_iv(iv: dict[str, Any] | None) -> str:
+def fmt_iv(iv: dict[str, Any] | None) -> str:
     if not iv:
         return "–"
     if not math.isfinite(iv["high"]) or iv["low"] <= 0:
@@ -236,10 +250,10 @@ def markdown(data: dict[str, Any]) -> str:
             change = ", ".join(f"{k} {r['a'].get(k, 'default')}→{r['b'].get(k, 'default')}"
                                for k in sorted(set(r["a"]) | set(r["b"])))
             agree = {True: "yes", False: "**no**", None: "–"}[r.get("agree")]
-            lines.append(f"| {mix} | {name} | {change} | {_fmt_iv(r['per_transaction'])} | "
-                         f"{sum(r['transactions']):,} | {_fmt_iv(r['anytime'])} | "
-                         f"{_fmt_iv(r.get('window'))} | {len(r.get('windows', []))} | "
-                         f"{_fmt_iv(r.get('difference'))} | {agree} |")
+            lines.append(f"| {mix} | {name} | {change} | {fmt_iv(r['per_transaction'])} | "
+                         f"{sum(r['transactions']):,} | {fmt_iv(r['anytime'])} | "
+                         f"{fmt_iv(r.get('window'))} | {len(r.get('windows', []))} | "
+                         f"{fmt_iv(r.get('difference'))} | {agree} |")
     if data.get("aa"):
         lines += ["", "## A/A half-width of the per-transaction design", "",
                   "| mix | after | transactions | B/A (95 % bootstrap CI) | half-width | "
@@ -249,8 +263,8 @@ def markdown(data: dict[str, Any]) -> str:
                 if not isinstance(r, dict):
                     continue
                 lines.append(f"| {mix} | {mark} | {r['transactions']:,} | "
-                             f"{_fmt_iv(r['interval'])} | ±{100 * r['half_width']:.1f} % | "
-                             f"{_fmt_iv(r['anytime'])} |")
+                             f"{fmt_iv(r['interval'])} | ±{100 * r['half_width']:.1f} % | "
+                             f"{fmt_iv(r['anytime'])} |")
     lines += ["", f"Wall {data.get('wall_s', 0):.0f} s; load average at the end "
                   f"{data.get('load_average_end')}; cgroup at the end: "
                   f"{data.get('cgroup_end', {}).get('oom_kills', '–')} OOM kills."]
@@ -300,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             if mix == "tpch":
                 dsn, run = target.dsn, tpch_runner(target.dsn, args.tpch_mix)
             else:
-                dsn = _pgbench_dsn(target, args.pgbench_scale)
+                dsn = pgbench_dsn(target, args.pgbench_scale)
                 run = pgbench_runner(dsn, args.clients, args.pgbench_scale)
             classes = [c for c in args.classes.split(",") if c] or DEFAULT_CLASSES[mix]
             data["results"][mix] = {}
