@@ -81,6 +81,20 @@ def test_streams_assign_both_configurations_under_set_local(fresh_dsn: str,
     assert 0 <= seen["1MB"] - counts[0] <= 2 and 0 <= seen["2MB"] - counts[1] <= 2
 
 
+def test_queries_running_at_the_end_are_waited_for_and_counted(fresh_dsn: str,
+                                                               tmp_path: Path) -> None:
+    """Dropping the queries in flight when the run ends would drop the slower configuration's
+    long queries more often (a bias towards it): every query started within the run counts."""
+    (tmp_path / "sleep.sql").write_text("SELECT pg_sleep(0.6);\n")
+    draws = statement_draws(read_script_file(tmp_path / "sleep.sql"), 3)
+    trace = StreamAssignment(fresh_dsn, CONFIGS, draws, seed=1).run(2.0)
+    ends = trace.start + trace.latency
+    assert len(trace) >= 3 and trace.errors == 0 and np.all(trace.latency >= 0.6)
+    assert np.all(trace.start <= trace.seconds)
+    # each stream runs 0.6-s queries back to back, so some were running at the end
+    assert np.any(ends > trace.seconds + 0.05)
+
+
 def test_tpch_streams_record_query_templates(tpch_cluster: TpchCluster) -> None:  # noqa: F811
     configs = [{"random_page_cost": "4"}, {"random_page_cost": "1.1", "jit": "off"}]
     trace = StreamAssignment(tpch_cluster.dsn, configs, tpch_draws(tpch_cluster.dsn, "1Q6,1Q14"),

@@ -38,6 +38,10 @@ Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL]]
 _Row = tuple[int, str, float, float, bool]
 
 STOP_TIMEOUT_S = 10.0
+#: how long the queries still running at a run's end may take to finish before they are
+#: cancelled. Every query that started within the run counts: dropping the ones in flight
+#: would drop the slower configuration's long queries more often and bias the ratio towards it
+DRAIN_TIMEOUT_S = 60.0
 
 
 def tpch_draws(dsn: str, mix: Mix | str) -> list[Draw]:
@@ -138,7 +142,8 @@ class StreamAssignment:
         self.stop_event = threading.Event()
 
     def run(self, seconds: float) -> Trace:
-        """Run every stream for ``seconds``; the queries that finished within them."""
+        """Run every stream for ``seconds``; every query that started within them (the ones
+        still running at the end are waited for, up to :data:`DRAIN_TIMEOUT_S`)."""
         if not seconds > 0:
             raise WorkloadError(f"a per-transaction run lasts > 0 s, but got {seconds}")
         self.stop_event.clear()
@@ -149,10 +154,17 @@ class StreamAssignment:
         self.stop_event.wait(seconds)
         t_end = time.monotonic()
         self.stop_event.set()
-        pending = cancel_and_join(streams, STOP_TIMEOUT_S)
+        drain_until = t_end + DRAIN_TIMEOUT_S
+        for stream in streams:
+            stream.join(timeout=max(0.0, drain_until - time.monotonic()))
+        running = [s for s in streams if s.is_alive()]
+        if running:
+            logger.warning("%d queries still ran %.0f s after the per-transaction run ended; "
+                           "cancelled and left out", len(running), DRAIN_TIMEOUT_S)
+        pending = cancel_and_join(running, STOP_TIMEOUT_S)
         if pending:
             logger.warning("streams %s did not stop within %.1f s", pending, STOP_TIMEOUT_S)
-        rows = [r for s in streams for r in s.rows if r[2] + r[3] <= t_end]
+        rows = [r for s in streams for r in s.rows if r[2] <= t_end]
         templates = sorted({r[1] for r in rows})
         index = {name: i for i, name in enumerate(templates)}
         return Trace.from_rows(self.configurations, templates,
