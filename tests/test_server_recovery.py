@@ -44,7 +44,7 @@ def server_process(state: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
             proc.stderr.close()
 
 
-def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def _wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
     pool = urllib3.HTTPConnectionPool("127.0.0.1", port, retries=False)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
