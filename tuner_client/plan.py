@@ -312,10 +312,12 @@ def _phases(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
         restarts = 2 * evals + probes
         secs = seconds(windows, 2 * evals, restart_warm)
         if secs is not None:
-            secs += probes * config.bme.probe_seconds
+            # each probe may first wait up to settle_s for its buffer to settle
+            secs += probes * (config.bme.probe_seconds + config.bme.settle_s)
         detail = (f"{config.offline.strategy} over {', '.join(offline.names)}, "
                   f"{config.offline.evaluations} evaluations a pass"
-                  + (f", {probes} BME probes first" if probes else "")
+                  + (f", {probes} BME probes first (each settles up to "
+                     f"{config.bme.settle_s:g} s)" if probes else "")
                   + "; every evaluation restarts the server (candidate, then reference)")
         phases.append(PhasePlan("offline", evals, windows, restarts, secs, detail))
     if config.screening.enabled and online.names:
