@@ -32,12 +32,12 @@ def test_sessions_survive_a_restart_on_a_postgresql_store(fresh_dsn: str, tmp_pa
         held = s.fetch(timeout=1)
         assert held is not None
         before = s.trials()
-        me = client.client_id
-    # the same client comes back after the restart: the held trial is still its own (only
+        me, secret = client.client_id, s.secret
+    # the same client comes back (proving it with the secret its first join was given) after the restart: the held trial is still its own (only
     # the client holding a trial's lease may report it)
     with running_server(tmp_path, store_url=url) as server, \
             connect(server.url, client_id=me) as client:
-        s = client.join("pg")
+        s = client.join("pg", secret=secret)
         def strip(trials: list[dict[str, object]]) -> list[dict[str, object]]:
             return [{k: v for k, v in t.items() if k != "lease_remaining"} for t in trials]
 
