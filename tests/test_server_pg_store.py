@@ -33,7 +33,8 @@ def test_sessions_survive_a_restart_on_a_postgresql_store(fresh_dsn: str, tmp_pa
         assert held is not None
         before = s.trials()
         me, secret = client.client_id, s.secret
-    # the same client comes back (proving it with the secret its first join was given) after the restart: the held trial is still its own (only
+    # the same client comes back after the restart (proving it with the secret its first
+    # join was given): the held trial is still its own (only
     # the client holding a trial's lease may report it)
     with running_server(tmp_path, store_url=url) as server, \
             connect(server.url, client_id=me) as client:
