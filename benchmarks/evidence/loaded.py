@@ -46,7 +46,8 @@ def tpcb_runner(dsn: str, clients: int, scale: int) -> Runner:
         seed=seed + 1).run(max(1, round(seconds)))
 
 
-def with_load(run: Runner, seconds: float, seed: int, stress_cpus: int) -> dict[str, Any]:
+def with_load(run: Runner, seconds: float, seed: int, stress_cpus: int,
+              trace_name: str | None = None) -> dict[str, Any]:
     """One A/A run, beside ``stress --cpu stress_cpus`` when that is > 0; the load sampled."""
     samples: list[list[float]] = []
     done = threading.Event()
@@ -67,7 +68,7 @@ def with_load(run: Runner, seconds: float, seed: int, stress_cpus: int) -> dict[
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
     try:
-        out = aa_half_widths(run, seconds, seed, marks=MARKS)
+        out = aa_half_widths(run, seconds, seed, marks=MARKS, trace_name=trace_name)
     finally:
         done.set()
         if stress is not None:
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                    tpcb_runner(pgbench_dsn(target, args.pgbench_scale), args.clients,
                                args.pgbench_scale))
             for cpus in ((0, args.stress_cpus) if args.without else (args.stress_cpus,)):
-                data["runs"].append({"mix": mix, **with_load(run, args.seconds, 99 + k, cpus)})
+                trace_name = f"{name}.{mix}.stress{cpus}"
+                data["runs"].append({"mix": mix, "trace": trace_name,
+                                     **with_load(run, args.seconds, 99 + k, cpus, trace_name)})
                 data["wall_s"], data["load_average_end"] = time.monotonic() - t0, load_average()
                 write_results(name, data, markdown(data))
     finally:

@@ -26,6 +26,7 @@ Run: ``flock /tmp/harmony-bench.lock python -m benchmarks.evidence pertx [--quic
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -172,11 +174,38 @@ def _agreement(pertx: Any, window: Any) -> tuple[bool | None, dict[str, float] |
                                    "high": math.exp(diff + combined)}
 
 
+#: where the evidence scripts keep their runs' traces, so a rule can be re-applied to them
+TRACES = Path(__file__).resolve().parent.parent / "results" / "traces"
+
+
+def save_trace(trace: Trace, name: str) -> Path:
+    """The trace's arrays as ``benchmarks/results/traces/<name>.npz`` (a few kB a minute)."""
+    TRACES.mkdir(parents=True, exist_ok=True)
+    path = TRACES / f"{name}.npz"
+    np.savez_compressed(path, config=trace.config, template=trace.template, start=trace.start,
+                        latency=trace.latency, ok=trace.ok, seconds=trace.seconds,
+                        templates=np.array(trace.templates),
+                        configurations=np.array([json.dumps(dict(c), sort_keys=True)
+                                                 for c in trace.configurations]))
+    return path
+
+
+def load_trace(path: Path) -> Trace:
+    """A trace written by :func:`save_trace`."""
+    with np.load(path) as z:
+        return Trace(tuple(json.loads(c) for c in z["configurations"]),
+                     tuple(str(t) for t in z["templates"]), z["config"], z["template"],
+                     z["start"], z["latency"], z["ok"], float(z["seconds"]))
+
+
 def aa_half_widths(run: Runner, seconds: float, seed: int,
-                   marks: tuple[float, ...] = (60.0, 300.0)) -> dict[str, Any]:
+                   marks: tuple[float, ...] = (60.0, 300.0),
+                   trace_name: str | None = None) -> dict[str, Any]:
     """One A/A per-transaction run of ``seconds``; the interval after each mark (its
-    prefix)."""
+    prefix); the trace kept under ``trace_name`` when given."""
     trace = run([{}, {}], seconds, seed)
+    if trace_name:
+        save_trace(trace, trace_name)
     out: dict[str, Any] = {"seconds": seconds}
     for mark in marks:
         if mark > seconds + 1:

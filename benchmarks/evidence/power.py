@@ -47,7 +47,13 @@ from scipy.stats import beta
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
-from benchmarks.evidence.pertx import fmt_iv, interval_dict, pgbench_dsn, window_rounds
+from benchmarks.evidence.pertx import (
+    fmt_iv,
+    interval_dict,
+    pgbench_dsn,
+    save_trace,
+    window_rounds,
+)
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.stats.paired import interval_from_logs
 from tuner_client.stats.per_transaction import compare
@@ -127,8 +133,8 @@ def run_configs(cfg: TunerConfig, dsn: str, configs: Sequence[Configuration], se
     return make_assignment(cfg.workload, dsn, configs, seed=seed).run(int(seconds))
 
 
-def race_once(dsns: dict[str, str], pair: str, limit: int, seconds: float, seed: int
-              ) -> dict[str, Any]:
+def race_once(dsns: dict[str, str], pair: str, limit: int, seconds: float, seed: int,
+              tag: str = "") -> dict[str, Any]:
     """One final race of the pair (reference first), as the tuner runs it."""
     cfg = config_for(PAIRS[pair].workload, limit, seconds, seed)
     dsn = dsns[cfg.workload.kind]
@@ -136,6 +142,8 @@ def race_once(dsns: dict[str, str], pair: str, limit: int, seconds: float, seed:
     started = time.monotonic()
     before = load_average()
     trace = run_configs(cfg, dsn, [reference, candidate], seconds, seed)
+    trace_name = f"power{'.' + tag if tag else ''}.{pair}.{seed}"
+    save_trace(trace, trace_name)
     race = race_per_transaction(trace, ["original", "candidate"], [reference, candidate],
                                 level=cfg.final.level, seed=seed)
     result = race.comparisons["candidate"]
@@ -143,7 +151,7 @@ def race_once(dsns: dict[str, str], pair: str, limit: int, seconds: float, seed:
             "claimed": race.winner == "candidate", "interval": interval_dict(result.interval),
             "anytime": interval_dict(result.anytime), "half_width": result.half_width,
             "transactions": list(result.transactions), "slices": result.slices,
-            "errors": trace.errors, "seconds": seconds, "wall_s": time.monotonic() - started,
+            "errors": trace.errors, "trace": trace_name, "seconds": seconds, "wall_s": time.monotonic() - started,
             "load_average_start": before, "load_average": load_average()}
 
 
@@ -354,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                     for p in pairs}
             for i, pair in enumerate(race_schedule(pairs, runs, args.seed)):
                 data["runs"].append(race_once(dsns, pair, limit, args.seconds,
-                                            seed=args.seed + i))
+                                            seed=args.seed + i, tag=args.tag))
                 save()
     finally:
         target.close()
