@@ -32,6 +32,7 @@ measurement). The A/A half-width beside a second load is :mod:`benchmarks.eviden
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -45,11 +46,13 @@ from typing import Any
 
 from scipy.stats import beta
 
-from benchmarks.evidence.common import header, load_average, machine, write_results
+from benchmarks.evidence.common import RESULTS, header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from benchmarks.evidence.pertx import (
+    TRACES,
     fmt_iv,
     interval_dict,
+    load_trace,
     pgbench_dsn,
     save_trace,
     window_rounds,
@@ -151,7 +154,8 @@ def race_once(dsns: dict[str, str], pair: str, limit: int, seconds: float, seed:
             "claimed": race.winner == "candidate", "interval": interval_dict(result.interval),
             "anytime": interval_dict(result.anytime), "half_width": result.half_width,
             "transactions": list(result.transactions), "slices": result.slices,
-            "errors": trace.errors, "trace": trace_name, "seconds": seconds, "wall_s": time.monotonic() - started,
+            "errors": trace.errors, "trace": trace_name, "seconds": seconds,
+            "wall_s": time.monotonic() - started,
             "load_average_start": before, "load_average": load_average()}
 
 
@@ -224,6 +228,28 @@ def truth(dsns: dict[str, str], pair: str, limit: int, rounds: int, window_s: fl
             "rounds": windows, "window": interval_dict(interval), "window_s": window_s}
 
 
+def reanalyse(tags: Sequence[str]) -> list[dict[str, Any]]:
+    """The race runs of ``evidence_power.race.<tag>.json`` re-decided from their kept traces
+    by the current rule, each with the old rule's interval (``student-t``) beside it."""
+    runs: list[dict[str, Any]] = []
+    for tag in tags:
+        saved = json.loads((RESULTS / f"evidence_power.race.{tag}.json").read_text())
+        for r in saved["runs"]:
+            trace = load_trace(TRACES / f"{r['trace']}.npz")
+            pair = PAIRS[r["pair"]]
+            race = race_per_transaction(trace, ["original", "candidate"],
+                                        [pair.reference, pair.candidate], seed=r["seed"])
+            result = race.comparisons["candidate"]
+            old = compare(trace, 0, 1, seed=r["seed"], interval="student-t").interval
+            runs.append({**r, "tag": tag, "winner": race.winner,
+                         "claimed": race.winner == "candidate",
+                         "interval": interval_dict(result.interval),
+                         "half_width": result.half_width, "old_interval": interval_dict(old),
+                         "old_claimed": old.above_one,
+                         "per_arm": [int(x) for x in result.transactions]})
+    return runs
+
+
 def race_schedule(pairs: list[str], runs: dict[str, int], seed: int) -> list[str]:
     """Cycles of one run per pair still owed, each cycle in a seeded random order."""
     owed, rng, order = dict(runs), random.Random(seed), []
@@ -245,17 +271,29 @@ def tally(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         low, high = clopper_pearson(k, len(mine))
         # what the anytime-valid interval (the confidence sequence over slices) would claim
         k_any = sum(1 for r in mine if r.get("anytime") and r["anytime"]["low"] > 1.0)
+        k_old = sum(1 for r in mine if r.get("old_claimed"))
         widths = sorted(r["half_width"] for r in mine)
         logs = [math.log(r["interval"]["ratio"]) for r in mine]
         pooled = interval_from_logs(logs, level=0.95, method="t")
         out[pair] = {"runs": len(mine), "claimed": k, "rate": k / len(mine),
                      "ci": [low, high], "median_half_width": widths[len(widths) // 2],
-                     "anytime_claimed": k_any,
+                     "anytime_claimed": k_any, "old_claimed": k_old,
+                     "old_ci": list(clopper_pearson(k_old, len(mine))),
                      "anytime_ci": list(clopper_pearson(k_any, len(mine))),
                      # the runs' ratios pooled: the per-transaction estimand, to set beside
                      # the windows' ground truth (a t interval over runs)
                      "pooled": interval_dict(pooled)}
     return out
+
+
+def _old_rule_lines(data: dict[str, Any]) -> list[str]:
+    """The pooled runs' claims under the old interval (Student's quantile on slices − 1 df)."""
+    tags = ", ".join(dict.fromkeys(r["tag"] for r in data["runs"]))
+    old = "; ".join(f"{pair} {t['old_claimed']} of {t['runs']} ({100 * t['old_ci'][0]:.0f}–"
+                    f"{100 * t['old_ci'][1]:.0f} %)" for pair, t in tally(data["runs"]).items())
+    return ["", f"Re-decided from the kept traces of the race tags {tags} by the current rule "
+            f"(kurtosis-adjusted degrees of freedom). The same runs under the old rule (slices "
+            f"− 1 degrees of freedom): {old}."]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -285,7 +323,7 @@ def markdown(data: dict[str, Any]) -> str:
         for t in data.get("truth", []):
             lines.append(f"| {t['pair']} | {fmt_iv(t['window'])} | {len(t['rounds'])} | "
                          f"{t['window_s']:g} |")
-    if step == "race":
+    if step in ("race", "pool"):
         lines += ["| pair | runs | candidate recommended, interval above 1 | rate (95 % "
                   "Clopper-Pearson) | median half-width | runs' ratios pooled (95 % t) | "
                   "anytime interval above 1 (95 % CP) |", "|---|---:|---:|---|---:|---|---|"]
@@ -295,6 +333,7 @@ def markdown(data: dict[str, Any]) -> str:
                          f"±{100 * t['median_half_width']:.1f} % | {fmt_iv(t['pooled'])} | "
                          f"{t['anytime_claimed']} ({100 * t['anytime_ci'][0]:.0f}–"
                          f"{100 * t['anytime_ci'][1]:.0f} %) |")
+        lines += _old_rule_lines(data) if step == "pool" else []
         lines += ["", "| # | pair | seed | candidate / original (95 % CI) | anytime (95 %) | "
                   "queries | recommended | load avg start → end |",
                   "|---:|---|---:|---|---|---:|---|---|"]
@@ -310,7 +349,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("step", choices=("scout", "truth", "race"))
+    parser.add_argument("step", choices=("scout", "truth", "race", "pool"))
     parser.add_argument("--pairs", default="", help="default: every pair (truth: but aa)")
     parser.add_argument("--workload", default=f"tpch:{MIX}",
                         help="tpch:MIX or scripts:NAME@WEIGHT,... (benchmarks/evidence/"
@@ -326,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=SCOUT, help="scout: k=v,...;k=v,... (the first "
                         "is the reference; -: the defaults)")
     parser.add_argument("--tag", default="")
+    parser.add_argument("--tags", default="", help="pool: the race tags to re-decide")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
     args = parser.parse_args(argv)
     pairs = [p for p in args.pairs.split(",") if p] or [
@@ -338,6 +378,12 @@ def main(argv: list[str] | None = None) -> int:
                             "pairs": pairs,
                             "seconds": args.seconds, "runs": [], "truth": []}
     name = f"evidence_power.{args.step}" + (f".{args.tag}" if args.tag else "")
+    if args.step == "pool":
+        data["runs"] = reanalyse([t for t in args.tags.split(",") if t])
+        data["pairs"] = list(dict.fromkeys(r["pair"] for r in data["runs"]))
+        data["wall_s"], data["load_average_end"] = 0.0, load_average()
+        write_results(name, data, markdown(data))
+        return 0
     cfg = config_for(args.workload, limit, args.seconds, args.seed)
     t0 = time.monotonic()
     target = open_memory_bound(config_for(f"tpch:{MIX}", limit, 60, 1), args.state_dir)

@@ -30,8 +30,8 @@ from tuner_client.stats.per_transaction import (
 )
 
 #: the interval method, as summary.json names it
-METHOD_TEXT = ("block bootstrap over time slices (Student multiplier), work-weighted "
-               "per-template latency ratios")
+METHOD_TEXT = ("block bootstrap over time slices (Student multiplier on the degrees of "
+               "freedom the slices' kurtosis leaves), work-weighted per-template latency ratios")
 #: knobs with a system-wide side that per-transaction latency does not see (measured: max
 #: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server windows,
 #: docs/background.md §6)
@@ -68,7 +68,8 @@ class PerTransactionRace:
         """The decision's lines: the verdict, the design, each candidate's interval."""
         lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
                  f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
-                 f"intervals: percentile bootstrap over time slices at "
+                 f"intervals: block bootstrap over time slices (kurtosis-adjusted Student "
+                 f"multiplier) at "
                  f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
                  f"candidates)"]
         for label, result in self.comparisons.items():
