@@ -94,8 +94,9 @@ class RunModel:
                    for t in self.templates.values())
 
 
-def simulate_run(model: RunModel, seed: int) -> SimTrace:
-    """One run of ``model``: every stream's queries until the run's end."""
+def simulate_run(model: RunModel, seed: int, drop_unfinished: bool = False) -> SimTrace:
+    """One run of ``model``: every stream's queries until the run's end (``drop_unfinished``:
+    without those still running at the end, as the driver did before session 10's drain)."""
     rng = np.random.default_rng(seed)
     seconds = int(math.ceil(model.seconds)) + 1
     log_level = np.cumsum(rng.normal(0.0, model.drift_sd, seconds))
@@ -109,7 +110,8 @@ def simulate_run(model: RunModel, seed: int) -> SimTrace:
                 arm = int(rng.integers(2))
                 noise = math.exp(t.sigma * rng.standard_normal() - t.sigma ** 2 / 2)
                 latency = means[arm] * math.exp(log_level[int(clock)]) * noise
-                rows.append((arm, k, clock, latency))
+                if not (drop_unfinished and clock + latency > model.seconds):
+                    rows.append((arm, k, clock, latency))
                 clock += latency
     arr = np.array(rows, dtype=float).reshape(-1, 4)
     return SimTrace(arr[:, 0].astype(int), arr[:, 1].astype(int), arr[:, 2], arr[:, 3],
