@@ -1,12 +1,14 @@
 """The power benchmark's pure parts: exact binomial intervals, the interleaved schedule, the
-tally and the scout's configuration syntax."""
+tally, the scout's configuration syntax and the kept traces."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from benchmarks.evidence import pertx
 from benchmarks.evidence.power import (
     PAIRS,
     clopper_pearson,
@@ -70,3 +72,25 @@ def test_exposure_speedup_counts_busy_streams_not_finished_latencies() -> None:
     assert exposure_speedup(window(30, 4), window(30, 6), streams) == pytest.approx(12 / 11)
     assert exposure_speedup(window(30, 4), window(30, 4), streams) == pytest.approx(1.0)
     assert exposure_speedup(window(0, 0), window(30, 4), streams) is None
+
+
+def test_kept_traces_load_back_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pertx, "TRACES", tmp_path)
+    rows = [(k % 2, k % 3, 0.5 * k, 0.1 + 0.01 * k, k != 4) for k in range(12)]
+    trace = Trace.from_rows([{"work_mem": "64kB"}, {"work_mem": "4MB"}], ["Q6", "Q13", "Q3"],
+                            rows, 6.0)
+    path = pertx.save_trace(trace, "power.t.x1.10.1")
+    assert path == tmp_path / "power.t.x1.10.1.npz"
+    back = pertx.load_trace(path)
+    assert back.configurations == trace.configurations and back.templates == trace.templates
+    for name in ("config", "template", "start", "latency", "ok"):
+        assert (getattr(back, name) == getattr(trace, name)).all(), name
+    assert back.seconds == 6.0 and back.errors == 1
+
+
+def test_tally_counts_the_old_rules_claims_beside_the_new() -> None:
+    runs = [{"pair": "aa", "claimed": False, "old_claimed": k == 0, "half_width": 0.03,
+             "interval": {"ratio": 1.0}} for k in range(8)]
+    out = tally(runs)["aa"]
+    assert out["claimed"] == 0 and out["old_claimed"] == 1
+    assert out["old_ci"] == pytest.approx(list(clopper_pearson(1, 8)))
