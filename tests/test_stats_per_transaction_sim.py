@@ -16,6 +16,7 @@ from tuner_client.stats.per_transaction import (
     _slice_sums,
     compare,
     effective_df,
+    variance_by_template,
 )
 from tuner_client.stats.per_transaction_sim import (
     RunModel,
@@ -90,3 +91,14 @@ def test_power_at_1_10_with_10_queries_per_slice_and_its_cost() -> None:
     old = rates(model, range(200), "student-t", resamples=500)
     assert new.covered >= 184 and new.covered >= old.covered
     assert old.claims - 10 <= new.claims <= old.claims
+
+
+def test_variance_by_template_names_the_noisy_heavy_template() -> None:
+    noisy_q13 = RunModel({"Q6": Template(6, 0.8, 1.0, 0.1), "Q13": Template(2, 3.0, 1.0, 1.0)},
+                         seconds=120.0, drift_sd=0.0, burst_p=0.0).aa()
+    noisy_q6 = RunModel({"Q6": Template(6, 0.8, 1.0, 1.0), "Q13": Template(2, 3.0, 1.0, 0.1)},
+                        seconds=120.0, drift_sd=0.0, burst_p=0.0).aa()
+    q13 = variance_by_template(simulate_run(noisy_q13, 1))
+    q6 = variance_by_template(simulate_run(noisy_q6, 1))
+    assert q13[1] > 0.8 and q13[0] < 0.1  # template 1 is Q13
+    assert q6[0] > 0.8 and q6[1] < 0.1

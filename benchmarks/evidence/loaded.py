@@ -109,6 +109,15 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {r['mix']} | {second} | {load} | {mark:g} s | "
                          f"{m['transactions']:,} | {fmt_iv(m['interval'])} | "
                          f"±{100 * m['half_width']:.1f} % | {fmt_iv(m['anytime'])} |")
+    lines += ["", "Where the width comes from (whole run; each template's own share of the "
+              "variance of log L, its work weight and its queries per arm):", ""]
+    for r in data["runs"]:
+        second = f"stress --cpu {r['stress_cpus']}" if r["stress_cpus"] else "no stress"
+        lines.append(f"- {r['mix']}, {second}: " + "; ".join(
+            f"{name} {100 * t['variance_share']:.0f} % (weight {t['weight']:.2f}, "
+            f"{t['queries'][0]}/{t['queries'][1]})"
+            for name, t in sorted(r.get("templates", {}).items(),
+                                  key=lambda kv: -kv[1]["variance_share"])))
     lines += ["", f"Wall {data.get('wall_s', 0):.0f} s; load average at the end "
                   f"{data.get('load_average_end')}."]
     return "\n".join(lines)

@@ -44,7 +44,7 @@ from benchmarks.evidence.common import header, load_average, machine, write_resu
 from benchmarks.evidence.endtoend import MB, cgroup_snapshot, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.stats.paired import interval_from_logs
-from tuner_client.stats.per_transaction import compare
+from tuner_client.stats.per_transaction import compare, variance_by_template
 from tuner_client.target import Target
 from workloads.per_transaction import (
     PgbenchAssignment,
@@ -206,6 +206,7 @@ def aa_half_widths(run: Runner, seconds: float, seed: int,
     trace = run([{}, {}], seconds, seed)
     if trace_name:
         save_trace(trace, trace_name)
+    shares = variance_by_template(trace)
     out: dict[str, Any] = {"seconds": seconds}
     for mark in marks:
         if mark > seconds + 1:
@@ -221,6 +222,11 @@ def aa_half_widths(run: Runner, seconds: float, seed: int,
                              "transactions": sum(result.transactions)}
         logger.info("A/A after %g s: %s (±%.1f %%)", mark, result.text(),
                     100 * result.half_width)
+    # which templates the run's A/A width comes from, with each one's weight and count
+    out["templates"] = {trace.templates[t.template]: {
+        "weight": t.weight, "queries": [t.n_reference, t.n_candidate],
+        "variance_share": shares.get(t.template, 0.0)}
+        for t in compare(trace, 0, 1, seed=seed).templates}
     return out
 
 

@@ -318,3 +318,24 @@ def completions_per_slice(obs: Observations, configurations: int, slice_s: float
     np.add.at(counts, (slice_no, obs.config[keep].astype(int)), 1)
     np.add.at(busy, (slice_no, obs.config[keep].astype(int)), obs.latency[keep])
     return counts, busy
+
+
+def variance_by_template(obs: Observations, reference: int = 0, candidate: int = 1,
+                         slices: int = DEFAULT_SLICES) -> dict[int, float]:
+    """Each template's share of the variance of ``log L`` (its own terms of the slices'
+    influence; cross terms between templates are left out, so the shares need not sum to 1):
+    which templates an A/A interval's width comes from."""
+    _check(obs, reference, candidate)
+    span = float(obs.start.max() - obs.start.min())
+    sums, counts = _slice_sums(obs, (reference, candidate), max(span / slices * (1 + 1e-9),
+                                                                 1e-9))
+    total_s, total_n = sums.sum(axis=0)[None], counts.sum(axis=0)[None]
+    whole = float((_influence(sums, counts, total_s, total_n) ** 2).sum())
+    shares = {}
+    for t in range(sums.shape[1]):
+        only = np.zeros(sums.shape[1], dtype=bool)
+        only[t] = True
+        z = _influence(sums * only[None, :, None], counts * only[None, :, None], total_s,
+                       total_n)
+        shares[t] = float((z ** 2).sum()) / whole if whole > 0 else 0.0
+    return shares
