@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -71,12 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pgbench-scale", type=int, default=0,
                         help="run pgbench TPC-B at this scale instead of the TPC-H mix")
     parser.add_argument("--tag", default="", help="suffix of the result files")
-    parser.add_argument("--from-json", type=Path, help="re-analyse a measured run")
+    parser.add_argument("--steady", type=int, default=3,
+                        help="the settled level: the mean of the cycle's last N windows")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="re-analyse measured runs, pooling their cycles")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
-    if args.from_json is not None:
-        measured = json.loads(args.from_json.read_text())
+    if args.from_json:
+        measured = pooled([json.loads(p.read_text()) for p in args.from_json])
+        measured["steady"] = args.steady
         measured["analysis"] = analyse(measured)
         write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), measured,
                       markdown(measured))
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kinds must name some of {', '.join(KINDS)}, got {args.kinds!r}")
     data: dict[str, Any] = {"machine": machine(), "mix": args.mix, "scale": args.scale,
                             "pgbench_scale": args.pgbench_scale,
-                            "kinds": kinds,
+                            "kinds": kinds, "steady": args.steady,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
                                        + ("" if args.pgbench_scale else f"--mix {args.mix} ")
@@ -99,50 +104,21 @@ def main(argv: list[str] | None = None) -> int:
                                        f"--window {args.window:g} --windows {args.windows}"
                                        + (f" --pgbench-scale {args.pgbench_scale}"
                                           if args.pgbench_scale else "")
+                                       + f" --steady {args.steady}"
                                        + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
     t0 = time.monotonic()
+    data["uptime_start"] = uptime()
     target = open_memory_bound(cfg, args.state_dir)
     try:
         measurer = (pgbench_measurer(cfg, target, measure, args.pgbench_scale)
                     if args.pgbench_scale else target_measurer(cfg, target, measure))
-        names = sorted(AWAY)
-        default = measurer.current_settings(names)
-        measurer.in_force = dict(default)
-        auto_conf = target.controller.read_auto_conf()
-        try:
-            measurer.start()
-            for c, kind in enumerate(interleaved(kinds, args.cycles)):
-                measurer.config = measure  # the way out is the same (warm) in every kind
-                measurer.apply(AWAY, check_budget=False, warm_up=False)
-                time.sleep(5.0)  # the other configuration runs for a while
-                if kind == "online":  # settle in the default first (a restart), then nudge
-                    measurer.apply(default, check_budget=False, warm_up=False)
-                    time.sleep(30.0)
-                    measurer.apply({"random_page_cost": "4.1"}, check_budget=False,
-                                   warm_up=False)
-                    time.sleep(5.0)
-                measurer.config = replace(measure, prewarm=kind == "warm")
-                outcome = measurer.apply(default, check_budget=False, warm_up=False)
-                got = [measurer.workload.sample(seconds=args.window)
-                       for _ in range(args.windows)]
-                qpm = [float(g.qpm) for g in got]
-                progress = [g.progress_qpm for g in got]
-                data["cycles"].append({"kind": kind, "qpm": qpm, "progress": progress,
-                                       "restart_s": outcome.restart_s,
-                                       "prewarm": outcome.prewarm.to_dict()
-                                       if outcome.prewarm is not None else None,
-                                       "load_average": load_average()})
-                logger.info("cycle %d (%s): count %s, progress %s", c + 1, kind,
-                            [round(q) for q in qpm], [round(p or 0) for p in progress])
-        finally:
-            measurer.stop()
-            measurer.restore(default, auto_conf=auto_conf)
-            measurer.close()
+        run_cycles(measurer, target, measure, interleaved(kinds, args.cycles), args, data)
     finally:
         target.close()
     data["wall_s"] = time.monotonic() - t0
     data["load_average_end"] = load_average()
+    data["uptime_end"] = uptime()
     data["analysis"] = analyse(data)
     write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), data,
                   markdown(data))
@@ -151,6 +127,68 @@ def main(argv: list[str] | None = None) -> int:
 
 KINDS = ("restart", "warm", "online")
 PGBENCH_DB = "pgbench"
+
+
+def uptime() -> str:
+    """``uptime``'s line (the brief asks for it before and after every measurement)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def server_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Checkpoints so far, buffers written by backends, and autovacuum/autoanalyze runs on
+    the database's tables: what may make a window after a restart differ from later ones."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    bg = conn.execute("SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint,"
+                      " buffers_backend FROM pg_stat_bgwriter").fetchone()
+    av = conn.execute("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::int8"
+                      " FROM pg_stat_user_tables").fetchone()
+    return {"checkpoints": int(bg[0]) if bg else 0,
+            "buffers_checkpoint": int(bg[1]) if bg else 0,
+            "buffers_backend": int(bg[2]) if bg else 0,
+            "autovacuums": int(av[0]) if av else 0}
+
+
+def run_cycles(measurer: Measurer, target: Target, measure: Any, order: list[str],
+               args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Each cycle of ``order``: away (a restart), back by its kind, ``args.windows``
+    windows; the windows' throughput and the server's counters before each window."""
+    names = sorted(AWAY)
+    default = measurer.current_settings(names)
+    measurer.in_force = dict(default)
+    auto_conf = target.controller.read_auto_conf()
+    try:
+        measurer.start()
+        for c, kind in enumerate(order):
+            measurer.config = measure  # the way out is the same (warm) in every kind
+            measurer.apply(AWAY, check_budget=False, warm_up=False)
+            time.sleep(5.0)  # the other configuration runs for a while
+            if kind == "online":  # settle in the default first (a restart), then nudge
+                measurer.apply(default, check_budget=False, warm_up=False)
+                time.sleep(30.0)
+                measurer.apply({"random_page_cost": "4.1"}, check_budget=False,
+                               warm_up=False)
+                time.sleep(5.0)
+            measurer.config = replace(measure, prewarm=kind == "warm")
+            outcome = measurer.apply(default, check_budget=False, warm_up=False)
+            got, counters = [], []
+            for _ in range(args.windows):
+                counters.append(server_counters(measurer.live_conn()))
+                got.append(measurer.workload.sample(seconds=args.window))
+            counters.append(server_counters(measurer.live_conn()))
+            qpm = [float(g.qpm) for g in got]
+            progress = [g.progress_qpm for g in got]
+            data["cycles"].append({"kind": kind, "qpm": qpm, "progress": progress,
+                                   "counters": counters,
+                                   "restart_s": outcome.restart_s,
+                                   "prewarm": outcome.prewarm.to_dict()
+                                   if outcome.prewarm is not None else None,
+                                   "load_average": load_average()})
+            logger.info("cycle %d (%s): count %s, progress %s", c + 1, kind,
+                        [round(q) for q in qpm], [round(p or 0) for p in progress])
+    finally:
+        measurer.stop()
+        measurer.restore(default, auto_conf=auto_conf)
+        measurer.close()
 
 
 def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int) -> Measurer:
@@ -169,6 +207,20 @@ def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int)
                                  cfg.database.restart_timeout_s), workload, measure)
 
 
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run of every run's cycles (each run's blocks stay whole), the first run's setup,
+    every run's command, wall-clock and uptime."""
+    out = dict(runs[0])
+    if len(runs) > 1:
+        out["cycles"] = [c for r in runs for c in r["cycles"]]
+        out["wall_s"] = sum(r["wall_s"] for r in runs)
+        out["runs"] = [{k: r.get(k) for k in ("command", "wall_s", "uptime_start",
+                                                "uptime_end", "load_average_end")}
+                       for r in runs]
+        out["command"] = " ; ".join(r["command"] for r in runs)
+    return out
+
+
 def interleaved(kinds: list[str], cycles: int) -> list[str]:
     """``cycles`` of each kind, in blocks that reverse their order every other time
     (A B, B A, ...), so drift hits every kind alike."""
@@ -182,6 +234,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     """Per estimator, kind and window: throughput over the cycle's settled level (the mean of
     its last three windows)."""
     out: dict[str, Any] = {}
+    steady = int(data.get("steady", 3))
     for est in ("qpm", "progress"):
         for kind in KINDS:
             rel = []
@@ -189,7 +242,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                 values = c.get(est) or []
                 if c["kind"] != kind or None in values or not values:
                     continue
-                settled = statistics.fmean(values[-3:])
+                settled = statistics.fmean(values[-steady:])
                 if settled > 0:
                     rel.append([v / settled for v in values])
             key = kind if est == "qpm" else f"{kind}_progress"
@@ -202,8 +255,9 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
         diffs = []
         cycles = data["cycles"]
         for b in range(0, len(cycles) - len(kinds) + 1, len(kinds)):
-            first = {c["kind"]: statistics.fmean(c["qpm"][:1]) / statistics.fmean(c["qpm"][-3:])
-                     for c in cycles[b:b + len(kinds)] if statistics.fmean(c["qpm"][-3:]) > 0}
+            first = {c["kind"]: c["qpm"][0] / statistics.fmean(c["qpm"][-steady:])
+                     for c in cycles[b:b + len(kinds)]
+                     if statistics.fmean(c["qpm"][-steady:]) > 0}
             if "restart" in first and "warm" in first:
                 diffs.append(first["warm"] - first["restart"])
         if len(diffs) >= 2:
