@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=10, help="windows after the return")
     parser.add_argument("--pgbench-scale", type=int, default=0,
                         help="run pgbench TPC-B at this scale instead of the TPC-H mix")
+    parser.add_argument("--synchronous-commit", default="on", choices=["on", "off"],
+                        help="pgbench: synchronous_commit of its database")
     parser.add_argument("--tag", default="", help="suffix of the result files")
     parser.add_argument("--steady", type=int, default=3,
                         help="the settled level: the mean of the cycle's last N windows")
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kinds must name some of {', '.join(KINDS)}, got {args.kinds!r}")
     data: dict[str, Any] = {"machine": machine(), "mix": args.mix, "scale": args.scale,
                             "pgbench_scale": args.pgbench_scale,
+                            "synchronous_commit": args.synchronous_commit,
                             "kinds": kinds, "steady": args.steady,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
@@ -102,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                                        f"--scale {args.scale:g} --memory-limit-mb "
                                        f"{args.memory_limit_mb} --cycles {args.cycles} "
                                        f"--window {args.window:g} --windows {args.windows}"
-                                       + (f" --pgbench-scale {args.pgbench_scale}"
+                                       + (f" --pgbench-scale {args.pgbench_scale} "
+                                          f"--synchronous-commit {args.synchronous_commit}"
                                           if args.pgbench_scale else "")
                                        + f" --steady {args.steady}"
                                        + (f" --tag {args.tag}" if args.tag else ""),
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     data["uptime_start"] = uptime()
     target = open_memory_bound(cfg, args.state_dir)
     try:
-        measurer = (pgbench_measurer(cfg, target, measure, args.pgbench_scale)
+        measurer = (pgbench_measurer(cfg, target, measure, args.pgbench_scale,
+                                     args.synchronous_commit)
                     if args.pgbench_scale else target_measurer(cfg, target, measure))
         run_cycles(measurer, target, measure, interleaved(kinds, args.cycles), args, data)
     finally:
@@ -135,14 +141,18 @@ def uptime() -> str:
 
 
 def server_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    """Checkpoints so far, buffers written by backends, and autovacuum/autoanalyze runs on
-    the database's tables: what may make a window after a restart differ from later ones."""
+    """The database's block hits and reads (each window's miss probability), checkpoints so
+    far, buffers written by backends, and autovacuum/autoanalyze runs on the database's
+    tables: what may make a window after a restart differ from later ones."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     bg = conn.execute("SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint,"
                       " buffers_backend FROM pg_stat_bgwriter").fetchone()
     av = conn.execute("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::int8"
                       " FROM pg_stat_user_tables").fetchone()
-    return {"checkpoints": int(bg[0]) if bg else 0,
+    io = conn.execute("SELECT blks_hit, blks_read FROM pg_stat_database"
+                      " WHERE datname = current_database()").fetchone()
+    return {"blks_hit": int(io[0]) if io else 0, "blks_read": int(io[1]) if io else 0,
+            "checkpoints": int(bg[0]) if bg else 0,
             "buffers_checkpoint": int(bg[1]) if bg else 0,
             "buffers_backend": int(bg[2]) if bg else 0,
             "autovacuums": int(av[0]) if av else 0}
@@ -191,15 +201,20 @@ def run_cycles(measurer: Measurer, target: Target, measure: Any, order: list[str
         measurer.close()
 
 
-def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int) -> Measurer:
+def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int,
+                     synchronous_commit: str = "on") -> Measurer:
     """A measurer on pgbench TPC-B (4 clients) in its own database of the target's cluster,
-    initialised at ``scale`` unless it is already; prewarm records that database's blocks."""
+    initialised at ``scale`` unless it is already; prewarm records that database's blocks.
+    ``synchronous_commit`` is set on that database (``off``: commits do not wait for the WAL
+    flush, whose stalls on a shared disk spread a 4-s window by ±35 %)."""
     if target.cluster is None:
         raise HarmonyError("the pgbench restart evidence needs the embedded cluster")
     with psycopg.connect(target.cluster.dsn, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                             [PGBENCH_DB]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(PGBENCH_DB)))
+        conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = {}").format(
+            sql.Identifier(PGBENCH_DB), sql.Literal(synchronous_commit)))
     dsn = target.cluster.dsn_for(PGBENCH_DB)
     workload = PgbenchWorkload(dsn, scale=scale, clients=4)
     workload.start()  # pgbench -i unless the tables are there at this scale
@@ -232,7 +247,8 @@ def interleaved(kinds: list[str], cycles: int) -> list[str]:
 
 def analyse(data: dict[str, Any]) -> dict[str, Any]:
     """Per estimator, kind and window: throughput over the cycle's settled level (the mean of
-    its last three windows)."""
+    its last ``steady`` windows); per kind the first window's miss probability minus the
+    settled windows' (the cache state itself, free of the throughput's noise)."""
     out: dict[str, Any] = {}
     steady = int(data.get("steady", 3))
     for est in ("qpm", "progress"):
@@ -262,6 +278,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                 diffs.append(first["warm"] - first["restart"])
         if len(diffs) >= 2:
             out["first_window_warm_minus_cold"] = t_interval(diffs)
+    out.update(miss_analysis(data["cycles"], steady))
     warm = [c["prewarm"] for c in data["cycles"] if c["kind"] == "warm" and c.get("prewarm")]
     if warm:
         out["prewarm_blocks"] = t_interval([float(w["blocks"]) for w in warm])
@@ -271,6 +288,34 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
                     if c["kind"] == kind and c.get("restart_s")]
         if restarts:
             out[f"restart_s_{kind}"] = t_interval([float(r) for r in restarts])
+    return out
+
+
+def window_misses(cycle: dict[str, Any]) -> list[float] | None:
+    """Each window's miss probability (the database's blocks read over blocks accessed),
+    from the counters read before and after every window; None before they were recorded."""
+    counters = cycle.get("counters") or []
+    if len(counters) < 2 or "blks_hit" not in counters[0]:
+        return None
+    out = []
+    for a, b in zip(counters, counters[1:], strict=False):
+        hit, read = b["blks_hit"] - a["blks_hit"], b["blks_read"] - a["blks_read"]
+        out.append(read / (hit + read) if hit + read > 0 else math.nan)
+    return out
+
+
+def miss_analysis(cycles: list[dict[str, Any]], steady: int) -> dict[str, Any]:
+    """Per kind: the mean miss probability of each window, and the first window's minus the
+    cycle's settled windows' (95 % t interval over the cycles)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        rows = [m for c in cycles if c["kind"] == kind
+                for m in [window_misses(c)] if m and not any(math.isnan(x) for x in m)]
+        if len(rows) < 2:
+            continue
+        out[f"miss_{kind}"] = [t_interval([r[i] for r in rows]) for i in range(len(rows[0]))]
+        out[f"miss_first_minus_steady_{kind}"] = t_interval(
+            [r[0] - statistics.fmean(r[-steady:]) for r in rows])
     return out
 
 
@@ -292,9 +337,15 @@ def markdown(data: dict[str, Any]) -> str:
              f"(the buffer's blocks recorded before it with pg_buffercache, loaded back with "
              f"pg_prewarm), or (control) by an online change after 30 s in the default; kinds "
              f"interleaved A B, B A. {w:g}-s windows after the return, no warm-up; each over "
-             f"the mean of its cycle's last three windows, 95 % t interval over {cycles} "
+             f"the mean of its cycle's last {data.get('steady', 3)} windows (the settled "
+             f"level), 95 % t interval over {cycles} "
              f"cycles of each kind. Wall {data['wall_s']:.0f} s; load at the end "
-             f"{data['load_average_end']}.", ""]
+             f"{data['load_average_end']}.", "",
+             f"uptime before: `{data.get('uptime_start', '?')}`; after: "
+             f"`{data.get('uptime_end', '?')}`"
+             + (f"; pgbench's database has synchronous_commit "
+                f"{data.get('synchronous_commit', 'on')}" if data.get("pgbench_scale") else "")
+             + ".", ""]
 
     def interval(x: Any, digits: int = 2) -> str:
         return f"{x[0]:.{digits}f} ({x[1]:.{digits}f}–{x[2]:.{digits}f})"
@@ -305,6 +356,12 @@ def markdown(data: dict[str, Any]) -> str:
     if a.get("first_window_warm_minus_cold"):
         lines += [f"First window, warm minus cold restart in the same block (by count): "
                   f"{interval(a['first_window_warm_minus_cold'])} of the settled level.", ""]
+    for kind in kinds:
+        if a.get(f"miss_first_minus_steady_{kind}"):
+            lines.append(f"- miss probability {_NAMES[kind]}: first window "
+                         f"{interval(a[f'miss_{kind}'][0], 4)}, settled windows' mean minus "
+                         f"it {interval(a[f'miss_first_minus_steady_{kind}'], 4)} (first "
+                         f"minus settled, absolute)")
     for kind in kinds:
         if a.get(f"restart_s_{kind}"):
             lines.append(f"- restart {_NAMES[kind]}: {interval(a[f'restart_s_{kind}'])} s "
