@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import math
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from benchmarks.bme_probes import MB, STEP_MB, make_workload, open_cluster
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.live import t_interval
+from benchmarks.evidence.restart import uptime
 from bme.probe_decision import probe_sizes, search_window
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import ProbeConfig
@@ -42,10 +42,6 @@ from tuner_client.probe_runner import BufferFill, ends_flat_unfilled, probe_orde
 logger = logging.getLogger(__name__)
 
 ARMS = ("old", "new")
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def run_set(measurer: Measurer, arm: str, sizes: list[int], args: argparse.Namespace,
