@@ -144,6 +144,9 @@ def server_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
     """The database's block hits and reads (each window's miss probability), checkpoints so
     far, buffers written by backends, and autovacuum/autoanalyze runs on the database's
     tables: what may make a window after a restart differ from later ones."""
+    # this connection ran the prewarm: its block reads reach the statistics only at its next
+    # flush, which would otherwise land in the first window
+    conn.execute("SELECT pg_stat_force_next_flush()")
     conn.execute("SELECT pg_stat_clear_snapshot()")
     bg = conn.execute("SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint,"
                       " buffers_backend FROM pg_stat_bgwriter").fetchone()
@@ -188,7 +191,7 @@ def run_cycles(measurer: Measurer, target: Target, measure: Any, order: list[str
             qpm = [float(g.qpm) for g in got]
             progress = [g.progress_qpm for g in got]
             data["cycles"].append({"kind": kind, "qpm": qpm, "progress": progress,
-                                   "counters": counters,
+                                   "counters": counters, "flushed": True,
                                    "restart_s": outcome.restart_s,
                                    "prewarm": outcome.prewarm.to_dict()
                                    if outcome.prewarm is not None else None,
@@ -291,15 +294,21 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def window_misses(cycle: dict[str, Any]) -> list[float] | None:
+def window_misses(cycle: dict[str, Any], flushed: bool = True) -> list[float] | None:
     """Each window's miss probability (the database's blocks read over blocks accessed),
-    from the counters read before and after every window; None before they were recorded."""
+    from the counters read before and after every window; None before they were recorded.
+    Runs before the counters forced the prewarming connection's flush (``flushed`` False)
+    counted the prewarm's reads (one per block loaded) in the first window: they are taken
+    out again."""
     counters = cycle.get("counters") or []
     if len(counters) < 2 or "blks_hit" not in counters[0]:
         return None
+    loaded = 0 if flushed or not cycle.get("prewarm") else int(cycle["prewarm"]["blocks"])
     out = []
-    for a, b in zip(counters, counters[1:], strict=False):
+    for i, (a, b) in enumerate(zip(counters, counters[1:], strict=False)):
         hit, read = b["blks_hit"] - a["blks_hit"], b["blks_read"] - a["blks_read"]
+        if i == 0 and read >= loaded:
+            read -= loaded
         out.append(read / (hit + read) if hit + read > 0 else math.nan)
     return out
 
@@ -310,7 +319,8 @@ def miss_analysis(cycles: list[dict[str, Any]], steady: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in KINDS:
         rows = [m for c in cycles if c["kind"] == kind
-                for m in [window_misses(c)] if m and not any(math.isnan(x) for x in m)]
+                for m in [window_misses(c, bool(c.get("flushed")))]
+                if m and not any(math.isnan(x) for x in m)]
         if len(rows) < 2:
             continue
         out[f"miss_{kind}"] = [t_interval([r[i] for r in rows]) for i in range(len(rows[0]))]
@@ -359,9 +369,16 @@ def markdown(data: dict[str, Any]) -> str:
     for kind in kinds:
         if a.get(f"miss_first_minus_steady_{kind}"):
             lines.append(f"- miss probability {_NAMES[kind]}: first window "
-                         f"{interval(a[f'miss_{kind}'][0], 4)}, settled windows' mean minus "
-                         f"it {interval(a[f'miss_first_minus_steady_{kind}'], 4)} (first "
-                         f"minus settled, absolute)")
+                         f"{interval(a[f'miss_{kind}'][0], 4)}; first window minus the "
+                         f"settled windows' mean "
+                         f"{interval(a[f'miss_first_minus_steady_{kind}'], 4)}"
+                         f" (absolute; the last window's miss probability "
+                         f"{interval(a[f'miss_{kind}'][-1], 4)})")
+    if any(a.get(f"miss_{k}") for k in kinds) and not all(
+            c.get("flushed") for c in data["cycles"]):
+        lines.append("- (this run read the counters before the prewarming connection had "
+                     "flushed its statistics: the prewarm's reads, one per block loaded, are "
+                     "taken out of the first window's reads)")
     for kind in kinds:
         if a.get(f"restart_s_{kind}"):
             lines.append(f"- restart {_NAMES[kind]}: {interval(a[f'restart_s_{kind}'])} s "
