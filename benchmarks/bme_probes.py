@@ -187,8 +187,9 @@ def _record_row(record: PointRecord, size: int, n: int, cost_s: float) -> dict[s
                         for s in record.samples]}
 
 
-def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
-    """Load, then interleave sweep passes and probe sets on one cluster; leave it stopped."""
+def open_cluster(args: argparse.Namespace) -> tuple[LocalCluster, dict[str, Any]]:
+    """The setup's cluster, started in its memory cgroup with the data loaded; with its
+    database's DSN, catalog, original shared_buffers, version and size."""
     from workloads.tpch.load import load_tpch
 
     state = Path(args.state_dir)
@@ -199,8 +200,6 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
     if cluster.is_initialized():
         cluster.stop()
     cluster.start()
-    rows: list[dict[str, Any]] = []
-    probe_sets: list[dict[str, Any]] = []
     try:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
@@ -218,6 +217,21 @@ def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
             catalog = KnobCatalog.from_connection(conn)
             original = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, {"dsn": dsn, "catalog": catalog, "original": original,
+                     "version": version, "database_bytes": database_bytes}
+
+
+def run_measurements(args: argparse.Namespace) -> dict[str, Any]:
+    """Load, then interleave sweep passes and probe sets on one cluster; leave it stopped."""
+    cluster, opened = open_cluster(args)
+    dsn, catalog, original = opened["dsn"], opened["catalog"], opened["original"]
+    version, database_bytes = opened["version"], opened["database_bytes"]
+    rows: list[dict[str, Any]] = []
+    probe_sets: list[dict[str, Any]] = []
+    try:
         controller = LocalController(cluster, precheck_memory=False)
         # the tuner's own estimator for the workload (progress for TPC-H streams)
         estimator = default_estimator("tpch") if args.setup == "tpch" else "count"

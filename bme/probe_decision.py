@@ -51,7 +51,8 @@ class Probe:
     #: relation name -> pages (block size units) of every relation the window accessed
     touched: dict[str, int] = field(default_factory=dict)
     #: how the buffer settled before the window: "" (a cold window right after the
-    #: restart), "full" or "fits" (settled), "timeout" (the settle budget ran out first)
+    #: restart), "full" or "fits" (settled), "filling" (given up early: it could not fill
+    #: in the budget) or "timeout" (the settle budget ran out first)
     settled: str = ""
     #: the seconds spent settling (inside ``cost_s``)
     settle_s: float = 0.0
@@ -182,6 +183,12 @@ def steady_p_star(probes: Sequence[Probe]) -> tuple[float, str]:
     return floor, source
 
 
+def flat(misses: Sequence[float]) -> bool:
+    """Whether miss probabilities read a flat curve: the largest within ``FLAT_FACTOR`` (plus
+    ``FLAT_TOL_ABS``) of the smallest."""
+    return max(misses) <= FLAT_FACTOR * min(misses) + FLAT_TOL_ABS
+
+
 def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high: int,
            min_r2: float = 0.9, target_miss: float | None = None) -> ProbeDecision:
     """Fit the probes and decide (see the module docstring); sizes in bytes within
@@ -192,7 +199,7 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
         return ProbeDecision("rejected", f"only {len(counted)} probe(s) counted block accesses;"
                              f" the fit needs 3 sizes", probes)
     misses = [p.miss for p in counted]
-    if max(misses) <= FLAT_FACTOR * min(misses) + FLAT_TOL_ABS:
+    if flat(misses):
         size = max(low, min(high, counted[0].size))
         return ProbeDecision(
             "no-knee", f"no knee: the miss probability is flat ({min(misses):.4f}"

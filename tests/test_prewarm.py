@@ -49,6 +49,21 @@ def test_hottest_blocks_first_in_contiguous_ranges() -> None:
     assert record.hottest_ranges(0) == []
 
 
+def test_a_larger_buffer_gets_what_the_largest_one_held_after_the_hottest_now() -> None:
+    """A restart from 80 MB back to 128 MB loaded only the 80 MB buffer's blocks (10,148 of
+    16,384): the record is completed by the richest earlier one, hottest-now first."""
+    prewarmer = Prewarmer()
+    large = BufferRecord(((1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)))
+    assert prewarmer.remember(large) is large and prewarmer.richest is large
+    small = BufferRecord(((2, 2), (1, 0)))
+    done = prewarmer.remember(small)
+    assert done.blocks == ((2, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1))
+    assert done.hottest_ranges(2) == [(1, 0, 0), (2, 2, 2)]  # a small buffer: hottest now
+    assert prewarmer.richest is large  # the smaller record never replaces the richer
+    larger = BufferRecord(tuple((3, n) for n in range(7)))
+    assert prewarmer.remember(larger) is larger and prewarmer.richest is larger
+
+
 @pytest.mark.postgres
 def test_a_restart_with_prewarm_finds_the_table_resident(
         tpch_cluster: TpchCluster) -> None:  # noqa: F811

@@ -12,9 +12,9 @@ import pytest
 
 from bme.equation import BMEParams, miss_probability
 from bme.probe_decision import Probe, decide, probe_sizes, search_window
-from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
-from tuner_client.probe_runner import BufferFill
-from tuner_client.probe_settle import settled_state
+from tuner_client.phases.offline_probes import decide_set, flat_needs_a_full_buffer
+from tuner_client.probe_runner import BufferFill, ends_flat_unfilled, probe_order
+from tuner_client.probe_settle import cannot_fill, settled_state
 
 MB = 1 << 20
 ACCESSES = 1_000_000
@@ -84,3 +84,50 @@ def test_a_flat_settled_curve_whose_pages_fit_is_no_knee() -> None:
     cold = decide([replace(p, settled="") for p in probes], touched_pages=5_000,
                   low=32 * MB, high=1024 * MB)
     assert flat_needs_a_full_buffer(cold, half).reason.startswith("no knee found in range")
+
+
+def test_a_buffer_that_cannot_fill_in_the_budget_is_given_up_early() -> None:
+    cap = 32_768
+    # pgbench TPC-B at scale 55 in 256 MB (issue 31): P steady at ~0.08, the buffer grew
+    # ~600 buffers a 1.5-s sub-window from 5,000: 20 s more would leave it near 13,000
+    assert cannot_fill(cap, [4_000, 4_600, 5_200], [0.081, 0.079], 1.5, 20.0)
+    # the same growth with 80 s left would fill it: keep settling
+    assert not cannot_fill(cap, [4_000, 4_600, 5_200], [0.081, 0.079], 1.5, 80.0)
+    # still falling (0.30 -> 0.15): pages are arriving, it may yet hold every touched one
+    assert not cannot_fill(cap, [4_000, 4_600, 5_200], [0.30, 0.15], 1.5, 20.0)
+    # stable near zero: about to hold every touched page ("fits"), never given up
+    assert not cannot_fill(cap, [4_000, 4_050, 4_080], [0.004, 0.003], 1.5, 1.0)
+    # one sub-window, or one without an access, is not enough to tell
+    assert not cannot_fill(cap, [4_000, 4_600], [0.08], 1.5, 1.0)
+    assert not cannot_fill(cap, [4_000, 4_600, 5_200], [0.08, None], 1.5, 1.0)
+
+
+def _flat(size: int, miss: float, settled: str = "filling") -> Probe:
+    reads = int(miss * ACCESSES)
+    return Probe(size, ACCESSES - reads, reads, 3.0, 12.0, settled=settled)
+
+
+def test_the_two_ends_decide_a_flat_curve_from_a_buffer_still_filling() -> None:
+    sizes = probe_sizes(16 * MB, 256 * MB, 4, step=8 * MB)
+    assert probe_order(sizes) == [sizes[0], sizes[-1], *sizes[1:-1]]
+    assert probe_order(sizes[:2]) == sizes[:2]
+    cap = 256 * MB // 8192
+    filling = {sizes[-1]: BufferFill(5_350, cap)}
+    ends = [_flat(sizes[0], 0.080, "full"), _flat(sizes[-1], 0.072)]
+    assert ends_flat_unfilled(ends, filling)
+    decision = decide_set(ends, filling, 2, low=16 * MB, high=256 * MB)
+    assert decision.kind == "rejected" and decision.reason.startswith("no knee found in range")
+    assert "2 probe(s) between" in decision.reason
+    assert search_window(decision, 16 * MB, 256 * MB, 8 * MB) is None  # the whole range
+    # the largest buffer was full, or held every touched page: the middle probes must run
+    assert not ends_flat_unfilled(ends, {sizes[-1]: BufferFill(cap, cap)})
+    assert not ends_flat_unfilled([ends[0], replace(ends[1], settled="fits")], filling)
+    assert not ends_flat_unfilled(ends, {})  # fill unknown (no pg_buffercache)
+    # a knee between the ends (0.45 -> 0.01): not flat, the middle probes run
+    knee = [_flat(sizes[0], 0.45, "full"), _flat(sizes[-1], 0.01, "fits")]
+    assert not ends_flat_unfilled(knee, filling)
+    # after all four probes the ordinary decision applies
+    four = [*ends, _flat(sizes[1], 0.079), _flat(sizes[2], 0.075)]
+    assert not ends_flat_unfilled(four, filling)
+    full = decide_set(four, filling, 0, low=16 * MB, high=256 * MB)
+    assert full.kind == "rejected" and "never saw a full buffer" in full.reason

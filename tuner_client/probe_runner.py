@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
 
-from bme.probe_decision import Probe
+from bme.probe_decision import Probe, flat
 from harmony.base.errors import HarmonyError
 from tuner_client.config import format_bytes
 from tuner_client.measurer import Measurer
@@ -155,14 +155,15 @@ def read_fill(measurer: Measurer, conn: psycopg.Connection[Any]) -> BufferFill |
 
 def probe(measurer: Measurer, size: int, seconds: float,
           fills: dict[int, BufferFill] | None = None, *, settle_s: float = 0.0,
-          record: BufferRecord | None = None) -> Probe | str:
+          record: BufferRecord | None = None, give_up: bool = True) -> Probe | str:
     """One probe at ``size`` bytes: restart (budget-checked), a ``seconds`` window of the
     workload, the statio deltas (and, given ``fills``, how full the buffer was at the end,
     by size). With ``settle_s`` > 0 the window starts from a settled buffer
     (:mod:`tuner_client.probe_settle`: ``record``'s hottest blocks prewarmed, then the
     workload until the buffer settles, at most ``settle_s``); else from the cold buffer. A
     refused or failed restart, or a failing workload, is returned as text (the server keeps
-    its last good configuration)."""
+    its last good configuration). ``give_up``: a buffer that cannot settle in time stops
+    settling early (:func:`tuner_client.probe_settle.cannot_fill`)."""
     started = time.monotonic()
     measurer.stop()
     # the restart itself is cold: a settled probe prewarms from the probes' own record
@@ -182,7 +183,8 @@ def probe(measurer: Measurer, size: int, seconds: float,
         try:
             if settle_s > 0:
                 settling = replace(settle(measurer, conn, settle_s,
-                                          max(MIN_SUB_S, seconds / 2)), prewarmed=prewarmed)
+                                          max(MIN_SUB_S, seconds / 2), give_up=give_up),
+                                   prewarmed=prewarmed)
                 before = read_relation_io(conn)
                 window_start = time.monotonic()
             measurer.workload.sample(seconds=seconds)
@@ -206,26 +208,57 @@ def probe(measurer: Measurer, size: int, seconds: float,
     return got
 
 
+def probe_order(sizes: Sequence[int]) -> list[int]:
+    """The smallest size, the largest, then the ones between (increasing): the two ends
+    alone can already decide a flat curve (:func:`ends_flat_unfilled`)."""
+    ordered = sorted(sizes)
+    return ordered if len(ordered) < 3 else [ordered[0], ordered[-1], *ordered[1:-1]]
+
+
 def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
-               fills: dict[int, BufferFill] | None = None, *,
-               settle_s: float = 0.0) -> tuple[list[Probe], list[str]]:
-    """Probe every size (increasing); returns the probes and the failures' texts (``fills``
-    gets how full each probe's buffer was). With ``settle_s`` > 0 every window starts from
-    a settled buffer, prewarmed from the fullest buffer seen so far (the server's own before
-    the first probe). The workload is left stopped and the last probed size in force."""
+               fills: dict[int, BufferFill] | None = None, *, settle_s: float = 0.0,
+               order: Callable[[Sequence[int]], list[int]] = sorted,
+               stop: Callable[[Sequence[Probe]], bool] | None = None,
+               give_up: bool = True) -> tuple[list[Probe], list[str]]:
+    """Probe every size in ``order`` (increasing unless told) until ``stop`` says the probes
+    so far decide; returns the probes and the failures' texts (``fills`` gets how full each
+    probe's buffer was). With ``settle_s`` > 0 every window starts from a settled buffer,
+    prewarmed from the fullest buffer seen so far (the server's own before the first
+    probe). The workload is left stopped and the last probed size in force."""
     probes: list[Probe] = []
     failures: list[str] = []
     record: BufferRecord | None = None
-    for size in sorted(sizes):
+    for size in order(sizes):
         if settle_s > 0:
             record = record_richer(measurer, measurer.live_conn(), record)
-        got = probe(measurer, size, seconds, fills, settle_s=settle_s, record=record)
+        got = probe(measurer, size, seconds, fills, settle_s=settle_s, record=record,
+                    give_up=give_up)
         if isinstance(got, str):
             logger.warning("BME probe skipped: %s", got)
             failures.append(got)
         else:
             probes.append(got)
+            if stop is not None and stop(probes):
+                logger.info("BME probes: %d of %d sizes decide; the rest are not run",
+                            len(probes), len(sizes))
+                break
     return probes, failures
+
+
+def ends_flat_unfilled(probes: Sequence[Probe], fills: dict[int, BufferFill]) -> bool:
+    """Whether the first two probes, the smallest and the largest size
+    (:func:`probe_order`), already decide "no knee found in range": their miss
+    probabilities read a flat curve, and the largest's buffer was neither full nor holding
+    every page the workload touches. The probes between lie between the ends on a miss
+    curve that falls with size, so they could only leave it flat (the same decision) or
+    make it not monotone (rejected, the search keeps its whole range all the same)."""
+    if len(probes) != 2 or not all(p.accesses for p in probes):
+        return False
+    small, large = sorted(probes, key=lambda p: p.size)
+    fill = fills.get(large.size)
+    if large.settled == "fits" or (fill is not None and fill.full) or fill is None:
+        return False
+    return flat([small.miss, large.miss])
 
 
 def touched_pages(probes: Sequence[Probe]) -> int:

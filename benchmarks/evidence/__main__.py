@@ -9,7 +9,8 @@ import sys
 
 NAMES = ("optimizers", "optimizers_pg", "endtoend", "sensitivity", "estimators", "shift",
          "tight", "overheads", "procmem", "aa", "paired", "power", "loaded",
-         "headroom", "live", "oomgrid", "restart", "probed", "pertx", "proposals", "switchback")
+         "headroom", "live", "oomgrid", "restart", "probed", "pertx", "proposals", "switchback",
+         "probecost")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import compare, open_memory_bound
+from benchmarks.evidence.restart import uptime
 from harmony.base.errors import HarmonyError
 from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     memory_limit = args.memory_limit_mb * MB
     data: dict[str, Any] = {"machine": machine(), "mix": MIX, "scale": args.scale,
                             "memory_limit_bytes": memory_limit, "runs": [],
-                            "offline_evals": args.offline_evals}
+                            "offline_evals": args.offline_evals, "uptime_start": uptime()}
 
     def config(probes: int, seed: int) -> Any:
         return tuner_config_from_dict(tuner_dict(
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     by = {size: [row["qpm"] for row in data["compare"]["rounds"] if row["config"] == size]
           for size in data["compare"]["settings"]}
     data["ratios"] = {}
+    data["uptime_end"] = uptime()
     for size, values in by.items():
         iv = paired_ratio_interval(values, by[REFERENCE])
         data["ratios"][size] = None if iv is None else [iv.ratio, iv.low, iv.high]
@@ -125,7 +127,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(data: dict[str, Any], command: str) -> str:
     extra = (f"\nTPC-H SF {data['scale']} mix `{data['mix']}` on the embedded cluster in a "
              f"{data['memory_limit_bytes'] // MB} MB memory cgroup; shared_buffers 16–256 MB "
-             f"the only knob; offline.evaluations {data['offline_evals']}.\n")
+             f"the only knob; offline.evaluations {data['offline_evals']}.\n"
+             + (f"\nuptime before: `{data['uptime_start']}`; after: `{data['uptime_end']}`.\n"
+                if data.get("uptime_start") else ""))
     lines = [header("BME probes in the real tuner", command, data["machine"], extra),
              "## Runs", "",
              "| repeat | probes | offline phase (s, probes included) | offline evaluations | "

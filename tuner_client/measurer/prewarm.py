@@ -77,6 +77,13 @@ class BufferRecord:
                 ranges.append((oid, block, block))
         return ranges
 
+    def completed_by(self, earlier: BufferRecord) -> BufferRecord:
+        """These blocks, hottest first, then ``earlier``'s that are not among them (in their
+        own order): what a larger buffer held before, after the hottest blocks now."""
+        have = set(self.blocks)
+        return BufferRecord(self.blocks + tuple(b for b in earlier.blocks if b not in have),
+                            self.method, self.dumped)
+
 
 @dataclass(frozen=True)
 class PrewarmResult:
@@ -160,6 +167,8 @@ class Prewarmer:
 
     created: list[str] = field(default_factory=list)
     unavailable: str = ""
+    #: the record with the most blocks so far (the largest buffer's)
+    richest: BufferRecord | None = None
 
     def ensure(self, conn: psycopg.Connection[Any], name: str) -> str:
         """Make extension ``name`` usable (created and remembered when absent); why not, or
@@ -178,7 +187,7 @@ class Prewarmer:
             why = self.ensure(conn, "pg_buffercache")
             if not why:
                 rows = conn.execute(_RESIDENT_SQL).fetchall()
-                return BufferRecord(tuple((int(r[0]), int(r[1])) for r in rows))
+                return self.remember(BufferRecord(tuple((int(r[0]), int(r[1])) for r in rows)))
             if _autoprewarm_on(conn):
                 row = conn.execute("SELECT autoprewarm_dump_now()").fetchone()
                 return BufferRecord(method="autoprewarm", dumped=int(row[0]) if row else 0)
@@ -187,6 +196,16 @@ class Prewarmer:
         self.unavailable = (f"{why}; and pg_prewarm's autoprewarm is not preloaded "
                             f"(shared_preload_libraries)")
         return self.unavailable
+
+    def remember(self, now: BufferRecord) -> BufferRecord:
+        """``now``, completed by the richest earlier record when that held more blocks: a
+        restart from a smaller buffer into a larger one then loads the blocks the larger
+        buffer held before, after the hottest ones now, instead of leaving the rest empty
+        (80 MB back to 128 MB loaded 10,148 of 16,384 buffers, issue 31)."""
+        if self.richest is None or len(now.blocks) >= len(self.richest.blocks):
+            self.richest = now
+            return now
+        return now.completed_by(self.richest)
 
     def load(self, conn: psycopg.Connection[Any], record: BufferRecord | str,
              wait_s: float = 60.0) -> PrewarmResult:

@@ -8,10 +8,12 @@ the offline search runs (:func:`bme.probe_decision.search_window`), or why it ca
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from bme.probe_decision import (
+    Probe,
     ProbeDecision,
     decide,
     probe_sizes,
@@ -22,7 +24,13 @@ from harmony.base.errors import HarmonyError
 from harmony.base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.probe_runner import BufferFill, run_probes, touched_pages
+from tuner_client.probe_runner import (
+    BufferFill,
+    ends_flat_unfilled,
+    probe_order,
+    run_probes,
+    touched_pages,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,15 +74,15 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     sizes = probe_sizes(low, high, cfg.probes, step)
     fills: dict[int, BufferFill] = {}
     probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills,
-                                  settle_s=cfg.settle_s)
+                                  settle_s=cfg.settle_s, order=probe_order,
+                                  stop=lambda got: ends_flat_unfilled(got, fills))
     # the last probed size is not left in force
     outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
     if outcome.failure is not None:
         logger.warning("%s: shared_buffers %s not restored after the probes: %s", label,
                        before, outcome.failure)
-    decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
-                      min_r2=cfg.min_r2, target_miss=cfg.target_miss)
-    decision = flat_needs_a_full_buffer(decision, fills)
+    decision = decide_set(probes, fills, len(sizes) - len(probes) - len(failures), low=low,
+                          high=high, min_r2=cfg.min_r2, target_miss=cfg.target_miss)
     cost = sum(p.cost_s for p in probes)
     window = search_window(decision, low, high, step)
     _record(ctx, state, label, decision, cost, failures, window)
@@ -95,6 +103,28 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     return ProbeAdvice(decision, int(knob.session_value(start)),
                        (int(knob.session_value(lo)), int(knob.session_value(hi))),
                        search_radius(start, lo, hi, step, log=param.log))
+
+
+def decide_set(probes: Sequence[Probe], fills: dict[int, BufferFill], skipped: int, *,
+               low: int, high: int, min_r2: float = 0.9,
+               target_miss: float | None = None) -> ProbeDecision:
+    """A probe set's decision: "no knee found in range" when the two ends decided so and the
+    ``skipped`` probes between were not run (:func:`ends_flat_unfilled`), else the fit's
+    (:func:`bme.probe_decision.decide`) with a flat curve needing a full buffer."""
+    if skipped > 0 and ends_flat_unfilled(probes, fills):
+        small, large = sorted(probes, key=lambda p: p.size)
+        fill = fills[large.size]
+        return ProbeDecision(
+            "rejected", f"no knee found in range: the smallest and the largest probe read a "
+            f"flat curve ({format_bytes(small.size)}: {small.miss:.4f}, "
+            f"{format_bytes(large.size)}: {large.miss:.4f}) and the largest never saw a full "
+            f"buffer ({fill.used} of {fill.capacity} buffers held a page), so the flat curve "
+            f"may be misses of a buffer still filling; the {skipped} probe(s) between could "
+            f"not change that and were not run; the search keeps its whole range",
+            tuple(sorted(probes, key=lambda p: p.size)))
+    decision = decide(probes, touched_pages=touched_pages(probes) or None, low=low, high=high,
+                      min_r2=min_r2, target_miss=target_miss)
+    return flat_needs_a_full_buffer(decision, fills)
 
 
 def flat_needs_a_full_buffer(decision: ProbeDecision,

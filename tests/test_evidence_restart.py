@@ -1,0 +1,43 @@
+"""The restart evidence's per-window miss probability (no database): the prewarm's reads
+flushed into the first window are taken out of runs that read the counters before the flush."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.evidence.restart import miss_analysis, window_misses
+
+
+def _counters(windows: list[tuple[int, int]]) -> list[dict[str, int]]:
+    hit = read = 0
+    out = [{"blks_hit": 0, "blks_read": 0}]
+    for h, r in windows:
+        hit, read = hit + h, read + r
+        out.append({"blks_hit": hit, "blks_read": read})
+    return out
+
+
+def test_the_prewarms_reads_leave_the_first_window_of_an_unflushed_run() -> None:
+    # pgbench, scale 20 (session 11): 153,857 hits and 21,914 reads in the first window, of
+    # which 16,357 were the prewarm's; settled windows at 0.036
+    cycle = {"kind": "warm", "prewarm": {"blocks": 16_357},
+             "counters": _counters([(153_857, 21_914), (240_000, 9_000), (240_000, 9_000)])}
+    raw = window_misses(cycle, flushed=True)
+    fixed = window_misses(cycle, flushed=False)
+    assert raw is not None and fixed is not None
+    assert raw[0] == pytest.approx(0.1247, abs=1e-4)
+    assert fixed[0] == pytest.approx(5_557 / 159_414, abs=1e-6)  # 0.0349
+    assert fixed[1:] == raw[1:]
+    cold = {"kind": "restart", "prewarm": None, "counters": cycle["counters"]}
+    assert window_misses(cold, flushed=False) == raw
+    assert window_misses({"kind": "warm", "counters": []}) is None
+
+
+def test_first_minus_settled_with_an_interval_over_the_cycles() -> None:
+    cycles = [{"kind": "restart", "flushed": True,
+               "counters": _counters([(90_000, 10_000 + k), (95_000, 5_000), (95_000, 5_000)])}
+              for k in range(3)]
+    out = miss_analysis(cycles, steady=2)
+    mean, low, high = out["miss_first_minus_steady_restart"]
+    assert mean == pytest.approx(0.05, abs=1e-3) and low < mean < high
+    assert "miss_warm" not in out  # no warm cycle
