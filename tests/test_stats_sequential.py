@@ -23,17 +23,27 @@ from tuner_client.stats.sequential import (
 
 def _mixture_by_quadrature(x: list[float], mu: float, g: float) -> float:
     """The Bayes factor from its definition: the likelihood mixed over the effect
-    δ ~ N(0, g) and the scale σ with the right-Haar prior 1/σ, over the same without δ."""
+    δ ~ N(0, g) and the scale σ with the right-Haar prior 1/σ, over the same without δ.
+
+    Integrated on a fine grid in (δ, log σ) (dσ/σ = d log σ: the right-Haar prior): the
+    integrands are smooth and vanish at the edges, so Simpson's rule is exact to far below the
+    test's tolerance, and one vectorised pass takes a tenth of a second
+    (scipy's adaptive dblquad took 40 s, and over 300 s at a load average of 20)."""
     y = np.asarray(x) - mu
+    log_sigma = np.linspace(-6.0, 4.0, 1001)[:, None]
+    delta = np.linspace(-12.0, 12.0, 1201)[None, :]
+    sigma = np.exp(log_sigma)
 
-    def lik(delta: float, log_sigma: float) -> float:
-        sigma = math.exp(log_sigma)  # dσ/σ = d log σ: the right-Haar prior
-        return float(np.prod(stats.norm.pdf(y, loc=delta * sigma, scale=sigma)))
+    def lik(d: np.ndarray) -> np.ndarray:
+        # the likelihood of the observations at each (log σ, δ); (2π)^(-n/2) cancels
+        squares = sum(((v - d * sigma) / sigma) ** 2 for v in y)
+        return np.exp(-0.5 * squares) / sigma ** len(y)
 
-    num, _ = integrate.dblquad(lambda d, ls: lik(d, ls) * stats.norm.pdf(d, scale=math.sqrt(g)),
-                               -6.0, 4.0, -12.0, 12.0, epsabs=1e-14)
-    den, _ = integrate.quad(lambda ls: lik(0.0, ls), -6.0, 4.0, epsabs=1e-14)
-    return num / den
+    prior = stats.norm.pdf(delta, scale=math.sqrt(g))
+    num = integrate.simpson(integrate.simpson(lik(delta) * prior, x=delta[0], axis=1),
+                            x=log_sigma[:, 0])
+    den = integrate.simpson(lik(np.zeros((1, 1)))[:, 0], x=log_sigma[:, 0])
+    return float(num / den)
 
 
 @pytest.mark.parametrize("g", [1.0, 2.0])
