@@ -190,6 +190,7 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
                                              if c != "best"}})
         for line in decision.lines:
             state.decide(f"final: {line.strip()}")
+        ctx.metrics.record_final_comparison(decision.to_dict())
     elif rounds and searched:
         state.decide("final: fewer than 2 rounds measured: no interval, so no decision; "
                      "keeping the original")

@@ -127,6 +127,7 @@ def per_transaction_result(ctx: RunContext, state: RunState,
     winner): no absolute throughput (every configuration ran in the same seconds), the
     ratios and their intervals in the decision."""
     decision = race.to_final_decision()
+    ctx.metrics.record_final_comparison(decision.to_dict())
     best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
     unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
     work = Work(passes=state.passes,
