@@ -114,6 +114,28 @@ class FinalDecision:
                 "unstable": dict(self.unstable), "text": list(self.lines)}
 
 
+def race_decision(*, winner: str | None, reference: str,
+                  plain: Mapping[str, RatioInterval], simultaneous: Mapping[str, RatioInterval],
+                  rounds: Mapping[str, int], lines: Sequence[str], level: float,
+                  decision_level: float, method: Method, design: str, method_text: str,
+                  transactions: Mapping[str, tuple[int, int]] | None = None) -> FinalDecision:
+    """A race measured in one design (per transaction, switchback) as a
+    :class:`FinalDecision`: every candidate's plain interval, the best by its plain ratio, and
+    the winner's (else the best's) simultaneous interval as the improvement when there is a
+    winner. ``rounds``/``transactions``: each candidate's observations (slices or blocks,
+    and the transactions of reference and candidate)."""
+    best = max(plain, key=lambda label: plain[label].ratio)
+    shown = winner or best
+    improvement, ci = simultaneous[shown].fractions()
+    return FinalDecision(
+        winner=winner, reference=reference, best=best, intervals=dict(plain), unstable={},
+        lines=tuple(lines), rounds=rounds[shown], level=level, decision_level=decision_level,
+        improvement=improvement if winner is not None else 0.0,
+        improvement_ci=ci if winner is not None else None, method=method, design=design,
+        transactions=transactions[shown] if transactions is not None else None,
+        method_text=method_text)
+
+
 def _series(rounds: Sequence[Round], label: str) -> list[float | None]:
     return [r.get(label) for r in rounds]
 
