@@ -127,9 +127,7 @@ class Race:
     needs one of them; with a clock alone the next round's time is estimated from the samples
     so far (the first round is measured blind). ``method``: ``anytime`` (confidence
     sequences, the default) or ``t`` (the earlier fixed-n rule, for comparison).
-    ``also_compared``: candidates compared with the reference's rivals before the race and
-    not racing (a per-transaction stage that chose one of them); the Bonferroni split counts
-    them.
+    ``also_compared``: candidates compared before the race, not in it (Bonferroni counts them).
     """
 
     def __init__(self, measure: Measure, candidates: Sequence[str], *,
@@ -176,8 +174,6 @@ class Race:
         self.rotation = rotation
         self.close_call_rounds = close_call_rounds
         self.method: Method = method
-        #: candidates compared before the race (e.g. per transaction) and not racing: the
-        #: Bonferroni split of the reference intervals counts them too
         self.also_compared = also_compared
         self.rounds: list[Round] = []
         self.samples: dict[str, int] = {}
