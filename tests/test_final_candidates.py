@@ -1,13 +1,14 @@
-"""Which configurations enter the final rounds (:func:`tuner_client.phases.final.
-rank_configurations`): the search's own measurements, ranked by their mean, never screening's
-design points nor the final rounds' own samples."""
+"""Which configurations enter the final rounds
+(:func:`tuner_client.phases.final_candidates.rank_configurations`): the search's own
+measurements, ranked by their mean, never screening's design points nor the final rounds' own
+samples."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.final import rank_configurations
+from tuner_client.phases.final_candidates import rank_configurations
 
 ORIGINAL = {"work_mem": "4MB", "random_page_cost": "4"}
 

@@ -6,49 +6,24 @@ result names the design, its blocks and its interval."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
-from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 from harmony.base.errors import ConfigError
-from tuner_client.client import connect
 from tuner_client.config import parse_tuner_config
 from tuner_client.config.defaults import DEFAULT_SLICE_S
-from tuner_client.controllers import LocalController
-from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
-from tuner_client.target import Target
 
-CONFIG = """\
-name: switchback
-seed: 3
-workload:
-  tpch: {scale: 0.01, mix: "2Q6,1Q13"}
-  statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction, slice_s: 1}
-budget: {os_reserved: 256MB, connections: auto, online: 160MB}
-offline:
-  knobs: {shared_buffers: {min: 128MB, max: 128MB}}
-  evaluations: 1
-online:
-  knobs:
-    bgwriter_delay: {min: 10ms, max: 2000ms, step: 10ms}
-  strategy: {name: nelder-mead, options: {simplex_size: 3}}
-  evaluations: 3
-flow: {kind: one-pass}
-final: {rounds: 1, candidates: 2, max_seconds: 30, baselines: []}
-"""
+CONFIG = tune_yaml(
+    "switchback", 3, mix="2Q6,1Q13", measure="design: per-transaction, slice_s: 1",
+    online="{knobs: {bgwriter_delay: {min: 10ms, max: 2000ms, step: 10ms}}, "
+           "strategy: {name: nelder-mead, options: {simplex_size: 3}}, evaluations: 3}",
+    final="{rounds: 1, candidates: 2, max_seconds: 30, baselines: []}")
 
 
 def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F811
-    cluster, dsn = tpch_cluster.cluster, tpch_cluster.dsn
-    with psycopg.connect(dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
-                    ram_bytes=None)
-    config = parse_tuner_config(CONFIG, source="switchback.yaml")
-    assert config.measure.slice_s == 1.0
-    result = Tuner(config, client=connect(None), target=target, run_id="t1").run()
+    tuner = tune(tpch_cluster, CONFIG, source="switchback.yaml", run_id="t1")
+    assert tuner.config.measure.slice_s == 1.0
+    result = tuner.run()
     decision = result.intervals.decision
     decisions = "\n".join(result.work.decisions)
     assert decision is not None and decision.design == "switchback", decisions

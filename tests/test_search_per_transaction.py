@@ -9,42 +9,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psycopg
-from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
-from tuner_client.client import connect
-from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
-from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
 from tuner_client.phases.search_per_transaction import (
     MAX_BATCH,
     run_seconds,
     why_not_per_transaction_search,
 )
-from tuner_client.target import Target
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop
-CONFIG = """\
-name: pertx-search
-seed: 4
-workload:
-  tpch: {scale: 0.01, mix: "2Q3,2Q9,1Q13"}
-  statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 1, queries: 10, design: per-transaction,
-          per_transaction_s: 20}
-budget: {os_reserved: 256MB, connections: auto, online: 160MB}
-offline:
-  knobs: {shared_buffers: {min: 128MB, max: 128MB}}
-  evaluations: 1
-online:
-  knobs:
-    enable_hashjoin: {values: ["on", "off"]}
-  strategy: {name: exhaustive}
-  evaluations: 2
-flow: {kind: one-pass}
-final: {rounds: 1, max_seconds: 30}
-"""
+CONFIG = tune_yaml(
+    "pertx-search", 4, mix="2Q3,2Q9,1Q13",
+    measure="design: per-transaction, per_transaction_s: 20",
+    online="{knobs: {enable_hashjoin: {values: ['on', 'off']}}, strategy: {name: exhaustive}, "
+           "evaluations: 2}",
+    final="{rounds: 1, max_seconds: 30}")
 
 
 def test_run_seconds_keep_each_arms_share() -> None:
@@ -55,14 +34,9 @@ def test_run_seconds_keep_each_arms_share() -> None:
 
 def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: F811
                                             tmp_path: Path) -> None:
-    cluster, dsn = tpch_cluster.cluster, tpch_cluster.dsn
-    with psycopg.connect(dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster), cluster=None,
-                    ram_bytes=None)
-    config = parse_tuner_config(CONFIG, source="pertx-search.yaml")
-    assert config.measure.per_transaction_s == 20
-    tuner = Tuner(config, client=connect(None), target=target, run_id="s1", output_dir=tmp_path)
+    tuner = tune(tpch_cluster, CONFIG, source="pertx-search.yaml", run_id="s1",
+                 output_dir=tmp_path)
+    assert tuner.config.measure.per_transaction_s == 20
     result = tuner.run()
     online = {r.settings["enable_hashjoin"]: r for r in tuner.records
               if r.session == "p1-online"}

@@ -87,7 +87,7 @@ def test_decision_text_and_summary_fields() -> None:
     # four rounds: the confidence sequence (valid however many rounds were taken) is
     # 1.12–1.25 where the fixed-n t interval is 1.16–1.21
     assert d.lines[0] == ("recommending tuned: tuned/default 1.18× (95 % anytime-valid CI "
-                          "1.12–1.25) over 4 paired rounds")
+                          "1.12–1.25) over 4 paired rounds in windows")
     assert d.lines[-1] == ("  intervals: anytime-valid confidence sequence (t-mixture, Lai "
                            "1976) on the paired log-ratios, valid at whichever round the race "
                            "stopped")

@@ -8,15 +8,18 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.base.errors import ConfigError, WorkloadError
 from tuner_client.config import ObserveConfig, WorkloadConfig
+from tuner_client.stats.per_transaction import compare
 from workloads.per_transaction import (
     PgbenchAssignment,
     StreamAssignment,
     Template,
     builtin_template,
+    padded_set_local,
     statement_draws,
     tpch_draws,
 )
@@ -130,3 +133,30 @@ def test_a_scripted_workload_section_runs_per_transaction(fresh_dsn: str,
                                                                 observe=ObserveConfig())) or "")
     with pytest.raises(WorkloadError, match="a captured replay has no per-transaction driver"):
         make_assignment(WorkloadConfig(kind="replay"), fresh_dsn, CONFIGS)
+
+
+def test_every_arm_issues_the_same_set_local_lines(fresh_dsn: str) -> None:
+    """Two arms with identical settings, one naming them and one not, read 1.0: the unnamed
+    arm pays the same round trips with ``TO DEFAULT`` (unpadded, a pgbench arm with fewer
+    lines read 1.09×, 1.05–1.14, faster by round trips alone)."""
+    names = ["work_mem", "random_page_cost", "jit", "enable_hashjoin", "enable_mergejoin",
+             "effective_cache_size"]
+    with psycopg.connect(fresh_dsn) as conn:
+        current = {n: str(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(n)))
+                          .fetchone()[0]) for n in names}  # type: ignore[index]
+    configs = [{}, current]
+    padded = [[line.as_string() for line in lines] for lines in padded_set_local(configs)]
+    assert len(padded[0]) == len(padded[1]) == len(names)
+    assert padded[0][0] == 'SET LOCAL "effective_cache_size" TO DEFAULT'
+    assert padded[1][0] == \
+        f"SET LOCAL \"effective_cache_size\" TO '{current['effective_cache_size']}'"
+    run = PgbenchAssignment(fresh_dsn, configs, [Template("select", "SELECT 1;")], clients=2,
+                            seed=5)
+    trace = run.run(12)
+    assert trace.errors == 0 and trace.counts().min() > 1000
+    # at 99 % so that the test itself fails by chance once in 100 runs, not 5
+    same = compare(trace, 0, 1, level=0.99, seed=5)
+    assert same.interval.low <= 1.0 <= same.interval.high, same.text()
+    # unpadded, the arm naming its six knobs read 0.35× (0.32–0.37) here (six more round
+    # trips than SELECT 1's own); padded 0.96× (0.90–1.03) at load 15
+    assert same.interval.low > 0.8 and same.interval.high < 1.25, same.text()

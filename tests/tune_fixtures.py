@@ -14,7 +14,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tuner_client.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.controllers import LocalController
+from tuner_client.flows import Tuner
+from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
+from tuner_client.target import Target
 from workloads.tpch.load import load_tpch
 
 
@@ -38,3 +44,33 @@ def tpch_cluster() -> Iterator[TpchCluster]:
         yield TpchCluster(cluster, dsn)
     finally:
         cluster.destroy()
+
+
+def tune(tpch: TpchCluster, yaml_text: str, *, source: str, run_id: str,
+         output_dir: Path | None = None) -> Tuner:
+    """A standalone :class:`Tuner` for the session YAML ``yaml_text`` on the private cluster
+    (its catalog read from the server, restarts through the local controller); ``run()`` it."""
+    with psycopg.connect(tpch.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=tpch.dsn, catalog=catalog, controller=LocalController(tpch.cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(yaml_text, source=source)
+    return Tuner(config, client=connect(None), target=target, run_id=run_id,
+                 output_dir=output_dir)
+
+
+#: the offline pass of most tuning tests: the original shared_buffers, measured once
+FIXED_OFFLINE = "{knobs: {shared_buffers: {min: 128MB, max: 128MB}}, evaluations: 1}"
+
+
+def tune_yaml(name: str, seed: int, *, mix: str, measure: str, online: str, final: str,
+              offline: str = FIXED_OFFLINE, extra: str = "") -> str:
+    """A one-pass session on the private cluster's TPC-H SF 0.01 with short measurements
+    (``measure``, ``online``, ``final``, ``offline``: YAML flow mappings' contents or
+    mappings; ``extra``: more top-level lines)."""
+    return (f"name: {name}\nseed: {seed}\n"
+            f"workload:\n  tpch: {{scale: 0.01, mix: \"{mix}\"}}\n  statement_timeout_s: 60\n"
+            f"measure: {{warmup_s: 0.3, samples: 1, queries: 10, {measure}}}\n"
+            f"budget: {{os_reserved: 256MB, connections: auto, online: 160MB}}\n"
+            f"offline: {offline}\nonline: {online}\nflow: {{kind: one-pass}}\n"
+            f"final: {final}\n{extra}")

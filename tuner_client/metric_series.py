@@ -28,6 +28,8 @@ REMEASURE_KINDS = tuple(k.value for k in EvaluationKind if k.remeasures)
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
 CURVE_POINTS = 24
+#: how the final comparison may be measured (values of the ``design`` label)
+FINAL_DESIGNS = ("windows", "per-transaction", "switchback")
 
 #: every series this module exports (sample names) -> what it means; docs and tests use it
 TUNER_METRICS: dict[str, str] = {
@@ -89,6 +91,19 @@ TUNER_METRICS: dict[str, str] = {
                                               "taking effect to the last good one back in "
                                               "force, at the last trip",
     "harmony_tuner_last_event_time_seconds": "when a detector last fired (label event)",
+    "harmony_tuner_final_design_info": "1 for the design that measured the final comparison "
+                                       "(label design: windows, per-transaction, switchback), "
+                                       "0 for the others",
+    "harmony_tuner_final_observations": "observations behind the final interval (paired "
+                                        "rounds, transactions or switchback blocks; label "
+                                        "design)",
+    "harmony_tuner_final_ratio": "the recommended (else the best) candidate over the "
+                                 "original in the final comparison",
+    "harmony_tuner_final_ratio_low": "the final interval's lower end (95 % unless configured)",
+    "harmony_tuner_final_ratio_high": "the final interval's upper end (0 while unbounded)",
+    "harmony_tuner_final_interval_half_width_ratio": "half the final interval's width on the "
+                                                     "log scale, as a fraction (0.03: ±3 %; "
+                                                     "+Inf while unbounded)",
 }
 
 #: case-insensitive: bytes per memory unit, seconds per time unit
@@ -230,3 +245,25 @@ class TunerSeries:
                                     registry=r)
         self.last_event = Gauge("harmony_tuner_last_event_time_seconds",
                                 "When a detector last fired.", ["event"], registry=r)
+
+    def _declare_final(self, r: CollectorRegistry) -> None:
+        """The final comparison: the design that measured it, its observations, its interval."""
+        self.final_design = Gauge("harmony_tuner_final_design_info",
+                                  "1 for the design that measured the final comparison.",
+                                  ["design"], registry=r)
+        self.final_observations = Gauge("harmony_tuner_final_observations",
+                                        "Observations behind the final interval.", ["design"],
+                                        registry=r)
+        for design in FINAL_DESIGNS:
+            self.final_design.labels(design).set(0.0)
+            self.final_observations.labels(design).set(0.0)
+        self.final_ratio = Gauge("harmony_tuner_final_ratio",
+                                 "Recommended (else best) candidate over the original.",
+                                 registry=r)
+        self.final_low = Gauge("harmony_tuner_final_ratio_low",
+                               "The final interval's lower end.", registry=r)
+        self.final_high = Gauge("harmony_tuner_final_ratio_high",
+                                "The final interval's upper end (0 while unbounded).",
+                                registry=r)
+        self.final_half_width = Gauge("harmony_tuner_final_interval_half_width_ratio",
+                                      "Half the final interval's width.", registry=r)

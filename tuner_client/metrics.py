@@ -36,6 +36,7 @@ from tuner_client.labels import FailureKind
 from tuner_client.metric_series import (
     CURVE_POINTS,
     FAILURE_KINDS,
+    FINAL_DESIGNS,
     MISS_SLOTS,
     PHASES,
     REMEASURE_KINDS,
@@ -81,6 +82,7 @@ class TunerMetrics(TunerSeries):
         self._declare_screening(r)
         self._declare_bme(r)
         self._declare_detectors(r)
+        self._declare_final(r)
         for knob in sorted(self.knobs):
             self.knob_value.labels(knob)
 
@@ -207,6 +209,30 @@ class TunerMetrics(TunerSeries):
     def record_default(self, value_qpm: float) -> None:
         """The default configuration's throughput (the baseline of the comparison)."""
         self.default_throughput.set(value_qpm / 60.0)
+
+    def record_final_comparison(self, decision: Mapping[str, Any]) -> None:
+        """The final decision as summary.json records it (``FinalDecision.to_dict()``): the
+        design that measured it, its observations, and the interval of the recommended (else
+        the best) candidate over the original."""
+        design = str(decision.get("design") or "windows")
+        if design not in FINAL_DESIGNS:
+            raise ConfigError(f"the final design must be one of {', '.join(FINAL_DESIGNS)}, "
+                              f"got {design!r}")
+        for d in FINAL_DESIGNS:
+            self.final_design.labels(d).set(1.0 if d == design else 0.0)
+            self.final_observations.labels(d).set(
+                float(decision.get("observations") or 0) if d == design else 0.0)
+        shown = decision.get("winner") or decision.get("best")
+        iv = (decision.get("intervals") or {}).get(shown) if shown else None
+        if not iv:
+            return
+        high = iv.get("high")
+        self.final_ratio.set(float(iv["ratio"]))
+        self.final_low.set(float(iv["low"]))
+        self.final_high.set(float(high) if high is not None else 0.0)
+        # on the log scale, as the project's half-widths are quoted (0.03: ±3 %)
+        self.final_half_width.set(0.5 * math.log(float(high) / float(iv["low"]))
+                                  if high is not None and float(iv["low"]) > 0 else math.inf)
 
     def record_failure(self, kind: str = "other") -> None:
         """A point failed (:data:`FAILURE_KINDS`; anything else counts as ``other``)."""

@@ -49,23 +49,38 @@ def throughput_line(summary: RunSummary) -> str | None:
             + (f", 95 % {kind} {percent(ci[0])} to {percent(ci[1])}" if ci else "") + ")")
 
 
+def measured_by(summary: RunSummary) -> str:
+    """How the final comparison was measured, with its observations: the design summary.json
+    records (``decision.design``: windows, per-transaction, switchback)."""
+    decision = summary.decision or {}
+    design = decision.get("design") or "windows"
+    if design == "per-transaction":
+        transactions = sum(decision.get("transactions") or [])
+        return (f"in one per-transaction run ({transactions:,} transactions in "
+                f"{decision.get('rounds')} time slices, each transaction drawing one "
+                f"configuration at random)")
+    if design == "switchback":
+        return (f"by switchback over {decision.get('rounds')} blocks (one slice of each "
+                f"configuration per block, the whole server switched by reload)")
+    return f"over {len(summary.rounds)} interleaved rounds in whole-server windows"
+
+
 def in_words(summary: RunSummary) -> str | None:
-    """The conclusion in plain words, with the interval it rests on."""
-    rounds = len(summary.rounds)
+    """The conclusion in plain words, with the interval it rests on and the design that
+    measured it."""
+    how = measured_by(summary)
     reference = label_name(summary.reference)
     winner_iv = summary.winner_interval()
     if summary.winner is not None and winner_iv is not None:
         text = (f"In words: {label_name(summary.winner)} measured "
-                f"{interval_text(winner_iv, summary.level)} against the {reference} over "
-                f"{rounds} interleaved rounds")
+                f"{interval_text(winner_iv, summary.level)} against the {reference} {how}")
         m = summary.candidates_counted
         return text + (f", an interval simultaneous over the {m} candidates it was picked "
                        "from, so it is recommended." if m > 1 else ", so it is recommended.")
     if summary.decision is not None:
         m = len(summary.intervals())
         return (f"In words: none of the {m} configurations raced measured clearly better than "
-                f"the {reference} over {rounds} interleaved rounds, so the original "
-                "configuration is kept.")
+                f"the {reference} {how}, so the original configuration is kept.")
     return None
 
 

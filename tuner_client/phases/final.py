@@ -26,15 +26,27 @@ keep the default.
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 import time
 from collections.abc import Mapping
 
-from tuner_client.measurer import PointRecord, objective_unit
-from tuner_client.pgtune import Machine, pgtune_on_grid
-from tuner_client.phases.final_per_transaction import PER_TRANSACTION, per_transaction_result
-from tuner_client.phases.final_switchback import SWITCHBACK, race_by_design
+from tuner_client.measurer import objective_unit
+from tuner_client.phases.final_candidates import (
+    baseline_settings,
+    ranked_candidates,
+    screened_races,
+)
+from tuner_client.phases.final_narrow import Narrowed, narrow_candidates
+from tuner_client.phases.final_per_transaction import (
+    PER_TRANSACTION,
+    per_transaction_result,
+    why_not_per_transaction,
+)
+from tuner_client.phases.final_switchback import (
+    SWITCHBACK,
+    race_by_design,
+    why_not_switchback,
+)
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, decide
@@ -70,7 +82,7 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
     cfg = ctx.config
     candidates: dict[str, dict[str, str]] = {"default": dict(ctx.original)}
     baselines = [label for label in cfg.final.baselines
-                 if (settings := _baseline(ctx, state, label)) is not None
+                 if (settings := baseline_settings(ctx, state, label)) is not None
                  and candidates.setdefault(label, settings) is settings]
     if cfg.final.recommended and state.recommended is not None:
         candidates["recommended"] = state.recommended
@@ -85,22 +97,29 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
             label = "best" if i == 1 else f"candidate-{i}"
             candidates[label] = settings
             searched.append(label)
-        if _screened(ctx, state, candidates):
+        if screened_races(ctx, state, candidates):
             candidates["screened"] = dict(state.screened or {})
             searched.append("screened")
+    narrowed = Narrowed(searched)
     if searched and cfg.measure.design in (PER_TRANSACTION, SWITCHBACK):
         labels = ["default", *decision_labels(searched, baselines)[0]]
-        race = race_by_design(ctx, state, candidates, labels)
-        if race is not None:
+        configs = [candidates[label] for label in labels]
+        why = why_not_per_transaction(ctx, configs)
+        if cfg.measure.design == PER_TRANSACTION and why is not None \
+                and why_not_switchback(ctx, configs) is not None:
+            # a restart-time knob differs: one per-transaction run among the searched
+            # candidates that share the best's, then the windows race of the one chosen
+            narrowed = narrow_candidates(ctx, state, candidates, searched, why)
+        elif (race := race_by_design(ctx, state, candidates, labels)) is not None:
             return per_transaction_result(ctx, state, candidates, race)
     # without a candidate one round still measures the default (and the baselines) to report
-    rounds = _race(ctx, state, candidates, baselines, searched) \
+    rounds = _race(ctx, state, candidates, baselines, narrowed) \
         if state.best is not None and cfg.final.rounds > 0 else []
-    return _result(ctx, state, candidates, baselines, searched, rounds)
+    return _result(ctx, state, candidates, baselines, narrowed, rounds)
 
 
 def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-          baselines: list[str], searched: list[str]) -> list[Round]:
+          baselines: list[str], narrowed: Narrowed) -> list[Round]:
     """Race the searched candidates and PGTune's rules beside the default and the reported
     baselines (:class:`tuner_client.stats.racing.Race`): rounds until one is clearly best,
     every one is dropped, or the round limit is reached; without a searched candidate, one
@@ -123,12 +142,14 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
         return record.value
 
     race: Race | None = None
+    searched = narrowed.searched
     if not searched:
         return [{label: measure(label) for label in ["default", *baselines]}]
     min_rounds = max(2, cfg.rounds)
     max_rounds = max(min_rounds, cfg.max_rounds)
+    racing, reported = decision_labels(searched, baselines)
     logger.info("=== final rounds: %s, interleaved, %d to %d rounds (%d on a close call) ===",
-                " vs ".join(candidates), min_rounds, max_rounds,
+                " vs ".join(["default", *racing, *reported]), min_rounds, max_rounds,
                 max(max_rounds, cfg.close_call_rounds))
     # PGTune's rules race like a searched candidate: the decision may recommend them, so the
     # race may drop them, settle on them, or run on for them on a close call
@@ -137,18 +158,21 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
                 budget=RaceBudget(seconds=cfg.max_seconds),
                 min_samples=min_rounds, max_rounds=max_rounds,
                 close_call_rounds=max(max_rounds, cfg.close_call_rounds),
-                level=cfg.level, clock=time.monotonic, method=INTERVAL_METHOD)
+                level=cfg.level, clock=time.monotonic, method=INTERVAL_METHOD,
+                also_compared=narrowed.also_compared)
     result = race.run()
     for label, why in result.dropped.items():
         state.decide(f"final: {label} dropped after {result.dropped_after[label]} rounds: {why}")
-    state.decide(f"final: {len(result.rounds)} rounds; stopped: {result.stopped} "
+    state.decide(f"final: {len(result.rounds)} rounds in whole-server windows of "
+                 f"{', '.join(['default', *racing, *reported])}; stopped: {result.stopped} "
                  f"(intervals: {METHOD_NAMES[result.method]})")
     return [dict(row) for row in result.rounds]
 
 
 def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-            baselines: list[str], searched: list[str], rounds: list[Round]) -> TuneResult:
+            baselines: list[str], narrowed: Narrowed, rounds: list[Round]) -> TuneResult:
     """The decision over ``rounds`` as the run's result (the original when undecided)."""
+    searched = narrowed.searched
     def mean(which: str) -> float | None:
         vals = [v for row in rounds if (v := row.get(which)) is not None]
         return statistics.fmean(vals) if vals else None
@@ -160,12 +184,13 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
         eligible, reported = decision_labels(searched, baselines)
         decision = decide(rounds, reference="default", baselines=reported,
                           candidates=eligible, level=ctx.config.final.level,
-                          method=INTERVAL_METHOD,
+                          method=INTERVAL_METHOD, also_compared=narrowed.also_compared,
                           search_ratios=_search_ratios(state, candidates, searched),
                           names={**NAMES, **{c: f"tuned ({c})" for c in searched
                                              if c != "best"}})
         for line in decision.lines:
             state.decide(f"final: {line.strip()}")
+        ctx.metrics.record_final_comparison(decision.to_dict())
     elif rounds and searched:
         state.decide("final: fewer than 2 rounds measured: no interval, so no decision; "
                      "keeping the original")
@@ -200,96 +225,3 @@ def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],
                       if r.ratio is not None and not r.session.startswith("final")
                       and all(r.in_force.get(n) == v for n, v in settings.items())]
     return out
-
-
-def _screened(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]]
-              ) -> bool:
-    """Whether the screening's predicted best races too: it pools the whole design, so it
-    can be right where the search's few noisy evaluations ranked it low (on
-    ``3Q6,3Q7,3Q8,3Q13`` three screenings in three runs put random_page_cost at its low end,
-    the grid's best, and two searches kept the original). Not when it is already a
-    candidate, the original, or breaks the memory budget (said why)."""
-    screened = state.screened
-    if screened is None or any(screened == s for s in candidates.values()):
-        return False
-    wanted = {**ctx.measurer.in_force, **screened}
-    reason = ctx.budget.violation(wanted, wanted)
-    if reason is not None:
-        state.decide(f"final: the screening's predicted best {screened} breaks the memory "
-                     f"budget ({reason}); not raced")
-        return False
-    return True
-
-
-def _baseline(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | None:
-    """A baseline's settings for the tuned knobs, or None (said why) when it cannot run."""
-    if label != "pgtune":
-        return None
-    budget = ctx.budget.budget
-    machine = Machine(ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1,
-                      connections=budget.connections,
-                      db_type="oltp" if ctx.config.workload.kind in ("pgbench", "observe")
-                      else "dw")
-    settings = {**ctx.original, **pgtune_on_grid(machine, ctx.budget.catalog, ctx.original)}
-    if settings == ctx.original:
-        state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
-                     "original; not measured as a baseline")
-        return None
-    wanted = {**ctx.measurer.in_force, **settings}
-    reason = ctx.budget.violation(wanted, wanted)
-    if reason is not None:
-        state.decide(f"final: PGTune's rules {settings} break the memory budget ({reason}); "
-                     f"not measured as a baseline")
-        return None
-    return settings
-
-
-def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict[str, str]]:
-    """The ``count`` best distinct configurations the search measured under the current
-    workload (:func:`rank_configurations`), other than the original.
-
-    A configuration that breaks the memory budget as a whole is skipped (and said so when it
-    is the search's best): an offline point was measured under the original online settings,
-    which the online budget may refuse.
-    """
-    out: list[dict[str, str]] = []
-    for settings, records in rank_configurations(state.records[state.ranked_from:],
-                                                 ctx.original):
-        if len(out) >= count:
-            break
-        wanted = {**ctx.measurer.in_force, **records[-1].in_force, **settings}
-        reason = ctx.budget.violation(wanted, wanted)
-        if reason is not None:
-            text = f"final: {settings} not re-measured: {reason}"
-            if any(r is state.best for r in records):
-                state.decide(text)
-            else:
-                logger.info(text)
-            continue
-        out.append(settings)
-    return out
-
-
-def rank_configurations(records: list[PointRecord], original: Mapping[str, str]
-                        ) -> list[tuple[dict[str, str], list[PointRecord]]]:
-    """The distinct configurations of the knobs in ``original`` that the search measured,
-    other than the original, best first by the mean of their values: a configuration
-    measured several times is ranked by all its measurements, not by its luckiest one.
-
-    Screening's design points are not candidates: each is one short sample at the ends of
-    the knobs' ranges, taken to rank the knobs, and its value is not paired with a
-    reference, so a lucky one would enter the race on noise (the 320 MB headroom run on
-    ``3Q6,3Q7,3Q8,3Q13`` raced such a point and claimed 1.32× that re-measured at 1.04×).
-    Nor are the final rounds' own measurements.
-    """
-    names = list(original)
-    measured: dict[tuple[str, ...], list[PointRecord]] = {}
-    for r in records:
-        if r.value is None or r.session.startswith("final") or r.session == "screening":
-            continue
-        key = tuple(r.in_force.get(n, original[n]) for n in names)
-        if key != tuple(original.values()):
-            measured.setdefault(key, []).append(r)
-    ranked = sorted(measured.items(), reverse=True,
-                    key=lambda kv: statistics.fmean(r.value or 0.0 for r in kv[1]))
-    return [(dict(zip(names, key, strict=True)), rs) for key, rs in ranked]

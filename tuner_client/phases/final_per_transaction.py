@@ -70,29 +70,14 @@ def race_per_transaction_run(ctx: RunContext, state: RunState,
                              candidates: Mapping[str, dict[str, str]], labels: list[str]
                              ) -> PerTransactionRace | None:
     """Race ``labels`` (the first is the reference) in one per-transaction run of
-    ``final.max_seconds`` (default :data:`DEFAULT_SECONDS`, within
-    [:data:`MIN_SECONDS`, :data:`MAX_SECONDS`]); None, said why, when the design does not
-    apply here."""
+    :func:`race_seconds`; None, said why, when the design does not apply here."""
     configs = [candidates[label] for label in labels]
     reason = why_not_per_transaction(ctx, configs)
     if reason is not None:
         state.decide(f"final: measured in windows, not per transaction: {reason}")
         return None
-    differing = differing_knobs(configs)
-    shared = {n: v for n, v in configs[0].items() if n not in differing}
-    wanted = ctx.config.final.max_seconds or DEFAULT_SECONDS
-    seconds = int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
-    ctx.measurer.stop()  # the windows' workload must not run beside this one
     try:
-        ctx.apply(shared, check_budget=False, warm_up=False)
-        assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
-                                     [{n: c[n] for n in differing if n in c} for c in configs],
-                                     seed=ctx.config.seed)
-        logger.info("=== final race per transaction: %s for %d s ===", " vs ".join(labels),
-                    seconds)
-        trace = assignment.run(seconds)
-        race = race_per_transaction(trace, labels, configs, level=ctx.config.final.level,
-                                    seed=ctx.config.seed)
+        race = run_per_transaction(ctx, candidates, labels, race_seconds(ctx))
     except HarmonyError as exc:
         state.decide(f"final: the per-transaction run failed ({exc}); measured in windows")
         return None
@@ -108,6 +93,33 @@ def race_per_transaction_run(ctx: RunContext, state: RunState,
     return race
 
 
+def race_seconds(ctx: RunContext) -> int:
+    """A per-transaction race's length: ``final.max_seconds`` (default
+    :data:`DEFAULT_SECONDS`) within [:data:`MIN_SECONDS`, :data:`MAX_SECONDS`]."""
+    wanted = ctx.config.final.max_seconds or DEFAULT_SECONDS
+    return int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
+
+
+def run_per_transaction(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
+                        labels: list[str], seconds: int) -> PerTransactionRace:
+    """One per-transaction run of ``labels`` (the first is the reference) for ``seconds``:
+    the knobs they share are put in force on the server first (a restart when a restart-time
+    one changes), so ``SET LOCAL`` carries exactly the differences. Raises
+    :class:`HarmonyError` when the run fails."""
+    configs = [candidates[label] for label in labels]
+    differing = differing_knobs(configs)
+    shared = {n: v for n, v in configs[0].items() if n not in differing}
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    ctx.apply(shared, check_budget=False, warm_up=False)
+    assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
+                                 [{n: c[n] for n in differing if n in c} for c in configs],
+                                 seed=ctx.config.seed)
+    logger.info("=== per-transaction run: %s for %d s ===", " vs ".join(labels), seconds)
+    trace = assignment.run(seconds)
+    return race_per_transaction(trace, labels, configs, level=ctx.config.final.level,
+                                seed=ctx.config.seed)
+
+
 def per_transaction_result(ctx: RunContext, state: RunState,
                            candidates: Mapping[str, dict[str, str]],
                            race: RaceOutcome) -> TuneResult:
@@ -115,6 +127,7 @@ def per_transaction_result(ctx: RunContext, state: RunState,
     winner): no absolute throughput (every configuration ran in the same seconds), the
     ratios and their intervals in the decision."""
     decision = race.to_final_decision()
+    ctx.metrics.record_final_comparison(decision.to_dict())
     best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
     unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
     work = Work(passes=state.passes,

@@ -21,13 +21,11 @@ import psycopg
 
 from harmony.base.errors import HarmonyError
 from tuner_client.phases.final_per_transaction import (
-    DEFAULT_SECONDS,
-    MAX_SECONDS,
-    MIN_SECONDS,
     PER_TRANSACTION,
     RaceOutcome,
     differing_knobs,
     race_per_transaction_run,
+    race_seconds,
     why_not_per_transaction,
 )
 from tuner_client.phases.state import RunContext, RunState
@@ -106,7 +104,7 @@ def race_switchback_run(ctx: RunContext, state: RunState,
         state.decide(f"final: measured in windows, not by switchback: {reason}")
         return None
     slice_s = ctx.config.measure.slice_s
-    seconds = min(MAX_SECONDS, max(MIN_SECONDS, ctx.config.final.max_seconds or DEFAULT_SECONDS))
+    seconds = race_seconds(ctx)
     blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
     logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
                 " vs ".join(labels), blocks, slice_s)

@@ -114,6 +114,28 @@ class FinalDecision:
                 "unstable": dict(self.unstable), "text": list(self.lines)}
 
 
+def race_decision(*, winner: str | None, reference: str,
+                  plain: Mapping[str, RatioInterval], simultaneous: Mapping[str, RatioInterval],
+                  rounds: Mapping[str, int], lines: Sequence[str], level: float,
+                  decision_level: float, method: Method, design: str, method_text: str,
+                  transactions: Mapping[str, tuple[int, int]] | None = None) -> FinalDecision:
+    """A race measured in one design (per transaction, switchback) as a
+    :class:`FinalDecision`: every candidate's plain interval, the best by its plain ratio, and
+    the winner's (else the best's) simultaneous interval as the improvement when there is a
+    winner. ``rounds``/``transactions``: each candidate's observations (slices or blocks,
+    and the transactions of reference and candidate)."""
+    best = max(plain, key=lambda label: plain[label].ratio)
+    shown = winner or best
+    improvement, ci = simultaneous[shown].fractions()
+    return FinalDecision(
+        winner=winner, reference=reference, best=best, intervals=dict(plain), unstable={},
+        lines=tuple(lines), rounds=rounds[shown], level=level, decision_level=decision_level,
+        improvement=improvement if winner is not None else 0.0,
+        improvement_ci=ci if winner is not None else None, method=method, design=design,
+        transactions=transactions[shown] if transactions is not None else None,
+        method_text=method_text)
+
+
 def _series(rounds: Sequence[Round], label: str) -> list[float | None]:
     return [r.get(label) for r in rounds]
 
@@ -134,7 +156,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
            baselines: Sequence[str] = ("pgtune",), candidates: Sequence[str] | None = None,
            level: float = 0.95, method: Method = "anytime", seed: int = 0,
            search_ratios: Mapping[str, Sequence[float]] | None = None,
-           names: Mapping[str, str] | None = None) -> FinalDecision:
+           names: Mapping[str, str] | None = None, also_compared: int = 0) -> FinalDecision:
     """Judge the final rounds (dicts label → value, paired by round, in time order).
 
     ``candidates`` default to every label that is neither the reference nor a baseline.
@@ -143,6 +165,8 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
     is printed (e.g. ``{"pgtune": "PGTune rules", "c1": "tuned"}``). ``method``: ``anytime``
     for raced rounds (confidence sequences, Bonferroni over every candidate), ``t`` or
     ``bootstrap`` for a number of rounds fixed in advance (Bonferroni over the stable ones).
+    ``also_compared``: candidates compared before these rounds and not measured in them (a
+    per-transaction stage chose among them); the Bonferroni split counts them too.
     """
     if not rounds:
         raise ConfigError("the decision needs at least one final round, but got none")
@@ -154,7 +178,7 @@ def decide(rounds: Sequence[Round], *, reference: str = "default",
                                                  level=level, method=method, seed=seed)
     unstable = _unstable_candidates(rounds, cands, ref_values, search_ratios)
     pick = _pick_winner(rounds, cands, intervals, unstable, ref_values, level=level,
-                        method=method, seed=seed)
+                        method=method, seed=seed, also_compared=also_compared)
     lines = _decision_lines(pick, intervals, unstable, reference=reference,
                             labels=[*baselines, *cands], names=dict(names or {}), level=level,
                             method=method)
@@ -201,10 +225,11 @@ class _Pick:
 def _pick_winner(rounds: Sequence[Round], cands: Sequence[str],
                  intervals: Mapping[str, RatioInterval | None], unstable: Mapping[str, str],
                  ref_values: Sequence[float | None], *, level: float, method: Method,
-                 seed: int) -> _Pick:
-    """Bonferroni over every raced candidate (``anytime``) or the stable ones (fixed n)."""
+                 seed: int, also_compared: int = 0) -> _Pick:
+    """Bonferroni over every raced candidate (``anytime``) or the stable ones (fixed n), and
+    ``also_compared`` more."""
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
-    m = max(1, len(cands) if method == "anytime" else len(eligible))
+    m = max(1, (len(cands) if method == "anytime" else len(eligible)) + also_compared)
     decision_level = 1.0 - (1.0 - level) / m
     ratios = {c: iv.ratio for c in eligible if (iv := intervals[c]) is not None}
     best = max(ratios, key=lambda c: ratios[c]) if ratios else None
@@ -237,7 +262,7 @@ def _decision_lines(pick: _Pick, intervals: Mapping[str, RatioInterval | None],
             f"{strict.ratio:.2f}× ({100 * level:.0f} % {kind} {strict.low:.2f}–{strict.high:.2f} "
             f"simultaneous over {m} candidates, i.e. {100 * decision_level:.1f} % each)")
         lines.append(f"recommending {name(winner)}: {name(winner)}/{ref_name} {shown}"
-                     f" over {strict.n} paired rounds")
+                     f" over {strict.n} paired rounds in windows")
     else:
         why = "no stable candidate" if best is None else "no significant improvement"
         lines.append(f"{why}; keeping the original ({ref_name})")
@@ -245,15 +270,17 @@ def _decision_lines(pick: _Pick, intervals: Mapping[str, RatioInterval | None],
             iv = intervals[best]
             assert iv is not None
             lines.append(f"  best candidate {name(best)}/{ref_name} {iv.text()} over {iv.n} "
-                         "paired rounds: the interval includes 1" if iv.low <= 1.0 else
-                         f"  best candidate {name(best)}/{ref_name} {iv.text()}: above 1 at "
+                         "paired rounds in windows: the interval includes 1" if iv.low <= 1.0 else
+                         f"  best candidate {name(best)}/{ref_name} {iv.text()} over {iv.n} "
+                         f"paired rounds in windows: above 1 at "
                          f"{100 * level:.0f} % but not at the {100 * decision_level:.1f} % "
                          f"needed for the best of {m} candidates")
     for label in labels:
         if label == winner or (winner is None and label == best):
             continue
         iv = intervals.get(label)
-        shown = iv.text() if iv is not None else "not enough paired rounds"
+        shown = f"{iv.text()} over {iv.n} paired rounds in windows" if iv is not None \
+            else "not enough paired rounds in windows"
         lines.append(f"  {name(label)}/{ref_name} {shown}")
     for label, reason in unstable.items():
         lines.append(f"  {name(label)} is unstable and not recommended: {reason}")

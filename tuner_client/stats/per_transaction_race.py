@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harmony.base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.decision import FinalDecision, race_decision
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
@@ -82,17 +82,14 @@ class PerTransactionRace:
 
     def to_final_decision(self) -> FinalDecision:
         """The race as the tuner's :class:`FinalDecision` (summary.json, the report)."""
-        best = max(self.plain, key=lambda label: self.plain[label].interval.ratio)
-        shown = self.comparisons[self.winner or best]
-        improvement, ci = shown.interval.fractions()
-        return FinalDecision(
-            winner=self.winner, reference=self.reference, best=best,
-            intervals={label: r.interval for label, r in self.plain.items()}, unstable={},
-            lines=tuple(self.decisions()), rounds=shown.slices, level=self.plain_level,
-            decision_level=self.level,
-            improvement=improvement if self.winner is not None else 0.0,
-            improvement_ci=ci if self.winner is not None else None, method="bootstrap",
-            design=DESIGN, transactions=shown.transactions, method_text=METHOD_TEXT)
+        return race_decision(
+            winner=self.winner, reference=self.reference,
+            plain={label: r.interval for label, r in self.plain.items()},
+            simultaneous={label: r.interval for label, r in self.comparisons.items()},
+            rounds={label: r.slices for label, r in self.comparisons.items()},
+            transactions={label: r.transactions for label, r in self.comparisons.items()},
+            lines=self.decisions(), level=self.plain_level, decision_level=self.level,
+            method="bootstrap", design=DESIGN, method_text=METHOD_TEXT)
 
     def summary(self) -> dict[str, Any]:
         """What summary.json records: the design, its observations and each interval."""

@@ -127,6 +127,7 @@ class Race:
     needs one of them; with a clock alone the next round's time is estimated from the samples
     so far (the first round is measured blind). ``method``: ``anytime`` (confidence
     sequences, the default) or ``t`` (the earlier fixed-n rule, for comparison).
+    ``also_compared``: candidates compared before the race, not in it (Bonferroni counts them).
     """
 
     def __init__(self, measure: Measure, candidates: Sequence[str], *,
@@ -136,7 +137,7 @@ class Race:
                  win_level: float = EARLY_LEVEL, min_gain: float = 0.0,
                  cost: Cost | None = None, clock: Callable[[], float] | None = None,
                  rotation: int = 0, close_call_rounds: int | None = None,
-                 method: Method = "anytime") -> None:
+                 method: Method = "anytime", also_compared: int = 0) -> None:
         self.budget = budget or RaceBudget()
         if min_samples < 2:
             raise ConfigError(f"a candidate needs at least 2 paired samples for an interval, "
@@ -173,6 +174,7 @@ class Race:
         self.rotation = rotation
         self.close_call_rounds = close_call_rounds
         self.method: Method = method
+        self.also_compared = also_compared
         self.rounds: list[Round] = []
         self.samples: dict[str, int] = {}
         self.failures: dict[str, int] = {}
@@ -232,7 +234,7 @@ class Race:
         """The level of each candidate's confidence sequence against the reference, for its
         drop and its win: ``level`` Bonferroni-adjusted over the candidates. (The ``t`` rule
         drops at ``level`` and wins at ``win_level``, adjusted the same way.)"""
-        return 1.0 - (1.0 - self.level) / max(1, len(self._candidates))
+        return 1.0 - (1.0 - self.level) / max(1, len(self._candidates) + self.also_compared)
 
     def pair_level(self) -> float:
         """The level of the interval between two candidates: ``level`` Bonferroni-adjusted
@@ -371,7 +373,7 @@ class Race:
         if len(racing) == 1 and self.samples[racing[0]] >= self.min_samples:
             only = racing[0]
             # Bonferroni for every candidate that raced: the winner was picked among them
-            m = len(self._candidates)
+            m = len(self._candidates) + self.also_compared
             strict = self.interval(only, level=1.0 - (1.0 - self.win_level) / m) \
                 if self.method == "t" else self.interval(only, level=self.reference_level())
             if strict is not None and strict.above_one:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony.base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.decision import FinalDecision, race_decision
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import slice_log_speedups
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
@@ -276,17 +276,13 @@ class SwitchbackRace:
     def to_final_decision(self) -> FinalDecision:
         """The race as the tuner's :class:`FinalDecision` (summary.json, the report): its
         observations are blocks (``rounds`` and each interval's ``n``)."""
-        best = max(self.plain, key=lambda label: self.plain[label].interval.ratio)
-        shown = self.comparisons[self.winner or best]
-        improvement, ci = shown.interval.fractions()
-        return FinalDecision(
-            winner=self.winner, reference=self.reference, best=best,
-            intervals={label: r.interval for label, r in self.plain.items()}, unstable={},
-            lines=tuple(self.decisions()), rounds=shown.blocks, level=self.plain_level,
-            decision_level=self.level,
-            improvement=improvement if self.winner is not None else 0.0,
-            improvement_ci=ci if self.winner is not None else None, method="anytime",
-            design=DESIGN, method_text=METHOD_TEXT)
+        return race_decision(
+            winner=self.winner, reference=self.reference,
+            plain={label: r.interval for label, r in self.plain.items()},
+            simultaneous={label: r.interval for label, r in self.comparisons.items()},
+            rounds={label: r.blocks for label, r in self.comparisons.items()},
+            lines=self.decisions(), level=self.plain_level, decision_level=self.level,
+            method="anytime", design=DESIGN, method_text=METHOD_TEXT)
 
     def summary(self) -> dict[str, object]:
         """What summary.json may record: the design, its observations and each interval."""

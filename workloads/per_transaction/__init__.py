@@ -16,6 +16,7 @@ from workloads.per_transaction.settings import (
     SESSION_CONTEXTS,
     Configuration,
     check_session_settable,
+    padded_set_local,
     set_local,
 )
 from workloads.per_transaction.streams import StreamAssignment, statement_draws, tpch_draws
@@ -23,4 +24,4 @@ from workloads.per_transaction.trace import Trace
 
 __all__ = ["SESSION_CONTEXTS", "Configuration", "PgbenchAssignment", "StreamAssignment",
            "Template", "Trace", "builtin_template", "check_session_settable",
-           "script_templates", "set_local", "statement_draws", "tpch_draws"]
+           "padded_set_local", "script_templates", "set_local", "statement_draws", "tpch_draws"]

@@ -23,7 +23,11 @@ from pathlib import Path
 
 from harmony.base.errors import WorkloadError
 from workloads.connect import connect
-from workloads.per_transaction.settings import Configuration, check_session_settable, set_local
+from workloads.per_transaction.settings import (
+    Configuration,
+    check_session_settable,
+    padded_set_local,
+)
 from workloads.per_transaction.trace import Trace
 from workloads.pgbench import find_pgbench
 from workloads.script_file import Script, blank_quoted, split_commands
@@ -110,8 +114,8 @@ class PgbenchAssignment:
         self.pgoptions = pgoptions
         with connect(dsn) as conn:
             check_session_settable(conn, self.configurations)
-            self._settings = [[s.as_string(conn) for s in set_local(c)]
-                              for c in self.configurations]
+            self._settings = [[s.as_string(conn) for s in lines]
+                              for lines in padded_set_local(self.configurations)]
 
     def _write_variants(self, directory: Path) -> list[str]:
         specs = []

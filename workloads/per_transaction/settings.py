@@ -54,9 +54,26 @@ def check_session_settable(conn: psycopg.Connection[Any],
 
 def set_local(config: Configuration) -> list[sql.Composed]:
     """``SET LOCAL knob TO value`` for each knob of ``config`` (composed, never formatted)."""
-    return [sql.SQL("SET LOCAL {} TO {}").format(sql.Identifier(*name.split(".")),
-                                                 sql.Literal(str(value)))
-            for name, value in sorted(config.items())]
+    return [_set_local_line(name, value) for name, value in sorted(config.items())]
+
+
+def padded_set_local(configurations: Sequence[Configuration]) -> list[list[sql.Composed]]:
+    """Per configuration, the same list of ``SET LOCAL`` lines: every knob any of them sets,
+    in one order, ``TO DEFAULT`` (the session's own value) where this one does not set it.
+
+    Every arm then pays the same statements before its work: a pgbench arm with fewer lines
+    read 1.09× (1.05–1.14) faster than an identically configured one by round trips alone.
+    """
+    names = sorted({name for config in configurations for name in config})
+    return [[_set_local_line(name, config.get(name)) for name in names]
+            for config in configurations]
+
+
+def _set_local_line(name: str, value: str | None) -> sql.Composed:
+    """``SET LOCAL name TO value`` (``TO DEFAULT`` for None), composed."""
+    return sql.SQL("SET LOCAL {} TO {}").format(
+        sql.Identifier(*name.split(".")),
+        sql.SQL("DEFAULT") if value is None else sql.Literal(str(value)))
 
 
 def describe(config: Configuration) -> str:

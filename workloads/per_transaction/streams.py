@@ -25,7 +25,11 @@ from workloads.base import cancel_and_join, cancel_running
 from workloads.connect import connect
 from workloads.driver import check_tpch_database
 from workloads.mix import Mix, parse_mix
-from workloads.per_transaction.settings import Configuration, check_session_settable, set_local
+from workloads.per_transaction.settings import (
+    Configuration,
+    check_session_settable,
+    padded_set_local,
+)
 from workloads.per_transaction.trace import Trace
 from workloads.script_file import Script
 from workloads.tpch.queries import make_query
@@ -138,7 +142,7 @@ class StreamAssignment:
         self.configurations = tuple(dict(c) for c in configurations)
         with connect(dsn) as conn:
             check_session_settable(conn, self.configurations)
-        self.settings = [set_local(c) for c in self.configurations]
+        self.settings = padded_set_local(self.configurations)
         self.stop_event = threading.Event()
 
     def run(self, seconds: float) -> Trace:

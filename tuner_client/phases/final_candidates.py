@@ -1,0 +1,109 @@
+"""The final race's candidates: the search's best distinct configurations, ranked by the
+mean of their measurements, the screening's predicted best, and the rules-of-thumb baselines
+(PGTune's), each checked against the memory budget (said why when one is not raced)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from collections.abc import Mapping
+
+from tuner_client.measurer import PointRecord
+from tuner_client.pgtune import Machine, pgtune_on_grid
+from tuner_client.phases.state import RunContext, RunState
+
+logger = logging.getLogger(__name__)
+
+
+def screened_races(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]]
+              ) -> bool:
+    """Whether the screening's predicted best races too: it pools the whole design, so it
+    can be right where the search's few noisy evaluations ranked it low (on
+    ``3Q6,3Q7,3Q8,3Q13`` three screenings in three runs put random_page_cost at its low end,
+    the grid's best, and two searches kept the original). Not when it is already a
+    candidate, the original, or breaks the memory budget (said why)."""
+    screened = state.screened
+    if screened is None or any(screened == s for s in candidates.values()):
+        return False
+    wanted = {**ctx.measurer.in_force, **screened}
+    reason = ctx.budget.violation(wanted, wanted)
+    if reason is not None:
+        state.decide(f"final: the screening's predicted best {screened} breaks the memory "
+                     f"budget ({reason}); not raced")
+        return False
+    return True
+
+
+def baseline_settings(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | None:
+    """A baseline's settings for the tuned knobs, or None (said why) when it cannot run."""
+    if label != "pgtune":
+        return None
+    budget = ctx.budget.budget
+    machine = Machine(ram_bytes=budget.ram_bytes, cpus=os.cpu_count() or 1,
+                      connections=budget.connections,
+                      db_type="oltp" if ctx.config.workload.kind in ("pgbench", "observe")
+                      else "dw")
+    settings = {**ctx.original, **pgtune_on_grid(machine, ctx.budget.catalog, ctx.original)}
+    if settings == ctx.original:
+        state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
+                     "original; not measured as a baseline")
+        return None
+    wanted = {**ctx.measurer.in_force, **settings}
+    reason = ctx.budget.violation(wanted, wanted)
+    if reason is not None:
+        state.decide(f"final: PGTune's rules {settings} break the memory budget ({reason}); "
+                     f"not measured as a baseline")
+        return None
+    return settings
+
+
+def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict[str, str]]:
+    """The ``count`` best distinct configurations the search measured under the current
+    workload (:func:`rank_configurations`), other than the original.
+
+    A configuration that breaks the memory budget as a whole is skipped (and said so when it
+    is the search's best): an offline point was measured under the original online settings,
+    which the online budget may refuse.
+    """
+    out: list[dict[str, str]] = []
+    for settings, records in rank_configurations(state.records[state.ranked_from:],
+                                                 ctx.original):
+        if len(out) >= count:
+            break
+        wanted = {**ctx.measurer.in_force, **records[-1].in_force, **settings}
+        reason = ctx.budget.violation(wanted, wanted)
+        if reason is not None:
+            text = f"final: {settings} not re-measured: {reason}"
+            if any(r is state.best for r in records):
+                state.decide(text)
+            else:
+                logger.info(text)
+            continue
+        out.append(settings)
+    return out
+
+
+def rank_configurations(records: list[PointRecord], original: Mapping[str, str]
+                        ) -> list[tuple[dict[str, str], list[PointRecord]]]:
+    """The distinct configurations of the knobs in ``original`` that the search measured,
+    other than the original, best first by the mean of their values: a configuration
+    measured several times is ranked by all its measurements, not by its luckiest one.
+
+    Screening's design points are not candidates: each is one short sample at the ends of
+    the knobs' ranges, taken to rank the knobs, and its value is not paired with a
+    reference, so a lucky one would enter the race on noise (the 320 MB headroom run on
+    ``3Q6,3Q7,3Q8,3Q13`` raced such a point and claimed 1.32× that re-measured at 1.04×).
+    Nor are the final rounds' own measurements.
+    """
+    names = list(original)
+    measured: dict[tuple[str, ...], list[PointRecord]] = {}
+    for r in records:
+        if r.value is None or r.session.startswith("final") or r.session == "screening":
+            continue
+        key = tuple(r.in_force.get(n, original[n]) for n in names)
+        if key != tuple(original.values()):
+            measured.setdefault(key, []).append(r)
+    ranked = sorted(measured.items(), reverse=True,
+                    key=lambda kv: statistics.fmean(r.value or 0.0 for r in kv[1]))
+    return [(dict(zip(names, key, strict=True)), rs) for key, rs in ranked]
