@@ -153,7 +153,7 @@ def test_the_work_deadline_counts_cpu_time_not_waiting(monkeypatch: pytest.Monke
                                             r"[0-9.]+ s of CPU in [0-9.]+ s\)") as refused:
         asyncio.run(bodies.off_loop("computing", _compute, 1.5))
     used = float(re.findall(r"used ([0-9.]+) s of CPU", str(refused.value))[0])
-    assert 0.2 < used < 1.5  # refused past the deadline, before the work was done
+    assert 0.2 <= used < 1.5  # refused at the deadline (to 2 decimals), before the work was done
 
 
 @pytest.mark.parametrize(("change", "words"), [
