@@ -34,6 +34,8 @@ from harmony_server.store import Store, default_store_url
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 1979
+#: the event loop the server runs on (see :func:`new_event_loop`)
+EVENT_LOOP = "uvloop" if uvloop is not None else "asyncio"
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
