@@ -120,8 +120,8 @@ class HttpBackend:
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        try:
-            parts = urlsplit(self.url)
+        try:  # "host:port" alone means http://host:port
+            parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
             self._port = parts.port
         except ValueError as exc:
             raise ConfigError(f"server URL {url!r} is not a valid http(s) URL: {exc}") from None
