@@ -3,7 +3,8 @@
     python -m benchmarks.server_roundtrip [--quick]
 
 The server runs as its own process (``python -m harmony_server``, SQLite store in a temp
-dir, WAL, synchronous=NORMAL); the Python client (:mod:`tuner_client.client`) drives it.
+dir, WAL, synchronous=NORMAL); the Python client (:mod:`tuner_client.client` over
+:mod:`tuner_client.transport`: the standard library's ``http.client``) drives it.
 Also measures the session core + store alone (no HTTP) to separate the costs. Writes
 ``benchmarks/results/server.json`` and ``server.md``. Targets: >= 1,000 pairs/s on one
 connection, p99 < 10 ms per pair.
@@ -29,6 +30,7 @@ import urllib3
 
 from benchmarks.machine import cpu_model
 from harmony.core.definition import SessionDefinition
+from harmony_server.server import EVENT_LOOP
 from tuner_client.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,7 +226,8 @@ def core_and_store(state: Path, pairs: int) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     cpu = cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "loadavg_1m": os.getloadavg()[0]}
+            "platform": platform.platform(), "loadavg_1m": os.getloadavg()[0],
+            "loadavg_1_5_15": os.getloadavg(), "server_event_loop": EVENT_LOOP}
 
 
 def write_markdown(result: dict[str, Any], path: Path) -> None:
@@ -241,10 +244,12 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         f"Command: `{result['command']}`  ",
         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, {m['platform']} "
         f"(1-min load average at start: {m['loadavg_1m']:.2f}; the machine is shared).  ",
-        "Server: `python -m harmony_server` as its own process, SQLite store (WAL, "
+        "Server: `python -m harmony_server` as its own process (event loop: "
+        f"{m.get('server_event_loop', 'asyncio')}), SQLite store (WAL, "
         "synchronous=NORMAL: durable against a killed process), strategy `random`, 4 integer "
-        "parameters. Client: `tuner_client.client` (its own keep-alive HTTP/1.1 connections, "
-        "`tuner_client.http_connection`) over loopback.",
+        "parameters. Client: `tuner_client.client` over `tuner_client.transport` (the "
+        "standard library's `http.client`, one keep-alive connection per thread) over "
+        "loopback.",
         "",
         "| scenario | pairs | pairs/s | p50 ms | p99 ms | max ms |",
         "|---|---:|---:|---:|---:|---:|",
@@ -311,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         result["core_and_store"] = core_and_store(Path(tmp) / "core", min(pairs, 2000))
     result["loadavg_end_1m"] = os.getloadavg()[0]
+    result["loadavg_end_1_5_15"] = os.getloadavg()
     one = result["one_connection"]
     result["targets"] = {"throughput": one["pairs_per_second"] >= 1000,
                          "throughput_piggybacked":

@@ -135,8 +135,20 @@ _VALIDATORS = {name: jsonschema.Draft202012Validator(schema)
 
 
 def _is_name(value: Any, longest: int) -> bool:
-    # isprintable() is stricter than NO_CONTROL: what it refuses goes the slow way
+    # isprintable() is stricter than NO_CONTROL (and refuses lone surrogates): what it
+    # refuses goes the slow way
     return isinstance(value, str) and 0 < len(value) <= longest and value.isprintable()
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` can be stored (encoded as UTF-8: no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_number(value: Any) -> bool:
@@ -148,10 +160,12 @@ def _is_wait(value: Any) -> bool:
 
 
 def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
-    """True for the usual shapes of the hot requests, which then skip the schema validator.
+    """True for the usual shapes of the hot requests, which then skip the schema validator
+    and :func:`check_json_values`.
 
-    Never more permissive than :data:`REQUEST_SCHEMAS` (a test checks this); anything it
-    does not recognise goes through full validation, which also words the error.
+    Never more permissive than :data:`REQUEST_SCHEMAS` and :func:`check_json_values` (a test
+    checks this); anything it does not recognise goes through full validation, which also
+    words the error.
     """
     if operation == "fetch":
         return (body.keys() <= {"client", "wait", "request"}
@@ -176,7 +190,8 @@ def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
             return _is_number(body["value"])
         if keys <= {"failure", "reason"} and body.get("failure") is True:
             return "reason" not in body or (isinstance(body["reason"], str)
-                                            and len(body["reason"]) <= 4000)
+                                            and len(body["reason"]) <= 4000
+                                            and _is_utf8(body["reason"]))
     return False
 
 
@@ -276,9 +291,9 @@ def check_definition_size(definition: Mapping[str, Any]) -> None:
 
 def validate_request(operation: str, body: Any) -> dict[str, Any]:
     """Check a decoded request body against its schema; :class:`ProtocolError` names the key."""
-    check_json_values(operation, body)
     if isinstance(body, dict) and _fast_accept(operation, body):
-        return body
+        return body  # the usual fetch and report: every check below would pass
+    check_json_values(operation, body)
     if not isinstance(body, Mapping):
         raise ProtocolError(f"{operation}: the request body must be a JSON object, "
                             f"got {type(body).__name__}")

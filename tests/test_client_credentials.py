@@ -143,19 +143,19 @@ def test_a_lost_report_answer_is_retried_by_the_client_without_an_error(tmp_path
         assert got is not None
         backend = session._backend
         assert isinstance(backend, HttpBackend)
-        real = backend.pool.request
+        real = backend._exchange
         calls: list[str] = []
 
-        def answer_lost_once(method: str, url: str, **kwargs: object) -> object:
-            response = real(method, url, **kwargs)  # type: ignore[arg-type]
-            if url.endswith("/report") and not calls:
-                calls.append(url)
+        def answer_lost_once(conn: object, method: str, path: str, *args: object) -> object:
+            answer = real(conn, method, path, *args)  # type: ignore[arg-type]
+            if path.endswith("/report") and not calls:
+                calls.append(path)
                 raise ConnectionResetError("the answer was lost")  # after the server acted
-            return response
+            return answer
 
-        backend.pool.request = answer_lost_once  # type: ignore[method-assign]
+        backend._exchange = answer_lost_once  # type: ignore[method-assign,assignment]
         session.report(got.trial_id, 3.0)
-        backend.pool.request = real  # type: ignore[method-assign]
+        backend._exchange = real  # type: ignore[method-assign]
         assert calls == ["/sessions/l/report"]
         assert session.status()["counts"]["done"] == 1
         assert server.manager.stats.duplicate_reports == 1

@@ -294,20 +294,27 @@ def test_a_failed_store_write_is_not_acknowledged_and_the_session_heals(tmp_path
 
 
 def test_shutdown_answers_pending_long_polls_promptly(tmp_path: Path) -> None:
-    server = start_server(port=0, state_dir=tmp_path)
+    """Stopping the server answers a parked long poll at once ("wait"): it does not hold the
+    shutdown until the poll's own wait (600 s here) or the grace period for in-flight
+    requests (300 s) runs out. Timed against those, not against a fixed "fast", so that a
+    loaded machine cannot fail it."""
+    server = start_server(port=0, state_dir=tmp_path, max_wait=600.0, shutdown_timeout=300.0)
     http = Raw(server.url)
     http("POST", "/sessions", {"definition": definition("z")})
     http("POST", "/sessions/z/pause", {})
     http.join("z", "c")
     answers: list[tuple[int, object]] = []
     poller = threading.Thread(target=lambda: answers.append(
-        http("POST", "/sessions/z/fetch", {"client": "c", "wait": 30})))
+        http("POST", "/sessions/z/fetch", {"client": "c", "wait": 600})))
+    fetches = server.manager.stats.requests
     poller.start()
-    time.sleep(0.3)  # the poll is now parked on the server
-    started = time.monotonic()
-    server.stop()
-    poller.join(10)
-    assert time.monotonic() - started < 3.0
+    arrived = time.monotonic() + 60
+    while fetches["/sessions/{name}/fetch"] == 0 and time.monotonic() < arrived:
+        time.sleep(0.01)  # counted as it arrives; it then parks (or, closing, answers at once)
+    assert fetches["/sessions/{name}/fetch"] == 1
+    server.stop(timeout=120.0)  # raises unless done well before the 300-s grace period
+    poller.join(60)
+    assert not poller.is_alive()
     assert answers and answers[0][0] == 200 and answers[0][1]["status"] == "wait"  # type: ignore[index]
 
 

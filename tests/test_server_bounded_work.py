@@ -8,7 +8,9 @@ what was given, and large bodies are decoded and sessions built on a worker thre
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import statistics
 import threading
 import time
@@ -19,6 +21,7 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
+from harmony.base.errors import ProtocolError
 from harmony_server import bodies
 
 #: the slowest /healthz answer accepted while a body is processed, on a quiet machine. Generous
@@ -70,12 +73,11 @@ BODIES: list[tuple[str, bytes, dict[str, str], int, str]] = [
 @pytest.mark.parametrize(("body", "headers", "status", "words"),
                          [b[1:] for b in BODIES], ids=[b[0] for b in BODIES])
 def test_healthz_answers_while_a_large_body_is_processed(
-        tmp_path: Path, body: bytes, headers: dict[str, str], status: int, words: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, body: bytes, headers: dict[str, str], status: int, words: str) -> None:
     assert len(body) < 1 << 20  # under the body size limit: the server must read it
-    # the limits answer, not the work deadline: at a load average of ~42 decoding the 1 MB
-    # YAML bodies ran past the 10 s deadline (a 400 all the same; its own test is below)
-    monkeypatch.setattr(bodies, "WORK_DEADLINE", 600.0)
+    # the limits answer, not the work deadline: it counts CPU seconds (each body takes at
+    # most ~0.45 s of CPU), so a loaded machine, which ran the 1 MB YAML bodies past a
+    # wall-clock 10 s at a load average of ~42, does not reach it
     with running_server(tmp_path) as server:
         answer: list[tuple[int, Any]] = []
         posted: list[float] = []
@@ -118,9 +120,40 @@ def test_work_past_the_deadline_is_a_clear_400(tmp_path: Path,
         http = Raw(server.url)
         status, got = http("POST", "/sessions", raw=slow[1], headers=slow[2])
         assert (status, got["error"]) == (400, "bad_request"), got
-        assert "took more than 0.01 s; send a smaller request" in got["message"], got
+        assert "took more than 0.01 s (it used " in got["message"], got
+        assert "s of CPU in " in got["message"] and "send a smaller request" in got["message"]
         assert http("GET", "/healthz")[0] == 200
         assert http("GET", "/sessions")[1]["sessions"] == []
+
+
+def _compute(cpu_seconds: float) -> str:
+    """Work that keeps a core busy for ``cpu_seconds`` of this thread's CPU time."""
+    started = time.thread_time()
+    while time.thread_time() - started < cpu_seconds:
+        pass
+    return "computed"
+
+
+def _wait(seconds: float) -> str:
+    """Work that takes wall-clock time but no CPU, like a thread waiting for a core on a
+    loaded machine."""
+    time.sleep(seconds)
+    return "waited"
+
+
+def test_the_work_deadline_counts_cpu_time_not_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a load average of ~80 a 150 kB YAML body within every limit was refused: the
+    deadline counted wall-clock seconds, most of them spent waiting for a core."""
+    monkeypatch.setattr(bodies, "WORK_DEADLINE", 0.2)
+    started = time.monotonic()
+    assert asyncio.run(bodies.off_loop("waiting", _wait, 1.0)) == "waited"
+    assert time.monotonic() - started >= 1.0  # five times the deadline, in wall-clock time
+    assert asyncio.run(bodies.off_loop("computing", _compute, 0.05)) == "computed"
+    with pytest.raises(ProtocolError, match=r"computing took more than 0.2 s \(it used "
+                                            r"[0-9.]+ s of CPU in [0-9.]+ s\)") as refused:
+        asyncio.run(bodies.off_loop("computing", _compute, 1.5))
+    used = float(re.findall(r"used ([0-9.]+) s of CPU", str(refused.value))[0])
+    assert 0.2 <= used < 1.5  # refused at the deadline (to 2 decimals), before the work was done
 
 
 @pytest.mark.parametrize(("change", "words"), [

@@ -10,11 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harmony.base.errors import ProtocolError
-from harmony_server.protocol import REQUEST_SCHEMAS, _fast_accept, validate_request
+from harmony_server.protocol import (
+    REQUEST_SCHEMAS,
+    _fast_accept,
+    check_json_values,
+    validate_request,
+)
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-2, 2),
                     st.sampled_from([1.0, 0.0, 3601.0, float("inf"), float("nan")]),
-                    st.text(max_size=3),
+                    st.text(max_size=3), st.sampled_from(["\udfff", "a\ud800", "é"]),
                     st.sampled_from(["x" * 101, "x" * 201, "x" * 4001]),
                     st.lists(st.integers(), max_size=1), st.dictionaries(st.text(max_size=1),
                                                                          st.integers(), max_size=1))
@@ -29,6 +34,7 @@ def test_fast_path_accepts_only_what_the_schema_accepts(operation: str,
                                                         body: dict[str, Any]) -> None:
     if _fast_accept(operation, body):
         jsonschema.validate(body, REQUEST_SCHEMAS[operation])
+        check_json_values(operation, body)  # the other checks the fast path skips
 
 
 @pytest.mark.parametrize(("operation", "body"), [
