@@ -114,6 +114,16 @@ class FinalDecision:
                 "unstable": dict(self.unstable), "text": list(self.lines)}
 
 
+def race_verdict(winner: str | None, reference: str,
+                 simultaneous: Mapping[str, RatioInterval], design_words: str) -> str:
+    """A single-run race's decision in one line; ``design_words`` names the design (e.g.
+    ``per transaction``)."""
+    if winner is None:
+        return f"kept {reference}: no candidate's interval lies above 1 ({design_words})"
+    return (f"recommend {winner}: {simultaneous[winner].text()} over {reference}, "
+            f"simultaneous over {len(simultaneous)} candidates ({design_words})")
+
+
 def race_decision(*, winner: str | None, reference: str,
                   plain: Mapping[str, RatioInterval], simultaneous: Mapping[str, RatioInterval],
                   rounds: Mapping[str, int], lines: Sequence[str], level: float,

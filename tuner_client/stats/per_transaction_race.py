@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harmony.base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision, race_decision
+from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
@@ -58,11 +58,9 @@ class PerTransactionRace:
 
     def verdict(self) -> str:
         """The decision in one line."""
-        if self.winner is None:
-            return f"kept {self.reference}: no candidate's interval lies above 1 (per transaction)"
-        return (f"recommend {self.winner}: {self.comparisons[self.winner].interval.text()} "
-                f"over {self.reference}, simultaneous over {len(self.comparisons)} candidates "
-                f"(per transaction)")
+        return race_verdict(self.winner, self.reference,
+                            {label: c.interval for label, c in self.comparisons.items()},
+                            "per transaction")
 
     def decisions(self) -> list[str]:
         """The decision's lines: the verdict, the design, each candidate's interval."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harmony.base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision, race_decision
+from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import slice_log_speedups
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
@@ -247,11 +247,9 @@ class SwitchbackRace:
 
     def verdict(self) -> str:
         """The decision in one line."""
-        if self.winner is None:
-            return f"kept {self.reference}: no candidate's interval lies above 1 (switchback)"
-        return (f"recommend {self.winner}: {self.comparisons[self.winner].interval.text()} "
-                f"over {self.reference}, simultaneous over {len(self.comparisons)} candidates "
-                f"(switchback)")
+        return race_verdict(self.winner, self.reference,
+                            {label: c.interval for label, c in self.comparisons.items()},
+                            "switchback")
 
     def decisions(self) -> list[str]:
         """The decision's lines: the verdict, the design and its drops, each interval."""
