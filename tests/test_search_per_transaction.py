@@ -67,3 +67,42 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
     assert ctx is not None and why_not_per_transaction_search(ctx, ctx.online_space) is None
     why = why_not_per_transaction_search(ctx, ctx.offline_space) or ""
     assert "shared_buffers" in why and "'postmaster'" in why, why
+
+
+# parallel query has a system-wide side (workers compete for the cores) that per-transaction
+# latency misjudges: its values are measured in whole-server windows beside the reference
+WIDE_CONFIG = tune_yaml(
+    "pertx-search-wide", 5, mix="2Q1,2Q6,1Q13",
+    measure="design: per-transaction, per_transaction_s: 10",
+    online="{knobs: {max_parallel_workers_per_gather: {min: 0, max: 2}}, "
+           "strategy: {name: exhaustive}, evaluations: 3}",
+    final="{rounds: 0}")
+
+
+def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  # noqa: F811
+                                                   tmp_path: Path) -> None:
+    tuner = tune(tpch_cluster, WIDE_CONFIG, source="pertx-wide.yaml", run_id="s2",
+                 output_dir=tmp_path)
+    result = tuner.run()
+    online = {r.settings["max_parallel_workers_per_gather"]: r for r in tuner.records
+              if r.session == "p1-online"}
+    assert set(online) == {"0", "1", "2"}, [r.session for r in tuner.records]
+    decisions = "\n".join(result.work.decisions)
+    blocks = [d for d in result.work.decisions if "measured in whole-server windows beside "
+              "the reference:" in d]
+    # one paired window block for each value other than the reference's (2), none for it
+    assert len(blocks) == 2, decisions
+    assert not any("'2'}" in d.split("has a system-wide side")[0] for d in blocks), blocks
+    factors = {v: float(d.split("beside the reference: ")[1].split("×")[0])
+               for v in ("0", "1") for d in blocks if f"'{v}'}}" in d.split(" has ")[0]}
+    assert set(factors) == {"0", "1"}, blocks
+    for value, record in online.items():
+        assert record.design == "per-transaction" and record.interval is not None
+        assert record.ratio is not None and record.value is not None
+        factor = factors.get(value, 1.0)
+        assert 0.5 < factor < 2.0, factors
+        # the run's arms differ only in the system-wide knob, which every arm carries: the
+        # per-transaction part is an A/A comparison, the ratio is the windows' factor
+        assert 0.9 < record.ratio / factor < 1.1, (value, record.ratio, factor)
+        assert record.interval[0] <= record.ratio <= record.interval[1]
+    assert "(2 block(s)) and a run's arms all carried it" in decisions, decisions

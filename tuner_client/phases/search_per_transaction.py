@@ -13,8 +13,17 @@ candidates' ranking), while every comparison is paired transaction by transactio
 Only where it applies (:func:`why_not_per_transaction_search`): every knob the session searches
 is session-settable, the workload has a per-transaction driver, and the run measures one
 database; otherwise the session runs in windows (:func:`run_session`) and the decisions say
-why. Parallel-query knobs are measured per transaction here too; their system-wide side is
-what the final race confirms in windows (:mod:`tuner_client.phases.final_per_transaction`).
+why.
+
+Knobs with a system-wide side (parallel query, :data:`SYSTEM_WIDE_KNOBS`) are not compared per
+transaction: max_parallel_workers_per_gather 2→0 read 0.77× per transaction and 1.22× in
+whole-server windows, and in the demo the point that won 1.26× (1.06–1.50) in the windows
+design read 0.86× per transaction and was never kept. A batch is split by the candidates'
+values of those knobs: every arm of a group's run carries the group's values (so the whole
+server runs them), the reference arm differs from the reference only there, and the
+group's ratio to the reference is the per-transaction ratio times that of the reference
+with the group's values over the reference itself, measured once per value in a paired
+whole-server block (:func:`tuner_client.phases.blocks.measure_block`).
 """
 
 from __future__ import annotations
@@ -29,7 +38,12 @@ from harmony.base.errors import HarmonyError
 from tuner_client.client import Fetched, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import Reference, SessionReferences, measure_reference
+from tuner_client.phases.blocks import (
+    Reference,
+    SessionReferences,
+    measure_block,
+    measure_reference,
+)
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
@@ -99,6 +113,10 @@ class PerTransactionEvaluations:
         self.reference = reference
         self.runs = 0
         self.transactions = 0
+        #: the searched knobs with a system-wide side, measured in windows
+        self.wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
+        #: per value of those knobs: the reference with it over the reference, in windows
+        self.wide_factors: dict[tuple[tuple[str, str], ...], float | None] = {}
 
     def level(self) -> float | None:
         """The reference's window level (measured once, when the session first needs it)."""
@@ -126,26 +144,72 @@ class PerTransactionEvaluations:
             for ev in runnable:
                 ev.record.failure = "the reference could not be measured in a window"
             return
+        groups: dict[tuple[tuple[str, str], ...], list[_Evaluation]] = {}
+        for ev in runnable:
+            groups.setdefault(self._wide_key(ev.settings), []).append(ev)
+        for key, group in groups.items():
+            self._measure_group(key, group, level)
+
+    def _wide_key(self, settings: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        """``settings``' values of the system-wide knobs."""
+        return tuple((n, settings[n]) for n in self.wide)
+
+    def _measure_group(self, key: tuple[tuple[str, str], ...], group: list[_Evaluation],
+                       level: float) -> None:
+        """One run of ``group`` (candidates sharing the system-wide values ``key``) beside the
+        reference with those values; each ratio scaled by that reference's window factor."""
+        factor = self._wide_factor(key)
+        if factor is None:
+            for ev in group:
+                ev.record.failure = (f"{dict(key)} could not be measured in a whole-server "
+                                     f"window beside the reference")
+            return
         try:
-            trace = self._run([ev.settings for ev in runnable])
+            trace = self._run([ev.settings for ev in group], dict(key))
         except HarmonyError as exc:
-            for ev in runnable:
+            for ev in group:
                 ev.record.failure = f"per-transaction run failed: {exc}"
             return
-        for k, ev in enumerate(runnable, 1):
+        for k, ev in enumerate(group, 1):
             try:
-                result = compare(trace, 0, k, level=LEVEL, seed=ctx.config.seed + self.runs)
+                result = compare(trace, 0, k, level=LEVEL, seed=self.ctx.config.seed + self.runs)
             except HarmonyError as exc:
                 ev.record.failure = f"per-transaction comparison failed: {exc}"
                 continue
-            self._fill(ev.record, result, level)
+            self._fill(ev.record, result, level, factor, dict(key))
 
-    def _run(self, candidates: list[dict[str, str]]) -> Trace:
-        """One run of the reference (configuration 0) and ``candidates``."""
+    def _wide_factor(self, key: tuple[tuple[str, str], ...]) -> float | None:
+        """The reference with the system-wide values ``key`` over the reference itself: 1
+        where they are the reference's, else one paired whole-server block (measured once per
+        value; None when it failed)."""
+        wide = dict(key)
+        if all(self.reference.settings.get(n) == v for n, v in wide.items()):
+            return 1.0
+        if key not in self.wide_factors:
+            ctx = self.ctx
+            settings = {**{n: self.reference.settings[n] for n in self.space.names}, **wide}
+            self.reference.last = None  # the block opens with a fresh reference window
+            record = measure_block(ctx.measurer, ctx.metrics, self.reference,
+                                   f"{self.label}-system-wide", {}, settings)
+            self.reference.last = None
+            ctx.metrics.record_point(record, kind="reference", restarts=False)
+            factor = record.ratio if record.failure is None else None
+            self.wide_factors[key] = factor
+            self.state.decide(
+                f"{self.label}: {wide} has a system-wide side per-transaction latency does not "
+                f"see; measured in whole-server windows beside the reference: "
+                + (f"{factor:.3f}× (one paired block of {len(record.samples)} sample(s) "
+                   f"between two reference windows)" if factor is not None
+                   else f"failed ({record.failure})"))
+        return self.wide_factors[key]
+
+    def _run(self, candidates: list[dict[str, str]], wide: dict[str, str]) -> Trace:
+        """One run of the reference (configuration 0) with the system-wide values ``wide``
+        and ``candidates`` (which share them)."""
         ctx = self.ctx
         ctx.measurer.stop()  # the windows' workload must not run beside this one
         names = self.space.names
-        configurations = [{n: self.reference.settings[n] for n in names},
+        configurations = [{**{n: self.reference.settings[n] for n in names}, **wide},
                           *({n: c[n] for n in names} for c in candidates)]
         assignment = make_assignment(ctx.config.workload, ctx.target.dsn, configurations,
                                      seed=ctx.config.seed + 1000 * self.runs)
@@ -158,17 +222,22 @@ class PerTransactionEvaluations:
         self.transactions += len(trace)
         return trace
 
-    def _fill(self, record: PointRecord, result: PerTransactionComparison,
-              level: float) -> None:
+    def _fill(self, record: PointRecord, result: PerTransactionComparison, level: float,
+              factor: float, wide: dict[str, str]) -> None:
+        """``record``'s ratio: the per-transaction one times the window ``factor`` of its
+        system-wide values ``wide`` (1 where they are the reference's)."""
         interval = result.interval
         record.design = PER_TRANSACTION
-        record.ratio = interval.ratio
-        record.interval = (interval.low, interval.high)
+        record.ratio = factor * interval.ratio
+        record.interval = (factor * interval.low, factor * interval.high)
         record.transactions = result.transactions
         record.reference = [level]
-        record.value = interval.ratio * level
+        record.value = record.ratio * level
+        scaled = "" if factor == 1.0 else (
+            f", times {factor:.3f}× for {wide} in windows → {record.ratio:.3f}× (the interval "
+            f"is the per-transaction part's)")
         self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
-                          f"reference")
+                          f"reference{' with ' + str(wide) if scaled else ''}{scaled}")
 
     def summary(self) -> str:
         """The session's design in one decision line."""
@@ -178,9 +247,10 @@ class PerTransactionEvaluations:
                 f"{self.reference.settings} (work-weighted per-template latency ratio, block "
                 f"bootstrap over time slices, {100 * LEVEL:.0f} %)")
         if wide:
-            text += (f"; {', '.join(wide)} measured per transaction does not show its "
-                     f"system-wide side: a final winner that changes it is confirmed in "
-                     f"whole-server windows")
+            text += (f"; {', '.join(wide)} has a system-wide side per-transaction latency does "
+                     f"not see: each of its values was measured once in whole-server windows "
+                     f"beside the reference ({len(self.wide_factors)} block(s)) and a run's "
+                     f"arms all carried it")
         return text
 
 
