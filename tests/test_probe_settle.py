@@ -13,7 +13,12 @@ import pytest
 from bme.equation import BMEParams, miss_probability
 from bme.probe_decision import Probe, decide, probe_sizes, search_window
 from tuner_client.phases.offline_probes import decide_set, flat_needs_a_full_buffer
-from tuner_client.probe_runner import BufferFill, ends_flat_unfilled, probe_order
+from tuner_client.probe_runner import (
+    BufferFill,
+    ends_flat_settled,
+    ends_flat_unfilled,
+    probe_order,
+)
 from tuner_client.probe_settle import cannot_fill, settled_state
 
 MB = 1 << 20
@@ -119,13 +124,25 @@ def test_the_two_ends_decide_a_flat_curve_from_a_buffer_still_filling() -> None:
     assert decision.kind == "rejected" and decision.reason.startswith("no knee found in range")
     assert "2 probe(s) between" in decision.reason
     assert search_window(decision, 16 * MB, 256 * MB, 8 * MB) is None  # the whole range
-    # the largest buffer was full, or held every touched page: the middle probes must run
-    assert not ends_flat_unfilled(ends, {sizes[-1]: BufferFill(cap, cap)})
+    assert not ends_flat_settled(ends, filling)
+    # the largest buffer was full, or held every touched page: not "unfilled", but the ends
+    # then decide "no knee" at the smallest (the middle lies between them on a falling curve)
+    full_fill = {sizes[-1]: BufferFill(cap, cap)}
+    fits = [_flat(sizes[0], 0.0, "full"), _flat(sizes[-1], 0.0, "fits")]
+    assert not ends_flat_unfilled(ends, full_fill)
     assert not ends_flat_unfilled([ends[0], replace(ends[1], settled="fits")], filling)
+    assert ends_flat_settled(ends, full_fill) and ends_flat_settled(fits, filling)
+    settled = decide_set(fits, filling, 2, low=16 * MB, high=256 * MB)
+    assert settled.kind == "no-knee" and settled.size == sizes[0], settled
+    assert "2 probe(s) between" in settled.reason
+    window = search_window(settled, 16 * MB, 256 * MB, 8 * MB)
+    assert window is not None and window[0] == sizes[0] and window[2] < 256 * MB, window
     assert not ends_flat_unfilled(ends, {})  # fill unknown (no pg_buffercache)
+    assert not ends_flat_settled(ends, {})
     # a knee between the ends (0.45 -> 0.01): not flat, the middle probes run
     knee = [_flat(sizes[0], 0.45, "full"), _flat(sizes[-1], 0.01, "fits")]
     assert not ends_flat_unfilled(knee, filling)
+    assert not ends_flat_settled(knee, full_fill)
     # after all four probes the ordinary decision applies
     four = [*ends, _flat(sizes[1], 0.079), _flat(sizes[2], 0.075)]
     assert not ends_flat_unfilled(four, filling)

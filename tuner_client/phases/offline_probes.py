@@ -26,6 +26,7 @@ from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.probe_runner import (
     BufferFill,
+    ends_flat_settled,
     ends_flat_unfilled,
     probe_order,
     run_probes,
@@ -75,7 +76,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     fills: dict[int, BufferFill] = {}
     probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills,
                                   settle_s=cfg.settle_s, order=probe_order,
-                                  stop=lambda got: ends_flat_unfilled(got, fills))
+                                  stop=lambda got: ends_flat_unfilled(got, fills)
+                                  or ends_flat_settled(got, fills))
     # the last probed size is not left in force
     outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
     if outcome.failure is not None:
@@ -109,8 +111,20 @@ def decide_set(probes: Sequence[Probe], fills: dict[int, BufferFill], skipped: i
                low: int, high: int, min_r2: float = 0.9,
                target_miss: float | None = None) -> ProbeDecision:
     """A probe set's decision: "no knee found in range" when the two ends decided so and the
-    ``skipped`` probes between were not run (:func:`ends_flat_unfilled`), else the fit's
-    (:func:`bme.probe_decision.decide`) with a flat curve needing a full buffer."""
+    ``skipped`` probes between were not run (:func:`ends_flat_unfilled`), "no knee" at the
+    smallest when they read flat from a settled largest buffer (:func:`ends_flat_settled`),
+    else the fit's (:func:`bme.probe_decision.decide`) with a flat curve needing a full
+    buffer."""
+    if skipped > 0 and ends_flat_settled(probes, fills):
+        small, large = sorted(probes, key=lambda p: p.size)
+        return ProbeDecision(
+            "no-knee", f"no knee: the smallest and the largest probe read a flat curve "
+            f"({format_bytes(small.size)}: {small.miss:.4f}, {format_bytes(large.size)}: "
+            f"{large.miss:.4f}) from a settled largest buffer ({large.settled or 'full'}), so "
+            f"the workload's pages fit at the smallest; memory above it is better left to the "
+            f"other consumers; the {skipped} probe(s) between lie between the two on a curve "
+            f"that falls with size and were not run", (small, large),
+            size=max(low, min(high, small.size)), touched_pages=touched_pages(probes) or None)
     if skipped > 0 and ends_flat_unfilled(probes, fills):
         small, large = sorted(probes, key=lambda p: p.size)
         fill = fills[large.size]
