@@ -13,13 +13,12 @@ import numpy as np
 import psycopg
 import pytest
 from conftest import ClusterFactory
+from probe_fixtures import probe_measurer
 
 from bme.probe_decision import Probe, decide, probe_sizes
-from tuner_client.config import MeasureConfig
 from tuner_client.controllers.local import LocalController
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measurer import Measurer, ServerAccess
 from tuner_client.probe_runner import (
     client_pids,
     read_relation_io,
@@ -106,14 +105,7 @@ def _small_lookup(rng: np.random.Generator) -> Statement:
 
 
 def _probe(cluster: LocalCluster, draw: Any, sizes: list[int]) -> list[Probe]:
-    with psycopg.connect(cluster.dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-        original = conn.execute("SHOW shared_buffers").fetchone()[0]  # type: ignore[index]
-    measurer = Measurer(ServerAccess(cluster.dsn, catalog,
-                                     LocalController(cluster, precheck_memory=False)),
-                        _Loop(cluster.dsn, draw, streams=2),
-                        MeasureConfig(warmup_s=0, samples=1))
-    measurer.in_force = {"shared_buffers": original}
+    measurer, original = probe_measurer(cluster, _Loop(cluster.dsn, draw, streams=2))
     try:
         probes, failures = run_probes(measurer, sizes, PROBE_S)
         assert failures == []

@@ -11,13 +11,11 @@ import numpy as np
 import psycopg
 import pytest
 from conftest import ClusterFactory
+from probe_fixtures import probe_measurer
 
 from bme.probe_decision import Probe
-from tuner_client.config import MeasureConfig
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measurer import Measurer, ServerAccess
+from tuner_client.measurer import Measurer
 from tuner_client.probe_runner import (
     client_pids,
     read_relation_io,
@@ -61,15 +59,7 @@ def _lookup(rng: np.random.Generator) -> Statement:
 
 
 def _measurer(cluster: LocalCluster) -> tuple[Measurer, str]:
-    with psycopg.connect(cluster.dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-        original = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
-    measurer = Measurer(ServerAccess(cluster.dsn, catalog,
-                                     LocalController(cluster, precheck_memory=False)),
-                        StatementLoop(cluster.dsn, _lookup, streams=1),
-                        MeasureConfig(warmup_s=0, samples=1))
-    measurer.in_force = {"shared_buffers": original}
-    return measurer, original
+    return probe_measurer(cluster, StatementLoop(cluster.dsn, _lookup, streams=1))
 
 
 def _steady_miss(measurer: Measurer, size: int) -> float:

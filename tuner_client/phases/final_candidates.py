@@ -26,18 +26,12 @@ def screened_races(ctx: RunContext, state: RunState, candidates: Mapping[str, di
     screened = state.screened
     if screened is None or any(screened == s for s in candidates.values()):
         return False
-    reason = budget_violation(ctx, screened)
+    reason = ctx.budget_violation(screened)
     if reason is not None:
         state.decide(f"final: the screening's predicted best {screened} breaks the memory "
                      f"budget ({reason}); not raced")
         return False
     return True
-
-
-def budget_violation(ctx: RunContext, settings: Mapping[str, str]) -> str | None:
-    """Why ``settings``, applied over what is in force, break the memory budget, or None."""
-    wanted = {**ctx.measurer.in_force, **settings}
-    return ctx.budget.violation(wanted, wanted)
 
 
 def baseline_settings(ctx: RunContext, state: RunState, label: str) -> dict[str, str] | None:
@@ -54,7 +48,7 @@ def baseline_settings(ctx: RunContext, state: RunState, label: str) -> dict[str,
         state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
                      "original; not measured as a baseline")
         return None
-    reason = budget_violation(ctx, settings)
+    reason = ctx.budget_violation(settings)
     if reason is not None:
         state.decide(f"final: PGTune's rules {settings} break the memory budget ({reason}); "
                      f"not measured as a baseline")
@@ -75,7 +69,7 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
                                                  ctx.original):
         if len(out) >= count:
             break
-        reason = budget_violation(ctx, {**records[-1].in_force, **settings})
+        reason = ctx.budget_violation({**records[-1].in_force, **settings})
         if reason is not None:
             text = f"final: {settings} not re-measured: {reason}"
             if any(r is state.best for r in records):

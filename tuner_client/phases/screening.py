@@ -106,8 +106,7 @@ def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> lis
     lows = {**default, **{lv.name: lv.low for lv in memory}}
 
     def fits(point: dict[str, Value]) -> bool:
-        wanted = {**ctx.measurer.in_force, **space.settings(point)}
-        return ctx.budget.violation(wanted, wanted) is None
+        return ctx.budget_violation(space.settings(point)) is None
 
     def at(lv: KnobLevels, f: float) -> Value:
         """The grid value at fraction ``f`` of the knob's range, never above it."""

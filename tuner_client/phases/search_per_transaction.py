@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 6
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
+#: a candidate's values of the searched knobs with a system-wide side, (name, value) pairs
+WideKey = tuple[tuple[str, str], ...]
 
 
 def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | None:
@@ -116,7 +118,7 @@ class PerTransactionEvaluations:
         #: the searched knobs with a system-wide side, measured in windows
         self.wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
         #: per value of those knobs: the reference with it over the reference, in windows
-        self.wide_factors: dict[tuple[tuple[str, str], ...], float | None] = {}
+        self.wide_factors: dict[WideKey, float | None] = {}
 
     def level(self) -> float | None:
         """The reference's window level (measured once, when the session first needs it)."""
@@ -144,17 +146,17 @@ class PerTransactionEvaluations:
             for ev in runnable:
                 ev.record.failure = "the reference could not be measured in a window"
             return
-        groups: dict[tuple[tuple[str, str], ...], list[_Evaluation]] = {}
+        groups: dict[WideKey, list[_Evaluation]] = {}
         for ev in runnable:
             groups.setdefault(self._wide_key(ev.settings), []).append(ev)
         for key, group in groups.items():
             self._measure_group(key, group, level)
 
-    def _wide_key(self, settings: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    def _wide_key(self, settings: dict[str, str]) -> WideKey:
         """``settings``' values of the system-wide knobs."""
         return tuple((n, settings[n]) for n in self.wide)
 
-    def _measure_group(self, key: tuple[tuple[str, str], ...], group: list[_Evaluation],
+    def _measure_group(self, key: WideKey, group: list[_Evaluation],
                        level: float) -> None:
         """One run of ``group`` (candidates sharing the system-wide values ``key``) beside the
         reference with those values; each ratio scaled by that reference's window factor."""
@@ -178,7 +180,7 @@ class PerTransactionEvaluations:
                 continue
             self._fill(ev.record, result, level, factor, dict(key))
 
-    def _wide_factor(self, key: tuple[tuple[str, str], ...]) -> float | None:
+    def _wide_factor(self, key: WideKey) -> float | None:
         """The reference with the system-wide values ``key`` over the reference itself: 1
         where they are the reference's, else one paired whole-server block (measured once per
         value; None when it failed)."""

@@ -59,6 +59,12 @@ class RunContext:
         """The values in force of ``names``."""
         return {n: self.measurer.in_force[n] for n in names}
 
+    def budget_violation(self, settings: Mapping[str, str]) -> str | None:
+        """Why ``settings``, applied over what is in force, break the memory budget (every
+        inequality checked), or None."""
+        wanted = {**self.measurer.in_force, **settings}
+        return self.budget.violation(wanted, wanted)
+
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
               warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
