@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
+from tuner_client.phases.final_switchback import race_by_design
 from tuner_client.phases.search_per_transaction import (
     MAX_BATCH,
     run_seconds,
@@ -76,7 +77,7 @@ WIDE_CONFIG = tune_yaml(
     measure="design: per-transaction, per_transaction_s: 10",
     online="{knobs: {max_parallel_workers_per_gather: {min: 0, max: 2}}, "
            "strategy: {name: exhaustive}, evaluations: 3}",
-    final="{rounds: 0}")
+    final="{rounds: 0, max_seconds: 30}")
 
 
 def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  # noqa: F811
@@ -106,3 +107,20 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
         assert 0.9 < record.ratio / factor < 1.1, (value, record.ratio, factor)
         assert record.interval[0] <= record.ratio <= record.interval[1]
     assert "(2 block(s)) and a run's arms all carried it" in decisions, decisions
+    # the final race between configurations differing in parallel query switches the whole
+    # server (switchback), never per transaction, and says why
+    ctx = tuner.context
+    assert ctx is not None
+    original = dict(ctx.original)
+    assert original["max_parallel_workers_per_gather"] == "2", original
+    candidates = {"default": original,
+                  "best": {**original, "max_parallel_workers_per_gather": "0"}}
+    race = race_by_design(ctx, tuner.state, candidates, ["default", "best"])
+    assert race is not None
+    decision = race.to_final_decision()
+    said = "\n".join(tuner.state.decisions)
+    assert decision.design == "switchback", said
+    assert "max_parallel_workers_per_gather differs between the candidates and has a " \
+           "system-wide side" in said and "by switchback instead" in said, said
+    iv = decision.intervals["best"]
+    assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio <= iv.high
