@@ -46,7 +46,7 @@ online:
   strategy: {name: pro, options: {simplex_size: 3}}
   evaluations: 6
 flow: {kind: one-pass}
-final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
+final: {rounds: 2, max_rounds: 2, close_call_rounds: 2, candidates: 1, baselines: []}
 replicas: {lease_s: 20}
 """
 #: CPUs the slowed replica may use (the machine has two, shared by both replicas)
