@@ -53,6 +53,19 @@ class BudgetView:
         return self.in_bytes.online_use({n: float(self._bytes(settings, n))
                                          for n in ONLINE_MEMORY_KNOBS if n in settings})
 
+    def online_share(self, settings: Mapping[str, str]) -> float | None:
+        """The share of the online budget (RAM − shared_buffers − OS reserve − processes, or
+        the fixed one) that the online memory knobs of ``settings`` take in the worst case
+        (work_mem counted m times); None when a budget knob is missing or not readable."""
+        if not all(n in settings for n in BUDGET_KNOBS):
+            return None
+        try:
+            limit = self.in_bytes.online_limit(self._bytes(settings, "shared_buffers"))
+            return self.online_use(settings) / limit
+        except HarmonyError as exc:
+            logger.debug("no online budget share for %s: %s", settings, exc)
+            return None
+
     def shared_buffers_cap(self, in_force: Mapping[str, str]) -> int:
         """The offline cap in bytes with the online knobs of ``in_force``."""
         return self.budget.shared_buffers_cap(self.online_use(in_force))

@@ -6,8 +6,9 @@ Only where the design applies: every knob whose value differs between the candid
 session-settable (``pg_settings.context`` user or superuser) and the workload must have a
 per-transaction driver (TPC-H mixes, pgbench, scripts), and no knob with a system-wide side
 (parallel query, which per-transaction latency misjudges: :func:`system_wide_reason`) may
-differ. Otherwise the decisions say why and the race runs by switchback (whole-server slices)
-where that applies, else in windows, as before. The knobs the
+differ, and no candidate may raise work memory into the upper part of the memory budget
+(:func:`memory_pressure_reason`). Otherwise the decisions say why and the race runs by
+switchback (whole-server slices) where that applies, else in windows, as before. The knobs the
 candidates share are put in force on the server first (the original's values), so
 ``SET LOCAL`` carries exactly the differences.
 """
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from harmony.base.errors import HarmonyError
+from tuner_client.budget import ONLINE_MEMORY_KNOBS, BudgetView
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState
@@ -35,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: the ``measure.design`` value that asks for this race
 PER_TRANSACTION = "per-transaction"
+#: a candidate whose worst-case work memory takes more of the online budget than this share
+#: races on the whole server (:func:`memory_pressure_reason`)
+MEMORY_PRESSURE_SHARE = 0.5
 #: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
 DEFAULT_SECONDS = 120
 MIN_SECONDS, MAX_SECONDS = 30, 600
@@ -84,16 +89,49 @@ def system_wide_reason(candidates: Sequence[Mapping[str, str]]) -> str | None:
             f"transaction and 1.22× in whole-server windows)")
 
 
+def memory_pressure_reason(budget: BudgetView, in_force: Mapping[str, str],
+                           candidates: Sequence[Mapping[str, str]]) -> str | None:
+    """Why these candidates' race must run on the whole server: a candidate (after the first,
+    the reference) changes an online memory knob (work_mem, maintenance_work_mem,
+    temp_buffers) and its worst case takes more than
+    :data:`MEMORY_PRESSURE_SHARE` of the online memory budget, and more than the reference's
+    (None: none does). Knobs a candidate leaves out have their values ``in_force``.
+
+    In a per-transaction run a candidate holds only its share of the transactions, so the
+    server feels the average of the arms' work memory, not the candidate's: measured, work_mem
+    64kB→4MB on TPC-H 2Q6,6Q13 in a 320 MB cgroup read 1.099× (1.071–1.129) per transaction
+    and 1.002× (0.942–1.066) in whole-server windows, at 208 % of the budget; in 1 GB, at 25 %,
+    1.082× and 1.080× (``benchmarks/results/evidence_power.*s12*``)."""
+    reference = {**in_force, **candidates[0]}
+    base = budget.online_share(reference)
+    for config in candidates[1:]:
+        changed = [n for n in ONLINE_MEMORY_KNOBS
+                   if config.get(n, reference.get(n)) != reference.get(n)]
+        if not changed:
+            continue
+        share = budget.online_share({**reference, **config})
+        if share is not None and share > MEMORY_PRESSURE_SHARE and (base is None or share > base):
+            return (f"{', '.join(changed)} differs between the candidates and one's worst case "
+                    f"takes {100 * share:.0f} % of the online memory budget (over "
+                    f"{100 * MEMORY_PRESSURE_SHARE:.0f} %): per transaction it held only its "
+                    f"share of the transactions, so the server did not feel its memory "
+                    f"pressure")
+    return None
+
+
+def per_transaction_reason(ctx: RunContext, candidates: Sequence[Mapping[str, str]]
+                           ) -> str | None:
+    """Why these candidates' final race does not run per transaction (None: it does)."""
+    return (why_not_per_transaction(ctx, candidates) or system_wide_reason(candidates)
+            or memory_pressure_reason(ctx.budget, ctx.measurer.in_force, candidates))
+
+
 def race_per_transaction_run(ctx: RunContext, state: RunState,
                              candidates: Mapping[str, dict[str, str]], labels: list[str]
                              ) -> PerTransactionRace | None:
     """Race ``labels`` (the first is the reference) in one per-transaction run of
-    :func:`race_seconds`; None, said why, when the design does not apply here."""
-    configs = [candidates[label] for label in labels]
-    reason = why_not_per_transaction(ctx, configs) or system_wide_reason(configs)
-    if reason is not None:
-        state.decide(f"final: measured in windows, not per transaction: {reason}")
-        return None
+    :func:`race_seconds` (where :func:`per_transaction_reason` gives none); None, said why,
+    when the run fails."""
     try:
         race = run_per_transaction(ctx, candidates, labels, race_seconds(ctx))
     except HarmonyError as exc:

@@ -24,10 +24,9 @@ from tuner_client.phases.final_per_transaction import (
     PER_TRANSACTION,
     RaceOutcome,
     differing_knobs,
+    per_transaction_reason,
     race_per_transaction_run,
     race_seconds,
-    system_wide_reason,
-    why_not_per_transaction,
 )
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.switchback import (
@@ -83,7 +82,7 @@ def race_by_design(ctx: RunContext, state: RunState, candidates: Mapping[str, di
     why): per transaction where it applies, else by switchback where that applies."""
     configs = [candidates[label] for label in labels]
     if ctx.config.measure.design == PER_TRANSACTION:
-        reason = why_not_per_transaction(ctx, configs) or system_wide_reason(configs)
+        reason = per_transaction_reason(ctx, configs)
         if reason is None:
             return race_per_transaction_run(ctx, state, candidates, labels)
         if (other := why_not_switchback(ctx, configs)) is not None:
