@@ -25,6 +25,7 @@ from workloads.per_transaction import (
 )
 from workloads.per_transaction.from_config import make_assignment, unsupported_reason
 from workloads.per_transaction.pgbench_variants import variant_text
+from workloads.replay import CapturedStatement, ReplayFile
 from workloads.script_file import read_script_file
 
 CONFIGS = [{"work_mem": "1MB"}, {"work_mem": "2MB"}]
@@ -131,8 +132,63 @@ def test_a_scripted_workload_section_runs_per_transaction(fresh_dsn: str,
     assert _seen(fresh_dsn) == {"1MB": trace.counts()[0], "2MB": trace.counts()[1]}
     assert "live traffic" in (unsupported_reason(WorkloadConfig(kind="observe",
                                                                 observe=ObserveConfig())) or "")
-    with pytest.raises(WorkloadError, match="a captured replay has no per-transaction driver"):
-        make_assignment(WorkloadConfig(kind="replay"), fresh_dsn, CONFIGS)
+    with pytest.raises(WorkloadError, match="a TPC-H schedule changes its mix"):
+        make_assignment(WorkloadConfig(kind="tpch", schedule="x"), fresh_dsn, CONFIGS)
+
+
+def _replay(tmp_path: Path, statements: list[tuple[str, bool]],
+            units: list[list[tuple[int, list[str | None] | None]]]) -> Path:
+    path = tmp_path / "captured.json"
+    ReplayFile(tuple(CapturedStatement(f"s{i}", text, 1, 1.0, writes)
+                     for i, (text, writes) in enumerate(statements)),
+               tuple(tuple(u) for u in units), clients=2, seconds=1.0, captured={}).write(path)
+    return path
+
+
+def test_a_captured_replay_runs_per_transaction(fresh_dsn: str, tmp_path: Path) -> None:
+    """Each captured unit is the body of a transaction under one configuration: a captured
+    BEGIN's isolation level is kept, a captured ROLLBACK undoes the unit, the parameters are
+    the captured ones."""
+    with psycopg.connect(fresh_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE seen (work_mem text, isolation text, n int)")
+    statements = [("BEGIN ISOLATION LEVEL REPEATABLE READ", False),
+                  ("INSERT INTO seen VALUES (current_setting('work_mem'), "
+                   "current_setting('transaction_isolation'), $1)", True),
+                  ("COMMIT", False), ("BEGIN", False), ("ROLLBACK", False)]
+    path = _replay(tmp_path, statements, [[(0, None), (1, ["7"]), (2, None)],
+                                          [(1, ["8"])], [(3, None), (1, ["9"]), (4, None)]])
+    wl = WorkloadConfig(kind="replay", files=(str(path),), clients=2, writes=True)
+    assert unsupported_reason(wl) is None
+    trace = make_assignment(wl, fresh_dsn, CONFIGS, seed=4).run(1.5)
+    assert trace.errors == 0 and len(trace) > 30 and set(trace.config.tolist()) == {0, 1}
+    assert set(trace.templates) == {"s0+s1+s2", "s1", "s3+s1+s4"}
+    with psycopg.connect(fresh_dsn) as conn:
+        rows = conn.execute("SELECT n, isolation, work_mem, count(*) FROM seen "
+                            "GROUP BY 1, 2, 3").fetchall()
+    seen = {(n, iso, wm): c for n, iso, wm, c in rows}
+    # the rolled-back unit (n = 9) left nothing; the other two ran under both work_mems
+    assert {n for n, _, _ in seen} == {7, 8}
+    assert {iso for n, iso, _ in seen if n == 7} == {"repeatable read"}
+    assert {iso for n, iso, _ in seen if n == 8} == {"read committed"}
+    assert {wm for _, _, wm in seen} == {"1MB", "2MB"}
+    # units of each template, per configuration: the table holds what the trace counts
+    # (a unit committed just after the run's end is in the table but not in the trace)
+    committed = sum(seen.values())
+    in_trace = int(sum(1 for t in trace.template if trace.templates[t] != "s3+s1+s4"))
+    assert 0 <= committed - in_trace <= 2
+    # a replay that writes is refused unless the workload allows writes
+    with pytest.raises(ConfigError, match="the captured workload writes .*set writes: true"):
+        make_assignment(WorkloadConfig(kind="replay", files=(str(path),)), fresh_dsn, CONFIGS)
+
+
+def test_a_read_only_replay_runs_read_only(fresh_dsn: str, tmp_path: Path) -> None:
+    # divides by zero (a failed unit) unless read-only with the workload's statement timeout
+    path = _replay(tmp_path, [("SELECT 1 / (current_setting('transaction_read_only')::bool AND "
+                               "current_setting('statement_timeout') = $1)::int", False)],
+                   [[(0, ["5s"])]])
+    wl = WorkloadConfig(kind="replay", files=(str(path),), statement_timeout_s=5)
+    trace = make_assignment(wl, fresh_dsn, CONFIGS, seed=1).run(1.0)
+    assert trace.errors == 0 and trace.templates == ("s0",) and len(trace) > 10
 
 
 def test_every_arm_issues_the_same_set_local_lines(fresh_dsn: str) -> None:

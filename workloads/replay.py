@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,11 @@ STOP_TIMEOUT_S = 10.0
 
 #: one execution: (statement index, parameter values as text or None)
 Execution = tuple[int, list[str | None] | None]
+#: a captured transaction's first statement (group 1: its transaction modes) and last one
+_BEGIN = re.compile(r"^\s*(?:begin|start\s+transaction)\b(?:\s+(?:work|transaction)\b)?"
+                    r"([^;]*?);?\s*$", re.I | re.S)
+_END = re.compile(r"^\s*(commit|end|rollback|abort)(?:\s+(?:work|transaction))?\s*;?\s*$",
+                  re.I)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,21 @@ class ReplayFile:
     @property
     def writes(self) -> bool:
         return any(s.writes for s in self.statements)
+
+    def transaction_body(self, unit: Sequence[Execution]) -> tuple[list[Execution], str, bool]:
+        """A unit as the body of a transaction someone else opens and closes: its captured
+        ``BEGIN`` and ``COMMIT``/``ROLLBACK`` taken off. Returns the executions between them,
+        the ``BEGIN``'s transaction modes (``ISOLATION LEVEL ...``; empty for none) and whether
+        the unit ended in ``ROLLBACK``/``ABORT``."""
+        body = list(unit)
+        modes, rolls_back = "", False
+        if body and (m := _BEGIN.match(self.statements[body[0][0]].sql)):
+            modes = m.group(1).strip()
+            body = body[1:]
+        if body and (m := _END.match(self.statements[body[-1][0]].sql)):
+            rolls_back = m.group(1).lower() in ("rollback", "abort")
+            body = body[:-1]
+        return body, modes, rolls_back
 
     def unit_label(self, unit: Sequence[Execution]) -> str:
         """A unit's kind, by its statements (``s3``, or ``s1+s4+s2`` for a transaction)."""
@@ -127,7 +148,7 @@ def read_replay_file(path: Path | str) -> ReplayFile:
     return replay
 
 
-class _Units:
+class Units:
     """The captured units in order, cycling; shared by the clients."""
 
     def __init__(self, units: Sequence[tuple[Execution, ...]]) -> None:
@@ -247,7 +268,7 @@ class ReplayWorkload(Workload):
         self.statement_timeout_s = statement_timeout_s
         self.recorder = Recorder()
         self._stop_event = threading.Event()
-        self._units = _Units(self.replay.units)
+        self._units = Units(self.replay.units)
         self._times = _StatementTimes()
         self._threads: list[_ReplayClient] = []
         self.errors_seen = 0
@@ -268,7 +289,7 @@ class ReplayWorkload(Workload):
         self._check()
         self._stop_event.clear()
         self.recorder.reset()
-        self._units = _Units(self.replay.units)
+        self._units = Units(self.replay.units)
         self._threads = [_ReplayClient(i, self) for i in range(self.clients)]
         for thread in self._threads:
             thread.start()

@@ -30,14 +30,14 @@ class UserWorkloadSpec(Protocol):
     def statement_timeout_s(self) -> float | None: ...
 
 
-def _replay_path(wl: UserWorkloadSpec) -> Path:
+def replay_path(wl: UserWorkloadSpec) -> Path:
     return resolve_script_path(wl.files[0], Path(wl.base_dir) if wl.base_dir else None)
 
 
 def make_user_workload(wl: UserWorkloadSpec, dsn: str, *, seed: int = 0) -> Workload:
     """The driver of a ``WorkloadConfig`` of kind ``scripts`` or ``replay``."""
     if wl.kind == "replay":
-        return ReplayWorkload(dsn, _replay_path(wl), clients=wl.clients or None,
+        return ReplayWorkload(dsn, replay_path(wl), clients=wl.clients or None,
                               writes=wl.writes, statement_timeout_s=wl.statement_timeout_s)
     return ScriptedWorkload(dsn, wl.files, clients=wl.clients, writes=wl.writes,
                             variables=wl.variables,
@@ -48,5 +48,5 @@ def make_user_workload(wl: UserWorkloadSpec, dsn: str, *, seed: int = 0) -> Work
 def user_workload_clients(wl: UserWorkloadSpec) -> int:
     """Connections the workload opens (a replay without clients: the captured ones)."""
     if wl.kind == "replay" and not wl.clients:
-        return read_replay_file(_replay_path(wl)).clients
+        return read_replay_file(replay_path(wl)).clients
     return int(wl.clients)

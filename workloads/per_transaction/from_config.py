@@ -1,6 +1,6 @@
 """The per-transaction driver of a tuner workload section (``WorkloadConfig``), where one
-exists: TPC-H mixes (Python streams), pgbench's TPC-B and the user's scripts (pgbench
-variants). Schedules, replays and live traffic have none yet."""
+exists: TPC-H mixes and captured replays (Python streams), pgbench's TPC-B and the user's
+scripts (pgbench variants). TPC-H schedules and live traffic have none."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from harmony.base.errors import WorkloadError
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from harmony.base.errors import ConfigError, WorkloadError
 from workloads.per_transaction.pgbench_variants import (
     PgbenchAssignment,
     builtin_template,
     script_templates,
 )
 from workloads.per_transaction.settings import Configuration
-from workloads.per_transaction.streams import StreamAssignment, tpch_draws
+from workloads.per_transaction.streams import StreamAssignment, replay_draws, tpch_draws
 from workloads.per_transaction.trace import Trace
+from workloads.replay import read_replay_file
 from workloads.scripted import load_scripts
+from workloads.user_workload import replay_path
 
 
 class Assignment(Protocol):
@@ -26,15 +30,23 @@ class Assignment(Protocol):
     def run(self, seconds: int) -> Trace: ...
 
 
+def with_options(dsn: str, settings: Sequence[str]) -> str:
+    """``dsn`` with ``-c name=value`` server options added to any it has."""
+    if not settings:
+        return dsn
+    params = conninfo_to_dict(dsn)
+    extra = " ".join(f"-c {s}" for s in settings)
+    params["options"] = f"{params.get('options') or ''} {extra}".strip()
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
 def unsupported_reason(wl: Any) -> str | None:
     """Why the workload cannot be measured per transaction (None: it can)."""
     if wl.observe is not None or wl.kind == "observe":
         return "live traffic is the application's: the tuner cannot SET LOCAL on its sessions"
-    if wl.kind == "replay":
-        return "a captured replay has no per-transaction driver yet"
     if wl.kind == "tpch" and wl.schedule is not None:
         return "a TPC-H schedule changes its mix over time; per-transaction runs need one mix"
-    if wl.kind not in ("tpch", "pgbench", "scripts"):
+    if wl.kind not in ("tpch", "pgbench", "scripts", "replay"):
         return f"workload kind {wl.kind!r} has no per-transaction driver"
     return None
 
@@ -48,6 +60,18 @@ def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], 
         raise WorkloadError(f"no per-transaction measurement for this workload: {reason}")
     if wl.kind == "tpch":
         return StreamAssignment(dsn, configurations, tpch_draws(dsn, wl.mix), seed=seed)
+    if wl.kind == "replay":
+        replay = read_replay_file(replay_path(wl))
+        if replay.writes and not wl.writes:
+            first = next(s for s in replay.statements if s.writes)
+            raise ConfigError(f"the captured workload writes (statement {first.id}: "
+                              f"`{first.sql[:80]}`), but the replay does not allow writes; "
+                              f"set writes: true in the workload to replay it")
+        options = [] if wl.writes else ["default_transaction_read_only=on"]
+        if wl.statement_timeout_s is not None:
+            options.append(f"statement_timeout={round(wl.statement_timeout_s * 1000)}")
+        return StreamAssignment(with_options(dsn, options), configurations,
+                                replay_draws(replay, wl.clients or replay.clients), seed=seed)
     if wl.kind == "pgbench":
         return PgbenchAssignment(dsn, configurations, [builtin_template("tpcb-like")],
                                  clients=wl.clients, variables={"scale": int(wl.scale)},

@@ -31,13 +31,16 @@ from workloads.per_transaction.settings import (
     padded_set_local,
 )
 from workloads.per_transaction.trace import Trace
+from workloads.replay import Execution, ReplayFile, Units
 from workloads.script_file import Script
 from workloads.tpch.queries import make_query
 
 logger = logging.getLogger(__name__)
 
-#: a stream's next query, drawn with its parameter generator: (template, statement)
-Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL]]
+#: a unit of work a stream runs itself inside its transaction, after the SET LOCAL lines
+Unit = Callable[[psycopg.Connection[Any]], None]
+#: a stream's next query, drawn with its parameter generator: (template, statement or unit)
+Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL | Unit]]
 #: one finished query: (config, template name, start monotonic s, latency s, ok)
 _Row = tuple[int, str, float, float, bool]
 
@@ -79,6 +82,41 @@ def statement_draws(scripts: Sequence[Script], streams: int) -> list[Draw]:
     return [draw] * streams
 
 
+def replay_draws(replay: ReplayFile, clients: int) -> list[Draw]:
+    """``clients`` draws over a captured workload: each takes the next captured unit (one
+    cursor shared by all, in captured order, cycling, as :class:`workloads.replay.ReplayWorkload`
+    runs them) and runs it with its captured parameters as the body of the stream's
+    transaction: a captured ``BEGIN``'s modes become ``SET TRANSACTION``, a captured
+    ``ROLLBACK`` rolls the transaction back. The template is the unit's kind (its statements)."""
+    if clients < 1:
+        raise WorkloadError(f"a replay needs clients >= 1, but got {clients}")
+    units = Units(replay.units)
+
+    def run_unit(unit: tuple[Execution, ...]) -> Unit:
+        body, modes, rolls_back = replay.transaction_body(unit)
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            if modes:
+                conn.execute(sql.SQL("SET TRANSACTION " + modes))
+            cursor = psycopg.RawCursor(conn)
+            for index, params in body:
+                text = replay.statements[index].sql
+                if params is None:
+                    conn.execute(text)  # captured text
+                else:
+                    cursor.execute(text, params)
+            if rolls_back:
+                raise psycopg.Rollback()
+
+        return run
+
+    def draw(rng: random.Random) -> tuple[str, Unit]:
+        unit = units.next()
+        return replay.unit_label(unit), run_unit(unit)
+
+    return [draw] * clients
+
+
 class _Stream(threading.Thread):
     """One connection running its draws until stopped, each under a random configuration."""
 
@@ -115,7 +153,10 @@ class _Stream(threading.Thread):
                         for setting in owner.settings[k]:
                             conn.execute(setting)
                         started = time.monotonic()
-                        conn.execute(statement)
+                        if callable(statement):
+                            statement(conn)
+                        else:
+                            conn.execute(statement)
                     self.rows.append((k, template, started, time.monotonic() - started, True))
                 except psycopg.Error as exc:
                     if owner.stop_event.is_set():
