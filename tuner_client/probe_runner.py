@@ -245,6 +245,20 @@ def run_probes(measurer: Measurer, sizes: Sequence[int], seconds: float,
     return probes, failures
 
 
+def _flat_ends(probes: Sequence[Probe], fills: dict[int, BufferFill]
+               ) -> tuple[BufferFill | None, bool] | None:
+    """When the first two probes, the smallest and the largest size, read a flat curve: the
+    largest's buffer fill (None: not recorded) and whether that buffer had settled (full, or
+    holding every page the workload touches); None otherwise."""
+    if len(probes) != 2 or not all(p.accesses for p in probes):
+        return None
+    small, large = sorted(probes, key=lambda p: p.size)
+    if not flat([small.miss, large.miss]):
+        return None
+    fill = fills.get(large.size)
+    return fill, large.settled == "fits" or (fill is not None and fill.full)
+
+
 def ends_flat_unfilled(probes: Sequence[Probe], fills: dict[int, BufferFill]) -> bool:
     """Whether the first two probes, the smallest and the largest size
     (:func:`probe_order`), already decide "no knee found in range": their miss
@@ -252,13 +266,8 @@ def ends_flat_unfilled(probes: Sequence[Probe], fills: dict[int, BufferFill]) ->
     every page the workload touches. The probes between lie between the ends on a miss
     curve that falls with size, so they could only leave it flat (the same decision) or
     make it not monotone (rejected, the search keeps its whole range all the same)."""
-    if len(probes) != 2 or not all(p.accesses for p in probes):
-        return False
-    small, large = sorted(probes, key=lambda p: p.size)
-    fill = fills.get(large.size)
-    if large.settled == "fits" or (fill is not None and fill.full) or fill is None:
-        return False
-    return flat([small.miss, large.miss])
+    ends = _flat_ends(probes, fills)
+    return ends is not None and not ends[1] and ends[0] is not None
 
 
 def ends_flat_settled(probes: Sequence[Probe], fills: dict[int, BufferFill]) -> bool:
@@ -267,13 +276,8 @@ def ends_flat_settled(probes: Sequence[Probe], fills: dict[int, BufferFill]) -> 
     (full, or holding every page the workload touches). The probes between lie between the
     ends on a curve that falls with size, so they would read it flat too (the demo's four
     probes all read 0.0000 at SF 0.01, 28 s of its run)."""
-    if len(probes) != 2 or not all(p.accesses for p in probes):
-        return False
-    small, large = sorted(probes, key=lambda p: p.size)
-    fill = fills.get(large.size)
-    if not (large.settled == "fits" or (fill is not None and fill.full)):
-        return False
-    return flat([small.miss, large.miss])
+    ends = _flat_ends(probes, fills)
+    return ends is not None and ends[1]
 
 
 def touched_pages(probes: Sequence[Probe]) -> int:
