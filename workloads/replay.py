@@ -74,6 +74,14 @@ class ReplayFile:
     def writes(self) -> bool:
         return any(s.writes for s in self.statements)
 
+    def check_writes(self, writes: bool) -> None:
+        """Raise :class:`ConfigError` when the capture writes and ``writes`` does not allow it."""
+        if self.writes and not writes:
+            first = next(s for s in self.statements if s.writes)
+            raise ConfigError(f"the captured workload writes (statement {first.id}: "
+                              f"`{first.sql[:80]}`), but the replay does not allow writes; "
+                              f"set writes: true in the workload to replay it")
+
     def transaction_body(self, unit: Sequence[Execution]) -> tuple[list[Execution], str, bool]:
         """A unit as the body of a transaction someone else opens and closes: its captured
         ``BEGIN`` and ``COMMIT``/``ROLLBACK`` taken off. Returns the executions between them,
@@ -259,11 +267,7 @@ class ReplayWorkload(Workload):
         self.clients = clients or self.replay.clients
         if self.clients < 1:
             raise ConfigError(f"replay clients must be >= 1, but got {self.clients}")
-        if self.replay.writes and not writes:
-            first = next(s for s in self.replay.statements if s.writes)
-            raise ConfigError(f"the captured workload writes (statement {first.id}: "
-                              f"`{first.sql[:80]}`), but the replay does not allow writes; "
-                              f"set writes: true in the workload to replay it")
+        self.replay.check_writes(writes)
         self.writes = writes
         self.statement_timeout_s = statement_timeout_s
         self.recorder = Recorder()

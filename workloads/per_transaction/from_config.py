@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony.base.errors import WorkloadError
 from workloads.per_transaction.pgbench_variants import (
     PgbenchAssignment,
     builtin_template,
@@ -62,11 +62,7 @@ def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], 
         return StreamAssignment(dsn, configurations, tpch_draws(dsn, wl.mix), seed=seed)
     if wl.kind == "replay":
         replay = read_replay_file(replay_path(wl))
-        if replay.writes and not wl.writes:
-            first = next(s for s in replay.statements if s.writes)
-            raise ConfigError(f"the captured workload writes (statement {first.id}: "
-                              f"`{first.sql[:80]}`), but the replay does not allow writes; "
-                              f"set writes: true in the workload to replay it")
+        replay.check_writes(wl.writes)
         options = [] if wl.writes else ["default_transaction_read_only=on"]
         if wl.statement_timeout_s is not None:
             options.append(f"statement_timeout={round(wl.statement_timeout_s * 1000)}")
