@@ -1,4 +1,4 @@
-"""Work memory raised into the upper half of the budget races on the whole server, not per
+"""Work memory raised past 40 % of the online budget races on the whole server, not per
 transaction (:func:`tuner_client.phases.final_per_transaction.memory_pressure_reason`)."""
 
 from __future__ import annotations
