@@ -224,7 +224,9 @@ class PerTransactionEvaluations:
         windows = []
         try:
             for arm in WIDE_WINDOWS:
-                ctx.apply(arms[arm], check_budget=False, warm_up=False)
+                outcome = ctx.apply(arms[arm], check_budget=False, warm_up=False)
+                if outcome.failure is not None:
+                    raise HarmonyError(f"applying {arms[arm]} failed: {outcome.failure}")
                 windows.append(driver.run(WIDE_WINDOW_S))
         finally:
             ctx.apply(reference, check_budget=False, warm_up=False)
