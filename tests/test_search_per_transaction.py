@@ -91,7 +91,7 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
     decisions = "\n".join(result.work.decisions)
     blocks = [d for d in result.work.decisions if "measured in whole-server windows beside "
               "the reference:" in d]
-    # one whole-server block for each value other than the reference's (2), none for it
+    # one paired window block for each value other than the reference's (2), none for it
     assert len(blocks) == 2, decisions
     assert not any("'2'}" in d.split("has a system-wide side")[0] for d in blocks), blocks
     factors = {v: float(d.split("beside the reference: ")[1].split("×")[0])
@@ -106,11 +106,7 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
         # per-transaction part is an A/A comparison, the ratio is the windows' factor
         assert 0.9 < record.ratio / factor < 1.1, (value, record.ratio, factor)
         assert record.interval[0] <= record.ratio <= record.interval[1]
-    assert "(2 block(s), the same work-weighted objective) and a run's arms all carried it" \
-        in decisions, decisions
-    # each block is measured whole-server with the per-transaction runs' objective and says
-    # its interval, which the records' intervals carry on top of their own
-    assert all("% CI" in d and "ABBA" in d for d in blocks), blocks
+    assert "(2 block(s)) and a run's arms all carried it" in decisions, decisions
     # the final race between configurations differing in parallel query switches the whole
     # server (switchback), never per transaction, and says why
     ctx = tuner.context

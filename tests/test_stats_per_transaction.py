@@ -11,7 +11,6 @@ import pytest
 from harmony.base.errors import ConfigError
 from tuner_client.stats.per_transaction import compare, completions_per_slice
 from tuner_client.stats.per_transaction_race import race_per_transaction
-from workloads.per_transaction.trace import Trace
 
 FREQ = np.array([0.6, 0.3, 0.1])  # how often each template is drawn
 COST = np.array([0.001, 0.010, 0.050])  # its mean latency under A (s)
@@ -143,22 +142,3 @@ def test_race_as_the_tuners_final_decision() -> None:
     assert summary["observations"] == sum(race.comparisons["best"].transactions) > 5000
     assert summary["method"].startswith("block bootstrap over time slices")
     assert summary["intervals"]["pgtune"]["low"] < 1.0 < summary["intervals"]["pgtune"]["high"]
-
-
-def test_whole_server_windows_merge_into_one_trace_of_two_arms() -> None:
-    """Windows run one after another, each under one configuration, become one trace: each
-    window's transactions count as its arm, its starts move onto the first window's clock,
-    and its templates map by name (a template one window lacks keeps its place)."""
-    a1 = Trace.from_rows([{}], ["Q1", "Q6"], [(0, 0, 0.5, 0.2, True), (0, 1, 1.0, 0.1, True)],
-                         2.0, origin=100.0)
-    b = Trace.from_rows([{}], ["Q6"], [(0, 0, 0.2, 0.05, True)], 2.0, origin=102.5)
-    a2 = Trace.from_rows([{}], ["Q1"], [(0, 0, 0.1, 0.3, False)], 1.0, origin=105.0)
-    merged = Trace.merged([a1, b, a2], [0, 1, 0], [{"x": "a"}, {"x": "b"}])
-    assert merged.templates == ("Q1", "Q6") and merged.configurations[1] == {"x": "b"}
-    assert merged.config.tolist() == [0, 0, 1, 0]
-    assert merged.template.tolist() == [0, 1, 1, 0]
-    assert np.allclose(merged.start, [0.5, 1.0, 2.7, 5.1])
-    assert merged.ok.tolist() == [True, True, True, False]
-    assert merged.seconds == 6.0 and merged.origin == 100.0
-    with pytest.raises(ValueError, match="one arm per window"):
-        Trace.merged([a1, b], [0], [{}])

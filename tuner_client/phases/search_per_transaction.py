@@ -22,19 +22,22 @@ design read 0.86× per transaction and was never kept. A batch is split by the c
 values of those knobs: every arm of a group's run carries the group's values (so the whole
 server runs them), the reference arm differs from the reference only there, and the
 group's ratio to the reference is the per-transaction ratio times that of the reference
-with the group's values over the reference itself, measured once per value on the whole
-server: alternating windows (ABBA) of the workload's own driver, every query timed, compared
-with the same work-weighted per-template objective as the per-transaction runs, so the
-product of the two is one objective and carries both intervals. (A window block of the
-configured estimator would count queries instead: on the demo's mix parallel workers 2 → 0
-read 1.305× (1.269–1.341) by count and 1.112× (1.090–1.135) work-weighted in the same windows,
-``benchmarks/results/estimands.s13.md``.)
+with the group's values over the reference itself, measured once per value in a paired
+whole-server block (:func:`tuner_client.phases.blocks.measure_block`).
+
+The two factors do not share one objective: the block ranks by the configured estimator
+(``progress`` for TPC-H, a count of queries), the per-transaction part by work-weighted
+per-template latency. On the demo's mix parallel workers 2 → 0 read 1.305× (1.269–1.341) by
+count and 1.112× (1.090–1.135) work-weighted in the same windows
+(``benchmarks/results/estimands.s13.md``). The block's count is kept on purpose: the final
+race that judges a searched candidate with a restart-time difference runs in windows and
+counts too; measuring the factor work-weighted (session 13, reverted) read 0.955× (0.885–1.031)
+for the same value in the demo, which then kept the original.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -44,11 +47,15 @@ from harmony.base.errors import HarmonyError
 from tuner_client.client import Fetched, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import Reference, SessionReferences, measure_reference
+from tuner_client.phases.blocks import (
+    Reference,
+    SessionReferences,
+    measure_block,
+    measure_reference,
+)
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import PerTransactionComparison, compare
 from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.from_config import make_assignment
@@ -59,11 +66,6 @@ logger = logging.getLogger(__name__)
 #: most candidates measured in one run beside the reference (a 6-knob simplex's first batch
 #: has 7 vertices; more arms thin every comparison's share of the transactions)
 MAX_BATCH = 6
-#: the whole-server windows that measure a system-wide value B against the reference A
-#: (ABBA: a linear drift cancels) and each one's seconds: 12 s in all, about 12 one-second
-#: slices for the comparison (it needs 8)
-WIDE_WINDOWS = (0, 1, 1, 0)
-WIDE_WINDOW_S = 3
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
 #: a candidate's values of the searched knobs with a system-wide side, (name, value) pairs
@@ -124,8 +126,8 @@ class PerTransactionEvaluations:
         self.transactions = 0
         #: the searched knobs with a system-wide side, measured in windows
         self.wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
-        #: per value of those knobs: the reference with it over the reference, whole-server
-        self.wide_factors: dict[WideKey, RatioInterval | None] = {}
+        #: per value of those knobs: the reference with it over the reference, in windows
+        self.wide_factors: dict[WideKey, float | None] = {}
 
     def level(self) -> float | None:
         """The reference's window level (measured once, when the session first needs it)."""
@@ -187,52 +189,30 @@ class PerTransactionEvaluations:
                 continue
             self._fill(ev.record, result, level, factor, dict(key))
 
-    def _wide_factor(self, key: WideKey) -> RatioInterval | None:
-        """The reference with the system-wide values ``key`` over the reference itself, with
-        its interval: exactly 1 where they are the reference's, else measured once per value
-        on the whole server (:meth:`_whole_server`; None when that failed)."""
+    def _wide_factor(self, key: WideKey) -> float | None:
+        """The reference with the system-wide values ``key`` over the reference itself: 1
+        where they are the reference's, else one paired whole-server block (measured once per
+        value; None when it failed)."""
         wide = dict(key)
         if all(self.reference.settings.get(n) == v for n, v in wide.items()):
-            return RatioInterval(1.0, 1.0, 1.0, 0, LEVEL)
+            return 1.0
         if key not in self.wide_factors:
-            factor: RatioInterval | None = None
-            try:
-                factor = self._whole_server(wide)
-                said = (f"{factor.ratio:.3f}× ({100 * LEVEL:.0f} % CI {factor.low:.3f}–"
-                        f"{factor.high:.3f}; work-weighted per-template latency ratio, "
-                        f"{len(WIDE_WINDOWS)} alternating whole-server windows of "
-                        f"{WIDE_WINDOW_S} s, {''.join('AB'[a] for a in WIDE_WINDOWS)})")
-            except HarmonyError as exc:
-                said = f"failed ({exc})"
+            ctx = self.ctx
+            settings = {**{n: self.reference.settings[n] for n in self.space.names}, **wide}
+            self.reference.last = None  # the block opens with a fresh reference window
+            record = measure_block(ctx.measurer, ctx.metrics, self.reference,
+                                   f"{self.label}-system-wide", {}, settings)
+            self.reference.last = None
+            ctx.metrics.record_point(record, kind="reference", restarts=False)
+            factor = record.ratio if record.failure is None else None
             self.wide_factors[key] = factor
             self.state.decide(
                 f"{self.label}: {wide} has a system-wide side per-transaction latency does not "
-                f"see; measured in whole-server windows beside the reference: {said}")
+                f"see; measured in whole-server windows beside the reference: "
+                + (f"{factor:.3f}× (one paired block of {len(record.samples)} sample(s) "
+                   f"between two reference windows)" if factor is not None
+                   else f"failed ({record.failure})"))
         return self.wide_factors[key]
-
-    def _whole_server(self, wide: dict[str, str]) -> RatioInterval:
-        """The reference with ``wide`` (B) over the reference (A), the whole server under one
-        of them at a time: windows in the order :data:`WIDE_WINDOWS` (ABBA: a linear drift
-        cancels), every query timed by the workload's own driver, compared as a
-        per-transaction run is (same objective, slices of one arm each)."""
-        ctx = self.ctx
-        ctx.measurer.stop()  # the windows' workload must not run beside these
-        reference = {n: self.reference.settings[n] for n in self.space.names}
-        arms = (reference, {**reference, **wide})
-        driver = make_assignment(ctx.config.workload, ctx.target.dsn, [{}],
-                                 seed=ctx.config.seed + 1000 * self.runs + 500)
-        windows = []
-        try:
-            for arm in WIDE_WINDOWS:
-                outcome = ctx.apply(arms[arm], check_budget=False, warm_up=False)
-                if outcome.failure is not None:
-                    raise HarmonyError(f"applying {arms[arm]} failed: {outcome.failure}")
-                windows.append(driver.run(WIDE_WINDOW_S))
-        finally:
-            ctx.apply(reference, check_budget=False, warm_up=False)
-        merged = Trace.merged(windows, WIDE_WINDOWS, arms)
-        self.transactions += len(merged)
-        return compare(merged, 0, 1, level=LEVEL, seed=ctx.config.seed + self.runs).interval
 
     def _run(self, candidates: list[dict[str, str]], wide: dict[str, str]) -> Trace:
         """One run of the reference (configuration 0) with the system-wide values ``wide``
@@ -254,22 +234,19 @@ class PerTransactionEvaluations:
         return trace
 
     def _fill(self, record: PointRecord, result: PerTransactionComparison, level: float,
-              factor: RatioInterval, wide: dict[str, str]) -> None:
-        """``record``'s ratio: the per-transaction one times the whole-server ``factor`` of
-        its system-wide values ``wide`` (exactly 1 where they are the reference's), the two
-        intervals' log half-widths added in quadrature (independent measurements)."""
+              factor: float, wide: dict[str, str]) -> None:
+        """``record``'s ratio: the per-transaction one times the window ``factor`` of its
+        system-wide values ``wide`` (1 where they are the reference's)."""
         interval = result.interval
         record.design = PER_TRANSACTION
-        record.ratio = factor.ratio * interval.ratio
-        half = math.hypot(*(0.5 * math.log(iv.high / iv.low) for iv in (interval, factor)))
-        record.interval = (record.ratio * math.exp(-half), record.ratio * math.exp(half))
+        record.ratio = factor * interval.ratio
+        record.interval = (factor * interval.low, factor * interval.high)
         record.transactions = result.transactions
         record.reference = [level]
         record.value = record.ratio * level
-        scaled = "" if factor.n == 0 else (
-            f", times {factor.ratio:.3f}× for {wide} on the whole server → "
-            f"{record.ratio:.3f}× ({100 * LEVEL:.0f} % CI {record.interval[0]:.3f}–"
-            f"{record.interval[1]:.3f}, both intervals combined)")
+        scaled = "" if factor == 1.0 else (
+            f", times {factor:.3f}× for {wide} in windows → {record.ratio:.3f}× (the interval "
+            f"is the per-transaction part's)")
         self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
                           f"reference{' with ' + str(wide) if scaled else ''}{scaled}")
 
@@ -283,8 +260,8 @@ class PerTransactionEvaluations:
         if wide:
             text += (f"; {', '.join(wide)} has a system-wide side per-transaction latency does "
                      f"not see: each of its values was measured once in whole-server windows "
-                     f"beside the reference ({len(self.wide_factors)} block(s), the same "
-                     f"work-weighted objective) and a run's arms all carried it")
+                     f"beside the reference ({len(self.wide_factors)} block(s)) and a run's "
+                     f"arms all carried it")
         return text
 
 

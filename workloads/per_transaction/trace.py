@@ -43,28 +43,6 @@ class Trace:
                    arr[:, 1].astype(int), arr[:, 2], arr[:, 3],
                    np.array([r[4] for r in rows], dtype=bool), seconds, origin)
 
-    @classmethod
-    def merged(cls, windows: Sequence[Trace], arms: Sequence[int],
-               configurations: Sequence[Configuration]) -> Trace:
-        """One trace from whole-server windows run one after another, each under one
-        configuration: window i's transactions all count as ``configurations[arms[i]]``, and
-        its starts move onto the first window's clock by the windows' origins."""
-        if not windows or len(windows) != len(arms):
-            raise ValueError(f"merging needs one arm per window, but got {len(windows)} "
-                             f"windows and {len(arms)} arms")
-        templates = tuple(sorted({t for w in windows for t in w.templates}))
-        index = {t: i for i, t in enumerate(templates)}
-        origin = windows[0].origin
-        parts = [(np.full(len(w), arm), np.array([index[t] for t in w.templates],
-                                                   dtype=int)[w.template],
-                  w.start + (w.origin - origin), w.latency, w.ok)
-                 for w, arm in zip(windows, arms, strict=True)]
-        config, template, start, latency, ok = (np.concatenate([part[k] for part in parts])
-                                                for k in range(5))
-        end = max(w.origin - origin + w.seconds for w in windows)
-        return cls(tuple(configurations), templates, config.astype(int), template, start,
-                   latency, ok.astype(bool), end, origin)
-
     def __len__(self) -> int:
         return int(self.config.size)
 
