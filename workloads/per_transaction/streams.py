@@ -98,13 +98,13 @@ def replay_draws(replay: ReplayFile, clients: int) -> list[Draw]:
         def run(conn: psycopg.Connection[Any]) -> None:
             if modes:
                 conn.execute(sql.SQL("SET TRANSACTION " + modes))
-            cursor = psycopg.RawCursor(conn)
-            for index, params in body:
-                text = replay.statements[index].sql
-                if params is None:
-                    conn.execute(text)  # captured text
-                else:
-                    cursor.execute(text, params)
+            with psycopg.RawCursor(conn) as cursor:
+                for index, params in body:
+                    text = replay.statements[index].sql
+                    if params is None:
+                        conn.execute(text)  # captured text
+                    else:
+                        cursor.execute(text, params)
             if rolls_back:
                 raise psycopg.Rollback()
 
