@@ -22,6 +22,7 @@ import os
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,10 @@ def oom_lines(target: Target) -> int:
     return sum(1 for line in text.splitlines() if "terminated by signal 9" in line)
 
 
-def open_memory_bound(cfg: TunerConfig, state_dir: Path) -> Target:
-    """The embedded cluster of ``cfg`` inside its memory cgroup, TPC-H loaded (or reused).
+def open_memory_bound(cfg: TunerConfig, state_dir: Path,
+                      fill: Callable[[str], None] | None = None) -> Target:
+    """The embedded cluster of ``cfg`` inside its memory cgroup, TPC-H loaded (or reused);
+    ``fill``, given the unlimited cluster's DSN, loads any other data first.
 
     The data is loaded *without* the limit first (COPY and index builds under a small cgroup
     v1 limit get the backend OOM-killed: dirty page cache is not reclaimed fast enough), then
@@ -161,6 +164,8 @@ def open_memory_bound(cfg: TunerConfig, state_dir: Path) -> Target:
     unlimited = replace(cfg, database=replace(cfg.database, memory_limit_bytes=None))
     loader = open_target(unlimited, state_dir)
     try:
+        if fill is not None:
+            fill(loader.dsn)
         # "the default" must be PostgreSQL's: forget what an earlier (interrupted) run set
         with psycopg.connect(loader.dsn, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET ALL")

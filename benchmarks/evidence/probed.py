@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.phases.state import best_of
 from tuner_client.stats.paired import paired_ratio_interval
-from tuner_client.target import open_target
 from workloads.pgbench import PgbenchWorkload
 
 logger = logging.getLogger(__name__)
@@ -98,18 +96,11 @@ def one_run(cfg: Any, target: Any) -> dict[str, Any]:
             "decisions": summary["decisions"]}
 
 
-def init_pgbench(cfg: Any, state_dir: Path, scale: int) -> None:
-    """pgbench's tables at ``scale`` in the embedded database, loaded outside the memory
-    cgroup (a COPY and an index build under a small limit get OOM-killed); reused when
-    present."""
-    loader = open_target(replace(cfg, database=replace(cfg.database, memory_limit_bytes=None)),
-                         state_dir)
-    try:
-        PgbenchWorkload(loader.dsn, scale=scale).start()  # pgbench -i unless already there
-        with psycopg.connect(loader.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
-    finally:
-        loader.close()
+def init_pgbench(dsn: str, scale: int) -> None:
+    """pgbench's tables at ``scale`` on ``dsn`` (reused when present), vacuumed and analysed."""
+    PgbenchWorkload(dsn, scale=scale).start()  # pgbench -i unless already there
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -131,9 +122,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             probe_seconds=args.probe_seconds,
             pgbench_scale=args.pgbench_scale if tpcb else 0, clients=args.clients))
 
-    if tpcb:
-        init_pgbench(config(0, 1), args.state_dir, args.pgbench_scale)
-    target = open_memory_bound(config(0, 1), args.state_dir)
+    # pgbench's tables are loaded outside the memory cgroup, as the TPC-H data is
+    target = open_memory_bound(config(0, 1), args.state_dir,
+                               fill=(lambda dsn: init_pgbench(dsn, args.pgbench_scale))
+                               if tpcb else None)
     try:
         for i in range(args.repeats):
             for probes in (0, args.probes) if i % 2 == 0 else (args.probes, 0):
