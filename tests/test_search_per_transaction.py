@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 from tuner_client.phases.final_switchback import race_by_design
 from tuner_client.phases.search_per_transaction import (
     MAX_BATCH,
+    ranked,
     run_seconds,
     why_not_per_transaction_search,
 )
+from workloads.per_transaction import Trace
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop
 CONFIG = tune_yaml(
@@ -31,6 +34,34 @@ def test_run_seconds_keep_each_arms_share() -> None:
     assert run_seconds(30, 1) == 30
     assert run_seconds(30, 5) == 90  # six arms: each keeps a two-arm run's transactions
     assert MAX_BATCH >= 6
+
+
+def _synthetic(speedups: list[float], sigma: float, seconds: float = 20.0, seed: int = 1
+               ) -> Trace:
+    """200 transactions a second of one template, lognormal latencies of log-sd ``sigma``,
+    configuration k ``speedups[k]`` times as fast as the reference (0)."""
+    rng = np.random.default_rng(seed)
+    n = int(200 * seconds)
+    start = np.sort(rng.uniform(0.0, seconds, n))
+    config = rng.integers(0, len(speedups), n)
+    latency = 0.01 * rng.lognormal(0.0, sigma, n) / np.asarray(speedups)[config]
+    rows = [(int(c), 0, float(s), float(x), True) for c, s, x in zip(config, start, latency,
+                                                                      strict=True)]
+    return Trace.from_rows(tuple({"work_mem": f"{k + 1}MB"} for k in range(len(speedups))),
+                           ["Q"], rows, seconds)
+
+
+def test_a_run_ends_once_every_candidate_is_ranked() -> None:
+    """A run may end early once each candidate's interval is within ±3 % or a quarter of its
+    own effect (1.3× at about ±3.5 %); an A/A candidate at ±4 % keeps it going."""
+    for seed in (1, 2, 3):
+        assert ranked(_synthetic([1.0, 1.3], 0.5, seed=seed), seed)  # ±3.0–3.7 %, 1.29–1.34×
+        assert ranked(_synthetic([1.0, 1.0], 0.1, seed=seed), seed)  # A/A at ±0.7 %
+        assert not ranked(_synthetic([1.0, 1.0], 0.7, seed=seed), seed)  # A/A at ±4–5 %
+        # one candidate ranked, the other not: the run goes on
+        assert not ranked(_synthetic([1.0, 1.3, 1.0], 0.6, seed=seed), seed)
+    # 5 s make 5 slices of 1 s, too few for an interval: not yet
+    assert not ranked(_synthetic([1.0, 2.0], 0.1, seconds=5.0))
 
 
 def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: F811

@@ -11,6 +11,7 @@ import pytest
 from harmony.base.errors import ConfigError
 from tuner_client.stats.per_transaction import compare, completions_per_slice
 from tuner_client.stats.per_transaction_race import race_per_transaction
+from workloads.per_transaction import Trace, concat
 
 FREQ = np.array([0.6, 0.3, 0.1])  # how often each template is drawn
 COST = np.array([0.001, 0.010, 0.050])  # its mean latency under A (s)
@@ -142,3 +143,19 @@ def test_race_as_the_tuners_final_decision() -> None:
     assert summary["observations"] == sum(race.comparisons["best"].transactions) > 5000
     assert summary["method"].startswith("block bootstrap over time slices")
     assert summary["intervals"]["pgtune"]["low"] < 1.0 < summary["intervals"]["pgtune"]["high"]
+
+
+def test_concat_puts_consecutive_runs_on_the_first_runs_clock() -> None:
+    configs = ({"work_mem": "1MB"}, {"work_mem": "2MB"})
+    a = Trace.from_rows(configs, ["Q1", "Q6"], [(0, 0, 0.5, 0.1, True), (1, 1, 1.5, 0.2, True)],
+                        2.0, origin=100.0)
+    b = Trace.from_rows(configs, ["Q6", "Q9"], [(1, 0, 0.25, 0.3, True), (0, 1, 0.75, 0.4, False)],
+                        1.0, origin=102.5)
+    both = concat([a, b])
+    assert both.templates == ("Q1", "Q6", "Q9") and both.origin == 100.0
+    assert both.seconds == pytest.approx(3.5)
+    assert both.start.tolist() == pytest.approx([0.5, 1.5, 2.75, 3.25])
+    assert [both.templates[k] for k in both.template] == ["Q1", "Q6", "Q6", "Q9"]
+    assert both.config.tolist() == [0, 1, 1, 0] and both.ok.tolist() == [True, True, True, False]
+    with pytest.raises(ValueError, match="same configurations"):
+        concat([a, Trace.from_rows(configs[:1], [], [], 1.0)])

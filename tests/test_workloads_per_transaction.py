@@ -3,6 +3,7 @@ each transaction really under its configuration, non-session knobs refused."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from workloads.per_transaction import (
     PgbenchAssignment,
     StreamAssignment,
     Template,
+    Trace,
     builtin_template,
     padded_set_local,
     statement_draws,
@@ -97,6 +99,48 @@ def test_queries_running_at_the_end_are_waited_for_and_counted(fresh_dsn: str,
     assert np.all(trace.start <= trace.seconds)
     # each stream runs 0.6-s queries back to back, so some were running at the end
     assert np.any(ends > trace.seconds + 0.05)
+
+
+def test_a_settled_stream_run_ends_early_and_every_look_holds_every_query_before_its_cut(
+        fresh_dsn: str, tmp_path: Path) -> None:
+    """A stopping rule sees the run so far cut where no query is unfinished: a look leaving
+    out a slow query still running would favour the configuration with fewer of them."""
+    (tmp_path / "mixed.sql").write_text("SELECT pg_sleep(0.3);\nSELECT 1;\n")
+    draws = statement_draws(read_script_file(tmp_path / "mixed.sql"), 3)
+    looks: list[Trace] = []
+
+    def settled(trace: Trace) -> bool:
+        looks.append(trace)
+        return len(looks) == 3
+
+    began = time.monotonic()
+    trace = StreamAssignment(fresh_dsn, CONFIGS, draws, seed=2).run(
+        30.0, settled=settled, min_s=1.0, check_s=0.5)
+    assert time.monotonic() - began < 6.0 and len(looks) == 3
+    assert 2.0 <= trace.seconds < 3.0  # looks at 1, 1.5 and 2 s, then the drain
+    for look in looks:
+        # both statements in every look, and the final trace's queries started before the
+        # look's cut are exactly the look's
+        assert look.templates == trace.templates and len(trace.templates) == 2
+        assert len(look) == int((trace.start < look.seconds - 1e-6).sum())
+        assert np.all(look.start < look.seconds)
+
+
+def test_a_settled_pgbench_run_goes_in_pieces_on_one_clock(fresh_dsn: str) -> None:
+    looks: list[int] = []
+
+    def settled(trace: Trace) -> bool:
+        looks.append(len(trace))
+        return len(looks) == 2
+
+    run = PgbenchAssignment(fresh_dsn, CONFIGS, [Template("one", "SELECT 1;")], clients=2, seed=3)
+    trace = run.run(30, settled=settled, min_s=1, check_s=1)
+    assert len(looks) == 2 and looks[0] < looks[1] == len(trace)
+    assert 1.9 <= trace.seconds <= 4.0 and trace.start.max() < trace.seconds + 0.1
+    # the second piece starts after the first on the trace's clock, with its own draws
+    first = np.sort(trace.start)[: looks[0]]
+    assert first.max() < 1.2 and (trace.start > 1.0).sum() > 50
+    assert set(trace.config.tolist()) == {0, 1} and trace.errors == 0
 
 
 def test_tpch_streams_record_query_templates(tpch_cluster: TpchCluster) -> None:  # noqa: F811

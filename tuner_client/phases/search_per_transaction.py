@@ -10,6 +10,13 @@ reference's level, measured once in a whole-server window when the session start
 keep the unit and scale of the window-measured sessions (the offline search, the final
 candidates' ranking), while every comparison is paired transaction by transaction.
 
+A run lasts at most ``measure.per_transaction_s`` × (k + 1)/2 for k candidates, and ends
+sooner once every candidate is ranked (:func:`ranked`): each interval within ±3 % or within a
+quarter of its own effect, looked at every 2 s from 8 s on (8 slices of 1 s). The search only
+ranks, and a big effect needs less precision to rank than a small one: the demo's 10-s runs
+reached ±2–3 % on 1.2–1.3× effects. Looking before the end makes these intervals nominal; only
+the final race claims, with its own anytime-valid intervals.
+
 Only where it applies (:func:`why_not_per_transaction_search`): every knob the session searches
 is session-settable, the workload has a per-transaction driver, and the run measures one
 database; otherwise the session runs in windows (:func:`run_session`) and the decisions say
@@ -38,6 +45,7 @@ for the same value in the demo, which then kept the original.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -56,7 +64,7 @@ from tuner_client.phases.blocks import (
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.stats.per_transaction import PerTransactionComparison, compare
+from tuner_client.stats.per_transaction import MIN_SLICES, PerTransactionComparison, compare
 from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
@@ -68,6 +76,14 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 6
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
+#: a run ends once every candidate's interval is this narrow (±3 %, log scale) ...
+SETTLED_HALF_WIDTH = 0.03
+#: ... or narrower than this share of its own effect (a 1.26× candidate at ±5.8 %): enough to
+#: rank it, where the search needs no more
+SETTLED_SHARE_OF_EFFECT = 0.25
+#: the bootstrap resamples of a look at a run in progress (the end's analysis takes the full
+#: :data:`tuner_client.stats.per_transaction.RESAMPLES`)
+LOOK_RESAMPLES = 1000
 #: a candidate's values of the searched knobs with a system-wide side, (name, value) pairs
 WideKey = tuple[tuple[str, str], ...]
 
@@ -85,6 +101,22 @@ def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | N
         return "replicas on other hosts measure the same session in windows"
     # every searched knob may differ from the reference: against {} each one counts
     return why_not_per_transaction(ctx, [ctx.current(space.names), {}])
+
+
+def ranked(trace: Trace, seed: int = 0) -> bool:
+    """Whether a run so far ranks every candidate (configurations 1..) against the reference
+    (0) well enough for the search: each one's interval within ±:data:`SETTLED_HALF_WIDTH`,
+    or within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect. False while a
+    comparison cannot be made yet (too few slices or transactions)."""
+    for k in range(1, len(trace.configurations)):
+        try:
+            result = compare(trace, 0, k, level=LEVEL, seed=seed, resamples=LOOK_RESAMPLES)
+        except HarmonyError:
+            return False
+        effect = abs(math.log(result.interval.ratio))
+        if result.half_width > max(SETTLED_HALF_WIDTH, SETTLED_SHARE_OF_EFFECT * effect):
+            return False
+    return True
 
 
 def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpace
@@ -124,6 +156,9 @@ class PerTransactionEvaluations:
         self.reference = reference
         self.runs = 0
         self.transactions = 0
+        #: the runs' seconds, and what they would have lasted had none settled early
+        self.seconds = 0.0
+        self.most_seconds = 0
         #: the searched knobs with a system-wide side, measured in windows
         self.wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
         #: per value of those knobs: the reference with it over the reference, in windows
@@ -226,11 +261,14 @@ class PerTransactionEvaluations:
                                      seed=ctx.config.seed + 1000 * self.runs)
         seconds = max(1, round(run_seconds(ctx.config.measure.per_transaction_s,
                                            len(candidates))))
-        logger.info("[%s] per-transaction run %d: the reference and %d candidate(s) for %d s",
-                    self.label, self.runs + 1, len(candidates), seconds)
-        trace = assignment.run(seconds)
+        logger.info("[%s] per-transaction run %d: the reference and %d candidate(s) for up to "
+                    "%d s", self.label, self.runs + 1, len(candidates), seconds)
+        trace = assignment.run(seconds, settled=lambda t: ranked(t, ctx.config.seed),
+                               min_s=float(MIN_SLICES))  # slices last >= 1 s
         self.runs += 1
         self.transactions += len(trace)
+        self.seconds += trace.seconds
+        self.most_seconds += seconds
         return trace
 
     def _fill(self, record: PointRecord, result: PerTransactionComparison, level: float,
@@ -254,9 +292,13 @@ class PerTransactionEvaluations:
         """The session's design in one decision line."""
         wide = sorted(n for n in self.space.names if n in SYSTEM_WIDE_KNOBS)
         text = (f"{self.label}: evaluations measured {PER_TRANSACTION}: {self.runs} run(s), "
-                f"{self.transactions:,} transactions, each candidate beside the reference "
+                f"{self.transactions:,} transactions in {self.seconds:.0f} s (at most "
+                f"{self.most_seconds} s: a run ends once every candidate's interval is within "
+                f"±{100 * SETTLED_HALF_WIDTH:g} % or {100 * SETTLED_SHARE_OF_EFFECT:g} % of "
+                f"its effect), each candidate beside the reference "
                 f"{self.reference.settings} (work-weighted per-template latency ratio, block "
-                f"bootstrap over time slices, {100 * LEVEL:.0f} %)")
+                f"bootstrap over time slices, {100 * LEVEL:.0f} %; the search only ranks, so "
+                f"these intervals are not claims: looking before the end makes them nominal)")
         if wide:
             text += (f"; {', '.join(wide)} has a system-wide side per-transaction latency does "
                      f"not see: each of its values was measured once in whole-server windows "

@@ -20,8 +20,8 @@ from workloads.per_transaction.settings import (
     set_local,
 )
 from workloads.per_transaction.streams import StreamAssignment, statement_draws, tpch_draws
-from workloads.per_transaction.trace import Trace
+from workloads.per_transaction.trace import Settled, Trace, concat
 
 __all__ = ["SESSION_CONTEXTS", "Configuration", "PgbenchAssignment", "StreamAssignment",
-           "Template", "Trace", "builtin_template", "check_session_settable",
+           "Settled", "Template", "Trace", "builtin_template", "concat", "check_session_settable",
            "padded_set_local", "script_templates", "set_local", "statement_draws", "tpch_draws"]

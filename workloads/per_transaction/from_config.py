@@ -18,7 +18,7 @@ from workloads.per_transaction.pgbench_variants import (
 )
 from workloads.per_transaction.settings import Configuration
 from workloads.per_transaction.streams import StreamAssignment, replay_draws, tpch_draws
-from workloads.per_transaction.trace import Trace
+from workloads.per_transaction.trace import CHECK_S, Settled, Trace
 from workloads.replay import read_replay_file
 from workloads.scripted import load_scripts
 from workloads.user_workload import replay_path
@@ -27,7 +27,8 @@ from workloads.user_workload import replay_path
 class Assignment(Protocol):
     """A per-transaction run over fixed configurations."""
 
-    def run(self, seconds: int) -> Trace: ...
+    def run(self, seconds: int, *, settled: Settled | None = None, min_s: float = 0.0,
+            check_s: float = CHECK_S) -> Trace: ...
 
 
 def with_options(dsn: str, settings: Sequence[str]) -> str:

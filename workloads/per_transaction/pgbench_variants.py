@@ -12,11 +12,13 @@ cycle, see :meth:`PgbenchAssignment._trace`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ from workloads.per_transaction.settings import (
     check_session_settable,
     padded_set_local,
 )
-from workloads.per_transaction.trace import Trace
+from workloads.per_transaction.trace import CHECK_S, Settled, Trace, concat
 from workloads.pgbench import find_pgbench
 from workloads.script_file import Script, blank_quoted, split_commands
 
@@ -36,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 _BEGIN_LINE = re.compile(r"^[ \t]*(begin|start[ \t]+transaction)\b[^;\n]*;[ \t]*$", re.I | re.M)
 _BEGIN_KEYWORDS = ("begin", "start")
+#: a piece's seed is the run's plus this times the piece's index (no two pieces repeat draws)
+PIECE_SEED_STEP = 7919
 
 
 @dataclass(frozen=True)
@@ -126,29 +130,53 @@ class PgbenchAssignment:
                 specs += ["-f", f"{path}@{template.weight}"]
         return specs
 
-    def run(self, seconds: int) -> Trace:
-        """Run pgbench for ``seconds`` whole seconds; every logged transaction, in a trace."""
+    def run(self, seconds: int, *, settled: Settled | None = None, min_s: float = 0.0,
+            check_s: float = CHECK_S) -> Trace:
+        """Run pgbench for ``seconds`` whole seconds; every logged transaction, in a trace.
+
+        With ``settled``, the run goes in pieces (pgbench writes its log at its exit): a first
+        of ``min_s``, then of ``check_s``, each a pgbench of its own with its own seed, until
+        ``settled`` of the trace so far returns True or ``seconds`` are spent."""
         if seconds < 1:
             raise WorkloadError(f"a per-transaction pgbench run lasts >= 1 s, but got {seconds}")
+        if settled is None:
+            return self._run_once(seconds, self.seed)
+        pieces: list[Trace] = []
+        spent = 0
+        while spent < seconds:
+            step = math.ceil(min_s) if not pieces else math.ceil(check_s)
+            step = max(1, min(step, seconds - spent))
+            pieces.append(self._run_once(step, self.seed + PIECE_SEED_STEP * len(pieces)))
+            spent += step
+            trace = concat(pieces)
+            if spent < seconds and settled(trace):
+                logger.info("per-transaction pgbench run settled after %d s of %d s",
+                            spent, seconds)
+                break
+        return concat(pieces)
+
+    def _run_once(self, seconds: int, seed: int) -> Trace:
+        """One pgbench of ``seconds`` seeded with ``seed``."""
         directory = Path(tempfile.mkdtemp(prefix="harmony-pertx-"))
         try:
             cmd = [str(self.pgbench), "-n", "-M", "prepared", *self._write_variants(directory),
                    "-c", str(self.clients), "-j", str(self.threads), "-T", str(seconds),
-                   f"--random-seed={self.seed}", "-l",
+                   f"--random-seed={seed}", "-l",
                    f"--log-prefix={directory / 'txn'}"]
             for name, value in self.variables.items():
                 cmd += ["-D", f"{name}={value}"]
             env = {**os.environ, "PGOPTIONS": self.pgoptions} if self.pgoptions else None
+            began = time.time()
             done = subprocess.run([*cmd, self.dsn], capture_output=True, text=True,
                                   check=False, env=env)
             if done.returncode not in (0, 2) or "tps =" not in done.stdout:
                 raise WorkloadError(f"pgbench exited {done.returncode}: "
                                     f"{done.stderr.strip()[-2000:]}")
-            return self._trace(directory, float(seconds))
+            return self._trace(directory, float(seconds), began)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
 
-    def _trace(self, directory: Path, seconds: float) -> Trace:
+    def _trace(self, directory: Path, seconds: float, began: float) -> Trace:
         """The trace from pgbench's logs. A transaction's latency is its client's cycle: the
         time from the client's previous end to this end (pgbench logs some sub-millisecond
         latencies as 0 µs, and the cycle is what a closed loop's throughput is made of); a
@@ -168,7 +196,7 @@ class PgbenchAssignment:
                 else:  # a failed transaction (pgbench 15+: "failed", "serialization", ...)
                     failed.append((script % k, script // k, ended, 0.0, False))
         rows = list(failed)
-        t0 = 0.0
+        t0 = began  # the origin of a run that logged nothing
         for client in ends.values():
             client.sort()
             previous = None

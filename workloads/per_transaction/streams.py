@@ -30,7 +30,7 @@ from workloads.per_transaction.settings import (
     check_session_settable,
     padded_set_local,
 )
-from workloads.per_transaction.trace import Trace
+from workloads.per_transaction.trace import CHECK_S, Settled, Trace
 from workloads.replay import Execution, ReplayFile, Units
 from workloads.script_file import Script
 from workloads.tpch.queries import make_query
@@ -126,6 +126,9 @@ class _Stream(threading.Thread):
         self.params = random.Random(f"{run.seed}/params/{index}")
         self.assign = random.Random(f"{run.seed}/assign/{index}")
         self.rows: list[_Row] = []
+        #: when the query in flight started (None between queries): every earlier query of
+        #: this stream has finished
+        self.in_flight: float | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
 
@@ -147,7 +150,7 @@ class _Stream(threading.Thread):
             while not owner.stop_event.is_set():
                 template, statement = self.draw(self.params)
                 k = self.assign.randrange(len(owner.settings))
-                started = time.monotonic()
+                started = self.in_flight = time.monotonic()
                 try:
                     with conn.transaction():
                         for setting in owner.settings[k]:
@@ -158,10 +161,12 @@ class _Stream(threading.Thread):
                         else:
                             conn.execute(statement)
                     self.rows.append((k, template, started, time.monotonic() - started, True))
+                    self.in_flight = None
                 except psycopg.Error as exc:
                     if owner.stop_event.is_set():
                         break
                     self.rows.append((k, template, started, time.monotonic() - started, False))
+                    self.in_flight = None
                     logger.warning("stream %s: %s failed: %s", self.name, template, exc)
                     if conn.broken:
                         break
@@ -186,9 +191,14 @@ class StreamAssignment:
         self.settings = padded_set_local(self.configurations)
         self.stop_event = threading.Event()
 
-    def run(self, seconds: float) -> Trace:
+    def run(self, seconds: float, *, settled: Settled | None = None,
+            min_s: float = 0.0, check_s: float = CHECK_S) -> Trace:
         """Run every stream for ``seconds``; every query that started within them (the ones
-        still running at the end are waited for, up to :data:`DRAIN_TIMEOUT_S`)."""
+        still running at the end are waited for, up to :data:`DRAIN_TIMEOUT_S`).
+
+        With ``settled``, the run ends sooner once it returns True: from ``min_s`` on, every
+        ``check_s`` it is shown the trace so far, cut where no query is unfinished (every
+        query that started before the cut has finished, so the slow ones are not left out)."""
         if not seconds > 0:
             raise WorkloadError(f"a per-transaction run lasts > 0 s, but got {seconds}")
         self.stop_event.clear()
@@ -196,7 +206,20 @@ class StreamAssignment:
         t0, wall0 = time.monotonic(), time.time()
         for stream in streams:
             stream.start()
-        self.stop_event.wait(seconds)
+        while not self.stop_event.wait(_next_wait(t0, seconds, settled, min_s, check_s)):
+            now = time.monotonic()
+            if now - t0 >= seconds:
+                break
+            if settled is not None and now - t0 >= min_s:
+                # the starts in flight first, the rows after: a query that ends in between
+                # started at or after the cut, so it is left out either way
+                starts = [s.in_flight for s in streams]
+                cut = min([now, *(x for x in starts if x is not None)])
+                rows = [r for s in streams for r in list(s.rows) if r[2] < cut]
+                if settled(self._trace(rows, t0, cut, wall0)):
+                    logger.info("per-transaction run settled after %.1f s of %.0f s",
+                                now - t0, seconds)
+                    break
         t_end = time.monotonic()
         self.stop_event.set()
         drain_until = t_end + DRAIN_TIMEOUT_S
@@ -210,8 +233,25 @@ class StreamAssignment:
         if pending:
             logger.warning("streams %s did not stop within %.1f s", pending, STOP_TIMEOUT_S)
         rows = [r for s in streams for r in s.rows if r[2] <= t_end]
+        return self._trace(rows, t0, t_end, wall0)
+
+    def _trace(self, rows: Sequence[_Row], t0: float, t_end: float, wall0: float) -> Trace:
+        """The trace of ``rows`` (monotonic starts) of a run that began at ``t0``."""
         templates = sorted({r[1] for r in rows})
         index = {name: i for i, name in enumerate(templates)}
         return Trace.from_rows(self.configurations, templates,
                                [(k, index[t], s - t0, lat, ok) for k, t, s, lat, ok in rows],
                                t_end - t0, origin=wall0)
+
+
+def _next_wait(t0: float, seconds: float, settled: Settled | None, min_s: float,
+               check_s: float) -> float:
+    """How long a run that began at ``t0`` waits before it next looks: until its end, or
+    until its next check (``min_s``, then every ``check_s``) when it has a ``settled`` rule."""
+    elapsed = time.monotonic() - t0
+    left = max(0.0, seconds - elapsed)
+    if settled is None:
+        return left
+    if elapsed < min_s:
+        return min(left, min_s - elapsed)
+    return min(left, check_s)

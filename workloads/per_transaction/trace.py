@@ -3,12 +3,15 @@ configuration it drew, its template, when it started and how long it took."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from workloads.per_transaction.settings import Configuration
+
+#: how often a run with a stopping rule shows it the trace so far (seconds)
+CHECK_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,3 +56,29 @@ class Trace:
     @property
     def errors(self) -> int:
         return int((~self.ok).sum())
+
+
+#: a stopping rule: True once the trace so far is enough (the run then ends sooner)
+Settled = Callable[[Trace], bool]
+
+
+def concat(traces: Sequence[Trace]) -> Trace:
+    """One trace of consecutive runs over the same configurations: starts on the first
+    run's clock (by each run's ``origin``), templates merged by name."""
+    if not traces:
+        raise ValueError("concat needs at least one trace")
+    first = traces[0]
+    templates = sorted({name for t in traces for name in t.templates})
+    index = {name: i for i, name in enumerate(templates)}
+    rows: list[tuple[int, int, float, float, bool]] = []
+    for t in traces:
+        if t.configurations != first.configurations:
+            raise ValueError("concat needs traces over the same configurations")
+        shift = t.origin - first.origin
+        names = [index[name] for name in t.templates]
+        rows += [(int(c), names[int(k)], float(s) + shift, float(lat), bool(ok))
+                 for c, k, s, lat, ok in zip(t.config, t.template, t.start, t.latency, t.ok,
+                                                 strict=True)]
+    last = traces[-1]
+    return Trace.from_rows(first.configurations, templates, rows,
+                           last.origin - first.origin + last.seconds, origin=first.origin)
