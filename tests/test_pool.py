@@ -5,6 +5,7 @@ helpers behave the same for one replica as for several."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -82,3 +83,35 @@ def test_the_evaluations_are_claimed_once_whichever_replica_measures() -> None:
     assert [shared.claim(), shared.claim(), shared.claim()] == [None, None, "budget"]
     shared.unclaim()  # a dropped replica's trial goes back
     assert shared.claim() is None and shared.claim() == "budget"
+
+
+def test_a_claim_waits_while_another_replica_measures_the_last_trial() -> None:
+    """The last trial of a replica whose database dies goes to one still looping: a claim
+    made while it measures waits for it, instead of ending the loop on "budget"."""
+    shared = Shared(evaluations=1)
+    assert shared.claim() is None
+    shared.busy = 1  # replica A measures the last trial
+    got: list[str | None] = []
+    waiter = threading.Thread(target=lambda: got.append(shared.claim()))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and got == []  # replica B waits
+    with shared.lock:  # A's database stopped answering: the trial goes back
+        shared.busy -= 1
+    shared.unclaim()
+    waiter.join(5.0)
+    assert got == [None] and shared.claimed == 1  # B took it
+    # A replica that finishes its trial ends the wait with the budget spent
+    shared.busy = 1
+    waiter = threading.Thread(target=lambda: got.append(shared.claim()))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    with shared.lock:
+        shared.busy -= 1
+    waiter.join(5.0)
+    assert got == [None, "budget"]
+    # a deadline ends the wait too
+    late = Shared(evaluations=1, deadline=time.monotonic() + 0.3, claimed=1, busy=1)
+    began = time.monotonic()
+    assert late.claim() == "time" and time.monotonic() - began < 2.0

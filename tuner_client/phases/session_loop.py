@@ -47,6 +47,10 @@ FETCH_WAIT_S = 5.0
 IDLE_FETCHES = 3
 
 
+#: how often a replica that found the budget all claimed looks again while another measures
+CLAIM_WAIT_S = 0.1
+
+
 @dataclass
 class Shared:
     """What the replicas working on one session share (guarded by ``lock``)."""
@@ -65,19 +69,30 @@ class Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def claim(self) -> str | None:
-        """Reserve one evaluation; the reason to stop instead, if any."""
-        remote = self.others() if self.others is not None else 0
-        with self.lock:
-            if self.stop is not None:
-                return self.stop
-            if self.claimed + remote >= self.evaluations:
-                self._exhausted()
-                return "budget"
-            if self.deadline is not None and time.monotonic() >= self.deadline:
-                return "time"
-            self.claimed += 1
-            self._remote = remote
-            return None
+        """Reserve one evaluation; the reason to stop instead, if any.
+
+        With the budget all claimed while another replica is still measuring, this waits:
+        a replica whose database stops answering gives its claim back (:meth:`unclaim`), and
+        its trial must go to a replica still looping, even when it was the last one."""
+        while True:
+            remote = self.others() if self.others is not None else 0
+            with self.lock:
+                if self.stop is not None:
+                    return self.stop
+                late = self.deadline is not None and time.monotonic() >= self.deadline
+                if self.claimed + remote >= self.evaluations:
+                    if self.busy == 0:
+                        self._exhausted()
+                        return "budget"
+                    if late:
+                        return "time"
+                elif late:
+                    return "time"
+                else:
+                    self.claimed += 1
+                    self._remote = remote
+                    return None
+            time.sleep(CLAIM_WAIT_S)
 
     def fetched(self) -> None:
         """A claimed evaluation got its trial: when it was the last, remote replicas take no
