@@ -97,6 +97,18 @@ class ReplayFile:
             body = body[:-1]
         return body, modes, rolls_back
 
+    def execute(self, conn: psycopg.Connection[Any], cursor: psycopg.RawCursor[Any],
+                execution: Execution) -> None:
+        """Run one captured execution on ``conn``: its captured text, or its statement with
+        its captured parameters through ``cursor`` (a :class:`psycopg.RawCursor` of ``conn``:
+        the statements keep their ``$n`` placeholders)."""
+        index, params = execution
+        text = self.statements[index].sql
+        if params is None:
+            conn.execute(text)  # captured text
+        else:
+            cursor.execute(text, params)
+
     def unit_label(self, unit: Sequence[Execution]) -> str:
         """A unit's kind, by its statements (``s3``, or ``s1+s4+s2`` for a transaction)."""
         return "+".join(self.statements[i].id for i, _ in unit)
@@ -229,14 +241,10 @@ class _ReplayClient(threading.Thread):
             label = replay.unit_label(unit)
             token, started = w.recorder.begin(label)
             try:
-                for index, params in unit:
-                    statement = replay.statements[index]
+                for execution in unit:
                     t0 = time.monotonic()
-                    if params is None:
-                        conn.execute(statement.sql)  # captured text
-                    else:
-                        cursor.execute(statement.sql, params)
-                    w._times.add(statement.id, time.monotonic() - t0)
+                    replay.execute(conn, cursor, execution)
+                    w._times.add(replay.statements[execution[0]].id, time.monotonic() - t0)
             except psycopg.Error as exc:
                 if w._stop_event.is_set():
                     w.recorder.forget(token)

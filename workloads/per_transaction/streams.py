@@ -99,12 +99,8 @@ def replay_draws(replay: ReplayFile, clients: int) -> list[Draw]:
             if modes:
                 conn.execute(sql.SQL("SET TRANSACTION " + modes))
             with psycopg.RawCursor(conn) as cursor:
-                for index, params in body:
-                    text = replay.statements[index].sql
-                    if params is None:
-                        conn.execute(text)  # captured text
-                    else:
-                        cursor.execute(text, params)
+                for execution in body:
+                    replay.execute(conn, cursor, execution)
             if rolls_back:
                 raise psycopg.Rollback()
 
