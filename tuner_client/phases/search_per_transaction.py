@@ -14,8 +14,10 @@ A run lasts at most ``measure.per_transaction_s`` × (k + 1)/2 for k candidates,
 sooner once every candidate is ranked (:func:`ranked`): each interval within ±3 % or within a
 quarter of its own effect, looked at every 2 s from 8 s on (8 slices of 1 s). The search only
 ranks, and a big effect needs less precision to rank than a small one: the demo's 10-s runs
-reached ±2–3 % on 1.2–1.3× effects. Looking before the end makes these intervals nominal; only
-the final race claims, with its own anytime-valid intervals.
+reached ±2–3 % on 1.2–1.3× effects. A candidate whose interval lies below 1.05 is settled too:
+it cannot be a gain worth taking, and on the one-pass mix, where no online knob moved
+throughput, runs reached only ±4–5 % in 30 s. Looking before the end makes these intervals
+nominal; only the final race claims, with its own anytime-valid intervals.
 
 Only where it applies (:func:`why_not_per_transaction_search`): every knob the session searches
 is session-settable, the workload has a per-transaction driver, and the run measures one
@@ -79,8 +81,11 @@ LEVEL = 0.95
 #: a run ends once every candidate's interval is this narrow (±3 %, log scale) ...
 SETTLED_HALF_WIDTH = 0.03
 #: ... or narrower than this share of its own effect (a 1.26× candidate at ±5.8 %): enough to
-#: rank it, where the search needs no more
+#: rank it, where the search needs no more ...
 SETTLED_SHARE_OF_EFFECT = 0.25
+#: ... or its whole interval below this: it cannot be a gain worth taking (5 %, the smallest
+#: the tuner means to resolve), and the search moves away from it however much it loses
+SETTLED_NO_GAIN = 1.05
 #: the bootstrap resamples of a look at a run in progress (the end's analysis takes the full
 #: :data:`tuner_client.stats.per_transaction.RESAMPLES`)
 LOOK_RESAMPLES = 1000
@@ -106,13 +111,16 @@ def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | N
 def ranked(trace: Trace, seed: int = 0) -> bool:
     """Whether a run so far ranks every candidate (configurations 1..) against the reference
     (0) well enough for the search: each one's interval within ±:data:`SETTLED_HALF_WIDTH`,
-    or within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect. False while a
-    comparison cannot be made yet (too few slices or transactions)."""
+    within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect, or wholly below
+    :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too few slices or
+    transactions)."""
     for k in range(1, len(trace.configurations)):
         try:
             result = compare(trace, 0, k, level=LEVEL, seed=seed, resamples=LOOK_RESAMPLES)
         except HarmonyError:
             return False
+        if result.interval.high < SETTLED_NO_GAIN:
+            continue
         effect = abs(math.log(result.interval.ratio))
         if result.half_width > max(SETTLED_HALF_WIDTH, SETTLED_SHARE_OF_EFFECT * effect):
             return False
@@ -294,8 +302,8 @@ class PerTransactionEvaluations:
         text = (f"{self.label}: evaluations measured {PER_TRANSACTION}: {self.runs} run(s), "
                 f"{self.transactions:,} transactions in {self.seconds:.0f} s (at most "
                 f"{self.most_seconds} s: a run ends once every candidate's interval is within "
-                f"±{100 * SETTLED_HALF_WIDTH:g} % or {100 * SETTLED_SHARE_OF_EFFECT:g} % of "
-                f"its effect), each candidate beside the reference "
+                f"±{100 * SETTLED_HALF_WIDTH:g} %, within {100 * SETTLED_SHARE_OF_EFFECT:g} % of "
+                f"its effect or below {SETTLED_NO_GAIN:g}×), each candidate beside the reference "
                 f"{self.reference.settings} (work-weighted per-template latency ratio, block "
                 f"bootstrap over time slices, {100 * LEVEL:.0f} %; the search only ranks, so "
                 f"these intervals are not claims: looking before the end makes them nominal)")
