@@ -25,6 +25,7 @@ from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.per_transaction import MIN_SLICES
 from tuner_client.stats.per_transaction_race import (
     SYSTEM_WIDE_KNOBS,
     PerTransactionRace,
@@ -32,6 +33,7 @@ from tuner_client.stats.per_transaction_race import (
 )
 from workloads.per_transaction.from_config import make_assignment, unsupported_reason
 from workloads.per_transaction.settings import SESSION_CONTEXTS
+from workloads.per_transaction.trace import Settled
 
 logger = logging.getLogger(__name__)
 
@@ -157,11 +159,13 @@ def race_seconds(ctx: RunContext) -> int:
 
 
 def run_per_transaction(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
-                        labels: list[str], seconds: int) -> PerTransactionRace:
-    """One per-transaction run of ``labels`` (the first is the reference) for ``seconds``:
-    the knobs they share are put in force on the server first (a restart when a restart-time
-    one changes), so ``SET LOCAL`` carries exactly the differences. Raises
-    :class:`HarmonyError` when the run fails."""
+                        labels: list[str], seconds: int, settled: Settled | None = None
+                        ) -> PerTransactionRace:
+    """One per-transaction run of ``labels`` (the first is the reference) for ``seconds``
+    (sooner once ``settled`` says so, from :data:`MIN_SLICES` s on: only for a choice that
+    claims nothing): the knobs they share are put in force on the server first (a restart
+    when a restart-time one changes), so ``SET LOCAL`` carries exactly the differences.
+    Raises :class:`HarmonyError` when the run fails."""
     configs = [candidates[label] for label in labels]
     differing = differing_knobs(configs)
     shared = {n: v for n, v in configs[0].items() if n not in differing}
@@ -170,8 +174,9 @@ def run_per_transaction(ctx: RunContext, candidates: Mapping[str, dict[str, str]
     assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
                                  [{n: c[n] for n in differing if n in c} for c in configs],
                                  seed=ctx.config.seed)
-    logger.info("=== per-transaction run: %s for %d s ===", " vs ".join(labels), seconds)
-    trace = assignment.run(seconds)
+    logger.info("=== per-transaction run: %s for %s%d s ===", " vs ".join(labels),
+                "up to " if settled is not None else "", seconds)
+    trace = assignment.run(seconds, settled=settled, min_s=float(MIN_SLICES))
     return race_per_transaction(trace, labels, configs, level=ctx.config.final.level,
                                 seed=ctx.config.seed)
 
