@@ -148,8 +148,7 @@ class PgbenchAssignment:
             step = max(1, min(step, seconds - spent))
             pieces.append(self._run_once(step, self.seed + PIECE_SEED_STEP * len(pieces)))
             spent += step
-            trace = concat(pieces)
-            if spent < seconds and settled(trace):
+            if spent < seconds and settled(concat(pieces)):
                 logger.info("per-transaction pgbench run settled after %d s of %d s",
                             spent, seconds)
                 break
