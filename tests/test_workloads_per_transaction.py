@@ -254,9 +254,12 @@ def test_every_arm_issues_the_same_set_local_lines(fresh_dsn: str) -> None:
                             seed=5)
     trace = run.run(12)
     assert trace.errors == 0 and trace.counts().min() > 1000
-    # at 99 % so that the test itself fails by chance once in 100 runs, not 5
+    # Not exactly 1: the arm naming values pays their parsing, 0.99× (99 % CI 0.985–0.997)
+    # on SELECT 1 in 2 of 3 quiet runs, which failed CI when this asked for 1 in the interval.
+    # What padding must hold is no gap the tuner could act on (3 %: the search's settled
+    # half-width); the unpadded arm read 1.09× (1.05–1.14) and fails this.
     same = compare(trace, 0, 1, level=0.99, seed=5)
-    assert same.interval.low <= 1.0 <= same.interval.high, same.text()
+    assert same.interval.low <= 1.03 and same.interval.high >= 0.97, same.text()
     # unpadded, the arm naming its six knobs read 0.35× (0.32–0.37) here (six more round
     # trips than SELECT 1's own); padded 0.96× (0.90–1.03) at load 15
     assert same.interval.low > 0.8 and same.interval.high < 1.25, same.text()
