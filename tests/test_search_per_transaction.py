@@ -82,8 +82,10 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
         assert record.value is not None and record.ratio is not None
     # hash joins off: clearly slower, the whole interval below 1
     assert off.ratio < 0.95 and off.interval[1] < 1.0, (off.ratio, off.interval)
-    # the reference's own setting: the interval holds 1 and is narrower than ±15 %
-    assert same.interval[0] <= 1.0 <= same.interval[1], same.interval
+    # the reference's own setting: no gap beyond 3 %, and narrower than ±15 %. Not "holds 1":
+    # the interval is a nominal 95 % one, which the run's early end makes miss more often than
+    # 1 run in 20, so the test would fail that often
+    assert same.interval[0] <= 1.03 and same.interval[1] >= 0.97, same.interval
     assert same.interval[1] / same.interval[0] < 1.35, same.interval
     assert same.value > off.value  # the strategy ranks the worse setting below
     # both candidates in one run beside the reference, and the run says so
