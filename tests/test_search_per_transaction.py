@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 from tuner_client.phases.final_switchback import race_by_design
@@ -19,6 +20,7 @@ from tuner_client.phases.search_per_transaction import (
     run_seconds,
     why_not_per_transaction_search,
 )
+from tuner_client.stats.per_transaction import ranking_slice_s
 from workloads.per_transaction import Trace
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop
@@ -36,15 +38,16 @@ def test_run_seconds_keep_each_arms_share() -> None:
     assert MAX_BATCH >= 6
 
 
-def _synthetic(speedups: list[float], sigma: float, seconds: float = 20.0, seed: int = 1
-               ) -> Trace:
-    """200 transactions a second of one template, lognormal latencies of log-sd ``sigma``,
-    configuration k ``speedups[k]`` times as fast as the reference (0)."""
+def _synthetic(speedups: list[float], sigma: float, seconds: float = 20.0, seed: int = 1,
+               latency_s: float = 0.01) -> Trace:
+    """200 transactions a second of one template, lognormal latencies of log-sd ``sigma``
+    around ``latency_s``, configuration k ``speedups[k]`` times as fast as the reference
+    (0)."""
     rng = np.random.default_rng(seed)
     n = int(200 * seconds)
     start = np.sort(rng.uniform(0.0, seconds, n))
     config = rng.integers(0, len(speedups), n)
-    latency = 0.01 * rng.lognormal(0.0, sigma, n) / np.asarray(speedups)[config]
+    latency = latency_s * rng.lognormal(0.0, sigma, n) / np.asarray(speedups)[config]
     rows = [(int(c), 0, float(s), float(x), True) for c, s, x in zip(config, start, latency,
                                                                       strict=True)]
     return Trace.from_rows(tuple({"work_mem": f"{k + 1}MB"} for k in range(len(speedups))),
@@ -62,8 +65,16 @@ def test_a_run_ends_once_every_candidate_is_ranked() -> None:
         assert not ranked(_synthetic([1.0, 1.03], 1.0, seed=seed), seed)  # up to 1.11–1.18
         # one candidate ranked, the other not: the run goes on
         assert not ranked(_synthetic([1.0, 1.3, 1.03], 0.5, seed=seed), seed)
-    # 5 s make 5 slices of 1 s, too few for an interval: not yet
-    assert not ranked(_synthetic([1.0, 2.0], 0.1, seconds=5.0))
+    # too few slices for an interval: not yet. Transactions of 10 ms may be cut into slices
+    # of 0.25 s (10 mean latencies, at least 0.25 s): 1.5 s make 6, 2.5 s make 10
+    assert ranking_slice_s(_synthetic([1.0], 0.1)) == pytest.approx(0.25)
+    assert not ranked(_synthetic([1.0, 2.0], 0.1, seconds=1.5))
+    assert ranked(_synthetic([1.0, 2.0], 0.1, seconds=2.5))
+    # transactions of 50 ms make slices of 0.5 s, of 0.2 s slices of 1 s (never longer):
+    # 5 s make 5 slices
+    assert ranking_slice_s(_synthetic([1.0], 0.01, latency_s=0.05)) == pytest.approx(0.5, 0.01)
+    slow = _synthetic([1.0, 2.0], 0.1, seconds=5.0, latency_s=0.2)
+    assert ranking_slice_s(slow) == 1.0 and not ranked(slow)
 
 
 def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: F811

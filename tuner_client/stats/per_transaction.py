@@ -82,6 +82,12 @@ DESIGN = "per-transaction"
 MIN_SLICES = 8
 #: slices the run is cut into when no slice length is given
 DEFAULT_SLICES = 20
+#: the shortest slice of a comparison that claims (the noise's correlation time: seconds)
+MIN_SLICE_S = 1.0
+#: the shortest slice of a comparison that only ranks (:func:`ranking_slice_s`) ...
+SHORT_SLICE_S = 0.25
+#: ... where a slice holds at least this many of the run's mean latencies
+SLICE_LATENCIES = 10
 #: bootstrap resamples (the 2.5 % quantile's own noise stays below 1 % of the half-width)
 RESAMPLES = 4000
 #: how the interval is formed from the slice resamples (the module's docstring: Interval)
@@ -237,13 +243,24 @@ def effective_df(influence: np.ndarray) -> float:
     return max(2.0, 2.0 / (2.0 / (n - 1) + max(kurtosis - 3.0, 0.0) / n))
 
 
+def ranking_slice_s(obs: Observations) -> float:
+    """The shortest slice a comparison that only ranks may cut ``obs`` into:
+    :data:`SLICE_LATENCIES` mean latencies, within [:data:`SHORT_SLICE_S`,
+    :data:`MIN_SLICE_S`] s. A mix of queries of milliseconds (pgbench, the demo's SF 0.01)
+    then has 8 slices after 2 s instead of 8; queries of 0.1 s or more keep 1-s slices."""
+    done = obs.latency[obs.ok]
+    mean = float(done.mean()) if done.size else MIN_SLICE_S
+    return min(MIN_SLICE_S, max(SHORT_SLICE_S, SLICE_LATENCIES * mean))
+
+
 def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
             slice_s: float | None = None, level: float = 0.95, seed: int = 0,
-            resamples: int = RESAMPLES, interval: Interval = "kurtosis-df"
-            ) -> PerTransactionComparison:
+            resamples: int = RESAMPLES, interval: Interval = "kurtosis-df",
+            min_slice_s: float = MIN_SLICE_S) -> PerTransactionComparison:
     """B's work-weighted speedup over A with a block-bootstrap interval over time slices
-    (``slice_s``: default the run's span / :data:`DEFAULT_SLICES`, at least 1 s);
-    ``interval``: :data:`INTERVALS`."""
+    (``slice_s``: default the run's span / :data:`DEFAULT_SLICES`, at least ``min_slice_s``,
+    which only a ranking should lower: :func:`ranking_slice_s`); ``interval``:
+    :data:`INTERVALS`."""
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
     if interval not in INTERVALS:
@@ -251,7 +268,8 @@ def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
     _check(obs, reference, candidate)
     span = float(obs.start.max() - obs.start.min()) if obs.start.size else 0.0
     # a hair over span/DEFAULT_SLICES, so the last transaction still falls in the last slice
-    slice_s = slice_s if slice_s is not None else max(1.0, span / DEFAULT_SLICES * (1 + 1e-9))
+    slice_s = slice_s if slice_s is not None else max(min_slice_s,
+                                                      span / DEFAULT_SLICES * (1 + 1e-9))
     if not slice_s > 0:
         raise ConfigError(f"slice_s must be > 0 seconds, but got {slice_s}")
     sums, counts = _slice_sums(obs, (reference, candidate), slice_s)
