@@ -247,7 +247,7 @@ def ranking_slice_s(obs: Observations) -> float:
     """The shortest slice a comparison that only ranks may cut ``obs`` into:
     :data:`SLICE_LATENCIES` mean latencies, within [:data:`SHORT_SLICE_S`,
     :data:`MIN_SLICE_S`] s. A mix of queries of milliseconds (pgbench, the demo's SF 0.01)
-    then has 8 slices after 2 s instead of 8; queries of 0.1 s or more keep 1-s slices."""
+    then has 8 slices after 2 s instead of 8 s; queries of 0.1 s or more keep 1-s slices."""
     done = obs.latency[obs.ok]
     mean = float(done.mean()) if done.size else MIN_SLICE_S
     return min(MIN_SLICE_S, max(SHORT_SLICE_S, SLICE_LATENCIES * mean))
