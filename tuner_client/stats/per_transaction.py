@@ -39,11 +39,14 @@ influence on ``log L``): n − 1 for well-behaved slices, fewer when a few domin
 :mod:`~tuner_client.stats.per_transaction_sim`): with heavy tails at 10 queries per slice and
 arm it covered 95.6 % at 1.10× where the old rule covered 94.7 % (1,000 runs), A/A false
 claims (one side of the 95 % interval) stayed at 0.7–5.0 % in every cell, and power cost
-1–2 points. Short of 95 %: the quiet model's A/A, 93.4–93.7 % at 10 and 30 queries per slice
-(94–95 % on other seeds; open-loop iid queries 95.6 %), which neither rule nor a jackknife
-standard error changes; its cause is not found. ``interval="student-t"`` keeps the old rule
-for comparison. Slices should outlast the correlation time of the noise (seconds here); at least
-:data:`MIN_SLICES` slices are needed.
+1–2 points. The quiet model's A/A read 93.4–93.7 % there (1,000 runs on seeds 0–999);
+on 4,000 seeds it covers 94.9 % (94.2–95.6), and seeds 0–999 alone 93.2 % while the next
+three thousands read 95.2, 96.4 and 94.9 %: the first thousand seeds' draw, not a defect
+(``benchmarks/results/pertx_aa_slices.md``; 10 to 80 slices cover 95.2–95.5 % on the same
+runs). ``interval="student-t"`` keeps the old rule for comparison. Slices should outlast
+the correlation time of the noise (seconds here) where a comparison claims; at least
+:data:`MIN_SLICES` slices are needed. A ranking may cut shorter ones
+(:func:`ranking_slice_s`).
 
 **Anytime-valid variant.** Per slice, every transaction's latency is divided by its
 template's mean latency under A over the whole run (``c_t``), so each arm's slice value
