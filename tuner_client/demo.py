@@ -25,7 +25,7 @@ seed: 1
 workload:
   tpch: {scale: 0.01, mix: "2Q1,2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 1, samples: 3, aggregate: best, queries: 60, design: per-transaction,
+measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 60, design: per-transaction,
           per_transaction_s: 10}
 budget: {os_reserved: 256MB, connections: auto}
 offline:
@@ -43,6 +43,7 @@ online:
   evaluations: 8
 flow: {kind: one-pass}
 final: {rounds: 2}
+bme: {probe_seconds: 1}
 """
 
 
