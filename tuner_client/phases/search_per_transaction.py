@@ -66,13 +66,7 @@ from tuner_client.phases.blocks import (
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.stats.per_transaction import (
-    MIN_SLICES,
-    SHORT_SLICE_S,
-    PerTransactionComparison,
-    compare,
-    ranking_slice_s,
-)
+from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
 from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
@@ -119,12 +113,10 @@ def ranked(trace: Trace, seed: int = 0) -> bool:
     (0) well enough for the search: each one's interval within ±:data:`SETTLED_HALF_WIDTH`,
     within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect, or wholly below
     :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too few slices or
-    transactions). Slices as short as :func:`ranking_slice_s` allows: the search ranks."""
-    min_slice_s = ranking_slice_s(trace)
+    transactions). Slices as short as a ranking allows (:func:`rank_compare`)."""
     for k in range(1, len(trace.configurations)):
         try:
-            result = compare(trace, 0, k, level=LEVEL, seed=seed, resamples=LOOK_RESAMPLES,
-                             min_slice_s=min_slice_s)
+            result = rank_compare(trace, 0, k, level=LEVEL, seed=seed, resamples=LOOK_RESAMPLES)
         except HarmonyError:
             return False
         if result.interval.high < SETTLED_NO_GAIN:
@@ -232,11 +224,10 @@ class PerTransactionEvaluations:
             for ev in group:
                 ev.record.failure = f"per-transaction run failed: {exc}"
             return
-        min_slice_s = ranking_slice_s(trace)
         for k, ev in enumerate(group, 1):
             try:
-                result = compare(trace, 0, k, level=LEVEL, seed=self.ctx.config.seed + self.runs,
-                                 min_slice_s=min_slice_s)
+                result = rank_compare(trace, 0, k, level=LEVEL,
+                                      seed=self.ctx.config.seed + self.runs)
             except HarmonyError as exc:
                 ev.record.failure = f"per-transaction comparison failed: {exc}"
                 continue
@@ -281,9 +272,8 @@ class PerTransactionEvaluations:
                                            len(candidates))))
         logger.info("[%s] per-transaction run %d: the reference and %d candidate(s) for up to "
                     "%d s", self.label, self.runs + 1, len(candidates), seconds)
-        # the first look once the shortest slices could make MIN_SLICES of them
         trace = assignment.run(seconds, settled=lambda t: ranked(t, ctx.config.seed),
-                               min_s=MIN_SLICES * SHORT_SLICE_S)
+                               min_s=FIRST_LOOK_S)
         self.runs += 1
         self.transactions += len(trace)
         self.seconds += trace.seconds

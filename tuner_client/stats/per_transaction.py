@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -91,6 +91,8 @@ MIN_SLICE_S = 1.0
 SHORT_SLICE_S = 0.25
 #: ... where a slice holds at least this many of the run's mean latencies
 SLICE_LATENCIES = 10
+#: a ranking's first look: when the shortest slices could make :data:`MIN_SLICES` of them
+FIRST_LOOK_S = MIN_SLICES * SHORT_SLICE_S
 #: bootstrap resamples (the 2.5 % quantile's own noise stays below 1 % of the half-width)
 RESAMPLES = 4000
 #: how the interval is formed from the slice resamples (the module's docstring: Interval)
@@ -254,6 +256,12 @@ def ranking_slice_s(obs: Observations) -> float:
     done = obs.latency[obs.ok]
     mean = float(done.mean()) if done.size else MIN_SLICE_S
     return min(MIN_SLICE_S, max(SHORT_SLICE_S, SLICE_LATENCIES * mean))
+
+
+def rank_compare(obs: Observations, reference: int = 0, candidate: int = 1,
+                 **kwargs: Any) -> PerTransactionComparison:
+    """:func:`compare` for a ranking: slices as short as :func:`ranking_slice_s`."""
+    return compare(obs, reference, candidate, min_slice_s=ranking_slice_s(obs), **kwargs)
 
 
 def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
