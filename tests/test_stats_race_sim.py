@@ -56,3 +56,20 @@ def test_bad_scenarios_are_refused() -> None:
         Scenario(truths={"c": 1.0})
     with pytest.raises(ConfigError, match="rule must be"):
         simulate(AA, 0, "z")
+
+
+def test_until_claim_stops_near_equal_races_sooner_and_delivers_as_much() -> None:
+    """Three good candidates near each other (1.10×, 1.08×, 1.05×), 200 races of 3 to 12
+    rounds. Measured: the race that runs on for a clear winner took 12.0 rounds, recommended
+    in 78.5 % and left 1.076× in force on average; stopping once the decision would recommend
+    (``until: claim``) took 9.0 rounds, recommended in 85.0 %, left 1.082×, and its intervals
+    held the truths in 98.0 %. In A/A races (three identical candidates) both claimed in
+    0.5 %."""
+    near = Scenario(truths={"default": 1.0, "a": 1.10, "b": 1.08, "c": 1.05}, max_rounds=12)
+    winner = summarize(near, range(200), "anytime")
+    claim = summarize(near, range(200), "anytime-claim")
+    assert claim.mean_rounds <= winner.mean_rounds - 2.0, (claim, winner)
+    assert claim.claims >= winner.claims and claim.delivered >= winner.delivered, (claim, winner)
+    assert claim.false_claims == 0.0 and claim.coverage >= 0.95, claim
+    same = Scenario(truths={"default": 1.0, "a": 1.0, "b": 1.0, "c": 1.0}, max_rounds=12)
+    assert summarize(same, range(200), "anytime-claim").false_claims <= 0.02

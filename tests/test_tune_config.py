@@ -205,3 +205,10 @@ def test_final_close_call_rounds() -> None:
                               ).final.close_call_rounds == 20
     msg = _error("name: x\nfinal:\n  max_rounds: 8\n  close_call_rounds: 7\n")
     assert "configs/bad.yaml, line 4" in msg and "close_call_rounds" in msg and "7" in msg
+
+
+def test_final_until() -> None:
+    assert parse_tuner_config("name: x\n").final.until == "claim"
+    assert parse_tuner_config("name: x\nfinal: {until: winner}\n").final.until == "winner"
+    msg = _error("name: x\nfinal:\n  until: forever\n")
+    assert "until" in msg and "forever" in msg and "claim" in msg, msg

@@ -269,6 +269,9 @@ class FinalConfig:
     #: a close call (the leader above the default at ``level`` but not yet at the
     #: Bonferroni-adjusted level a recommendation needs) runs on up to this many rounds
     close_call_rounds: int = 12
+    #: ``claim``: the rounds also end once the decision would recommend a candidate (the
+    #: others near it only compete for the rank); ``winner``: only when one is clearly best
+    until: str = "claim"
     #: rule-of-thumb configurations measured beside the default as baselines (``pgtune``)
     baselines: tuple[str, ...] = ("pgtune",)
     #: the interval's confidence level

@@ -246,6 +246,7 @@ def _final_config(fin: Mapping[str, Any], where: Where) -> FinalConfig:
                         max_rounds=int(fin.get("max_rounds", max(rounds, FinalConfig.max_rounds))),
                         close_call_rounds=int(fin.get("close_call_rounds",
                                                       FinalConfig.close_call_rounds)),
+                        until=str(fin.get("until", FinalConfig.until)),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
                         level=float(fin.get("level", FinalConfig.level)),
                         max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")

@@ -197,6 +197,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                            "close_call_rounds": {"type": "integer", "minimum": 2,
                                                  "maximum": 50},
                            "max_seconds": _SECONDS_BUDGET,
+                           "until": {"enum": ["claim", "winner"]},
                            "baselines": {"type": "array", "uniqueItems": True,
                                          "items": {"enum": ["pgtune"]}},
                            "level": {"type": "number", "exclusiveMinimum": 0.5,

@@ -12,7 +12,10 @@ rules among them, race (:class:`tuner_client.stats.racing.Race`): after
 wholly below another candidate's, is dropped; the rounds end when one candidate is left and
 clearly above the default, or at ``final.max_rounds`` (``final.close_call_rounds`` while the
 leader's fixed-n interval is above the default but no winner is declared: rounds spent where
-a lead may settle, not a claim), or at ``final.max_seconds``. The race looks after every
+a lead may settle, not a claim), or at ``final.max_seconds``; with ``final.until: claim``
+(the default) also as soon as the decision below would recommend a candidate: the rounds
+after that would only rank near-equal candidates, and the claim made then, anytime-valid,
+holds. ``until: winner`` runs on for a clear winner (the earlier rule). The race looks after every
 round, so its intervals are anytime-valid confidence sequences
 (:mod:`tuner_client.stats.sequential`), Bonferroni-split over the candidates. Then
 :func:`tuner_client.stats.decision.decide` recommends the best stable candidate only when its
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.final_candidates import (
@@ -49,7 +52,7 @@ from tuner_client.phases.final_switchback import (
 )
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.stats.decision import METHOD_NAMES, decide
+from tuner_client.stats.decision import METHOD_NAMES, FinalDecision, decide
 from tuner_client.stats.paired import Method
 from tuner_client.stats.racing import Race, RaceBudget
 
@@ -154,12 +157,22 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     # PGTune's rules race like a searched candidate: the decision may recommend them, so the
     # race may drop them, settle on them, or run on for them on a close call
     racing, reported = decision_labels(searched, baselines)
+    def claim(rounds: Sequence[Round]) -> str | None:
+        decision = _decide(ctx, state, candidates, baselines, narrowed, rounds)
+        if decision.winner is None or decision.improvement_ci is None:
+            return None
+        low, high = (1.0 + x for x in decision.improvement_ci)
+        return (f"the decision can recommend {decision.winner} now: "
+                f"{1.0 + decision.improvement:.2f}× ({low:.2f}–{high:.2f} anytime-valid, "
+                f"simultaneous), so further rounds would only rank candidates near it")
+
     race = Race(measure, racing, reference="default", baselines=reported,
                 budget=RaceBudget(seconds=cfg.max_seconds),
                 min_samples=min_rounds, max_rounds=max_rounds,
                 close_call_rounds=max(max_rounds, cfg.close_call_rounds),
                 level=cfg.level, clock=time.monotonic, method=INTERVAL_METHOD,
-                also_compared=narrowed.also_compared)
+                also_compared=narrowed.also_compared,
+                claim=claim if cfg.until == "claim" else None)
     result = race.run()
     for label, why in result.dropped.items():
         state.decide(f"final: {label} dropped after {result.dropped_after[label]} rounds: {why}")
@@ -181,13 +194,7 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
     best, best_qpm = dict(ctx.original), default_qpm
     decision = None
     if len(rounds) >= 2 and searched:
-        eligible, reported = decision_labels(searched, baselines)
-        decision = decide(rounds, reference="default", baselines=reported,
-                          candidates=eligible, level=ctx.config.final.level,
-                          method=INTERVAL_METHOD, also_compared=narrowed.also_compared,
-                          search_ratios=_search_ratios(state, candidates, searched),
-                          names={**NAMES, **{c: f"tuned ({c})" for c in searched
-                                             if c != "best"}})
+        decision = _decide(ctx, state, candidates, baselines, narrowed, rounds)
         for line in decision.lines:
             state.decide(f"final: {line.strip()}")
         ctx.metrics.record_final_comparison(decision.to_dict())
@@ -213,6 +220,18 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
     return TuneResult.conclude(Best(best, dict(ctx.original), throughput),
                                Intervals(rounds, decision), work,
                                Evidence(bme=state.bme, screening=state.screening))
+
+
+def _decide(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+            baselines: list[str], narrowed: Narrowed, rounds: Sequence[Round]) -> FinalDecision:
+    """The decision over the final ``rounds`` (also the race's claim rule, after each round)."""
+    searched = narrowed.searched
+    eligible, reported = decision_labels(searched, baselines)
+    return decide(rounds, reference="default", baselines=reported, candidates=eligible,
+                  level=ctx.config.final.level, method=INTERVAL_METHOD,
+                  also_compared=narrowed.also_compared,
+                  search_ratios=_search_ratios(state, candidates, searched),
+                  names={**NAMES, **{c: f"tuned ({c})" for c in searched if c != "best"}})
 
 
 def _search_ratios(state: RunState, candidates: Mapping[str, dict[str, str]],

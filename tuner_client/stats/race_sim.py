@@ -12,7 +12,9 @@ judges the rounds, as the tuner's final phase does (:mod:`tuner_client.phases.fi
 Rules compared (:data:`RULES`): ``anytime``, confidence sequences for the race and the
 decision; ``t-every-round``, a 95 % fixed-n t interval checked after every round, the race
 stopping as soon as it clears (the naive rule); ``t-race``, the tuner's earlier rule (fixed-n
-t, an early win only at 99 % Bonferroni-adjusted, 95 % at the end).
+t, an early win only at 99 % Bonferroni-adjusted, 95 % at the end); ``anytime-claim``, the
+confidence sequences with the final phase's ``until: claim`` stop (the race also ends once
+the decision would recommend a candidate, :data:`CLAIM_RULES`).
 
 Pure and seeded: numpy's generator, no clock.
 """
@@ -20,15 +22,15 @@ Pure and seeded: numpy's generator, no clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from harmony.base.errors import ConfigError
-from tuner_client.stats.decision import decide
+from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.paired import Method, log_ratios
-from tuner_client.stats.racing import Race
+from tuner_client.stats.racing import Race, Round
 from tuner_client.stats.sequential import confidence_sequence
 
 #: rule name → (the race's interval method, its win level, the decision's method)
@@ -36,7 +38,10 @@ RULES: dict[str, tuple[Method, float, Method]] = {
     "anytime": ("anytime", 0.95, "anytime"),
     "t-every-round": ("t", 0.95, "t"),
     "t-race": ("t", 0.99, "t"),
+    "anytime-claim": ("anytime", 0.95, "anytime"),
 }
+#: rules whose race also stops as soon as the decision would recommend a candidate
+CLAIM_RULES = frozenset({"anytime-claim"})
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class Outcome:
     ``covered_always`` (the ``anytime`` rule): every candidate's confidence sequence at the
     race's level (``level`` Bonferroni-adjusted over the candidates, the level its claims and
     drops use) held its true ratio at every round from the 2nd; ``half_width``: the first
-    candidate's interval at the end, as a fraction of its ratio (upper side)."""
+    candidate's interval at the end, as a fraction of its ratio (upper side); ``delivered``:
+    the true ratio of what the run leaves in force (the winner's, else 1.0)."""
 
     rule: str
     winner: str | None
@@ -78,6 +84,7 @@ class Outcome:
     covered: bool
     covered_always: bool | None
     half_width: float
+    delivered: float = 1.0
 
 
 def _measure(scenario: Scenario, rng: np.random.Generator):
@@ -100,20 +107,27 @@ def simulate(scenario: Scenario, seed: int, rule: str = "anytime") -> Outcome:
     race_method, win_level, decide_method = RULES[rule]
     rng = np.random.default_rng(seed)
     candidates = [c for c in scenario.truths if c != "default"]
+
+    def judge(rounds: Sequence[Round]) -> FinalDecision:
+        return decide(rounds, baselines=(), candidates=candidates, level=scenario.level,
+                      method=decide_method)
+
+    def claim(rounds: Sequence[Round]) -> str | None:
+        return "a recommendation is ready" if judge(rounds).winner is not None else None
+
     race = Race(_measure(scenario, rng), candidates, min_samples=scenario.min_rounds,
                 max_rounds=scenario.max_rounds, level=scenario.level, win_level=win_level,
-                rotation=seed, method=race_method)
-    result = race.run()
-    rounds = list(result.rounds)
-    decision = decide(rounds, baselines=(), candidates=candidates, level=scenario.level,
-                      method=decide_method)
+                rotation=seed, method=race_method,
+                claim=claim if rule in CLAIM_RULES else None)
+    rounds = list(race.run().rounds)
+    decision = judge(rounds)
     winner = decision.winner
     covered = True
     for c in candidates:
         iv = decision.intervals.get(c)
         covered &= iv is None or iv.low <= scenario.truths[c] <= iv.high
     always: bool | None = None
-    if rule == "anytime":
+    if race_method == "anytime":
         always = True
         for c in candidates:
             logs = log_ratios([r.get(c) for r in rounds], [r.get("default") for r in rounds])
@@ -128,7 +142,8 @@ def simulate(scenario: Scenario, seed: int, rule: str = "anytime") -> Outcome:
     half = first.high / first.ratio - 1.0 if first is not None else math.inf
     return Outcome(rule=rule, winner=winner, rounds=len(rounds), claimed=winner is not None,
                    false_claim=winner is not None and scenario.truths[winner] <= 1.0,
-                   covered=covered, covered_always=always, half_width=half)
+                   covered=covered, covered_always=always, half_width=half,
+                   delivered=scenario.truths[winner] if winner is not None else 1.0)
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,7 @@ class Summary:
     coverage_always: float | None
     mean_rounds: float
     median_half_width: float
+    delivered: float = 1.0
 
 
 def summarize(scenario: Scenario, seeds: range, rule: str) -> Summary:
@@ -155,4 +171,5 @@ def summarize(scenario: Scenario, seeds: range, rule: str) -> Summary:
                    coverage=sum(r.covered for r in runs) / n,
                    coverage_always=sum(always) / len(always) if always else None,
                    mean_rounds=float(np.mean([r.rounds for r in runs])),
-                   median_half_width=float(np.median([r.half_width for r in runs])))
+                   median_half_width=float(np.median([r.half_width for r in runs])),
+                   delivered=float(np.mean([r.delivered for r in runs])))

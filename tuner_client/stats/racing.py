@@ -23,16 +23,17 @@ it is not, with probability at most ``1 − level`` each, however long it runs.
 
 A close call, where the leader's fixed-n t interval at ``level`` lies above 1 but no winner
 is declared, may run on past ``max_rounds`` up to ``close_call_rounds``. With confidence
-sequences this only decides where the rounds go (a lead worth more rounds), not what is
-claimed, so it keeps the race valid and within its limits.
+sequences this only decides where the rounds go, not what is claimed. ``claim``, a stop rule
+of the caller's (the final phase: "the decision would recommend a candidate now"), ends the
+race once every candidate has ``min_samples`` rounds: near-equal candidates then no longer
+spend rounds on which of them leads, and the claim, anytime-valid, holds wherever it stops.
 
 ``method="t"`` is the earlier rule, kept for comparison (``benchmarks/anytime_race.py``):
 fixed-n Student t intervals at ``level`` checked after every round, a win on ``win_level``
 Bonferroni-adjusted, and the close call as the only guard against peeking.
 
-The final rounds of a tuning run are such a race (:mod:`tuner_client.phases.final`),
-judged afterwards by
-:func:`~tuner_client.stats.decision.decide` with the same confidence sequences.
+The final rounds of a tuning run are such a race (:mod:`tuner_client.phases.final`), judged
+afterwards by :func:`~tuner_client.stats.decision.decide` with the same confidence sequences.
 
 Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from a per-sample
 cost the caller states or from a clock function.
@@ -85,15 +86,13 @@ class RaceResult:
 
     ``winner``: the candidate that is clearly best (its interval against the reference above
     1, Bonferroni-adjusted over the candidates, and every other candidate dropped), else
-    None. ``leader``: the racing
-    candidate with the highest ratio to the reference when the race stopped (None if every
-    candidate was dropped). ``stopped``: why the race ended. ``rounds``: label → value per
-    round, in time order (a dropped candidate's later rounds lack its label), ready for
-    :func:`~tuner_client.stats.decision.decide`. ``samples``: measurements per label.
-    ``dropped``: candidate → why, with the round it left after. ``intervals``: each
-    candidate's interval against the reference at ``level`` (not Bonferroni-adjusted), by
-    ``method``.
-    """
+    None. ``leader``: the racing candidate with the highest ratio to the reference when the
+    race stopped (None if every candidate was dropped). ``stopped``: why the race ended.
+    ``rounds``: label → value per round, in time order (a dropped candidate's later rounds
+    lack its label), ready for :func:`~tuner_client.stats.decision.decide`. ``samples``:
+    measurements per label. ``dropped``: candidate → why, with the round it left after.
+    ``intervals``: each candidate's interval against the reference at ``level`` (not
+    Bonferroni-adjusted), by ``method``."""
 
     winner: str | None
     leader: str | None
@@ -110,8 +109,7 @@ class RaceResult:
     method: Method = "anytime"
 
     @property
-    def racing(self) -> list[str]:
-        """Candidates still in the race at the end."""
+    def racing(self) -> list[str]:  # candidates still in the race at the end
         return [c for c in self.intervals if c not in self.dropped]
 
 
@@ -128,6 +126,7 @@ class Race:
     so far (the first round is measured blind). ``method``: ``anytime`` (confidence
     sequences, the default) or ``t`` (the earlier fixed-n rule, for comparison).
     ``also_compared``: candidates compared before the race, not in it (Bonferroni counts them).
+    ``claim(rounds)``: the caller's reason to stop (a recommendation is ready), else None.
     """
 
     def __init__(self, measure: Measure, candidates: Sequence[str], *,
@@ -137,7 +136,8 @@ class Race:
                  win_level: float = EARLY_LEVEL, min_gain: float = 0.0,
                  cost: Cost | None = None, clock: Callable[[], float] | None = None,
                  rotation: int = 0, close_call_rounds: int | None = None,
-                 method: Method = "anytime", also_compared: int = 0) -> None:
+                 method: Method = "anytime", also_compared: int = 0,
+                 claim: Callable[[Sequence[Round]], str | None] | None = None) -> None:
         self.budget = budget or RaceBudget()
         if min_samples < 2:
             raise ConfigError(f"a candidate needs at least 2 paired samples for an interval, "
@@ -157,8 +157,7 @@ class Race:
         if self.budget.seconds is not None and cost is None and clock is None:
             raise ConfigError("a race with a budget in seconds needs the cost of a sample "
                               "(cost=) or a clock (clock=) to count them")
-        if self.budget.evaluations is None and self.budget.seconds is None \
-                and max_rounds is None:
+        if self.budget.evaluations is None and self.budget.seconds is None and not max_rounds:
             raise ConfigError("a race needs a limit: a budget in evaluations or seconds, or "
                               "max_rounds")
         self.measure = measure
@@ -175,6 +174,7 @@ class Race:
         self.close_call_rounds = close_call_rounds
         self.method: Method = method
         self.also_compared = also_compared
+        self.claim = claim
         self.rounds: list[Round] = []
         self.samples: dict[str, int] = {}
         self.failures: dict[str, int] = {}
@@ -246,8 +246,7 @@ class Race:
 
     def close_call(self) -> str | None:
         """The leader's fixed-n t interval when it lies above 1 at ``level`` but the race has
-        no winner: a lead the next rounds may settle; None otherwise. (With confidence
-        sequences this only spends rounds; nothing is claimed from it.)"""
+        no winner (a lead worth more rounds; nothing is claimed from it); None otherwise."""
         leader = self.leader()
         if leader is None or self.winner is not None:
             return None
@@ -318,8 +317,7 @@ class Race:
             return False
         index = len(self.rounds)
         row: Round = {}
-        # rotated once per pair of rounds: every label takes every position and neighbour in
-        # turn (a fixed order kept the reference at the ends, always beside itself)
+        # rotated once per pair of rounds: every label takes every position and neighbour
         for label in round_order(labels, index, self.rotation + index // 2):
             before = self.clock() if self.clock is not None else 0.0
             value = self.measure(label)
@@ -330,8 +328,7 @@ class Race:
                                           else self.cost)
             self.evaluations += 1
             self.samples[label] = self.samples.get(label, 0) + 1
-            kept = float(value) if value is not None and math.isfinite(value) and value > 0 \
-                else None
+            kept = float(value) if value and math.isfinite(value) and value > 0 else None
             row[label] = kept
             if kept is None and label in self._candidates:
                 self.failures[label] = self.failures.get(label, 0) + 1
@@ -380,6 +377,8 @@ class Race:
                 self.winner = only
                 return (f"{only} is clearly best: {only}/{self.reference} {strict.text()}, "
                         f"every other candidate dropped")
+        if self.claim is not None and all(self.samples[c] >= self.min_samples for c in racing):
+            return self.claim(self.rounds)
         return None
 
     def run(self) -> RaceResult:
