@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from harmony.base.errors import ConfigError
-from tuner_client.phases.final import decision_labels
+from tuner_client.measurer.records import PointRecord
+from tuner_client.phases.final import _search_ratios, decision_labels
+from tuner_client.phases.state import RunState
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
 from tuner_client.stats.racing import Race
@@ -139,6 +141,21 @@ def test_degrading_candidate_is_flagged() -> None:
     d = decide(rounds, baselines=(), search_ratios={"c1": [1.4]})
     assert d.winner is None and "degraded on re-measurement" in d.unstable["c1"]
     assert decide(rounds, baselines=()).winner == "c1"
+
+
+def test_only_window_ratios_of_the_search_feed_the_degrade_check() -> None:
+    """A per-transaction search ratio (work-weighted, times a window block's count factor) is
+    another estimand than the final windows race's: on the demo 1.57× against the race's
+    1.22× (1.14–1.31) read as a degrade and kept the original. Only the search's window
+    ratios of the same configuration are compared."""
+    settings = {"work_mem": "18MB", "max_parallel_workers_per_gather": "0"}
+    state = RunState(records=[
+        PointRecord("p1-online", {}, settings, in_force=dict(settings), ratio=1.57,
+                    design="per-transaction"),
+        PointRecord("p1-online", {}, settings, in_force=dict(settings), ratio=1.12),
+        PointRecord("p1-online", {}, {}, in_force={**settings, "work_mem": "4MB"}, ratio=1.3),
+        PointRecord("final-best", {}, settings, in_force=dict(settings), ratio=1.2)])
+    assert _search_ratios(state, {"best": settings}, ["best"]) == {"best": [1.12]}
 
 
 
