@@ -14,14 +14,19 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.stats import f as f_dist
 
 from harmony.base.errors import ConfigError
 from tuner_client.stats.paired import t_quantile
 
-#: flag when the candidate's detrended spread exceeds this multiple of the reference's.
-#: Measured (tests/test_stats_unstable.py, 8 values each, detrended): equal spreads exceed
-#: 2.5× in ~1 % of seeds, a candidate with 4× the spread stays under it in ~8 %.
+#: flag when the candidate's detrended spread exceeds this multiple of the reference's, or
+#: the multiple that equal spreads exceed with probability ``SPREAD_ALPHA`` at the number of
+#: values (the F distribution's; larger for short races: 5 values, 3 degrees of freedom each
+#: after the trend, make it 5.4×). A fixed 2.5× flagged equal spreads in ~1 % of 8-value
+#: races but in ~8 % of 5-value ones, and a race that stops on its claim may be that short:
+#: on the demo it kept the original over a 1.28× (1.10–1.49) winner, 10.9 % against 4.3 %.
 SPREAD_LIMIT = 2.5
+SPREAD_ALPHA = 0.01
 #: the reference's spread is taken as at least this (log units ≈ CV), so an unusually quiet
 #: reference does not make every candidate look unstable (the quietest point CV measured
 #: here is 4.4 %, ``benchmarks/results/evidence_estimators.quick.md``)
@@ -67,13 +72,18 @@ def spread_reason(candidate: Sequence[float | None], reference: Sequence[float |
     ref = log_spread(reference, detrend=detrend)
     if cand is None or ref is None:
         return None
+    lost = 2 if detrend else 1  # degrees of freedom the mean (and the trend) take
+    by_chance = math.sqrt(float(f_dist.ppf(1.0 - SPREAD_ALPHA, len(_logs(candidate)) - lost,
+                                           len(_logs(reference)) - lost)))
+    limit = max(limit, by_chance)
     base = max(ref, floor)
     if cand <= limit * base:
         return None
     floor_note = f" (floored at {100 * floor:.0f} %)" if ref < floor else ""
     return (f"its samples spread {100 * cand:.1f} % against the reference's "
             f"{100 * ref:.1f} %{floor_note}: {cand / base:.1f}× the reference's spread, above "
-            f"the limit of {limit:g}×")
+            f"the limit of {limit:.1f}× (equal spreads exceed it by chance "
+            f"{100 * SPREAD_ALPHA:g} % of the time at these counts)")
 
 
 def degrade_reason(ratios: Sequence[float | None], *, first: int = 1,
