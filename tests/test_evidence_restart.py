@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.evidence.restart import miss_analysis, window_misses
+from benchmarks.evidence.restart import fpi_analysis, miss_analysis, window_misses
 
 
 def _counters(windows: list[tuple[int, int]]) -> list[dict[str, int]]:
@@ -41,3 +41,19 @@ def test_first_minus_settled_with_an_interval_over_the_cycles() -> None:
     mean, low, high = out["miss_first_minus_steady_restart"]
     assert mean == pytest.approx(0.05, abs=1e-3) and low < mean < high
     assert "miss_warm" not in out  # no warm cycle
+
+
+def test_full_page_images_per_window_first_and_settled() -> None:
+    """A restart is a checkpoint: the first window rewrites whole pages into the WAL."""
+    def cycle(first: int) -> dict[str, object]:
+        total, counters = 0, [{"wal_fpi": 0}]
+        for n in (first, 2_000, 1_000, 1_000):
+            total += n
+            counters.append({"wal_fpi": total})
+        return {"kind": "warm", "counters": counters}
+
+    out = fpi_analysis([cycle(30_000), cycle(32_000), cycle(28_000)], steady=2)
+    assert out["fpi_first_warm"][0] == pytest.approx(30_000)
+    assert out["fpi_settled_warm"][0] == pytest.approx(1_000)
+    assert out["fpi_first_warm"][1] < 30_000 < out["fpi_first_warm"][2]
+    assert fpi_analysis([{"kind": "warm", "counters": [{"blks_hit": 0}] * 3}] * 2, 2) == {}

@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synchronous-commit", default="on", choices=["on", "off"],
                         help="pgbench: synchronous_commit of its database")
     parser.add_argument("--tag", default="", help="suffix of the result files")
+    parser.add_argument("--system", action="append", default=[], metavar="NAME=VALUE",
+                        help="a reload-time server setting (ALTER SYSTEM) for the whole run, "
+                             "e.g. full_page_writes=off to see what the full-page images "
+                             "after a restart's checkpoint cost; repeatable")
     parser.add_argument("--steady", type=int, default=3,
                         help="the settled level: the mean of the cycle's last N windows")
     parser.add_argument("--from-json", type=Path, nargs="+",
@@ -110,12 +114,23 @@ def main(argv: list[str] | None = None) -> int:
                                           f"--synchronous-commit {args.synchronous_commit}"
                                           if args.pgbench_scale else "")
                                        + f" --steady {args.steady}"
+                                       + "".join(f" --system {s}" for s in args.system)
                                        + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
     t0 = time.monotonic()
     data["uptime_start"] = uptime()
+    system = dict(s.split("=", 1) for s in args.system if "=" in s)
+    if len(system) != len(args.system):
+        parser.error(f"--system takes NAME=VALUE, got {args.system}")
+    data["system"] = system
     target = open_memory_bound(cfg, args.state_dir)
     try:
+        if system and target.cluster is not None:
+            with psycopg.connect(target.cluster.dsn, autocommit=True) as conn:
+                for name, value in system.items():
+                    conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)))
+                conn.execute("SELECT pg_reload_conf()")
         measurer = (pgbench_measurer(cfg, target, measure, args.pgbench_scale,
                                      args.synchronous_commit)
                     if args.pgbench_scale else target_measurer(cfg, target, measure))
@@ -154,11 +169,13 @@ def server_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
                       " FROM pg_stat_user_tables").fetchone()
     io = conn.execute("SELECT blks_hit, blks_read FROM pg_stat_database"
                       " WHERE datname = current_database()").fetchone()
+    wal = conn.execute("SELECT wal_fpi, wal_bytes FROM pg_stat_wal").fetchone()
     return {"blks_hit": int(io[0]) if io else 0, "blks_read": int(io[1]) if io else 0,
             "checkpoints": int(bg[0]) if bg else 0,
             "buffers_checkpoint": int(bg[1]) if bg else 0,
             "buffers_backend": int(bg[2]) if bg else 0,
-            "autovacuums": int(av[0]) if av else 0}
+            "autovacuums": int(av[0]) if av else 0,
+            "wal_fpi": int(wal[0]) if wal else 0, "wal_bytes": int(wal[1]) if wal else 0}
 
 
 def run_cycles(measurer: Measurer, target: Target, measure: Any, order: list[str],
@@ -282,6 +299,7 @@ def analyse(data: dict[str, Any]) -> dict[str, Any]:
         if len(diffs) >= 2:
             out["first_window_warm_minus_cold"] = t_interval(diffs)
     out.update(miss_analysis(data["cycles"], steady))
+    out.update(fpi_analysis(data["cycles"], steady))
     warm = [c["prewarm"] for c in data["cycles"] if c["kind"] == "warm" and c.get("prewarm")]
     if warm:
         out["prewarm_blocks"] = t_interval([float(w["blocks"]) for w in warm])
@@ -326,6 +344,21 @@ def miss_analysis(cycles: list[dict[str, Any]], steady: int) -> dict[str, Any]:
         out[f"miss_{kind}"] = [t_interval([r[i] for r in rows]) for i in range(len(rows[0]))]
         out[f"miss_first_minus_steady_{kind}"] = t_interval(
             [r[0] - statistics.fmean(r[-steady:]) for r in rows])
+    return out
+
+
+def fpi_analysis(cycles: list[dict[str, Any]], steady: int) -> dict[str, Any]:
+    """Per kind: full-page images written to the WAL in each window (the first change of a
+    page after a checkpoint, and a restart is one), first and settled (95 % t interval)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        rows = [[b["wal_fpi"] - a["wal_fpi"] for a, b in zip(cn, cn[1:], strict=False)]
+                for c in cycles if c["kind"] == kind
+                for cn in [c.get("counters") or []] if cn and "wal_fpi" in cn[0]]
+        if len(rows) >= 2:
+            out[f"fpi_first_{kind}"] = t_interval([float(r[0]) for r in rows])
+            out[f"fpi_settled_{kind}"] = t_interval([statistics.fmean(r[-steady:])
+                                                     for r in rows])
     return out
 
 
@@ -379,6 +412,13 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append("- (this run read the counters before the prewarming connection had "
                      "flushed its statistics: the prewarm's reads, one per block loaded, are "
                      "taken out of the first window's reads)")
+    for kind in kinds:
+        if a.get(f"fpi_first_{kind}"):
+            lines.append(f"- full-page images written {_NAMES[kind]}: first window "
+                         f"{interval(a[f'fpi_first_{kind}'], 0)}, a settled window "
+                         f"{interval(a[f'fpi_settled_{kind}'], 0)}")
+    if data.get("system"):
+        lines.append(f"- server settings for the whole run (ALTER SYSTEM): {data['system']}")
     for kind in kinds:
         if a.get(f"restart_s_{kind}"):
             lines.append(f"- restart {_NAMES[kind]}: {interval(a[f'restart_s_{kind}'])} s "
