@@ -67,7 +67,7 @@ compose-test: setup engine
 demo: setup
 	$(BIN)/harmony demo
 
-# Two workers (pytest-xdist): 1,006 tests in 587 s against 1,038 s in one process on the
+# Two workers (pytest-xdist): 1,010 tests in 565-587 s against ~1,040 s in one process on the
 # 2-core machine; every cluster a test starts is its own (a free port, a temp dir), and the
 # session-scoped ones are started once per worker.
 test: setup
