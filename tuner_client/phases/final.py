@@ -160,12 +160,14 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
     # PGTune's rules race like a searched candidate: the decision may recommend them, so the
     # race may drop them, settle on them, or run on for them on a close call
     racing, reported = decision_labels(searched, baselines)
+
     def claim(rounds: Sequence[Round]) -> str | None:
         decision = _decide(ctx, state, candidates, baselines, narrowed, rounds)
         if decision.winner is None or decision.improvement_ci is None:
             return None
         low, high = (1.0 + x for x in decision.improvement_ci)
-        return (f"the decision can recommend {decision.winner} now: "
+        name = NAMES.get(decision.winner, f"tuned ({decision.winner})")
+        return (f"the decision can recommend {name} now: "
                 f"{1.0 + decision.improvement:.2f}× ({low:.2f}–{high:.2f} anytime-valid, "
                 f"simultaneous), so further rounds would only rank candidates near it")
 
