@@ -159,17 +159,13 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
                 max(max_rounds, cfg.close_call_rounds))
     # PGTune's rules race like a searched candidate: the decision may recommend them, so the
     # race may drop them, settle on them, or run on for them on a close call
-    racing, reported = decision_labels(searched, baselines)
+    search_ratios = _search_ratios(state, candidates, searched)
 
     def claim(rounds: Sequence[Round]) -> str | None:
-        decision = _decide(ctx, state, candidates, baselines, narrowed, rounds)
-        if decision.winner is None or decision.improvement_ci is None:
-            return None
-        low, high = (1.0 + x for x in decision.improvement_ci)
-        name = NAMES.get(decision.winner, f"tuned ({decision.winner})")
-        return (f"the decision can recommend {name} now: "
-                f"{1.0 + decision.improvement:.2f}× ({low:.2f}–{high:.2f} anytime-valid, "
-                f"simultaneous), so further rounds would only rank candidates near it")
+        decision = _decide(ctx, baselines, narrowed, rounds, search_ratios)
+        return None if decision.winner is None else (
+            f"the decision is ready ({decision.lines[0]}); further rounds would only rank "
+            f"candidates near it")
 
     race = Race(measure, racing, reference="default", baselines=reported,
                 budget=RaceBudget(seconds=cfg.max_seconds),
@@ -199,7 +195,8 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
     best, best_qpm = dict(ctx.original), default_qpm
     decision = None
     if len(rounds) >= 2 and searched:
-        decision = _decide(ctx, state, candidates, baselines, narrowed, rounds)
+        decision = _decide(ctx, baselines, narrowed, rounds,
+                           _search_ratios(state, candidates, searched))
         for line in decision.lines:
             state.decide(f"final: {line.strip()}")
         ctx.metrics.record_final_comparison(decision.to_dict())
@@ -227,15 +224,15 @@ def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str,
                                Evidence(bme=state.bme, screening=state.screening))
 
 
-def _decide(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-            baselines: list[str], narrowed: Narrowed, rounds: Sequence[Round]) -> FinalDecision:
-    """The decision over the final ``rounds`` (also the race's claim rule, after each round)."""
+def _decide(ctx: RunContext, baselines: list[str], narrowed: Narrowed, rounds: Sequence[Round],
+            search_ratios: Mapping[str, Sequence[float]]) -> FinalDecision:
+    """The decision over the final ``rounds`` (also the race's claim rule, after each round);
+    ``search_ratios``: :func:`_search_ratios`, for the degrade check."""
     searched = narrowed.searched
     eligible, reported = decision_labels(searched, baselines)
     return decide(rounds, reference="default", baselines=reported, candidates=eligible,
                   level=ctx.config.final.level, method=INTERVAL_METHOD,
-                  also_compared=narrowed.also_compared,
-                  search_ratios=_search_ratios(state, candidates, searched),
+                  also_compared=narrowed.also_compared, search_ratios=search_ratios,
                   names={**NAMES, **{c: f"tuned ({c})" for c in searched if c != "best"}})
 
 

@@ -22,9 +22,10 @@ from tuner_client.stats.paired import t_quantile
 #: flag when the candidate's detrended spread exceeds this multiple of the reference's, or
 #: the multiple that equal spreads exceed with probability ``SPREAD_ALPHA`` at the number of
 #: values (the F distribution's; larger for short races: 5 values, 3 degrees of freedom each
-#: after the trend, make it 5.4×). A fixed 2.5× flagged equal spreads in ~1 % of 8-value
-#: races but in ~8 % of 5-value ones, and a race that stops on its claim may be that short:
-#: on the demo it kept the original over a 1.28× (1.10–1.49) winner, 10.9 % against 4.3 %.
+#: after the trend, make it 5.4×). A fixed 2.5× flagged equal spreads in 2.1 % of 8-value
+#: races but in 6.7 % of 5-value ones (tests/test_stats_decision.py), and a race that stops
+#: on its claim may be that short: on the demo it kept the original over a 1.28×
+#: (1.10–1.49) winner, 10.9 % against 4.3 %.
 SPREAD_LIMIT = 2.5
 SPREAD_ALPHA = 0.01
 #: the reference's spread is taken as at least this (log units ≈ CV), so an unusually quiet
@@ -82,7 +83,7 @@ def spread_reason(candidate: Sequence[float | None], reference: Sequence[float |
     floor_note = f" (floored at {100 * floor:.0f} %)" if ref < floor else ""
     return (f"its samples spread {100 * cand:.1f} % against the reference's "
             f"{100 * ref:.1f} %{floor_note}: {cand / base:.1f}× the reference's spread, above "
-            f"the limit of {limit:.1f}× (equal spreads exceed it by chance "
+            f"the limit of {limit:.1f}× (equal spreads exceed it by chance at most "
             f"{100 * SPREAD_ALPHA:g} % of the time at these counts)")
 
 
