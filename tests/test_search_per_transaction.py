@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.final_switchback import race_by_design
 from tuner_client.phases.search_per_transaction import (
     MAX_BATCH,
@@ -20,6 +21,7 @@ from tuner_client.phases.search_per_transaction import (
     run_seconds,
     why_not_per_transaction_search,
 )
+from tuner_client.phases.state import outranks
 from tuner_client.stats.per_transaction import ranking_slice_s
 from workloads.per_transaction import Trace
 
@@ -170,3 +172,30 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
            "system-wide side" in said and "by switchback instead" in said, said
     iv = decision.intervals["best"]
     assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio <= iv.high
+
+
+def test_a_ratio_over_the_incumbent_ranks_it_whatever_the_values_say() -> None:
+    """The demo's run 9 (session 16): the online search's reference was the offline best
+    (shared_buffers 96MB, its window value 13,470 qpm); a trial with parallel workers off read
+    1.21× over it, a value of 11,990 qpm at the reference's level minutes later. The ratio
+    over the incumbent itself decides: the trial is the new best, and a 0.95× one is not,
+    whatever its value. Against another configuration the values still decide."""
+    names = ["shared_buffers", "max_parallel_workers_per_gather"]
+    incumbent = PointRecord(session="p1-offline", point={}, settings={}, value=13_470.0,
+                            in_force={"shared_buffers": "96MB",
+                                      "max_parallel_workers_per_gather": "2"})
+    trial = PointRecord(session="p1-online", point={}, settings={}, value=11_990.0, ratio=1.21,
+                        in_force={"shared_buffers": "96MB",
+                                  "max_parallel_workers_per_gather": "0"})
+    against = {**trial.in_force, "max_parallel_workers_per_gather": "2"}
+    assert outranks(trial, incumbent, against, names)
+    assert not outranks(trial, incumbent, None, names)  # no reference: values, as before
+    worse = PointRecord(session="p1-online", point={}, settings={}, value=14_000.0,
+                        ratio=0.95,
+                        in_force=dict(trial.in_force))
+    assert not outranks(worse, incumbent, against, names)
+    # the reference is not the incumbent (the original's shared_buffers): values decide
+    elsewhere = {**against, "shared_buffers": "128MB"}
+    assert not outranks(trial, incumbent, elsewhere, names)
+    assert outranks(worse, incumbent, elsewhere, names)
+    assert outranks(trial, None, against, names)

@@ -58,15 +58,18 @@ def baseline_settings(ctx: RunContext, state: RunState, label: str) -> dict[str,
 
 def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict[str, str]]:
     """The ``count`` best distinct configurations the search measured under the current
-    workload (:func:`rank_configurations`), other than the original.
+    workload, other than the original: the search's best (``state.best``, which a ratio over
+    the incumbent itself may have made best against the values) first, then the others by
+    :func:`rank_configurations`.
 
     A configuration that breaks the memory budget as a whole is skipped (and said so when it
     is the search's best): an offline point was measured under the original online settings,
     which the online budget may refuse.
     """
     out: list[dict[str, str]] = []
-    for settings, records in rank_configurations(state.records[state.ranked_from:],
-                                                 ctx.original):
+    ranked = rank_configurations(state.records[state.ranked_from:], ctx.original)
+    ranked.sort(key=lambda kv: not any(r is state.best for r in kv[1]))  # stable: best first
+    for settings, records in ranked:
         if len(out) >= count:
             break
         reason = ctx.budget_violation({**records[-1].in_force, **settings})

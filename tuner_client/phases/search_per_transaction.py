@@ -389,7 +389,7 @@ def _measure_and_report(ctx: RunContext, state: RunState, session: Session,
             logger.info("[%s] trial %d %s: %.3f× its reference (per transaction) → %.4g %s",
                         evals.label, ev.got.trial_id, ev.settings, record.ratio or 0.0,
                         record.value, ctx.unit)
-        record_point(ctx, state, record)
+        record_point(ctx, state, record, reference=evals.reference.settings)
         if record.value is not None and after_eval is not None and after_eval(record):
             stop = True
     return stop

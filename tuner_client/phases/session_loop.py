@@ -226,7 +226,8 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
 
     def keep(record: PointRecord, ask: bool) -> None:
         with pool.lock:
-            record_point(ctx, state, record)
+            record_point(ctx, state, record,
+                         reference=None if references is None else references.settings)
             if ask and after_eval is not None and after_eval(record):
                 with shared.lock:
                     shared.stop = "stopped"

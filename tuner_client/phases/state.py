@@ -131,20 +131,42 @@ class RunState:
 
 
 def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
-                 kind: str | None = None, ranks: bool = True) -> None:
-    """Keep a finished record: the log, the metrics, and (when ``ranks``) the best so far."""
+                 kind: str | None = None, ranks: bool = True,
+                 reference: Mapping[str, str] | None = None) -> None:
+    """Keep a finished record: the log, the metrics, and (when ``ranks``) the best so far.
+    ``reference``: the settings of the configuration ``record.ratio`` is relative to (the
+    session's reference; the knobs it leaves out are the record's own in force)."""
     state.records.append(record)
     ctx.metrics.record_point(record, kind=kind or evaluation_kind(record.session),
                              restarts=False)
     ctx.in_force_changed()  # the measurement put its configuration in force
-    if ranks and record.value is not None and (state.best is None
-                                               or record.value > (state.best.value or 0.0)):
+    against = None if reference is None else {**record.in_force, **reference}
+    if ranks and record.value is not None and outranks(record, state.best, against,
+                                                       list(ctx.original)):
         state.best = record
         logger.info("new best: %.4g %s with %s", record.value, ctx.unit, record.in_force)
     if ranks and state.on_record is not None:
         state.on_record(record)
     if state.on_measured is not None:
         state.on_measured(record)
+
+
+def outranks(record: PointRecord, best: PointRecord | None,
+             against: Mapping[str, str] | None, names: list[str]) -> bool:
+    """Whether ``record`` (with a value) ranks above ``best`` (None: there is none yet).
+
+    Where ``record.ratio`` was measured against ``best``'s own configuration (``against``,
+    compared on ``names``, the tuned knobs), the ratio decides alone: the two values were
+    measured minutes apart and carry the drift between them. (A per-transaction 1.21× over
+    the incumbent once came to a value below the incumbent's own earlier window value, and
+    the search kept the worse configuration.) Otherwise the values decide.
+    """
+    if best is None:
+        return True
+    if against is not None and record.ratio is not None and best is not record and all(
+            against.get(n) == best.in_force.get(n) for n in names):
+        return record.ratio > 1.0
+    return (record.value or 0.0) > (best.value or 0.0)
 
 
 def evaluation_kind(label: str) -> str:
