@@ -174,28 +174,34 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
     assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio <= iv.high
 
 
-def test_a_ratio_over_the_incumbent_ranks_it_whatever_the_values_say() -> None:
+def test_paired_ratios_rank_the_search_whatever_the_values_say() -> None:
     """The demo's run 9 (session 16): the online search's reference was the offline best
     (shared_buffers 96MB, its window value 13,470 qpm); a trial with parallel workers off read
     1.21× over it, a value of 11,990 qpm at the reference's level minutes later. The ratio
     over the incumbent itself decides: the trial is the new best, and a 0.95× one is not,
-    whatever its value. Against another configuration the values still decide."""
+    whatever its value. Two trials against one reference rank by their ratios (a 1.157× one
+    read 6,326 qpm after the level moved, a 1.155× one 8,871). Against another configuration
+    the values still decide."""
     names = ["shared_buffers", "max_parallel_workers_per_gather"]
-    incumbent = PointRecord(session="p1-offline", point={}, settings={}, value=13_470.0,
-                            in_force={"shared_buffers": "96MB",
-                                      "max_parallel_workers_per_gather": "2"})
-    trial = PointRecord(session="p1-online", point={}, settings={}, value=11_990.0, ratio=1.21,
-                        in_force={"shared_buffers": "96MB",
-                                  "max_parallel_workers_per_gather": "0"})
-    against = {**trial.in_force, "max_parallel_workers_per_gather": "2"}
-    assert outranks(trial, incumbent, against, names)
-    assert not outranks(trial, incumbent, None, names)  # no reference: values, as before
-    worse = PointRecord(session="p1-online", point={}, settings={}, value=14_000.0,
-                        ratio=0.95,
-                        in_force=dict(trial.in_force))
-    assert not outranks(worse, incumbent, against, names)
+
+    def rec(value: float, ratio: float | None, sb: str, workers: str) -> PointRecord:
+        return PointRecord(session="p1", point={}, settings={}, value=value, ratio=ratio,
+                           in_force={"shared_buffers": sb,
+                                     "max_parallel_workers_per_gather": workers})
+
+    incumbent = rec(13_470.0, None, "96MB", "2")
+    trial = rec(11_990.0, 1.21, "96MB", "0")
+    against = dict(incumbent.in_force)
+    assert outranks(trial, against, incumbent, None, names)
+    assert not outranks(trial, None, incumbent, None, names)  # no reference: values, as before
+    worse = rec(14_000.0, 0.95, "96MB", "0")
+    assert not outranks(worse, against, incumbent, None, names)
     # the reference is not the incumbent (the original's shared_buffers): values decide
     elsewhere = {**against, "shared_buffers": "128MB"}
-    assert not outranks(trial, incumbent, elsewhere, names)
-    assert outranks(worse, incumbent, elsewhere, names)
-    assert outranks(trial, None, against, names)
+    assert not outranks(trial, elsewhere, incumbent, None, names)
+    assert outranks(worse, elsewhere, incumbent, None, names)
+    assert outranks(trial, against, None, None, names)
+    # both against one reference: 1.157× outranks 1.155× at a third of its value, not 1.15×
+    first = rec(8_871.0, 1.155, "96MB", "1")
+    assert outranks(rec(6_326.0, 1.157, "96MB", "0"), elsewhere, first, elsewhere, names)
+    assert not outranks(rec(9_000.0, 1.15, "96MB", "0"), elsewhere, first, elsewhere, names)
