@@ -29,7 +29,7 @@ MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
 CURVE_POINTS = 24
 #: how the final comparison may be measured (values of the ``design`` label)
-FINAL_DESIGNS = ("windows", "per-transaction", "switchback")
+FINAL_DESIGNS = ("windows", "per-transaction", "switchback", "split")
 
 #: every series this module exports (sample names) -> what it means; docs and tests use it
 TUNER_METRICS: dict[str, str] = {

@@ -247,6 +247,7 @@ def _final_config(fin: Mapping[str, Any], where: Where) -> FinalConfig:
                         close_call_rounds=int(fin.get("close_call_rounds",
                                                       FinalConfig.close_call_rounds)),
                         until=str(fin.get("until", FinalConfig.until)),
+                        restart_part=str(fin.get("restart_part", FinalConfig.restart_part)),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
                         level=float(fin.get("level", FinalConfig.level)),
                         max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")

@@ -198,6 +198,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                                                  "maximum": 50},
                            "max_seconds": _SECONDS_BUDGET,
                            "until": {"enum": ["claim", "winner"]},
+                           "restart_part": {"enum": ["apart", "together"]},
                            "baselines": {"type": "array", "uniqueItems": True,
                                          "items": {"enum": ["pgtune"]}},
                            "level": {"type": "number", "exclusiveMinimum": 0.5,

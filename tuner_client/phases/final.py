@@ -45,6 +45,7 @@ from tuner_client.phases.final_per_transaction import (
     per_transaction_result,
     why_not_per_transaction,
 )
+from tuner_client.phases.final_split import split_race, why_not_split
 from tuner_client.phases.final_switchback import (
     SWITCHBACK,
     race_by_design,
@@ -113,6 +114,10 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         why = why_not_per_transaction(ctx, configs)
         if cfg.measure.design == PER_TRANSACTION and why is not None \
                 and why_not_switchback(ctx, configs) is not None:
+            if why_not_split(ctx, candidates, labels) is None:
+                return split_race(ctx, state, candidates, labels,
+                                  lambda c, cands, options: _restart_part(c, state, cands,
+                                                                          options))
             # a restart-time knob differs: one per-transaction run among the searched
             # candidates that share the best's, then the windows race of the one chosen
             narrowed = narrow_candidates(ctx, state, candidates, searched, why)
@@ -181,6 +186,23 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
                  f"{', '.join(['default', *racing, *reported])}; stopped: {result.stopped} "
                  f"(intervals: {METHOD_NAMES[result.method]})")
     return [dict(row) for row in result.rounds]
+
+
+def _restart_part(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+                  options: list[str]) -> FinalDecision | None:
+    """Stage 2 of a split race (:mod:`tuner_client.phases.final_split`): ``options`` raced
+    in windows beside "default", here the session part chosen; its decision, or None when
+    fewer than two rounds were measured."""
+    narrowed = Narrowed(options)
+    rounds = _race(ctx, state, candidates, [], narrowed)
+    if len(rounds) < 2:
+        state.decide("final: restart part: fewer than 2 rounds measured: no interval; the "
+                     "restart-time knobs stay the original's")
+        return None
+    decision = _decide(ctx, [], narrowed, rounds, {})
+    for line in decision.lines:
+        state.decide(f"final: restart part: {line.strip()}")
+    return decision
 
 
 def _result(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
