@@ -43,3 +43,19 @@ def test_a_windows_decision_is_worded_with_its_rounds() -> None:
                          "better than the default over 3 interleaved rounds in whole-server "
                          "windows, so the original configuration is kept.")
     assert "paired rounds in windows" in words[1]
+
+
+def test_a_split_decision_is_worded_with_both_parts() -> None:
+    whole = RatioInterval(1.155, 1.07, 1.24, 4008, 0.95, "anytime")
+    decision = FinalDecision(
+        winner="tuned", reference="default", best="tuned", intervals={"tuned": whole},
+        unstable={}, lines=("recommending {'work_mem': '64MB'}: 1.16× the original",),
+        rounds=8, level=0.95, decision_level=0.95, improvement=0.155,
+        improvement_ci=(0.07, 0.24), design="split", transactions=(2000, 2000))
+    words = verdict_sentences(summary_from_json(_summary(decision, [])), None)
+    assert words[-1] == ("In words: tuned measured +15.5% (95 % anytime-valid CI +7.0% to "
+                         "+24.0%) against the default in two parts: the session-settable knobs "
+                         "in one run drawing a configuration per transaction (4,000 "
+                         "transactions) at the original's restart-time settings, then the "
+                         "restart-time knobs over 8 interleaved rounds in whole-server windows "
+                         "on top of the part chosen, so it is recommended."), words[-1]

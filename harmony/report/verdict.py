@@ -51,7 +51,7 @@ def throughput_line(summary: RunSummary) -> str | None:
 
 def measured_by(summary: RunSummary) -> str:
     """How the final comparison was measured, with its observations: the design summary.json
-    records (``decision.design``: windows, per-transaction, switchback)."""
+    records (``decision.design``: windows, per-transaction, switchback, split)."""
     decision = summary.decision or {}
     design = decision.get("design") or "windows"
     if design == "per-transaction":
@@ -59,6 +59,13 @@ def measured_by(summary: RunSummary) -> str:
         return (f"in one per-transaction run ({transactions:,} transactions in "
                 f"{decision.get('rounds')} time slices, each transaction drawing one "
                 f"configuration at random)")
+    if design == "split":
+        transactions = sum(decision.get("transactions") or [])
+        return (f"in two parts: the session-settable knobs in one run drawing a configuration "
+                f"per transaction ({transactions:,} transactions) at the original's "
+                f"restart-time settings, then the restart-time knobs over "
+                f"{decision.get('rounds')} interleaved rounds in whole-server windows on top "
+                f"of the part chosen")
     if design == "switchback":
         return (f"by switchback over {decision.get('rounds')} blocks (one slice of each "
                 f"configuration per block, the whole server switched by reload)")
