@@ -195,7 +195,8 @@ def _result(ctx: RunContext, state: RunState, options: Mapping[str, dict[str, st
     state.decide(f"final: {lines[-1]}")
     shown = intervals.get("tuned")
     decision = FinalDecision(
-        winner=winner, reference="default", best=winner or (first.best if first else None),
+        winner=winner, reference="default",
+        best=winner or (f"{first.best} (session part)" if first and first.best else None),
         intervals=intervals, unstable={}, lines=tuple(lines),
         rounds=second.rounds if second is not None else 0, level=ctx.config.final.level,
         decision_level=ctx.config.final.level,
