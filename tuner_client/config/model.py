@@ -272,10 +272,8 @@ class FinalConfig:
     #: ``claim``: the rounds also end once the decision would recommend a candidate (the
     #: others near it only compete for the rank); ``winner``: only when one is clearly best
     until: str = "claim"
-    #: with ``measure.design: per-transaction``, when a restart-time knob differs between
-    #: the candidates: ``apart`` races each candidate's session part per transaction, then
-    #: the restart part in windows on top of it, each claimed on its own interval
-    #: (:mod:`tuner_client.phases.final_split`); ``together``: every candidate whole in windows
+    #: ``apart``: a restart-time knob's part raced apart from the session part
+    #: (:mod:`tuner_client.phases.final_split`); ``together``: whole candidates in windows
     restart_part: str = "together"
     #: rule-of-thumb configurations measured beside the default as baselines (``pgtune``)
     baselines: tuple[str, ...] = ("pgtune",)
