@@ -52,6 +52,19 @@ def test_view_follows_the_records_and_keeps_the_best() -> None:
     assert "4 of 6 per pass" in text and "recommending tuned" in text
 
 
+def test_the_view_shows_the_runs_own_best() -> None:
+    """Given the run's best (ranked by paired ratios), the view shows it, not the highest
+    value: a 1.2× trial over the incumbent may read a lower value than the incumbent's."""
+    incumbent = _record("p1-offline", 130.0, "4MB")
+    trial = _record("p1-online", 110.0, "8MB")
+    best = [incumbent]
+    view = RunView(parse_tuner_config(CONFIG, source="view.yaml"), best_of=lambda: best[0])
+    view.measured(incumbent)
+    best[0] = trial  # the run ranked the trial above the incumbent by its ratio
+    view.measured(trial)
+    assert view.best is trial and "110.0" in _text(view)
+
+
 def test_phase_names_and_a_view_off_the_terminal() -> None:
     assert [phase_of(s) for s in ("p1-offline", "p2-online", "final-best", "screening-1",
                                   "prepare")] == ["offline", "online", "final", "screening",

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -44,6 +44,9 @@ class RunView:
     final_rounds: int = 0
     point: dict[str, str] = field(default_factory=dict)
     best: PointRecord | None = None
+    #: the run's own best (``RunState.best``, ranked by paired ratios where they share a
+    #: reference); without it, the highest value shown
+    best_of: Callable[[], PointRecord | None] | None = None
     last_decision: str = ""
     seconds: list[float] = field(default_factory=list)
     _last: float = field(default_factory=time.monotonic)
@@ -63,8 +66,10 @@ class RunView:
             self.final_rounds += 1
         elif self.phase in ("offline", "online"):
             self.evaluations += 1
-            if record.value is not None and (self.best is None or self.best.value is None
-                                             or record.value > self.best.value):
+            if self.best_of is not None:
+                self.best = self.best_of()
+            elif record.value is not None and (self.best is None or self.best.value is None
+                                               or record.value > self.best.value):
                 self.best = record
 
     def decided(self, text: str) -> None:

@@ -122,6 +122,7 @@ def run_with_metrics(config: TunerConfig, args: argparse.Namespace, output: Path
         view = RunView(config)
         tuner = Tuner(config, server=args.server, state_dir=args.state_dir, output_dir=output,
                       metrics=metrics, on_measured=view.measured, on_decision=view.decided)
+        view.best_of = lambda: tuner.state.best
         with live_view(view):
             return tuner.run()
     finally:
