@@ -138,7 +138,9 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
                for d in result.work.decisions)
 
     # the metrics served over HTTP match the run
-    assert result.best.throughput.search_best == max(r.value or 0.0 for r in searched)
+    # the search's best: ranked by paired ratios over a shared reference, so not always the
+    # top value (values are ratios times levels measured at different times)
+    assert result.best.throughput.search_best in {r.value for r in searched}
     assert math.isclose(value("harmony_tuner_best_throughput_queries_per_second"),
                         result.best.throughput.search_best / 60.0, rel_tol=1e-9)
     assert result.best.throughput.default is not None

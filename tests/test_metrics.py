@@ -339,6 +339,24 @@ def test_record_point_reads_a_measure_point_record() -> None:
     assert value(parsed, "harmony_tuner_failed_points_total", kind="infeasible") == 1
 
 
+def test_the_best_so_far_follows_the_runs_own_best() -> None:
+    """A later, higher value (measured at another level) does not displace the run's best
+    once the run says which it is: the gauge and the best knobs follow ``set_best``."""
+    metrics = TunerMetrics(["work_mem"])
+    incumbent = PointRecord(session="p1-offline", point={}, settings={}, value=600.0,
+                            in_force={"work_mem": "4MB"})
+    metrics.record_point(incumbent)
+    higher = PointRecord(session="p1-online", point={}, settings={}, value=900.0, ratio=0.95,
+                         in_force={"work_mem": "64MB"})
+    metrics.record_point(higher)
+    parsed = samples(metrics.render().decode())
+    assert value(parsed, "harmony_tuner_best_throughput_queries_per_second") == 15.0
+    metrics.set_best(incumbent)  # 0.95× the incumbent: the run keeps it
+    parsed = samples(metrics.render().decode())
+    assert value(parsed, "harmony_tuner_best_throughput_queries_per_second") == 10.0
+    assert value(parsed, "harmony_tuner_best_knob_value", knob="work_mem") == 4 * 1024 * 1024
+
+
 def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
     """The docs (SERVER_METRICS, TUNER_METRICS) and the exporters do not drift apart."""
     metrics = TunerMetrics(["shared_buffers"])

@@ -175,11 +175,23 @@ class TunerMetrics(TunerSeries):
             if better:
                 self._best_qps = qps
         if better:
-            self.best_throughput.set(qps)
-            for knob, value in (knobs or {}).items():
-                number = self._knob_number(knob, value)
-                if number is not None:
-                    self.best_knob_value.labels(knob).set(number)
+            self._show_best(qps, knobs)
+
+    def set_best(self, record: PointRecord) -> None:
+        """The run's own best (``RunState.best``, which paired ratios may rank above a higher
+        value measured at another time) as the best-so-far, whatever values came since."""
+        if record.value is None or not math.isfinite(record.value):
+            return
+        with self._lock:
+            self._best_qps = record.value / 60.0
+        self._show_best(record.value / 60.0, record.in_force)
+
+    def _show_best(self, qps: float, knobs: Mapping[str, Any] | None) -> None:
+        self.best_throughput.set(qps)
+        for knob, value in (knobs or {}).items():
+            number = self._knob_number(knob, value)
+            if number is not None:
+                self.best_knob_value.labels(knob).set(number)
 
     def record_point(self, record: PointRecord, *, kind: str = "online",
                      restarts: bool = True) -> None:

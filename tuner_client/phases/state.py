@@ -147,6 +147,8 @@ def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
             record, against, state.best, state.best_against, list(ctx.original)):
         state.best, state.best_against = record, against
         logger.info("new best: %.4g %s with %s", record.value, ctx.unit, record.in_force)
+    if state.best is not None:  # the metrics' best-so-far follows the run's, not the top value
+        ctx.metrics.set_best(state.best)
     if ranks and state.on_record is not None:
         state.on_record(record)
     if state.on_measured is not None:
