@@ -187,9 +187,15 @@ def per_transaction_result(ctx: RunContext, state: RunState,
     """The run's result from a per-transaction or switchback race (the original unless a
     winner): no absolute throughput (every configuration ran in the same seconds), the
     ratios and their intervals in the decision."""
-    decision = race.to_final_decision()
-    ctx.metrics.record_final_comparison(decision.to_dict())
     best = dict(candidates[race.winner]) if race.winner is not None else dict(ctx.original)
+    return decision_result(ctx, state, race.to_final_decision(), best)
+
+
+def decision_result(ctx: RunContext, state: RunState, decision: FinalDecision,
+                    best: dict[str, str]) -> TuneResult:
+    """The run's result from a race's ``decision`` (a per-transaction, switchback or split
+    one) and the configuration it leaves (``best``; the original when no winner)."""
+    ctx.metrics.record_final_comparison(decision.to_dict())
     unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
     work = Work(passes=state.passes,
                 evaluations=sum(1 for r in state.records if not r.session.startswith("final")),

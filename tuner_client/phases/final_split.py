@@ -30,14 +30,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from tuner_client.measurer import objective_unit
 from tuner_client.phases.final_per_transaction import (
     PER_TRANSACTION,
+    decision_result,
     differing_knobs,
     per_transaction_reason,
     race_per_transaction_run,
 )
-from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
+from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.paired import RatioInterval
@@ -208,13 +208,4 @@ def _result(ctx: RunContext, state: RunState, options: Mapping[str, dict[str, st
         transactions=first.transactions if first is not None else None,
         method_text="session part: its design's interval; restart part: anytime-valid "
                     "confidence sequence over paired windows; product of the two")
-    ctx.metrics.record_final_comparison(decision.to_dict())
-    unit = objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind)
-    work = Work(passes=state.passes,
-                evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
-                sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions))
-    return TuneResult.conclude(
-        Best(best if winner else dict(ctx.original), dict(ctx.original), Throughput(
-            default=None, best=None, unit=unit,
-            search_best=state.best.value if state.best is not None else None)),
-        Intervals([], decision), work, Evidence(bme=state.bme, screening=state.screening))
+    return decision_result(ctx, state, decision, best if winner else dict(ctx.original))
