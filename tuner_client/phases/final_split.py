@@ -73,9 +73,10 @@ def why_not_split(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
     if ctx.config.measure.design != PER_TRANSACTION:
         return f"measure.design is {ctx.config.measure.design!r}"
     configs = [candidates[label] for label in labels]
-    if not restart_knobs(ctx, configs):
+    restart = restart_knobs(ctx, configs)
+    if not restart:
         return "no restart-time knob differs between the candidates"
-    sessions = [session_part(ctx, candidates[label], configs) for label in labels]
+    sessions = [session_part(ctx, candidates[label], restart) for label in labels]
     reason = per_transaction_reason(ctx, sessions)
     if reason is not None:  # see the module: by switchback it gains nothing over windows
         return f"the session parts cannot be compared per transaction ({reason})"
@@ -83,10 +84,10 @@ def why_not_split(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
 
 
 def session_part(ctx: RunContext, settings: Mapping[str, str],
-                 configs: list[dict[str, str]]) -> dict[str, str]:
-    """``settings`` with every restart-time knob that differs between ``configs`` at the
-    original's value."""
-    return {**settings, **{n: ctx.original[n] for n in restart_knobs(ctx, configs)}}
+                 restart: list[str]) -> dict[str, str]:
+    """``settings`` with the ``restart`` knobs (:func:`restart_knobs`) at the original's
+    values."""
+    return {**settings, **{n: ctx.original[n] for n in restart}}
 
 
 def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
@@ -100,7 +101,7 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
                  f"in whole-server windows on top of the session part chosen; each stage at "
                  f"{100 * half.config.final.level:.1f} %, so that their product is a "
                  f"{100 * ctx.config.final.level:.0f} % interval")
-    parts = {label: session_part(ctx, candidates[label], configs) for label in labels}
+    parts = {label: session_part(ctx, candidates[label], restart) for label in labels}
     stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
     base, first = dict(ctx.original), None
     if len(stage1) > 1:
