@@ -46,8 +46,10 @@ def test_a_split_race_claims_each_part_on_its_own_interval(
     # stage 1: the hash-joins-off candidate's session part, per transaction, at 128MB
     session = {k: v for k, v in decision.intervals.items() if k.endswith("(session part)")}
     assert session, said
-    off = [iv for iv in session.values() if iv is not None and iv.high < 1.0]
-    assert off and off[0].ratio < 0.9, session  # clearly slower, interval below 1
+    # (the other candidate, hash joins on at work_mem 2MB against the original's 4MB, may
+    # read below 1 too: CI once saw 0.95, 0.92-0.99 beside 0.82 for hash joins off)
+    below = [iv.ratio for iv in session.values() if iv is not None and iv.high < 1.0]
+    assert below and min(below) < 0.9, session  # clearly slower, interval below 1
     # stage 2: the searched 64MB and PGTune's shared_buffers on top of the base, in windows
     restart = {k: v for k, v in decision.intervals.items() if k.endswith("(restart part)")}
     assert restart and all(k.split()[0].endswith("-restart") for k in restart), said
