@@ -17,6 +17,7 @@ from tuner_client.probe_runner import (
     BufferFill,
     ends_flat_settled,
     ends_flat_unfilled,
+    fits_at_smallest,
     probe_order,
 )
 from tuner_client.probe_settle import cannot_fill, settled_state
@@ -148,3 +149,23 @@ def test_the_two_ends_decide_a_flat_curve_from_a_buffer_still_filling() -> None:
     assert not ends_flat_unfilled(four, filling)
     full = decide_set(four, filling, 0, low=16 * MB, high=256 * MB)
     assert full.kind == "rejected" and "never saw a full buffer" in full.reason
+
+
+def test_the_smallest_probe_alone_decides_when_its_settled_buffer_never_misses() -> None:
+    sizes = probe_sizes(16 * MB, 256 * MB, 4, step=8 * MB)
+    # the demo at SF 0.01: 16MB full after prewarming, P = 0.0000 over ~190,000 accesses
+    small = _flat(sizes[0], 0.0, "full")
+    assert fits_at_smallest([small], sizes[0])
+    decision = decide_set([small], {}, 3, low=16 * MB, high=256 * MB)
+    assert decision.kind == "no-knee" and decision.size == sizes[0], decision
+    assert "the 3 larger probe(s) were not run" in decision.reason
+    window = search_window(decision, 16 * MB, 256 * MB, 8 * MB)
+    assert window is not None and window[0] == sizes[0] and window[2] < 256 * MB, window
+    # what does not decide alone: misses above the flat tolerance (0.005), a buffer that had
+    # not settled, a probe that is not the smallest size, and a second probe
+    assert not fits_at_smallest([_flat(sizes[0], 0.02, "full")], sizes[0])
+    assert not fits_at_smallest([_flat(sizes[0], 0.0, "filling")], sizes[0])
+    assert not fits_at_smallest([_flat(sizes[0], 0.0, "")], sizes[0])  # cold
+    assert not fits_at_smallest([_flat(sizes[-1], 0.0, "fits")], sizes[0])
+    assert not fits_at_smallest([small, _flat(sizes[-1], 0.0, "fits")], sizes[0])
+    assert fits_at_smallest([_flat(sizes[0], 0.004, "fits")], sizes[0])

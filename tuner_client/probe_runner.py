@@ -280,6 +280,19 @@ def ends_flat_settled(probes: Sequence[Probe], fills: dict[int, BufferFill]) -> 
     return ends is not None and ends[1]
 
 
+def fits_at_smallest(probes: Sequence[Probe], smallest: int) -> bool:
+    """Whether the first probe alone, at the ``smallest`` size (:func:`probe_order`), already
+    decides "no knee": its buffer had settled (full, or holding every page the workload
+    touches) and it (nearly) never missed, a flat curve with zero. A larger buffer misses no
+    more on a curve that falls with size, so every size above would read the same flat curve
+    (the demo's largest probe read 0.0000 after its smallest did, 6 s of its run)."""
+    if len(probes) != 1:
+        return False
+    small = probes[0]
+    return (small.size == smallest and small.accesses > 0
+            and small.settled in ("full", "fits") and flat([small.miss, 0.0]))
+
+
 def touched_pages(probes: Sequence[Probe]) -> int:
     """The pages of every relation any probe's window accessed (the catalog's P* numerator)."""
     pages: dict[str, int] = {}

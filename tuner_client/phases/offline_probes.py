@@ -28,6 +28,7 @@ from tuner_client.probe_runner import (
     BufferFill,
     ends_flat_settled,
     ends_flat_unfilled,
+    fits_at_smallest,
     probe_order,
     run_probes,
     touched_pages,
@@ -76,7 +77,8 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     fills: dict[int, BufferFill] = {}
     probes, failures = run_probes(measurer, sizes, cfg.probe_seconds, fills,
                                   settle_s=cfg.settle_s, order=probe_order,
-                                  stop=lambda got: ends_flat_unfilled(got, fills)
+                                  stop=lambda got: fits_at_smallest(got, sizes[0])
+                                  or ends_flat_unfilled(got, fills)
                                   or ends_flat_settled(got, fills))
     # the last probed size is not left in force
     outcome = ctx.apply({"shared_buffers": before}, warm_up=False)
@@ -110,11 +112,22 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
 def decide_set(probes: Sequence[Probe], fills: dict[int, BufferFill], skipped: int, *,
                low: int, high: int, min_r2: float = 0.9,
                target_miss: float | None = None) -> ProbeDecision:
-    """A probe set's decision: "no knee found in range" when the two ends decided so and the
+    """A probe set's decision: "no knee" at the smallest when it alone read a flat curve from
+    a settled buffer and the ``skipped`` larger probes were not run (:func:`fits_at_smallest`),
+    "no knee found in range" when the two ends decided so and the
     ``skipped`` probes between were not run (:func:`ends_flat_unfilled`), "no knee" at the
     smallest when they read flat from a settled largest buffer (:func:`ends_flat_settled`),
     else the fit's (:func:`bme.probe_decision.decide`) with a flat curve needing a full
     buffer."""
+    # (one probe with larger ones skipped: the stop rule saw the smallest size fit)
+    if skipped > 0 and probes and fits_at_smallest(probes, probes[0].size):
+        small = probes[0]
+        return ProbeDecision(
+            "no-knee", f"no knee: the smallest probe ({format_bytes(small.size)}) read "
+            f"{small.miss:.4f} from a settled buffer ({small.settled}), so the workload's pages "
+            f"fit there; a larger buffer misses no more, so the {skipped} larger probe(s) were "
+            f"not run; memory above it is better left to the other consumers", (small,),
+            size=max(low, min(high, small.size)), touched_pages=touched_pages(probes) or None)
     if skipped > 0 and ends_flat_settled(probes, fills):
         small, large = sorted(probes, key=lambda p: p.size)
         return ProbeDecision(
