@@ -17,7 +17,7 @@ from tuner_client.config import MeasureConfig, parse_tuner_config
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import Measurer, ServerAccess
-from tuner_client.server_cpu import CGROUP_ROOT, parent_pid, read_server_cpu
+from tuner_client.server_cpu import CGROUP_ROOT, child_pids, parent_pid, read_server_cpu
 from workloads.driver import WorkloadDriver
 from workloads.pgbench import PgbenchWorkload
 from workloads.sample import reference_costs, summarize
@@ -132,6 +132,20 @@ def test_server_cpu_grows_while_a_query_runs_and_never_drops(pg_cluster: LocalCl
         after = read_server_cpu(postmaster)
         assert after is not None and after.cpu_s >= during.cpu_s - 0.02
         time.sleep(0.2)
+
+
+def test_the_postmasters_children_file_names_the_children_a_proc_scan_finds(
+        pg_cluster: LocalCluster) -> None:
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
+        postmaster = _postmaster(conn)
+        backend = int(conn.info.backend_pid)
+        listed = {int(p) for p in child_pids(postmaster)}
+        scanned = {int(p.name) for p in Path("/proc").iterdir()
+                   if p.name.isdigit() and parent_pid(int(p.name)) == postmaster}
+    # the checkpointer, background writer, WAL writer, autovacuum launcher ... and this
+    # connection's backend; a process may start or exit between the two readings
+    assert backend in listed and len(listed) >= 5, listed
+    assert len(listed ^ scanned) <= 1, (listed, scanned)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not (CGROUP_ROOT / "cpuacct" / "cpuacct.usage").exists(),

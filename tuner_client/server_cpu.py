@@ -62,6 +62,18 @@ def _ticks(fields: list[str], children: bool) -> int:
     return own + (int(fields[13]) + int(fields[14]) if children else 0)
 
 
+def child_pids(postmaster: int) -> list[str]:
+    """The PIDs of the postmaster's live children: its main thread's ``children`` file (the
+    postmaster has one thread) when the kernel keeps one, else every process of ``/proc``
+    (about 26 ms a reading with ~100 processes against ~3 ms, twice a sample)."""
+    try:
+        return (PROC / str(postmaster) / "task" / str(postmaster) / "children"
+                ).read_text().split()
+    except OSError:
+        return [e.name for e in os.scandir(PROC)
+                if e.name.isdigit() and e.name != str(postmaster)]
+
+
 def proc_cpu_seconds(postmaster: int, attempts: int = 5) -> float | None:
     """The postmaster's and its children's CPU seconds from ``/proc`` (None when gone).
 
@@ -75,10 +87,8 @@ def proc_cpu_seconds(postmaster: int, attempts: int = 5) -> float | None:
         if first is None:
             return None
         ticks = 0
-        for entry in os.scandir(PROC):
-            if not entry.name.isdigit() or entry.name == str(postmaster):
-                continue
-            child = _stat_fields(entry.name)
+        for pid in child_pids(postmaster):
+            child = _stat_fields(pid)
             if child is not None and child[1] == str(postmaster):
                 ticks += _ticks(child, children=True)
         last = _stat_fields(postmaster)
@@ -150,5 +160,5 @@ def read_server_cpu(postmaster: int) -> CpuReading | None:
     return CpuReading(cpu, "proc", postmaster) if cpu is not None else None
 
 
-__all__ = ["CpuReading", "cgroup_cpu_seconds", "parent_pid", "proc_cpu_seconds",
+__all__ = ["CpuReading", "cgroup_cpu_seconds", "child_pids", "parent_pid", "proc_cpu_seconds",
            "read_server_cpu"]
