@@ -103,18 +103,19 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
                  f"{100 * ctx.config.final.level:.0f} % interval")
     parts = {label: session_part(ctx, candidates[label], restart) for label in labels}
     stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
-    base, first = dict(ctx.original), None
+    base, first, winner = dict(ctx.original), None, None
     if len(stage1) > 1:
         outcome = race_per_transaction_run(half, state, parts, stage1)
         if outcome is not None:
             first = outcome.to_final_decision()
             if outcome.winner is not None:
-                base = parts[outcome.winner]
+                winner = outcome.winner
+                base = parts[winner]
     else:
         state.decide("final: stage 1: no candidate differs from the original in a "
                      "session-settable knob")
-    # the restart values of the session part's winner, the search's best and PGTune's
-    winner = next((label for label in labels[1:] if parts[label] == base), None)
+    # the restart values of the session part's winner (none without one: a runner-up whose
+    # session part is the original's adds nothing), the search's best and PGTune's
     sources = [label for label in dict.fromkeys([winner, "best", "pgtune"]) if label in labels]
     options = {f"{label}-restart": {**base, **{n: candidates[label][n] for n in restart}}
                for label in sources}
