@@ -231,6 +231,10 @@ def test_tuner_metrics_endpoint_reports_the_flow() -> None:
                                           "not_tuned": "1"})
         metrics.record_measurement([2100.0, 2000.0, 2050.0], kind="online",
                                    knobs={"work_mem": "4MB"})
+        # the run ranks its records (paired ratios) and says which is its best
+        metrics.set_best(PointRecord(session="t-p1-online", point={}, settings={},
+                                     value=2460.0, in_force={"work_mem": "64MB",
+                                                             "not_tuned": "1"}))
         metrics.record_failure("infeasible")
         metrics.record_failure("something else")
         metrics.set_budget_slack(-1024.0)
@@ -340,18 +344,18 @@ def test_record_point_reads_a_measure_point_record() -> None:
 
 
 def test_the_best_so_far_follows_the_runs_own_best() -> None:
-    """A later, higher value (measured at another level) does not displace the run's best
-    once the run says which it is: the gauge and the best knobs follow ``set_best``."""
+    """A later, higher value (measured at another level) does not displace the run's best:
+    the metrics never rank points themselves, the gauge and the best knobs follow
+    ``set_best``."""
     metrics = TunerMetrics(["work_mem"])
     incumbent = PointRecord(session="p1-offline", point={}, settings={}, value=600.0,
                             in_force={"work_mem": "4MB"})
     metrics.record_point(incumbent)
+    metrics.set_best(incumbent)
     higher = PointRecord(session="p1-online", point={}, settings={}, value=900.0, ratio=0.95,
                          in_force={"work_mem": "64MB"})
-    metrics.record_point(higher)
-    parsed = samples(metrics.render().decode())
-    assert value(parsed, "harmony_tuner_best_throughput_queries_per_second") == 15.0
-    metrics.set_best(incumbent)  # 0.95× the incumbent: the run keeps it
+    metrics.record_point(higher)  # 0.95× the incumbent: the run keeps it
+    metrics.set_best(incumbent)
     parsed = samples(metrics.render().decode())
     assert value(parsed, "harmony_tuner_best_throughput_queries_per_second") == 10.0
     assert value(parsed, "harmony_tuner_best_knob_value", knob="work_mem") == 4 * 1024 * 1024
@@ -363,6 +367,8 @@ def test_documented_names_are_exactly_the_exported_ones(tmp_path: Path) -> None:
     metrics.start_pass(1)
     metrics.start_session("x-offline", "offline")
     metrics.record_measurement([100.0], knobs={"shared_buffers": "128MB"})
+    metrics.set_best(PointRecord(session="x-offline", point={}, settings={}, value=100.0,
+                                 in_force={"shared_buffers": "128MB"}))
     metrics.record_buffer_miss(1 << 27, 0.2)
     metrics.record_bme_fit({"p_star": 0.02, "p_c": 0.01, "m_b": 1e6, "m_star": 2e8})
     metrics.record_workload_shift()

@@ -31,12 +31,6 @@ class EvaluationKind(enum.StrEnum):
     #: a candidate re-measured in the final rounds
     FINAL = "final"
 
-    @property
-    def remeasures(self) -> bool:
-        """True for kinds that re-measure known configurations (never a new best-so-far)."""
-        return self in (EvaluationKind.BASELINE, EvaluationKind.FINAL,
-                        EvaluationKind.REFERENCE, EvaluationKind.SCREENING)
-
 
 class FailureKind(enum.StrEnum):
     """Why a point failed (the ``kind`` label of the failure metric)."""

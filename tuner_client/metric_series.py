@@ -16,14 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from harmony import __version__
 from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
-from tuner_client.labels import EvaluationKind, FailureKind, Phase
+from tuner_client.labels import FailureKind, Phase
 
 #: what the tuner is doing (values of the ``phase`` label)
 PHASES = tuple(p.value for p in Phase)
 #: why a point failed (values of the ``kind`` label)
 FAILURE_KINDS = tuple(k.value for k in FailureKind)
-#: evaluation kinds that re-measure known configurations (never a new best-so-far)
-REMEASURE_KINDS = tuple(k.value for k in EvaluationKind if k.remeasures)
 #: how many recent (shared_buffers, miss probability) observations are kept as slots
 MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported

@@ -39,7 +39,6 @@ from tuner_client.metric_series import (
     FINAL_DESIGNS,
     MISS_SLOTS,
     PHASES,
-    REMEASURE_KINDS,
     TUNER_METRICS,
     TunerSeries,
     setting_to_base_units,
@@ -73,7 +72,6 @@ class TunerMetrics(TunerSeries):
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self._best_qps: float | None = None
         self._misses: deque[tuple[float, float]] = deque(maxlen=MISS_SLOTS)
         r = self.registry
         self._declare_progress(r, tuner)
@@ -147,10 +145,10 @@ class TunerMetrics(TunerSeries):
     def record_measurement(self, samples_qpm: Sequence[float], value_qpm: float | None = None,
                            *, kind: str = "online", knobs: Mapping[str, Any] | None = None,
                            maximize: bool = True) -> None:
-        """One point measured: its samples (qpm) and aggregate; updates best-so-far.
-
-        ``knobs`` are the point's values in force; with a new best they become the best knobs.
-        """
+        """One point measured: its samples (qpm) and aggregate, and ``knobs``, the point's
+        values in force. The best-so-far is not ranked here: a value is a paired ratio times
+        its reference's level at the time, so a higher one may be the worse configuration;
+        the run says which is its best (:meth:`set_best`)."""
         samples = [float(s) for s in samples_qpm if s is not None and math.isfinite(float(s))]
         self.samples.inc(len(samples))
         self.point_samples.set(len(samples))
@@ -165,30 +163,15 @@ class TunerMetrics(TunerSeries):
             self.set_knobs(knobs)
         if value_qpm is None or not math.isfinite(value_qpm):
             return
-        qps = value_qpm / 60.0
-        self.throughput.set(qps)
-        if kind in REMEASURE_KINDS:
-            return  # re-measurements for the comparison are not search results
-        with self._lock:
-            better = self._best_qps is None or (qps > self._best_qps if maximize
-                                                else qps < self._best_qps)
-            if better:
-                self._best_qps = qps
-        if better:
-            self._show_best(qps, knobs)
+        self.throughput.set(value_qpm / 60.0)
 
     def set_best(self, record: PointRecord) -> None:
         """The run's own best (``RunState.best``, which paired ratios may rank above a higher
-        value measured at another time) as the best-so-far, whatever values came since."""
+        value measured at another time) as the best-so-far and its knobs as the best knobs."""
         if record.value is None or not math.isfinite(record.value):
             return
-        with self._lock:
-            self._best_qps = record.value / 60.0
-        self._show_best(record.value / 60.0, record.in_force)
-
-    def _show_best(self, qps: float, knobs: Mapping[str, Any] | None) -> None:
-        self.best_throughput.set(qps)
-        for knob, value in (knobs or {}).items():
+        self.best_throughput.set(record.value / 60.0)
+        for knob, value in (record.in_force or {}).items():
             number = self._knob_number(knob, value)
             if number is not None:
                 self.best_knob_value.labels(knob).set(number)
