@@ -11,6 +11,8 @@ its ``trials.jsonl`` (every final visit's samples) and ``summary.json`` (the rou
   alone would give a mean of that many samples,
 - the sd of the rounds' log-ratios of ``best`` over ``default``, and the correlation of the
   two labels' levels across rounds (what pairing removes),
+- where the search ran in windows, the visit sd of its reference measured twice around each
+  candidate (a reload between, no restart): the sd of the pair's log-ratio over √2,
 - the same sds for other estimators computed from the samples' per-query counts and mean
   latencies (count, and per-template Little's law ``sum(streams_t / latency_t)``) when
   ``--streams`` names the mix (e.g. ``Q1=2,Q6=2,Q13=1``).
@@ -71,6 +73,16 @@ def decompose(out: Path, streams: dict[str, int]) -> dict[str, Any]:
             w = math.sqrt(statistics.fmean(within))
             row[estimator] = {"within": w, "between": statistics.fmean(between),
                               "from_within": w / math.sqrt(statistics.fmean(sizes))}
+    # the windows search measures its reference before and after each candidate: two visits
+    # of one configuration seconds apart with a reload between them and no restart
+    pairs = []
+    for line in (out / "trials.jsonl").read_text().splitlines():
+        trial = json.loads(line)
+        ref = trial.get("reference") or []
+        if trial.get("design") == "windows" and len(ref) == 2 and all(ref):
+            pairs.append(math.log(ref[1] / ref[0]))
+    if len(pairs) > 2:
+        row["reload_visit_sd"] = math.sqrt(statistics.fmean([x * x for x in pairs]) / 2)
     summary = json.loads((out / "summary.json").read_text())
     rounds = [r for r in summary.get("ab_rounds") or [] if r.get("default") and r.get("best")]
     if len(rounds) >= 3:
@@ -95,19 +107,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     streams = {q: int(n) for q, n in (p.split("=") for p in args.streams.split(",") if p)}
     print("| run | visits | within-visit sd (value / count / little) | visit-mean sd "
-          "(value) | of it from within | rounds | round log-ratio sd | unpaired | corr |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+          "(value) | of it from within | reload visits' sd | rounds | round log-ratio sd | "
+          "unpaired | corr |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for out in args.outputs:
         if not (out / "trials.jsonl").is_file() or not (out / "summary.json").is_file():
             print(f"| {out.name} | no trials.jsonl and summary.json in {out} (not a finished "
-                  f"run's --output) |||||||")
+                  f"run's --output) ||||||||")
             continue
         row = decompose(out, streams)
         value = row.get("value", {})
         within = " / ".join(_fmt(row.get(e, {}).get("within")) for e in
                             ("value", "count", "little"))
         print(f"| {row['run']} | {row['visits']} | {within} | {_fmt(value.get('between'))} | "
-              f"{_fmt(value.get('from_within'))} | {row.get('rounds', '')} | "
+              f"{_fmt(value.get('from_within'))} | {_fmt(row.get('reload_visit_sd'))} | "
+              f"{row.get('rounds', '')} | "
               f"{_fmt(row.get('round_sd'))} | {_fmt(row.get('unpaired_sd'))} | "
               f"{_fmt(row.get('corr'))} |")
     return 0
