@@ -11,9 +11,9 @@ keep the unit and scale of the window-measured sessions (the offline search, the
 candidates' ranking), while every comparison is paired transaction by transaction.
 
 A run lasts at most ``measure.per_transaction_s`` × (k + 1)/2 for k candidates, and ends
-sooner once every candidate is ranked (:func:`ranked`): each 80 % interval within ±3 % or
-within a quarter of its own effect, looked at every 2 s from 8 s on (8 slices of 1 s); the
-evaluation's own interval, at the run's end, is 95 %. The search only
+sooner once every candidate is ranked (:func:`ranked`): each 80 % interval (the evaluation's
+own, at the end, is 95 %) within ±3 % or within a quarter of its own effect, looked at every
+2 s from 8 s on (8 slices of 1 s). The search only
 ranks, and a big effect needs less precision to rank than a small one: the demo's 10-s runs
 reached ±2–3 % on 1.2–1.3× effects. A candidate whose interval lies below 1.05 is settled too:
 it cannot be a gain worth taking, and on the one-pass mix, where no online knob moved
@@ -79,16 +79,12 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 6
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
-#: the level of the intervals a run in progress is looked at with (:func:`ranked`): a run
-#: stops when the search can rank, not when it could claim. A wrong order among close
-#: candidates costs the simplex a step, never a recommendation (the final race re-measures
-#: with its own anytime-valid intervals), and at 80 % a candidate with no gain is below 1.05
-#: after about a third of the transactions the 95 % interval needs (half-width ∝ z/√n)
+#: the level a run in progress is looked at with (:func:`ranked`): it stops once the search can
+#: rank (a wrong order costs a step, never a recommendation), not once it could claim
 RANK_LEVEL = 0.80
 #: a run ends once every candidate's interval is this narrow (±3 %, log scale) ...
 SETTLED_HALF_WIDTH = 0.03
-#: ... or narrower than this share of its own effect (a 1.26× candidate at ±5.8 %): enough to
-#: rank it, where the search needs no more ...
+#: ... or narrower than this share of its own effect (a 1.26× at ±5.8 %): enough to rank it ...
 SETTLED_SHARE_OF_EFFECT = 0.25
 #: ... or its whole interval below this: it cannot be a gain worth taking (5 %, the smallest
 #: the tuner means to resolve), and the search moves away from it however much it loses
@@ -118,10 +114,9 @@ def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | N
 def ranked(trace: Trace, seed: int = 0) -> bool:
     """Whether a run so far ranks every candidate (configurations 1..) against the reference
     (0) well enough for the search: each one's :data:`RANK_LEVEL` interval within
-    ±:data:`SETTLED_HALF_WIDTH`,
-    within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect, or wholly below
-    :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too few slices or
-    transactions). Slices as short as a ranking allows (:func:`rank_compare`)."""
+    ±:data:`SETTLED_HALF_WIDTH`, within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect,
+    or wholly below :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too
+    few slices or transactions). Slices as short as a ranking allows (:func:`rank_compare`)."""
     for k in range(1, len(trace.configurations)):
         try:
             result = rank_compare(trace, 0, k, level=RANK_LEVEL, seed=seed,
@@ -311,10 +306,10 @@ class PerTransactionEvaluations:
         wide = sorted(n for n in self.space.names if n in SYSTEM_WIDE_KNOBS)
         text = (f"{self.label}: evaluations measured {PER_TRANSACTION}: {self.runs} run(s), "
                 f"{self.transactions:,} transactions in {self.seconds:.0f} s (at most "
-                f"{self.most_seconds} s: a run ends once every candidate's "
-                f"{100 * RANK_LEVEL:.0f} % interval is within "
-                f"±{100 * SETTLED_HALF_WIDTH:g} %, within {100 * SETTLED_SHARE_OF_EFFECT:g} % of "
-                f"its effect or below {SETTLED_NO_GAIN:g}×), each candidate beside the reference "
+                f"{self.most_seconds} s: a run ends once every candidate's {100 * RANK_LEVEL:.0f} "
+                f"% interval is within ±{100 * SETTLED_HALF_WIDTH:g} %, within "
+                f"{100 * SETTLED_SHARE_OF_EFFECT:g} % of its effect or below "
+                f"{SETTLED_NO_GAIN:g}×), each candidate beside the reference "
                 f"{self.reference.settings} (work-weighted per-template latency ratio, block "
                 f"bootstrap over time slices, {100 * LEVEL:.0f} %; the search only ranks, so "
                 f"these intervals are not claims: looking before the end makes them nominal)")
