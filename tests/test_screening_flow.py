@@ -24,7 +24,7 @@ seed: 3
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.2, samples: 2, queries: 18}
+measure: {warmup_s: 0.2, samples: 2, queries: 36}
 budget: {os_reserved: 256MB, connections: 3, online: 96MB}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}
@@ -64,7 +64,8 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     assert set(effects) == {"jit_above_cost", "temp_buffers", "work_mem"}
     # PB for 3 knobs: N = 8 runs (the smallest design), twice (two replicates: on a loaded
     # machine one replicate of 9-query samples left the JIT effect at 1.35x +- 0.23, inside
-    # the noise), the default before and after every 2 runs
+    # the noise, and CI beside a second worker once saw 1.32x at se 0.13 from 18-query
+    # samples: 36 now), the default before and after every 2 runs
     screened = [r for r in tuner.records if r.session == "screening"]
     assert screening["design_runs"] == 8
     assert len(screened) == screening["evaluations"] == 16 + 8 + 1
