@@ -113,12 +113,11 @@ def decide_set(probes: Sequence[Probe], fills: dict[int, BufferFill], skipped: i
                low: int, high: int, min_r2: float = 0.9,
                target_miss: float | None = None) -> ProbeDecision:
     """A probe set's decision: "no knee" at the smallest when it alone read a flat curve from
-    a settled buffer and the ``skipped`` larger probes were not run (:func:`fits_at_smallest`),
-    "no knee found in range" when the two ends decided so and the
-    ``skipped`` probes between were not run (:func:`ends_flat_unfilled`), "no knee" at the
-    smallest when they read flat from a settled largest buffer (:func:`ends_flat_settled`),
-    else the fit's (:func:`bme.probe_decision.decide`) with a flat curve needing a full
-    buffer."""
+    a settled buffer and the ``skipped`` larger probes were not run (:func:`fits_at_smallest`);
+    "no knee found in range" when the two ends decided so and the ``skipped`` probes between
+    were not run (:func:`ends_flat_unfilled`); "no knee" at the smallest when they read flat
+    from a settled largest buffer (:func:`ends_flat_settled`); else the fit's
+    (:func:`bme.probe_decision.decide`) with a flat curve needing a full buffer."""
     # (one probe with larger ones skipped: the stop rule saw the smallest size fit)
     if skipped > 0 and probes and fits_at_smallest(probes, probes[0].size):
         small = probes[0]
