@@ -140,9 +140,24 @@ def _our_containers(client: Any) -> list[Any]:
         all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}))
 
 
+def _remove_interrupted_run(client: Any) -> None:
+    """What an interrupted run of this test left (killed before its ``down``: the containers,
+    volumes and networks of its own compose project, by label, never another deployment's):
+    the database's fixed container name would refuse the next run, and a volume would hand it
+    a cluster initialised with the old run's password."""
+    label = {"label": f"com.docker.compose.project={PROJECT}"}
+    for container in _our_containers(client):
+        _remove(container)
+    for volume in client.volumes.list(filters=label):
+        volume.remove(force=True)
+    for network in client.networks.list(filters=label):
+        network.remove()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     client = docker.from_env()
+    _remove_interrupted_run(client)
     for name in ("harmony-postgres", "harmony-postgres-2"):
         existing = client.containers.list(all=True, filters={"name": f"^{name}$"})
         if existing:
