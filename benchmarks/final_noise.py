@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _visits(out: Path, streams: dict[str, int]) -> list[tuple[str, dict[str, list[float]]]]:
+def _visits(trials: list[dict[str, Any]], streams: dict[str, int]
+            ) -> list[tuple[str, dict[str, list[float]]]]:
     """(label, {estimator: log values of the visit's samples}) of every final visit."""
     visits = []
-    for line in (out / "trials.jsonl").read_text().splitlines():
-        trial = json.loads(line)
+    for trial in trials:
         if not str(trial.get("session", "")).startswith("final-"):
             continue
         logs: dict[str, list[float]] = defaultdict(list)
@@ -57,7 +57,8 @@ def _sd(values: list[float]) -> float | None:
 
 def decompose(out: Path, streams: dict[str, int]) -> dict[str, Any]:
     """The noise parts of one run's final race (see the module)."""
-    visits = _visits(out, streams)
+    trials = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    visits = _visits(trials, streams)
     row: dict[str, Any] = {"run": out.name, "visits": len(visits)}
     for estimator in ("value", "count", "little"):
         within = [statistics.variance(v[estimator]) for _, v in visits
@@ -76,8 +77,7 @@ def decompose(out: Path, streams: dict[str, int]) -> dict[str, Any]:
     # the windows search measures its reference before and after each candidate: two visits
     # of one configuration seconds apart with a reload between them and no restart
     pairs = []
-    for line in (out / "trials.jsonl").read_text().splitlines():
-        trial = json.loads(line)
+    for trial in trials:
         ref = trial.get("reference") or []
         if trial.get("design") == "windows" and len(ref) == 2 and all(ref):
             pairs.append(math.log(ref[1] / ref[0]))
