@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -42,6 +43,22 @@ final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
 """
 
 
+def _run(cluster: TpchCluster, tmp_path: Path, text: str) -> tuple[Tuner, Any, Path]:
+    """One tuning run of ``text`` on the cluster (skipped without a JIT provider)."""
+    dsn = (cluster.dsn
+           + " options='-c jit_optimize_above_cost=0 -c jit_inline_above_cost=0'")
+    with psycopg.connect(dsn) as conn:
+        if not conn.execute("SELECT pg_jit_available()").fetchone()[0]:  # type: ignore[index]
+            pytest.skip("this PostgreSQL has no JIT provider")
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster.cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(text, source="screentest.yaml")
+    out = tmp_path / "out"
+    tuner = Tuner(config, client=connect(None), target=target, output_dir=out, run_id="sc1")
+    return tuner, tuner.run(), out
+
+
 def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # noqa: F811
                                                   tmp_path: Path) -> None:
     """JIT-compiling every query (jit_above_cost 0) is far slower than the default 100000 on
@@ -50,18 +67,7 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     1.3-1.5x of plain JIT: CI beside an I/O-heavy worker read that at 1.32-1.35x with se
     0.13-0.23, inside the noise (so did a run beside stress --cpu 3 --io 1, 1.32x at 0.175);
     with optimizing JIT the same hog read 11.5x at se 0.13."""
-    dsn = (tpch_cluster.dsn
-           + " options='-c jit_optimize_above_cost=0 -c jit_inline_above_cost=0'")
-    with psycopg.connect(dsn) as conn:
-        if not conn.execute("SELECT pg_jit_available()").fetchone()[0]:  # type: ignore[index]
-            pytest.skip("this PostgreSQL has no JIT provider")
-        catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(tpch_cluster.cluster),
-                    cluster=None, ram_bytes=None)
-    config = parse_tuner_config(CONFIG, source="screentest.yaml")
-    out = tmp_path / "out"
-    tuner = Tuner(config, client=connect(None), target=target, output_dir=out, run_id="sc1")
-    result = tuner.run()
+    tuner, result, out = _run(tpch_cluster, tmp_path, CONFIG)
 
     screening = result.to_dict()["screening"]
     assert screening is not None and screening["design"] == "pb"
@@ -70,14 +76,14 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     # PB for 3 knobs: N = 8 runs (the smallest design), twice (two replicates: on a loaded
     # machine one replicate of 9-query samples left the JIT effect at 1.35x +- 0.23, inside
     # the noise), the default before and after every 2 runs
-    screened = [r for r in tuner.records if r.session == "screening"]
+    design_records = [r for r in tuner.records if r.session == "screening"]
     assert screening["design_runs"] == 8
-    assert len(screened) == screening["evaluations"] == 16 + 8 + 1
+    assert len(design_records) == screening["evaluations"] == 16 + 8 + 1
     # the memory knobs share the 96MB online budget: each gets a real range, and every
     # combination of their high ends fits (no run of the design was refused)
     for knob in ("temp_buffers", "work_mem"):
         assert effects[knob]["high"] > effects[knob]["low"], effects[knob]
-    assert all(r.failure is None for r in screened)
+    assert all(r.failure is None for r in design_records)
     jit = effects["jit_above_cost"]
     assert jit["cleared"] and jit["ratio"] > 1.2, effects  # no JIT at all beats JIT everywhere
     assert screening["effects"][0]["knob"] == "jit_above_cost"  # the largest effect first
@@ -117,4 +123,37 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
         "effects"]
     write_report(online_xml, tmp_path / "report")
     assert (tmp_path / "report" / "screening.png").stat().st_size > 0
+    assert tpch_cluster.cluster.is_running()
+
+
+def test_a_per_transaction_screening_runs_the_design_as_arms_of_one_run(
+        tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
+    """With ``measure.design: per-transaction`` the design's 8 rows share one randomized run
+    (each query under one row's settings): the JIT effect clears, the other knobs are held,
+    and the run says how it measured, with the spare columns' A/A check."""
+    text = CONFIG.replace("measure: {warmup_s: 0.2, samples: 2, queries: 18}",
+                          "measure: {warmup_s: 0.2, samples: 2, queries: 18, "
+                          "design: per-transaction, per_transaction_s: 10}")
+    text = text.replace("baselines: []}", "baselines: [], max_seconds: 30}")  # the shortest
+    tuner, result, out = _run(tpch_cluster, tmp_path, text)
+    screening = result.to_dict()["screening"]
+    assert screening is not None and screening["measured"] == "per-transaction"
+    assert screening["design_runs"] == 8 and screening["transactions"] > 100
+    # no window was measured for the design: no default between runs, no design points
+    assert not [r for r in tuner.records if r.session == "screening"]
+    effects = {e["knob"]: e for e in screening["effects"]}
+    jit = effects["jit_above_cost"]
+    assert jit["cleared"] and jit["ratio"] > 1.2, effects
+    assert screening["effects"][0]["knob"] == "jit_above_cost"
+    decisions = result.work.decisions
+    assert any("screening: measured per-transaction: the 8 rows" in d for d in decisions), \
+        decisions
+    assert any("spare columns" in d for d in decisions), decisions
+    cleared = [k for k, e in effects.items() if e["cleared"]]
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert online and all(set(r.point) == set(cleared) for r in online)
+    screened = tuner.state.screened
+    assert screened is not None and float(screened["jit_above_cost"]) == 200000, screened
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["screening"]["measured"] == "per-transaction"
     assert tpch_cluster.cluster.is_running()

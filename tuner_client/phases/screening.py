@@ -18,12 +18,28 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from harmony.base.errors import HarmonyError
 from harmony.base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
+from tuner_client.phases.final_per_transaction import PER_TRANSACTION, system_wide_reason
+from tuner_client.phases.search_per_transaction import (
+    LOOK_RESAMPLES,
+    SETTLED_HALF_WIDTH,
+    why_not_per_transaction_search,
+)
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.stats.screening import KnobLevels, Screening, screen
+from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES
+from tuner_client.stats.screening import KnobLevels, Screening, plackett_burman, screen
+from tuner_client.stats.screening_per_transaction import (
+    column_comparison,
+    level_of,
+    screen_trace,
+)
+from workloads.per_transaction.from_config import make_assignment
+from workloads.per_transaction.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -42,17 +58,13 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     default = space.point_from_settings(default_settings)
     levels = _levels(ctx, space, default)
 
-    def measure(point: dict[str, Any]) -> float | None:
-        settings = space.settings(point)
-        is_default = settings == default_settings
-        record = ctx.measurer.measure("screening", point, settings, samples=cfg.samples,
-                                      check_budget=not is_default)
-        record_point(ctx, state, record, kind="screening", ranks=False)
-        return record.value
-
+    reason = _why_windows(ctx, space, levels, default)
+    if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
+        state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
-        result = screen(levels, default, measure, design="pb" if cfg.design == "pb" else "oat",
-                        replicates=cfg.replicates, z=cfg.z, seed=ctx.config.seed)
+        result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
+                  if reason is not None
+                  else _screen_per_transaction(ctx, state, space, levels, default))
     except HarmonyError as exc:
         state.decide(f"screening failed ({exc}); every online knob is searched")
         return None
@@ -84,6 +96,92 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     state.decide(f"screening: the design predicts the best at "
                  f"{ {n: predicted[n] for n in cleared} }: the online search starts there, "
                  f"and it races in the final rounds")
+    return result
+
+
+def _screen_in_windows(ctx: RunContext, state: RunState, space: KnobSpace,
+                       levels: list[KnobLevels], default: dict[str, Value],
+                       default_settings: dict[str, str]) -> Screening:
+    """The design's runs one after another, a throughput sample each, the default between
+    them (:func:`tuner_client.stats.screening.screen`)."""
+    cfg = ctx.config.screening
+
+    def measure(point: dict[str, Any]) -> float | None:
+        settings = space.settings(point)
+        is_default = settings == default_settings
+        record = ctx.measurer.measure("screening", point, settings, samples=cfg.samples,
+                                      check_budget=not is_default)
+        record_point(ctx, state, record, kind="screening", ranks=False)
+        return record.value
+
+    return screen(levels, default, measure, design="pb" if cfg.design == "pb" else "oat",
+                  replicates=cfg.replicates, z=cfg.z, seed=ctx.config.seed)
+
+
+def _rows(space: KnobSpace, levels: list[KnobLevels], default: dict[str, Value],
+          matrix: np.ndarray) -> list[dict[str, str]]:
+    """The settings of each row of ``matrix`` (knob j at its low or high level by column j)."""
+    return [space.settings({**default, **{lv.name: lv.high if row[j] > 0 else lv.low
+                                           for j, lv in enumerate(levels)}})
+            for row in matrix]
+
+
+def _why_windows(ctx: RunContext, space: KnobSpace, levels: list[KnobLevels],
+                 default: dict[str, Value]) -> str | None:
+    """Why the screening is measured in windows (None: in one per-transaction run)."""
+    reason = why_not_per_transaction_search(ctx, space)
+    if reason is not None:
+        return reason
+    if ctx.config.screening.design != "pb":
+        return "a per-transaction screening runs the Plackett–Burman design (design: pb)"
+    return system_wide_reason(_rows(space, levels, default, plackett_burman(len(levels))))
+
+
+def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
+                            levels: list[KnobLevels], default: dict[str, Value]) -> Screening:
+    """The design's rows as the arms of one randomized per-transaction run, each knob's
+    effect its high rows' transactions over its low rows'
+    (:mod:`tuner_client.stats.screening_per_transaction`). The run lasts
+    ``measure.per_transaction_s`` × ``replicates`` and ends sooner once every knob's
+    interval is within ±3 % (on its width alone, never on where it lies)."""
+    cfg = ctx.config.screening
+    matrix = plackett_burman(len(levels))
+    rows = _rows(space, levels, default, matrix)
+    for settings in rows:
+        violation = ctx.budget_violation(settings)
+        if violation is not None:
+            raise HarmonyError(f"the design's row {settings} breaks the memory budget: "
+                               f"{violation}")
+    level = level_of(cfg.z)
+
+    def precise(trace: Trace) -> bool:
+        try:
+            return all(column_comparison(trace, matrix, j, level=level, seed=ctx.config.seed,
+                                         resamples=LOOK_RESAMPLES).half_width
+                       <= SETTLED_HALF_WIDTH for j in range(len(levels)))
+        except HarmonyError:
+            return False
+
+    seconds = max(1, round(ctx.config.measure.per_transaction_s * cfg.replicates))
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    assignment = make_assignment(ctx.config.workload, ctx.target.dsn, rows,
+                                 seed=ctx.config.seed)
+    logger.info("screening: %d design rows per transaction for up to %d s", len(rows), seconds)
+    trace = assignment.run(seconds, settled=precise, min_s=MIN_SLICES * MIN_SLICE_S)
+    result, spare = screen_trace(trace, levels, matrix, z=cfg.z, seed=ctx.config.seed)
+    state.decide(
+        f"screening: measured {PER_TRANSACTION}: the {len(rows)} rows of a Plackett–Burman "
+        f"design as the arms of one run, {len(trace):,} transactions in {trace.seconds:.0f} s "
+        f"(at most {seconds} s: it ends once every knob's interval is within "
+        f"±{100 * SETTLED_HALF_WIDTH:g} %); a knob's effect is its high rows' transactions over "
+        f"its low rows' (work-weighted per-template latency, block bootstrap over time slices, "
+        f"{100 * level:.2f} %), the other knobs balanced on both sides")
+    if spare:
+        state.decide("screening: the design's spare columns (no knob; interactions and noise "
+                     "only, an A/A check): " + ", ".join(i.text() for i in spare)
+                     + ("" if all(i.low <= 1.0 <= i.high for i in spare) else
+                        ": one excludes 1, so two knobs interact or the run drifted unevenly; "
+                        "the search still starts from the main effects' best"))
     return result
 
 

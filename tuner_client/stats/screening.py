@@ -102,6 +102,11 @@ class Screening:
     z: float
     threshold: float
     measurements: tuple[tuple[str, dict[str, Any], float | None], ...]
+    #: how the design was measured: ``windows`` (a throughput sample per run, the default
+    #: between runs) or ``per-transaction`` (:mod:`tuner_client.stats.screening_per_transaction`)
+    measured: str = "windows"
+    #: the transactions a per-transaction screening compared (0 in windows)
+    transactions: int = 0
 
     @property
     def cleared(self) -> list[str]:
@@ -128,7 +133,8 @@ class Screening:
         return {"design": self.design, "design_runs": self.design_runs,
                 "replicates": self.replicates, "evaluations": self.evaluations,
                 "noise_sd": self.noise_sd, "noise_df": self.noise_df, "z": self.z,
-                "threshold": self.threshold,
+                "threshold": self.threshold, "measured": self.measured,
+                "transactions": self.transactions,
                 "effects": [e.to_dict() for e in self.effects]}
 
 
