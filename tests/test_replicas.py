@@ -24,6 +24,7 @@ from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.blocks import METADATA_KEY
 from tuner_client.replicas import Replica, clone_cluster
 from tuner_client.target import Target
 from workloads.tpch.load import load_tpch
@@ -224,7 +225,10 @@ def test_a_replica_on_another_host_joins_by_name(clusters: list[LocalCluster],
             stop.set()
             worker.join(timeout=120)
         trials = client.join("reptest-c-p1-online").trials()
+        info = client.describe("reptest-c-p1-online")["definition"]["metadata"][METADATA_KEY]
 
+    # the worker read the session's budget there, and claims nothing once it is all taken
+    assert info["evaluations"] == 6
     assert not worker.is_alive() and reported and reported[0] >= 1
     done = [t for t in trials if t["status"] == "done"]
     far_done = [t for t in done if t["client"] == "far"]

@@ -30,7 +30,12 @@ from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import METADATA_KEY, Reference
 from tuner_client.phases.prepare import leave_server, prepare
-from tuner_client.phases.session_loop import PairedTrials, Shared, member_loop
+from tuner_client.phases.session_loop import (
+    PairedTrials,
+    Shared,
+    claimed_by_others,
+    member_loop,
+)
 from tuner_client.phases.state import RunContext
 from tuner_client.target import Target, open_target
 
@@ -116,7 +121,11 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
                             f"force: {outcome.failure}")
     session = _join_as(client, replica, name)
     ref = Reference(f"{label}@{replica}", dict(info["reference"]))
-    shared = Shared(evaluations=10**9)
+    # the session's budget counts every client's trials: claim none once all are taken (the
+    # coordinator pauses the session then; until it does, a trial given back is claimable)
+    budget = info.get("evaluations")
+    shared = Shared(evaluations=int(budget) if budget else 10**9,
+                    others=lambda: claimed_by_others(session, {session.client_id}))
     records: list[PointRecord] = []
     logger.info("replica %s joins session %s (%s), pooled level %.1f", replica, name, names,
                 level)
@@ -131,6 +140,11 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
             raise DatabaseError(f"replica {replica}: {dead[0]}")
         if why in ("paused", "converged"):
             break
+        if why == "budget":
+            status = session.status()
+            if status.get("paused") or status.get("converged"):
+                break
+            time.sleep(POLL_S)
     logger.info("replica %s leaves session %s (%s) after %d evaluations", replica, name, why,
                 len(records))
     return len(records)

@@ -65,7 +65,8 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
                                     warm=n == 1, metadata=_probes_metadata(state)
-                                    if state.probe_decisions else None, references=references)
+                                    if state.probe_decisions else None, references=references,
+                                    evaluations=cfg.offline.evaluations)
     session = open_session(ctx, state, definition, "offline")
     bme_fit = None
     if cfg.offline.prior and "shared_buffers" in space.names:  # the config's name: BME advice
@@ -110,7 +111,8 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
                                         cfg.offline.strategy, cfg.offline.strategy_options,
                                         advice.start, metadata={"bme": state.bme}
                                         if state.bme is not None else None,
-                                        references=references2)
+                                        references=references2,
+                                        evaluations=max(1, evaluations - spent))
         session2 = open_session(ctx, state, definition, "offline")
         run_session(ctx, state, session2, narrowed, max(1, evaluations - spent), label2,
                     references=references2)
@@ -155,7 +157,8 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     definition = session_definition(ctx, state, label2, narrowed,
                                     ctx.budget.offline_constraints(ctx.measurer.in_force),
                                     cfg.offline.strategy, options, start,
-                                    metadata=_probes_metadata(state), references=references)
+                                    metadata=_probes_metadata(state), references=references,
+                                    evaluations=evaluations)
     session = open_session(ctx, state, definition, "offline")
     run_session(ctx, state, session, narrowed, evaluations, label2, references=references,
                 seconds=cfg.offline.seconds)

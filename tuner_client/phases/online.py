@@ -45,7 +45,7 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
     references = session_references(ctx, label, space)
     definition = session_definition(ctx, state, label, space, constraints, cfg.online.strategy,
                                     options, start, warm=n == 1, metadata=metadata,
-                                    references=references)
+                                    references=references, evaluations=cfg.online.evaluations)
     session = open_session(ctx, state, definition, "online")
     first = len(state.records)
     vertices = int(options.get("simplex_size", len(space.names) + 1))

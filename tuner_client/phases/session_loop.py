@@ -221,7 +221,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     local_ids = {pool.client_id(ctx.client, r) for r in pool.replicas}
     remote = bool(ctx.config.replicas.remote)
     shared = Shared(evaluations, None if seconds is None else time.monotonic() + seconds,
-                    others=(lambda: _remote_claimed(session, local_ids)) if remote else None,
+                    others=(lambda: claimed_by_others(session, local_ids)) if remote else None,
                     exhausted=session.pause if remote else None)
 
     def keep(record: PointRecord, ask: bool) -> None:
@@ -276,8 +276,10 @@ def _trials(ctx: RunContext, replica: Replica, label: str,
     return trials
 
 
-def _remote_claimed(session: Session, local_ids: set[str]) -> int:
-    """Evaluations replicas on other hosts hold or reported (they count toward the budget)."""
+def claimed_by_others(session: Session, local_ids: set[str]) -> int:
+    """Evaluations clients other than ``local_ids`` hold or reported (they count toward the
+    budget): for the coordinator the replicas on other hosts, for one of those everyone
+    else."""
     return sum(1 for t in session.trials()
                if t["status"] in ("leased", "done", "failed") and t["client"] not in local_ids)
 

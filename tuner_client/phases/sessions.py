@@ -27,11 +27,14 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
                        constraints: list[str], strategy: str, options: Mapping[str, Any],
                        init_point: Mapping[str, Any] | None, *, warm: bool = False,
                        metadata: Mapping[str, Any] | None = None,
-                       references: SessionReferences | None = None) -> SessionDefinition:
+                       references: SessionReferences | None = None,
+                       evaluations: int | None = None) -> SessionDefinition:
     """The session's definition; with ``warm`` (and prior data) the search starts from the
     earlier sessions' best points, else from ``init_point`` (when given). A replicated
     session's ``references`` go into its metadata, so that replicas on other hosts scale
-    their ratios by the same pooled level. Nothing is measured or applied here."""
+    their ratios by the same pooled level, and so does its budget of ``evaluations``, so
+    that they stop claiming trials once every one is taken. Nothing is measured or applied
+    here."""
     cfg = ctx.config
     sp = space.space
     opts = dict(options)
@@ -43,7 +46,8 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
                                       "how": cfg.measure.aggregate}))
     metadata = dict(metadata or {})
     if references is not None and references.replicated:
-        metadata[METADATA_KEY] = references.metadata(ctx.measurer.in_force, ctx.pool)
+        metadata[METADATA_KEY] = {**references.metadata(ctx.measurer.in_force, ctx.pool),
+                                  "evaluations": evaluations}
     definition = SessionDefinition(
         name=f"{cfg.name}-{ctx.run_id}-{label}"[:200], space=sp, strategy=strategy,
         strategy_options=opts, plugins=tuple(plugins), maximize=True, objective="qpm",
