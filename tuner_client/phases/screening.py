@@ -7,9 +7,12 @@ the final rounds as ``screened``.
 The design (:func:`tuner_client.stats.screening.screen`: Plackett–Burman or one at a time)
 sets each knob to the ends of its configured range. Memory knobs' high ends share the online
 budget's slack equally, so every combination of them fits and no run of the design is
-refused. The default point (the settings in force) is measured between the
-runs to correct the drift. The ranking goes to the run's decisions, ``summary.json``
-(``screening``), the online session's metadata (the report draws it) and the metrics.
+refused. In windows (:func:`_screen_in_windows`) the runs are measured one after another and
+the default point (the settings in force) between them to correct the drift; with
+``measure.design: per-transaction`` the rows are the arms of one randomized run instead
+(:func:`_screen_per_transaction`), where every row shares the drift. The ranking goes to the
+run's decisions, ``summary.json`` (``screening``), the online session's metadata (the report
+draws it) and the metrics.
 """
 
 from __future__ import annotations
