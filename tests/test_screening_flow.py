@@ -156,4 +156,9 @@ def test_a_per_transaction_screening_runs_the_design_as_arms_of_one_run(
     assert screened is not None and float(screened["jit_above_cost"]) == 200000, screened
     summary = json.loads((out / "summary.json").read_text())
     assert summary["screening"]["measured"] == "per-transaction"
+    from harmony.core.priordata import load
+    from harmony.report import write_report
+    page = write_report(load(out / "sessions" / "screentest-sc1-p1-online.xml"),
+                        tmp_path / "report").read_text()
+    assert "arms of one randomized per-transaction run" in page
     assert tpch_cluster.cluster.is_running()

@@ -177,9 +177,14 @@ def screening_section(inputs: ReportInputs, figures: ReportFigures) -> str:
         f"<tr><th>{e(str(x['knob']))}</th><td>{float(x['ratio']):.3f}×</td>"
         f"<td>{'searched' if x['cleared'] else 'held'}</td><td>{e(str(x['reason']))}</td>"
         f"</tr>" for x in screening["effects"])
+    measured = ("the design's rows as the arms of one randomized per-transaction run "
+                f"({int(screening.get('transactions') or 0):,} transactions)"
+                if screening.get("measured") == "per-transaction"
+                else "one throughput window per design run, the default between them")
     return figure(figures, "screening.png", "Knob screening",
                   "Each knob's effect over the noise before the search; only the knobs whose "
-                  "effect cleared it were searched.") + f"<table>{table}</table>"
+                  f"effect cleared it were searched. Measured: {e(measured)}.") \
+        + f"<table>{table}</table>"
 
 
 def bme_section(inputs: ReportInputs, figures: ReportFigures) -> str:
