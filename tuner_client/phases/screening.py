@@ -10,7 +10,8 @@ budget's slack equally, so every combination of them fits and no run of the desi
 refused. In windows (:func:`_screen_in_windows`) the runs are measured one after another and
 the default point (the settings in force) between them to correct the drift; with
 ``measure.design: per-transaction`` the rows are the arms of one randomized run instead
-(:func:`_screen_per_transaction`), where every row shares the drift. The ranking goes to the
+(:func:`_screen_per_transaction`), where every row shares the drift, and each knob is moved
+from its setting in force to either end (searched when a move gains). The ranking goes to the
 run's decisions, ``summary.json`` (``screening``), the online session's metadata (the report
 draws it) and the metrics.
 """
@@ -38,8 +39,9 @@ from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES
 from tuner_client.stats.screening import KnobLevels, Screening, plackett_burman, screen
 from tuner_client.stats.screening_per_transaction import (
     column_comparison,
+    design_rows,
     level_of,
-    screen_trace,
+    screen_from_default,
 )
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
@@ -59,9 +61,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     ctx.metrics.set_phase("screening")
     default_settings = ctx.current(space.names)
     default = space.point_from_settings(default_settings)
-    levels = _levels(ctx, space, default)
-
-    reason = _why_windows(ctx, space, levels, default)
+    reason = _why_windows(ctx, space, default)
+    levels = _levels(ctx, space, default, from_default=reason is None)
     if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
@@ -121,47 +122,49 @@ def _screen_in_windows(ctx: RunContext, state: RunState, space: KnobSpace,
                   replicates=cfg.replicates, z=cfg.z, seed=ctx.config.seed)
 
 
-def _rows(space: KnobSpace, levels: list[KnobLevels], default: dict[str, Value],
-          matrix: np.ndarray) -> list[dict[str, str]]:
-    """The settings of each row of ``matrix`` (knob j at its low or high level by column j)."""
-    return [space.settings({**default, **{lv.name: lv.high if row[j] > 0 else lv.low
-                                           for j, lv in enumerate(levels)}})
-            for row in matrix]
+def _rows(space: KnobSpace, levels: list[KnobLevels], default: dict[str, Value]
+          ) -> tuple[np.ndarray, list[dict[str, str]]]:
+    """The PB design for ``levels`` and the settings of the per-transaction run's rows (its up
+    design's, then its down design's: :func:`design_rows`)."""
+    matrix = plackett_burman(len(levels))
+    return matrix, [space.settings(row) for row in design_rows(levels, default, matrix)]
 
 
-def _why_windows(ctx: RunContext, space: KnobSpace, levels: list[KnobLevels],
-                 default: dict[str, Value]) -> str | None:
+def _why_windows(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> str | None:
     """Why the screening is measured in windows (None: in one per-transaction run)."""
     reason = why_not_per_transaction_search(ctx, space)
     if reason is not None:
         return reason
     if ctx.config.screening.design != "pb":
         return "a per-transaction screening runs the Plackett–Burman design (design: pb)"
-    return system_wide_reason(_rows(space, levels, default, plackett_burman(len(levels))))
+    # every knob moves from the setting in force in some row, whatever its levels
+    return system_wide_reason([space.settings(default), {}])
 
 
 def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
                             levels: list[KnobLevels], default: dict[str, Value]) -> Screening:
-    """The design's rows as the arms of one randomized per-transaction run, each knob's
-    effect its high rows' transactions over its low rows'
-    (:mod:`tuner_client.stats.screening_per_transaction`). The run lasts
-    ``measure.per_transaction_s`` × ``replicates`` and ends sooner once every knob's
-    interval is within ±3 % (on its width alone, never on where it lies)."""
+    """Two PB designs, each knob moved from its setting in force up to its high level or down
+    to its low one, as the arms of one randomized per-transaction run; a knob is searched
+    when a move gains (:mod:`tuner_client.stats.screening_per_transaction`). The run lasts
+    ``measure.per_transaction_s`` × ``replicates`` and ends sooner once every move's interval
+    is within ±3 % (on its width alone, never on where it lies)."""
     cfg = ctx.config.screening
-    matrix = plackett_burman(len(levels))
-    rows = _rows(space, levels, default, matrix)
+    matrix, rows = _rows(space, levels, default)
     for settings in rows:
         violation = ctx.budget_violation(settings)
         if violation is not None:
             raise HarmonyError(f"the design's row {settings} breaks the memory budget: "
                                f"{violation}")
     level = level_of(cfg.z)
+    moves = [(j, offset) for j, lv in enumerate(levels)
+             for offset, end in ((0, lv.high), (len(matrix), lv.low)) if end != default[lv.name]]
 
     def precise(trace: Trace) -> bool:
         try:
-            return all(column_comparison(trace, matrix, j, level=level, seed=ctx.config.seed,
-                                         resamples=LOOK_RESAMPLES).half_width
-                       <= SETTLED_HALF_WIDTH for j in range(len(levels)))
+            return all(column_comparison(trace, matrix, j, level=level, offset=offset,
+                                         seed=ctx.config.seed, resamples=LOOK_RESAMPLES
+                                         ).half_width <= SETTLED_HALF_WIDTH
+                       for j, offset in moves)
         except HarmonyError:
             return False
 
@@ -171,29 +174,37 @@ def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
                                  seed=ctx.config.seed)
     logger.info("screening: %d design rows per transaction for up to %d s", len(rows), seconds)
     trace = assignment.run(seconds, settled=precise, min_s=MIN_SLICES * MIN_SLICE_S)
-    result, spare = screen_trace(trace, levels, matrix, z=cfg.z, seed=ctx.config.seed)
+    result, spare = screen_from_default(trace, levels, default, matrix, z=cfg.z,
+                                        seed=ctx.config.seed)
     state.decide(
-        f"screening: measured {PER_TRANSACTION}: the {len(rows)} rows of a Plackett–Burman "
-        f"design as the arms of one run, {len(trace):,} transactions in {trace.seconds:.0f} s "
-        f"(at most {seconds} s: it ends once every knob's interval is within "
-        f"±{100 * SETTLED_HALF_WIDTH:g} %); a knob's effect is its high rows' transactions over "
-        f"its low rows' (work-weighted per-template latency, block bootstrap over time slices, "
-        f"{100 * level:.2f} %), the other knobs balanced on both sides")
+        f"screening: measured {PER_TRANSACTION}: two Plackett–Burman designs of {len(matrix)} "
+        f"rows (each knob moved from its setting in force up to its high level, or down to "
+        f"its low one) as the arms of one run, {len(trace):,} transactions in "
+        f"{trace.seconds:.0f} s (at most {seconds} s: it ends once every move's interval is "
+        f"within ±{100 * SETTLED_HALF_WIDTH:g} %); a move's effect is the transactions of the "
+        f"rows that made it over those of the rows that did not (work-weighted per-template "
+        f"latency, block bootstrap over time slices, {100 * level:.2f} %), the other knobs "
+        f"balanced on both sides; a knob is searched when a move's interval lies above 1")
     if spare:
-        state.decide("screening: the design's spare columns (no knob; interactions and noise "
+        state.decide("screening: the designs' spare columns (no knob; interactions and noise "
                      "only, an A/A check): " + ", ".join(i.text() for i in spare)
                      + ("" if all(i.low <= 1.0 <= i.high for i in spare) else
-                        ": one excludes 1, so two knobs interact or the run drifted unevenly; "
+                        ": one excludes 1, so knobs interact or the run drifted unevenly; "
                         "the search still starts from the main effects' best"))
     return result
 
 
-def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> list[KnobLevels]:
+def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value], *,
+            from_default: bool = False) -> list[KnobLevels]:
     """Each knob's two screening levels: its range's ends, except the memory knobs' high
     ends, which share the online budget's slack equally (with every memory knob at its low
     end, knob i alone could take the slack up to ``f_i`` of its range; it gets ``f_i / k`` of
     it), so every combination of highs fits and no knob's range collapses to nothing because
-    another knob (work_mem, counted once per connection) needs most of the memory."""
+    another knob (work_mem, counted once per connection) needs most of the memory. With
+    ``from_default`` (rows that move knobs from their settings in force) the slack is what the
+    settings in force leave, and a memory knob's high end is its share of the way from its
+    setting in force to its range's end, so every mix of settings in force and high ends
+    fits."""
     levels: list[KnobLevels] = []
     for p in space.params:
         if isinstance(p.param, EnumParam):
@@ -204,34 +215,37 @@ def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> lis
     memory = [lv for lv in levels if lv.name in ONLINE_MEMORY_KNOBS]
     if not memory:
         return levels
-    lows = {**default, **{lv.name: lv.low for lv in memory}}
+    base = dict(default) if from_default else {**default, **{lv.name: lv.low for lv in memory}}
+    start = {lv.name: max(base[lv.name], lv.low) for lv in memory}
 
     def fits(point: dict[str, Value]) -> bool:
         return ctx.budget_violation(space.settings(point)) is None
 
     def at(lv: KnobLevels, f: float) -> Value:
-        """The grid value at fraction ``f`` of the knob's range, never above it."""
+        """The grid value at fraction ``f`` of the way from its start to its range's end, never
+        above that point nor below the start."""
         param = space[lv.name].param
         assert isinstance(param, IntParam | RealParam)
-        target = lv.low + f * (lv.high - lv.low)
+        low = start[lv.name]
+        target = low + f * (max(lv.high, low) - low)
         value = param.snap(target)
         if value > target and param.step:
             value = param.snap(value - param.step)
-        return max(value, lv.low)
+        return max(value, low)
 
-    if not fits(lows):
+    if not fits(base):
         return levels  # nothing fits: the design's runs are refused and the phase says so
     shares: dict[str, float] = {}
     for lv in memory:
         lo, hi = 0.0, 1.0
-        if not fits({**lows, lv.name: lv.high}):
+        if not fits({**base, lv.name: at(lv, 1.0)}):
             for _ in range(30):
                 mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if fits({**lows, lv.name: at(lv, mid)}) else (lo, mid)
+                lo, hi = (mid, hi) if fits({**base, lv.name: at(lv, mid)}) else (lo, mid)
             hi = lo
         shares[lv.name] = hi / len(memory)
     chosen = {lv.name: KnobLevels(lv.name, lv.low, at(lv, shares[lv.name])) for lv in memory}
-    while not fits({**lows, **{n: lv.high for n, lv in chosen.items()}}):
+    while not fits({**base, **{n: lv.high for n, lv in chosen.items()}}):
         # rounding onto the grid overshot: lower every share a little
         shares = {n: f * 0.9 for n, f in shares.items()}
         chosen = {lv.name: KnobLevels(lv.name, lv.low, at(lv, shares[lv.name]))
