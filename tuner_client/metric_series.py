@@ -73,7 +73,8 @@ TUNER_METRICS: dict[str, str] = {
     "harmony_tuner_bme_r2": "R^2 of the BME fit",
     "harmony_tuner_bme_fits_total": "BME fits made",
     "harmony_tuner_screening_effect_ratio": "screening: throughput at the knob's high end over "
-                                            "its low end (label knob)",
+                                            "its low end (per transaction: its best move "
+                                            "from the setting in force; label knob)",
     "harmony_tuner_screening_z": "screening: the knob's effect over its standard error "
                                  "(label knob)",
     "harmony_tuner_screening_cleared": "screening: 1 when the knob's effect cleared the noise "
