@@ -317,11 +317,11 @@ class ProbeConfig:
 class ScreeningConfig:
     """Before the online search, rank the online knobs by effect over noise with a two-level
     design (``pb``: Plackett–Burman; ``oat``: one at a time at both ends), ``replicates``
-    times, each run ``samples`` throughput samples, the default measured between every two
-    runs to correct the drift (:mod:`tuner_client.stats.screening`); only knobs whose effect
-    clears ``z`` standard errors are searched, the others stay as they are. PB twice over 6
-    knobs is 25 measurements; on the seeded noise model it found both of two 1.3× knobs
-    among six in 97 % of seeds and passed an irrelevant one in ≤ 4.4 %."""
+    times, each run ``samples`` throughput samples, the default measured between runs
+    (:mod:`tuner_client.stats.screening`); only knobs whose effect clears ``z`` standard
+    errors are searched. Per transaction (``measure.design``) PB moves each knob from its
+    setting in force in one run of per_transaction_s × ``replicates`` s, and a knob is
+    searched when a move gains (:mod:`tuner_client.stats.screening_per_transaction`)."""
 
     enabled: bool = False
     design: str = "pb"
