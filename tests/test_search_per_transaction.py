@@ -18,12 +18,16 @@ from tuner_client.phases.final_switchback import race_by_design
 from tuner_client.phases.search_per_transaction import (
     LEVEL,
     MAX_BATCH,
+    run_seconds,
+    why_not_per_transaction_search,
+)
+from tuner_client.phases.search_stops import (
     RANK_LEVEL,
     SETTLED_HALF_WIDTH,
     SETTLED_NO_GAIN,
+    STALL_MIN,
+    Stall,
     ranked,
-    run_seconds,
-    why_not_per_transaction_search,
 )
 from tuner_client.phases.state import outranks
 from tuner_client.stats.per_transaction import rank_compare, ranking_slice_s
@@ -221,3 +225,26 @@ def test_paired_ratios_rank_the_search_whatever_the_values_say() -> None:
     first = rec(8_871.0, 1.155, "96MB", "1")
     assert outranks(rec(6_326.0, 1.157, "96MB", "0"), elsewhere, first, elsewhere, names)
     assert not outranks(rec(9_000.0, 1.15, "96MB", "0"), elsewhere, first, elsewhere, names)
+
+
+def test_a_session_stalls_after_two_simplexes_without_a_gain() -> None:
+    """Two knobs: a simplex is 3 vertices, so 6 evaluations in a row with no interval wholly
+    above 1 stop the session; a gain resets the count, and a failure does not count."""
+    def record(low: float | None, high: float = 1.1) -> PointRecord:
+        return PointRecord(session="p1", point={}, settings={},
+                           interval=None if low is None else (low, high))
+
+    stall = Stall(knobs=2)
+    assert stall.limit == 6 and Stall(knobs=1).limit == STALL_MIN == 4
+    for _ in range(5):
+        stall.add(record(0.95))
+    assert not stall.stalled
+    stall.add(record(1.02, 1.2))  # a gain
+    assert stall.without_gain == 0
+    for low in (0.9, 0.99, 1.0, 0.7):
+        stall.add(record(low))
+    stall.add(record(None))  # failed: no interval
+    assert stall.without_gain == 4 and not stall.stalled
+    stall.add(record(0.97))
+    stall.add(record(0.5, 0.8))  # a clear loss is no gain either
+    assert stall.stalled and "the last 6 evaluations showed no gain" in stall.text()

@@ -8,7 +8,7 @@ share the best's settings of every such knob are chosen between in one per-trans
 the best its reference, on the server restarted once to those settings; the one with the
 highest work-weighted speedup over the best (the best itself when none is faster) goes on.
 The choice claims nothing, so its run ends once every candidate is ranked, as a search run
-does (:func:`tuner_client.phases.search_per_transaction.ranked`: each interval within ±3 %,
+does (:func:`tuner_client.phases.search_stops.ranked`: each interval within ±3 %,
 within a quarter of its effect, or below 1.05×), and its intervals are then nominal.
 Stage 2 is the windows race (:mod:`tuner_client.phases.final`) of the original, the eligible
 baselines (PGTune's rules) and that one chosen. A candidate that differs from the best in
@@ -39,7 +39,7 @@ from tuner_client.phases.final_per_transaction import (
     race_seconds,
     run_per_transaction,
 )
-from tuner_client.phases.search_per_transaction import ranked
+from tuner_client.phases.search_stops import ranked
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.noise import POINT_CV_20S
 from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS

@@ -29,11 +29,8 @@ from harmony.base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, system_wide_reason
-from tuner_client.phases.search_per_transaction import (
-    LOOK_RESAMPLES,
-    SETTLED_HALF_WIDTH,
-    why_not_per_transaction_search,
-)
+from tuner_client.phases.search_per_transaction import why_not_per_transaction_search
+from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES
 from tuner_client.stats.screening import KnobLevels, Screening, plackett_burman, screen

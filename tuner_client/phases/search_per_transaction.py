@@ -11,9 +11,9 @@ keep the unit and scale of the window-measured sessions (the offline search, the
 candidates' ranking), while every comparison is paired transaction by transaction.
 
 A run lasts at most ``measure.per_transaction_s`` × (k + 1)/2 for k candidates, and ends
-sooner once every candidate is ranked (:func:`ranked`): each 80 % interval (the evaluation's
-own, at the end, is 95 %) within ±3 % or within a quarter of its own effect, looked at every
-2 s from 8 s on (8 slices of 1 s). The search only
+sooner once every candidate is ranked (:func:`~tuner_client.phases.search_stops.ranked`):
+each 80 % interval (the evaluation's own, at the end, is 95 %) within ±3 % or within a quarter
+of its own effect, looked at every 2 s from 8 s on (8 slices of 1 s). The search only
 ranks, and a big effect needs less precision to rank than a small one: the demo's 10-s runs
 reached ±2–3 % on 1.2–1.3× effects. A candidate whose interval lies below 1.05 is settled too:
 it cannot be a gain worth taking, and on the one-pass mix, where no online knob moved
@@ -48,7 +48,6 @@ for the same value in the demo, which then kept the original.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -65,6 +64,14 @@ from tuner_client.phases.blocks import (
     measure_reference,
 )
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
+from tuner_client.phases.search_stops import (
+    RANK_LEVEL,
+    SETTLED_HALF_WIDTH,
+    SETTLED_NO_GAIN,
+    SETTLED_SHARE_OF_EFFECT,
+    Stall,
+    ranked,
+)
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
@@ -79,19 +86,6 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 6
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
-#: the level a run in progress is looked at with (:func:`ranked`): it stops once the search can
-#: rank (a wrong order costs a step, never a recommendation), not once it could claim
-RANK_LEVEL = 0.80
-#: a run ends once every candidate's interval is this narrow (±3 %, log scale) ...
-SETTLED_HALF_WIDTH = 0.03
-#: ... or narrower than this share of its own effect (a 1.26× at ±5.8 %): enough to rank it ...
-SETTLED_SHARE_OF_EFFECT = 0.25
-#: ... or its whole interval below this: it cannot be a gain worth taking (5 %, the smallest
-#: the tuner means to resolve), and the search moves away from it however much it loses
-SETTLED_NO_GAIN = 1.05
-#: the bootstrap resamples of a look at a run in progress (the end's analysis takes the full
-#: :data:`tuner_client.stats.per_transaction.RESAMPLES`)
-LOOK_RESAMPLES = 1000
 #: a candidate's values of the searched knobs with a system-wide side, (name, value) pairs
 WideKey = tuple[tuple[str, str], ...]
 
@@ -109,26 +103,6 @@ def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | N
         return "replicas on other hosts measure the same session in windows"
     # every searched knob may differ from the reference: against {} each one counts
     return why_not_per_transaction(ctx, [ctx.current(space.names), {}])
-
-
-def ranked(trace: Trace, seed: int = 0) -> bool:
-    """Whether a run so far ranks every candidate (configurations 1..) against the reference
-    (0) well enough for the search: each one's :data:`RANK_LEVEL` interval within
-    ±:data:`SETTLED_HALF_WIDTH`, within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect,
-    or wholly below :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too
-    few slices or transactions). Slices as short as a ranking allows (:func:`rank_compare`)."""
-    for k in range(1, len(trace.configurations)):
-        try:
-            result = rank_compare(trace, 0, k, level=RANK_LEVEL, seed=seed,
-                                  resamples=LOOK_RESAMPLES)
-        except HarmonyError:
-            return False
-        if result.interval.high < SETTLED_NO_GAIN:
-            continue
-        effect = abs(math.log(result.interval.ratio))
-        if result.half_width > max(SETTLED_HALF_WIDTH, SETTLED_SHARE_OF_EFFECT * effect):
-            return False
-    return True
 
 
 def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpace
@@ -333,6 +307,7 @@ def run_per_transaction_session(ctx: RunContext, state: RunState, session: Sessi
     reference = references.primary_reference if references is not None \
         else Reference(label, ctx.current(space.names))
     evals = PerTransactionEvaluations(ctx, state, label, space, reference)
+    stall = Stall(len(space.names))
     deadline = None if seconds is None else time.monotonic() + seconds
     claimed, idle = 0, 0
     try:
@@ -353,6 +328,11 @@ def run_per_transaction_session(ctx: RunContext, state: RunState, session: Sessi
             idle, claimed = 0, claimed + len(batch)
             if _measure_and_report(ctx, state, session, evals, batch, after_eval):
                 return "stopped"
+            for ev in batch:
+                stall.add(ev.record)
+            if stall.stalled:
+                state.decide(f"{label}: {stall.text()}")
+                return "stalled"
     finally:
         if evals.runs:
             state.decide(evals.summary())
