@@ -81,7 +81,9 @@ class KnobEffect:
 
     @property
     def z_score(self) -> float:
-        return abs(math.log(self.ratio)) / self.se if self.se > 0 else math.inf
+        if self.se > 0:
+            return abs(math.log(self.ratio)) / self.se
+        return 0.0 if self.ratio == 1.0 else math.inf  # 0: nothing was moved
 
     def to_dict(self) -> dict[str, Any]:
         return {"knob": self.knob, "ratio": self.ratio, "se": self.se, "cleared": self.cleared,

@@ -158,7 +158,7 @@ def screen_from_default(obs: Observations, knobs: Sequence[KnobLevels],
     spare = tuple(compared(j, offset, j).interval
                   for offset in (0, n) for j in range(len(knobs), matrix.shape[1]))
     effects.sort(key=lambda e: (e.cleared, abs(math.log(e.ratio))), reverse=True)
-    ses = [e.se for e in effects if math.isfinite(e.se)]
+    ses = [e.se for e in effects if e.se > 0]
     screening = Screening(
         effects=tuple(effects), design="pb", design_runs=2 * n, replicates=1,
         evaluations=2 * n, noise_sd=math.sqrt(float(np.mean(np.square(ses)))) if ses else 0.0,
@@ -175,12 +175,13 @@ def _effect(knob: KnobLevels, in_force: Any, up: Direction, down: Direction,
     best = max(moves, key=lambda d: (d.gains, d.result.interval.ratio if d.result else 0.0),
                default=None)
     if best is None or best.result is None:
-        return KnobEffect(knob=knob.name, ratio=1.0, se=math.inf, cleared=False,
+        return KnobEffect(knob=knob.name, ratio=1.0, se=0.0, cleared=False,
                           reason=f"both ends are the setting in force {in_force}; left as it "
                                  f"is", low=in_force, high=in_force)
     interval = best.result.interval
     verdict = (f"moving it to {best.to} gains; searched" if best.gains else
-               f"no move from {in_force} gains (an interval wholly above 1); left as it is")
+               f"no move from {in_force} gains (none has an interval wholly above 1); left as "
+               f"it is")
     return KnobEffect(
         knob=knob.name, ratio=interval.ratio, se=best.result.half_width / z,
         cleared=best.gains,
