@@ -131,20 +131,28 @@ def _work_on(ctx: RunContext, client: HarmonyClient, replica: str, name: str,
                 level)
     dead: list[str] = []
     trials = PairedTrials(ctx.measurer, ctx.metrics, label, ref, pooled_level=float(level))
+    lease_s = float(info.get("lease_s", 120))
+    waiting_since: float | None = None
     while True:
         why = member_loop(session, trials, space, shared,
                           lambda record, _ask: records.append(record), name=replica,
                           on_dead=dead.append, alive=ctx.pool.primary.answers,
-                          lease_s=float(info.get("lease_s", 120)))
+                          lease_s=lease_s)
         if dead:
             raise DatabaseError(f"replica {replica}: {dead[0]}")
         if why in ("paused", "converged"):
             break
         if why == "budget":
+            # wait for the coordinator's pause (a trial given back is claimed meanwhile), but
+            # not past a lease: the coordinator may be gone
             status = session.status()
-            if status.get("paused") or status.get("converged"):
+            waiting_since = waiting_since or time.monotonic()
+            if status.get("paused") or status.get("converged") \
+                    or time.monotonic() - waiting_since > lease_s:
                 break
             time.sleep(POLL_S)
+        else:
+            waiting_since = None
     logger.info("replica %s leaves session %s (%s) after %d evaluations", replica, name, why,
                 len(records))
     return len(records)
