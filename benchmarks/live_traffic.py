@@ -57,17 +57,21 @@ class Traffic:
 
     ``weights`` maps script names of :data:`SCRIPTS` to pgbench weights; ``rate`` (per
     second, all clients) makes the load open-loop like an application's (``pgbench -R``).
+    ``threads`` (pgbench ``-j``, one per client by default): pgbench adds up its per-script
+    counts across threads without a lock, so a count that must be exact needs ``threads=1``.
     """
 
     def __init__(self, dsn: str, weights: dict[str, int], *, seconds: int, clients: int = 2,
-                 rate: float | None = None, rows: int = 100_000) -> None:
+                 rate: float | None = None, rows: int = 100_000,
+                 threads: int | None = None) -> None:
         self.dsn, self.weights, self.seconds = dsn, dict(weights), seconds
         self.clients, self.rate, self.rows = clients, rate, rows
+        self.threads = clients if threads is None else threads
         self._dir = tempfile.TemporaryDirectory(prefix="harmony-traffic-")
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self) -> Traffic:
-        argv = [str(find_pgbench()), "-n", "-c", str(self.clients), "-j", str(self.clients),
+        argv = [str(find_pgbench()), "-n", "-c", str(self.clients), "-j", str(self.threads),
                 "-T", str(self.seconds)]
         if self.rate is not None:
             argv += ["-R", str(self.rate)]
