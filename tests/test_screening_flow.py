@@ -130,12 +130,16 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
 def test_a_per_transaction_screening_holds_knobs_no_move_improves(
         tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
     """With ``measure.design: per-transaction`` two designs' 16 rows (each knob moved from its
-    setting in force up or down) share one randomized run. JIT-compiling every query
-    (jit_above_cost 100000 → 0) is a ~10x loss and 200000 changes nothing on SF 0.01: no move
-    gains, so no knob is searched, and the run says how it measured."""
+    setting in force toward either end of its range) share one randomized run. JIT-compiling
+    every query (jit_above_cost 100000 → 0) is a ~10x loss and 50000 changes nothing on SF
+    0.01: no move gains, so no knob is searched, and the run says how it measured. The range
+    ends at 50000, below the setting in force: the rows leave the knob at 100000 where they do
+    not move it (not at the range's nearest end), so both ends are moves down from there."""
     text = CONFIG.replace("measure: {warmup_s: 0.2, samples: 2, queries: 18}",
                           "measure: {warmup_s: 0.2, samples: 2, queries: 18, "
                           "design: per-transaction, per_transaction_s: 10}")
+    text = text.replace("jit_above_cost: {min: 0, max: 200000,",
+                        "jit_above_cost: {min: 0, max: 50000,")
     text = text.replace("baselines: []}", "baselines: [], max_seconds: 30}")  # the shortest
     tuner, result, out = _run(tpch_cluster, tmp_path, text)
     screening = result.to_dict()["screening"]
@@ -146,11 +150,12 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
     effects = {e["knob"]: e for e in screening["effects"]}
     assert set(effects) == {"jit_above_cost", "temp_buffers", "work_mem"}
     jit = effects["jit_above_cost"]
-    # its move down to 0 reads far below 1 (a loss), so its best direction is up, and no
-    # interval of a move up lies above 1
+    # its move down to 0 reads far below 1 (a loss), so its best move is to 50000, and no
+    # interval of that move lies above 1
     down = float(re.search(r"down to 0(?:\.0)? ([\d.]+)×", jit["reason"]).group(1))  # type: ignore[union-attr]
     assert down < 0.5, jit
-    assert not jit["cleared"] and float(jit["high"]) == 200000, jit
+    assert re.match(r"from 100000(\.0)? down to 50000(\.0)? ", jit["reason"]), jit
+    assert not jit["cleared"] and float(jit["high"]) == 50000, jit
     decisions = result.work.decisions
     assert any("screening: measured per-transaction: two Plackett–Burman designs of 8 rows"
                in d for d in decisions), decisions

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -59,13 +60,15 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     default_settings = ctx.current(space.names)
     default = space.point_from_settings(default_settings)
     reason = _why_windows(ctx, space, default)
-    levels = _levels(ctx, space, default, from_default=reason is None)
+    levels = _levels(ctx, space, default if reason is not None else
+                     _in_force_point(space, default_settings), from_default=reason is None)
     if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
                   if reason is not None
-                  else _screen_per_transaction(ctx, state, space, levels, default))
+                  else _screen_per_transaction(ctx, state, space, levels,
+                                               _in_force_point(space, default_settings)))
     except HarmonyError as exc:
         state.decide(f"screening failed ({exc}); every online knob is searched")
         return None
@@ -189,6 +192,24 @@ def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
                         ": one excludes 1, so knobs interact or the run drifted unevenly; "
                         "the search still starts from the main effects' best"))
     return result
+
+
+def _in_force_point(space: KnobSpace, settings: dict[str, str]) -> dict[str, Value]:
+    """The settings in force as a point, off the knobs' grids and outside their configured
+    ranges where they are so (``point_from_settings`` snaps them in): the per-transaction
+    design's rows leave an unmoved knob exactly at its setting in force, and a move is
+    measured from there."""
+    point: dict[str, Value] = {}
+    for p in space.params:
+        canonical = p.knob.parse(settings[p.name])
+        if isinstance(p.param, EnumParam):
+            point[p.name] = p.session_value(canonical)
+            continue
+        number = (p.knob.to_unit(canonical, p.unit) if p.unit is not None
+                  else Fraction(str(canonical)))
+        point[p.name] = (int(number) if number.denominator == 1 and
+                         isinstance(p.param, IntParam) else float(number))
+    return point
 
 
 def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value], *,

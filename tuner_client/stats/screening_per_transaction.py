@@ -185,6 +185,18 @@ def _effect(knob: KnobLevels, in_force: Any, up: Direction, down: Direction,
     return KnobEffect(
         knob=knob.name, ratio=interval.ratio, se=best.result.half_width / z,
         cleared=best.gains,
-        reason=f"from {in_force} up {up.text()}, down {down.text()}, per transaction "
+        reason=f"from {in_force} {_way(up, in_force, 'up')} {up.text()}, "
+               f"{_way(down, in_force, 'down')} {down.text()}, per transaction "
                f"({sum(best.result.transactions):,} transactions a direction): {verdict}",
         low=in_force, high=best.to)
+
+
+def _way(move: Direction, in_force: Any, way: str) -> str:
+    """``way`` (the end's side of the range), or the other word where the setting in force
+    lies beyond that end (outside the configured range: both ends are then one way)."""
+    try:
+        if move.result is not None and (move.to > in_force) != (way == "up"):
+            return "up" if way == "down" else "down"
+    except TypeError:  # an enumeration's values have no order
+        pass
+    return way
