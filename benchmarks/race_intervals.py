@@ -1,0 +1,67 @@
+"""Every finished run's final race re-read with one interval method, so that runs of trees
+whose races printed different kinds (fixed-n t intervals before issue 27, anytime-valid
+confidence sequences since) can be compared like for like (no database).
+
+For each ``harmony tune --output`` directory this reads ``summary.json``'s ``ab_rounds`` (each
+round's value per label) and prints, for every label against ``default``: the rounds, the
+geometric-mean ratio, the 95 % fixed-n t interval on the paired log-ratios and the 95 %
+t-mixture confidence sequence (:func:`tuner_client.stats.sequential.confidence_sequence`,
+valid whenever the race stopped), both unadjusted for the number of candidates.
+
+Usage: ``python -m benchmarks.race_intervals OUT [OUT ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from scipy import stats
+
+from tuner_client.stats.sequential import confidence_sequence
+
+
+def intervals(out: Path, *, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One row per label raced against ``default`` in ``out``'s final rounds."""
+    rounds = json.loads((out / "summary.json").read_text()).get("ab_rounds") or []
+    labels = sorted({k for r in rounds for k in r if k not in ("default", "tuned")})
+    rows = []
+    for label in labels:
+        logs = [math.log(r[label] / r["default"]) for r in rounds
+                if r.get(label) and r.get("default")]
+        if len(logs) < 2:
+            continue
+        mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+        half = stats.t.ppf(1 - alpha / 2, len(logs) - 1) * sd / math.sqrt(len(logs))
+        cs = confidence_sequence(logs, alpha=alpha)
+        rows.append({"run": out.name, "label": label, "rounds": len(logs),
+                     "ratio": math.exp(mean), "sd": sd,
+                     "t": (math.exp(mean - half), math.exp(mean + half)),
+                     "cs": (math.exp(cs[1]), math.exp(cs[2])) if cs else None})
+    return rows
+
+
+def _pair(iv: tuple[float, float] | None) -> str:
+    return "–" if iv is None else f"{iv[0]:.2f}–{iv[1]:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("outputs", nargs="+", type=Path, help="harmony tune --output dirs")
+    args = parser.parse_args(argv)
+    print("| run | label | rounds | ratio | round log-ratio sd | 95 % fixed-n t | "
+          "95 % confidence sequence |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for out in args.outputs:
+        for r in intervals(out):
+            print(f"| {r['run']} | {r['label']} | {r['rounds']} | {r['ratio']:.3f}× | "
+                  f"{r['sd']:.3f} | {_pair(r['t'])} | {_pair(r['cs'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
