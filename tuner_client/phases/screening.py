@@ -60,15 +60,15 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     default_settings = ctx.current(space.names)
     default = space.point_from_settings(default_settings)
     reason = _why_windows(ctx, space, default)
-    levels = _levels(ctx, space, default if reason is not None else
-                     _in_force_point(space, default_settings), from_default=reason is None)
+    # per transaction, an unmoved knob stays exactly at its setting in force
+    start = default if reason is not None else _in_force_point(space, default_settings)
+    levels = _levels(ctx, space, start, from_default=reason is None)
     if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
                   if reason is not None
-                  else _screen_per_transaction(ctx, state, space, levels,
-                                               _in_force_point(space, default_settings)))
+                  else _screen_per_transaction(ctx, state, space, levels, start))
     except HarmonyError as exc:
         state.decide(f"screening failed ({exc}); every online knob is searched")
         return None
