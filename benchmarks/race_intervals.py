@@ -5,8 +5,9 @@ confidence sequences since) can be compared like for like (no database).
 For each ``harmony tune --output`` directory this reads ``summary.json``'s ``ab_rounds`` (each
 round's value per label) and prints, for every label against ``default``: the rounds, the
 geometric-mean ratio, the 95 % fixed-n t interval on the paired log-ratios and the 95 %
-t-mixture confidence sequence (:func:`tuner_client.stats.sequential.confidence_sequence`,
-valid whenever the race stopped), both unadjusted for the number of candidates.
+t-mixture confidence sequence (valid whenever the race stopped), both computed as the race
+computes them (:func:`tuner_client.stats.paired.paired_ratio_interval`, ``t`` and
+``anytime``) and unadjusted for the number of candidates.
 
 Usage: ``python -m benchmarks.race_intervals OUT [OUT ...]``.
 """
@@ -15,38 +16,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
-from tuner_client.stats.sequential import confidence_sequence
+from tuner_client.stats.paired import log_ratios, paired_ratio_interval
 
 
-def intervals(out: Path, *, alpha: float = 0.05) -> list[dict[str, Any]]:
+def intervals(out: Path, *, level: float = 0.95) -> list[dict[str, Any]]:
     """One row per label raced against ``default`` in ``out``'s final rounds."""
     rounds = json.loads((out / "summary.json").read_text()).get("ab_rounds") or []
     labels = sorted({k for r in rounds for k in r if k not in ("default", "tuned")})
+    reference = [r.get("default") for r in rounds]
     rows = []
     for label in labels:
-        logs = [math.log(r[label] / r["default"]) for r in rounds
-                if r.get(label) and r.get("default")]
-        if len(logs) < 2:
+        values = [r.get(label) for r in rounds]
+        t = paired_ratio_interval(values, reference, level=level, method="t")
+        cs = paired_ratio_interval(values, reference, level=level, method="anytime")
+        if t is None or cs is None:
             continue
-        mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-        half = stats.t.ppf(1 - alpha / 2, len(logs) - 1) * sd / math.sqrt(len(logs))
-        cs = confidence_sequence(logs, alpha=alpha)
-        rows.append({"run": out.name, "label": label, "rounds": len(logs),
-                     "ratio": math.exp(mean), "sd": sd,
-                     "t": (math.exp(mean - half), math.exp(mean + half)),
-                     "cs": (math.exp(cs[1]), math.exp(cs[2])) if cs else None})
+        rows.append({"run": out.name, "label": label, "rounds": t.n, "ratio": t.ratio,
+                     "sd": statistics.stdev(log_ratios(values, reference)),
+                     "t": (t.low, t.high), "cs": (cs.low, cs.high)})
     return rows
 
 
-def _pair(iv: tuple[float, float] | None) -> str:
-    return "–" if iv is None else f"{iv[0]:.2f}–{iv[1]:.2f}"
+def _pair(iv: tuple[float, float]) -> str:
+    return f"{iv[0]:.2f}–{iv[1]:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
