@@ -48,14 +48,19 @@ class KnobParam:
         """The PostgreSQL value string with units (``'64MB'``), for ALTER SYSTEM."""
         return self.knob.format(self.canonical(value))
 
-    def session_value(self, canonical: KnobValue) -> Value:
-        """A canonical knob value as a session value on the grid (snapped into the range)."""
+    def session_value(self, canonical: KnobValue, *, snap: bool = True) -> Value:
+        """A canonical knob value as a session value on the grid (snapped into the range);
+        with ``snap=False`` a number stays where it is, off the grid or outside the range
+        (an enumeration's value is always one of its values)."""
         if isinstance(self.param, EnumParam):
             text = self.knob.format(canonical)
             return text if text in self.param.values else self.param.values[0]
         number = (float(self.knob.to_unit(canonical, self.unit)) if self.unit is not None
                   else float(canonical))
-        return self.param.snap(number)
+        if snap:
+            return self.param.snap(number)
+        return int(number) if isinstance(self.param, IntParam) and number.is_integer() \
+            else number
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,12 @@ class KnobSpace:
         """A session point as PostgreSQL settings with units."""
         return {p.name: p.setting(point[p.name]) for p in self.params}
 
-    def point_from_settings(self, settings: Mapping[str, str]) -> dict[str, Value]:
-        """Settings (e.g. the server's current ones) as the nearest session point."""
-        return {p.name: p.session_value(p.knob.parse(settings[p.name])) for p in self.params}
+    def point_from_settings(self, settings: Mapping[str, str], *,
+                            snap: bool = True) -> dict[str, Value]:
+        """Settings (e.g. the server's current ones) as the nearest session point (with
+        ``snap=False``, exactly where they are: :meth:`KnobParam.session_value`)."""
+        return {p.name: p.session_value(p.knob.parse(settings[p.name]), snap=snap)
+                for p in self.params}
 
 
 def resolve_knob_space(specs: tuple[KnobSpec, ...], catalog: KnobCatalog, *,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -61,7 +60,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     default = space.point_from_settings(default_settings)
     reason = _why_windows(ctx, space, default)
     # per transaction, an unmoved knob stays exactly at its setting in force
-    start = default if reason is not None else _in_force_point(space, default_settings)
+    start = default if reason is not None else space.point_from_settings(default_settings,
+                                                                         snap=False)
     levels = _levels(ctx, space, start, from_default=reason is None)
     if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
@@ -192,24 +192,6 @@ def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
                         ": one excludes 1, so knobs interact or the run drifted unevenly; "
                         "the search still starts from the main effects' best"))
     return result
-
-
-def _in_force_point(space: KnobSpace, settings: dict[str, str]) -> dict[str, Value]:
-    """The settings in force as a point, off the knobs' grids and outside their configured
-    ranges where they are so (``point_from_settings`` snaps them in): the per-transaction
-    design's rows leave an unmoved knob exactly at its setting in force, and a move is
-    measured from there."""
-    point: dict[str, Value] = {}
-    for p in space.params:
-        canonical = p.knob.parse(settings[p.name])
-        if isinstance(p.param, EnumParam):
-            point[p.name] = p.session_value(canonical)
-            continue
-        number = (p.knob.to_unit(canonical, p.unit) if p.unit is not None
-                  else Fraction(str(canonical)))
-        point[p.name] = (int(number) if number.denominator == 1 and
-                         isinstance(p.param, IntParam) else float(number))
-    return point
 
 
 def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value], *,
