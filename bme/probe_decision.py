@@ -6,7 +6,9 @@ A probe starts with an empty buffer, so over its window the misses are the cold 
 distinct pages the workload touches, at most the pages of the relations it reads) plus the
 capacity misses of that size: the equation's model of a reference string from its start. P*
 is therefore the touched pages over the block accesses of a window, and the fit has three
-free parameters (M*, Mb, Pc). The decision is one of ``knee`` (a good fit: M* and the miss
+free parameters (M*, Mb, Pc); with few points above the floor they place M* loosely, and an M*
+past the pages the windows touched is taken at those pages when a settled probe that large read
+the floor (:func:`working_set_bound`). The decision is one of ``knee`` (a good fit: M* and the miss
 probability at every size), ``no-knee`` (the curve is already flat at the smallest probe:
 the workload fits) or ``rejected`` (with why: too few probes, not monotone, a poor R²).
 """
@@ -36,6 +38,8 @@ FLAT_FACTOR = 1.25
 FLAT_TOL_ABS = 0.005
 #: an M* further than this factor beyond the largest probe is an extrapolation not trusted
 FAR_FACTOR = 10.0
+#: bytes of a page (PostgreSQL's default block size): the unit of the probes' touched pages
+PAGE_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,17 @@ class ProbeDecision:
     size: int | None = None
     capped: bool = False
     target_miss: float | None = None
+    #: bytes of every page the probes' windows touched, when the fitted M* lay beyond them
+    #: (the knee is then taken there: :func:`working_set_bound`)
+    knee_bound: int | None = None
+
+    @property
+    def knee(self) -> float | None:
+        """M*: the fitted one, or the working set's bytes when the fit lay beyond them."""
+        if self.fit is None:
+            return None
+        m_star = float(self.fit.params.m_star)
+        return m_star if self.knee_bound is None else min(m_star, float(self.knee_bound))
 
     @property
     def usable(self) -> bool:
@@ -113,7 +128,7 @@ class ProbeDecision:
                                "p_star_source": self.p_star_source,
                                "touched_pages": self.touched_pages, "size": self.size,
                                "capped": self.capped, "target_miss": self.target_miss,
-                               "usable": self.usable}
+                               "knee_bound": self.knee_bound, "usable": self.usable}
         if self.fit is not None:
             out.update(self.fit.params.to_dict())
             out["r2"] = float(self.fit.r2)
@@ -227,6 +242,15 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                              touched_pages=touched_pages)
     m_star = fit.params.m_star
     text = f"M* = {_mb(m_star)} (R² {fit.r2:.3f}, P* {source})"
+    bound = working_set_bound(counted, touched_pages)
+    if bound is not None and m_star > bound:
+        # few points above the floor leave the fitted M* loosely placed (session 20: 117-275MB
+        # on near-equal readings, 167MB of pages touched); past the pages touched it
+        # contradicts the probes themselves
+        text += (f"; taken at {_mb(bound)}, the pages the windows touched: a buffer that size "
+                 f"holds every one, and the probe at {_mb(_floor_probe(counted, bound).size)} "
+                 f"read the floor")
+        m_star = bound
     if m_star > FAR_FACTOR * counted[-1].size:
         if not counted[-1].miss < counted[-2].miss:
             return ProbeDecision(
@@ -254,7 +278,27 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                  f"{min(1.0, float(fit.predict(high))):.4f})")
     return ProbeDecision("knee", text, probes, fit=fit, p_star=p_star, p_star_source=source,
                          touched_pages=touched_pages, size=size, capped=capped,
-                         target_miss=target_miss)
+                         target_miss=target_miss,
+                         knee_bound=bound if bound is not None and bound == m_star else None)
+
+
+def _floor_probe(counted: Sequence[Probe], bound: int) -> Probe:
+    """The smallest probe at or past ``bound`` bytes."""
+    return min((p for p in counted if p.size >= bound), key=lambda p: p.size)
+
+
+def working_set_bound(counted: Sequence[Probe], touched_pages: int | None) -> int | None:
+    """The bytes of every page of the relations the windows touched, when a settled probe at
+    least that large read the curve's floor: a buffer of that size holds the whole working
+    set, so no knee lies beyond it. None without touched pages or such a probe."""
+    if not touched_pages or not counted:
+        return None
+    bound = int(touched_pages) * PAGE_BYTES
+    floor = min(p.miss for p in counted)
+    if any(p.size >= bound and p.settled in ("full", "fits") and p.miss <= floor + FLAT_TOL_ABS
+           for p in counted):
+        return bound
+    return None
 
 
 def _mb(size: float) -> str:
@@ -287,7 +331,7 @@ def search_window(decision: ProbeDecision, low: int, high: int,
     if not decision.usable or decision.size is None:
         return None
     step = max(1, int(step))
-    knee = decision.fit.params.m_star if decision.fit is not None else float(decision.size)
+    knee = decision.knee if decision.knee is not None else float(decision.size)
     reach = HEADROOM * max(knee, float(decision.size))
     bracket = [p.size for p in decision.probes if p.accesses > 0 and p.size >= knee]
     if bracket:

@@ -5,6 +5,7 @@ window; the ``bme:`` config section's errors."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -218,3 +219,32 @@ def test_a_flat_curve_from_a_buffer_that_never_filled_is_no_knee_found_in_range(
     knee = decide(_probes(probe_sizes(8 * MB, 256 * MB, 5, step=8 * MB)),
                   touched_pages=int(TRUE.p_star * ACCESSES), low=8 * MB, high=256 * MB)
     assert flat_needs_a_full_buffer(knee, {}) is knee
+
+
+def test_a_knee_fitted_past_the_pages_the_windows_touched_is_taken_there() -> None:
+    """Session 20's one-pass probes (4Q6,4Q9,4Q13 in 320 MB): two points above a floor of 0 leave
+    the fitted M* loose (117-275MB across three near-equal runs); this run's 275MB lies past
+    the 21,355 pages (167MB) of every relation the windows touched, which the 320MB probe held
+    while reading the floor."""
+    readings = [(32, 1_584_870, 615_292, "full"), (104, 2_345_431, 136_895, "full"),
+                (320, 2_874_649, 0, "fits"), (1024, 2_502_399, 0, "fits")]
+    probes = [Probe(size=s * MB, hits=h, reads=r, window_s=3.2, cost_s=9.0,
+                    touched={"lineitem": 21_355}, settled=settled)
+              for s, h, r, settled in readings]
+    bound = 21_355 * 8192
+    decision = decide(probes, touched_pages=21_355, low=32 * MB, high=1024 * MB)
+    assert decision.kind == "knee" and decision.fit is not None, decision.reason
+    assert decision.fit.params.m_star > 1.5 * bound  # the fit alone: ~275MB
+    assert decision.knee == bound and decision.size == bound
+    assert "taken at 167MB, the pages the windows touched" in decision.reason
+    assert "the probe at 320MB read the floor" in decision.reason
+    assert decision.to_dict()["knee_bound"] == bound
+    # 25 % past the bound, on the 8MB grid; the top still reaches the first probe past it
+    assert search_window(decision, 32 * MB, 1024 * MB, 8 * MB) == (208 * MB, 32 * MB, 320 * MB)
+    # without the touched pages, or without a settled probe past them, the fit stands
+    for loose in (decide(probes, touched_pages=None, low=32 * MB, high=1024 * MB),
+                  decide([replace(p, settled="") for p in probes], touched_pages=21_355,
+                         low=32 * MB, high=1024 * MB)):
+        assert loose.kind == "knee" and loose.knee_bound is None
+        assert loose.size == pytest.approx(loose.fit.params.m_star, rel=0.01)  # type: ignore[union-attr]
+        assert loose.size > 1.5 * bound  # type: ignore[operator]
