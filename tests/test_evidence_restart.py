@@ -57,3 +57,35 @@ def test_full_page_images_per_window_first_and_settled() -> None:
     assert out["fpi_settled_warm"][0] == pytest.approx(1_000)
     assert out["fpi_first_warm"][1] < 30_000 < out["fpi_first_warm"][2]
     assert fpi_analysis([{"kind": "warm", "counters": [{"blks_hit": 0}] * 3}] * 2, 2) == {}
+
+
+def _run(windows: int, cycles: int, first: float) -> dict[str, object]:
+    """A measured run of pgbench-like windows: the first ``first`` of the rest, the rest 1000."""
+    return {"command": f"restart --windows {windows}", "machine": {}, "pgbench_scale": 20,
+            "memory_limit_mb": 320, "window_s": 4.0, "kinds": ["warm"], "wall_s": 60.0,
+            "load_average_end": [1.0, 1.0, 1.0],
+            "cycles": [{"kind": "warm", "qpm": [1000.0 * first] + [1000.0 + c] * (windows - 1),
+                        "progress": [None] * windows,
+                        "counters": [{"wal_fpi": k} for k in range(windows + 1)]}
+                       for c in range(cycles)]}
+
+
+def test_pooled_runs_are_cut_to_the_fewest_windows_and_the_headline_is_after_the_warm_up() -> None:
+    """Session 13's 16-window cycles pool with 9-window ones: every cycle keeps 9 windows (its
+    counters 10), so the settled level is the same seconds after the return in all."""
+    from benchmarks.evidence.restart import analyse, markdown, pooled
+
+    data = pooled([_run(16, 3, 0.9), _run(9, 2, 0.9)])
+    assert [len(c["qpm"]) for c in data["cycles"]] == [9] * 5
+    assert [len(c["counters"]) for c in data["cycles"]] == [10] * 5
+    data.update(steady=2, warmup_windows=1)
+    data["analysis"] = analyse(data)
+    first, after = data["analysis"]["warm"][0], data["analysis"]["warm"][1]
+    assert first[0] == pytest.approx(0.9 / 1.002, abs=2e-3)
+    assert after[0] == pytest.approx(1.0) and 0.98 <= after[1] <= after[2] <= 1.02
+    text = markdown(data)
+    assert ("first window after a 4-s warm-up after a warm restart (prewarm)** (4–8 s after "
+            "the return), by count: 1.000 (1.000–1.000) of the settled level over 5 cycles: "
+            "within ±2 %") in text
+    data["warmup_windows"] = 0
+    assert "first window after a" not in markdown(data)

@@ -81,14 +81,19 @@ def main(argv: list[str] | None = None) -> int:
                              "after a restart's checkpoint cost; repeatable")
     parser.add_argument("--steady", type=int, default=3,
                         help="the settled level: the mean of the cycle's last N windows")
+    parser.add_argument("--warmup-windows", type=int, default=0,
+                        help="the tuner's warm-up after a restart, in windows: the headline "
+                             "is the window after them against the settled level")
     parser.add_argument("--from-json", type=Path, nargs="+",
-                        help="re-analyse measured runs, pooling their cycles")
+                        help="re-analyse measured runs, pooling their cycles (each cut to "
+                             "the fewest windows any run measured)")
     parser.add_argument("--state-dir", type=Path,
                         default=Path("/var/tmp") / f"harmony-{os.geteuid()}" / "evidence-e2e")
     args = parser.parse_args(argv)
     if args.from_json:
         measured = pooled([json.loads(p.read_text()) for p in args.from_json])
         measured["steady"] = args.steady
+        measured["warmup_windows"] = args.warmup_windows
         measured["analysis"] = analyse(measured)
         write_results("evidence_restart" + (f".{args.tag}" if args.tag else ""), measured,
                       markdown(measured))
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                             "pgbench_scale": args.pgbench_scale,
                             "synchronous_commit": args.synchronous_commit,
                             "kinds": kinds, "steady": args.steady,
+                            "warmup_windows": args.warmup_windows,
                             "memory_limit_mb": args.memory_limit_mb, "window_s": args.window,
                             "command": "python -m benchmarks.evidence restart "
                                        + ("" if args.pgbench_scale else f"--mix {args.mix} ")
@@ -114,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                                           f"--synchronous-commit {args.synchronous_commit}"
                                           if args.pgbench_scale else "")
                                        + f" --steady {args.steady}"
+                                       + (f" --warmup-windows {args.warmup_windows}"
+                                          if args.warmup_windows else "")
                                        + "".join(f" --system {s}" for s in args.system)
                                        + (f" --tag {args.tag}" if args.tag else ""),
                             "cycles": []}
@@ -244,15 +252,31 @@ def pgbench_measurer(cfg: TunerConfig, target: Target, measure: Any, scale: int,
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One run of every run's cycles (each run's blocks stay whole), the first run's setup,
-    every run's command, wall-clock and uptime."""
+    every run's command, wall-clock and uptime. Runs of more windows are cut to the fewest
+    any run measured (the settled level is then the same seconds after the return in every
+    cycle)."""
     out = dict(runs[0])
     if len(runs) > 1:
-        out["cycles"] = [c for r in runs for c in r["cycles"]]
+        cycles = [c for r in runs for c in r["cycles"]]
+        out["cycles"] = truncated(cycles, min(len(c["qpm"]) for c in cycles))
         out["wall_s"] = sum(r["wall_s"] for r in runs)
         out["runs"] = [{k: r.get(k) for k in ("command", "wall_s", "uptime_start",
                                                 "uptime_end", "load_average_end")}
                        for r in runs]
         out["command"] = " ; ".join(r["command"] for r in runs)
+    return out
+
+
+def truncated(cycles: list[dict[str, Any]], windows: int) -> list[dict[str, Any]]:
+    """``cycles`` with their first ``windows`` windows only (and the counters read around
+    them)."""
+    out = []
+    for c in cycles:
+        cut = dict(c)
+        cut["qpm"] = c["qpm"][:windows]
+        cut["progress"] = (c.get("progress") or [])[:windows]
+        cut["counters"] = (c.get("counters") or [])[:windows + 1]
+        out.append(cut)
     return out
 
 
@@ -396,6 +420,16 @@ def markdown(data: dict[str, Any]) -> str:
     if a.get("prewarm_blocks"):
         lines += [f"Warm restarts loaded {interval(a['prewarm_blocks'], 0)} blocks of 8 kB in "
                   f"{interval(a['prewarm_s'])} s (mean, 95 % t interval).", ""]
+    k = int(data.get("warmup_windows") or 0)
+    for kind in kinds:
+        for est, key in (("count", kind), ("progress", f"{kind}_progress")):
+            rows = a.get(key) or []
+            if 0 < k < len(rows) and rows[k][1] == rows[k][1]:
+                inside = rows[k][1] >= 0.98 and rows[k][2] <= 1.02
+                lines += [f"**The first window after a {k * w:g}-s warm-up {_NAMES[kind]}** "
+                          f"({k * w:g}–{(k + 1) * w:g} s after the return), by {est}: "
+                          f"{interval(rows[k], 3)} of the settled level over {cycles} "
+                          f"cycles: {'within' if inside else 'not within'} ±2 %.", ""]
     if a.get("first_window_warm_minus_cold"):
         lines += [f"First window, warm minus cold restart in the same block (by count): "
                   f"{interval(a['first_window_warm_minus_cold'])} of the settled level.", ""]
