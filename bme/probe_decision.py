@@ -243,7 +243,8 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
     m_star = fit.params.m_star
     text = f"M* = {_mb(m_star)} (R² {fit.r2:.3f}, P* {source})"
     bound = working_set_bound(counted, touched_pages)
-    if bound is not None and m_star > bound:
+    held = bound is not None and m_star > bound
+    if held and bound is not None:
         # few points above the floor leave the fitted M* loosely placed (session 20: 117-275MB
         # on near-equal readings, 167MB of pages touched); past the pages touched it
         # contradicts the probes themselves
@@ -279,7 +280,7 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
     return ProbeDecision("knee", text, probes, fit=fit, p_star=p_star, p_star_source=source,
                          touched_pages=touched_pages, size=size, capped=capped,
                          target_miss=target_miss,
-                         knee_bound=bound if bound is not None and bound == m_star else None)
+                         knee_bound=bound if held else None)
 
 
 def _floor_probe(counted: Sequence[Probe], bound: int) -> Probe:

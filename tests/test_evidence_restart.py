@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.evidence.restart import fpi_analysis, miss_analysis, window_misses
+from benchmarks.evidence.restart import (
+    analyse,
+    fpi_analysis,
+    markdown,
+    miss_analysis,
+    pooled,
+    window_misses,
+)
 
 
 def _counters(windows: list[tuple[int, int]]) -> list[dict[str, int]]:
@@ -60,7 +67,8 @@ def test_full_page_images_per_window_first_and_settled() -> None:
 
 
 def _run(windows: int, cycles: int, first: float) -> dict[str, object]:
-    """A measured run of pgbench-like windows: the first ``first`` of the rest, the rest 1000."""
+    """A measured run of pgbench-like windows: each cycle's first window ``first`` times the
+    level of the rest (1000 plus the cycle's number)."""
     return {"command": f"restart --windows {windows}", "machine": {}, "pgbench_scale": 20,
             "memory_limit_mb": 320, "window_s": 4.0, "kinds": ["warm"], "wall_s": 60.0,
             "load_average_end": [1.0, 1.0, 1.0],
@@ -73,8 +81,6 @@ def _run(windows: int, cycles: int, first: float) -> dict[str, object]:
 def test_pooled_runs_are_cut_to_the_fewest_windows_and_the_headline_is_after_the_warm_up() -> None:
     """Session 13's 16-window cycles pool with 9-window ones: every cycle keeps 9 windows (its
     counters 10), so the settled level is the same seconds after the return in all."""
-    from benchmarks.evidence.restart import analyse, markdown, pooled
-
     data = pooled([_run(16, 3, 0.9), _run(9, 2, 0.9)])
     assert [len(c["qpm"]) for c in data["cycles"]] == [9] * 5
     assert [len(c["counters"]) for c in data["cycles"]] == [10] * 5
