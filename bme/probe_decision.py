@@ -283,9 +283,16 @@ def decide(probes: Sequence[Probe], *, touched_pages: int | None, low: int, high
                          knee_bound=bound if held else None)
 
 
+def _floor_probes(counted: Sequence[Probe], bound: int) -> list[Probe]:
+    """The settled probes at or past ``bound`` bytes that read the curve's floor."""
+    floor = min(p.miss for p in counted)
+    return [p for p in counted
+            if p.size >= bound and p.settled in ("full", "fits") and p.miss <= floor + FLAT_TOL_ABS]
+
+
 def _floor_probe(counted: Sequence[Probe], bound: int) -> Probe:
-    """The smallest probe at or past ``bound`` bytes."""
-    return min((p for p in counted if p.size >= bound), key=lambda p: p.size)
+    """The smallest of :func:`_floor_probes` (the one the decision names)."""
+    return min(_floor_probes(counted, bound), key=lambda p: p.size)
 
 
 def working_set_bound(counted: Sequence[Probe], touched_pages: int | None) -> int | None:
@@ -295,11 +302,7 @@ def working_set_bound(counted: Sequence[Probe], touched_pages: int | None) -> in
     if not touched_pages or not counted:
         return None
     bound = int(touched_pages) * PAGE_BYTES
-    floor = min(p.miss for p in counted)
-    if any(p.size >= bound and p.settled in ("full", "fits") and p.miss <= floor + FLAT_TOL_ABS
-           for p in counted):
-        return bound
-    return None
+    return bound if _floor_probes(counted, bound) else None
 
 
 def _mb(size: float) -> str:
