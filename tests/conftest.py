@@ -21,6 +21,7 @@ tests run as root can reach them.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
@@ -35,6 +36,10 @@ from psycopg import sql
 from tuner_client.local_cluster import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
+
+# every tuning run writes a restore journal (tuner_client.crashsafe) before its first change:
+# the tests' journals go to a directory of this test process, not the machine's default
+os.environ.setdefault("HARMONY_JOURNAL_DIR", tempfile.mkdtemp(prefix="harmony-journals-"))
 
 #: fixtures that start a real PostgreSQL cluster (every cluster fixture depends on one of them)
 CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})

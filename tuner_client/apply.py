@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,6 +38,18 @@ SOURCE_HINTS = {
     "override": "a server-computed override",
     "session": "a SET in the session",
 }
+
+
+#: called with the connection and ``{knob: value, or None for a reset}`` before every
+#: ``ALTER SYSTEM`` the tuner issues: the restore journal (:mod:`tuner_client.crashsafe`)
+#: makes each change durable before the server sees it, and may refuse it by raising
+ChangeHook = Callable[["psycopg.Connection[Any]", Mapping[str, "str | None"]], None]
+CHANGE_HOOKS: list[ChangeHook] = []
+
+
+def _before_change(conn: psycopg.Connection[Any], values: Mapping[str, str | None]) -> None:
+    for hook in list(CHANGE_HOOKS):
+        hook(conn, values)
 
 
 @dataclass(frozen=True)
@@ -168,7 +180,9 @@ def _ensure_autocommit(conn: psycopg.Connection[Any]) -> bool:
 
 
 def alter_system(conn: psycopg.Connection[Any], formatted: Mapping[str, str]) -> None:
-    """``ALTER SYSTEM SET name = 'value'`` for each item, composed with psycopg.sql."""
+    """``ALTER SYSTEM SET name = 'value'`` for each item, composed with psycopg.sql; the
+    values are in the server's restore journal first (:data:`CHANGE_HOOKS`)."""
+    _before_change(conn, formatted)
     old = _ensure_autocommit(conn)
     try:
         for name, text in formatted.items():
@@ -295,6 +309,7 @@ def reset_knobs(
     """``ALTER SYSTEM RESET`` each knob (back to postgresql.conf / built-in) and reload."""
     catalog = catalog or KnobCatalog.from_connection(conn)
     knobs = [catalog.tunable(n) for n in names]
+    _before_change(conn, {knob.name: None for knob in knobs})
     old = _ensure_autocommit(conn)
     try:
         for knob in knobs:

@@ -21,6 +21,7 @@ from harmony.base.errors import ConfigError
 from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig
+from tuner_client.crashsafe.run import RunSafety, config_key
 from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.final import final_rounds
@@ -96,16 +97,24 @@ class Tuner:
         # read before anything starts: a missing file is a config error
         priors = load_priors(cfg.warm_start, source=cfg.source) if cfg.warm_start.enabled \
             else []
+        safety = RunSafety(cfg, self.run_id)
+        # a server an earlier run died on is put back before anything else touches it
+        safety.recover_leftovers(config_key(cfg, self.state_dir))
         target = self._target or open_target(cfg, self.state_dir)
         client = self._client or connect(self.server)
         result: TuneResult | None = None
         others: list[Replica] = []
+        restored = True
         try:
+            # the restore journal and its guard, before the first change to the server
+            safety.protect(target)
             with target.controller.safe_restart_guard(cfg.database.restart_timeout_s):
                 # the guard turns SIGTERM into SystemExit and, on the way out, makes sure the
                 # server is up (restoring the last good configuration if a restart was cut
                 # short); the finally below then restores the original configuration
                 others = self._other_replicas(target)
+                for replica in others:
+                    safety.protect(replica.target)
                 ctx = self.context = prepare(cfg, run_id=self.run_id, client=client,
                                              target=target, metrics=self.metrics,
                                              priors=priors, workload=self._workload,
@@ -129,7 +138,9 @@ class Tuner:
         finally:
             keep = bool(result is not None and cfg.final.apply_best)
             if self.context is not None:
-                leave_server(self.context, state.best, keep_best=keep)
+                restored = leave_server(self.context, state.best, keep_best=keep)
+            # the completion mark, once every server is as the run means to leave it
+            safety.finish(restored)
             close_replicas(others)
             self.metrics.set_phase("idle")
             if self._client is None:

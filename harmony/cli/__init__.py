@@ -16,6 +16,7 @@ from types import ModuleType
 import bme.cli
 import harmony_server.cli
 import tuner_client.demo
+import tuner_client.restore_cli
 import tuner_client.sessions_cli
 import tuner_client.tune_cli
 import workloads.cli
@@ -30,6 +31,7 @@ SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (
     harmony_server.cli,           # harmony server
     tuner_client.sessions_cli,    # harmony sessions
     tuner_client.tune_cli,        # harmony tune
+    tuner_client.restore_cli,     # harmony restore
     tuner_client.demo,            # harmony demo
     synth,                        # harmony synth
     bme.cli,                      # harmony bme ...

@@ -21,7 +21,9 @@ was rolled back, then delivered. Wrap a tuning run in ``with controller.safe_res
 to turn SIGTERM into ``SystemExit`` and, when the block is left for any reason (or the
 interpreter exits), to make sure the server is running, restoring the last good
 configuration when it is not. After a ``kill -9`` of the tuner, copy
-``postgresql.auto.conf.last-good`` over the data directory's ``postgresql.auto.conf``.
+``postgresql.auto.conf.last-good`` over the data directory's ``postgresql.auto.conf``, or
+let the restore journal do it (:mod:`tuner_client.crashsafe`: the guard process restores the
+original configuration by itself; ``harmony restore`` does it by hand).
 """
 
 from __future__ import annotations
@@ -111,6 +113,12 @@ class Controller(ABC):
     @abstractmethod
     def write_auto_conf(self, text: str) -> None:
         """Replace the server's ``postgresql.auto.conf`` (the server may be down)."""
+
+    def recipe(self) -> dict[str, Any] | None:
+        """How another process rebuilds this controller (``{"kind": ..., "options": {...}}``,
+        JSON; :func:`make_controller` takes it with the DSN): the restore journal keeps it so
+        that the guard can restart the server after the tuner died. None: it cannot."""
+        return None
 
     def precheck(self, knobs: Mapping[str, tuple[Knob, KnobValue]]
                  ) -> tuple[str | None, str | None]:

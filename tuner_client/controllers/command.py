@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import Controller
@@ -32,6 +33,13 @@ class CommandController(Controller, kind="command"):
         self.start_command = start_command
         self.health_command = health_command
         self.auto_conf_path = Path(auto_conf_path) if auto_conf_path else None
+
+    def recipe(self) -> dict[str, Any] | None:
+        return {"kind": "command", "options": {
+            "restart_command": self.restart_command, "stop_command": self.stop_command,
+            "start_command": self.start_command, "health_command": self.health_command,
+            "auto_conf_path": str(self.auto_conf_path) if self.auto_conf_path else None,
+            "backup_dir": str(self.backup_dir) if self.backup_dir else None}}
 
     def _run(self, command: str, timeout_s: float) -> None:
         try:

@@ -92,6 +92,11 @@ class DockerController(Controller, kind="docker"):
     def log_since(self, mark: int) -> str:
         return str(self.container.logs(since=mark, tail=50).decode(errors="replace"))
 
+    def recipe(self) -> dict[str, Any] | None:
+        return {"kind": "docker", "options": {
+            "container": self.container_name, "data_dir": self.data_dir,
+            "backup_dir": str(self.backup_dir) if self.backup_dir else None}}
+
     def read_auto_conf(self) -> str | None:
         stream, _ = self.container.get_archive(f"{self.data_dir}/{AUTO_CONF}")
         data = io.BytesIO(b"".join(stream))

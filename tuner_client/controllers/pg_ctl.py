@@ -7,6 +7,7 @@ import pwd
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from harmony.base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
@@ -93,6 +94,13 @@ class PgCtlController(Controller, kind="pg_ctl"):
         if not self.wait_until_up(min(timeout_s, 10.0)):
             raise DatabaseError("pg_ctl reported the server started, but it does not accept "
                                 f"connections on {self.dsn}")
+
+    def recipe(self) -> dict[str, Any] | None:
+        return {"kind": "pg_ctl", "options": {
+            "data_dir": str(self.data_dir), "bin_dir": str(self.bin_dir),
+            "os_user": self.os_user, "log_path": str(self.log_path),
+            "backup_dir": str(self.backup_dir) if self.backup_dir else None,
+            "precheck_memory": False}}
 
     def read_auto_conf(self) -> str | None:
         try:

@@ -169,13 +169,15 @@ def _database_bytes(measurer: Measurer) -> int | None:
         return None
 
 
-def leave_server(ctx: RunContext, best: PointRecord | None, *, keep_best: bool) -> None:
+def leave_server(ctx: RunContext, best: PointRecord | None, *, keep_best: bool) -> bool:
     """Stop the workload and leave every database of the pool running with the original
     configuration (the user's ``postgresql.auto.conf`` restored), or with the best one when
-    ``keep_best``; a replica that no longer answers is only reported."""
+    ``keep_best``; a replica that no longer answers is only reported. True when every
+    database was left so (the run's completion mark may then be written)."""
     keep = keep_best and best is not None
     wanted = dict(best.in_force) if keep and best is not None else dict(ctx.original)
     what = "best" if keep else "original"
+    left = True
     for replica in ctx.pool.replicas:
         measurer = replica.measurer
         if measurer is None:
@@ -184,22 +186,26 @@ def leave_server(ctx: RunContext, best: PointRecord | None, *, keep_best: bool) 
             logger.error("replica %s does not answer; its configuration cannot be "
                          "restored (it was dropped: %s)", replica.name, replica.dropped)
             measurer.close()
+            left = False
             continue
-        _leave(replica, measurer, wanted, what, keep)
+        left = _leave(replica, measurer, wanted, what, keep) and left
     ctx.in_force_changed()
+    return left
 
 
 def _leave(replica: Replica, measurer: Measurer, wanted: dict[str, str], what: str,
-           keep: bool) -> None:
-    """Leave one database with ``wanted`` in force, its measurer closed."""
+           keep: bool) -> bool:
+    """Leave one database with ``wanted`` in force, its measurer closed; False on failure."""
     measurer.stop()
     try:
         outcome = measurer.restore(wanted, auto_conf=None if keep
                                    else replica.original_auto_conf)
         logger.info("left %s running with the %s configuration%s", replica.target.dsn, what,
                     f" ({outcome})" if outcome else "")
+        return True
     except (HarmonyError, OSError) as exc:
         logger.error("could not restore the %s configuration of %s: %s", what,
                      replica.target.dsn, exc)
+        return False
     finally:
         measurer.close()

@@ -1,0 +1,354 @@
+"""The restore journal: what a server must go back to if the tuner dies, kept on disk.
+
+One JSON file per server under :func:`journal_dir` (``HARMONY_JOURNAL_DIR``, default
+``/var/tmp/harmony-<uid>/journals``: kept across reboots, unlike ``/tmp``), written atomically
+and fsynced (the file and its directory) before the first change to the server, and again
+before each change. It holds the server's identity (system identifier, data directory, host,
+port, DSN), the original ``postgresql.auto.conf`` (its text where a controller can read the
+file, and always its entries as the server reads them), every setting in force, the run and
+the process that owns it, how to rebuild the controller that can restart the server, and each
+value the run wrote. A run that ends normally removes it (its completion mark); a journal
+left behind means the run died before putting the server back.
+
+Every ``ALTER SYSTEM`` the tuner issues goes through :func:`tuner_client.apply.alter_system`,
+which calls its change hooks first; :func:`activate` installs :func:`journal_change` there.
+While a journal is active in this process, a change to a server without one is refused
+rather than made unrecorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from harmony.base.errors import ConfigError, KnobApplyError
+from tuner_client import apply
+
+logger = logging.getLogger(__name__)
+
+#: the journal's format; a newer one is reported, never guessed at
+FORMAT = 1
+SUFFIX = ".journal.json"
+
+
+def journal_dir() -> Path:
+    """Where restore journals live (``HARMONY_JOURNAL_DIR``; default under ``/var/tmp``, which
+    survives a reboot)."""
+    base = os.environ.get("HARMONY_JOURNAL_DIR")
+    if base:
+        return Path(base)
+    return Path("/var/tmp") / f"harmony-{os.geteuid()}" / "journals"
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22): with
+    the pid and the boot, it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """One process on one boot of one host."""
+
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None
+    host: str
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessId:
+        return cls(pid, _start_ticks(pid), _boot_id(), socket.gethostname())
+
+    def alive(self) -> bool:
+        """True while this very process runs (False after a reboot or on another host)."""
+        if self.host != socket.gethostname() or self.boot_id != _boot_id():
+            return False
+        ticks = _start_ticks(self.pid)
+        if ticks is None:
+            return False
+        if self.start_ticks is not None and ticks != self.start_ticks:
+            return False  # the pid was reused
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{self.pid}/stat").read_text()
+            if state[state.rfind(")") + 2:].startswith("Z"):
+                return False  # exited, not yet reaped
+        return True
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Which server a journal belongs to."""
+
+    system_identifier: str
+    data_directory: str | None  # None when the role may not read it
+    host: str
+    port: int
+    dsn: str
+    version: int
+
+    def describe(self) -> str:
+        where = f"{self.host}:{self.port}" if not self.host.startswith("/") \
+            else f"socket {self.host} port {self.port}"
+        return f"{where} (system {self.system_identifier}" + (
+            f", data directory {self.data_directory})" if self.data_directory else ")")
+
+
+@dataclass(frozen=True)
+class OriginalConfig:
+    """The server's configuration before the run's first change."""
+
+    auto_conf: str | None  # postgresql.auto.conf's text, where a controller could read it
+    entries: dict[str, str]  # postgresql.auto.conf's settings as the server reads the file
+    settings: dict[str, str]  # pg_settings.setting of every setting in force
+    restart_time: list[str]  # the settings only a restart changes (context postmaster)
+    pending_restart: list[str]  # settings already pending a restart before the run
+
+
+@dataclass
+class Journal:
+    """One server's restore journal (see the module docstring); :meth:`save` makes it durable."""
+
+    path: Path
+    key: str
+    run_id: str
+    config: str
+    owner: ProcessId
+    server: ServerIdentity
+    original: OriginalConfig
+    #: how to rebuild the controller that restarts this server (None: reload only)
+    controller: dict[str, Any] | None = None
+    #: the embedded cluster is the run's own: stopped once restored, as a finished run does
+    stop_after: bool = False
+    #: the run's mark: in the environment of every process it starts, and how its guard
+    #: finds its journals (:mod:`tuner_client.crashsafe.guard`)
+    mark: str = ""
+    #: each change as it was applied: {"at": unix time, "values": {knob: value or None}}
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    format: int = FORMAT
+
+    def written(self) -> dict[str, set[str | None]]:
+        """Every value this run wrote, per knob (lower case; None: reset)."""
+        out: dict[str, set[str | None]] = {}
+        for change in self.changes:
+            for name, value in change["values"].items():
+                out.setdefault(name.lower(), set()).add(value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("path")
+        return data
+
+    def save(self) -> None:
+        """Write the journal atomically and durably: temp file, fsync, rename, fsync the
+        directory (a crash at any instant leaves the old journal or the new one, whole)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+
+    def record_change(self, values: Mapping[str, str | None]) -> None:
+        """Add one change and make it durable before it is made."""
+        self.changes.append({"at": time.time(), "values": dict(values)})
+        self.save()
+
+    def complete(self) -> None:
+        """The completion mark: the server was put back (or left as asked); the journal goes."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+            _fsync_dir(self.path.parent)
+        deactivate(self)
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
+        return (f"restore journal {self.path}: run {self.run_id} of {self.config} (pid "
+                f"{self.owner.pid} on {self.owner.host}, started {when}) on "
+                f"{self.server.describe()}, {len(self.changes)} change(s) recorded")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def journal_path(directory: Path, key: str) -> Path:
+    """The journal file of the server named by ``key`` (see :func:`server_key`)."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return directory / f"{digest}{SUFFIX}"
+
+
+def server_key(dsn: str, data_dir: Path | str | None = None) -> str:
+    """A name for a server that needs no connection: its data directory when the tuner owns
+    it (the embedded cluster may change port), else the DSN's host and port."""
+    if data_dir is not None:
+        return f"data:{Path(data_dir).absolute()}"
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    host = str(params.get("host") or params.get("hostaddr") or "/var/run/postgresql")
+    host = "127.0.0.1" if host == "localhost" else host
+    return f"server:{host}:{params.get('port') or 5432}"
+
+
+def load_journal(path: Path) -> Journal:
+    """Read one journal; ConfigError naming the file when it cannot be trusted."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"restore journal {path}: cannot read it ({exc}); move it away "
+                          "once the server's configuration was checked by hand") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"restore journal {path}: format {data.get('format')!r} is not "
+                          f"{FORMAT} (written by another version of harmony)")
+    try:
+        return Journal(path=path, key=data["key"], run_id=data["run_id"],
+                       config=data["config"], owner=ProcessId(**data["owner"]),
+                       server=ServerIdentity(**data["server"]),
+                       original=OriginalConfig(**data["original"]),
+                       controller=data.get("controller"), stop_after=data["stop_after"],
+                       mark=data.get("mark", ""),
+                       changes=list(data["changes"]), started=data["started"])
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"restore journal {path}: missing or malformed field "
+                          f"({exc})") from exc
+
+
+def find_journals(directory: Path | None = None, key: str | None = None) -> list[Journal]:
+    """The journals in ``directory`` (default :func:`journal_dir`), of one server with ``key``."""
+    directory = directory or journal_dir()
+    if key is not None:
+        path = journal_path(directory, key)
+        return [load_journal(path)] if path.exists() else []
+    return [load_journal(p) for p in sorted(directory.glob(f"*{SUFFIX}"))] \
+        if directory.is_dir() else []
+
+
+# -- reading a server's identity and configuration ----------------------------------------
+def _one(conn: psycopg.Connection[Any], query: str) -> Any:
+    row = conn.execute(query).fetchone()
+    return row[0] if row else None
+
+
+def read_identity(conn: psycopg.Connection[Any], dsn: str) -> ServerIdentity:
+    """The identity of the server ``conn`` is connected to."""
+    data_directory = None
+    with contextlib.suppress(psycopg.Error):
+        data_directory = _one(conn, "SELECT current_setting('data_directory')")
+    return ServerIdentity(
+        system_identifier=str(_one(conn, "SELECT system_identifier FROM pg_control_system()")),
+        data_directory=data_directory, host=str(conn.info.host), port=int(conn.info.port),
+        dsn=dsn, version=int(_one(conn, "SHOW server_version_num")))
+
+
+def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    """``postgresql.auto.conf``'s settings as the server reads the file now
+    (``pg_file_settings``: the file on disk, not what is in force)."""
+    rows = conn.execute("SELECT name, setting FROM pg_file_settings "
+                        "WHERE sourcefile LIKE '%/postgresql.auto.conf' ORDER BY seqno").fetchall()
+    return {str(r[0]).lower(): str(r[1]) for r in rows}
+
+
+def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], list[str], list[str]]:
+    """Every setting's value, the restart-time ones, and those pending a restart."""
+    rows = conn.execute("SELECT name, setting, context, pending_restart FROM pg_settings"
+                        ).fetchall()
+    return ({str(r[0]).lower(): str(r[1]) for r in rows},
+            [str(r[0]).lower() for r in rows if r[2] == "postmaster"],
+            [str(r[0]).lower() for r in rows if r[3]])
+
+
+def read_original(conn: psycopg.Connection[Any], auto_conf: str | None) -> OriginalConfig:
+    settings, restart_time, pending = settings_in_force(conn)
+    return OriginalConfig(auto_conf=auto_conf, entries=auto_conf_entries(conn),
+                          settings=settings, restart_time=restart_time,
+                          pending_restart=pending)
+
+
+# -- the change hook ----------------------------------------------------------------------
+_LOCK = threading.Lock()
+_ACTIVE: list[tuple[Journal, str, int]] = []  # journal, host and port its run connects to
+
+
+def activate(journal: Journal) -> None:
+    """Record this process's changes to ``journal``'s server in it from now on."""
+    with _LOCK:
+        _ACTIVE.append((journal, journal.server.host, journal.server.port))
+        if journal_change not in apply.CHANGE_HOOKS:
+            apply.CHANGE_HOOKS.append(journal_change)
+
+
+def deactivate(journal: Journal) -> None:
+    with _LOCK:
+        _ACTIVE[:] = [a for a in _ACTIVE if a[0] is not journal]
+
+
+@contextlib.contextmanager
+def active(journal: Journal) -> Iterator[Journal]:
+    activate(journal)
+    try:
+        yield journal
+    finally:
+        deactivate(journal)
+
+
+def _journal_of(conn: psycopg.Connection[Any]) -> Journal | None:
+    with _LOCK:
+        active_now = list(_ACTIVE)
+    if not active_now:
+        return None
+    host, port = str(conn.info.host), int(conn.info.port)
+    for journal, j_host, j_port in active_now:
+        if (j_host, j_port) == (host, port):
+            return journal
+    # another address of a journaled server (the embedded cluster moves port on restart)
+    with contextlib.suppress(psycopg.Error):
+        sysid = str(_one(conn, "SELECT system_identifier FROM pg_control_system()"))
+        data_directory = _one(conn, "SELECT current_setting('data_directory')")
+        for journal, _, _ in active_now:
+            if (journal.server.system_identifier, journal.server.data_directory) \
+                    == (sysid, data_directory):
+                return journal
+    raise KnobApplyError(
+        f"refusing to change {host}:{port}: this run keeps a restore journal for "
+        f"{', '.join(j.server.describe() for j, _, _ in active_now)} but none for this server "
+        "(a change without one could not be undone if the tuner died)")
+
+
+def journal_change(conn: psycopg.Connection[Any], values: Mapping[str, str | None]) -> None:
+    """Called before every ``ALTER SYSTEM``: the change is durable in the server's journal
+    before the server sees it (a no-op in a process that keeps no journal)."""
+    journal = _journal_of(conn)
+    if journal is not None:
+        journal.record_change({name.lower(): value for name, value in values.items()})

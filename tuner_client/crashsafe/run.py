@@ -1,0 +1,169 @@
+"""What a tuning run does to stay crash-safe (:class:`RunSafety`).
+
+Before touching a server: a journal left by an earlier run that died is found and restored
+first (refused while that run still lives: two tuners on one server would each take the
+other's candidate for the original). Before the first change: the server's journal is written
+and fsynced, made the place every ``ALTER SYSTEM`` is recorded, and the guard is started.
+At the end: the journals are removed once the run has put every server back (the completion
+mark); a server the run could not restore is restored from its journal at once, and the
+journal stays for the guard, the next run or ``harmony restore`` when that fails too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from harmony.base.errors import DatabaseError, HarmonyError
+from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
+from tuner_client.crashsafe.journal import (
+    Journal,
+    ProcessId,
+    activate,
+    deactivate,
+    find_journals,
+    journal_dir,
+    journal_path,
+    read_identity,
+    read_original,
+    server_key,
+)
+from tuner_client.crashsafe.recovery import owner_alive_error, recover
+
+if TYPE_CHECKING:
+    from tuner_client.config import TunerConfig
+    from tuner_client.target import Target
+
+logger = logging.getLogger(__name__)
+
+#: the name the run's own connections show in pg_stat_activity when they set none (libpq's
+#: PGAPPNAME, also pgbench's): the guard ends a dead run's leftover connections by it
+APPLICATION_NAME = "harmony-tuner"
+
+
+def config_key(config: TunerConfig, state_dir: Path | None) -> str:
+    """The journal key of the server a config names, without connecting to it."""
+    if config.database.embedded:
+        from tuner_client.target import default_state_dir
+
+        return server_key("", (state_dir or default_state_dir(config.name)) / "cluster" / "data")
+    return server_key(config.database.dsn or "")
+
+
+def target_key(target: Target) -> str:
+    return server_key(target.dsn, target.cluster.data_dir if target.cluster else None)
+
+
+def leftover_journals(key: str, directory: Path | None = None) -> list[Journal]:
+    """Journals an earlier run left for the server with ``key`` (see :func:`config_key`)."""
+    return find_journals(directory or journal_dir(), key)
+
+
+class RunSafety:
+    """The journals and the guard of one run (see the module docstring)."""
+
+    def __init__(self, config: TunerConfig, run_id: str, *,
+                 directory: Path | None = None) -> None:
+        self.config, self.run_id = config, run_id
+        self.directory = directory or journal_dir()
+        self.mark = secrets.token_hex(8)
+        self.journals: list[Journal] = []
+        self.guard: subprocess.Popen[bytes] | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    def recover_leftovers(self, key: str) -> None:
+        """Restore the server with ``key`` from a journal an earlier run left, before
+        anything else touches it; HarmonyError when that is refused or fails."""
+        for journal in leftover_journals(key, self.directory):
+            if journal.owner.alive():
+                raise owner_alive_error(journal)
+            logger.warning("found %s: the run died before putting the server back; "
+                           "restoring its original configuration first", journal.describe())
+            report = recover(journal, timeout_s=self.config.database.restart_timeout_s)
+            if not report.ok:
+                raise HarmonyError(f"a leftover restore journal was not applied, so this run "
+                                   f"does not start:\n{report.text()}")
+
+    def protect(self, target: Target) -> Journal:
+        """Recover ``target`` if a dead run left it changed, then write its journal and make
+        it record every change; the guard is started with the first journal."""
+        key = target_key(target)
+        self.recover_leftovers(key)
+        auto_conf = None
+        with contextlib.suppress(HarmonyError, OSError, AttributeError):
+            auto_conf = target.controller.read_auto_conf()
+        try:
+            with psycopg.connect(target.dsn, autocommit=True, connect_timeout=10) as conn:
+                identity = read_identity(conn, target.dsn)
+                original = read_original(conn, auto_conf)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"cannot read the configuration to journal from "
+                                f"{target.dsn}: {exc}") from exc
+        journal = Journal(path=journal_path(self.directory, key), key=key,
+                          run_id=self.run_id, config=str(self.config.source),
+                          owner=ProcessId.of(os.getpid()), server=identity, original=original,
+                          controller=target.controller.recipe(),
+                          stop_after=target.cluster is not None, mark=self.mark)
+        journal.save()
+        activate(journal)
+        self.journals.append(journal)
+        if self.guard is None:
+            self._mark_processes()
+            self.guard = start_guard(self.directory, self.mark)
+        logger.info("restore journal %s written before any change (guard pid %s)",
+                    journal.path, self.guard.pid)
+        return journal
+
+    def _mark_processes(self) -> None:
+        """Mark the processes the run starts from now on, and name its connections."""
+        for name, value in ((MARK_VARIABLE, self.mark), ("PGAPPNAME", APPLICATION_NAME)):
+            self._saved_env[name] = os.environ.get(name)
+            if name == MARK_VARIABLE or name not in os.environ:
+                os.environ[name] = value
+
+    def finish(self, restored: bool) -> bool:
+        """The completion mark: each journal removed once its server is as the run meant to
+        leave it (``restored``), or has no change recorded; otherwise restored from the
+        journal now. True when no journal is left."""
+        left = False
+        for journal in self.journals:
+            deactivate(journal)
+            if restored or not journal.changes:
+                journal.complete()
+                continue
+            logger.error("the run could not put %s back; restoring it from its journal",
+                         journal.server.describe())
+            left = not recover(journal, timeout_s=self.config.database.restart_timeout_s).ok \
+                or left
+        self.close()
+        return not left
+
+    def close(self) -> None:
+        """Stop recording (journals left on disk stay for the guard) and unmark the process."""
+        for journal in self.journals:
+            deactivate(journal)
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        if self.guard is not None and not any(j.path.exists() for j in self.journals):
+            # nothing left to guard: the guard sees that too within half a second; reap it so
+            # that a long-lived process running many tunings keeps no zombies
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.guard.wait(timeout=5)
+
+
+def journal_summary(journals: list[Journal]) -> list[dict[str, Any]]:
+    """The leftover journals as the plan and ``validate`` report them."""
+    return [{"path": str(j.path), "run": j.run_id, "config": j.config, "pid": j.owner.pid,
+             "alive": j.owner.alive(), "server": j.server.describe(),
+             "changes": len(j.changes)} for j in journals]

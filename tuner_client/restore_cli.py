@@ -1,0 +1,73 @@
+"""``harmony restore``: put a server back from the restore journal a dead run left, and nothing
+else (:mod:`tuner_client.crashsafe`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from harmony.base.errors import ConfigError, HarmonyError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``harmony restore``."""
+    parser = subparsers.add_parser(
+        "restore", help="put a server back to its configuration before a tuning run that died",
+        description="Restore the original configuration of the servers whose restore journal "
+                    "a tuning run left behind (it died before putting them back: kill -9, the "
+                    "OOM killer, a reboot). Nothing else is done; a journal whose run still "
+                    "lives is skipped, one whose server was changed by hand since is reported "
+                    "and not applied (unless --force).")
+    parser.add_argument("config", type=Path, nargs="?",
+                        help="the tuner config of the run (its server's journal); omit with "
+                             "--all")
+    parser.add_argument("--all", action="store_true",
+                        help="every journal in the journal directory (e.g. at boot)")
+    parser.add_argument("--check", action="store_true",
+                        help="report what would be restored; change nothing")
+    parser.add_argument("--force", action="store_true",
+                        help="restore even where postgresql.auto.conf was changed by hand since")
+    parser.add_argument("--journal-dir", type=Path, default=None,
+                        help="where the journals are (env HARMONY_JOURNAL_DIR; default "
+                             "/var/tmp/harmony-<uid>/journals)")
+    parser.add_argument("--state-dir", type=Path,
+                        default=os.environ.get("HARMONY_STATE_DIR") or None,
+                        help="the embedded cluster's state directory, as given to harmony tune")
+    parser.set_defaults(func=run_restore)
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    """Entry point of ``harmony restore``; the CLI maps errors to exit codes."""
+    from tuner_client.crashsafe.journal import find_journals, journal_dir
+    from tuner_client.crashsafe.recovery import inspect, recover
+    from tuner_client.crashsafe.run import config_key
+
+    if (args.config is None) == (not args.all):
+        raise ConfigError("harmony restore: give a tuner config, or --all for every journal")
+    directory = args.journal_dir or journal_dir()
+    if args.all:
+        journals = find_journals(directory)
+    else:
+        from tuner_client.config import load_tuner_config
+
+        config = load_tuner_config(args.config)
+        state_dir = Path(args.state_dir) / config.name if args.state_dir else None
+        journals = find_journals(directory, config_key(config, state_dir))
+    if not journals:
+        print(f"nothing to restore: no restore journal in {directory}"
+              + ("" if args.all else f" for {args.config}"))
+        return 0
+    failed = 0
+    for journal in journals:
+        print(journal.describe())
+        if journal.owner.alive():
+            print("  skipped: its run is still alive (its guard restores the server when "
+                  "it ends)")
+            continue
+        report = inspect(journal) if args.check else recover(journal, force=args.force)
+        print(report.text())
+        failed += not report.ok
+    if failed:
+        raise HarmonyError(f"{failed} of {len(journals)} journal(s) not restored; see above")
+    return 0
