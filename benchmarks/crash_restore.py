@@ -138,7 +138,7 @@ class Bench:
 
 
 def _guard_pids(owner: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", f"crashsafe.guard .*--owner {owner}$"],
+    found = subprocess.run(["pgrep", "-f", f"crashsafe.guard .*--owner {owner}( |$)"],
                            capture_output=True, text=True)
     return [int(p) for p in found.stdout.split()]
 
@@ -248,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(cases[-1]), flush=True)
     finally:
         bench.cluster.stop()
-    result = {"benchmark": "crash_restore", "command": " ".join(["python -m benchmarks."
-                                                                 "crash_restore", *(argv or sys.argv[1:])]),
+    command = " ".join(["python -m benchmarks.crash_restore", *(argv or sys.argv[1:])])
+    result = {"benchmark": "crash_restore", "command": command,
               "machine": machine(), "date": time.strftime("%Y-%m-%d"),
               "full_run_s": round(length, 1), "full_run": full,
               "summary": summarize(cases, args.mode), "cases": cases}

@@ -49,7 +49,7 @@ CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})
 #: two or three clusters, 45-90 s)
 SLOW_FILES = frozenset({
     "test_workloads_tpch.py", "test_controllers.py", "test_api_fuzz.py", "test_flows.py",
-    "test_flows_wiring.py", "test_replicas.py", "test_report_browser.py",
+    "test_flows_wiring.py", "test_replicas.py", "test_report_browser.py", "test_crashsafe.py",
 })
 
 

@@ -136,16 +136,25 @@ def _recover(directory: Path, mark: str, paths: list[Path], killed: list[int]) -
     return 0 if ok else 1
 
 
-def start_guard(directory: Path, mark: str, owner: int | None = None) -> subprocess.Popen[bytes]:
-    """Start the guard of the run with ``mark`` whose journals are in ``directory``."""
+def start_guard(directory: Path, mark: str, owner: int | None = None) -> int:
+    """Start the guard of the run with ``mark`` whose journals are in ``directory``; its pid.
+
+    The guard is not the tuner's child: the process started here forks it and exits at once
+    (waited for here), so the guard belongs to no one the tuner waits for, and nothing of the
+    tuner's (its process group, its terminal, its exit) reaches it.
+    """
     env = {k: v for k, v in os.environ.items() if k != MARK_VARIABLE}
     # the guard imports this project from wherever the tuner did
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return subprocess.Popen(
+    starter = subprocess.run(
         [sys.executable, "-m", "tuner_client.crashsafe.guard", "--dir", str(directory),
-         "--mark", mark, "--owner", str(owner if owner is not None else os.getpid())],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        cwd="/", env=env, start_new_session=True, close_fds=True)
+         "--mark", mark, "--owner", str(owner if owner is not None else os.getpid()),
+         "--detach"],
+        stdin=subprocess.DEVNULL, capture_output=True, cwd="/", env=env,
+        start_new_session=True, close_fds=True, check=False, timeout=60)
+    if starter.returncode != 0 or not starter.stdout.strip().isdigit():
+        raise OSError(f"the guard did not start: {starter.stderr.decode(errors='replace')}")
+    return int(starter.stdout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,7 +163,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, required=True, help="the journals' directory")
     parser.add_argument("--mark", required=True, help="the run's mark")
     parser.add_argument("--owner", type=int, required=True, help="the tuner's pid")
+    parser.add_argument("--detach", action="store_true",
+                        help="fork, print the guard's pid and return at once")
     args = parser.parse_args(argv)
+    if args.detach:
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        # the guard itself: let go of the starter's pipes
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the tuner
     return watch(args.dir, args.mark, args.owner)

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import secrets
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,7 @@ class RunSafety:
         self.directory = directory or journal_dir()
         self.mark = secrets.token_hex(8)
         self.journals: list[Journal] = []
-        self.guard: subprocess.Popen[bytes] | None = None
+        self.guard: int | None = None  # the guard's pid
         self._saved_env: dict[str, str | None] = {}
 
     def recover_leftovers(self, key: str) -> None:
@@ -118,7 +117,7 @@ class RunSafety:
             self._mark_processes()
             self.guard = start_guard(self.directory, self.mark)
         logger.info("restore journal %s written before any change (guard pid %s)",
-                    journal.path, self.guard.pid)
+                    journal.path, self.guard)
         return journal
 
     def _mark_processes(self) -> None:
@@ -146,7 +145,8 @@ class RunSafety:
         return not left
 
     def close(self) -> None:
-        """Stop recording (journals left on disk stay for the guard) and unmark the process."""
+        """Stop recording and unmark the process; journals left on disk stay for the guard (which
+        exits by itself within half a second once none of the run's is left)."""
         for journal in self.journals:
             deactivate(journal)
         for name, value in self._saved_env.items():
@@ -155,11 +155,6 @@ class RunSafety:
             else:
                 os.environ[name] = value
         self._saved_env.clear()
-        if self.guard is not None and not any(j.path.exists() for j in self.journals):
-            # nothing left to guard: the guard sees that too within half a second; reap it so
-            # that a long-lived process running many tunings keeps no zombies
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.guard.wait(timeout=5)
 
 
 def journal_summary(journals: list[Journal]) -> list[dict[str, Any]]:
