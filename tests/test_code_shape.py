@@ -32,7 +32,12 @@ NEAR_MODULE_LINES = 20
 LONG_FUNCTIONS: set[str] = set()
 #: modules that may run over MAX_MODULE_LINES, each with the reason (a table of data, one
 #: concept that does not part); the reason is what a reviewer weighs, so say why
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "tuner_client/config/model.py": (
+        "a table: one frozen dataclass per section of the YAML config, every field with its "
+        "default and the comment that documents it; the one place every default is stated "
+        "(the parser falls back on it), which a split by count would scatter"),
+}
 #: ``path:line`` of imports inside functions today, by module (only shrinks); a heavy optional
 #: third-party import kept lazy on purpose is listed in LAZY_ON_PURPOSE with the reason
 INNER_IMPORTS = {
