@@ -27,14 +27,7 @@ from harmony.core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knob_proposals import (
-    Proposal,
-    WorkloadStats,
-    auto_knob_specs,
-    loopback,
-    propose,
-    read_workload_stats,
-)
+from tuner_client.knob_proposals import Proposal, auto_knob_specs, loopback, propose
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.plan_live import LivePlan, live_plan
@@ -47,6 +40,7 @@ from tuner_client.plan_window import (
 )
 from tuner_client.stats.screening import pb_runs
 from tuner_client.target import read_catalog
+from tuner_client.workload_stats import WorkloadStats, read_workload_stats
 
 #: settings a tuner must never change on its own: they trade durability for speed
 DURABILITY_KNOBS = ("fsync", "synchronous_commit", "full_page_writes")
