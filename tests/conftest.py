@@ -12,6 +12,10 @@ Every test that uses one of these fixtures (directly or through another fixture,
 ``tune_fixtures.tpch_cluster``) is marked ``postgres`` at collection, so ``-m "not postgres"``
 is a run without any cluster; files listed in :data:`SLOW_FILES` are marked ``slow``.
 
+A test's ``shape_report`` property (``record_property``, a list of lines) is printed in the
+run's summary, passed or not: tests/test_code_shape.py reports the modules near the line limit
+so: a report that must not fail the run (warnings are errors here).
+
 initdb runs once per session into a stopped template; every cluster is a copy of it (a copy
 takes well under a second, initdb several on a loaded machine). State directories live under
 /tmp (not pytest's 0700 tmp dirs) so that the unprivileged user PostgreSQL runs as when the
@@ -60,6 +64,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.postgres)
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print every ``shape_report`` property the tests recorded, under its own heading."""
+    for report in [r for outcome in ("passed", "failed")
+                   for r in terminalreporter.stats.get(outcome, ())]:
+        for name, value in getattr(report, "user_properties", ()):
+            if name == "shape_report" and report.when == "call":
+                terminalreporter.section("code shape")
+                for line in value:
+                    terminalreporter.write_line(line)
 
 
 def _new_state_dir(tag: str) -> Path:

@@ -1,30 +1,43 @@
 """The code keeps a shape a maintainer can hold: no function over 80 lines, no module over 400
-lines, no import inside a function, in product code. Each allow-list below names today's
-exceptions; it may only shrink: a new long function, long module or function-level import
-fails, and so does an entry that no longer needs to be listed (remove it when its area is
-split). Counts come from each module's syntax tree (a function's lines run from ``def`` to its
-last statement, nested functions included).
+lines, no import inside a function, in product code. Counts come from each module's syntax
+tree (a function's lines run from ``def`` to its last statement, nested functions included).
 
-Pure tables (a dict or tuple of data, a schema) may be long; list such a module in
-``TABLES`` with the reason.
+The limits are smell detectors, not targets: a module pressed against 400 lines was cut by
+count, not by concern (docs/conventions.md, "Limits are smell detectors"). So a module over
+400 lines fails only when :data:`LONG_MODULES` does not list it with the reason it may be
+long (a table of data, one concept that does not part); an entry that no longer needs to be
+listed fails too. Modules within :data:`NEAR_MODULE_LINES` of the limit are reported, never
+failed (:func:`test_modules_near_the_limit_are_reported`): a prompt to look for a seam, not
+to trim the rationale that explains the code.
+
+The function and import allow-lists name today's exceptions; they may only shrink: a new
+long function or function-level import fails, and so does an entry that no longer needs to
+be listed (remove it when its area is split).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 400
+#: modules this close to MAX_MODULE_LINES (or over it, listed) are reported in the summary
+NEAR_MODULE_LINES = 20
 
 #: functions over MAX_FUNCTION_LINES today, as ``path:qualified name`` (only shrinks)
 LONG_FUNCTIONS: set[str] = set()
-#: modules over MAX_MODULE_LINES today (only shrinks)
-LONG_MODULES: set[str] = set()
-#: long modules that are pure tables, with the reason (never counted as long)
-TABLES: dict[str, str] = {}
+#: modules that may run over MAX_MODULE_LINES, each with the reason (a table of data, one
+#: concept that does not part); the reason is what a reviewer weighs, so say why
+LONG_MODULES: dict[str, str] = {
+    "tuner_client/config/model.py": (
+        "a table: one frozen dataclass per section of the YAML config, every field with its "
+        "default and the comment that documents it; the one place every default is stated "
+        "(the parser falls back on it), which a split by count would scatter"),
+}
 #: ``path:line`` of imports inside functions today, by module (only shrinks); a heavy optional
 #: third-party import kept lazy on purpose is listed in LAZY_ON_PURPOSE with the reason
 INNER_IMPORTS = {
@@ -58,16 +71,14 @@ def _walk(node: ast.AST, prefix: str, in_function: bool, out: dict[str, list]) -
 
 
 def _shape() -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """``(long functions, long modules, inner imports per module)`` of the product code."""
+    """``(long functions, module lines, inner imports per module)`` of the product code."""
     functions: dict[str, int] = {}
     modules: dict[str, int] = {}
     imports: dict[str, int] = {}
     for path in _modules():
         text = path.read_text()
         rel = _rel(path)
-        lines = len(text.splitlines())
-        if lines > MAX_MODULE_LINES and rel not in TABLES:
-            modules[rel] = lines
+        modules[rel] = len(text.splitlines())
         found: dict[str, list] = {"functions": [], "imports": []}
         _walk(ast.parse(text, filename=rel), "", False, found)
         functions.update({f"{rel}:{name}": n for name, n in found["functions"]
@@ -86,13 +97,41 @@ def test_no_new_long_function() -> None:
     assert fixed == set(), f"no longer over {MAX_FUNCTION_LINES} lines; drop from the list: {fixed}"
 
 
-def test_no_new_long_module() -> None:
+def test_no_unlisted_long_module() -> None:
     _, modules, _ = _shape()
-    new = {m: n for m, n in modules.items() if m not in LONG_MODULES}
-    assert new == {}, (f"modules over {MAX_MODULE_LINES} lines; split them by job (or list a "
-                       f"pure table in TABLES with the reason): {new}")
-    fixed = LONG_MODULES - set(modules)
+    long = {m: n for m, n in modules.items() if n > MAX_MODULE_LINES}
+    new = {m: n for m, n in long.items() if m not in LONG_MODULES}
+    assert new == {}, (f"modules over {MAX_MODULE_LINES} lines; split them where their concepts "
+                       f"part (not by trimming docstrings), or list one that reads as a table "
+                       f"or holds one concept in LONG_MODULES with the reason: {new}")
+    fixed = set(LONG_MODULES) - set(long)
     assert fixed == set(), f"no longer over {MAX_MODULE_LINES} lines; drop from the list: {fixed}"
+    vague = [m for m, why in LONG_MODULES.items() if len(why.split()) < 4]
+    assert vague == [], f"say why each listed module may be long: {vague}"
+
+
+def near_limit(modules: dict[str, int]) -> dict[str, int]:
+    """The modules within :data:`NEAR_MODULE_LINES` of the limit or over it, longest first."""
+    near = {m: n for m, n in modules.items() if n >= MAX_MODULE_LINES - NEAR_MODULE_LINES}
+    return dict(sorted(near.items(), key=lambda item: (-item[1], item[0])))
+
+
+def test_modules_near_the_limit_are_reported(record_property: Callable[[str, object], None]
+                                             ) -> None:
+    """Never fails on the modules' lengths: records the modules near the limit as the test's
+    ``shape_report`` property, which tests/conftest.py prints in the run's summary (a Python
+    warning would fail the run: pyproject's filterwarnings makes warnings errors)."""
+    _, modules, _ = _shape()
+    near = near_limit(modules)
+    lines = [f"{m}: {n} lines" + (f" (listed: {LONG_MODULES[m]})" if m in LONG_MODULES else "")
+             for m, n in near.items()]
+    record_property("shape_report",
+                    [f"modules within {NEAR_MODULE_LINES} lines of the {MAX_MODULE_LINES}-line "
+                     f"limit or over it ({len(lines)}): look for a seam, keep the rationale",
+                     *lines])
+    assert near_limit({"a.py": MAX_MODULE_LINES - NEAR_MODULE_LINES - 1,
+                       "b.py": MAX_MODULE_LINES - NEAR_MODULE_LINES, "c.py": 450}) \
+        == {"c.py": 450, "b.py": MAX_MODULE_LINES - NEAR_MODULE_LINES}
 
 
 def test_no_new_import_inside_a_function() -> None:

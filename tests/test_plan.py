@@ -14,17 +14,11 @@ import yaml
 from harmony.base.errors import ConfigError
 from harmony.cli import main
 from tuner_client.config import DEFAULT_ONLINE_KNOBS, tuner_config_from_dict
-from tuner_client.knob_proposals import (
-    StatementStats,
-    WorkloadStats,
-    choose_online_knobs,
-    propose,
-    proposed_knobs,
-    read_workload_stats,
-)
+from tuner_client.knob_proposals import choose_online_knobs, propose, proposed_knobs
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.plan import make_plan
 from tuner_client.target import Target, read_catalog
+from tuner_client.workload_stats import StatementStats, WorkloadStats, read_workload_stats
 
 
 def _stats(**changes: Any) -> WorkloadStats:

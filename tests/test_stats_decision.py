@@ -12,7 +12,7 @@ from tuner_client.phases.final import _search_ratios, decision_labels
 from tuner_client.phases.state import RunState
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
-from tuner_client.stats.racing import Race
+from tuner_client.stats.racing import Race, RaceBudget, RaceRules
 from tuner_client.stats.unstable import spread_reason
 
 FIVE_PCT = NoiseModel.measured().with_(point_cv=0.05)
@@ -28,8 +28,9 @@ def _run(truths: dict[str, float], seed: int, model: NoiseModel, *, max_rounds: 
     searched = [c for c in truths if c not in ("default", "pgtune")]
     eligible, reported = decision_labels(searched, ["pgtune"] if "pgtune" in truths else [])
     race = Race(lambda label: obj.measure({"label": label}, 20.0), eligible,
-                baselines=reported, min_samples=3, max_rounds=max_rounds,
-                close_call_rounds=close_call_rounds, rotation=seed)
+                baselines=reported,
+                budget=RaceBudget(max_rounds=max_rounds, close_call_rounds=close_call_rounds),
+                rules=RaceRules(min_samples=3), rotation=seed)
     rounds = list(race.run().rounds)
     return decide(rounds, baselines=reported, candidates=eligible), len(rounds)
 

@@ -5,20 +5,21 @@ produce no winner, and neither budget is ever exceeded."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import pytest
 
 from harmony.base.errors import ConfigError
 from tuner_client.stats.decision import decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
-from tuner_client.stats.racing import Race, RaceBudget, RaceResult
+from tuner_client.stats.racing import Race, RaceBudget, RaceResult, RaceRules
 
 SEEDS = 500
 
 
 def _race(truths: dict[str, float], seed: int, budget: RaceBudget, *,
           model: NoiseModel | None = None, seconds: dict[str, float] | None = None,
-          use_clock: bool = True, **options: object) -> RaceResult:
+          use_clock: bool = True, rules: RaceRules | None = None) -> RaceResult:
     """A race of every label but ``default`` on a simulated clock; a sample of a label takes
     ``seconds[label]`` (20 s by default)."""
     obj = NoisyObjective(lambda p: 100.0 * truths[p["label"]], model or NoiseModel.measured(),
@@ -26,9 +27,9 @@ def _race(truths: dict[str, float], seed: int, budget: RaceBudget, *,
     length = seconds or {}
     race = Race(lambda label: obj.measure({"label": label}, length.get(label, 20.0)),
                 [c for c in truths if c != "default" and c != "pgtune"],
-                baselines=["pgtune"] if "pgtune" in truths else [], budget=budget,
-                clock=(lambda: obj.now) if use_clock else None, rotation=seed,
-                **options)  # type: ignore[arg-type]
+                baselines=["pgtune"] if "pgtune" in truths else [],
+                budget=replace(budget, clock=(lambda: obj.now) if use_clock else None),
+                rules=rules, rotation=seed)
     return race.run()
 
 
@@ -83,11 +84,11 @@ def test_close_calls_run_on_and_identical_candidates_do_not() -> None:
     63.7 % measured): ≤ 8 % and ≤ 6.3 rounds for the identical ones, ≥ 30 % for the real
     gain, never past 12, and every stop says why."""
     five = NoiseModel.measured().with_(point_cv=0.05)
-    options = {"min_samples": 3, "max_rounds": 6, "close_call_rounds": 12}
-    same = [_race({"default": 1.0, "a": 1.0, "b": 1.0}, seed, RaceBudget(), model=five,
-                  **options) for seed in range(300)]
-    gain = [_race({"default": 1.0, "a": 1.0, "b": 1.12}, seed, RaceBudget(), model=five,
-                  **options) for seed in range(300)]
+    budget, rules = RaceBudget(max_rounds=6, close_call_rounds=12), RaceRules(min_samples=3)
+    same = [_race({"default": 1.0, "a": 1.0, "b": 1.0}, seed, budget, model=five,
+                  rules=rules) for seed in range(300)]
+    gain = [_race({"default": 1.0, "a": 1.0, "b": 1.12}, seed, budget, model=five,
+                  rules=rules) for seed in range(300)]
     assert sum(len(r.rounds) > 6 for r in same) / 300 <= 0.08
     assert statistics.fmean(len(r.rounds) for r in same) <= 6.3
     assert sum(len(r.rounds) > 6 for r in gain) / 300 >= 0.30
@@ -95,7 +96,7 @@ def test_close_calls_run_on_and_identical_candidates_do_not() -> None:
     stops = {r.stopped.split(" ")[1] for r in same + gain if len(r.rounds) > 6}
     assert stops <= {"close", "close-call", "is"}, stops  # ended, limit, or "b is clearly best"
     with pytest.raises(ConfigError, match="close_call_rounds"):
-        Race(lambda label: 1.0, ["a"], max_rounds=6, close_call_rounds=5)
+        Race(lambda label: 1.0, ["a"], budget=RaceBudget(max_rounds=6, close_call_rounds=5))
 
 
 @pytest.mark.parametrize("use_clock", [True, False])
@@ -107,8 +108,8 @@ def test_the_seconds_budget_is_never_exceeded(use_clock: bool) -> None:
     for seed in range(40):
         budget = 300.0 + 37.0 * seed
         r = _race({"default": 1.0, "a": 1.0, "b": 1.02, "pgtune": 1.0}, seed,
-                  RaceBudget(seconds=budget), seconds=lengths, use_clock=use_clock,
-                  cost=None if use_clock else lengths.__getitem__)
+                  RaceBudget(seconds=budget, cost=None if use_clock else lengths.__getitem__),
+                  seconds=lengths, use_clock=use_clock)
         assert 0 < r.seconds <= budget, (seed, r.seconds, budget)
         if r.winner is None and len(r.racing) == 2:
             # a round of all four takes 120 s: the race stopped with less than that left
@@ -143,7 +144,8 @@ def test_failures_a_late_candidate_and_bad_input() -> None:
 
     obj = NoisyObjective(lambda p: {"default": 100.0, "a": 60.0, "b": 130.0}[p["label"]],
                          NoiseModel.quiet().with_(point_cv=0.02), 0)
-    race = Race(lambda label: obj.measure({"label": label}), ["a"], max_rounds=20)
+    race = Race(lambda label: obj.measure({"label": label}), ["a"],
+                budget=RaceBudget(max_rounds=20))
     while race.step():
         pass
     assert race.stopped == "every candidate was dropped"
@@ -156,8 +158,9 @@ def test_failures_a_late_candidate_and_bad_input() -> None:
     with pytest.raises(ConfigError, match="cost of a sample"):
         Race(lambda label: 1.0, ["a"], budget=RaceBudget(seconds=60))
     with pytest.raises(ConfigError, match="at least 2 paired"):
-        Race(lambda label: 1.0, ["a"], max_rounds=5, min_samples=1)
+        Race(lambda label: 1.0, ["a"], budget=RaceBudget(max_rounds=5),
+             rules=RaceRules(min_samples=1))
     with pytest.raises(ConfigError, match="distinct"):
-        Race(lambda label: 1.0, ["default"], max_rounds=5)
+        Race(lambda label: 1.0, ["default"], budget=RaceBudget(max_rounds=5))
     with pytest.raises(ConfigError, match="positive number of seconds"):
         RaceBudget(seconds=0)

@@ -4,14 +4,14 @@ The plan connects read-only (``pg_settings`` and the statistics views; for the e
 a throw-away cluster in a temporary directory gives the catalog) and changes nothing. It
 states the knobs per phase with their ranges as written and after the memory budget, which
 need a restart and how many restarts the run may make, the evaluations and measuring windows
-per phase with a time estimate, the screening design, what is held and why, and the knobs the
-workload's statistics point at (:mod:`tuner_client.knob_proposals`) with their evidence.
+per phase with a time estimate (:mod:`tuner_client.plan_phases`), the screening design, what
+is held and why, and the knobs the workload's statistics point at
+(:mod:`tuner_client.knob_proposals`) with their evidence.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -27,17 +27,11 @@ from harmony.core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knob_proposals import (
-    Proposal,
-    WorkloadStats,
-    auto_knob_specs,
-    loopback,
-    propose,
-    read_workload_stats,
-)
+from tuner_client.knob_proposals import Proposal, auto_knob_specs, loopback, propose
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.plan_live import LivePlan, live_plan
+from tuner_client.plan_phases import PhasePlan, phase_plans
 from tuner_client.plan_window import (
     TimedWindow,
     needs_timing,
@@ -45,8 +39,8 @@ from tuner_client.plan_window import (
     window_seconds,
     with_restarts,
 )
-from tuner_client.stats.screening import pb_runs
 from tuner_client.target import read_catalog
+from tuner_client.workload_stats import WorkloadStats, read_workload_stats
 
 #: settings a tuner must never change on its own: they trade durability for speed
 DURABILITY_KNOBS = ("fsync", "synchronous_commit", "full_page_writes")
@@ -64,19 +58,6 @@ class KnobPlan:
     current: str
     configured: str
     after_budget: str
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    """One phase of the run: its evaluations, measuring windows and restarts (upper bounds),
-    and its time when a window's length is known."""
-
-    name: str
-    evaluations: int
-    windows: int
-    restarts: int
-    seconds: float | None
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -149,7 +130,7 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
                                in_force))
         window_s, basis = window_seconds(config, stats, timed)
         phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed))
-                  for p in _phases(config, offline, online, window_s)]
+                  for p in phase_plans(config, offline, online, window_s)]
         version = (f"{catalog.server_version_num // 10000}.{catalog.server_version_num % 100}"
                    if catalog.server_version_num else None)
         b = budget.budget
@@ -289,65 +270,6 @@ def _range_text(param: dict[str, Any], p: Any) -> str:
     if param.get("type") == "enum":
         return "{" + ", ".join(str(v) for v in param["values"]) + "}"
     return f"{p.setting(param['min'])} .. {p.setting(param['max'])}"
-
-
-def _phases(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
-            window_s: float | None) -> list[PhasePlan]:
-    m = config.measure
-    # a paired block: the reference, the candidate's samples; the trailing reference opens
-    # the next block
-    per_eval = m.samples + 1 if m.paired else m.samples
-    warm = m.warmup_s
-    restart_warm = m.restart_warmup_s if m.restart_warmup_s is not None else m.warmup_s
-
-    def seconds(windows: int, warmups: int, warmup_s: float) -> float | None:
-        return None if window_s is None else windows * window_s + warmups * warmup_s
-
-    phases: list[PhasePlan] = []
-    passes = config.flow.max_passes
-    if offline.names:
-        evals = config.offline.evaluations * passes
-        probes = config.bme.probes if config.bme.enabled else 0
-        windows = evals * per_eval
-        restarts = 2 * evals + probes
-        secs = seconds(windows, 2 * evals, restart_warm)
-        if secs is not None:
-            # each probe may first wait up to settle_s for its buffer to settle
-            secs += probes * (config.bme.probe_seconds + config.bme.settle_s)
-        detail = (f"{config.offline.strategy} over {', '.join(offline.names)}, "
-                  f"{config.offline.evaluations} evaluations a pass"
-                  + (f", {probes} BME probes first (each settles up to "
-                     f"{config.bme.settle_s:g} s)" if probes else "")
-                  + "; every evaluation restarts the server (candidate, then reference)")
-        phases.append(PhasePlan("offline", evals, windows, restarts, secs, detail))
-    if config.screening.enabled and online.names:
-        k = len(online.names)
-        runs = (pb_runs(k) if config.screening.design == "pb" else 2 * k) \
-            * config.screening.replicates
-        windows = runs * config.screening.samples + math.ceil(runs / 2) + 1
-        phases.append(PhasePlan(
-            "screening", runs, windows, 0, seconds(windows, runs, warm),
-            f"{config.screening.design.upper()} design over {k} knobs, "
-            f"{config.screening.replicates} replicate(s): {runs} runs, the default measured "
-            f"every 2 runs; knobs whose effect clears {config.screening.z:g} standard errors "
-            f"are searched"))
-    if online.names:
-        evals = config.online.evaluations * passes
-        windows = evals * per_eval
-        phases.append(PhasePlan(
-            "online", evals, windows, 0, seconds(windows, evals, warm),
-            f"{config.online.strategy} over {', '.join(online.names)} (ALTER SYSTEM + reload)"))
-    f = config.final
-    labels = 1 + f.candidates + len(f.baselines) + (1 if f.recommended else 0)
-    windows = f.close_call_rounds * labels
-    restarts = windows if offline.names else 0
-    phases.append(PhasePlan(
-        "final", f.close_call_rounds * labels, windows, restarts + (1 if offline.names else 0),
-        seconds(windows, windows, restart_warm if offline.names else warm),
-        f"the default, {f.candidates} candidate(s) and baselines {list(f.baselines)} raced in "
-        f"{f.rounds}..{f.close_call_rounds} rounds; the original configuration is restored "
-        f"at the end" + (" (a restart)" if offline.names else "")))
-    return phases
 
 
 def _held(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace, online: KnobSpace,

@@ -16,8 +16,8 @@ import psycopg
 from harmony.base.errors import WorkloadError
 from tuner_client.budget import BudgetView
 from tuner_client.config import TunerConfig, format_bytes
-from tuner_client.knob_proposals import WorkloadStats
 from tuner_client.knob_proposals import loopback as is_local
+from tuner_client.workload_stats import WorkloadStats
 from workloads.observe import check_pg_stat_statements
 
 

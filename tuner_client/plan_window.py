@@ -16,9 +16,9 @@ from pathlib import Path
 
 from harmony.base.errors import HarmonyError
 from tuner_client.config import TunerConfig
-from tuner_client.knob_proposals import WorkloadStats
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.target import fill_embedded, make_workload, stream_count
+from tuner_client.workload_stats import WorkloadStats
 
 logger = logging.getLogger(__name__)
 

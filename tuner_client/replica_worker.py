@@ -30,13 +30,9 @@ from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import METADATA_KEY, Reference
 from tuner_client.phases.prepare import leave_server, prepare
-from tuner_client.phases.session_loop import (
-    PairedTrials,
-    Shared,
-    claimed_by_others,
-    member_loop,
-)
+from tuner_client.phases.session_loop import Shared, claimed_by_others, member_loop
 from tuner_client.phases.state import RunContext
+from tuner_client.phases.trials import PairedTrials
 from tuner_client.target import Target, open_target
 
 logger = logging.getLogger(__name__)

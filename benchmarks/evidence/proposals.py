@@ -38,13 +38,9 @@ from tuner_client.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knob_proposals import (
-    WorkloadStats,
-    observe_workload,
-    propose,
-    proposed_knobs,
-)
+from tuner_client.knob_proposals import propose, proposed_knobs
 from tuner_client.target import Target, make_workload, open_target
+from tuner_client.workload_stats import WorkloadStats, observe_workload
 
 MB = 1024**2
 SQL = Path(__file__).resolve().parent / "sql"

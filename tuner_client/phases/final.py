@@ -55,7 +55,7 @@ from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, Tu
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, FinalDecision, decide
 from tuner_client.stats.paired import Method
-from tuner_client.stats.racing import Race, RaceBudget
+from tuner_client.stats.racing import Race, RaceBudget, RaceRules
 
 logger = logging.getLogger(__name__)
 
@@ -173,11 +173,11 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
             f"candidates near it")
 
     race = Race(measure, racing, reference="default", baselines=reported,
-                budget=RaceBudget(seconds=cfg.max_seconds),
-                min_samples=min_rounds, max_rounds=max_rounds,
-                close_call_rounds=max(max_rounds, cfg.close_call_rounds),
-                level=cfg.level, clock=time.monotonic, method=INTERVAL_METHOD,
-                also_compared=narrowed.also_compared,
+                budget=RaceBudget(seconds=cfg.max_seconds, max_rounds=max_rounds,
+                                  close_call_rounds=max(max_rounds, cfg.close_call_rounds),
+                                  clock=time.monotonic),
+                rules=RaceRules(min_samples=min_rounds, level=cfg.level, method=INTERVAL_METHOD,
+                                also_compared=narrowed.also_compared),
                 claim=claim if cfg.until == "claim" else None)
     result = race.run()
     for label, why in result.dropped.items():

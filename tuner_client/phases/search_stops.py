@@ -24,12 +24,16 @@ from tuner_client.measurer import PointRecord
 from tuner_client.stats.per_transaction import rank_compare
 from workloads.per_transaction.trace import Trace
 
-#: the level a run in progress is looked at with (:func:`ranked`): it stops once the search can
-#: rank (a wrong order costs a step, never a recommendation), not once it could claim
+#: the level of the intervals a run in progress is looked at with (:func:`ranked`): a run
+#: stops when the search can rank, not when it could claim. A wrong order among close
+#: candidates costs the simplex a step, never a recommendation (the final race re-measures
+#: with its own anytime-valid intervals), and at 80 % a candidate with no gain is below 1.05
+#: after about a third of the transactions the 95 % interval needs (half-width ∝ z/√n)
 RANK_LEVEL = 0.80
 #: a run ends once every candidate's interval is this narrow (±3 %, log scale) ...
 SETTLED_HALF_WIDTH = 0.03
-#: ... or narrower than this share of its own effect (a 1.26× at ±5.8 %): enough to rank it ...
+#: ... or narrower than this share of its own effect (a 1.26× candidate at ±5.8 %): enough to
+#: rank it, where the search needs no more ...
 SETTLED_SHARE_OF_EFFECT = 0.25
 #: ... or its whole interval below this: it cannot be a gain worth taking (5 %, the smallest
 #: the tuner means to resolve), and the search moves away from it however much it loses
@@ -48,7 +52,9 @@ def ranked(trace: Trace, seed: int = 0) -> bool:
     (0) well enough for the search: each one's :data:`RANK_LEVEL` interval within
     ±:data:`SETTLED_HALF_WIDTH`, within :data:`SETTLED_SHARE_OF_EFFECT` of its own log effect,
     or wholly below :data:`SETTLED_NO_GAIN`. False while a comparison cannot be made yet (too
-    few slices or transactions). Slices as short as a ranking allows (:func:`rank_compare`)."""
+    few slices or transactions). Slices as short as
+    :func:`~tuner_client.stats.per_transaction.ranking_slice_s` allows
+    (:func:`~tuner_client.stats.per_transaction.rank_compare`): the search ranks."""
     for k in range(1, len(trace.configurations)):
         try:
             result = rank_compare(trace, 0, k, level=RANK_LEVEL, seed=seed,

@@ -4,14 +4,8 @@ Every live replica (one in a run on one database) runs the same loop, in its own
 there are several (and a replica on another host runs it in its own process,
 :mod:`tuner_client.replica_worker`): claim an evaluation of the session's budget, fetch a
 trial under the replica's own client id, measure it, report, keep the record. A trial is
-measured one of two ways (:class:`Trials`):
-
-- paired (``measure.paired``): one block beside the session's reference *on that replica*
-  (:func:`tuner_client.phases.blocks.measure_block`), reported as one value (on a replicated
-  pool the ratio times the session's pooled level, :class:`~.blocks.SessionReferences`);
-- unpaired (a pool of one only): each fetched trial is one sample
-  (:meth:`Measurer.sample`) and the session's ``agg`` plugin asks for the same point
-  ``measure.samples`` times.
+measured paired (one block beside the session's reference on that replica) or unpaired (one
+sample per fetched trial): :mod:`tuner_client.phases.trials`.
 
 A failure (a refused or failed apply, a failed sample) is reported as such. A replica whose
 measurement fails while its database no longer answers is dropped: it leaves the session,
@@ -25,18 +19,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from harmony.base.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
-from tuner_client.measurer import Measurer, PointRecord, aggregate
-from tuner_client.metrics import TunerMetrics
-from tuner_client.phases.blocks import Reference, SessionReferences, measure_block
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.blocks import SessionReferences
 from tuner_client.phases.state import RunContext, RunState, record_point
+from tuner_client.phases.trials import Measured, PairedTrials, SampledTrials, Trials
 from tuner_client.replicas import Replica
 
 logger = logging.getLogger(__name__)
@@ -109,95 +101,6 @@ class Shared:
     def unclaim(self) -> None:
         with self.lock:
             self.claimed -= 1
-
-
-@dataclass
-class Measured:
-    """What measuring one fetched trial gave: the value to report (or the failure), and the
-    record when the evaluation is finished (``ask``: whether ``after_eval`` sees it)."""
-
-    value: float | None
-    failure: str | None
-    record: PointRecord | None = None
-    ask: bool = True
-
-
-class Trials(ABC):
-    """How one replica measures the trials it fetches (paired blocks or single samples)."""
-
-    label: str
-    #: the objective's unit, as the log prints values (:attr:`RunContext.unit`)
-    unit: str = "queries/min"
-
-    @property
-    def midway(self) -> bool:
-        """True while an evaluation spans more fetches (its next trial needs no claim)."""
-        return False
-
-    @abstractmethod
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
-        """Measure one fetched trial of ``point`` (``settings``: its knob values)."""
-
-
-class PairedTrials(Trials):
-    """Each trial one block beside ``ref`` on ``measurer`` (:func:`measure_block`)."""
-
-    def __init__(self, measurer: Measurer, metrics: TunerMetrics, label: str, ref: Reference,
-                 pooled_level: float | None = None) -> None:
-        self.measurer, self.metrics, self.label, self.ref = measurer, metrics, label, ref
-        self.pooled_level = pooled_level
-
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
-        record = measure_block(self.measurer, self.metrics, self.ref, self.label, point,
-                               settings)
-        if self.pooled_level is not None and record.ratio is not None:
-            record.value = record.ratio * self.pooled_level
-        return Measured(record.value, None if record.value is not None
-                        else record.failure or "not measured", record)
-
-
-class SampledTrials(Trials):
-    """Each trial one sample of its point; the record is finished after ``samples``."""
-
-    def __init__(self, measurer: Measurer, label: str, samples: int, how: str) -> None:
-        self.measurer, self.label, self.samples, self.how = measurer, label, samples, how
-        self.current: PointRecord | None = None
-
-    @property
-    def midway(self) -> bool:
-        return self.current is not None
-
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
-        current = self.current
-        if current is None or current.point != point:
-            current = self.current = PointRecord(session=self.label, point=dict(point),
-                                                 settings=settings)
-            outcome = self.measurer.apply(settings)
-            current.restart_s, current.apply_s = outcome.restart_s, outcome.apply_s
-            current.prewarm = outcome.prewarm.to_dict() if outcome.prewarm is not None else None
-            current.in_force = dict(self.measurer.in_force)
-            if outcome.failure is not None:
-                return self._failed(current, outcome.failure)
-        try:
-            sample = self.measurer.sample()
-        except HarmonyError as exc:
-            logger.warning("[%s] %s: sampling failed: %s", self.label, settings, exc)
-            return self._failed(current, f"sampling failed: {exc}")
-        current.samples.append(sample)
-        logger.info("[%s] %s sample %d/%d: %.4g %s", self.label, settings,
-                    len(current.samples), self.samples, sample.qpm, self.unit)
-        if len(current.samples) < self.samples:
-            return Measured(sample.qpm, None)
-        if _no_block_counts(current):
-            current.window = self.measurer.point_window()
-        current.value = aggregate([s.qpm for s in current.samples], self.how)
-        self.current = None
-        return Measured(sample.qpm, None, current)
-
-    def _failed(self, record: PointRecord, failure: str) -> Measured:
-        self.current = None
-        record.failure = failure
-        return Measured(None, failure, record, ask=False)
 
 
 def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
@@ -393,8 +296,3 @@ def _outcome(record: PointRecord, unit: str) -> str:
         return f"{record.ratio:.3f}× its reference → {record.value:.4g} {unit}"
     return f"{record.value:.4g} {unit}"
 
-
-def _no_block_counts(record: PointRecord) -> bool:
-    """True when the samples' counters show no block access (not flushed yet)."""
-    total = record.stats_total()
-    return total is None or total.blks_hit + total.blks_read == 0

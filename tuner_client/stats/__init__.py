@@ -14,12 +14,12 @@ from tuner_client.stats.paired import (
     block_ratio,
     paired_ratio_interval,
 )
-from tuner_client.stats.racing import Race, RaceBudget, RaceResult
+from tuner_client.stats.racing import Race, RaceBudget, RaceResult, RaceRules
 from tuner_client.stats.replay import MeasuredTable, replay_objective
 from tuner_client.stats.screening import KnobEffect, KnobLevels, Screening, screen
 from tuner_client.stats.sequential import confidence_sequence
 
 __all__ = ["FinalDecision", "KnobEffect", "KnobLevels", "MeasuredTable", "Race", "RaceBudget",
-           "RaceResult", "RatioInterval", "ReferenceLevel", "Screening", "abba_ratio",
+           "RaceResult", "RaceRules", "RatioInterval", "ReferenceLevel", "Screening", "abba_ratio",
            "block_ratio", "confidence_sequence", "decide", "paired_ratio_interval",
            "replay_objective", "screen"]

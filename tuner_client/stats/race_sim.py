@@ -30,7 +30,7 @@ import numpy as np
 from harmony.base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.paired import Method, log_ratios
-from tuner_client.stats.racing import Race, Round
+from tuner_client.stats.racing import Race, RaceBudget, RaceRules, Round
 from tuner_client.stats.sequential import confidence_sequence
 
 #: rule name → (the race's interval method, its win level, the decision's method)
@@ -115,10 +115,11 @@ def simulate(scenario: Scenario, seed: int, rule: str = "anytime") -> Outcome:
     def claim(rounds: Sequence[Round]) -> str | None:
         return "a recommendation is ready" if judge(rounds).winner is not None else None
 
-    race = Race(_measure(scenario, rng), candidates, min_samples=scenario.min_rounds,
-                max_rounds=scenario.max_rounds, level=scenario.level, win_level=win_level,
-                rotation=seed, method=race_method,
-                claim=claim if rule in CLAIM_RULES else None)
+    race = Race(_measure(scenario, rng), candidates,
+                budget=RaceBudget(max_rounds=scenario.max_rounds),
+                rules=RaceRules(min_samples=scenario.min_rounds, level=scenario.level,
+                                win_level=win_level, method=race_method),
+                rotation=seed, claim=claim if rule in CLAIM_RULES else None)
     rounds = list(race.run().rounds)
     decision = judge(rounds)
     winner = decision.winner
