@@ -297,6 +297,11 @@ def test_harmony_restore_puts_the_server_back_when_the_guard_died_too(
     time.sleep(1.0)
     assert find_journals(journals), "the journal must survive the tuner and its guard"
     assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() != text
+    validated = subprocess.run([*HARMONY, "validate", str(config)], env=env,
+                               capture_output=True, text=True)
+    assert "restore journal" in validated.stdout and "its run died" in validated.stdout, \
+        validated.stdout + validated.stderr
+    assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() != text
     checked = subprocess.run([*HARMONY, "restore", str(config), "--check"], env=env,
                              capture_output=True, text=True)
     assert checked.returncode == 0 and "would" in checked.stdout, checked.stdout

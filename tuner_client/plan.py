@@ -21,11 +21,12 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import ConstraintError, DatabaseError
+from harmony.base.errors import ConfigError, ConstraintError, DatabaseError
 from harmony.core.definition import PluginSpec, SessionDefinition
 from harmony.core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
+from tuner_client.crashsafe.run import config_key, leftover_journals
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knob_proposals import Proposal, auto_knob_specs, loopback, propose
 from tuner_client.knobs import KnobCatalog
@@ -95,6 +96,20 @@ class Plan:
         return out
 
 
+def leftover_notes(config: TunerConfig) -> list[str]:
+    """A note per restore journal an earlier run left for the configured server (read only:
+    the plan and ``harmony validate`` change nothing)."""
+    try:
+        journals = leftover_journals(config_key(config, None))
+    except ConfigError as exc:
+        return [f"restore journal: {exc}"]
+    return [f"restore journal: {j.describe()}; "
+            + ("its run is still alive: a run now would be refused" if j.owner.alive() else
+               "its run died before putting the server back: `harmony tune` restores the "
+               "original first, `harmony restore CONFIG` does only that")
+            for j in journals]
+
+
 def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
               time_window: bool = False) -> Plan:
     """The plan of ``config`` against its server (read-only) or a throw-away embedded one.
@@ -104,7 +119,7 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
     fail (``harmony tune --plan``). ``time_window``: for the embedded cluster, time one
     window of the workload on the throw-away cluster when a window's length is not known
     (:mod:`tuner_client.plan_window`)."""
-    notes: list[str] = []
+    notes: list[str] = leftover_notes(config)
     with _catalog_and_stats(config, unreachable_ok, notes, time_window) as (
             catalog, stats, ram, target, timed):
         offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")

@@ -26,6 +26,7 @@ from typing import Any
 from harmony.base.errors import ClientExistsError, ConfigError, DatabaseError
 from tuner_client.client import HarmonyClient, Session, connect
 from tuner_client.config import KnobSpace, TunerConfig
+from tuner_client.crashsafe.run import RunSafety, config_key
 from tuner_client.measurer import PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import METADATA_KEY, Reference
@@ -52,6 +53,9 @@ def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Pa
     if not server:
         raise ConfigError("--replica joins a run hosted on a Harmony server: give --server URL "
                           "(or HARMONY_SERVER)")
+    # each member of a replicated run keeps its own restore journal and guard
+    safety = RunSafety(config, f"replica-{replica}")
+    safety.recover_leftovers(config_key(config, state_dir))
     own_target = target is None
     target = target or open_target(config, state_dir)
     own_client = client is None
@@ -59,7 +63,9 @@ def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Pa
     metrics = TunerMetrics([k.name for k in config.knob_specs()], tuner=config.name)
     ctx: RunContext | None = None
     reported = 0
+    restored = True
     try:
+        safety.protect(target)
         ctx = prepare(config, run_id=f"replica-{replica}", client=client, target=target,
                       metrics=metrics, priors=[])
         finished: set[str] = set()
@@ -78,7 +84,8 @@ def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Pa
         return reported
     finally:
         if ctx is not None:
-            leave_server(ctx, None, keep_best=False)
+            restored = leave_server(ctx, None, keep_best=False)
+        safety.finish(restored)
         if own_client:
             client.close()
         if own_target:
