@@ -24,6 +24,7 @@ tests run as root can reach them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -43,7 +44,9 @@ ClusterFactory = Callable[..., LocalCluster]
 
 # every tuning run writes a restore journal (tuner_client.crashsafe) before its first change:
 # the tests' journals go to a directory of this test process, not the machine's default
-os.environ.setdefault("HARMONY_JOURNAL_DIR", tempfile.mkdtemp(prefix="harmony-journals-"))
+if "HARMONY_JOURNAL_DIR" not in os.environ:
+    os.environ["HARMONY_JOURNAL_DIR"] = tempfile.mkdtemp(prefix="harmony-journals-")
+    atexit.register(shutil.rmtree, os.environ["HARMONY_JOURNAL_DIR"], True)
 
 #: fixtures that start a real PostgreSQL cluster (every cluster fixture depends on one of them)
 CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})
