@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from harmony.base.errors import ProtocolError
-from harmony.base.tokens import CLIENT_SECRET_HEADER
-from harmony.core import priordata
+from harmony_base.errors import ProtocolError
+from harmony_base.tokens import CLIENT_SECRET_HEADER
+from harmony_core import priordata
 from harmony_server.bodies import off_loop, read_body
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
@@ -306,7 +306,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "created}: the prior data GET /priors/{name} serves."),
     Endpoint("GET", "/priors/{name}", get_prior, "getPrior",
              "One stored session (live, closed or imported) as prior data: definition, "
-             "status, created, hosts and every trial (harmony.core.priordata.to_dict; harmony "
+             "status, created, hosts and every trial (harmony_core.priordata.to_dict; harmony "
              "export, report and warm starts read it).", responses=(200, 404)),
 )
 

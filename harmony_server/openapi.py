@@ -6,9 +6,9 @@ import copy
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import harmony
-from harmony.base.tokens import CLIENT_SECRET_HEADER
-from harmony.core.definition import (
+from harmony_base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.version import __version__
+from harmony_core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,
     MIN_LEASE_SECONDS,
@@ -213,7 +213,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     schemas["Error"] = _ERROR
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Harmony for PostgreSQL session server", "version": harmony.__version__,
+        "info": {"title": "Harmony for PostgreSQL session server", "version": __version__,
                  "description": "Active-Harmony-style tuning sessions: clients fetch points, "
                                 "measure them and report values; the server runs the search."},
         "paths": paths,

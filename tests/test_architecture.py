@@ -123,7 +123,7 @@ def _product_packages() -> list[str]:
 def test_the_page_names_every_product_package() -> None:
     text = DOC.read_text(encoding="utf-8")
     packages = _product_packages()
-    assert "tuner_client/phases" in packages and "harmony/core" in packages  # the walk works
+    assert "tuner_client/phases" in packages and "harmony_core" in packages  # the walk works
     missing = [p for p in packages
                if f"{p}/" not in text and f"`{p.replace('/', '.')}`" not in text]
     assert not missing, f"{DOC.name} does not mention the packages {missing}"
@@ -133,7 +133,7 @@ def test_every_layer_member_exists_as_code() -> None:
     """The contracts (and so the page) name real modules, not leftovers of a rename."""
     layers, _, _ = _contracts()
     members = [m for layer in layers for m in _members(layer)[0]]
-    assert members[-1] == "harmony.base", members  # the base is the bottom layer
+    assert members[-1] == "harmony_base", members  # the base is the bottom layer
     missing = [m for m in members
                if not (ROOT / m.replace(".", "/")).is_dir()
                and not (ROOT / m.replace(".", "/")).with_suffix(".py").is_file()]

@@ -15,7 +15,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
+PRODUCT = ("harmony", "harmony_base", "harmony_core", "harmony_report",
+           "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 400
 

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
 from tuner_client.stats.racing import Race, RaceBudget, RaceResult

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from harmony.base.errors import DatabaseError
+from harmony_base.errors import DatabaseError
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
     KNOWN_RANGES,

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import Controller
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.base.errors import DatabaseError, HarmonyError
+from harmony_base.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import Measurer, PointRecord, aggregate
