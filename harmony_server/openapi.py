@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_base.version import __version__
@@ -14,6 +14,7 @@ from harmony_core.definition import (
     MIN_LEASE_SECONDS,
     SESSION_SCHEMA,
 )
+from harmony_server.endpoint import Endpoint
 from harmony_server.protocol import (
     MAX_CONSTRAINT_CHARS,
     MAX_CONSTRAINTS,
@@ -26,9 +27,6 @@ from harmony_server.protocol import (
 )
 from plugins.base import Plugin
 from strategies.base import Strategy, load_entry_point_strategies
-
-if TYPE_CHECKING:
-    from harmony_server.app import Endpoint
 
 _STATUS_TEXT = {200: "OK", 201: "Created",
                 400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
