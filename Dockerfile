@@ -11,6 +11,9 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip wheel --no-cache-dir --wheel-dir /deps -r requirements.txt
 COPY README.md ./
 COPY harmony ./harmony
+COPY harmony_base ./harmony_base
+COPY harmony_core ./harmony_core
+COPY harmony_report ./harmony_report
 COPY harmony_server ./harmony_server
 COPY tuner_client ./tuner_client
 COPY plugins ./plugins

@@ -79,7 +79,7 @@ test-unit: $(STAMP)
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/mypy harmony harmony_server tuner_client plugins strategies workloads bme
+	$(BIN)/mypy harmony harmony_base harmony_core harmony_report harmony_server tuner_client plugins strategies workloads bme
 	$(BIN)/lint-imports
 
 bench: setup

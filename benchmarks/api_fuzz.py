@@ -35,7 +35,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from benchmarks.server_proc import ServerChild, machine
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIVE = "fuzz"

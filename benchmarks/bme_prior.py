@@ -37,10 +37,10 @@ from psycopg import sql
 from benchmarks.machine import cpu_model
 from bme import BMEAdvice, SharedBuffersAdvisor, fit_bme, touched_pages_p_star
 from bme.fit import BMEFit
-from harmony.base.errors import HarmonyError
-from harmony.base.space import IntParam, Space
-from harmony.core.definition import SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.errors import HarmonyError
+from harmony_base.space import IntParam, Space
+from harmony_core.definition import SessionDefinition
+from harmony_core.session import SessionCore
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import read_database_stats, stats_delta
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective

@@ -54,8 +54,8 @@ from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
 from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
-from harmony.base.errors import HarmonyError
-from harmony.base.space import IntParam, Space
+from harmony_base.errors import HarmonyError
+from harmony_base.space import IntParam, Space
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import OFFLINE_SESSION, ProbeConfig, default_estimator
 from tuner_client.controllers.local import LocalController

@@ -36,7 +36,7 @@ from typing import Any
 import urllib3
 
 from benchmarks.server_proc import ServerChild, machine
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.transport import HttpBackend

@@ -22,7 +22,7 @@ import islpy
 import numpy as np
 
 from benchmarks.machine import cpu_model
-from harmony.base.space import IntParam, RealParam, Space
+from harmony_base.space import IntParam, RealParam, Space
 from plugins.base import HistoryEntry, make_plugin
 from plugins.constraint import ConstraintPlugin
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.power import clopper_pearson
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES, compare, ranking_slice_s
 from tuner_client.stats.per_transaction_sim import RunModel, Template, simulate_run, with_truth
 

@@ -29,7 +29,7 @@ from typing import Any
 import urllib3
 
 from benchmarks.machine import cpu_model
-from harmony.core.definition import SessionDefinition
+from harmony_core.definition import SessionDefinition
 from harmony_server.server import EVENT_LOOP
 from tuner_client.client import connect
 

@@ -45,8 +45,8 @@ import numpy as np
 import scipy.optimize
 
 from benchmarks.machine import cpu_model
-from harmony.base.space import IntParam, Point, Space
-from harmony.core.synth import FUNCTIONS, trace_synthetic
+from harmony_base.space import IntParam, Point, Space
+from harmony_core.synth import FUNCTIONS, trace_synthetic
 from strategies.base import Trial, make_strategy
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bme.fit import BMEFit, fit_bme
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from bme.mattson import read_trace, stack_histogram
 from bme.partition import partition
 from bme.reclaim import fair_reclaim
 from bme.size import size_for_target
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

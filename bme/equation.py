@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 #: the keys of a parameter object, in the order they are printed
 PARAM_KEYS = ("p_star", "p_c", "m_b", "m_star")

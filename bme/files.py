@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bme.equation import BMEParams
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 REQUIRED_COLUMNS = ("size", "miss")
 

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 
 from bme.equation import BMEParams, miss_probability, miss_slope
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 __all__ = ["BMEFit", "BMEParams", "fit_bme", "fit_bme_counts", "miss_probability", "miss_slope"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bme.equation import BMEParams, miss_slope
 from bme.size import size_for_target
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

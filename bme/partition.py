@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from bme.equation import BMEParams, miss_probability
 from bme.size import size_for_target
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from bme.fit import BMEFit, fit_bme
 from bme.size import size_for_target
-from harmony.base.errors import ConfigError, HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from bme.equation import BMEParams, miss_probability
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

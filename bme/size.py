@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from bme.equation import BMEParams
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 
 def size_for_target(params: BMEParams, mu: float) -> float:

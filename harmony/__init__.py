@@ -1,3 +1,7 @@
-"""Harmony for PostgreSQL: shared core (errors, session core, definitions, CLI)."""
+"""Harmony for PostgreSQL: the command line (``harmony``), the roof of the layers. The layers
+below it are top-level packages: harmony_base, harmony_core, harmony_report, and the others
+named in pyproject.toml's import-linter ``layers`` contract."""
 
-__version__ = "0.1.0"
+from harmony_base.version import __version__
+
+__all__ = ["__version__"]

@@ -10,16 +10,17 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
 
-from harmony.base.errors import ProtocolError
-from harmony.base.tokens import CLIENT_SECRET_HEADER
-from harmony.core import priordata
+from harmony_base.errors import ProtocolError
+from harmony_base.tokens import CLIENT_SECRET_HEADER
+from harmony_core import priordata
 from harmony_server.bodies import off_loop, read_body
+from harmony_server.endpoint import Endpoint, Handler
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
 from harmony_server.openapi import openapi_document
@@ -30,8 +31,8 @@ from harmony_server.protocol import (
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class AppSettings:
@@ -231,21 +232,6 @@ async def get_prior(request: web.Request) -> web.Response:
     return _json(priordata.to_dict(prior))
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One route: method, path, handler, and what the OpenAPI document says about it."""
-
-    method: str
-    path: str
-    handler: Handler
-    operation: str
-    summary: str
-    request: str | None = None  # name in protocol.REQUEST_SCHEMAS
-    responses: tuple[int, ...] = (200,)
-    public: bool = False  # no bearer token needed
-    client_secret: bool = False  # the body's client must send its secret (X-Harmony-Client-Secret)
-
-
 _S = "/sessions/{name}"
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/healthz", healthz, "healthz", "Liveness: the server is up and serving.",
@@ -306,7 +292,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "created}: the prior data GET /priors/{name} serves."),
     Endpoint("GET", "/priors/{name}", get_prior, "getPrior",
              "One stored session (live, closed or imported) as prior data: definition, "
-             "status, created, hosts and every trial (harmony.core.priordata.to_dict; harmony "
+             "status, created, hosts and every trial (harmony_core.priordata.to_dict; harmony "
              "export, report and warm starts read it).", responses=(200, 404)),
 )
 

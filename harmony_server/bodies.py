@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from harmony.base.errors import ProtocolError
+from harmony_base.errors import ProtocolError
 from harmony_server.protocol import MAX_NODES, UnsupportedMediaError, validate_request
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from harmony.base.errors import ConfigError, HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError
 from harmony_server.server import DEFAULT_PORT, run_server
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """One session served over the network: a :class:`LeasedSession` made durable.
 
-Leases, ownership and the queries live in :mod:`harmony.core.leased` (shared with the client's
+Leases, ownership and the queries live in :mod:`harmony_core.leased` (shared with the client's
 standalone mode); this adds the durable command log and the long poll. Every command that
 changes the core (its ``version`` moves) is appended to the store's command log and
 committed before the caller gets an answer; replaying that log on a fresh core rebuilds
@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ProtocolError,
     ReplayMismatchError,
     SessionNotFoundError,
     TrialError,
 )
-from harmony.base.hostinfo import HostInfo
-from harmony.base.trial import TrialStatus
-from harmony.core.definition import SessionDefinition
-from harmony.core.leased import CommandKind, FetchResult, Lease, LeasedSession
+from harmony_base.hostinfo import HostInfo
+from harmony_base.trial import TrialStatus
+from harmony_core.definition import SessionDefinition
+from harmony_core.leased import CommandKind, FetchResult, Lease, LeasedSession
 from harmony_server.protocol import UnavailableError
 from harmony_server.stats import ServerStats
 from harmony_server.store import CommandRecord, Store, StoreError

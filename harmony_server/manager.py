@@ -9,9 +9,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from harmony.base.errors import HarmonyError, SessionNotFoundError
-from harmony.base.trial import SessionStatus
-from harmony.core.definition import SessionDefinition
+from harmony_base.errors import HarmonyError, SessionNotFoundError
+from harmony_base.trial import SessionStatus
+from harmony_core.definition import SessionDefinition
 from harmony_server.hosted import HostedSession
 from harmony_server.protocol import SessionBrokenError, SessionExistsError, UnavailableError
 from harmony_server.stats import ServerStats

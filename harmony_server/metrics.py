@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from harmony import __version__
+from harmony_base.version import __version__
 from harmony_server.stats import BACKGROUND_TASKS, LatencyHistogram, ServerStats, StoreStats
 
 __all__ = ["CONTENT_TYPE", "SERVER_METRICS", "ServerCollector", "render_metrics",

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import harmony
-from harmony.base.tokens import CLIENT_SECRET_HEADER
-from harmony.core.definition import (
+from harmony_base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.version import __version__
+from harmony_core.definition import (
     MAX_BOUND,
     MAX_LEASE_SECONDS,
     MIN_LEASE_SECONDS,
     SESSION_SCHEMA,
 )
+from harmony_server.endpoint import Endpoint
 from harmony_server.protocol import (
     MAX_CONSTRAINT_CHARS,
     MAX_CONSTRAINTS,
@@ -26,9 +27,6 @@ from harmony_server.protocol import (
 )
 from plugins.base import Plugin
 from strategies.base import Strategy, load_entry_point_strategies
-
-if TYPE_CHECKING:
-    from harmony_server.app import Endpoint
 
 _STATUS_TEXT = {200: "OK", 201: "Created",
                 400: "Bad request (malformed JSON or YAML, schema violation, non-finite number, "
@@ -213,7 +211,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     schemas["Error"] = _ERROR
     return {
         "openapi": "3.1.0",
-        "info": {"title": "Harmony for PostgreSQL session server", "version": harmony.__version__,
+        "info": {"title": "Harmony for PostgreSQL session server", "version": __version__,
                  "description": "Active-Harmony-style tuning sessions: clients fetch points, "
                                 "measure them and report values; the server runs the search."},
         "paths": paths,

@@ -1,4 +1,4 @@
-"""Prior data in and out of the server's store: the store side of :mod:`harmony.core.priordata`.
+"""Prior data in and out of the server's store: the store side of :mod:`harmony_core.priordata`.
 
 Only the server (and its CLI) opens the store; clients get prior data over the HTTP API
 (``GET /priors``, ``GET /priors/{name}``) or from exported files. Imported sessions are
@@ -15,10 +15,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from harmony.base.errors import ConfigError, HarmonyError, SessionNotFoundError
-from harmony.base.trial import SessionStatus
-from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import PriorSession
+from harmony_base.errors import ConfigError, HarmonyError, SessionNotFoundError
+from harmony_base.trial import SessionStatus
+from harmony_core.definition import SessionDefinition
+from harmony_core.priordata import PriorSession
 from harmony_server.hosted import HostedSession
 from harmony_server.store import Store, StoredSession, StoreError, sessions
 

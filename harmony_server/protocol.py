@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ClientExistsError,
     ClientNotFoundError,
     ConfigError,
@@ -29,7 +29,7 @@ from harmony.base.errors import (
     UnavailableError,
     UnsupportedMediaError,
 )
-from harmony.core.leased import finite_or_failure
+from harmony_core.leased import finite_or_failure
 
 __all__ = ["ConflictError", "LeaseLostError", "REQUEST_SCHEMAS", "SessionBrokenError",
            "SessionExistsError", "UnavailableError", "UnsupportedMediaError",

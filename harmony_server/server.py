@@ -24,8 +24,8 @@ try:  # libuv's event loop, in C: a fraction of asyncio's own per-request overhe
 except ImportError:  # not built for every platform (Windows)
     uvloop = None  # type: ignore[assignment]
 
-from harmony.base.errors import HarmonyError
-from harmony.base.tokens import read_token_file
+from harmony_base.errors import HarmonyError
+from harmony_base.tokens import read_token_file
 from harmony_server.app import CLOSING, AppSettings, make_app
 from harmony_server.manager import SessionManager
 from harmony_server.metrics import render_metrics as render_prometheus_metrics

@@ -23,9 +23,9 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from harmony.base.errors import ConfigError, StoreError
-from harmony.base.hostinfo import HostInfo
-from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
+from harmony_base.errors import ConfigError, StoreError
+from harmony_base.hostinfo import HostInfo
+from harmony_base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
 logger = logging.getLogger(__name__)

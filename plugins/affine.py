@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from harmony.base.errors import ConstraintError
+from harmony_base.errors import ConstraintError
 
 #: comparison operators a constraint may use
 _COMPARISONS = {ast.LtE: "<=", ast.Lt: "<", ast.GtE: ">=", ast.Gt: ">", ast.Eq: "=="}

@@ -10,7 +10,7 @@ import logging
 import statistics
 from collections.abc import Callable, Sequence
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 
 logger = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from harmony.base.errors import ConfigError
-from harmony.base.region import FeasibleRegion
-from harmony.base.registry import Registry
-from harmony.base.space import Point, Space
+from harmony_base.errors import ConfigError
+from harmony_base.region import FeasibleRegion
+from harmony_base.registry import Registry
+from harmony_base.space import Point, Space
 
 
 class Flow(enum.Enum):
@@ -46,7 +46,7 @@ class PluginTrial:
     measured for this candidate so far, in the objective's own sign. In ``analyze`` a
     plugin may replace ``value`` (e.g. with an aggregate) before the strategy sees it.
 
-    Not the session's trial record (:class:`harmony.base.trial.TrialRecord`): a plugin works
+    Not the session's trial record (:class:`harmony_base.trial.TrialRecord`): a plugin works
     per candidate, not per hand-out; it sees the samples gathered across trials, has no
     status or lease, and may rewrite the value, so this is a separate, mutable view.
     """

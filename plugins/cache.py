@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, IntParam, Param, Space
+from harmony_base.errors import ConfigError
+from harmony_base.space import EnumParam, IntParam, Param, Space
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.log import read_log
 

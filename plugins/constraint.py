@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harmony.base.errors import ConfigError, ConstraintError
-from harmony.base.space import IntParam, RealParam, Space
+from harmony_base.errors import ConfigError, ConstraintError
+from harmony_base.space import IntParam, RealParam, Space
 from plugins.affine import AffineConstraint, exact_number, parse_constraint
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.feasible import ConstrainedRegion

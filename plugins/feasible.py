@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import IntParam, Point, RealParam, Space, Value
+from harmony_base.errors import ConstraintError, HarmonyError
+from harmony_base.space import IntParam, Point, RealParam, Space, Value
 from plugins.grid_polytope import GridPolytope, IntegerRow
 from plugins.projection import GridParam, IndexCost, nearest_feasible, unit_value
 

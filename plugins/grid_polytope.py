@@ -18,8 +18,8 @@ from fractions import Fraction
 import islpy as isl
 import numpy as np
 
-from harmony.base.errors import ConstraintError
-from harmony.base.space import EnumParam, IntParam, Param, RealParam, Space
+from harmony_base.errors import ConstraintError
+from harmony_base.space import EnumParam, IntParam, Param, RealParam, Space
 from plugins.affine import AffineConstraint, exact_number
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from plugins.base import ACCEPT, FlowResult, Plugin, PluginTrial, SessionView
 
 logger = logging.getLogger(__name__)

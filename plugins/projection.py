@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 
-from harmony.base.space import IntParam, RealParam
+from harmony_base.space import IntParam, RealParam
 from plugins.grid_polytope import GridPolytope, IntegerRow, in_box_and_rows
 
 logger = logging.getLogger(__name__)

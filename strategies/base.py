@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from harmony.base.errors import ConfigError, TrialError
-from harmony.base.region import FeasibleRegion, WholeSpace
-from harmony.base.registry import Registry
-from harmony.base.space import Point, Space
+from harmony_base.errors import ConfigError, TrialError
+from harmony_base.region import FeasibleRegion, WholeSpace
+from harmony_base.registry import Registry
+from harmony_base.space import Point, Space
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Trial:
     """A point handed out by a strategy, identified by ``id`` (unique within the strategy).
 
     This is the strategy's own proposal, not the session's trial record
-    (:class:`harmony.base.trial.TrialRecord`): one proposal may be handed to clients as
+    (:class:`harmony_base.trial.TrialRecord`): one proposal may be handed to clients as
     several trials (re-leased after a lease runs out, re-measured by ``agg``), or answered
     by a plugin without any; its value is in the strategy's sign (always minimised). The
     strategy knows nothing of clients, leases or times, so it keeps this small mutable type.

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from cmaes import CMA, CMAwM
 
-from harmony.base.errors import ConfigError
-from harmony.base.region import FeasibleRegion
-from harmony.base.space import EnumParam, Param, Point, RealParam, Space, Value
+from harmony_base.errors import ConfigError
+from harmony_base.region import FeasibleRegion
+from harmony_base.space import EnumParam, Param, Point, RealParam, Space, Value
 from strategies.base import Strategy, Trial
 from strategies.options import check_real, is_fixed, option_error
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from harmony.base.errors import ConfigError
-from harmony.base.region import FeasibleRegion
-from harmony.base.space import Point, RealParam, Space, Value
+from harmony_base.errors import ConfigError
+from harmony_base.region import FeasibleRegion
+from harmony_base.space import Point, RealParam, Space, Value
 from strategies.base import Strategy, Trial
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.region import FeasibleRegion
-from harmony.base.space import Space
+from harmony_base.region import FeasibleRegion
+from harmony_base.space import Space
 from strategies.options import check_real, option_error
 from strategies.simplex import Candidate, Phase, SimplexStrategy
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harmony.base.errors import ConfigError
-from harmony.base.space import Point, RealParam, Space
+from harmony_base.errors import ConfigError
+from harmony_base.space import Point, RealParam, Space
 
 INIT_METHODS = ("point", "random-point", "lhs", "random", "simplex")
 REJECT_METHODS = ("penalty", "random", "project")

@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.region import FeasibleRegion
-from harmony.base.space import Point, RealParam, Space
+from harmony_base.region import FeasibleRegion
+from harmony_base.space import Point, RealParam, Space
 from strategies.base import Strategy, Trial
 from strategies.options import check_simplex_options, is_fixed
 from strategies.simplex_vertices import Candidate, Key, SimplexVertices

@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
-from harmony.base.region import FeasibleRegion, WholeSpace
-from harmony.base.space import Point, Space, Value
+from harmony_base.errors import ConfigError
+from harmony_base.region import FeasibleRegion, WholeSpace
+from harmony_base.space import Point, Space, Value
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harmony.base.space import Space
+from harmony_base.space import Space
 from plugins.base import HistoryEntry
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import urllib3
 
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.server import ServerHandle, start_server
 
 

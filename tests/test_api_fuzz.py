@@ -31,7 +31,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from server_support import CLIENT_COMMANDS, Raw, definition, running_server
 
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.app import ENDPOINTS
 from harmony_server.server import ServerHandle
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, KnobApplyError
+from harmony_base.errors import ConfigError, KnobApplyError
 from tuner_client.apply import apply_online_knobs, reload_and_wait, reset_knobs
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster

@@ -12,7 +12,7 @@ from benchmarks.evidence.optimizers import (
     run_harmony,
     run_optuna,
 )
-from harmony.core.synth import make_problem
+from harmony_core.synth import make_problem
 
 
 def test_constraint_keeps_the_optimum_feasible_and_cuts_the_box() -> None:

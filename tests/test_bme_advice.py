@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bme import BMEParams, SharedBuffersAdvisor, miss_probability, touched_pages_p_star
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 MB = 1 << 20
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=8.0 * MB, m_star=192.0 * MB)

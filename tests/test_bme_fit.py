@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bme import BMEParams, fit_bme, fit_bme_counts, miss_probability, miss_slope
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=100.0, m_star=5000.0)
 PAST_KNEE = np.geomspace(100, 8000, 20)   # 3 points beyond M*: the data plateau

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bme import BMEParams, compare_control, miss_probability, size_for_target
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 TRUE = BMEParams(0.02, 0.01, 100.0, 5000.0)
 MU = 0.05

@@ -10,7 +10,7 @@ import pytest
 
 from bme import fit_bme, miss_curve, read_trace, stack_distances, stack_histogram
 from bme.mattson import earlier_greater_counts
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 
 def _lru_misses(trace: list[object], size: int) -> int:

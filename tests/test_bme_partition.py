@@ -9,7 +9,7 @@ import pytest
 
 from bme import BMEParams, miss_probability, partition
 from bme.partition import miss_table
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 SMALL = [BMEParams(0.1, 0.05, 2.0, 20.0), BMEParams(0.05, 0.02, 1.0, 15.0),
          BMEParams(0.2, 0.1, 3.0, 25.0)]

@@ -12,7 +12,7 @@ import pytest
 
 from bme.equation import BMEParams, miss_probability
 from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 
 MB = 1 << 20

@@ -10,8 +10,8 @@ from typing import Any
 from test_priordata import make_definition, run_session
 from test_report import embedded_images
 
-from harmony.core.priordata import prior_from_core
-from harmony.report import shared_buffers_throughput, write_report
+from harmony_core.priordata import prior_from_core
+from harmony_report import shared_buffers_throughput, write_report
 
 MIB = 1024**2
 DECISION = {"decision": "knee", "reason": "M* = 96MB (R² 0.991)", "probe_cost_s": 14.2,

@@ -8,7 +8,7 @@ import pytest
 
 from bme import BMEParams, fair_reclaim, miss_probability
 from bme.reclaim import beta_shares, round_preserving_sum
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 POOLS = [BMEParams(0.02, 0.01, 100, 5000), BMEParams(0.05, 0.02, 50, 8000),
          BMEParams(0.01, 0.005, 200, 12000)]

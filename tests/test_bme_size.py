@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bme import BMEParams, miss_probability, recommended_size, size_for_target
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 CURVES = [BMEParams(0.02, 0.01, 100.0, 5000.0), BMEParams(0.05, -0.03, 10.0, 800.0),
           BMEParams(0.001, 0.2, -50.0, 1e6), BMEParams(0.3, 0.0, 0.0, 64.0)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError, ConstraintError
+from harmony_base.errors import ConfigError, ConstraintError
 from tuner_client.budget import (
     BudgetView,
     MemoryBudget,

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from server_support import definition, free_port, running_server, sphere
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ConfigError,
     ProtocolError,
     ReportRejectedError,
     SessionNotFoundError,
     TrialError,
 )
-from harmony.core.definition import SessionDefinition
+from harmony_core.definition import SessionDefinition
 from harmony_server.cli import add_parser as add_server_parser
 from harmony_server.server import ServerConfig, ServerHandle
 from tuner_client.client import (

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server
 
-from harmony.base.errors import ClientExistsError, ForbiddenError, ReportRejectedError
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.errors import ClientExistsError, ForbiddenError, ReportRejectedError
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import Session, connect
 from tuner_client.transport import HttpBackend

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from server_support import running_server
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from harmony_server.server import ServerConfig, ServerHandle
 from tuner_client.transport import HttpBackend
 

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
+PRODUCT = ("harmony", "harmony_base", "harmony_core", "harmony_report",
+           "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 400
 #: modules this close to MAX_MODULE_LINES (or over it, listed) are reported in the summary

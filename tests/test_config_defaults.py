@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from harmony.base import units
-from harmony.base.errors import ConfigError
+from harmony_base import units
+from harmony_base.errors import ConfigError
 from tuner_client import budget, knobs, metrics
 from tuner_client.config import (
     BudgetConfig,

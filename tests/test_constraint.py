@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_support import SessionView
 
-from harmony.base.errors import ConstraintError
-from harmony.base.space import EnumParam, IntParam, Param, RealParam, Space
+from harmony_base.errors import ConstraintError
+from harmony_base.space import EnumParam, IntParam, Param, RealParam, Space
 from plugins.affine import parse_constraint
 from plugins.base import Flow, PluginTrial, make_plugin
 from plugins.constraint import ConstraintPlugin
@@ -353,7 +353,7 @@ def test_contains_bounds_and_emptiness_match_brute_force(system: tuple[Space, li
 # -- in a session ------------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["nelder-mead", "pro", "random"])
 def test_no_point_handed_out_by_a_session_is_infeasible(strategy: str) -> None:
-    from harmony.core.session import SessionCore, SessionDefinition
+    from harmony_core.session import SessionCore, SessionDefinition
 
     definition = SessionDefinition.from_dict({
         "name": f"budget-{strategy}",

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.controllers import (
     CommandController,
     Controller,

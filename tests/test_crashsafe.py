@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError, HarmonyError, KnobApplyError
+from harmony_base.errors import ConfigError, HarmonyError, KnobApplyError
 from tuner_client.apply import apply_online_knobs
 from tuner_client.controllers import PgCtlController
 from tuner_client.crashsafe.journal import (

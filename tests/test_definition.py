@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harmony.base.errors import ConfigError
-from harmony.core.definition import SessionDefinition, load_definition, parse_yaml_with_lines
+from harmony_base.errors import ConfigError
+from harmony_core.definition import SessionDefinition, load_definition, parse_yaml_with_lines
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -4,10 +4,12 @@ Grafana provisioning, and every dashboard query naming a metric that is really e
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +258,25 @@ def test_dockerfile_builds_from_files_in_the_repo() -> None:
             assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert "deploy/secrets" in ignored and ".env" in ignored
+
+
+def test_every_product_package_ships_in_the_wheel_and_the_image() -> None:
+    """Each root package of the import contracts is in the wheel (setuptools' explicit list or
+    its find patterns) and copied by the Dockerfile: a new top-level package (issue 46 split
+    harmony/ into four) cannot be left out of either."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    roots = config["tool"]["importlinter"]["root_packages"]
+    setuptools = config["tool"]["setuptools"]
+    listed = setuptools.get("packages")
+    if isinstance(listed, list):
+        missing = [r for r in roots if r not in listed]
+    else:
+        include = setuptools["packages"]["find"]["include"]
+        missing = [r for r in roots if not any(fnmatch.fnmatchcase(r, p) for p in include)]
+    assert missing == [], f"pyproject.toml does not ship the packages {missing}"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    uncopied = [r for r in roots if not re.search(rf"^COPY {r} \./{r}$", dockerfile, re.M)]
+    assert uncopied == [], f"the Dockerfile does not copy {uncopied}"
 
 
 def test_tuner_config_of_the_deployment_loads() -> None:

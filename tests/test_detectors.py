@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.measurer import PointRecord, SampleRecord
 from tuner_client.phases.online import sample_spread

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
         ROOT / "benchmarks" / "README.md"]
 #: top-level folders whose paths the docs cite in backticks
-TOP = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme",
+TOP = ("harmony", "harmony_base", "harmony_core", "harmony_report",
+       "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme",
        "configs", "benchmarks", "tests", "docs", "deploy", ".ci")
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 from tuner_client.config.defaults import DEFAULT_SLICE_S
 

@@ -19,10 +19,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
-from harmony.base.space import IntParam, RealParam, Space
-from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, PriorSession, TrialRecord, dump, load
-from harmony.report import write_report
+from harmony_base.space import IntParam, RealParam, Space
+from harmony_core.definition import SessionDefinition
+from harmony_core.priordata import HostInfo, PriorSession, TrialRecord, dump, load
+from harmony_report import write_report
 from tuner_client.client import host_metadata
 from tuner_client.config import parse_tuner_config
 from tuner_client.controllers import LocalController
@@ -221,7 +221,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
 
 
 def test_warm_start_config_is_checked(tmp_path: Path) -> None:
-    from harmony.base.errors import ConfigError
+    from harmony_base.errors import ConfigError
     from tuner_client.warm import load_priors
 
     base = "name: x\nwarm_start: "
@@ -238,7 +238,7 @@ def test_warm_start_config_is_checked(tmp_path: Path) -> None:
 
 
 def test_warm_start_converts_units_and_refuses_unrelated_ones(tmp_path: Path) -> None:
-    from harmony.core.warmstart import check_compatible, warm_start_simplex
+    from harmony_core.warmstart import check_compatible, warm_start_simplex
 
     prior = load(_prior_online_session(tmp_path / "a.xml"))
     kb = Space((IntParam("work_mem", 64, 32768, unit="kB"),

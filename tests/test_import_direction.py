@@ -16,9 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: every product package (the CLI included)
-PRODUCT = ("harmony", "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
+PRODUCT = ("harmony", "harmony_base", "harmony_core", "harmony_report",
+           "harmony_server", "tuner_client", "plugins", "strategies", "workloads", "bme")
 #: what must not import harmony_server (the CLI at the top may)
-BELOW_THE_SERVER = ("harmony/base", "harmony/core", "harmony/report", "tuner_client",
+BELOW_THE_SERVER = ("harmony_base", "harmony_core", "harmony_report", "tuner_client",
                     "plugins", "strategies", "workloads", "bme")
 SERVER = "harmony_server"
 
@@ -86,8 +87,8 @@ def test_the_scan_catches_a_server_import_wherever_it_is() -> None:
               "    from harmony_server.priordata_store import prior_from_store\n"
               "    import importlib\n"
               "    return importlib.import_module('harmony_server.app')\n"
-              "from harmony.core.priordata import load\n")
+              "from harmony_core.priordata import load\n")
     hits = sorted((line, m, d) for line, m, d in _imports(ast.parse(source)) if _ours(m))
     assert hits == [(1, "harmony_server.store", False),
                     (3, "harmony_server.priordata_store", False),
-                    (5, "harmony_server.app", True), (6, "harmony.core.priordata", False)]
+                    (5, "harmony_server.app", True), (6, "harmony_core.priordata", False)]

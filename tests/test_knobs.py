@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 

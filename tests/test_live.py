@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
-from harmony.base.errors import ConfigError, GuardrailTrip, WorkloadError
+from harmony_base.errors import ConfigError, GuardrailTrip, WorkloadError
 from tuner_client.budget import make_budget_view, worker_processes
 from tuner_client.client import connect
 from tuner_client.config import (

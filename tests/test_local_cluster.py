@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.cgroups import CGROUP_ROOT
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.pg_binaries import find_bin_dir

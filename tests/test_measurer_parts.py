@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.errors import ConfigError, WorkloadError
 from tuner_client.knobs import Knob, KnobCatalog
 from tuner_client.measurer.estimators import ESTIMATORS, check_estimator, sample_value
 from tuner_client.measurer.in_force import InForce

@@ -8,7 +8,7 @@ import math
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.metrics import TunerMetrics
 from tuner_client.stats.decision import decide
 from tuner_client.stats.paired import RatioInterval

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.pgtune import Machine, format_kb, pgtune_kb, pgtune_settings
 
 GB = 1024**3

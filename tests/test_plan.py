@@ -11,8 +11,8 @@ import psycopg
 import pytest
 import yaml
 
-from harmony.base.errors import ConfigError
 from harmony.cli import main
+from harmony_base.errors import ConfigError
 from tuner_client.config import DEFAULT_ONLINE_KNOBS, tuner_config_from_dict
 from tuner_client.knob_proposals import choose_online_knobs, propose, proposed_knobs
 from tuner_client.local_cluster import LocalCluster

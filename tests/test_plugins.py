@@ -9,8 +9,8 @@ import pytest
 from plugin_support import SessionView
 
 import plugins
-from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, IntParam, RealParam, Space
+from harmony_base.errors import ConfigError
+from harmony_base.space import EnumParam, IntParam, RealParam, Space
 from plugins.agg import AggregatePlugin, aggregate
 from plugins.base import Flow, HistoryEntry, Plugin, PluginTrial, make_plugin
 from plugins.cache import CachePlugin

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from server_support import Raw, running_server
 
-from harmony.base.errors import ConfigError
 from harmony.cli import priordata as priordata_cli
-from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import (
+from harmony_base.errors import ConfigError
+from harmony_core.definition import SessionDefinition
+from harmony_core.priordata import (
     HostInfo,
     PriorSession,
     TrialRecord,
@@ -29,8 +29,8 @@ from harmony.core.priordata import (
     loads,
     prior_from_core,
 )
-from harmony.core.session import SessionCore
-from harmony.core.warmstart import (
+from harmony_core.session import SessionCore
+from harmony_core.warmstart import (
     apply_warm_start,
     check_compatible,
     select_compatible,

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.config import parse_tuner_config
 from workloads.recorder import Recorder
 from workloads.sample import progress_credit

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from harmony.base.errors import ConfigError
-from harmony.base.registry import Registry
+from harmony_base.errors import ConfigError
+from harmony_base.registry import Registry
 from plugins.base import Plugin, make_plugin
 from tuner_client.controllers import CommandController, Controller, make_controller
 
@@ -98,7 +98,7 @@ def test_options_forwarded_through_kwargs_are_bound_up_the_hierarchy() -> None:
 
 
 def test_a_strategy_named_with_an_unknown_option_is_a_config_error() -> None:
-    from harmony.base.space import IntParam, Space
+    from harmony_base.space import IntParam, Space
     from strategies.base import make_strategy
 
     space = Space((IntParam("x", 0, 10),))

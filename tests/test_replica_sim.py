@@ -7,7 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import NoiseModel
 from tuner_client.stats.replica_sim import simulate
 

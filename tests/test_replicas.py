@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from harmony_server.server import start_server
 from tuner_client.client import connect
 from tuner_client.config import parse_tuner_config

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from test_priordata import make_definition, run_session, space_dicts
 
-from harmony.base.errors import ConfigError
 from harmony.cli import report as report_cli
-from harmony.core.priordata import PriorSession, TrialRecord, dump, prior_from_core
-from harmony.report import comparison_from_metadata, write_report
+from harmony_base.errors import ConfigError
+from harmony_core.priordata import PriorSession, TrialRecord, dump, prior_from_core
+from harmony_report import comparison_from_metadata, write_report
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
 
@@ -141,9 +141,9 @@ def test_evaluations_aggregate_the_samples_of_a_point_like_the_session() -> None
     """With the agg plugin every point is measured 3 times: one evaluation, best of 3."""
     definition = make_definition("agg").to_dict()
     definition["plugins"] = [{"name": "agg", "options": {"times": 3, "how": "best"}}]
-    from harmony.core.definition import SessionDefinition
-    from harmony.core.session import SessionCore
-    from harmony.report import evaluations
+    from harmony_core.definition import SessionDefinition
+    from harmony_core.session import SessionCore
+    from harmony_report import evaluations
 
     core = SessionCore(SessionDefinition.from_dict(definition))
     core.join("c")

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from test_priordata import make_definition, run_session
 
-from harmony.core.priordata import PriorSession, prior_from_core
-from harmony.report import summary_from_json, write_report
-from harmony.report.curve import raced_evaluations
+from harmony_core.priordata import PriorSession, prior_from_core
+from harmony_report import summary_from_json, write_report
+from harmony_report.curve import raced_evaluations
 from tuner_client.guardrails import GuardrailSummary, Trip
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.final import NAMES

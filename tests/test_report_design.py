@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harmony.report import summary_from_json
-from harmony.report.verdict import verdict_sentences
+from harmony_report import summary_from_json
+from harmony_report.verdict import verdict_sentences
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import PerTransactionComparison

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from server_support import definition, running_server, sphere
 
-from harmony.core.priordata import PriorSession
-from harmony.report import shown_status, write_report
+from harmony_core.priordata import PriorSession
+from harmony_report import shown_status, write_report
 from harmony_server.priordata_store import prior_from_store
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import Session, connect

@@ -117,8 +117,8 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     # reported: summary.json and the online session's metadata (which the report draws)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["screening"]["effects"][0]["knob"] == "jit_above_cost"
-    from harmony.core.priordata import load
-    from harmony.report import write_report
+    from harmony_core.priordata import load
+    from harmony_report import write_report
     online_xml = load(out / "sessions" / "screentest-sc1-p1-online.xml")
     assert online_xml.definition["metadata"]["screening"]["effects"] == summary["screening"][
         "effects"]

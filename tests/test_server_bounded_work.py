@@ -21,7 +21,7 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-from harmony.base.errors import ProtocolError
+from harmony_base.errors import ProtocolError
 from harmony_server import bodies
 
 #: the slowest /healthz answer accepted while a body is processed, on a quiet machine. Generous

@@ -21,7 +21,7 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-from harmony.core.definition import SessionDefinition
+from harmony_core.definition import SessionDefinition
 from harmony_server.hosted import HostedSession
 from harmony_server.manager import SessionManager
 from harmony_server.metrics import render_metrics_text

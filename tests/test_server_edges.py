@@ -17,8 +17,8 @@ import pytest
 import urllib3
 from server_support import Raw, definition, running_server
 
-from harmony.base.errors import ConfigError
-from harmony.core.definition import SessionDefinition
+from harmony_base.errors import ConfigError
+from harmony_core.definition import SessionDefinition
 
 #: a hang guard for a Python subprocess of this project (its imports are ~3 s of CPU, but one
 #: took over 120 s of wall clock at a load average of ~33 and 309 s at ~75); the test's own

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony.base.errors import ProtocolError
+from harmony_base.errors import ProtocolError
 from harmony_server.protocol import (
     REQUEST_SCHEMAS,
     _fast_accept,

@@ -16,8 +16,8 @@ import pytest
 import urllib3
 from server_support import definition, free_port, sphere
 
-from harmony.core.definition import SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_core.definition import SessionDefinition
+from harmony_core.session import SessionCore
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import connect
 

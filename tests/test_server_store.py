@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harmony.base.errors import ConfigError
-from harmony.base.hostinfo import HostInfo
-from harmony.base.trial import TrialRecord
+from harmony_base.errors import ConfigError
+from harmony_base.hostinfo import HostInfo
+from harmony_base.trial import TrialRecord
 from harmony_server.store import (
     SCHEMA_VERSION,
     CommandRecord,

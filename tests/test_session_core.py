@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import ConfigError, TrialError
-from harmony.base.space import IntParam, Space
-from harmony.core.definition import PluginSpec, SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.errors import ConfigError, TrialError
+from harmony_base.space import IntParam, Space
+from harmony_core.definition import PluginSpec, SessionDefinition
+from harmony_core.session import SessionCore
 
 SPACE = Space((IntParam("x", -5, 5), IntParam("y", -5, 5)))
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, IntParam, RealParam, Space, space_from_dicts
+from harmony_base.errors import ConfigError
+from harmony_base.space import EnumParam, IntParam, RealParam, Space, space_from_dicts
 
 # -- bad input --------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.measurer.records import PointRecord
 from tuner_client.phases.final import _search_ratios, decision_labels
 from tuner_client.phases.state import RunState

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
 from tuner_client.stats.paired import (
     RatioInterval,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.per_transaction import compare, completions_per_slice
 from tuner_client.stats.per_transaction_race import race_per_transaction
 from workloads.per_transaction import Trace, concat

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.race_sim import Scenario, simulate, summarize
 
 AA = Scenario(max_rounds=30)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
 from tuner_client.stats.racing import Race, RaceBudget, RaceResult, RaceRules

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 
 MB = 1 << 20

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
 from tuner_client.stats.screening import (
     KnobLevels,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import paired_ratio_interval
 from tuner_client.stats.sequential import (
     EFFECT_SCALE,

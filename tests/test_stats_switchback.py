@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.switchback import (
     SliceSpan,
     attribute,

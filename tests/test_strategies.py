@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies
-from harmony.base.errors import ConfigError, TrialError
-from harmony.base.space import EnumParam, IntParam, Point, RealParam, Space
+from harmony_base.errors import ConfigError, TrialError
+from harmony_base.space import EnumParam, IntParam, Point, RealParam, Space
 from strategies import PRO, NelderMead, Strategy, make_strategy
 
 Objective = Callable[[Point], float]
@@ -501,7 +501,7 @@ def test_points_never_leave_the_space(space: Space, seed: int, name: str, init: 
 
 
 def test_init_simplex_is_the_first_batch_handed_out() -> None:
-    from harmony.base.space import IntParam, Space
+    from harmony_base.space import IntParam, Space
     from strategies import make_strategy
 
     space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))
@@ -519,8 +519,8 @@ def test_init_simplex_is_the_first_batch_handed_out() -> None:
 def test_init_simplex_of_the_wrong_size_is_a_config_error() -> None:
     import pytest
 
-    from harmony.base.errors import ConfigError
-    from harmony.base.space import IntParam, Space
+    from harmony_base.errors import ConfigError
+    from harmony_base.space import IntParam, Space
     from strategies import make_strategy
 
     space = Space((IntParam("x", 0, 100), IntParam("y", 0, 100)))

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from plugin_support import SessionView
 
-from harmony.base.space import IntParam, Point, Space
-from harmony.core.definition import SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.space import IntParam, Point, Space
+from harmony_core.definition import SessionDefinition
+from harmony_core.session import SessionCore
 from plugins.base import make_plugin
 from plugins.constraint import ConstraintPlugin
 from strategies import CMAES, Strategy, make_strategy

@@ -15,7 +15,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.errors import ConfigError, WorkloadError
 from tuner_client.apply import reload_and_wait
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from harmony.base.errors import ConfigError
 from harmony.cli import synth as synth_cli
-from harmony.core.synth import FUNCTIONS, make_problem, run_synthetic, trace_synthetic
+from harmony_base.errors import ConfigError
+from harmony_core.synth import FUNCTIONS, make_problem, run_synthetic, trace_synthetic
 
 
 @pytest.mark.parametrize("name, point, value", [

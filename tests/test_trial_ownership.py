@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ClientNotFoundError,
     ConfigError,
     ForbiddenError,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import ConfigError, TrialError
-from harmony.base.trial import SessionStatus, TrialRecord, TrialStatus
-from harmony.core import priordata
-from harmony.core.definition import SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.errors import ConfigError, TrialError
+from harmony_base.trial import SessionStatus, TrialRecord, TrialStatus
+from harmony_core import priordata
+from harmony_core.definition import SessionDefinition
+from harmony_core.session import SessionCore
 from tuner_client.labels import FailureKind
 
 DEFINITION = {"name": "t", "parameters": [{"name": "x", "type": "int", "min": 0, "max": 9}],

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
     format_bytes,
@@ -190,7 +190,7 @@ def test_a_strategy_without_options_gets_its_own_defaults() -> None:
     assert cfg.online.strategy == "cma-es" and dict(cfg.online.strategy_options) == {}
     assert dict(cfg.offline.strategy_options) == {"simplex_size": 2}
     assert dict(parse_tuner_config("name: x\n").online.strategy_options) == {"simplex_size": 6}
-    from harmony.base.space import IntParam, Space
+    from harmony_base.space import IntParam, Space
     strategy = make_strategy(cfg.online.strategy, Space((IntParam("a", 0, 10),)), seed=1,
                              **cfg.online.strategy_options)
     assert strategy.ask() is not None

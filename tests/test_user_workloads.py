@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tests.conftest import ClusterFactory
 from tuner_client.config import parse_tuner_config
 from tuner_client.local_cluster import LocalCluster

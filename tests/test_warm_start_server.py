@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from server_support import Raw, definition, running_server, sphere
 
-from harmony.base.errors import ConfigError
-from harmony.core.definition import SessionDefinition
-from harmony.core.priordata import HostInfo, prior_from_core
-from harmony.core.session import SessionCore
+from harmony_base.errors import ConfigError
+from harmony_core.definition import SessionDefinition
+from harmony_core.priordata import HostInfo, prior_from_core
+from harmony_core.session import SessionCore
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
 from tuner_client.client import connect

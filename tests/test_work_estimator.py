@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.apply import reset_knobs
 from tuner_client.config import MeasureConfig, parse_tuner_config
 from tuner_client.knobs import KnobCatalog

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.mix import Mix, parse_mix
 from workloads.recorder import Recorder
 from workloads.sample import Sample, percentile, summarize

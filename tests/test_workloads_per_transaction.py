@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.errors import ConfigError, WorkloadError
 from tuner_client.config import ObserveConfig, WorkloadConfig
 from tuner_client.stats.per_transaction import compare
 from workloads.per_transaction import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.pgbench import PgbenchWorkload
 
 pytestmark = pytest.mark.postgres

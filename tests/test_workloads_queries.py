@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.tpch.params import COLORS, NATIONS, REGIONS, default_params, random_params
 from workloads.tpch.queries import (
     QUERY_NAMES,

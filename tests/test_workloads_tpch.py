@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, WorkloadError
+from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
 from tuner_client.local_cluster import LocalCluster
 from workloads import cli
 from workloads.driver import STOP_TIMEOUT_S, WorkloadDriver

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 
 logger = logging.getLogger(__name__)

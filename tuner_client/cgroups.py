@@ -13,7 +13,7 @@ import logging
 import time
 from pathlib import Path
 
-from harmony.base.errors import DatabaseError
+from harmony_base.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 

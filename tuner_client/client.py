@@ -3,7 +3,7 @@
 ``connect(url)`` talks HTTP/JSON to a server (:mod:`tuner_client.transport`: pooled
 keep-alive connections, retrying with backoff while the server is unreachable);
 ``connect(None)`` runs sessions in-process on the same
-:class:`harmony.core.session.SessionCore` with the same semantics. The client never imports
+:class:`harmony_core.session.SessionCore` with the same semantics. The client never imports
 the server's HTTP layer or store.
 
     with connect("http://127.0.0.1:1979") as client:
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ConfigError,
     HarmonyError,
     LeaseLostError,
@@ -34,8 +34,8 @@ from harmony.base.errors import (
     ReportRejectedError,
     ServerUnavailableError,
 )
-from harmony.base.hostinfo import host_metadata
-from harmony.core.definition import SessionDefinition
+from harmony_base.hostinfo import host_metadata
+from harmony_core.definition import SessionDefinition
 from tuner_client.standalone import StandaloneBackend
 from tuner_client.transport import Backend, HttpBackend
 

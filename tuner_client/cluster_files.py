@@ -12,7 +12,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

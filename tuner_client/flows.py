@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig

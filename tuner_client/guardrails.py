@@ -10,7 +10,7 @@ While a configuration is measured on live traffic, the partial window is checked
 * **memory**: the server's memory (the proportional set size of the postmaster and its
   children, local servers only) above ``memory_fraction`` of what the budget gives PostgreSQL.
 
-A check that fails raises :class:`harmony.base.errors.GuardrailTrip`; the measurer then restores
+A check that fails raises :class:`harmony_base.errors.GuardrailTrip`; the measurer then restores
 the last good configuration at once and scores the point as failed
 (:meth:`tuner_client.measurer.trips.TripHandler.tripped`).
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harmony.base.errors import GuardrailTrip
+from harmony_base.errors import GuardrailTrip
 from tuner_client.config.model import GuardConfig
 from tuner_client.server_cpu import PROC
 from tuner_client.stats.mix import MixReference

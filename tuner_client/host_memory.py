@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import re
 from fractions import Fraction
 from typing import Any, Literal, Protocol
 
-from harmony.base.errors import ConfigError
-from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony_base.errors import ConfigError
+from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 
 class KnobLike(Protocol):

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import psycopg
 
-from harmony.base.errors import ConfigError
-from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony_base.errors import ConfigError
+from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
 from tuner_client.knob_text import format_quantity, parse_bool, parse_enum, parse_number
 
 logger = logging.getLogger(__name__)

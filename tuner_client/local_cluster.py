@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 from types import TracebackType
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.cgroups import cpu_cgroup, memory_cgroup, remove_cgroup
 from tuner_client.cluster_files import prepare_state_dir, write_hba, write_local_conf
 from tuner_client.pg_binaries import DEFAULT_OS_USER, ensure_os_user, find_bin_dir, find_free_port

@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from harmony import __version__
-from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony_base.version import __version__
 from tuner_client.labels import FailureKind, Phase
 
 #: what the tuner is doing (values of the ``phase`` label)

@@ -31,7 +31,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from bme.equation import PARAM_KEYS, BMEParams, miss_probability
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.labels import FailureKind
 from tuner_client.metric_series import (
     CURVE_POINTS,

@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.knobs import KnobCatalog
 
 DB_TYPES = ("web", "oltp", "dw", "desktop", "mixed")

@@ -21,9 +21,9 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import ConfigError, ConstraintError, DatabaseError
-from harmony.core.definition import PluginSpec, SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.errors import ConfigError, ConstraintError, DatabaseError
+from harmony_core.definition import PluginSpec, SessionDefinition
+from harmony_core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.crashsafe.run import config_key, leftover_journals

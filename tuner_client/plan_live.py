@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from tuner_client.budget import BudgetView
 from tuner_client.config import TunerConfig, format_bytes
 from tuner_client.knob_proposals import loopback as is_local

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.target import fill_embedded, make_workload, stream_count

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harmony.base.hostinfo import HostInfo, host_metadata
-from harmony.base.trial import FIELD_ORDER, SessionStatus, TrialRecord
-from harmony.core.priordata import PriorSession
+from harmony_base.hostinfo import HostInfo, host_metadata
+from harmony_base.trial import FIELD_ORDER, SessionStatus, TrialRecord
+from harmony_core.priordata import PriorSession
 from tuner_client.client import Session
 
 __all__ = ["session_prior"]

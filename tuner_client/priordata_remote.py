@@ -1,7 +1,7 @@
 """Prior data read from a running server over its HTTP API (``GET /priors`` and
 ``GET /priors/{name}``: every session of its store, live, closed or imported), read-only.
 
-The formats live in :mod:`harmony.core.priordata`; the store itself is opened only by the
+The formats live in :mod:`harmony_core.priordata`; the store itself is opened only by the
 server's side, :mod:`harmony_server.priordata_store`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import quote
 
-from harmony.core.priordata import PriorSession, from_dict
+from harmony_core.priordata import PriorSession, from_dict
 from tuner_client.client import HttpBackend
 
 __all__ = ["prior_from_server", "priors_from_server"]

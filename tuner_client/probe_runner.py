@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from bme.probe_decision import Probe, flat
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.config import format_bytes
 from tuner_client.measurer import Measurer
 from tuner_client.measurer.prewarm import BufferRecord, buffer_capacity, buffers_in_use

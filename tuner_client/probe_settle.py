@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.measurer import Measurer
 from tuner_client.measurer.prewarm import BufferRecord, buffer_capacity, buffers_in_use
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ClientExistsError, ConfigError, DatabaseError
+from harmony_base.errors import ClientExistsError, ConfigError, DatabaseError
 from tuner_client.client import HarmonyClient, Session, connect
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
+from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client import controllers
 from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import TunerConfig

@@ -1,7 +1,7 @@
 """What ``summary.json`` carries for ``harmony report`` beyond the result itself: the race
 round by round, every measurement's paired ratio beside its reference, and the unit.
 
-The report (:mod:`harmony.report`) sits below the tuner and cannot recompute a paired
+The report (:mod:`harmony_report`) sits below the tuner and cannot recompute a paired
 interval, so the tuner writes down what the race saw: after each round, each label's ratio to
 the reference with its interval over the rounds so far (the interval the race judged, at the
 decision's level and by its method), where a candidate left the race and why, and why the
@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.measurer import PointRecord
 from tuner_client.stats.paired import Method, paired_ratio_interval
 

@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harmony.base.errors import ConfigError, HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

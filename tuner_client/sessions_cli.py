@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from harmony.base.tokens import read_token_file
+from harmony_base.tokens import read_token_file
 from tuner_client.client import connect
 
 #: the server's default port (``harmony server --port``)

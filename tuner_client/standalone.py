@@ -1,4 +1,4 @@
-"""Standalone mode: sessions run in-process on :class:`harmony.core.leased.LeasedSession`.
+"""Standalone mode: sessions run in-process on :class:`harmony_core.leased.LeasedSession`.
 
 The very leased-session service the server hosts (leases, ownership, heartbeats, leave,
 the restart check, ``describe``), answering the HTTP API's requests with the same answers
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from harmony.base.errors import ConfigError, ProtocolError, SessionNotFoundError
-from harmony.core.definition import SessionDefinition
-from harmony.core.leased import LeasedSession
+from harmony_base.errors import ConfigError, ProtocolError, SessionNotFoundError
+from harmony_core.definition import SessionDefinition
+from harmony_core.leased import LeasedSession
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
+from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
 from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.config.defaults import DEFAULT_SLICE_S
 from tuner_client.knobs import KnobCatalog

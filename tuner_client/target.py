@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.config import TunerConfig
 from tuner_client.config.model import WorkloadConfig
 from tuner_client.controllers.base import Controller

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from harmony.base.errors import (
+from harmony_base.errors import (
     ClientExistsError,
     ClientNotFoundError,
     ConfigError,
@@ -29,7 +29,7 @@ from harmony.base.errors import (
     SessionNotFoundError,
     TrialError,
 )
-from harmony.base.tokens import CLIENT_SECRET_HEADER
+from harmony_base.tokens import CLIENT_SECRET_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``warm_start: {from: [FILE or DIRECTORY, ...], server: URL}`` — exported prior data files
 (XML, CSV or text log; a directory contributes every such file in it) and/or every session
 of a running Harmony server (read over HTTP; the client never opens the server's store).
-The flows then hand them to :func:`harmony.core.warmstart.apply_warm_start` before each session
+The flows then hand them to :func:`harmony_core.warmstart.apply_warm_start` before each session
 is created; which priors fit a session is decided there (same
 parameters and objective, same workload, similar host).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from harmony.base.errors import ConfigError, HarmonyError
-from harmony.core.priordata import FORMATS, PriorSession, load
+from harmony_base.errors import ConfigError, HarmonyError
+from harmony_core.priordata import FORMATS, PriorSession, load
 from tuner_client.config import WarmStartConfig
 from tuner_client.priordata_remote import priors_from_server
 

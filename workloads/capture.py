@@ -33,7 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from workloads.capture_log import parse_capture_log
 from workloads.connect import connect, current_setting, describe_dsn, relation_exists
 from workloads.replay import ReplayFile

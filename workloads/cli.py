@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Any
 
-from harmony.base.env import env_default
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.env import env_default
+from harmony_base.errors import ConfigError, WorkloadError
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix
 from workloads.pgbench import PgbenchWorkload

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo
 
-from harmony.base.errors import DatabaseError
+from harmony_base.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 

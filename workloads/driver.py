@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.mix import Mix, MixSpec, parse_mix

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.base import Workload
 from workloads.sample import Sample, summarize
 

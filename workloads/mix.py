@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.tpch.queries import QUERY_NAMES
 
 _TERM = re.compile(r"^\s*(?P<count>[+-]?\d+)\s*[*x]?\s*[Qq](?P<query>\d+)\s*$")

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import DatabaseError, WorkloadError
+from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.base import Workload
 from workloads.connect import connect, describe_dsn
 from workloads.sample import QueryStats, Sample

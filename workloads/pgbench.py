@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harmony.base.errors import DatabaseError, WorkloadError
+from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.base import Workload
 from workloads.connect import connect, describe_dsn, relation_exists
 from workloads.sample import Sample, summarize

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.sample import Sample, progress_credit, summarize
 
 #: completions per query whose mean is a running query's expected duration (no completion of

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, WorkloadError
+from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.recorder import Recorder

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.base import Workload
 from workloads.driver import StreamSet, _check_timeout, check_tpch_database
 from workloads.mix import Mix, parse_mix

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from workloads.script_file import (
     BUILTIN_VARIABLES,
     READ_KEYWORDS,

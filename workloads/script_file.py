@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 #: variables pgbench defines itself (and ``scale``, which ``-D`` or ``-s`` sets)
 BUILTIN_VARIABLES = frozenset({"client_id", "default_seed", "random_seed", "scale"})

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from workloads.connect import connect
 from workloads.pgbench import PgbenchWorkload
 from workloads.sample import Sample

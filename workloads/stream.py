@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import DatabaseError
+from harmony_base.errors import DatabaseError
 from workloads.connect import connect
 from workloads.recorder import Recorder
 from workloads.tpch.queries import make_query

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from harmony.base.env import env_default
-from harmony.base.errors import ConfigError
+from harmony_base.env import env_default
+from harmony_base.errors import ConfigError
 from workloads.apps import app_names, create_database, create_stat_statements, setup_app
 from workloads.capture import capture
 from workloads.cli import _add_dsn, _emit, _positive_float, _positive_int, _require_dsn

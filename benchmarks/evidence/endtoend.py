@@ -38,7 +38,7 @@ from benchmarks.evidence.common import (
     target_measurer,
     write_results,
 )
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner

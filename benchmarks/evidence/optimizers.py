@@ -2,7 +2,7 @@
 
 Every optimizer sees the same objective interface: a point in, one value out, a budget of
 *measured* evaluations. Harmony's strategies (nelder-mead, pro with 2 and 4 emulated parallel
-clients, random) run inside the real session core (:class:`harmony.core.session.SessionCore`), so
+clients, random) run inside the real session core (:class:`harmony_core.session.SessionCore`), so
 the constrained runs go through the ``constraint`` plugin (isl bounding box, rejection of
 infeasible points with a penalty); Optuna's TPE runs through its ask/tell API on the same
 (narrowed) box, and an infeasible point it proposes is told a penalty worse than every
@@ -31,10 +31,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from benchmarks.evidence.common import fmt, header, machine, spread, write_results
-from harmony.base.space import EnumParam, IntParam, Point, RealParam, Space
-from harmony.core.definition import PluginSpec, SessionDefinition
-from harmony.core.session import SessionCore
-from harmony.core.synth import Problem, make_problem
+from harmony_base.space import EnumParam, IntParam, Point, RealParam, Space
+from harmony_core.definition import PluginSpec, SessionDefinition
+from harmony_core.session import SessionCore
+from harmony_core.synth import Problem, make_problem
 
 logger = logging.getLogger(__name__)
 

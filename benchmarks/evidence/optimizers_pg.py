@@ -37,7 +37,7 @@ from benchmarks.evidence.common import (
 )
 from benchmarks.evidence.endtoend import MB, compare, open_memory_bound, tuner_dict
 from benchmarks.evidence.optimizers import run_harmony, run_optuna
-from harmony.base.space import Space
+from harmony_base.space import Space
 from tuner_client.budget import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
 from tuner_client.measurer import ApplyHooks, Measurer

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.evidence.common import fmt, header, machine, write_results
-from harmony.base.space import IntParam, RealParam, Space
-from harmony.core.definition import PluginSpec, SessionDefinition
-from harmony.core.session import SessionCore
+from harmony_base.space import IntParam, RealParam, Space
+from harmony_core.definition import PluginSpec, SessionDefinition
+from harmony_core.session import SessionCore
 
 logger = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from benchmarks.evidence.common import (
 from benchmarks.evidence.endtoend import MB, open_memory_bound
 from benchmarks.evidence.headroom import headroom_config
 from benchmarks.evidence.live import t_interval
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.measurer import Measurer, ServerAccess
 from tuner_client.target import Target

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.evidence.flowrun import open_small_target, run_flow, small_config
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 
 logger = logging.getLogger(__name__)
 

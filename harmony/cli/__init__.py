@@ -21,10 +21,10 @@ import tuner_client.sessions_cli
 import tuner_client.tune_cli
 import workloads.cli
 import workloads.user_cli
-from harmony import __version__
-from harmony.base.env import env_default
-from harmony.base.errors import ConfigError, HarmonyError
 from harmony.cli import define, priordata, report, synth
+from harmony_base.env import env_default
+from harmony_base.errors import ConfigError, HarmonyError
+from harmony_base.version import __version__
 
 #: modules that register subcommands, in the order ``harmony --help`` lists them
 SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError, ConstraintError
-from harmony.core.definition import load_definition, load_yaml_with_lines
-from harmony.core.session import SessionCore
+from harmony_base.errors import ConfigError, ConstraintError
+from harmony_core.definition import load_definition, load_yaml_with_lines
+from harmony_core.session import SessionCore
 from tuner_client.config import load_tuner_config
 from tuner_client.config.schema import TUNER_SCHEMA
 from tuner_client.plan import make_plan

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harmony.base.errors import ConfigError
-from harmony.base.tokens import read_token_file
-from harmony.core.priordata import FORMATS, PriorSession, dump, dumps, format_for_path, load
+from harmony_base.errors import ConfigError
+from harmony_base.tokens import read_token_file
+from harmony_core.priordata import FORMATS, PriorSession, dump, dumps, format_for_path, load
 from harmony_server.priordata_store import import_into_store, prior_from_store
 from harmony_server.store import Store, default_store_url
 from tuner_client.priordata_remote import prior_from_server

@@ -5,7 +5,7 @@
 for ``harmony export``. A session exported by ``harmony tune`` (``OUT/sessions/NAME.xml``) is
 drawn with its run's ``OUT/summary.json`` when that file is there. A server-side tool like
 ``harmony export`` (it may open the store); the page itself is drawn by
-:mod:`harmony.report`, which knows nothing of where the session came from.
+:mod:`harmony_report`, which knows nothing of where the session came from.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError
 from harmony.cli.priordata import add_source_options, read_prior
-from harmony.core.priordata import load
-from harmony.report import write_report
+from harmony_base.errors import ConfigError
+from harmony_core.priordata import load
+from harmony_report import write_report
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from harmony.base.errors import ConfigError
-from harmony.core.synth import FUNCTIONS, GRIDS, trace_synthetic
+from harmony_base.errors import ConfigError
+from harmony_core.synth import FUNCTIONS, GRIDS, trace_synthetic
 
 
 def _env(name: str, default: str) -> str:

@@ -31,8 +31,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from harmony.base.errors import ConfigError, ConstraintError
-from harmony.base.units import MEMORY_UNITS
+from harmony_base.errors import ConfigError, ConstraintError
+from harmony_base.units import MEMORY_UNITS
 from tuner_client.host_memory import detect_ram_bytes
 
 UNIT_BYTES = MEMORY_UNITS

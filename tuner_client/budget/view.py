@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import IntParam
+from harmony_base.errors import ConstraintError, HarmonyError
+from harmony_base.space import IntParam
 from tuner_client.budget.formula import (
     BUDGET_KNOBS,
     ONLINE_MEMORY_KNOBS,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from harmony.base.errors import ConfigError
-from harmony.base.space import EnumParam, IntParam, Param, RealParam, Space, Value
+from harmony_base.errors import ConfigError
+from harmony_base.space import EnumParam, IntParam, Param, RealParam, Space, Value
 from tuner_client.config.model import KnobSpec
 from tuner_client.config.units import TIME_UNITS_MS, parse_bytes
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue

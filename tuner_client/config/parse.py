@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError
-from harmony.core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
+from harmony_base.errors import ConfigError
+from harmony_core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
 from tuner_client.config.defaults import DEFAULT_OFFLINE_KNOBS, DEFAULT_ONLINE_KNOBS
 from tuner_client.config.model import (
     OFFLINE_SESSION,

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.config.defaults import KNOWN_RANGES
 from tuner_client.config.model import (
     DatabaseConfig,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from harmony.base.errors import ConfigError
-from harmony.base.units import MEMORY_UNITS, TIME_UNITS_MS
+from harmony_base.errors import ConfigError
+from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
 
 __all__ = ["MEMORY_UNITS", "TIME_UNITS_MS", "format_bytes", "parse_bytes"]
 

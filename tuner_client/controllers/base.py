@@ -45,8 +45,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from harmony.base.errors import DatabaseError, HarmonyError
-from harmony.base.registry import Registry
+from harmony_base.errors import DatabaseError, HarmonyError
+from harmony_base.registry import Registry
 from tuner_client.apply import alter_system, check_settings, read_settings
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
 
 logger = logging.getLogger(__name__)

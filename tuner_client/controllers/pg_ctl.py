@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.controllers.base import AUTO_CONF, Controller
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knobs import Knob, KnobValue

@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import ConfigError, KnobApplyError
+from harmony_base.errors import ConfigError, KnobApplyError
 from tuner_client import apply
 
 logger = logging.getLogger(__name__)

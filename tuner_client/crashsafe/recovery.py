@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError, DatabaseError, HarmonyError
+from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.crashsafe.journal import (
     Journal,
     auto_conf_entries,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from harmony.base.errors import DatabaseError, HarmonyError
+from harmony_base.errors import DatabaseError, HarmonyError
 from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
 from tuner_client.crashsafe.journal import (
     Journal,

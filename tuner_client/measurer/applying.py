@@ -15,7 +15,7 @@ from typing import Protocol, cast
 
 import psycopg
 
-from harmony.base.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError
+from harmony_base.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError
 from tuner_client.apply import apply_online_knobs, reload_and_wait
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.in_force import InForce

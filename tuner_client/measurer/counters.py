@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import DatabaseError
+from harmony_base.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import logging
 import statistics
 from collections.abc import Callable
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.errors import ConfigError, WorkloadError
 from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import psycopg
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.knobs import KnobCatalog
 from tuner_client.measurer.connection import AdminConnection
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import GuardrailTrip, HarmonyError
+from harmony_base.errors import GuardrailTrip, HarmonyError
 from tuner_client.config import MeasureConfig
 from tuner_client.guardrails import Guardrail
 from tuner_client.measurer.applying import Applier, ApplyOutcome

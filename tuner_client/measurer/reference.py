@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from tuner_client.measurer.options import LiveWatch
 from tuner_client.stats.mix import MixReference
 from workloads.sample import Sample, reference_costs

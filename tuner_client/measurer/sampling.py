@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from harmony.base.errors import DatabaseError, GuardrailTrip
+from harmony_base.errors import DatabaseError, GuardrailTrip
 from tuner_client.config import MeasureConfig
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.counters import (

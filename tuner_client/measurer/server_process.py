@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from harmony.base.errors import ConfigError, DatabaseError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.guardrails import server_memory_bytes
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.estimators import CPU_ESTIMATORS

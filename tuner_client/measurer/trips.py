@@ -8,7 +8,7 @@ import math
 import time
 from typing import Any
 
-from harmony.base.errors import GuardrailTrip
+from harmony_base.errors import GuardrailTrip
 from tuner_client.guardrails import Trip
 from tuner_client.measurer.applying import Applier
 from tuner_client.measurer.in_force import InForce

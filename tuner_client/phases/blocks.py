@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.measurer import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.replicas import Replica, ReplicaPool

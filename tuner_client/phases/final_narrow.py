@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.final_candidates import rank_configurations
 from tuner_client.phases.final_per_transaction import (

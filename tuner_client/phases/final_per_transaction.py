@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.budget import ONLINE_MEMORY_KNOBS, BudgetView
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work

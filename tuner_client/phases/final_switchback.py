@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import psycopg
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.phases.final_per_transaction import (
     PER_TRANSACTION,
     RaceOutcome,

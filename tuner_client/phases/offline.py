@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from harmony.base.errors import ConstraintError, HarmonyError
-from harmony.base.space import Space
+from harmony_base.errors import ConstraintError, HarmonyError
+from harmony_base.space import Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes

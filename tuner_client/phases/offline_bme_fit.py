@@ -13,8 +13,8 @@ from typing import Any
 
 from bme.advice import SharedBuffersAdvisor, touched_pages_p_star
 from bme.fit import BMEFit
-from harmony.base.errors import HarmonyError
-from harmony.base.space import EnumParam
+from harmony_base.errors import HarmonyError
+from harmony_base.space import EnumParam
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
 

@@ -20,8 +20,8 @@ from bme.probe_decision import (
     search_radius,
     search_window,
 )
-from harmony.base.errors import HarmonyError
-from harmony.base.space import IntParam
+from harmony_base.errors import HarmonyError
+from harmony_base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.probe_runner import (

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from harmony.base.errors import HarmonyError
-from harmony.core.priordata import dump
+from harmony_base.errors import HarmonyError
+from harmony_core.priordata import dump
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import psycopg
 
-from harmony.base.errors import ConfigError, HarmonyError
-from harmony.core.priordata import PriorSession
+from harmony_base.errors import ConfigError, HarmonyError
+from harmony_core.priordata import PriorSession
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.errors import HarmonyError
-from harmony.base.space import EnumParam, IntParam, RealParam, Value
+from harmony_base.errors import HarmonyError
+from harmony_base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
 from tuner_client.phases.final_per_transaction import PER_TRANSACTION, system_wide_reason

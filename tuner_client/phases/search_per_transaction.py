@@ -53,7 +53,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.client import Fetched, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.measurer import PointRecord
 from tuner_client.stats.per_transaction import rank_compare
 from workloads.per_transaction.trace import Trace

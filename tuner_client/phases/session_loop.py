@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harmony.base.errors import DatabaseError, HarmonyError
+from harmony_base.errors import DatabaseError, HarmonyError
 from tuner_client.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from harmony.core.definition import PluginSpec, SessionDefinition
-from harmony.core.warmstart import apply_warm_start
+from harmony_core.definition import PluginSpec, SessionDefinition
+from harmony_core.warmstart import apply_warm_start
 from tuner_client.client import Session, host_metadata
 from tuner_client.config import KnobSpace
 from tuner_client.phases.blocks import (

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harmony.base.errors import HarmonyError
+from harmony_base.errors import HarmonyError
 from tuner_client.measurer import Measurer, PointRecord, aggregate
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import Reference, measure_block

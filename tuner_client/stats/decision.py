@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.sequential import CITATION, METHOD
 from tuner_client.stats.unstable import degrade_reason, spread_reason

@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 
 #: per statement: (calls, mean execution seconds or None)
 PerQuery = Mapping[str, tuple[int, float | None]]

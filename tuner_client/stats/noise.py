@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 Point = Mapping[str, Any]
 

@@ -20,7 +20,7 @@ from typing import Literal, TypeGuard
 import numpy as np
 from scipy import stats as sps
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.sequential import cs_multiplier
 
 #: ``t`` and ``bootstrap`` are fixed-n intervals, valid at a number of rounds fixed in advance;

@@ -75,7 +75,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import RatioInterval, t_quantile
 from tuner_client.stats.sequential import confidence_sequence
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.per_transaction import (
     DESIGN,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.paired import Method, log_ratios
 from tuner_client.stats.racing import Race, RaceBudget, RaceRules, Round

@@ -52,7 +52,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import round_order
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.race_budget import BudgetAccount, Cost, Measure, RaceBudget

@@ -13,7 +13,7 @@ next point the strategy can offer, so PRO's batches spread over the replicas and
 sequential strategy keeps one replica busy.
 
 The truth is a throughput surface in (0, 1]: ``1 / (1 + (f(x) − f*) / gap)`` for a synthetic
-minimisation problem :func:`harmony.core.synth.make_problem` (1 at the optimum, 0.5 at a typical
+minimisation problem :func:`harmony_core.synth.make_problem` (1 at the optimum, 0.5 at a typical
 random point), so "90 % of the best configuration" is a true value of 0.9.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
-from harmony.core.synth import Problem, make_problem
+from harmony_base.errors import ConfigError
+from harmony_core.synth import Problem, make_problem
 from strategies.base import Strategy, Trial, make_strategy
 from tuner_client.stats.noise import POINT_SECONDS_REF, NoiseModel, NoisyObjective
 

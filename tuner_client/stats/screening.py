@@ -32,7 +32,7 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from scipy import stats as sps
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import t_quantile
 
 logger = logging.getLogger(__name__)

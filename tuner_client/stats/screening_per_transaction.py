@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import (
     DESIGN,

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import optimize
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 #: the method's name in the decisions and in summary.json
 METHOD = "anytime-valid confidence sequence"

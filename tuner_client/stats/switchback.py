@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import slice_log_speedups

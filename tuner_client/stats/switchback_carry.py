@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.switchback import SliceSpan, attribute
 
 #: a bin counts as unsettled only when its deviation exceeds this share of the effect

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import f as f_dist
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 from tuner_client.stats.paired import t_quantile
 
 #: flag when the candidate's detrended spread exceeds this multiple of the reference's, or

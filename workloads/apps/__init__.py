@@ -15,7 +15,7 @@ from pathlib import Path
 
 from psycopg import conninfo, sql
 
-from harmony.base.errors import ConfigError, WorkloadError
+from harmony_base.errors import ConfigError, WorkloadError
 from workloads.connect import connect, describe_dsn, relation_exists
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.per_transaction.pgbench_variants import (
     PgbenchAssignment,
     builtin_template,

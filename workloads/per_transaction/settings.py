@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import ConfigError
+from harmony_base.errors import ConfigError
 
 #: pg_settings contexts a transaction may change with SET LOCAL
 SESSION_CONTEXTS = frozenset({"user", "superuser"})

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import DatabaseError, WorkloadError
+from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.base import cancel_and_join, cancel_running
 from workloads.connect import connect
 from workloads.driver import check_tpch_database

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 
 logger = logging.getLogger(__name__)
 

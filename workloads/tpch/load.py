@@ -21,7 +21,7 @@ from typing import IO, Any
 import psycopg
 from psycopg import sql
 
-from harmony.base.errors import DatabaseError, WorkloadError
+from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.connect import connect, describe_dsn, relation_exists
 from workloads.tpch.generate import GENERATOR, generate_files, scale_arg
 from workloads.tpch.schema import (

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 
 Params = dict[str, Any]
 

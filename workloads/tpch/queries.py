@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg import sql
 
-from harmony.base.errors import WorkloadError
+from harmony_base.errors import WorkloadError
 from workloads.tpch.params import Params, default_params, random_params
 from workloads.tpch.templates import TEMPLATES
 
