@@ -33,7 +33,7 @@ from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, Tu
 from tuner_client.report_inputs import race_trace, report_inputs
 from tuner_client.stats.decision import decide
 from tuner_client.stats.racing import Race
-from tuner_client.tune_cli import format_result
+from tuner_client.tune_run import format_result
 
 #: true ratios to the default: one clearly better, one clearly worse, one the same
 TRUE = {"default": 1.0, "best": 1.25, "candidate-2": 0.80, "pgtune": 1.0}
