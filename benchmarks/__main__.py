@@ -21,6 +21,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bme_prior", ()),
     ("anytime_race", ()),
     ("tpch_load", ()),
+    ("cli_startup", ()),
     ("evidence", ("optimizers",)),
     ("evidence", ("overheads",)),
     ("evidence", ("tight",)),

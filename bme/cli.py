@@ -1,4 +1,5 @@
-"""``harmony bme ...``: fit, size, partition, reclaim and Mattson-stack commands.
+"""``harmony bme ...``: fit, size, partition, reclaim and Mattson-stack commands (their options
+are in :mod:`harmony.cli.bme_parser`, which imports this module only when one runs).
 
 Each prints a readable table, or JSON with ``--json``. Bad input raises
 :class:`ConfigError`, which the ``harmony`` entry point (and :func:`main` here) turn into a
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from typing import Any
 
 import numpy as np
@@ -25,73 +25,6 @@ from bme.size import size_for_target
 from harmony_base.errors import ConfigError
 
 logger = logging.getLogger(__name__)
-
-EXIT_BAD_INPUT = 2
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``harmony bme`` and its subcommands."""
-    bme = subparsers.add_parser("bme", help="Buffer Miss Equation: fit, size, partition, "
-                                            "reclaim, Mattson stack",
-                                description="The Buffer Miss Equation P(M) and its uses.")
-    bme.set_defaults(func=lambda args: _usage(bme))
-    sub = bme.add_subparsers(dest="bme_command", metavar="SUBCOMMAND")
-
-    p = sub.add_parser("fit", help="fit the equation to a size,miss CSV")
-    p.add_argument("data", help="CSV with a header 'size,miss'")
-    p.add_argument("--p-star", type=float, default=None, help="fix the cold-miss floor P*")
-    _json_flag(p)
-    p.set_defaults(func=cmd_fit)
-
-    p = sub.add_parser("size", help="buffer size reaching a target miss probability")
-    p.add_argument("--params", required=True, help="JSON object with p_star, p_c, m_b, m_star")
-    p.add_argument("--target", type=float, required=True, help="target miss probability μ")
-    _json_flag(p)
-    p.set_defaults(func=cmd_size)
-
-    p = sub.add_parser("partition", help="split a buffer among pools with fitted curves")
-    p.add_argument("--total", type=int, required=True, help="total pages to split")
-    p.add_argument("--weights", type=_floats, default=None,
-                   help="reference shares w1,w2,... (default equal)")
-    p.add_argument("--max-miss", type=float, default=None, help="cap on every pool's P")
-    p.add_argument("data", nargs="+", help="one size,miss CSV per pool")
-    _json_flag(p)
-    p.set_defaults(func=cmd_partition)
-
-    p = sub.add_parser("reclaim", help="fair reclamation of pages from pools")
-    p.add_argument("--params", required=True, help="JSON list of parameter objects")
-    p.add_argument("--sizes", type=_floats, required=True, help="current sizes m1,m2,...")
-    p.add_argument("--delta", type=float, required=True,
-                   help="pages to take (negative: pages to give back)")
-    p.add_argument("--exact", action="store_true",
-                   help="solve for exactly equal P/P* instead of the closed-form β shares")
-    p.add_argument("--integer", action="store_true", help="round to whole pages (Σ kept)")
-    _json_flag(p)
-    p.set_defaults(func=cmd_reclaim)
-
-    p = sub.add_parser("mattson", help="LRU miss curve of a page-reference trace, and its fit")
-    p.add_argument("trace", help="file with one page id per line")
-    p.add_argument("--points", type=int, default=40,
-                   help="log-spaced curve points to print and fit (0: every size)")
-    _json_flag(p)
-    p.set_defaults(func=cmd_mattson)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}") from None
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], table: list[tuple[str, str]]) -> int:

@@ -10,9 +10,17 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from harmony_base.errors import ConfigError, HarmonyError
-from harmony_server.server import DEFAULT_PORT, run_server
+from harmony_base.lazy import LazyModule
+from harmony_server.ports import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    import harmony_server.server as server
+else:
+    # aiohttp and SQLAlchemy load when the server starts, not for ``harmony server --help``
+    server = LazyModule("harmony_server.server")
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_server_command(args: argparse.Namespace) -> int:
     """``harmony server``: serve until SIGINT/SIGTERM."""
     port = args.port if args.port is not None else _env_int("HARMONY_PORT", DEFAULT_PORT)
-    run_server(args.host, port, args.store, args.token_file, state_dir=args.state_dir)
+    server.run_server(args.host, port, args.store, args.token_file, state_dir=args.state_dir)
     return 0
 
 

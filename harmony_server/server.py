@@ -29,11 +29,11 @@ from harmony_base.tokens import read_token_file
 from harmony_server.app import CLOSING, AppSettings, make_app
 from harmony_server.manager import SessionManager
 from harmony_server.metrics import render_metrics as render_prometheus_metrics
+from harmony_server.ports import DEFAULT_PORT
 from harmony_server.store import Store, default_store_url
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 1979
 #: the event loop the server runs on (see :func:`new_event_loop`)
 EVENT_LOOP = "uvloop" if uvloop is not None else "asyncio"
 

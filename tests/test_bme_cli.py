@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bme import BMEParams, miss_probability
-from bme.cli import add_parser
 from harmony.cli import main
+from harmony.cli.bme_parser import add_parser
 from harmony_base.errors import ConfigError
 
 TRUE = BMEParams(p_star=0.02, p_c=0.01, m_b=100.0, m_star=5000.0)

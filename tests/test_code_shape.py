@@ -44,7 +44,7 @@ LONG_MODULES: dict[str, str] = {
 INNER_IMPORTS = {
     "tuner_client/controllers/docker.py": 2,  # the optional docker SDK (compose's area)
     "tuner_client/target.py": 11,
-    "tuner_client/tune_cli.py": 1,
+    "tuner_client/tune_run.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}
 

@@ -3,6 +3,8 @@ import; this file catches what no static checker sees and what the contracts ass
 
 * No product module loads one of our modules by a string (``importlib.import_module("x")``,
   ``__import__("x")``): such an import would dodge the layer contracts.
+* A module loaded lazily (``LazyModule("x")``, harmony_base/lazy.py) is also imported under
+  ``TYPE_CHECKING``, so import-linter and mypy see the edge the string would hide.
 * Nothing below the CLI imports ``harmony_server``: the client, the core, the plugins, the
   strategies and the workloads reach a server only over its HTTP API or through exported files.
   Checked on every module's syntax tree, so an import inside a function counts as much as one
@@ -92,3 +94,49 @@ def test_the_scan_catches_a_server_import_wherever_it_is() -> None:
     assert hits == [(1, "harmony_server.store", False),
                     (3, "harmony_server.priordata_store", False),
                     (5, "harmony_server.app", True), (6, "harmony_core.priordata", False)]
+
+
+def _lazy_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, module)`` of every ``LazyModule("module")``."""
+    return [(node.lineno, node.args[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule"
+            and node.args and isinstance(node.args[0], ast.Constant)]
+
+
+def _type_checking_imports(tree: ast.AST) -> set[str]:
+    """Modules imported inside ``if TYPE_CHECKING:`` (``from a import b`` names ``a`` and
+    ``a.b``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for inner in node.body:
+                if isinstance(inner, ast.Import):
+                    found |= {alias.name for alias in inner.names}
+                elif isinstance(inner, ast.ImportFrom) and inner.module:
+                    found.add(inner.module)
+                    found |= {f"{inner.module}.{alias.name}" for alias in inner.names}
+    return found
+
+
+def test_every_lazy_module_is_imported_under_type_checking() -> None:
+    missing, lazy = [], 0
+    for path in (p for pkg in PRODUCT for p in _files(pkg)):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        twins = _type_checking_imports(tree)
+        for line, module in _lazy_modules(tree):
+            lazy += 1
+            if module not in twins:
+                missing.append(f"{path.relative_to(ROOT)}:{line} LazyModule({module!r})")
+    assert missing == [], ("import these under `if TYPE_CHECKING:` too, so the layer contracts "
+                           "see them:\n" + "\n".join(missing))
+    assert lazy >= 10  # the scan finds the CLI's lazy modules
+
+
+def test_the_twin_check_reads_both_import_forms() -> None:
+    source = ("if TYPE_CHECKING:\n    import a.b as c\n    from d import e\n"
+              "else:\n    c = LazyModule('a.b')\n    e = LazyModule('d.e')\n"
+              "f = LazyModule('g')\n")
+    tree = ast.parse(source)
+    assert sorted(_lazy_modules(tree)) == [(5, "a.b"), (6, "d.e"), (7, "g")]
+    assert {"a.b", "d.e"} <= _type_checking_imports(tree)
+    assert "g" not in _type_checking_imports(tree)

@@ -37,7 +37,7 @@ from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
 from tuner_client.target import Target
-from tuner_client.tune_cli import format_result
+from tuner_client.tune_run import format_result
 from workloads.observe import ObservedWindow, ObservedWorkload
 
 #: a knob change that makes key lookups slow: every lookup becomes a sequential scan

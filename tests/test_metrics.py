@@ -405,7 +405,8 @@ def test_metrics_arguments_serve_on_loopback_when_a_port_is_given(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from tuner_client.metrics import add_metrics_arguments, metrics_from_args
+    from tuner_client.metrics import metrics_from_args
+    from tuner_client.metrics_options import add_metrics_arguments
 
     monkeypatch.delenv("HARMONY_METRICS_PORT", raising=False)
     monkeypatch.delenv("HARMONY_METRICS_HOST", raising=False)

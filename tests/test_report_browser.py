@@ -25,7 +25,7 @@ from tuner_client.flows import Tuner
 from tuner_client.knobs import KnobCatalog
 from tuner_client.phases.result import TuneResult
 from tuner_client.target import Target
-from tuner_client.tune_cli import format_result
+from tuner_client.tune_run import format_result
 
 pytestmark = pytest.mark.browser
 

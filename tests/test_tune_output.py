@@ -7,7 +7,7 @@ from dataclasses import replace
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Intervals, RunStatus, Throughput, TuneResult, Work
 from tuner_client.stats.decision import FinalDecision
-from tuner_client.tune_cli import format_result
+from tuner_client.tune_run import format_result
 
 
 def _result(winner: bool) -> TuneResult:

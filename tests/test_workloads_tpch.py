@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from harmony.cli import tpch_parser as cli
 from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
 from tuner_client.local_cluster import LocalCluster
-from workloads import cli
 from workloads.driver import STOP_TIMEOUT_S, WorkloadDriver
 from workloads.schedule import ScheduledDriver, wait_for_phase
 from workloads.tpch.load import LoadResult, load_tpch

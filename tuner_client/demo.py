@@ -10,10 +10,19 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tuner_client.config import TunerConfig, parse_tuner_config
-from tuner_client.metrics import add_metrics_arguments
-from tuner_client.tune_cli import format_result, run_with_metrics
+from harmony_base.lazy import LazyModule
+from tuner_client.metrics_options import add_metrics_arguments
+
+if TYPE_CHECKING:
+    import tuner_client.config as tuner_config
+    import tuner_client.tune_run as tune_run
+    from tuner_client.config import TunerConfig
+else:
+    # the tuner loads when the demo runs, not for ``harmony demo --help``
+    tuner_config = LazyModule("tuner_client.config")
+    tune_run = LazyModule("tuner_client.tune_run")
 
 #: the demo's tuner config (identical to configs/tpch-demo.yaml; a test keeps them equal)
 DEMO_CONFIG_YAML = (Path(__file__).resolve().parent.parent / "configs" / "tpch-demo.yaml")
@@ -49,8 +58,9 @@ bme: {probe_seconds: 1}
 def demo_config() -> TunerConfig:
     """The demo's config: the repository's YAML when present, else the built-in copy."""
     if DEMO_CONFIG_YAML.exists():
-        return parse_tuner_config(DEMO_CONFIG_YAML.read_text(), source=str(DEMO_CONFIG_YAML))
-    return parse_tuner_config(_FALLBACK_YAML, source="built-in demo config")
+        return tuner_config.parse_tuner_config(DEMO_CONFIG_YAML.read_text(),
+                                               source=str(DEMO_CONFIG_YAML))
+    return tuner_config.parse_tuner_config(_FALLBACK_YAML, source="built-in demo config")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,8 +83,8 @@ def run_demo(args: argparse.Namespace) -> int:
     """Entry point of ``harmony demo``."""
     config = demo_config()
     output = args.output or Path("harmony-out") / "demo"
-    result = run_with_metrics(config, args, output)
-    print(format_result(result))
+    result = tune_run.run_with_metrics(config, args, output)
+    print(tune_run.format_result(result))
     throughput = result.best.throughput
     if throughput.best is not None and throughput.default is not None:
         print(f"\ndemo: default {throughput.default:.1f} qpm, tuned {throughput.best:.1f} qpm "

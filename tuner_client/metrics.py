@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import statistics
 import threading
 import time
@@ -43,6 +42,7 @@ from tuner_client.metric_series import (
     TunerSeries,
     setting_to_base_units,
 )
+from tuner_client.metrics_options import DEFAULT_METRICS_PORT
 
 if TYPE_CHECKING:
     from tuner_client.measurer import PointRecord
@@ -53,8 +53,6 @@ __all__ = ["CONTENT_TYPE", "DEFAULT_METRICS_PORT", "FAILURE_KINDS", "PHASES", "T
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-#: the tuner's metrics port unless told otherwise (the server's API is on 1979)
-DEFAULT_METRICS_PORT = 9188
 
 
 class TunerMetrics(TunerSeries):
@@ -325,19 +323,6 @@ class TunerMetrics(TunerSeries):
         if number is None:
             logger.debug("metrics: knob %s=%r has no numeric form; not exported", knob, value)
         return number
-
-
-def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-host`` / ``--metrics-port`` for ``harmony tune`` (env ``HARMONY_METRICS_*``)."""
-    port = os.environ.get("HARMONY_METRICS_PORT")
-    parser.add_argument("--metrics-port", type=int, default=int(port) if port else None,
-                        help="serve the tuner's Prometheus metrics on this port (0: any free "
-                             f"port; default: not served; env HARMONY_METRICS_PORT; "
-                             f"{DEFAULT_METRICS_PORT} in docker-compose)")
-    parser.add_argument("--metrics-host", default=os.environ.get("HARMONY_METRICS_HOST",
-                                                                 "127.0.0.1"),
-                        help="address for --metrics-port (default 127.0.0.1; env "
-                             "HARMONY_METRICS_HOST)")
 
 
 def metrics_from_args(args: argparse.Namespace, knobs: Sequence[str], *, tuner: str = "harmony"

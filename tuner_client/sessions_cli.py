@@ -6,10 +6,16 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harmony_base.lazy import LazyModule
 from harmony_base.tokens import read_token_file
-from tuner_client.client import connect
+
+if TYPE_CHECKING:
+    import tuner_client.client as client_api
+else:
+    # the HTTP client loads when the command runs, not for ``harmony sessions --help``
+    client_api = LazyModule("tuner_client.client")
 
 #: the server's default port (``harmony server --port``)
 DEFAULT_SERVER = "http://127.0.0.1:1979"
@@ -31,7 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def list_sessions_command(args: argparse.Namespace) -> int:
     """``harmony sessions``: a table (or JSON) of sessions and their best results."""
     token = read_token_file(args.token_file) if args.token_file else None
-    with connect(args.server, token=token) as client:
+    with client_api.connect(args.server, token=token) as client:
         rows = client.list_sessions()
     if args.json:
         json.dump(rows, sys.stdout, indent=2)

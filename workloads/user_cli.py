@@ -9,16 +9,15 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from harmony_base.env import env_default
 from harmony_base.errors import ConfigError
-from workloads.apps import app_names, create_database, create_stat_statements, setup_app
+from workloads.apps import create_database, create_stat_statements, setup_app
 from workloads.capture import capture
-from workloads.cli import _add_dsn, _emit, _positive_float, _positive_int, _require_dsn
+from workloads.cli import _emit, _require_dsn
 from workloads.replay import ReplayWorkload
 from workloads.scripted import ScriptedWorkload
 
 
-def _cmd_app_setup(args: argparse.Namespace) -> int:
+def cmd_app_setup(args: argparse.Namespace) -> int:
     dsn = _require_dsn(args)
     if args.create_database:
         create_database(dsn)
@@ -31,7 +30,7 @@ def _cmd_app_setup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     dsn = _require_dsn(args)
     if (args.replay is None) == (not args.file):
         raise ConfigError("give script files (file@weight ...) or --replay FILE, not both")
@@ -57,7 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_capture(args: argparse.Namespace) -> int:
+def cmd_capture(args: argparse.Namespace) -> int:
     dsn = _require_dsn(args)
     stop = threading.Event()
 
@@ -79,50 +78,3 @@ def _cmd_capture(args: argparse.Namespace) -> int:
           f"{replay.clients} sessions in {replay.seconds:.1f} s -> {args.out}"
           + (" (writes: replay with writes: true)" if replay.writes else ""))
     return 0
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``harmony workload ...`` and ``harmony capture``."""
-    workload = subparsers.add_parser("workload", help="example applications and the user's "
-                                     "own SQL scripts or captures")
-    sub = workload.add_subparsers(dest="workload_command", metavar="ACTION", required=True)
-    setup = sub.add_parser("app-setup", help="create and load an example application")
-    setup.add_argument("app", choices=app_names(), help="the application (workloads/apps)")
-    _add_dsn(setup)
-    setup.add_argument("--scale", type=_positive_int,
-                       default=int(env_default("app_scale", "1") or 1),
-                       help="size (shop: 10 000 customers, 20 000 orders per unit; env "
-                            "HARMONY_APP_SCALE; default 1)")
-    setup.add_argument("--create-database", action="store_true",
-                       help="create the database the DSN names first, if it does not exist")
-    setup.add_argument("--stat-statements", action="store_true",
-                       help="also CREATE EXTENSION pg_stat_statements (the live mode reads "
-                            "it; the server must preload the library)")
-    setup.set_defaults(func=_cmd_app_setup)
-
-    run = sub.add_parser("run", help="run pgbench scripts / .sql files or a replay file")
-    _add_dsn(run)
-    run.add_argument("file", nargs="*", help="pgbench scripts or .sql files, as file@weight")
-    run.add_argument("--replay", type=Path, default=None, help="a harmony capture file")
-    run.add_argument("--clients", type=_positive_int, default=None, help="connections")
-    run.add_argument("--writes", action="store_true", help="allow INSERT/UPDATE/DELETE")
-    run.add_argument("-D", "--define", action="append", help="a pgbench variable name=value")
-    run.add_argument("--seconds", type=_positive_float, default=10.0, help="sample window (s)")
-    run.add_argument("--samples", type=_positive_int, default=1, help="samples to take")
-    run.add_argument("--json", action="store_true", help="print the samples as JSON")
-    run.set_defaults(func=_cmd_run)
-
-    cap = subparsers.add_parser(
-        "capture", help="record a live workload into a replay file",
-        description="Record the statements (with their parameters), the mix and the "
-                    "concurrency of a live database for some seconds, from the server log. "
-                    "The server's logging settings are changed with ALTER SYSTEM for the "
-                    "capture only and restored afterwards, also on Ctrl-C or SIGTERM.")
-    _add_dsn(cap)
-    cap.add_argument("--seconds", type=_positive_float, required=True, help="how long")
-    cap.add_argument("--out", type=Path, required=True, help="the replay file to write")
-    cap.add_argument("--log-file", default=env_default("log_file"),
-                     help="the server's log file on this machine, when logging_collector is "
-                          "off (env HARMONY_LOG_FILE)")
-    cap.add_argument("--json", action="store_true", help="print the summary as JSON")
-    cap.set_defaults(func=_cmd_capture)

@@ -1,7 +1,8 @@
 """The single console script, ``harmony``: one subcommand per job.
 
-Each subsystem owns its subcommands (a module with ``add_parser(subparsers)``); this module
-only wires them together, configures logging, and turns errors into exit codes.
+Each subcommand has a light module with ``add_parser(subparsers)`` (its options and help; the
+work is imported when the command runs); this module only wires them together, configures
+logging, and turns errors into exit codes.
 """
 
 from __future__ import annotations
@@ -13,20 +14,28 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-import bme.cli
 import harmony_server.cli
 import tuner_client.demo
 import tuner_client.restore_cli
 import tuner_client.sessions_cli
 import tuner_client.tune_cli
-import workloads.cli
-import workloads.user_cli
-from harmony.cli import define, priordata, report, synth
+from harmony.cli import (
+    bme_parser,
+    priordata,
+    report,
+    synth,
+    tpch_parser,
+    validate_parser,
+    workload_parser,
+)
 from harmony_base.env import env_default
 from harmony_base.errors import ConfigError, HarmonyError
 from harmony_base.version import __version__
 
-#: modules that register subcommands, in the order ``harmony --help`` lists them
+#: modules that register subcommands, in the order ``harmony --help`` lists them. Each is light:
+#: it imports argparse, the standard library, :mod:`harmony_base` and other such modules only,
+#: and reaches the command's work through a :class:`~harmony_base.lazy.LazyModule`, so that
+#: ``harmony --help`` and ``harmony X --help`` load no heavy library (tests/test_cli_startup.py).
 SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (
     harmony_server.cli,           # harmony server
     tuner_client.sessions_cli,    # harmony sessions
@@ -34,10 +43,10 @@ SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (
     tuner_client.restore_cli,     # harmony restore
     tuner_client.demo,            # harmony demo
     synth,                        # harmony synth
-    bme.cli,                      # harmony bme ...
-    workloads.cli,                # harmony tpch ..., harmony pgbench
-    workloads.user_cli,           # harmony workload ..., harmony capture
-    define,                       # harmony validate
+    bme_parser,                   # harmony bme ...
+    tpch_parser,                  # harmony tpch ..., harmony pgbench
+    workload_parser,              # harmony workload ..., harmony capture
+    validate_parser,              # harmony validate
     report,                       # harmony report (reads a store, a server or a file)
     priordata,                    # harmony export, harmony import
 )

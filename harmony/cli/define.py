@@ -5,7 +5,8 @@ A file is a tuner config when its top level has a tuner section (``database``, `
 ``online`` …), else a session definition. A tuner config is checked as ``harmony tune`` would
 read it (schema, units, ranges; file:line:key errors), then its knobs against the catalog of
 the configured server when it answers (else this host's PostgreSQL, said so) and its ranges
-against the memory budget: a knob no value of which fits the budget is an error.
+against the memory budget: a knob no value of which fits the budget is an error. The options
+are in :mod:`harmony.cli.validate_parser`, which imports this module only when it runs.
 """
 
 from __future__ import annotations
@@ -24,18 +25,6 @@ from tuner_client.plan import make_plan
 
 #: top-level keys only a tuner config has
 TUNER_KEYS = frozenset(TUNER_SCHEMA["properties"]) - {"name", "description", "seed", "server"}
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "validate", help="validate session definitions and tuner configs",
-        description="Validate session definitions (schema, strategy, plugins, the possibly "
-                    "constraint-narrowed search space) and tuner configs (schema, knobs "
-                    "against the server's catalog, units, ranges, the memory budget) without "
-                    "changing anything.")
-    parser.add_argument("files", nargs="+", help="session definition or tuner config YAML files")
-    parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(func=run_validate)
 
 
 def is_tuner_config(path: str | Path) -> bool:

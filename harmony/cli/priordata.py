@@ -18,13 +18,29 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harmony_base.errors import ConfigError
+from harmony_base.lazy import LazyModule
 from harmony_base.tokens import read_token_file
-from harmony_core.priordata import FORMATS, PriorSession, dump, dumps, format_for_path, load
-from harmony_server.priordata_store import import_into_store, prior_from_store
-from harmony_server.store import Store, default_store_url
-from tuner_client.priordata_remote import prior_from_server
+
+if TYPE_CHECKING:
+    import harmony_core.priordata as prior_files
+    import harmony_server.priordata_store as prior_store
+    import harmony_server.store as server_store
+    import tuner_client.priordata_remote as prior_remote
+    from harmony_core.priordata import PriorSession
+    from harmony_server.store import Store
+else:
+    # the store (SQLAlchemy), the HTTP client and the formats load when a command runs, not
+    # for ``--help``
+    prior_files = LazyModule("harmony_core.priordata")
+    prior_store = LazyModule("harmony_server.priordata_store")
+    server_store = LazyModule("harmony_server.store")
+    prior_remote = LazyModule("tuner_client.priordata_remote")
+
+#: the keys of :data:`harmony_core.priordata.FORMATS`, for ``--help`` (a test keeps them equal)
+FORMAT_NAMES = ("xml", "csv", "text")
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +69,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                     "and ranges, start time) as XML, CSV or a text log.")
     export.add_argument("session", help="session name")
     add_source_options(export)
-    export.add_argument("--format", choices=[*FORMATS, "all"], default=None,
+    export.add_argument("--format", choices=[*FORMAT_NAMES, "all"], default=None,
                         help="xml, csv, text or all (default: from --out's extension, else xml)")
     export.add_argument("--out", default=None,
                         help="output file, or a directory with --format all, or - for stdout "
@@ -74,7 +90,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def store_url(args: argparse.Namespace) -> str:
     """The store named by ``--store``, ``HARMONY_STORE``, or the default in the state dir."""
-    return args.store or os.environ.get("HARMONY_STORE") or default_store_url(args.state_dir)
+    return (args.store or os.environ.get("HARMONY_STORE")
+            or server_store.default_store_url(args.state_dir))
 
 
 @contextmanager
@@ -86,7 +103,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Iterator
         if not path.exists():
             raise ConfigError(f"no store at {path}: pass --store URL, --server URL, or the "
                               f"--state-dir the server used")
-    store = Store(url)
+    store = server_store.Store(url)
     try:
         yield store
     finally:
@@ -100,31 +117,31 @@ def read_prior(args: argparse.Namespace, name: str) -> PriorSession:
         server = os.environ.get("HARMONY_SERVER")
     if server:
         token = read_token_file(args.token_file) if getattr(args, "token_file", None) else None
-        return prior_from_server(server, name, token=token)
+        return prior_remote.prior_from_server(server, name, token=token)
     with open_store(args) as store:
-        return prior_from_store(store, name)
+        return prior_store.prior_from_store(store, name)
 
 
 def export_command(args: argparse.Namespace) -> int:
     """``harmony export``: write one session in one or all formats."""
     prior = read_prior(args, args.session)
     if args.out == "-":
-        sys.stdout.write(dumps(prior, args.format if args.format not in (None, "all")
+        sys.stdout.write(prior_files.dumps(prior, args.format if args.format not in (None, "all")
                                else "xml"))
         return 0
     if args.format == "all":
         directory = Path(args.out or ".")
-        for fmt, ext in FORMATS.items():
-            path = dump(prior, directory / f"{prior.name}{ext}", fmt)
+        for fmt, ext in prior_files.FORMATS.items():
+            path = prior_files.dump(prior, directory / f"{prior.name}{ext}", fmt)
             print(f"wrote {path}")
         return 0
     if args.out is None:
         fmt = args.format or "xml"
-        out = Path(f"{prior.name}{FORMATS[fmt]}")
+        out = Path(f"{prior.name}{prior_files.FORMATS[fmt]}")
     else:
         out = Path(args.out)
-        fmt = args.format or format_for_path(out)
-    path = dump(prior, out, fmt)
+        fmt = args.format or prior_files.format_for_path(out)
+    path = prior_files.dump(prior, out, fmt)
     print(f"wrote {path} ({len(prior.trials)} trials, {fmt})")
     return 0
 
@@ -134,9 +151,9 @@ def import_command(args: argparse.Namespace) -> int:
     if args.rename and len(args.files) > 1:
         raise ConfigError("--rename takes a single file; got "
                           f"{len(args.files)} files")
-    priors = [load(f) for f in args.files]  # read them all before writing any
+    priors = [prior_files.load(f) for f in args.files]  # read them all before writing any
     with open_store(args, must_exist=False) as store:
         for prior in priors:
-            name = import_into_store(store, prior, name=args.rename)
+            name = prior_store.import_into_store(store, prior, name=args.rename)
             print(f"imported {name} ({len(prior.trials)} trials)")
     return 0

@@ -14,12 +14,19 @@ import argparse
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harmony.cli.priordata import add_source_options, read_prior
 from harmony_base.errors import ConfigError
-from harmony_core.priordata import load
-from harmony_report import write_report
+from harmony_base.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import harmony_core.priordata as prior_files
+    import harmony_report as report_pages
+else:
+    # matplotlib loads when a report is drawn, not for ``harmony report --help``
+    prior_files = LazyModule("harmony_core.priordata")
+    report_pages = LazyModule("harmony_report")
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +85,7 @@ def report_command(args: argparse.Namespace) -> int:
     if args.from_xml is not None:
         if args.store is not None or args.server is not None:
             raise ConfigError("--from-xml reads a file; do not combine it with --store/--server")
-        prior = load(args.from_xml)
+        prior = prior_files.load(args.from_xml)
         if prior.name != args.session:
             raise ConfigError(f"--from-xml {args.from_xml} holds session {prior.name!r}, not "
                               f"{args.session!r}")
@@ -89,8 +96,9 @@ def report_command(args: argparse.Namespace) -> int:
     else:
         prior = read_prior(args, args.session)
     out = Path(args.out) if args.out else Path(f"report-{prior.name}")
-    page = write_report(prior, out, comparison=_json_file(args.comparison, "comparison"),
-                        bme=_json_file(args.bme, "bme"),
-                        summary=_json_file(summary_path, "summary"))
+    page = report_pages.write_report(prior, out,
+                                     comparison=_json_file(args.comparison, "comparison"),
+                                     bme=_json_file(args.bme, "bme"),
+                                     summary=_json_file(summary_path, "summary"))
     print(f"wrote {page}")
     return 0

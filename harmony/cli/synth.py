@@ -10,12 +10,25 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from harmony_base.errors import ConfigError
-from harmony_core.synth import FUNCTIONS, GRIDS, trace_synthetic
+from harmony_base.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import yaml
+
+    import harmony_core.synth as synth
+else:
+    # the strategies (scipy) load when a search runs, YAML when an option is read, neither
+    # for ``harmony synth --help``
+    synth = LazyModule("harmony_core.synth")
+    yaml = LazyModule("yaml")
+
+#: the names of :data:`harmony_core.synth.FUNCTIONS` and its ``GRIDS``, for ``--help`` (a test
+#: keeps them equal)
+FUNCTION_NAMES = ("ackley", "michalewicz", "rastrigin", "rosenbrock", "sphere")
+GRIDS = ("real", "int")
 
 
 def _env(name: str, default: str) -> str:
@@ -44,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--strategy", default=_env("strategy", "nelder-mead"),
                    help="strategy name (default nelder-mead)")
     p.add_argument("--function", default=_env("function", "rosenbrock"),
-                   choices=sorted(FUNCTIONS), help="test function (default rosenbrock)")
+                   choices=FUNCTION_NAMES, help="test function (default rosenbrock)")
     p.add_argument("--dim", type=int, default=int(_env("dim", "2")),
                    help="dimensions, 2..16 (default 2)")
     p.add_argument("--evals", type=int, default=int(_env("evals", "400")),
@@ -68,10 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     """Run one synthetic search and print its progress; 0 on success."""
     options = dict(args.options)
-    trace = trace_synthetic(args.strategy, args.function, args.dim, grid=args.grid,
-                            evals=args.evals, seed=args.seed, parallel=args.parallel,
-                            noise=args.noise, strategy_options=options,
-                            restart_on_converge=args.restart)
+    trace = synth.trace_synthetic(args.strategy, args.function, args.dim, grid=args.grid,
+                                  evals=args.evals, seed=args.seed, parallel=args.parallel,
+                                  noise=args.noise, strategy_options=options,
+                                  restart_on_converge=args.restart)
     problem = trace.problem
     rows = [{"evals": n, "best": value, "gap": value - problem.optimum}
             for n, value in trace.checkpoints()]
