@@ -6,8 +6,21 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harmony_base.errors import ConfigError, HarmonyError
+from harmony_base.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import tuner_client.config as tuner_config
+    import tuner_client.crashsafe.journal as journal
+    import tuner_client.crashsafe.recovery as recovery
+    import tuner_client.crashsafe.run as run
+else:  # imported when the command runs: ``harmony restore --help`` needs none of them
+    tuner_config = LazyModule("tuner_client.config")
+    journal = LazyModule("tuner_client.crashsafe.journal")
+    recovery = LazyModule("tuner_client.crashsafe.recovery")
+    run = LazyModule("tuner_client.crashsafe.run")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,33 +52,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_restore(args: argparse.Namespace) -> int:
     """Entry point of ``harmony restore``; the CLI maps errors to exit codes."""
-    from tuner_client.crashsafe.journal import find_journals, journal_dir
-    from tuner_client.crashsafe.recovery import inspect, recover
-    from tuner_client.crashsafe.run import config_key
-
     if (args.config is None) == (not args.all):
         raise ConfigError("harmony restore: give a tuner config, or --all for every journal")
-    directory = args.journal_dir or journal_dir()
+    directory = args.journal_dir or journal.journal_dir()
     if args.all:
-        journals = find_journals(directory)
+        journals = journal.find_journals(directory)
     else:
-        from tuner_client.config import load_tuner_config
-
-        config = load_tuner_config(args.config)
+        config = tuner_config.load_tuner_config(args.config)
         state_dir = Path(args.state_dir) / config.name if args.state_dir else None
-        journals = find_journals(directory, config_key(config, state_dir))
+        journals = journal.find_journals(directory, run.config_key(config, state_dir))
     if not journals:
         print(f"nothing to restore: no restore journal in {directory}"
               + ("" if args.all else f" for {args.config}"))
         return 0
     failed = 0
-    for journal in journals:
-        print(journal.describe())
-        if journal.owner.alive():
+    for leftover in journals:
+        print(leftover.describe())
+        if leftover.owner.alive():
             print("  skipped: its run is still alive (its guard restores the server when "
                   "it ends)")
             continue
-        report = inspect(journal) if args.check else recover(journal, force=args.force)
+        report = recovery.inspect(leftover) if args.check else \
+            recovery.recover(leftover, force=args.force)
         print(report.text())
         failed += not report.ok
     if failed:

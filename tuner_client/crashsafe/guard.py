@@ -29,6 +29,16 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harmony_base.lazy import LazyModule
+
+if TYPE_CHECKING:
+    import tuner_client.crashsafe.journal as journal
+    import tuner_client.crashsafe.recovery as recovery
+else:  # imported once the guard must act: until then it idles as a bare interpreter
+    journal = LazyModule("tuner_client.crashsafe.journal")
+    recovery = LazyModule("tuner_client.crashsafe.recovery")
 
 logger = logging.getLogger(__name__)
 
@@ -121,13 +131,10 @@ def _recover(directory: Path, mark: str, paths: list[Path], killed: list[int]) -
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logger.warning("the tuner ended without its completion mark; %d leftover process(es) "
                    "killed %s; restoring %d server(s)", len(killed), killed, len(paths))
-    from tuner_client.crashsafe.journal import load_journal
-    from tuner_client.crashsafe.recovery import recover
-
     ok = True
     for path in paths:
         try:
-            report = recover(load_journal(path))
+            report = recovery.recover(journal.load_journal(path))
         except Exception as exc:  # the guard must try every journal whatever one raises
             logger.exception("could not restore from %s: %s", path, exc)
             ok = False

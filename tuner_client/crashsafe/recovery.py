@@ -24,6 +24,8 @@ import psycopg
 from psycopg import sql
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
+from tuner_client.apply import reload_and_wait
+from tuner_client.controllers import make_controller
 from tuner_client.crashsafe.journal import (
     Journal,
     auto_conf_entries,
@@ -96,8 +98,6 @@ def hand_edits(journal: Journal, entries: Mapping[str, str]) -> list[str]:
 def _controller(journal: Journal, dsn: str) -> Any:
     if journal.controller is None:
         return None
-    from tuner_client.controllers import make_controller
-
     options = {k: v for k, v in journal.controller["options"].items() if v is not None}
     try:
         return make_controller(journal.controller["kind"], dsn=dsn, **options)
@@ -272,8 +272,6 @@ class _Recovery:
 
     @staticmethod
     def _reload(conn: psycopg.Connection[Any]) -> None:
-        from tuner_client.apply import reload_and_wait
-
         if not reload_and_wait(conn, 10.0):
             raise DatabaseError("the reload after restoring did not finish within 10 s")
 

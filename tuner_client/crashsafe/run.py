@@ -35,6 +35,7 @@ from tuner_client.crashsafe.journal import (
     server_key,
 )
 from tuner_client.crashsafe.recovery import owner_alive_error, recover
+from tuner_client.target import default_state_dir
 
 if TYPE_CHECKING:
     from tuner_client.config import TunerConfig
@@ -50,8 +51,6 @@ APPLICATION_NAME = "harmony-tuner"
 def config_key(config: TunerConfig, state_dir: Path | None) -> str:
     """The journal key of the server a config names, without connecting to it."""
     if config.database.embedded:
-        from tuner_client.target import default_state_dir
-
         return server_key("", (state_dir or default_state_dir(config.name)) / "cluster" / "data")
     return server_key(config.database.dsn or "")
 
