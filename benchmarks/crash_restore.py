@@ -1,6 +1,7 @@
 """Evidence for issue 47: ``kill -9`` of the tuner at random instants; is the server put back?
 
-    python -m benchmarks.crash_restore [--kills 30] [--mode tuner|group|reboot] [--tag T]
+    python -m benchmarks.crash_restore [--kills 30] [--mode tuner|group|reboot] [--live]
+        [--trigger REGEX [--trigger-spread S]] [--tag T]
 
 A PostgreSQL cluster the tuner did not create (made here, reached by DSN and a ``pg_ctl``
 controller, pgbench tables at scale 2) is tuned by ``harmony tune`` as a child process: a
@@ -17,6 +18,11 @@ it, so the restore itself is hit too):
   the server started by the init system with whatever its files say), then ``harmony
   restore CONFIG`` by hand.
 
+``--live`` tunes in live mode instead (pg_stat_statements preloaded, the bench's own pgbench
+traffic at a fixed rate, the tuner observing it and changing reload-time knobs). ``--trigger``
+kills once a line of the tuner's log matches, after a random delay (e.g. the final decision,
+to kill during the restore itself).
+
 After each kill, without anyone acting (apart from ``harmony restore`` in ``reboot``), the
 server must come back to the original within ``--deadline`` s: up, ``postgresql.auto.conf``
 byte-equal to the original, every setting in force equal to the original; and no pgbench or
@@ -30,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -49,6 +56,27 @@ HARMONY = [sys.executable, "-m", "harmony.cli"]
 #: the settings whose value in force is compared with the original (besides the file)
 WATCHED = ("shared_buffers", "work_mem", "random_page_cost", "effective_cache_size",
            "max_parallel_workers_per_gather")
+
+
+def _live_config(cluster: LocalCluster, dsn: str) -> str:
+    """Live mode: the tuner observes the bench's own pgbench traffic and drives none."""
+    return f"""name: crash-restore-live
+database:
+  dsn: "{dsn}"
+  controller:
+    kind: pg_ctl
+    options: {{data_dir: {cluster.data_dir}, bin_dir: {cluster.bin_dir}}}
+workload:
+  observe: {{min_calls: 10, poll_s: 0.25}}
+measure: {{warmup_s: 0.5, samples: 2, seconds: 2}}
+online:
+  knobs:
+    work_mem: {{min: 1MB, max: 64MB, step: 1MB}}
+    random_page_cost: {{min: 1, max: 8, step: 0.5}}
+    effective_cache_size: {{min: 128MB, max: 2GB, step: 64MB}}
+  evaluations: 6
+final: {{rounds: 2, max_rounds: 2}}
+"""
 
 
 def _config(cluster: LocalCluster, dsn: str) -> str:
@@ -80,10 +108,14 @@ final: {{rounds: 2, max_rounds: 2}}
 class Bench:
     """The user's server and what 'original' means for it."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, live: bool = False) -> None:
         self.workdir = workdir
         self.cluster = LocalCluster(workdir / "server")
         self.cluster.init()
+        if live:  # live mode reads pg_stat_statements, which must be preloaded
+            conf = self.cluster.data_dir / "postgresql.conf"
+            conf.write_text(conf.read_text()
+                            + "\nshared_preload_libraries = 'pg_stat_statements'\n")
         self.cluster.start()
         with psycopg.connect(self.cluster.dsn, autocommit=True) as conn:
             conn.execute("CREATE DATABASE bench")
@@ -93,8 +125,12 @@ class Bench:
         self.dsn = self.cluster.dsn_for("bench")
         subprocess.run([str(self.cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "2", self.dsn],
                        check=True, capture_output=True)
+        if live:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION pg_stat_statements")
         self.config = workdir / "crash-restore.yaml"
-        self.config.write_text(_config(self.cluster, self.dsn))
+        self.config.write_text((_live_config if live else _config)(self.cluster, self.dsn))
+        self.load: subprocess.Popen[bytes] | None = None
         self.journals = workdir / "journals"
         self.original_file = self.auto_conf()
         self.original = self.settings()
@@ -111,10 +147,21 @@ class Bench:
             return None
         return {r[0]: r[1] for r in rows}
 
+    def start_load(self) -> None:
+        """The application's own traffic for live mode: pgbench at a fixed rate, named
+        ``bench-load`` so that it is told apart from anything the tuner starts."""
+        self.load = subprocess.Popen(
+            [str(self.cluster.bin_dir / "pgbench"), "-n", "-S", "-c", "2", "-j", "1",
+             "-R", "400", "-T", "3600", self.dsn],
+            env={**os.environ, "PGAPPNAME": "bench-load"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+
     def leftovers(self) -> dict[str, int]:
-        """pgbench processes and the run's connections still there."""
+        """pgbench processes and the run's connections still there (the live load aside)."""
         pgbench = subprocess.run(["pgrep", "-f", f"pgbench .*port={self.cluster.port} "],
                                  capture_output=True, text=True)
+        runs = [p for p in pgbench.stdout.split()
+                if self.load is None or int(p) != self.load.pid]
         connections = 0
         try:
             with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2,
@@ -125,7 +172,7 @@ class Bench:
                 connections = int(row[0]) if row else 0
         except psycopg.Error:
             connections = -1
-        return {"pgbench": len(pgbench.stdout.split()), "connections": connections}
+        return {"pgbench": len(runs), "connections": connections}
 
     def is_original(self) -> bool:
         return self.auto_conf() == self.original_file and self.settings() == self.original
@@ -153,20 +200,41 @@ def _phase(log: Path) -> str:
     return "start"
 
 
-def one_case(bench: Bench, at_s: float, mode: str, deadline_s: float, n: int) -> dict[str, Any]:
+def _wait_for(proc: subprocess.Popen[bytes], log: Path, at_s: float,
+              trigger: re.Pattern[str] | None, after_s: float) -> bool:
+    """Wait ``at_s`` (or until a log line matches ``trigger``, then ``after_s`` more); False
+    when the run ended first."""
+    if trigger is None:
+        try:
+            proc.wait(timeout=at_s)
+            return False
+        except subprocess.TimeoutExpired:
+            return True
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if trigger.search(log.read_text(errors="replace")):
+            try:
+                proc.wait(timeout=after_s)
+                return False
+            except subprocess.TimeoutExpired:
+                return True
+        time.sleep(0.02)
+    return proc.poll() is None
+
+
+def one_case(bench: Bench, at_s: float, mode: str, deadline_s: float, n: int,
+             trigger: re.Pattern[str] | None = None) -> dict[str, Any]:
     log = bench.workdir / f"tune-{n}.log"
     out = bench.workdir / f"out-{n}"
     with log.open("w") as fh:
         proc = subprocess.Popen([*HARMONY, "tune", str(bench.config), "--output", str(out)],
                                 stdout=fh, stderr=subprocess.STDOUT, env=bench.env(),
                                 start_new_session=True)
-    try:
-        proc.wait(timeout=at_s)
+    if not _wait_for(proc, log, at_s, trigger, at_s if trigger else 0.0):
+        proc.wait()
         return {"n": n, "at_s": at_s, "mode": mode, "finished_first": True,
                 "exit": proc.returncode, "original": bench.is_original(), "phase": "finished",
                 "journals_left": sorted(p.name for p in bench.journals.glob("*.journal.json"))}
-    except subprocess.TimeoutExpired:
-        pass
     phase = _phase(log)
     guards = _guard_pids(proc.pid)
     killed_at = time.monotonic()
@@ -231,29 +299,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=90.0)
     parser.add_argument("--seed", type=int, default=47)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--live", action="store_true",
+                        help="live mode: the tuner observes the bench's own pgbench traffic")
+    parser.add_argument("--trigger", default=None, metavar="REGEX",
+                        help="kill once a line of the tuner's log matches REGEX, after a delay "
+                             "drawn uniformly in 0..--trigger-spread s (instead of at a "
+                             "random instant), e.g. the final decision: the restore itself")
+    parser.add_argument("--trigger-spread", type=float, default=1.5)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="harmony-crash-", dir="/tmp"))
     os.chmod(workdir, 0o755)
-    bench = Bench(workdir)
-    started = time.monotonic()
+    bench = Bench(workdir, live=args.live)
+    if args.live:
+        bench.start_load()
+    trigger = re.compile(args.trigger, re.MULTILINE) if args.trigger else None
     try:
+        started = time.monotonic()
         # one whole run first: how long the phases take, and that a finished run restores
         full = one_case(bench, 600.0, args.mode, args.deadline, 0)
         length = time.monotonic() - started
         cases = []
         for n in range(1, args.kills + 1):
-            cases.append(one_case(bench, rng.uniform(1.0, 1.05 * length), args.mode,
-                                  args.deadline, n))
+            at = rng.uniform(0.0, args.trigger_spread) if trigger else \
+                rng.uniform(1.0, 1.05 * length)
+            cases.append(one_case(bench, at, args.mode, args.deadline, n, trigger))
             print(json.dumps(cases[-1]), flush=True)
     finally:
+        if bench.load is not None:
+            bench.load.kill()
+            bench.load.wait()
         bench.cluster.stop()
     command = " ".join(["python -m benchmarks.crash_restore", *(argv or sys.argv[1:])])
-    result = {"benchmark": "crash_restore", "command": command,
+    result: dict[str, Any] = {"benchmark": "crash_restore", "command": command,
               "machine": machine(), "date": time.strftime("%Y-%m-%d"),
               "full_run_s": round(length, 1), "full_run": full,
               "summary": summarize(cases, args.mode), "cases": cases}
-    suffix = f".{args.tag}" if args.tag else f".{args.mode}"
+    suffix = f".{args.tag}" if args.tag else f".{args.mode}" + (".live" if args.live else "")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"crash_restore{suffix}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
