@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from harmony_base.errors import ConfigError, KnobApplyError
+from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
 from tuner_client import apply
 
 logger = logging.getLogger(__name__)
@@ -263,13 +263,32 @@ def _one(conn: psycopg.Connection[Any], query: str) -> Any:
 
 def read_identity(conn: psycopg.Connection[Any], dsn: str) -> ServerIdentity:
     """The identity of the server ``conn`` is connected to."""
-    data_directory = None
+    # both need more than a plain role may have; the host and port still name the server
+    data_directory = system_identifier = None
     with contextlib.suppress(psycopg.Error):
         data_directory = _one(conn, "SELECT current_setting('data_directory')")
+    with contextlib.suppress(psycopg.Error):
+        system_identifier = _one(conn, "SELECT system_identifier FROM pg_control_system()")
     return ServerIdentity(
-        system_identifier=str(_one(conn, "SELECT system_identifier FROM pg_control_system()")),
+        system_identifier=str(system_identifier or "unknown"),
         data_directory=data_directory, host=str(conn.info.host), port=int(conn.info.port),
         dsn=dsn, version=int(_one(conn, "SHOW server_version_num")))
+
+
+def parse_auto_conf(text: str) -> dict[str, str]:
+    """The settings of a ``postgresql.auto.conf`` text (the server writes ``name = 'value'``
+    with ``''`` for a quote)."""
+    entries: dict[str, str] = {}
+    for line in text.splitlines():
+        body = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if "=" not in body:
+            continue
+        name, _, value = body.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1].replace("''", "'")
+        entries[name.strip().lower()] = value
+    return entries
 
 
 def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
@@ -290,8 +309,20 @@ def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], li
 
 
 def read_original(conn: psycopg.Connection[Any], auto_conf: str | None) -> OriginalConfig:
+    """What the journal must restore; DatabaseError when ``postgresql.auto.conf`` can be read
+    neither through the server (``pg_file_settings`` needs a superuser) nor as a file."""
     settings, restart_time, pending = settings_in_force(conn)
-    return OriginalConfig(auto_conf=auto_conf, entries=auto_conf_entries(conn),
+    try:
+        entries = auto_conf_entries(conn)
+    except psycopg.Error as exc:
+        if auto_conf is None:
+            raise DatabaseError(
+                f"cannot read postgresql.auto.conf: pg_file_settings refused ({exc}) and the "
+                "controller cannot read the file; without it no restore journal can be kept, "
+                "so nothing is changed (connect as a superuser, or give a controller with "
+                "access to the data directory)") from exc
+        entries = parse_auto_conf(auto_conf)
+    return OriginalConfig(auto_conf=auto_conf, entries=entries,
                           settings=settings, restart_time=restart_time,
                           pending_restart=pending)
 

@@ -29,6 +29,7 @@ from tuner_client.controllers import make_controller
 from tuner_client.crashsafe.journal import (
     Journal,
     auto_conf_entries,
+    parse_auto_conf,
     read_identity,
     settings_in_force,
 )
@@ -61,22 +62,6 @@ class RecoveryReport:
         lines += [f"  done: {a}" for a in self.actions]
         lines += [f"  problem: {p}" for p in self.problems]
         return "\n".join(lines)
-
-
-def parse_auto_conf(text: str) -> dict[str, str]:
-    """The settings of a ``postgresql.auto.conf`` text (the server writes ``name = 'value'``
-    with ``''`` for a quote)."""
-    entries: dict[str, str] = {}
-    for line in text.splitlines():
-        body = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if "=" not in body:
-            continue
-        name, _, value = body.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1].replace("''", "'")
-        entries[name.strip().lower()] = value
-    return entries
 
 
 def hand_edits(journal: Journal, entries: Mapping[str, str]) -> list[str]:
@@ -170,7 +155,8 @@ class _Recovery:
         with _connect(self.dsn) as conn:
             identity = read_identity(conn, self.dsn)
             mine = self.journal.server
-            if identity.system_identifier != mine.system_identifier or (
+            if "unknown" not in (identity.system_identifier, mine.system_identifier) and \
+                    identity.system_identifier != mine.system_identifier or (
                     mine.data_directory and identity.data_directory
                     and identity.data_directory != mine.data_directory):
                 report.outcome = "other server"
