@@ -101,8 +101,9 @@ def memory_pressure_reason(budget: BudgetView, in_force: Mapping[str, str],
 
     In a per-transaction run a candidate holds only its share of the transactions, so the
     server feels the average of the arms' work memory, not the candidate's. Measured, work_mem
-    64kB→4MB on TPC-H 2Q6,6Q13 (``benchmarks/results/evidence_power.*s12*``, ``*s13*``), per
-    transaction against 20 whole-server window rounds, with the 4MB point's share of the
+    64kB→4MB on TPC-H 2Q6,6Q13 (scouts ``benchmarks/results/evidence_power.*2Q6,6Q13.md``, truths
+    ``benchmarks/results/evidence_power.truth.s1[23]q*.md``), per transaction against 20
+    whole-server window rounds, with the 4MB point's share of the
     default budget (work_mem counted hash_mem_multiplier 2 times per connection) and, in
     brackets, of a budget that counts it once (``budget.work_mem_held: 1``):
 
