@@ -53,6 +53,9 @@ def test_a_dead_process_is_not_alive_and_a_reused_pid_is_not_the_owner() -> None
     assert not gone.alive()
     assert not ProcessId(me.pid, (me.start_ticks or 0) + 1, me.boot_id, me.host).alive()
     assert not ProcessId(me.pid, me.start_ticks, "another-boot", me.host).alive()
+    # a run of another host (a journal directory shared between containers) cannot be looked
+    # at: it is taken as alive, so that nothing restores a server under a running tuner
+    assert ProcessId(gone.pid, gone.start_ticks, me.boot_id, "another-host").alive()
 
 
 def _as_dead(journal: Journal) -> None:

@@ -40,7 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--check", action="store_true",
                         help="report what would be restored; change nothing")
     parser.add_argument("--force", action="store_true",
-                        help="restore even where postgresql.auto.conf was changed by hand since")
+                        help="restore even where postgresql.auto.conf was changed by hand since, "
+                             "or the run was on another host")
     parser.add_argument("--journal-dir", type=Path, default=None,
                         help="where the journals are (env HARMONY_JOURNAL_DIR; default "
                              "/var/tmp/harmony-<uid>/journals)")
@@ -68,9 +69,11 @@ def run_restore(args: argparse.Namespace) -> int:
     failed = 0
     for leftover in journals:
         print(leftover.describe())
-        if leftover.owner.alive():
+        if leftover.owner.alive() and (leftover.owner.here or not args.force):
             print("  skipped: its run is still alive (its guard restores the server when "
-                  "it ends)")
+                  "it ends)" if leftover.owner.here else
+                  f"  skipped: its run was on host {leftover.owner.host}, where it may still "
+                  "be alive; --force restores anyway")
             continue
         report = recovery.inspect(leftover) if args.check else \
             recovery.recover(leftover, force=args.force)

@@ -84,9 +84,18 @@ class ProcessId:
     def of(cls, pid: int) -> ProcessId:
         return cls(pid, _start_ticks(pid), _boot_id(), socket.gethostname())
 
+    @property
+    def here(self) -> bool:
+        """Whether the process ran on this host (only then can :meth:`alive` look)."""
+        return self.host == socket.gethostname()
+
     def alive(self) -> bool:
-        """True while this very process runs (False after a reboot or on another host)."""
-        if self.host != socket.gethostname() or self.boot_id != _boot_id():
+        """True while this very process runs (False after a reboot). A process of another
+        host (a journal directory shared between containers) cannot be looked at, so it is
+        taken as alive: only ``harmony restore --force`` may act on its journal."""
+        if not self.here:
+            return True
+        if self.boot_id != _boot_id():
             return False
         ticks = _start_ticks(self.pid)
         if ticks is None:
