@@ -25,6 +25,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError
 from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
@@ -307,7 +308,7 @@ class KnobCatalog:
         self.server_version_num = server_version_num
 
     @classmethod
-    def from_connection(cls, conn: psycopg.Connection[Any]) -> KnobCatalog:
+    def from_connection(cls, conn: psycopg.Connection[TupleRow]) -> KnobCatalog:
         """Read ``pg_settings`` (and ``block_size``) from a live server."""
         rows = conn.execute(
             "SELECT name, vartype, unit, min_val, max_val, enumvals, context, boot_val, "

@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
 from workloads.base import Workload, cancel_and_join
@@ -97,7 +98,7 @@ class ReplayFile:
             body = body[:-1]
         return body, modes, rolls_back
 
-    def execute(self, conn: psycopg.Connection[Any], cursor: psycopg.RawCursor[Any],
+    def execute(self, conn: psycopg.Connection[TupleRow], cursor: psycopg.RawCursor[TupleRow],
                 execution: Execution) -> None:
         """Run one captured execution on ``conn``: its captured text, or its statement with
         its captured parameters through ``cursor`` (a :class:`psycopg.RawCursor` of ``conn``:
@@ -201,7 +202,7 @@ class _ReplayClient(threading.Thread):
     def __init__(self, index: int, workload: ReplayWorkload) -> None:
         super().__init__(name=f"harmony-replay-{index}", daemon=True)
         self.workload = workload
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
         self._lock = threading.Lock()
 
     def cancel(self) -> None:
@@ -232,7 +233,7 @@ class _ReplayClient(threading.Thread):
                     self._conn = None
                 conn.close()
 
-    def _loop(self, conn: psycopg.Connection[Any]) -> None:
+    def _loop(self, conn: psycopg.Connection[TupleRow]) -> None:
         w = self.workload
         replay = w.replay
         cursor = psycopg.RawCursor(conn)
@@ -285,7 +286,7 @@ class ReplayWorkload(Workload):
         self._threads: list[_ReplayClient] = []
         self.errors_seen = 0
 
-    def open_connection(self, name: str) -> psycopg.Connection[Any]:
+    def open_connection(self, name: str) -> psycopg.Connection[TupleRow]:
         conn = connect(self.dsn, application_name=name)
         if not self.writes:
             conn.execute("SET default_transaction_read_only = on")

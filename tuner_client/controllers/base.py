@@ -44,6 +44,7 @@ from types import FrameType
 from typing import Any, ClassVar
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError, HarmonyError
 from harmony_base.registry import Registry
@@ -133,7 +134,7 @@ class Controller(ABC):
         return ""
 
     # -- shared machinery ------------------------------------------------------------------
-    def connect(self) -> psycopg.Connection[Any]:
+    def connect(self) -> psycopg.Connection[TupleRow]:
         """An autocommit connection to the server (DatabaseError when it is unreachable)."""
         try:
             return psycopg.connect(self.dsn, autocommit=True,
@@ -162,7 +163,7 @@ class Controller(ABC):
             time.sleep(0.2)
         return self.is_up()
 
-    def catalog(self, conn: psycopg.Connection[Any] | None = None) -> KnobCatalog:
+    def catalog(self, conn: psycopg.Connection[TupleRow] | None = None) -> KnobCatalog:
         if self._catalog is None:
             if conn is None:
                 with self.connect() as c:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, KnobApplyError
 from tuner_client import apply
@@ -256,12 +257,12 @@ def find_journals(directory: Path | None = None, key: str | None = None) -> list
 
 
 # -- reading a server's identity and configuration ----------------------------------------
-def _one(conn: psycopg.Connection[Any], query: str) -> Any:
+def _one(conn: psycopg.Connection[TupleRow], query: str) -> Any:
     row = conn.execute(query).fetchone()
     return row[0] if row else None
 
 
-def read_identity(conn: psycopg.Connection[Any], dsn: str) -> ServerIdentity:
+def read_identity(conn: psycopg.Connection[TupleRow], dsn: str) -> ServerIdentity:
     """The identity of the server ``conn`` is connected to."""
     data_directory = None
     with contextlib.suppress(psycopg.Error):
@@ -272,7 +273,7 @@ def read_identity(conn: psycopg.Connection[Any], dsn: str) -> ServerIdentity:
         dsn=dsn, version=int(_one(conn, "SHOW server_version_num")))
 
 
-def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
+def auto_conf_entries(conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
     """``postgresql.auto.conf``'s settings as the server reads the file now
     (``pg_file_settings``: the file on disk, not what is in force)."""
     rows = conn.execute("SELECT name, setting FROM pg_file_settings "
@@ -280,7 +281,8 @@ def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return {str(r[0]).lower(): str(r[1]) for r in rows}
 
 
-def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], list[str], list[str]]:
+def settings_in_force(conn: psycopg.Connection[TupleRow]
+                      ) -> tuple[dict[str, str], list[str], list[str]]:
     """Every setting's value, the restart-time ones, and those pending a restart."""
     rows = conn.execute("SELECT name, setting, context, pending_restart FROM pg_settings"
                         ).fetchall()
@@ -289,7 +291,7 @@ def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], li
             [str(r[0]).lower() for r in rows if r[3]])
 
 
-def read_original(conn: psycopg.Connection[Any], auto_conf: str | None) -> OriginalConfig:
+def read_original(conn: psycopg.Connection[TupleRow], auto_conf: str | None) -> OriginalConfig:
     settings, restart_time, pending = settings_in_force(conn)
     return OriginalConfig(auto_conf=auto_conf, entries=auto_conf_entries(conn),
                           settings=settings, restart_time=restart_time,
@@ -323,7 +325,7 @@ def active(journal: Journal) -> Iterator[Journal]:
         deactivate(journal)
 
 
-def _journal_of(conn: psycopg.Connection[Any]) -> Journal | None:
+def _journal_of(conn: psycopg.Connection[TupleRow]) -> Journal | None:
     with _LOCK:
         active_now = list(_ACTIVE)
     if not active_now:
@@ -346,7 +348,7 @@ def _journal_of(conn: psycopg.Connection[Any]) -> Journal | None:
         "(a change without one could not be undone if the tuner died)")
 
 
-def journal_change(conn: psycopg.Connection[Any], values: Mapping[str, str | None]) -> None:
+def journal_change(conn: psycopg.Connection[TupleRow], values: Mapping[str, str | None]) -> None:
     """Called before every ``ALTER SYSTEM``: the change is durable in the server's journal
     before the server sees it (a no-op in a process that keeps no journal)."""
     journal = _journal_of(conn)

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.apply import reload_and_wait
@@ -121,7 +122,7 @@ def _dsn_now(journal: Journal) -> str:
     return dsn
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
+def _connect(dsn: str) -> psycopg.Connection[TupleRow]:
     try:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=5,
                                application_name=GUARD_APPLICATION)
@@ -243,7 +244,7 @@ class _Recovery:
             ctl.start_server(self.timeout_s)
         return not self.dry_run
 
-    def _entries(self, conn: psycopg.Connection[Any]) -> dict[str, str]:
+    def _entries(self, conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
         try:
             return auto_conf_entries(conn)
         except psycopg.Error:
@@ -252,7 +253,7 @@ class _Recovery:
                 raise
             return parse_auto_conf(text)
 
-    def _write_back(self, conn: psycopg.Connection[Any], entries: Mapping[str, str]) -> None:
+    def _write_back(self, conn: psycopg.Connection[TupleRow], entries: Mapping[str, str]) -> None:
         original = self.journal.original
         if original.auto_conf is not None and self.ctl is not None:
             with contextlib.suppress(HarmonyError, OSError):
@@ -271,11 +272,11 @@ class _Recovery:
         self._reload(conn)
 
     @staticmethod
-    def _reload(conn: psycopg.Connection[Any]) -> None:
+    def _reload(conn: psycopg.Connection[TupleRow]) -> None:
         if not reload_and_wait(conn, 10.0):
             raise DatabaseError("the reload after restoring did not finish within 10 s")
 
-    def _restart_needed(self, conn: psycopg.Connection[Any]) -> list[str]:
+    def _restart_needed(self, conn: psycopg.Connection[TupleRow]) -> list[str]:
         """Restart-time settings in force that differ from the original ones."""
         settings, _, _ = settings_in_force(conn)
         original = self.journal.original

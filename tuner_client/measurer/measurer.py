@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import GuardrailTrip, HarmonyError
 from tuner_client.config import MeasureConfig
@@ -101,11 +102,11 @@ class Measurer:
 
 
     # -- connection and workload -------------------------------------------------------------
-    def conn(self) -> psycopg.Connection[Any]:
+    def conn(self) -> psycopg.Connection[TupleRow]:
         """An autocommit admin connection to the workload's database (reopened if broken)."""
         return self.connection.get()
 
-    def live_conn(self) -> psycopg.Connection[Any]:
+    def live_conn(self) -> psycopg.Connection[TupleRow]:
         """:meth:`conn`, checked with a round trip (a dropped connection is replaced)."""
         return self.connection.live()
 
