@@ -77,7 +77,7 @@ def page_keys(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
     if arr.dtype.kind in "iubUS":
         _, inverse = np.unique(arr, return_inverse=True)
         return inverse.astype(np.int64).ravel()
-    ids: dict[Any, int] = {}
+    ids: dict[object, int] = {}
     return np.fromiter((ids.setdefault(x, len(ids)) for x in arr), dtype=np.int64,
                        count=arr.size)
 
@@ -147,7 +147,7 @@ def earlier_greater_counts(values: NDArray[np.int64]) -> NDArray[np.int64]:
     return result
 
 
-def stack_distances(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
+def stack_distances(trace: Iterable[object] | NDArray[Any]) -> NDArray[np.int64]:
     """LRU stack distance of each reference (1 = the most recently used page; 0 = cold)."""
     pages = page_keys(trace)
     prev = previous_reference(pages)
@@ -159,7 +159,7 @@ def stack_distances(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
     return dist
 
 
-def stack_histogram(trace: Iterable[Any] | NDArray[Any]) -> StackHistogram:
+def stack_histogram(trace: Iterable[object] | NDArray[Any]) -> StackHistogram:
     """The stack-distance histogram plus cold misses of a trace, in one pass."""
     dist = stack_distances(trace)
     cold = int((dist == 0).sum())

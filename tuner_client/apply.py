@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony_base.jsontypes import JSON
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 
 logger = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def check_settings(
 
 
 def _resolve(
-    catalog: KnobCatalog, values: Mapping[str, Any], *, kind: str | None
+    catalog: KnobCatalog, values: Mapping[str, JSON], *, kind: str | None
 ) -> dict[str, tuple[Knob, KnobValue]]:
     resolved: dict[str, tuple[Knob, KnobValue]] = {}
     for name, raw in values.items():
@@ -256,7 +257,7 @@ def reload_and_wait(conn: psycopg.Connection[TupleRow], timeout_s: float = 5.0) 
 def apply_online_knobs(
     conn: psycopg.Connection[TupleRow],
     catalog: KnobCatalog,
-    values: Mapping[str, Any],
+    values: Mapping[str, JSON],
     *,
     timeout_s: float = 5.0,
 ) -> ApplyReport:

@@ -232,7 +232,7 @@ class Knob:
         """A string is user input (see parse), anything else a canonical value (see check)."""
         return self.parse(value) if isinstance(value, str) else self.check(value)
 
-    def parse_number(self, value: Any) -> int | float:
+    def parse_number(self, value: object) -> int | float:
         """:meth:`parse` for a numeric (integer or real) knob: its canonical number."""
         parsed = self.parse(value)
         if isinstance(parsed, bool) or not isinstance(parsed, int | float):
@@ -357,7 +357,7 @@ class KnobCatalog:
         _ = knob.kind  # raises for internal/backend knobs
         return knob
 
-    def parse(self, name: str, value: Any) -> KnobValue:
+    def parse(self, name: str, value: object) -> KnobValue:
         """Shorthand for ``catalog[name].parse(value)``."""
         return self[name].parse(value)
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.measurer import Measurer
 from tuner_client.measurer.prewarm import BufferRecord, buffer_capacity, buffers_in_use
 
@@ -68,7 +68,7 @@ class Settling:
     def settled(self) -> bool:
         return self.how in ("full", "fits")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"how": self.how, "seconds": self.seconds, "prewarmed": self.prewarmed,
                 "misses": list(self.misses), "fills": list(self.fills),
                 "capacity": self.capacity}

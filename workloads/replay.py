@@ -21,13 +21,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
+from harmony_base.jsontypes import JSONObject
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.recorder import Recorder
@@ -68,8 +68,8 @@ class ReplayFile:
     units: tuple[tuple[Execution, ...], ...]
     clients: int
     seconds: float
-    captured: dict[str, Any]
-    pg_stat_statements: list[dict[str, Any]] | None = None
+    captured: JSONObject
+    pg_stat_statements: list[JSONObject] | None = None
 
     @property
     def writes(self) -> bool:
@@ -114,7 +114,7 @@ class ReplayFile:
         """A unit's kind, by its statements (``s3``, or ``s1+s4+s2`` for a transaction)."""
         return "+".join(self.statements[i].id for i, _ in unit)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "format": FORMAT, "version": VERSION, "captured": self.captured,
             "seconds": self.seconds, "clients": self.clients,

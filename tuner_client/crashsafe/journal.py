@@ -35,6 +35,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, KnobApplyError
+from harmony_base.jsontypes import JSONObject
 from tuner_client import apply
 
 logger = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class Journal:
                 out.setdefault(name.lower(), set()).add(value)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         data = asdict(self)
         data.pop("path")
         return data

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
+
+from harmony_base.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class PrewarmResult:
     capacity: int = 0
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"method": self.method, "blocks": self.blocks, "seconds": self.seconds,
                 "recorded": self.recorded, "capacity": self.capacity, "reason": self.reason}
 

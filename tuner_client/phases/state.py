@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
 from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, Session
@@ -96,10 +97,10 @@ class RunState:
     ranked_from: int = 0
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
-    bme: dict[str, Any] | None = None
+    bme: JSONObject | None = None
     #: every BME probe decision of the run (``bme.probe_decision.ProbeDecision.to_dict``
     #: plus the pass label, the probes' cost and the search window), in order
-    probe_decisions: list[dict[str, Any]] = field(default_factory=list)
+    probe_decisions: list[JSONObject] = field(default_factory=list)
     #: the BME advice's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any

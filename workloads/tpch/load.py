@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import psycopg
 from psycopg import sql
@@ -66,7 +66,7 @@ class LoadResult:
 ProgressCallback = Callable[[LoadProgress], None]
 
 
-def _check_scale(scale: Any) -> float:
+def _check_scale(scale: object) -> float:
     if isinstance(scale, bool) or not isinstance(scale, int | float):
         raise WorkloadError(f"TPC-H scale factor must be a number > 0, but got {scale!r}")
     value = float(scale)
