@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from harmony_base.errors import ProtocolError
 from harmony_base.jsontypes import JSONObject
@@ -342,7 +343,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             per_operation.observe(elapsed)
 
 
-def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:
+def _auth_middleware(token: str, public: set[str]) -> Middleware:
     expected = f"Bearer {token}".encode()
 
     @web.middleware
@@ -363,7 +364,7 @@ def make_app(manager: SessionManager, settings: AppSettings | None = None, *,
              max_body: int = 1 << 20) -> web.Application:
     """Build the aiohttp application; bodies larger than ``max_body`` bytes get a 413."""
     settings = settings or AppSettings()
-    middlewares: list[Any] = [error_middleware]
+    middlewares: list[Middleware] = [error_middleware]
     if settings.token:
         middlewares.append(_auth_middleware(settings.token,
                                             {e.path for e in ENDPOINTS if e.public}))
