@@ -51,7 +51,7 @@ INNER_IMPORTS = {
     "tuner_client/tune_run.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}
-#: the most ``Any`` the product code may hold (issue 46, item 6: 524 before, at the parsers now)
+#: the most ``Any`` the product code may hold (issue 46, item 6: 524 before, 149 after)
 MAX_ANY = 150
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
@@ -21,6 +20,7 @@ from tuner_client.knob_proposals import Proposal
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics import TunerMetrics
 from tuner_client.replicas import ReplicaPool
+from tuner_client.stats.screening import Screening
 from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class RunState:
     #: the BME advice's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
-    screening: Any = None
+    screening: Screening | None = None
     #: the screening's predicted best configuration (every tuned knob), a final candidate
     screened: dict[str, str] | None = None
     passes: int = 0
