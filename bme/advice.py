@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from bme.fit import BMEFit, fit_bme
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class BMEAdvice:
     search_range: tuple[int, int] | None = None
     simplex: tuple[int, int] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"usable": self.usable, "reason": self.reason,
                 "m_star_bytes": self.m_star_bytes, "capped": self.capped,
                 "search_range": list(self.search_range) if self.search_range else None,
@@ -149,10 +149,10 @@ class SharedBuffersAdvisor:
         return BMEAdvice(True, reason, fit=fit, m_star_bytes=best, capped=capped,
                            search_range=(low, high), simplex=(best, second))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The 4-number summary plus R² and the point count, to store with the session."""
         fit = self.fit()
-        summary: dict[str, Any] = {"p_star": None, "p_c": None, "m_b": None, "m_star": None,
+        summary: JSONObject = {"p_star": None, "p_c": None, "m_b": None, "m_star": None,
                                    "r2": None, "n_points": len(self.sizes), "units": "bytes"}
         if fit is not None:
             summary.update(fit.params.to_dict())

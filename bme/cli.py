@@ -23,6 +23,7 @@ from bme.partition import partition
 from bme.reclaim import fair_reclaim
 from bme.size import size_for_target
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def _fit_rows(fit: BMEFit) -> list[tuple[str, str]]:
     return rows
 
 
-def _fit_payload(fit: BMEFit) -> dict[str, Any]:
+def _fit_payload(fit: BMEFit) -> JSONObject:
     return {**fit.params.to_dict(), "r2": fit.r2, "n_points": fit.n_points, "rmse": fit.rmse}
 
 
@@ -111,7 +112,7 @@ def cmd_mattson(args: argparse.Namespace) -> int:
         fit = fit_bme(sizes, misses, p_star=p_star)
     except ConfigError as exc:       # e.g. fewer than 3 distinct pages
         reason = str(exc)
-    payload: dict[str, Any] = {"n_refs": hist.n_refs, "distinct_pages": distinct,
+    payload: JSONObject = {"n_refs": hist.n_refs, "distinct_pages": distinct,
                                "sizes": sizes.tolist(), "miss": misses.tolist(),
                                "fit": _fit_payload(fit) if fit else None}
     if args.json:

@@ -69,7 +69,8 @@ class BMEParams:
             raise ConfigError(f"{source}: {exc}") from None
 
 
-def _h_factor(params: BMEParams, m: NDArray[np.float64]) -> tuple[NDArray[Any], ...]:
+def _h_factor(params: BMEParams, m: NDArray[np.float64]
+              ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """H, the shifted size M + Mb, and the mask of the falling part (M + Mb > 0, M < M*)."""
     shifted = m + params.m_b
     on_curve = (m < params.m_star) & (shifted > 0)

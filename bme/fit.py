@@ -12,7 +12,6 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -20,6 +19,7 @@ from scipy.optimize import least_squares
 
 from bme.equation import BMEParams, miss_probability, miss_slope
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 
 __all__ = ["BMEFit", "BMEParams", "fit_bme", "fit_bme_counts", "miss_probability", "miss_slope"]
 
@@ -55,7 +55,7 @@ class BMEFit:
         """The fitted curve at size(s) ``m`` (forward or backward of the data)."""
         return miss_probability(self.params, m)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The four parameters plus r2, n_points, rmse and how the fit was made."""
         return {**self.params.to_dict(), "r2": self.r2, "n_points": self.n_points,
                 "rmse": self.rmse, "p_star_given": self.p_star_given, "plateau": self.plateau,

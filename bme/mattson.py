@@ -52,7 +52,7 @@ class StackHistogram:
         return self.misses(sizes) / max(self.n_refs, 1)
 
 
-def page_keys(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
+def page_keys(trace: Iterable[Any] | NDArray[np.generic]) -> NDArray[np.int64]:
     """The trace as non-negative int64 page keys (integers shifted to 0, others numbered)."""
     if isinstance(trace, np.ndarray):
         arr = trace
@@ -77,7 +77,7 @@ def page_keys(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
     if arr.dtype.kind in "iubUS":
         _, inverse = np.unique(arr, return_inverse=True)
         return inverse.astype(np.int64).ravel()
-    ids: dict[Any, int] = {}
+    ids: dict[object, int] = {}
     return np.fromiter((ids.setdefault(x, len(ids)) for x in arr), dtype=np.int64,
                        count=arr.size)
 
@@ -147,7 +147,7 @@ def earlier_greater_counts(values: NDArray[np.int64]) -> NDArray[np.int64]:
     return result
 
 
-def stack_distances(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
+def stack_distances(trace: Iterable[object] | NDArray[np.generic]) -> NDArray[np.int64]:
     """LRU stack distance of each reference (1 = the most recently used page; 0 = cold)."""
     pages = page_keys(trace)
     prev = previous_reference(pages)
@@ -159,7 +159,7 @@ def stack_distances(trace: Iterable[Any] | NDArray[Any]) -> NDArray[np.int64]:
     return dist
 
 
-def stack_histogram(trace: Iterable[Any] | NDArray[Any]) -> StackHistogram:
+def stack_histogram(trace: Iterable[object] | NDArray[np.generic]) -> StackHistogram:
     """The stack-distance histogram plus cold misses of a trace, in one pass."""
     dist = stack_distances(trace)
     cold = int((dist == 0).sum())
@@ -168,7 +168,7 @@ def stack_histogram(trace: Iterable[Any] | NDArray[Any]) -> StackHistogram:
     return StackHistogram(counts=counts, cold=cold, n_refs=int(dist.size))
 
 
-def miss_curve(trace: Iterable[Any] | NDArray[Any]) -> tuple[NDArray[np.int64],
+def miss_curve(trace: Iterable[object] | NDArray[np.generic]) -> tuple[NDArray[np.int64],
                                                              NDArray[np.float64]]:
     """(sizes, P) for an LRU buffer of every size 1 .. distinct pages of the trace."""
     hist = stack_histogram(trace)
@@ -178,7 +178,7 @@ def miss_curve(trace: Iterable[Any] | NDArray[Any]) -> tuple[NDArray[np.int64],
     return sizes, hist.miss_probability(sizes)
 
 
-def read_trace(path: str | os.PathLike[str]) -> NDArray[Any]:
+def read_trace(path: str | os.PathLike[str]) -> NDArray[np.int64] | NDArray[np.str_]:
     """Page ids from a file with one id per line (blank lines ignored; integers stay integers)."""
     try:
         with open(path, encoding="utf-8") as handle:

@@ -19,11 +19,11 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from bme.fit import BMEFit, fit_bme
 from bme.size import size_for_target
 from harmony_base.errors import ConfigError, HarmonyError
+from harmony_base.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Probe:
                               f"access: nothing to learn a miss probability from")
         return self.reads / self.accesses
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"size": self.size, "hits": self.hits, "reads": self.reads,
                 "miss": self.miss if self.accesses > 0 else None, "window_s": self.window_s,
                 "cost_s": self.cost_s, "touched_relations": len(self.touched),
@@ -121,9 +121,9 @@ class ProbeDecision:
             return None
         return float(min(1.0, float(self.fit.predict(size))))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """For a session's ``metadata["bme"]`` (sizes in bytes)."""
-        out: dict[str, Any] = {"decision": self.kind, "reason": self.reason,
+        out: JSONObject = {"decision": self.kind, "reason": self.reason,
                                "probes": [p.to_dict() for p in self.probes],
                                "p_star_source": self.p_star_source,
                                "touched_pages": self.touched_pages, "size": self.size,

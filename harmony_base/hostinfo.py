@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harmony_base.jsontypes import JSONObject
+
 
 @dataclass(frozen=True)
 class HostInfo:
@@ -36,7 +38,7 @@ class HostInfo:
                    facts.get("ram_bytes"), facts.get("os"), facts.get("python"), left)
 
 
-def host_metadata() -> dict[str, Any]:
+def host_metadata() -> JSONObject:
     """Hostname, CPU count, RAM, OS and Python version of this machine."""
     try:
         ram: int | None = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

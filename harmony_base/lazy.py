@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import types
-from typing import Any
 
 
 class LazyModule(types.ModuleType):
@@ -28,5 +27,5 @@ class LazyModule(types.ModuleType):
         self.__dict__.update(module.__dict__)
         return module
 
-    def __getattr__(self, item: str) -> Any:
+    def __getattr__(self, item: str) -> object:
         return getattr(self._load(), item)

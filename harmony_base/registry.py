@@ -13,6 +13,7 @@ from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 
 __all__ = ["Registry"]
 
@@ -71,7 +72,7 @@ class Registry(dict[str, type[T]], Generic[T]):
         return cls(*args, **options)
 
 
-def _bind(cls: type, args: tuple[Any, ...], options: dict[str, Any]) -> None:
+def _bind(cls: type, args: tuple[object, ...], options: JSONObject) -> None:
     """Bind ``args``/``options`` to ``cls``'s constructor (``TypeError`` when they do not
     fit). Options a constructor takes through ``**kwargs`` are bound, in turn, to the next
     constructor up the class hierarchy, which is where such a subclass forwards them

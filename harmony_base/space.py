@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from harmony_base.params import EnumParam, IntParam, Param, Point, RealParam, Value
 
 __all__ = ["EnumParam", "IntParam", "Param", "Point", "RealParam", "Space", "Value",
@@ -82,7 +83,7 @@ class Space:
         return n
 
     # -- points ---------------------------------------------------------------
-    def check_point(self, point: Mapping[str, Any]) -> None:
+    def check_point(self, point: Mapping[str, JSON]) -> None:
         """Raise :class:`ConfigError` unless ``point`` names exactly this space's parameters."""
         missing = [n for n in self.names if n not in point]
         extra = [n for n in point if n not in self._by_name]
@@ -110,7 +111,7 @@ class Space:
         self.check_point(point)
         return {p.name: p.snap(point[p.name]) for p in self.params}
 
-    def contains(self, point: Mapping[str, Any]) -> bool:
+    def contains(self, point: Mapping[str, JSON]) -> bool:
         """True when ``point`` is exactly on the grid and inside the bounds."""
         try:
             return self.snap(point) == {n: point[n] for n in self.names}

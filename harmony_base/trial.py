@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from harmony_base.errors import ConfigError, TrialError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.space import Point
 
 __all__ = ["SessionStatus", "TrialRecord", "TrialStatus"]
@@ -114,7 +115,7 @@ class TrialRecord:
         return (self.status is TrialStatus.DONE and self.value is not None
                 and math.isfinite(self.value))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The JSON form (field order as declared; the status as its string)."""
         return {"id": self.id, "candidate": self.candidate, "point": self.point,
                 "client": self.client, "status": self.status.value, "value": self.value,

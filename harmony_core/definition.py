@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_base.space import Space, space_from_dicts
 
 #: the largest magnitude of a parameter's min, max and step: every integer up to it is exact in
@@ -29,7 +30,7 @@ DEFAULT_LEASE_SECONDS = 300.0
 DEFAULT_STRATEGY = "nelder-mead"
 
 _NUMBER = {"type": "number", "minimum": -MAX_BOUND, "maximum": MAX_BOUND}
-_PARAM_SCHEMA: dict[str, Any] = {
+_PARAM_SCHEMA: dict[str, object] = {
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
@@ -51,7 +52,7 @@ _PARAM_SCHEMA: dict[str, Any] = {
          "else": {"required": ["min", "max"]}},
     ],
 }
-_PLUGIN_SCHEMA: dict[str, Any] = {
+_PLUGIN_SCHEMA: JSONObject = {
     "oneOf": [
         {"type": "string", "minLength": 1},
         {"type": "object", "required": ["name"], "additionalProperties": False,
@@ -103,7 +104,7 @@ class PluginSpec:
     """A plugin name and its options, in the order the session lists them."""
 
     name: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, JSON] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,12 @@ class SessionDefinition:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The JSON-ready form; :meth:`from_dict` of it gives an equal definition."""
         params = []
         for item in self.space.to_dict():
             params.append({k: v for k, v in item.items() if v is not None and v is not False})
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "name": self.name,
             "parameters": params,
             "strategy": {"name": self.strategy,
@@ -146,7 +147,7 @@ class SessionDefinition:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "session definition",
-                  lines: Mapping[tuple[Any, ...], int] | None = None) -> SessionDefinition:
+                  lines: Mapping[tuple[object, ...], int] | None = None) -> SessionDefinition:
         """Validate ``data`` against :data:`SESSION_SCHEMA` and build the definition.
 
         ``source`` names the file in error messages; ``lines`` maps key paths to line numbers.
@@ -195,8 +196,8 @@ class SessionDefinition:
 
 
 
-def validate(data: Any, schema: Mapping[str, Any], *, source: str,
-             lines: Mapping[tuple[Any, ...], int] | None = None) -> None:
+def validate(data: object, schema: Mapping[str, JSON], *, source: str,
+             lines: Mapping[tuple[object, ...], int] | None = None) -> None:
     """Raise :class:`ConfigError` naming the file, line and key of the first schema violation."""
     validator = jsonschema.Draft202012Validator(schema)
     # at one key path an unknown key comes first: 'paramters' is a typo, not a missing key
@@ -221,11 +222,11 @@ def validate(data: Any, schema: Mapping[str, Any], *, source: str,
     raise ConfigError(f"{where}: {key}: {err.message}")
 
 
-def _check_finite(data: Any, *, source: str,
-                  lines: Mapping[tuple[Any, ...], int] | None) -> None:
+def _check_finite(data: object, *, source: str,
+                  lines: Mapping[tuple[object, ...], int] | None) -> None:
     """:class:`ConfigError` naming the key of a NaN or infinity anywhere in ``data`` (YAML
     has ``.nan`` and ``.inf``; JSON answers cannot carry them)."""
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+    stack: list[tuple[tuple[object, ...], object]] = [((), data)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, Mapping):
@@ -250,7 +251,8 @@ def _most_specific(err: jsonschema.ValidationError) -> jsonschema.ValidationErro
     return err
 
 
-def _line_for(path: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int] | None) -> int | None:
+def _line_for(path: tuple[object, ...],
+              lines: Mapping[tuple[object, ...], int] | None) -> int | None:
     if not lines:
         return None
     while path not in lines and path:
@@ -258,7 +260,7 @@ def _line_for(path: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int] | None
     return lines.get(path)
 
 
-def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
+def load_yaml_with_lines(path: str | Path) -> tuple[object, dict[tuple[object, ...], int]]:
     """Parse a YAML file; return the data and a map from key paths to 1-based line numbers."""
     p = Path(path)
     try:
@@ -268,7 +270,8 @@ def load_yaml_with_lines(path: str | Path) -> tuple[Any, dict[tuple[Any, ...], i
     return parse_yaml_with_lines(text, source=str(p))
 
 
-def parse_yaml_with_lines(text: str, *, source: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+def parse_yaml_with_lines(text: str, *, source: str
+                          ) -> tuple[object, dict[tuple[object, ...], int]]:
     """Like :func:`load_yaml_with_lines` for a string."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -278,9 +281,9 @@ def parse_yaml_with_lines(text: str, *, source: str) -> tuple[Any, dict[tuple[An
         where = f", line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{source}{where}: malformed YAML: {problem}") from None
-    lines: dict[tuple[Any, ...], int] = {}
+    lines: dict[tuple[object, ...], int] = {}
 
-    def walk(n: Any, prefix: tuple[Any, ...]) -> None:
+    def walk(n: Any, prefix: tuple[object, ...]) -> None:
         if n is None:
             return
         lines[prefix] = n.start_mark.line + 1

@@ -38,6 +38,7 @@ from harmony_base.errors import (
     SessionNotFoundError,
 )
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSONObject
 from harmony_base.space import Space
 from harmony_base.tokens import new_client_secret, secret_digest, secret_matches
 from harmony_base.trial import SessionStatus, TrialRecord
@@ -88,7 +89,7 @@ def finite_or_failure(value: float | None) -> tuple[float | None, str | None]:
     return float(value), None
 
 
-def check_restart_point(space: Space, point: dict[str, Any]) -> None:
+def check_restart_point(space: Space, point: JSONObject) -> None:
     """:class:`ConfigError` unless ``point`` is a valid point of ``space`` (on the grid)."""
     space.check_point(point)
     if not space.contains(point):
@@ -129,7 +130,7 @@ class LeasedSession:
         return action()
 
     # -- commands -----------------------------------------------------------------
-    def join(self, client: str, host: dict[str, Any] | None = None,
+    def join(self, client: str, host: JSONObject | None = None,
              secret: str | None = None) -> str | None:
         """Register a client and its host metadata (hostname, CPUs, RAM, OS).
 
@@ -191,7 +192,7 @@ class LeasedSession:
                 return self._leased(self.core.trial(repeated[1]))
         if client not in self.core.clients:
             self.join(client)
-        payload: dict[str, Any] = {"client": client}
+        payload: JSONObject = {"client": client}
         if request is not None:
             payload["request"] = request
         assignment = self._command(
@@ -246,7 +247,7 @@ class LeasedSession:
         return accepted
 
     def report_answer(self, trial_id: int, value: float | None = None,
-                      failure: str | None = None, client: str | None = None) -> dict[str, Any]:
+                      failure: str | None = None, client: str | None = None) -> JSONObject:
         """:meth:`report` as the API answers it: ``accepted``, and for a report that was not,
         ``duplicate`` -- true when it repeats the recorded outcome (a retry after a lost
         answer), false with a ``reason`` when it tried to change a reported trial."""
@@ -334,14 +335,14 @@ class LeasedSession:
             self.core.close()
 
     # -- queries ------------------------------------------------------------------
-    def best(self) -> dict[str, Any] | None:
+    def best(self) -> JSONObject | None:
         best = self.core.best()
         return None if best is None else {"point": best[0], "value": best[1]}
 
     def status(self) -> SessionStatus:
         return self.core.status
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """The short form used by the session list."""
         counts = self.core.counts()
         return {"name": self.name, "status": self.status(), "strategy": self.definition.strategy,
@@ -351,7 +352,7 @@ class LeasedSession:
                 "completed": counts.get("completed", 0), "clients": len(self.core.clients),
                 "created": self.created}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         """The full status: summary, counts, leases, hosts and the definition."""
         return {**self.summary(), "paused": self.core.paused, "converged": self.core.converged,
                 "convergence_reason": self.core.convergence_reason,
@@ -371,7 +372,7 @@ class LeasedSession:
         return replace(record, leased_at=self._leased_at.get(record.id),
                        reported_at=self._reported_at.get(record.id))
 
-    def trial_dicts(self) -> list[dict[str, Any]]:
+    def trial_dicts(self) -> list[JSONObject]:
         """Every trial with its lease and timing information (the ``/trials`` answer)."""
         now = time.monotonic()
         out = []

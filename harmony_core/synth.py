@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from harmony_base.space import IntParam, Point, RealParam, Space
 from strategies.base import Strategy, Trial, make_strategy
 
@@ -133,7 +134,7 @@ class Problem:
             return f.lower + values * (f.upper - f.lower) / f.levels
         return values
 
-    def __call__(self, point: Mapping[str, Any]) -> float:
+    def __call__(self, point: Mapping[str, JSON]) -> float:
         return self.function.evaluate(self.coordinates(point))
 
     def typical_gap(self) -> float:
@@ -261,7 +262,7 @@ def trace_synthetic(strategy: str, function: str, dim: int, *, grid: str = "real
 
 def run_synthetic(strategy: str, function: str, dim: int, *, grid: str = "real", evals: int,
                   seed: int = 0, parallel: int = 1, noise: float = 0.0,
-                  strategy_options: Mapping[str, Any] | None = None) -> list[tuple[int, float]]:
+                  strategy_options: Mapping[str, JSON] | None = None) -> list[tuple[int, float]]:
     """Best value found at evaluation counts 1, 2, 4, 8, ... (and the last one)."""
     return trace_synthetic(strategy, function, dim, grid=grid, evals=evals, seed=seed,
                            parallel=parallel, noise=noise,

@@ -34,6 +34,7 @@ import numpy as np
 
 from harmony_base.errors import ConfigError
 from harmony_base.hostinfo import host_metadata
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_base.space import EnumParam, Param, Point, RealParam, Space
 from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS, unit_size
 from harmony_core.definition import SessionDefinition
@@ -65,7 +66,7 @@ class Compatibility:
     reason: str
 
 
-def hosts_similar(a: Mapping[str, Any] | HostInfo, b: Mapping[str, Any] | HostInfo, *,
+def hosts_similar(a: Mapping[str, JSON] | HostInfo, b: Mapping[str, JSON] | HostInfo, *,
                   ram_tolerance: float = RAM_TOLERANCE) -> bool | None:
     """Same CPU count and RAM within ``ram_tolerance``; ``None`` when a fact is missing."""
     (cpu_a, ram_a), (cpu_b, ram_b) = _facts(a), _facts(b)
@@ -102,7 +103,7 @@ def unit_factors(prior: PriorSession, space: Space) -> dict[str, float] | str:
 
 
 def check_compatible(prior: PriorSession, definition: SessionDefinition,
-                     host: Mapping[str, Any] | None = None, *,
+                     host: Mapping[str, JSON] | None = None, *,
                      ram_tolerance: float = RAM_TOLERANCE) -> Compatibility:
     """Apply the matching rule (module docstring) to one prior session."""
     name = prior.name
@@ -138,7 +139,7 @@ def check_compatible(prior: PriorSession, definition: SessionDefinition,
 
 
 def select_compatible(priors: Iterable[PriorSession], definition: SessionDefinition,
-                      host: Mapping[str, Any] | None = None, *,
+                      host: Mapping[str, JSON] | None = None, *,
                       ram_tolerance: float = RAM_TOLERANCE) -> list[PriorSession]:
     """The prior sessions the rule allows: host matches if any, else unknown-host ones."""
     matched: list[PriorSession] = []
@@ -157,7 +158,7 @@ def select_compatible(priors: Iterable[PriorSession], definition: SessionDefinit
 def ranked_prior_points(priors: Iterable[PriorSession], space: Space, *, maximize: bool
                         ) -> list[tuple[Point, float]]:
     """Distinct measured points inside ``space`` (snapped to its grid), best value first."""
-    best: dict[tuple[Any, ...], tuple[Point, float]] = {}
+    best: dict[tuple[object, ...], tuple[Point, float]] = {}
     for prior in priors:
         factors = unit_factors(prior, space)
         if isinstance(factors, str):
@@ -178,7 +179,7 @@ def ranked_prior_points(priors: Iterable[PriorSession], space: Space, *, maximiz
 
 
 def warm_start_simplex(prior_sessions: Iterable[PriorSession], definition: SessionDefinition,
-                       k: int | None = None, *, host: Mapping[str, Any] | None = None
+                       k: int | None = None, *, host: Mapping[str, JSON] | None = None
                        ) -> list[Point]:
     """``k`` points for the initial simplex, the best prior point first (module docstring).
 
@@ -246,7 +247,7 @@ def strategy_accepts(strategy: str, option: str) -> bool:
 
 
 def warm_start_options(prior_sessions: Iterable[PriorSession], definition: SessionDefinition,
-                       *, host: Mapping[str, Any] | None = None, k: int | None = None
+                       *, host: Mapping[str, JSON] | None = None, k: int | None = None
                        ) -> dict[str, Any]:
     """Strategy options that start ``definition``'s search from the prior sessions.
 
@@ -267,7 +268,7 @@ def warm_start_options(prior_sessions: Iterable[PriorSession], definition: Sessi
 
 
 def apply_warm_start(definition: SessionDefinition, prior_sessions: Sequence[PriorSession], *,
-                     host: Mapping[str, Any] | None = None) -> SessionDefinition:
+                     host: Mapping[str, JSON] | None = None) -> SessionDefinition:
     """``definition`` with warm-start strategy options merged in (explicit options win) and
     ``metadata["warm_start"]`` naming the prior sessions and the prior best."""
     if host is None:
@@ -291,7 +292,7 @@ def _movable(p: Param) -> bool:
     return bool(p.size > 1)
 
 
-def _converted(point: Mapping[str, Any], factors: Mapping[str, float]) -> dict[str, Any]:
+def _converted(point: Mapping[str, JSON], factors: Mapping[str, float]) -> JSONObject:
     """``point``'s numbers scaled into the new units (others unchanged)."""
     out = dict(point)
     for name, factor in factors.items():
@@ -301,7 +302,7 @@ def _converted(point: Mapping[str, Any], factors: Mapping[str, float]) -> dict[s
     return out
 
 
-def _inside(point: Mapping[str, Any], space: Space) -> Point | None:
+def _inside(point: Mapping[str, JSON], space: Space) -> Point | None:
     """``point`` snapped to ``space``'s grid, or None if it lies outside the ranges."""
     if set(point) != set(space.names):
         return None

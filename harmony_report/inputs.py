@@ -16,6 +16,7 @@ from typing import Any
 
 from bme.equation import PARAM_KEYS, BMEParams
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.trial import TrialRecord
 from harmony_core.priordata import PriorSession
 
@@ -89,8 +90,8 @@ class RunSummary:
     stopped: str | None = None
     race_method: str | None = None
     measurements: list[dict[str, Any]] = field(default_factory=list)
-    screening: dict[str, Any] | None = None
-    bme: dict[str, Any] | None = None
+    screening: JSONObject | None = None
+    bme: JSONObject | None = None
     guardrails: dict[str, Any] | None = None
     comparison: Comparison | None = None
 
@@ -142,7 +143,7 @@ class RunSummary:
         return statistics.fmean(values) if values else None
 
 
-def summary_from_json(data: Any, *, source: str = "summary.json") -> RunSummary:
+def summary_from_json(data: object, *, source: str = "summary.json") -> RunSummary:
     """A :class:`RunSummary` from a ``harmony tune`` summary (parsed JSON)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected the object harmony tune writes, got "
@@ -189,12 +190,12 @@ def summary_from_json(data: Any, *, source: str = "summary.json") -> RunSummary:
     return summary
 
 
-def is_run_summary(data: Any) -> bool:
+def is_run_summary(data: object) -> bool:
     """Whether parsed JSON is a ``harmony tune`` summary (not a bare comparison)."""
     return isinstance(data, Mapping) and ("decision" in data or "ab_rounds" in data)
 
 
-def _number(raw: Any, where: str) -> float | None:
+def _number(raw: object, where: str) -> float | None:
     if raw is None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
@@ -202,7 +203,7 @@ def _number(raw: Any, where: str) -> float | None:
     return float(raw)
 
 
-def _interval(raw: Any, where: str, method: Any = None) -> Interval:
+def _interval(raw: object, where: str, method: object = None) -> Interval:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected {{ratio, low, high}}, got {raw!r}")
     try:
@@ -218,7 +219,7 @@ def _interval(raw: Any, where: str, method: Any = None) -> Interval:
                     str(shown) if shown else None)
 
 
-def comparison_from_metadata(data: Any, *, source: str = "comparison") -> Comparison | None:
+def comparison_from_metadata(data: object, *, source: str = "comparison") -> Comparison | None:
     """A comparison from ``{"default": 1200, "tuned": {"value": 4800}, "unit": "qpm"}`` or
     from a ``harmony tune`` summary.json (``comparison``, else ``default_qpm``/``best_qpm``)."""
     if data is None:
@@ -250,7 +251,7 @@ def comparison_from_metadata(data: Any, *, source: str = "comparison") -> Compar
     return Comparison(values, str(data.get("unit", "qpm")))
 
 
-def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | None:
+def bme_from_metadata(data: object, *, source: str = "bme") -> dict[str, object] | None:
     """The BME fit: p_star, p_c, m_b, m_star (bytes) and optional r2 and points [[M, P], ...]."""
     if data is None:
         return None
@@ -276,7 +277,7 @@ def bme_from_metadata(data: Any, *, source: str = "bme") -> dict[str, Any] | Non
             "probe_cost_s": data.get("probe_cost_s")}
 
 
-def screening_from_metadata(prior: PriorSession) -> dict[str, Any] | None:
+def screening_from_metadata(prior: PriorSession) -> JSONObject | None:
     """The knob screening's ranking in the session metadata (``metadata["screening"]``:
     ``effects`` of knob, ratio, se, cleared), or None when the session has none."""
     data = (prior.definition.get("metadata", {}) or {}).get("screening")

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
+from harmony_base.jsontypes import JSON
 from harmony_base.version import __version__
 from harmony_core.priordata import PriorSession
 from harmony_report import sections
@@ -100,9 +100,9 @@ img {{ max-width: 100%; border: 1px solid #eee; }} .note {{ color: #666; font-si
 
 
 def write_report(prior: PriorSession, out_dir: str | Path, *,
-                 comparison: Mapping[str, Any] | Comparison | None = None,
-                 bme: Mapping[str, Any] | None = None,
-                 summary: Mapping[str, Any] | None = None) -> Path:
+                 comparison: Mapping[str, JSON] | Comparison | None = None,
+                 bme: Mapping[str, JSON] | None = None,
+                 summary: Mapping[str, JSON] | None = None) -> Path:
     """Write ``report.html`` and the PNGs into ``out_dir``; returns the HTML file's path.
 
     ``summary``: a ``harmony tune`` summary.json (parsed), whose decision, race and

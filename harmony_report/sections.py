@@ -8,7 +8,6 @@ import base64
 import html
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from harmony_core.priordata import PriorSession
 from harmony_report.comparison import raced_labels
@@ -307,13 +306,13 @@ def figure(figures: ReportFigures, name: str, title: str, caption: str) -> str:
             f"src=\"data:image/png;base64,{data}\"><p class=note>{html.escape(caption)}</p>")
 
 
-def _settings(settings: Any) -> str:
+def _settings(settings: object) -> str:
     if not isinstance(settings, Mapping):
         return ""
     return ", ".join(f"{k} = {v}" for k, v in settings.items())
 
 
-def _seconds(value: Any) -> str:
+def _seconds(value: object) -> str:
     return f"{float(value):.2f} s" if isinstance(value, int | float) else ""
 
 

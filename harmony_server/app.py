@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from harmony_base.errors import ProtocolError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_core import priordata
 from harmony_server.bodies import off_loop, read_body
@@ -137,7 +139,7 @@ async def join(request: web.Request) -> web.Response:
 
 
 async def _fetch_answer(request: web.Request, hosted: HostedSession, client: str,
-                        wait: float, request_id: str | None) -> dict[str, Any]:
+                        wait: float, request_id: str | None) -> JSONObject:
     """A trial for ``client``, or "wait" with the best so far (the fetch answer's body)."""
     settings = request.app[SETTINGS]
     result = await hosted.fetch(client, min(wait, settings.max_wait), request=request_id,
@@ -163,7 +165,7 @@ async def report(request: web.Request) -> web.Response:
     hosted = _session(request)
     client = _client_of(request, hosted, body)
     failure = (body.get("reason") or "failed") if body.get("failure") else None
-    answer: dict[str, Any] = hosted.report_answer(int(body["trial_id"]), body.get("value"),
+    answer: JSONObject = hosted.report_answer(int(body["trial_id"]), body.get("value"),
                                                   failure, client)
     answer["converged"] = hosted.core.converged
     if "next" in body:
@@ -341,7 +343,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             per_operation.observe(elapsed)
 
 
-def _auth_middleware(token: str, public: set[str]) -> Callable[..., Any]:
+def _auth_middleware(token: str, public: set[str]) -> Middleware:
     expected = f"Bearer {token}".encode()
 
     @web.middleware
@@ -362,7 +364,7 @@ def make_app(manager: SessionManager, settings: AppSettings | None = None, *,
              max_body: int = 1 << 20) -> web.Application:
     """Build the aiohttp application; bodies larger than ``max_body`` bytes get a 413."""
     settings = settings or AppSettings()
-    middlewares: list[Any] = [error_middleware]
+    middlewares: list[Middleware] = [error_middleware]
     if settings.token:
         middlewares.append(_auth_middleware(settings.token,
                                             {e.path for e in ENDPOINTS if e.public}))

@@ -16,6 +16,7 @@ import yaml
 from aiohttp import web
 
 from harmony_base.errors import ProtocolError
+from harmony_base.jsontypes import JSONObject
 from harmony_server.protocol import MAX_NODES, UnsupportedMediaError, validate_request
 
 T = TypeVar("T")
@@ -51,7 +52,7 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def decode(raw: bytes, content_type: str, operation: str) -> Any:
+def decode(raw: bytes, content_type: str, operation: str) -> object:
     """The body as plain data, from JSON or YAML; 415 for any other media type."""
     if content_type in YAML_TYPES:
         try:
@@ -71,9 +72,9 @@ def decode(raw: bytes, content_type: str, operation: str) -> Any:
         raise ProtocolError(f"{operation}: the request body is not valid JSON: {exc}") from None
 
 
-def decode_and_validate(raw: bytes, content_type: str, operation: str) -> dict[str, Any]:
+def decode_and_validate(raw: bytes, content_type: str, operation: str) -> JSONObject:
     # aiohttp reports a missing Content-Type as application/octet-stream: read it as JSON
-    data: Any = decode(raw, content_type, operation) if raw.strip() else {}
+    data: object = decode(raw, content_type, operation) if raw.strip() else {}
     return validate_request(operation, data)
 
 

@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from harmony_base.errors import (
     ProtocolError,
@@ -23,6 +23,7 @@ from harmony_base.errors import (
     TrialError,
 )
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSONObject
 from harmony_base.trial import TrialStatus
 from harmony_core.definition import SessionDefinition
 from harmony_core.leased import CommandKind, FetchResult, Lease, LeasedSession
@@ -148,7 +149,7 @@ class HostedSession(LeasedSession):
             logger.exception("session %s: closing the discarded core failed", self.name)
 
     # -- the logged command wrapper ----------------------------------------------
-    def _command(self, kind: CommandKind, payload: dict[str, Any], client: str | None,
+    def _command(self, kind: CommandKind, payload: JSONObject, client: str | None,
                  action: Callable[[], T], touched: Callable[[T], list[int]] = lambda _: [],
                  host: HostInfo | None = None) -> T:
         """Run one core command; if it changed the core, log it durably before returning."""
@@ -261,5 +262,5 @@ class HostedSession(LeasedSession):
         finally:
             self._notify()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONObject:
         return {**super().describe(), "seq": self.seq}

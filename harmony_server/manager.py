@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from harmony_base.errors import HarmonyError, SessionNotFoundError
+from harmony_base.jsontypes import JSON
 from harmony_base.trial import SessionStatus
 from harmony_core.definition import SessionDefinition
 from harmony_server.hosted import HostedSession
@@ -124,7 +125,7 @@ class SessionManager:
             raise SessionNotFoundError(f"no session named {name!r} on this server; known: "
                                        f"{sorted(self.sessions)[:20]}") from None
 
-    def create(self, data: Mapping[str, Any], *, exist_ok: bool = False
+    def create(self, data: Mapping[str, JSON], *, exist_ok: bool = False
                ) -> tuple[HostedSession, bool]:
         """Create a session from a definition dict; returns ``(session, created)``.
 
@@ -139,7 +140,7 @@ class SessionManager:
 
     # the three steps of ``create``: the HTTP layer runs parse and build on a worker thread
     @staticmethod
-    def parse(data: Mapping[str, Any]) -> SessionDefinition:
+    def parse(data: Mapping[str, JSON]) -> SessionDefinition:
         """Check a definition dict (pure: no session or store is touched)."""
         return SessionDefinition.from_dict(data, source="session definition")
 

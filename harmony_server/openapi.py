@@ -6,6 +6,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from harmony_base.jsontypes import JSONObject
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_base.version import __version__
 from harmony_core.definition import (
@@ -57,7 +58,7 @@ _BEST = {"oneOf": [{"type": "null"}, {"type": "object", "required": ["point", "v
 _STATUS = {"enum": ["running", "paused", "converged"]}
 
 
-def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+def _obj(properties: dict[str, object], required: list[str] | None = None) -> dict[str, Any]:
     return {"type": "object", "properties": properties,
             "required": required if required is not None else sorted(properties)}
 
@@ -94,7 +95,7 @@ _TRIAL_ANSWER = _obj({"status": {"const": "trial"}, "trial_id": {"type": "intege
 _STATUS_ANSWER = _obj({"status": _STATUS})
 
 #: the body of each operation's 2xx answer
-RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
+RESPONSE_SCHEMAS: dict[str, JSONObject] = {
     "healthz": _obj({"status": {"const": "ok"}, "sessions": {"type": "integer"},
                      "broken": {"type": "integer"}}),
     "openapi": {"type": "object", "required": ["openapi", "paths"]},
@@ -138,7 +139,7 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def _definition_schema() -> dict[str, Any]:
+def _definition_schema() -> JSONObject:
     """SESSION_SCHEMA with the registered strategy and plugin names as enums."""
     load_entry_point_strategies()
     schema = copy.deepcopy({k: v for k, v in SESSION_SCHEMA.items() if k != "$schema"})
@@ -159,7 +160,7 @@ def _definition_schema() -> dict[str, Any]:
         f"{MAX_ENUM_VALUES} values per enumeration; fetch 'wait' at most {MAX_WAIT:g} s.")
     return schema
 
-def _schema_for(name: str) -> dict[str, Any]:
+def _schema_for(name: str) -> JSONObject:
     schema = dict(REQUEST_SCHEMAS[name])
     if name == "create":
         schema["properties"] = {**schema["properties"],
@@ -167,9 +168,9 @@ def _schema_for(name: str) -> dict[str, Any]:
     return schema
 
 
-def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
+def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, object]:
     """Build the OpenAPI 3.1 document for the given endpoints."""
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, JSONObject] = {}
     for e in endpoints:
         op: dict[str, Any] = {"operationId": e.operation, "summary": e.summary, "responses": {}}
         if "{name}" in e.path:
@@ -180,7 +181,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             op["requestBody"] = {"required": e.request not in ("empty", "restart"), "content": {
                 "application/json": ref, "application/yaml": ref}}
         for status in e.responses:
-            content: dict[str, Any]
+            content: JSONObject
             if status >= 400:
                 content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
             elif e.operation == "metrics":
@@ -206,7 +207,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                     "content": {"application/json": {
                         "schema": {"$ref": "#/components/schemas/Error"}}}})
         paths.setdefault(e.path, {})[e.method.lower()] = op
-    schemas: dict[str, Any] = {name: _schema_for(name) for name in REQUEST_SCHEMAS}
+    schemas: dict[str, object] = {name: _schema_for(name) for name in REQUEST_SCHEMAS}
     schemas["SessionDefinition"] = _definition_schema()
     schemas["Error"] = _ERROR
     return {

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import sqlalchemy as sa
 
 from harmony_base.errors import ConfigError, HarmonyError, SessionNotFoundError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.trial import SessionStatus
 from harmony_core.definition import SessionDefinition
 from harmony_core.priordata import PriorSession
@@ -77,7 +77,7 @@ def list_store_sessions(store: Store) -> list[str]:
         raise ConfigError(f"cannot list the sessions of {store._safe_url()}: {exc}") from None
 
 
-def store_session_summaries(store: Store) -> list[dict[str, Any]]:
+def store_session_summaries(store: Store) -> list[JSONObject]:
     """Name, stored status (live, closed, imported) and creation time of every session row,
     oldest first: what ``GET /priors`` lists."""
     try:

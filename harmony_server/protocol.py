@@ -29,6 +29,7 @@ from harmony_base.errors import (
     UnavailableError,
     UnsupportedMediaError,
 )
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_core.leased import finite_or_failure
 
 __all__ = ["ConflictError", "LeaseLostError", "REQUEST_SCHEMAS", "SessionBrokenError",
@@ -100,7 +101,7 @@ _POINT = {"type": "object", "additionalProperties": {"type": ["integer", "number
                                                                "boolean"]}}
 
 
-def _body(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+def _body(properties: dict[str, Any], required: list[str] | None = None) -> JSONObject:
     return {"type": "object", "additionalProperties": False, "properties": properties,
             "required": required or []}
 
@@ -159,7 +160,7 @@ def _is_wait(value: Any) -> bool:
     return _is_number(value) and 0 <= value <= MAX_WAIT  # False for NaN
 
 
-def _fast_accept(operation: str, body: Mapping[str, Any]) -> bool:
+def _fast_accept(operation: str, body: Mapping[str, JSON]) -> bool:
     """True for the usual shapes of the hot requests, which then skip the schema validator
     and :func:`check_json_values`.
 
@@ -215,11 +216,11 @@ def _check_text(operation: str, where: str, text: str) -> None:
             f"lone surrogate {text[exc.start]!r}); send well-formed Unicode text") from None
 
 
-def check_json_values(operation: str, body: Any) -> None:
+def check_json_values(operation: str, body: object) -> None:
     """:class:`ProtocolError` for a body nested deeper than :data:`MAX_DEPTH`, holding a
     non-finite number where one is not allowed, a string (or key) that is not UTF-8 text,
     or a value JSON cannot carry."""
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), body)]
+    stack: list[tuple[tuple[object, ...], object]] = [((), body)]
     nodes = 0
     while stack:
         path, value = stack.pop()
@@ -259,7 +260,7 @@ def _over(what: str, limit: int, given: int) -> ProtocolError:
     return ProtocolError(f"create: {what}: at most {limit} accepted, {given} given")
 
 
-def check_definition_size(definition: Mapping[str, Any]) -> None:
+def check_definition_size(definition: Mapping[str, JSON]) -> None:
     """:class:`ProtocolError` for a session definition larger than the server builds in
     bounded time: too many parameters, constraints or enumeration values, or a long constraint.
     """
@@ -271,7 +272,7 @@ def check_definition_size(definition: Mapping[str, Any]) -> None:
             values = param.get("values") if isinstance(param, Mapping) else None
             if isinstance(values, list) and len(values) > MAX_ENUM_VALUES:
                 raise _over(f"definition.parameters.{i}.values", MAX_ENUM_VALUES, len(values))
-    lists: list[tuple[str, Any]] = [("definition.constraints", definition.get("constraints"))]
+    lists: list[tuple[str, object]] = [("definition.constraints", definition.get("constraints"))]
     plugins = definition.get("plugins")
     for i, plugin in enumerate(plugins if isinstance(plugins, list) else []):
         options = plugin.get("options") if isinstance(plugin, Mapping) else None
@@ -289,7 +290,7 @@ def check_definition_size(definition: Mapping[str, Any]) -> None:
                                     f"{MAX_CONSTRAINT_CHARS} characters, {len(text)} given")
 
 
-def validate_request(operation: str, body: Any) -> dict[str, Any]:
+def validate_request(operation: str, body: object) -> JSONObject:
     """Check a decoded request body against its schema; :class:`ProtocolError` names the key."""
     if isinstance(body, dict) and _fast_accept(operation, body):
         return body  # the usual fetch and report: every check below would pass

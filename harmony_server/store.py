@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from harmony_base.errors import ConfigError, StoreError
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSONObject
 from harmony_base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_server.stats import StoreStats
 
@@ -111,11 +112,11 @@ class _Prepared:
         json_columns = frozenset(c.name for c in table.columns if isinstance(c.type, sa.JSON))
         return cls(str(compiled), positional, json_columns)
 
-    def run(self, cursor: Any, rows: list[dict[str, Any]]) -> None:
+    def run(self, cursor: Any, rows: list[JSONObject]) -> None:
         """Execute for each row on ``cursor`` (a DBAPI cursor inside the caller's transaction)."""
         if not rows:
             return
-        params: list[Any] = []
+        params: list[object] = []
         for row in rows:
             for name in self.json_columns:
                 row[name] = json.dumps(row[name])
@@ -131,7 +132,7 @@ class StoredSession:
     """A session row: its definition (``SessionDefinition.to_dict()``) and lifecycle."""
 
     name: str
-    definition: dict[str, Any]
+    definition: JSONObject
     created: float
     status: SessionStatus
 
@@ -292,7 +293,7 @@ class Store:
         return prepared
 
     # -- writes -----------------------------------------------------------------
-    def create_session(self, name: str, definition: dict[str, Any], created: float) -> None:
+    def create_session(self, name: str, definition: JSONObject, created: float) -> None:
         """Store a new live session; raises :class:`StoreError` if the name is taken."""
         with self._transaction(f"create session {name!r}") as conn:
             conn.execute(sessions.insert().values(name=name, definition=definition,
@@ -331,7 +332,7 @@ class Store:
             return conn.execute(sessions.delete().where(sessions.c.name == name)).rowcount > 0
 
     # -- reads ------------------------------------------------------------------
-    def _read(self, stmt: sa.Executable) -> list[sa.Row[Any]]:
+    def _read(self, stmt: sa.Executable) -> list[sa.Row[object]]:
         try:
             conn = self._connection()
             with conn.begin():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from harmony_base.errors import ConfigError
 from harmony_base.region import FeasibleRegion
@@ -88,13 +88,13 @@ class Plugin:
     registry: ClassVar[Registry[Plugin]] = Registry("plugin", group="harmony.plugins")
     name: ClassVar[str] = ""
 
-    def __init_subclass__(cls, name: str | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, name: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if name is not None:
             Plugin.registry.add(name, cls)
             cls.name = name
 
-    def __init__(self, session: SessionView, **options: Any) -> None:
+    def __init__(self, session: SessionView, **options: object) -> None:
         if options:
             raise ConfigError(f"plugin {self.name!r}: unknown options {sorted(options)}")
         self.session = session
@@ -126,7 +126,7 @@ class Plugin:
         """The session ends."""
 
 
-def make_plugin(name: str, session: SessionView, **options: Any) -> Plugin:
+def make_plugin(name: str, session: SessionView, **options: object) -> Plugin:
     """Instantiate a registered plugin by name; unknown names and options are errors."""
     # the built-ins are registered: importing this module ran plugins/__init__.py first
 

@@ -15,18 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from harmony_base.space import EnumParam, IntParam, Param, Space
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
 from plugins.log import read_log
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[Any, ...]
+Key = tuple[object, ...]
 
 
-def point_key(space: Space, point: Mapping[str, Any]) -> Key | None:
+def point_key(space: Space, point: Mapping[str, JSON]) -> Key | None:
     """A hashable key for a grid point of ``space`` (``None`` if it is not one)."""
-    key: list[Any] = []
+    key: list[object] = []
     for p in space.params:
         if p.name not in point:
             return None
@@ -78,7 +79,7 @@ def read_prior(path: Path, space: Space) -> dict[Key, float]:
     except OSError as exc:
         raise ConfigError(f"plugin 'cache': cannot read prior file {path}: "
                           f"{exc.strerror}") from None
-    rows: Iterator[tuple[Mapping[str, Any], Any]]
+    rows: Iterator[tuple[Mapping[str, JSON], Any]]
     if head == "{":
         rows = ((r["point"], r.get("value")) for r in read_log(path) if r.get("failure") is None)
     else:

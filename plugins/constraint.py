@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from harmony_base.errors import ConfigError, ConstraintError
+from harmony_base.jsontypes import JSON
 from harmony_base.space import IntParam, RealParam, Space
 from plugins.affine import AffineConstraint, exact_number, parse_constraint
 from plugins.base import ACCEPT, Flow, FlowResult, Plugin, PluginTrial, SessionView
@@ -32,7 +32,7 @@ class ConstraintPlugin(Plugin, name="constraint"):
     """
 
     def __init__(self, session: SessionView, *, constraints: Sequence[str] | str = (),
-                 constants: Mapping[str, Any] | None = None, reject_hint: str = "project"):
+                 constants: Mapping[str, JSON] | None = None, reject_hint: str = "project"):
         super().__init__(session)
         if isinstance(constraints, str):
             constraints = [constraints]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from harmony_base.errors import ConstraintError, HarmonyError
+from harmony_base.jsontypes import JSON
 from harmony_base.space import IntParam, Point, RealParam, Space, Value
 from plugins.grid_polytope import GridPolytope, IntegerRow
 from plugins.projection import GridParam, IndexCost, nearest_feasible, unit_value
@@ -44,7 +45,7 @@ class ConstrainedRegion:
         self._anchor_points: list[tuple[int, ...]] | None = None
 
     # -- FeasibleRegion ---------------------------------------------------------
-    def contains(self, point: Mapping[str, Any]) -> bool:
+    def contains(self, point: Mapping[str, JSON]) -> bool:
         """True when ``point`` is on the space's grid and satisfies every constraint."""
         k = self.indices(point)
         return k is not None and self.polytope.contains(k)
@@ -104,7 +105,7 @@ class ConstrainedRegion:
             logger.debug("point %s is not in the space: %s", point, exc)
             return None
 
-    def violated(self, point: Mapping[str, Any]) -> list[str]:
+    def violated(self, point: Mapping[str, JSON]) -> list[str]:
         """The texts of the constraints ``point`` breaks (``["off the grid"]`` if off the grid)."""
         k = self.indices(point)
         if k is None:

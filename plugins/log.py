@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 from plugins.base import ACCEPT, FlowResult, Plugin, PluginTrial, SessionView
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 def format_log_line(session: str, trial: PluginTrial, when: datetime) -> str:
     """The JSON text of one log line (without the newline)."""
     value = trial.value if trial.value is None or math.isfinite(trial.value) else None
-    record: dict[str, Any] = {
+    record: JSONObject = {
         "time": when.isoformat(timespec="microseconds"), "session": session,
         "client": trial.client, "candidate": trial.candidate, "point": trial.point,
         "value": value, "failure": trial.failure, "samples": len(trial.samples)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class Strategy(ABC):
     #: value used to rank failed and penalised trials: worse than any real measurement
     PENALTY: ClassVar[float] = math.inf
 
-    def __init_subclass__(cls, name: str | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, name: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if name is not None:
             Strategy.registry.add(name, cls)
@@ -145,7 +145,7 @@ def load_entry_point_strategies() -> None:
 
 
 def make_strategy(name: str, space: Space, *, seed: int = 0,
-                  region: FeasibleRegion | None = None, **options: Any) -> Strategy:
+                  region: FeasibleRegion | None = None, **options: object) -> Strategy:
     """Instantiate a registered strategy by name; unknown names and options are errors."""
     # the built-ins are registered: importing this module ran strategies/__init__.py first
 

@@ -4,6 +4,7 @@ Hansen & Ostermeier, "Completely derandomized self-adaptation in evolution strat
 Evolutionary Computation 9 (2001); on grid axes CMA-ES with Margin (Hamano et al., GECCO 2022),
 which keeps the marginal probability of leaving the ``mean``'s grid cell from vanishing, so a
 search on integers does not freeze on one point. Each generation samples ``popsize`` points
+from harmony_base.jsontypes import JSON, JSONObject
 from N(``mean``, ``sigma``^2 C) on the unit cube; every point is snapped to the grid, and a
 point outside the feasible region is resampled (never handed out). The whole generation can be
 measured at once, by as many clients as there are.
@@ -24,7 +25,6 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from cmaes import CMA, CMAwM
@@ -75,7 +75,7 @@ class CMAES(Strategy, name="cma-es"):
     """
 
     def __init__(self, space: Space, *, seed: int = 0, region: FeasibleRegion | None = None,
-                 init_point: Mapping[str, Any] | None = None, sigma0: float | None = None,
+                 init_point: Mapping[str, object] | None = None, sigma0: float | None = None,
                  popsize: int | None = None, with_margin: bool | None = None,
                  n_max_resampling: int | None = None, restart: str = "ipop",
                  max_evals: int | None = None):

@@ -13,18 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from harmony_base.space import Point, RealParam, Space
 
 INIT_METHODS = ("point", "random-point", "lhs", "random", "simplex")
 REJECT_METHODS = ("penalty", "random", "project")
 
 
-def option_error(strategy: str, option: str, must: str, got: Any) -> ConfigError:
+def option_error(strategy: str, option: str, must: str, got: object) -> ConfigError:
     """A uniform message for a bad strategy option."""
     return ConfigError(f"strategy {strategy!r}: option {option} must be {must}, got {got!r}")
 
 
-def check_real(strategy: str, option: str, value: Any, *, low: float | None = None,
+def check_real(strategy: str, option: str, value: object, *, low: float | None = None,
                high: float | None = None, low_open: bool = False,
                high_open: bool = False) -> None:
     """``value`` must be a finite number within ``low`` .. ``high`` (open ends if asked)."""
@@ -45,7 +46,7 @@ def is_fixed(p: Any) -> bool:
     return bool(p.size == 1)
 
 
-def _positive_int_or_none(value: Any) -> bool:
+def _positive_int_or_none(value: object) -> bool:
     return value is None or (not isinstance(value, bool) and isinstance(value, int)
                              and value >= 1)
 
@@ -62,8 +63,8 @@ class SimplexOptions:
 
 
 def check_simplex_options(name: str, space: Space, n_eff: int, *, simplex_size: int | None,
-                          init_method: str | None, init_point: Mapping[str, Any] | None,
-                          init_radius: float, init_simplex: Sequence[Mapping[str, Any]] | None,
+                          init_method: str | None, init_point: Mapping[str, JSON] | None,
+                          init_radius: float, init_simplex: Sequence[Mapping[str, JSON]] | None,
                           reject_method: str, fval_tol: float, fval_atol: float,
                           size_tol: float, max_evals: int | None, restart_decay: float,
                           restart_patience: int | None, shrink: float) -> SimplexOptions:
@@ -99,7 +100,7 @@ def check_simplex_options(name: str, space: Space, n_eff: int, *, simplex_size: 
                           init_simplex=snapped_simplex)
 
 
-def _check_init_simplex(name: str, space: Space, init_simplex: Any,
+def _check_init_simplex(name: str, space: Space, init_simplex: object,
                         simplex_size: int | None) -> tuple[list[Point], int]:
     """A given initial simplex: a list of points of the space, as many as ``simplex_size``."""
     if isinstance(init_simplex, str | bytes | Mapping) or not isinstance(init_simplex, Sequence):
@@ -135,7 +136,7 @@ def _check_numbers(name: str, *, init_radius: float, fval_tol: float, fval_atol:
 
 
 def _check_init_point(name: str, space: Space,
-                      init_point: Mapping[str, Any] | None) -> Point | None:
+                      init_point: Mapping[str, JSON] | None) -> Point | None:
     """A given initial point, snapped to the space."""
     if init_point is None:
         return None

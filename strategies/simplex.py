@@ -35,10 +35,10 @@ import logging
 import math
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
+from harmony_base.jsontypes import JSON
 from harmony_base.region import FeasibleRegion
 from harmony_base.space import Point, RealParam, Space
 from strategies.base import Strategy, Trial
@@ -98,8 +98,8 @@ class SimplexStrategy(SimplexVertices, Strategy):
 
     def __init__(self, space: Space, *, seed: int = 0, region: FeasibleRegion | None = None,
                  simplex_size: int | None = None, init_method: str | None = None,
-                 init_point: Mapping[str, Any] | None = None, init_radius: float = 0.3,
-                 init_simplex: Sequence[Mapping[str, Any]] | None = None,
+                 init_point: Mapping[str, JSON] | None = None, init_radius: float = 0.3,
+                 init_simplex: Sequence[Mapping[str, JSON]] | None = None,
                  reject_method: str = "penalty", fval_tol: float = 1e-4, fval_atol: float = 0.0,
                  size_tol: float = 1e-4, max_evals: int | None = None, reexpand: bool = True,
                  restart_decay: float = 0.5, restart_patience: int | None = None,

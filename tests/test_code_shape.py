@@ -13,6 +13,10 @@ to trim the rationale that explains the code.
 The function and import allow-lists name today's exceptions; they may only shrink: a new
 long function or function-level import fails, and so does an entry that no longer needs to
 be listed (remove it when its area is split).
+
+``Any`` belongs where untrusted input is parsed (docs/conventions.md, "One record per concept,
+typed"), so the product code holds at most :data:`MAX_ANY` of them, counted by
+:func:`any_count`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ INNER_IMPORTS = {
     "tuner_client/tune_run.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}
+#: the most ``Any`` the product code may hold (issue 46, item 6: 524 before, 149 after)
+MAX_ANY = 150
 
 
 def _modules() -> list[Path]:
@@ -163,3 +169,47 @@ def test_the_walk_sees_the_product_code() -> None:
     _walk(ast.parse(source), "", False, found)
     assert found == {"functions": [("outer", 5), ("outer.inner", 2), ("Kept.method", 2)],
                      "imports": [2]}
+
+
+def _any_nodes(tree: ast.AST) -> int:
+    """``Any`` in ``tree``: each ``Any`` name and ``typing.Any`` attribute in an expression, and
+    each one inside a string that parses as an expression (a quoted annotation); the names an
+    import statement binds are not expressions, so ``from typing import Any`` counts nothing."""
+    found = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "Any" \
+                or isinstance(node, ast.Attribute) and node.attr == "Any":
+            found += 1
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and "Any" in node.value:
+            try:
+                quoted = ast.parse(node.value, mode="eval")
+            except SyntaxError:
+                continue
+            found += _any_nodes(quoted)
+    return found
+
+
+def any_count() -> dict[str, int]:
+    """``Any`` per product module that holds one (:func:`_any_nodes` over its syntax tree)."""
+    counts = {_rel(path): _any_nodes(ast.parse(path.read_text())) for path in _modules()}
+    return {m: n for m, n in counts.items() if n}
+
+
+def test_any_only_at_the_parsers(record_property: Callable[[str, object], None]) -> None:
+    counts = any_count()
+    total = sum(counts.values())
+    most = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:5]
+    record_property("shape_report", [f"Any in the product code: {total} (at most {MAX_ANY}); "
+                                     "most in " + ", ".join(f"{m} {n}" for m, n in most)])
+    assert total <= MAX_ANY, (
+        f"{total} Any in the product code, at most {MAX_ANY}: type what is known (a JSON value "
+        f"is harmony_base.jsontypes.JSON, a stored or compared one object) and keep Any where "
+        f"untrusted input is parsed; most in {most}")
+
+
+def test_the_any_count_sees_annotations_and_quoted_ones() -> None:
+    source = ("from typing import Any\nimport typing\n\n\n"
+              "def f(a: Any, b: dict[str, Any], c: 'list[Any]', d: typing.Any) -> 'Any':\n"
+              "    e: Any = cast(Any, a)\n    return 'Any at all'\n")
+    assert _any_nodes(ast.parse(source)) == 7

@@ -20,8 +20,10 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony_base.jsontypes import JSON
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
 
 logger = logging.getLogger(__name__)
@@ -43,11 +45,11 @@ SOURCE_HINTS = {
 #: called with the connection and ``{knob: value, or None for a reset}`` before every
 #: ``ALTER SYSTEM`` the tuner issues: the restore journal (:mod:`tuner_client.crashsafe`)
 #: makes each change durable before the server sees it, and may refuse it by raising
-ChangeHook = Callable[["psycopg.Connection[Any]", Mapping[str, "str | None"]], None]
+ChangeHook = Callable[["psycopg.Connection[TupleRow]", Mapping[str, "str | None"]], None]
 CHANGE_HOOKS: list[ChangeHook] = []
 
 
-def _before_change(conn: psycopg.Connection[Any], values: Mapping[str, str | None]) -> None:
+def _before_change(conn: psycopg.Connection[TupleRow], values: Mapping[str, str | None]) -> None:
     for hook in list(CHANGE_HOOKS):
         hook(conn, values)
 
@@ -74,7 +76,7 @@ class ApplyReport:
     elapsed_s: float = 0.0
 
 
-def _fresh_connect(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+def _fresh_connect(conn: psycopg.Connection[TupleRow]) -> psycopg.Connection[TupleRow]:
     """A new connection with the same parameters (database, role, options) as ``conn``."""
     params: dict[str, Any] = dict(conn.info.get_parameters())
     if conn.info.password:
@@ -87,7 +89,8 @@ def _fresh_connect(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
                             f"{conn.info.port}: {exc}") from exc
 
 
-def read_settings(conn: psycopg.Connection[Any], names: Iterable[str]) -> dict[str, SettingState]:
+def read_settings(conn: psycopg.Connection[TupleRow],
+                  names: Iterable[str]) -> dict[str, SettingState]:
     """pg_settings rows of ``names`` as this session sees them (lower-case keys)."""
     rows = conn.execute(
         "SELECT name, setting, current_setting(name), source, sourcefile, pending_restart "
@@ -99,7 +102,7 @@ def read_settings(conn: psycopg.Connection[Any], names: Iterable[str]) -> dict[s
     }
 
 
-def file_setting_errors(conn: psycopg.Connection[Any]) -> list[str]:
+def file_setting_errors(conn: psycopg.Connection[TupleRow]) -> list[str]:
     """Errors ``pg_file_settings`` reports for the configuration files (empty when clean)."""
     rows = conn.execute(
         "SELECT sourcefile, sourceline, name, setting, error FROM pg_file_settings "
@@ -152,7 +155,7 @@ def check_settings(
 
 
 def _resolve(
-    catalog: KnobCatalog, values: Mapping[str, Any], *, kind: str | None
+    catalog: KnobCatalog, values: Mapping[str, JSON], *, kind: str | None
 ) -> dict[str, tuple[Knob, KnobValue]]:
     resolved: dict[str, tuple[Knob, KnobValue]] = {}
     for name, raw in values.items():
@@ -166,7 +169,7 @@ def _resolve(
     return resolved
 
 
-def _ensure_autocommit(conn: psycopg.Connection[Any]) -> bool:
+def _ensure_autocommit(conn: psycopg.Connection[TupleRow]) -> bool:
     """Switch ``conn`` to autocommit (ALTER SYSTEM refuses transactions); return the old mode."""
     old = conn.autocommit
     if not old:
@@ -179,7 +182,7 @@ def _ensure_autocommit(conn: psycopg.Connection[Any]) -> bool:
     return old
 
 
-def alter_system(conn: psycopg.Connection[Any], formatted: Mapping[str, str]) -> None:
+def alter_system(conn: psycopg.Connection[TupleRow], formatted: Mapping[str, str]) -> None:
     """``ALTER SYSTEM SET name = 'value'`` for each item, composed with psycopg.sql; the
     values are in the server's restore journal first (:data:`CHANGE_HOOKS`)."""
     _before_change(conn, formatted)
@@ -198,7 +201,7 @@ def alter_system(conn: psycopg.Connection[Any], formatted: Mapping[str, str]) ->
 
 
 def wait_for_settings(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     knobs: Mapping[str, tuple[Knob, KnobValue]],
     timeout_s: float,
     *,
@@ -227,7 +230,7 @@ def wait_for_settings(
         delay = min(delay * 2, 0.2)
 
 
-def reload_and_wait(conn: psycopg.Connection[Any], timeout_s: float = 5.0) -> bool:
+def reload_and_wait(conn: psycopg.Connection[TupleRow], timeout_s: float = 5.0) -> bool:
     """``pg_reload_conf()``, then wait until ``conn``'s own session has loaded the files after
     it: the reload is asynchronous, so a read right after it can still see the old values
     (seen under load when a restored ``postgresql.auto.conf`` was checked at once). False when
@@ -252,9 +255,9 @@ def reload_and_wait(conn: psycopg.Connection[Any], timeout_s: float = 5.0) -> bo
 
 
 def apply_online_knobs(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     catalog: KnobCatalog,
-    values: Mapping[str, Any],
+    values: Mapping[str, JSON],
     *,
     timeout_s: float = 5.0,
 ) -> ApplyReport:
@@ -300,7 +303,7 @@ def apply_online_knobs(
 
 
 def reset_knobs(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     names: Iterable[str],
     catalog: KnobCatalog | None = None,
     *,

@@ -35,6 +35,7 @@ from harmony_base.errors import (
     ServerUnavailableError,
 )
 from harmony_base.hostinfo import host_metadata
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_core.definition import SessionDefinition
 from tuner_client.standalone import StandaloneBackend
 from tuner_client.transport import Backend, HttpBackend
@@ -78,18 +79,18 @@ class Session:
         from another process (``HarmonyClient.join(name, secret=...)``)."""
         return self._secret
 
-    def _call(self, method: str, action: str = "", body: Mapping[str, Any] | None = None,
+    def _call(self, method: str, action: str = "", body: Mapping[str, JSON] | None = None,
               timeout: float | None = None) -> dict[str, Any]:
         path = self._path + (f"/{action}" if action else "")
         return self._backend.request(method, path, body, timeout=timeout)
 
-    def _as_client(self, action: str, body: Mapping[str, Any],
+    def _as_client(self, action: str, body: Mapping[str, JSON],
                    timeout: float | None = None) -> dict[str, Any]:
         """POST a command this client makes for itself, proven by its secret."""
         return self._backend.request("POST", f"{self._path}/{action}", body, timeout=timeout,
                                      secret=self._secret)
 
-    def _reported(self, trial_id: int, answer: Mapping[str, Any]) -> None:
+    def _reported(self, trial_id: int, answer: Mapping[str, JSON]) -> None:
         """:class:`ReportRejectedError` unless the report was recorded or was a retry of the
         recorded one (``duplicate``: the answer to an earlier try was lost)."""
         if answer.get("accepted") or answer.get("duplicate"):
@@ -191,7 +192,7 @@ class Session:
         """
         return LeaseKeeper(self, trial_id, every)
 
-    def best(self) -> tuple[dict[str, Any], float] | None:
+    def best(self) -> tuple[JSONObject, float] | None:
         """The best point and value so far (in the objective's own sign), or ``None``."""
         best = self._call("GET", "best")["best"]
         return None if best is None else (dict(best["point"]), float(best["value"]))
@@ -210,7 +211,7 @@ class Session:
     def resume(self) -> None:
         self._call("POST", "resume", {})
 
-    def restart(self, point: dict[str, Any] | None = None) -> None:
+    def restart(self, point: JSONObject | None = None) -> None:
         """Restart the search, optionally from ``point``."""
         self._call("POST", "restart", {"point": point})
 
@@ -279,7 +280,7 @@ class HarmonyClient:
         #: by the clients :meth:`as_client` makes on this connection
         self._secrets = secrets if secrets is not None else {}
 
-    def create_session(self, definition: SessionDefinition | Mapping[str, Any], *,
+    def create_session(self, definition: SessionDefinition | Mapping[str, JSON], *,
                        exist_ok: bool = False) -> Session:
         """Create a session and join it; with ``exist_ok`` an identical one is joined instead."""
         if not isinstance(definition, SessionDefinition):

@@ -22,9 +22,9 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from harmony_base.errors import GuardrailTrip
+from harmony_base.jsontypes import JSONObject
 from tuner_client.config.model import GuardConfig
 from tuner_client.server_cpu import PROC
 from tuner_client.stats.mix import MixReference
@@ -51,7 +51,7 @@ class Trip:
     at: float = field(default_factory=time.time)
     failure: str | None = None  # the revert itself failed (the server is then left alone)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -172,7 +172,7 @@ class GuardrailSummary:
             out[trip.kind] = out.get(trip.kind, 0) + 1
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The ``guardrails`` entry of summary.json."""
         return {"trips": len(self.events), "by_kind": self.by_kind,
                 "events": [t.to_dict() for t in self.events]}

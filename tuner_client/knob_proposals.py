@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 
+from harmony_base.jsontypes import JSONObject
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
     KNOWN_RANGES,
@@ -61,7 +61,7 @@ class Proposal:
     #: knobs that need a restart (proposed only when restarts are allowed)
     restart: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"symptom": self.symptom, "knobs": list(self.knobs), "evidence": self.evidence,
                 "restart": self.restart}
 
@@ -107,7 +107,7 @@ def _since(stats: WorkloadStats) -> str:
     return f"since {stats.stats_since}" if stats.stats_since else "since the server started"
 
 
-def _spills(stats: WorkloadStats, **_: Any) -> Proposal | None:
+def _spills(stats: WorkloadStats, **_: object) -> Proposal | None:
     written = stats.statements.temp_blks_written if stats.statements else 0
     if stats.temp_bytes < MIN_TEMP_BYTES and written == 0:
         return None
@@ -118,7 +118,7 @@ def _spills(stats: WorkloadStats, **_: Any) -> Proposal | None:
                     f"{evidence} (work_mem {stats.settings.get('work_mem', '?')})")
 
 
-def _checkpoints(stats: WorkloadStats, **_: Any) -> Proposal | None:
+def _checkpoints(stats: WorkloadStats, **_: object) -> Proposal | None:
     total = stats.checkpoints_timed + stats.checkpoints_req
     if stats.checkpoints_req == 0 or stats.checkpoints_req < FORCED_CHECKPOINT_SHARE * total:
         return None
@@ -128,7 +128,7 @@ def _checkpoints(stats: WorkloadStats, **_: Any) -> Proposal | None:
                     f"checkpoint_timeout) {_since(stats)}")
 
 
-def _dead_tuples(stats: WorkloadStats, **_: Any) -> Proposal | None:
+def _dead_tuples(stats: WorkloadStats, **_: object) -> Proposal | None:
     worst = stats.worst_table
     if worst is None or worst[1] < DEAD_SHARE or worst[2] < MIN_DEAD_ROWS:
         return None
@@ -139,7 +139,7 @@ def _dead_tuples(stats: WorkloadStats, **_: Any) -> Proposal | None:
                     f"{stats.dead_tuples:,} dead rows in all user tables")
 
 
-def _jit(stats: WorkloadStats, **_: Any) -> Proposal | None:
+def _jit(stats: WorkloadStats, **_: object) -> Proposal | None:
     st = stats.statements
     if st is None or st.exec_ms <= 0 or st.jit_ms < JIT_SHARE * st.exec_ms:
         return None
@@ -149,7 +149,7 @@ def _jit(stats: WorkloadStats, **_: Any) -> Proposal | None:
                     f"({st.jit_ms / st.exec_ms:.1%}) over {st.calls:,} calls")
 
 
-def _parallel(stats: WorkloadStats, *, cpus: int | None, **_: Any) -> Proposal | None:
+def _parallel(stats: WorkloadStats, *, cpus: int | None, **_: object) -> Proposal | None:
     st = stats.statements
     workers = int(stats.settings.get("max_parallel_workers_per_gather", "0") or 0)
     if st is None or cpus is None or cpus > FEW_CPUS or workers == 0 \
@@ -161,7 +161,7 @@ def _parallel(stats: WorkloadStats, *, cpus: int | None, **_: Any) -> Proposal |
                     f"({st.top_query[:60]!r}), long enough for a parallel plan")
 
 
-def _misses(stats: WorkloadStats, *, restarts: bool, **_: Any) -> Proposal | None:
+def _misses(stats: WorkloadStats, *, restarts: bool, **_: object) -> Proposal | None:
     reads = stats.blks_read + stats.blks_hit
     if stats.blks_read < MIN_READS or reads == 0:
         return None
@@ -181,7 +181,7 @@ def _misses(stats: WorkloadStats, *, restarts: bool, **_: Any) -> Proposal | Non
 
 
 def _fits_in_memory(stats: WorkloadStats, *, ram_bytes: int | None,
-                    **_: Any) -> Proposal | None:
+                    **_: object) -> Proposal | None:
     if ram_bytes is None or stats.database_bytes == 0 or stats.database_bytes * 2 > ram_bytes:
         return None
     return Proposal("the data fits in memory: random reads are cheap",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from harmony_base.errors import ConfigError
 from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
@@ -47,7 +47,7 @@ def _fraction(text: str) -> Fraction:
     return Fraction(text)
 
 
-def parse_number(knob: KnobLike, value: Any, *, round_down: bool = False) -> int | float:
+def parse_number(knob: KnobLike, value: object, *, round_down: bool = False) -> int | float:
     """A user's number for a numeric knob (``'64MB'``, ``4``, ``1.5``) in canonical units,
     exactly: a unit of the knob's quantity is required unless the knob has none (0 and -1 may
     go without), and an integer knob's value must be a whole number of its native units."""
@@ -99,7 +99,7 @@ def _example_unit(knob: KnobLike) -> str:
     return "MB" if knob.quantity == "memory" else "ms"
 
 
-def parse_bool(name: str, value: Any) -> bool:
+def parse_bool(name: str, value: object) -> bool:
     """A boolean knob's value from ``on``/``off`` and their synonyms, a bool, 0 or 1."""
     if isinstance(value, bool):
         return value
@@ -114,7 +114,7 @@ def parse_bool(name: str, value: Any) -> bool:
     raise ConfigError(f"{name} is a boolean (on/off), but got {value!r}")
 
 
-def parse_enum(name: str, allowed: tuple[str, ...], value: Any) -> str:
+def parse_enum(name: str, allowed: tuple[str, ...], value: object) -> str:
     """An enum knob's value in the server's spelling, matched case-insensitively."""
     if isinstance(value, bool):
         value = "on" if value else "off"

@@ -25,6 +25,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError
 from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
@@ -231,7 +232,7 @@ class Knob:
         """A string is user input (see parse), anything else a canonical value (see check)."""
         return self.parse(value) if isinstance(value, str) else self.check(value)
 
-    def parse_number(self, value: Any) -> int | float:
+    def parse_number(self, value: object) -> int | float:
         """:meth:`parse` for a numeric (integer or real) knob: its canonical number."""
         parsed = self.parse(value)
         if isinstance(parsed, bool) or not isinstance(parsed, int | float):
@@ -307,7 +308,7 @@ class KnobCatalog:
         self.server_version_num = server_version_num
 
     @classmethod
-    def from_connection(cls, conn: psycopg.Connection[Any]) -> KnobCatalog:
+    def from_connection(cls, conn: psycopg.Connection[TupleRow]) -> KnobCatalog:
         """Read ``pg_settings`` (and ``block_size``) from a live server."""
         rows = conn.execute(
             "SELECT name, vartype, unit, min_val, max_val, enumvals, context, boot_val, "
@@ -356,7 +357,7 @@ class KnobCatalog:
         _ = knob.kind  # raises for internal/backend knobs
         return knob
 
-    def parse(self, name: str, value: Any) -> KnobValue:
+    def parse(self, name: str, value: object) -> KnobValue:
         """Shorthand for ``catalog[name].parse(value)``."""
         return self[name].parse(value)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -112,7 +111,7 @@ _SETTING_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)\
 _BOOLS = {"on": 1.0, "true": 1.0, "yes": 1.0, "off": 0.0, "false": 0.0, "no": 0.0}
 
 
-def setting_to_base_units(value: Any) -> float | None:
+def setting_to_base_units(value: object) -> float | None:
     """A knob value as one number: ``'64MB'`` -> bytes, ``'200ms'`` -> seconds, ``'on'`` -> 1.
 
     Numbers pass through; anything else (an enum such as ``'pglz'``) gives ``None``.

@@ -31,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from bme.equation import PARAM_KEYS, BMEParams, miss_probability
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from tuner_client.labels import FailureKind
 from tuner_client.metric_series import (
     CURVE_POINTS,
@@ -131,7 +132,7 @@ class TunerMetrics(TunerSeries):
         if kind in PHASES:
             self.set_phase(kind)
 
-    def set_knobs(self, values: Mapping[str, Any]) -> None:
+    def set_knobs(self, values: Mapping[str, JSON]) -> None:
         """The knob values now in force (PostgreSQL strings like ``'64MB'`` or numbers)."""
         for knob, value in values.items():
             number = self._knob_number(knob, value)
@@ -141,7 +142,7 @@ class TunerMetrics(TunerSeries):
                     self.shared_buffers.set(number)
 
     def record_measurement(self, samples_qpm: Sequence[float], value_qpm: float | None = None,
-                           *, kind: str = "online", knobs: Mapping[str, Any] | None = None,
+                           *, kind: str = "online", knobs: Mapping[str, JSON] | None = None,
                            maximize: bool = True) -> None:
         """One point measured: its samples (qpm) and aggregate, and ``knobs``, the point's
         values in force. The best-so-far is not ranked here: a value is a paired ratio times

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from harmony_base.errors import ConfigError, ConstraintError, DatabaseError
+from harmony_base.jsontypes import JSONObject
 from harmony_core.definition import PluginSpec, SessionDefinition
 from harmony_core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
@@ -88,7 +89,7 @@ class Plan:
         known = [p.seconds for p in self.phases]
         return None if any(s is None for s in known) else sum(s or 0.0 for s in known)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = asdict(self)
         out["held"] = [{"knob": k, "why": why} for k, why in self.held]
         out["proposals"] = [p.to_dict() for p in self.proposals]
@@ -261,7 +262,7 @@ def _knob_plans(space: KnobSpace, phase: str, constraints: list[str],
     return out
 
 
-def _narrowed(space: KnobSpace, constraints: list[str]) -> dict[str, dict[str, Any]]:
+def _narrowed(space: KnobSpace, constraints: list[str]) -> dict[str, JSONObject]:
     """Each parameter's range once the budget's constraints bound it (the session's own
     constraint plugin computes it, as the run's session would)."""
     if not constraints:

@@ -17,9 +17,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from bme.probe_decision import Probe, flat
 from harmony_base.errors import HarmonyError
@@ -86,7 +86,7 @@ class RelationIO:
         return sum(h + r for h, r in self.counts.values())
 
 
-def read_relation_io(conn: psycopg.Connection[Any]) -> RelationIO:
+def read_relation_io(conn: psycopg.Connection[TupleRow]) -> RelationIO:
     """The current statio counters of the connection's database (a fresh snapshot)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     counts: dict[str, tuple[int, int]] = {}
@@ -113,13 +113,13 @@ def window_delta(before: RelationIO, after: RelationIO) -> tuple[int, int, dict[
     return hits, reads, touched
 
 
-def client_pids(conn: psycopg.Connection[Any]) -> set[int]:
+def client_pids(conn: psycopg.Connection[TupleRow]) -> set[int]:
     """The pids of the database's other client backends (a fresh snapshot)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     return {int(pid) for (pid,) in conn.execute(_CLIENTS_SQL).fetchall()}
 
 
-def settled_io(conn: psycopg.Connection[Any], present: set[int]) -> RelationIO:
+def settled_io(conn: psycopg.Connection[TupleRow], present: set[int]) -> RelationIO:
     """The counters once the backends the window opened (not in ``present``) have exited,
     so their counts are flushed, and the totals stop moving; at most ``SETTLE_S``.
 
@@ -140,7 +140,7 @@ def settled_io(conn: psycopg.Connection[Any], present: set[int]) -> RelationIO:
     return last
 
 
-def read_fill(measurer: Measurer, conn: psycopg.Connection[Any]) -> BufferFill | None:
+def read_fill(measurer: Measurer, conn: psycopg.Connection[TupleRow]) -> BufferFill | None:
     """How full the buffer is now, or None (logged) without ``pg_buffercache``."""
     why = measurer.applier.prewarmer.ensure(conn, "pg_buffercache")
     if why:

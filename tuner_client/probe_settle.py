@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.measurer import Measurer
 from tuner_client.measurer.prewarm import BufferRecord, buffer_capacity, buffers_in_use
 
@@ -67,7 +68,7 @@ class Settling:
     def settled(self) -> bool:
         return self.how in ("full", "fits")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"how": self.how, "seconds": self.seconds, "prewarmed": self.prewarmed,
                 "misses": list(self.misses), "fills": list(self.fills),
                 "capacity": self.capacity}
@@ -120,7 +121,7 @@ def _miss(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     return reads / (hits + reads) if hits >= 0 and reads >= 0 and hits + reads > 0 else None
 
 
-def _io_totals(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+def _io_totals(conn: psycopg.Connection[TupleRow]) -> tuple[int, int]:
     """Block hits and reads of the database's user relations now (a fresh snapshot)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     row = conn.execute(
@@ -132,7 +133,7 @@ def _io_totals(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
 
-def prewarm_for_probe(measurer: Measurer, conn: psycopg.Connection[Any],
+def prewarm_for_probe(measurer: Measurer, conn: psycopg.Connection[TupleRow],
                       record: BufferRecord | None) -> int:
     """Load the hottest blocks of ``record`` up to the buffer's size; the blocks loaded."""
     if record is None or not record.blocks:
@@ -143,7 +144,7 @@ def prewarm_for_probe(measurer: Measurer, conn: psycopg.Connection[Any],
     return result.blocks
 
 
-def settle(measurer: Measurer, conn: psycopg.Connection[Any], budget_s: float,
+def settle(measurer: Measurer, conn: psycopg.Connection[TupleRow], budget_s: float,
            sub_s: float, *, give_up: bool = True) -> Settling:
     """Run the workload (started by the caller) in ``sub_s``-s sub-windows until the buffer
     has settled (:func:`settled_state`), cannot settle in time (:func:`cannot_fill`) or
@@ -175,7 +176,7 @@ def settle(measurer: Measurer, conn: psycopg.Connection[Any], budget_s: float,
     return got
 
 
-def record_richer(measurer: Measurer, conn: psycopg.Connection[Any],
+def record_richer(measurer: Measurer, conn: psycopg.Connection[TupleRow],
                   kept: BufferRecord | None) -> BufferRecord | None:
     """The buffer's blocks now when they are more than ``kept``'s, else ``kept`` (the next,
     larger probe then prewarms from the fullest buffer seen)."""

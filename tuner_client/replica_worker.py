@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harmony_base.errors import ClientExistsError, ConfigError, DatabaseError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.client import HarmonyClient, Session, connect
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key
@@ -93,7 +94,7 @@ def run_replica(config: TunerConfig, *, server: str, replica: str, state_dir: Pa
 
 
 def _next_session(client: HarmonyClient, tuner: str, finished: set[str]
-                  ) -> tuple[str, dict[str, Any]] | None:
+                  ) -> tuple[str, JSONObject] | None:
     """A running replicated session of ``tuner`` not worked on yet, with its definition."""
     for summary in client.list_sessions():
         if summary["name"] in finished or summary["status"] != "running":

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.measurer import PointRecord
 from tuner_client.stats.paired import Method, paired_ratio_interval
 
@@ -28,7 +29,7 @@ COPIED_LABELS = ("tuned",)
 
 
 def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[str, Any] | None,
-               decisions: Sequence[str]) -> dict[str, Any] | None:
+               decisions: Sequence[str]) -> JSONObject | None:
     """The race as the report draws it: per label (candidates and baselines) its ratio to
     the reference and interval after every round from the second on; the candidates dropped,
     after which round and why (the race's own words); why it stopped; the winner."""
@@ -59,7 +60,7 @@ def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[s
         logger.warning("summary.json: the race's rounds not traced: %s", exc)
         trajectory = {}
     # the race's drops as phases.final words them (a drop after the last round included)
-    dropped: dict[str, dict[str, Any]] = {}
+    dropped: dict[str, JSONObject] = {}
     for line in decisions:
         found = _DROPPED.match(line)
         if found is not None and found["label"] in labels:
@@ -72,7 +73,7 @@ def race_trace(rounds: Sequence[Mapping[str, float | None]], decision: Mapping[s
             "winner": decision.get("winner"), "unstable": dict(decision.get("unstable") or {})}
 
 
-def measurement_trace(records: Sequence[PointRecord]) -> list[dict[str, Any]]:
+def measurement_trace(records: Sequence[PointRecord]) -> list[JSONObject]:
     """Every measured point in order: its session label, the paired ratio to the session's
     reference (None unpaired), the value the strategy saw, the reference's own measurements
     around it, the replica that measured it, and the settings in force (so a final label's
@@ -84,8 +85,8 @@ def measurement_trace(records: Sequence[PointRecord]) -> list[dict[str, Any]]:
 
 
 def report_inputs(records: Sequence[PointRecord], rounds: Sequence[Mapping[str, float | None]],
-                  decision: Mapping[str, Any] | None, decisions: Sequence[str],
-                  unit: str) -> dict[str, Any]:
+                  decision: Mapping[str, JSON] | None, decisions: Sequence[str],
+                  unit: str) -> JSONObject:
     """The keys summary.json gains for the report (``race``, ``measurements``, ``unit``)."""
     return {"race": race_trace(rounds, decision, decisions),
             "measurements": measurement_trace(records), "unit": unit}

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from harmony_base.errors import ConfigError, ProtocolError, SessionNotFoundError
+from harmony_base.jsontypes import JSONObject
 from harmony_core.definition import SessionDefinition
 from harmony_core.leased import LeasedSession
 
@@ -73,7 +74,7 @@ class StandaloneBackend:
             raise SessionNotFoundError(f"no session named {name!r} in this process; known: "
                                        f"{sorted(self._sessions)[:20]}") from None
 
-    def _create(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _create(self, body: dict[str, Any]) -> JSONObject:
         definition = SessionDefinition.from_dict(body["definition"])
         existing = self._sessions.get(definition.name)
         if existing is not None:
@@ -85,7 +86,7 @@ class StandaloneBackend:
         self._sessions[definition.name] = local
         return local.describe()
 
-    def _fetch(self, local: LeasedSession, client: str, wait: Any) -> dict[str, Any]:
+    def _fetch(self, local: LeasedSession, client: str, wait: Any) -> JSONObject:
         """A long poll on the condition variable (the server's is on its event loop)."""
         wait = float(wait)
         if not math.isfinite(wait) or wait < 0:
@@ -108,7 +109,7 @@ class StandaloneBackend:
             self._cond.wait(remaining)
 
     @staticmethod
-    def _join(local: LeasedSession, body: dict[str, Any], secret: str | None) -> dict[str, Any]:
+    def _join(local: LeasedSession, body: dict[str, Any], secret: str | None) -> JSONObject:
         issued = local.join(body["client"], body.get("host"), secret)
         answer = {"session": local.name, "client": body["client"],
                   "lease_seconds": local.definition.lease_seconds,
@@ -116,7 +117,7 @@ class StandaloneBackend:
         return answer if issued is None else {**answer, "secret": issued}
 
     def _dispatch(self, local: LeasedSession, method: str, action: str,
-                  body: dict[str, Any]) -> dict[str, Any]:
+                  body: dict[str, Any]) -> JSONObject:
         if action == "" and method == "GET":
             return local.describe()
         if action == "" and method == "DELETE":

@@ -21,10 +21,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
 from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
@@ -64,7 +65,7 @@ _AUTO_CONF = ("SELECT lower(name), setting FROM pg_file_settings "
               "ORDER BY seqno")
 
 
-def auto_conf_entries(conn: psycopg.Connection[Any], names: Sequence[str]
+def auto_conf_entries(conn: psycopg.Connection[TupleRow], names: Sequence[str]
                       ) -> dict[str, str | None]:
     """Each knob's line in ``postgresql.auto.conf`` (its raw value; None: no line)."""
     rows = conn.execute(_AUTO_CONF, [[n.lower() for n in names]]).fetchall()
@@ -80,7 +81,7 @@ class ConfigurationSwitch:
     knobs (context sighup, superuser, user) are accepted: a restart is not a switch.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], catalog: KnobCatalog,
+    def __init__(self, conn: psycopg.Connection[TupleRow], catalog: KnobCatalog,
                  configurations: Sequence[Mapping[str, str]]) -> None:
         if len(configurations) < 2:
             raise ConfigError(f"a switchback needs at least 2 configurations, but got "
@@ -161,7 +162,7 @@ _HAS_STATEMENTS = ("SELECT 'pg_stat_statements' = ANY(string_to_array(replace("
                    "SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')")
 
 
-def counters_reader(conn: psycopg.Connection[Any]
+def counters_reader(conn: psycopg.Connection[TupleRow]
                     ) -> tuple[Callable[[], Counters], str, float]:
     """What a live switchback reads at each slice's edges, what that is, and the settle
     margin it needs: ``pg_stat_statements`` and ``pg_stat_database`` when the extension is
@@ -265,7 +266,7 @@ class DrivenRun:
     switch_ms: float
 
 
-def run_driven(conn: psycopg.Connection[Any], catalog: KnobCatalog,
+def run_driven(conn: psycopg.Connection[TupleRow], catalog: KnobCatalog,
                configurations: Sequence[Mapping[str, str]], driver: Driver, *,
                blocks: int, slice_s: float = DEFAULT_SLICE_S, warmup_s: float = 2.0,
                seed: int = 0) -> DrivenRun:

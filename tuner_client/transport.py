@@ -29,6 +29,7 @@ from harmony_base.errors import (
     SessionNotFoundError,
     TrialError,
 )
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def error_from_answer(kind: str, message: str) -> HarmonyError:
 class Backend(Protocol):
     """What a :class:`Session` needs from the transport (HTTP or in-process)."""
 
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
+    def request(self, method: str, path: str, body: Mapping[str, JSON] | None = None, *,
                 timeout: float | None = None, secret: str | None = None) -> dict[str, Any]:
         """Send one request; ``secret`` is the client secret of the body's client."""
         ...
@@ -166,7 +167,7 @@ class HttpBackend:
         return response.status, response.read()
 
     # -- requests -----------------------------------------------------------------
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
+    def request(self, method: str, path: str, body: Mapping[str, JSON] | None = None, *,
                 timeout: float | None = None, secret: str | None = None) -> dict[str, Any]:
         """Send one request; retry with exponential backoff while the server is unreachable."""
         payload = json.dumps(body, allow_nan=False).encode() if body is not None else None
@@ -208,7 +209,7 @@ class HttpBackend:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def _decode(self, method: str, path: str, status: int, raw: bytes) -> dict[str, Any]:
+    def _decode(self, method: str, path: str, status: int, raw: bytes) -> JSONObject:
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:

@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError
 
@@ -94,7 +95,7 @@ SELECT name, current_setting(name) FROM pg_settings WHERE name IN
    'work_mem', 'shared_buffers')"""
 
 
-def read_workload_stats(conn: psycopg.Connection[Any]) -> WorkloadStats:
+def read_workload_stats(conn: psycopg.Connection[TupleRow]) -> WorkloadStats:
     """Read the statistics views once (SELECTs only: nothing is reset or changed)."""
     row = conn.execute(_DATABASE).fetchone()
     assert row is not None  # the current database always has a pg_stat_database row

@@ -7,9 +7,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from workloads.sample import Sample
 
@@ -76,7 +77,7 @@ def cancel_and_join(threads: Sequence[Cancellable], timeout_s: float) -> list[st
     return [t.name for t in pending]
 
 
-def cancel_running(conn: psycopg.Connection[Any] | None, name: str) -> None:
+def cancel_running(conn: psycopg.Connection[TupleRow] | None, name: str) -> None:
     """Ask the server to cancel ``conn``'s running query, if any; safe from another thread
     (a failure is logged at debug level: the query may just have finished)."""
     if conn is None or conn.closed:

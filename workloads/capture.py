@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError
 from workloads.capture_log import parse_capture_log
@@ -60,13 +61,13 @@ class _Saved:
     in_auto_conf: bool
 
 
-def _saved_settings(conn: psycopg.Connection[Any], names: list[str]) -> dict[str, _Saved]:
+def _saved_settings(conn: psycopg.Connection[TupleRow], names: list[str]) -> dict[str, _Saved]:
     rows = conn.execute("SELECT name, current_setting(name), coalesce(sourcefile, '') "
                         "FROM pg_settings WHERE name = ANY(%s)", [names]).fetchall()
     return {r[0]: _Saved(r[1], str(r[2]).endswith("postgresql.auto.conf")) for r in rows}
 
 
-def _alter(conn: psycopg.Connection[Any], name: str, value: str | None) -> None:
+def _alter(conn: psycopg.Connection[TupleRow], name: str, value: str | None) -> None:
     if value is None:
         conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
     else:
@@ -79,7 +80,7 @@ _OWN_PIDS: set[int] = set()
 
 
 @contextmanager
-def _own_connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+def _own_connection(dsn: str) -> Iterator[psycopg.Connection[TupleRow]]:
     with connect(dsn, application_name="harmony-capture") as conn:
         _OWN_PIDS.add(conn.info.backend_pid)
         yield conn
@@ -126,7 +127,7 @@ def logging_for_capture(dsn: str, token: str) -> Iterator[None]:
                          {n: s.value for n, s in saved.items()})
 
 
-def _restore(conn: psycopg.Connection[Any], saved: dict[str, _Saved]) -> None:
+def _restore(conn: psycopg.Connection[TupleRow], saved: dict[str, _Saved]) -> None:
     for name, before in saved.items():
         _alter(conn, name, before.value if before.in_auto_conf else None)
     conn.execute("SELECT pg_reload_conf()")
@@ -139,7 +140,7 @@ class _LogReader:
     """The server log from a position on: a local file, or the current log file read
     through ``pg_read_file`` (following a rotation to the next file)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], log_file: Path | None) -> None:
+    def __init__(self, conn: psycopg.Connection[TupleRow], log_file: Path | None) -> None:
         self.conn = conn
         self.local = log_file
         if log_file is not None:
@@ -182,7 +183,7 @@ class _LogReader:
 
 
 # -- pg_stat_statements beside -----------------------------------------------------------------
-def _statements_snapshot(conn: psycopg.Connection[Any]) -> dict[int, tuple[int, float, str]]:
+def _statements_snapshot(conn: psycopg.Connection[TupleRow]) -> dict[int, tuple[int, float, str]]:
     """calls, total_exec_time (ms) and text per queryid of this database, or {} when
     pg_stat_statements is not usable here."""
     try:

@@ -7,9 +7,9 @@ import json
 import random
 import sys
 import time
-from typing import Any
 
 from harmony_base.errors import ConfigError, WorkloadError
+from harmony_base.jsontypes import JSONObject
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix
 from workloads.pgbench import PgbenchWorkload
@@ -78,7 +78,7 @@ def _format_sample(sample: Sample, streams: dict[str, int]) -> str:
 
 
 def _emit(
-    samples: list[Sample], streams: dict[str, int], as_json: bool, extra: dict[str, Any]
+    samples: list[Sample], streams: dict[str, int], as_json: bool, extra: JSONObject
 ) -> None:
     if as_json:
         print(json.dumps({"samples": [s.to_dict() for s in samples], **extra}, indent=2))

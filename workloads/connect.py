@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError
 
@@ -23,7 +24,8 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(shown) or "<default libpq target>"
 
 
-def connect(dsn: str, *, connect_timeout_s: int = 10, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect(dsn: str, *, connect_timeout_s: int = 10,
+            **kwargs: Any) -> psycopg.Connection[TupleRow]:
     """Open an autocommit connection without prepared statements, or raise DatabaseError.
 
     Prepared statements are off so every TPC-H instance is planned with its own literal
@@ -46,13 +48,13 @@ def connect(dsn: str, *, connect_timeout_s: int = 10, **kwargs: Any) -> psycopg.
     return conn
 
 
-def relation_exists(conn: psycopg.Connection[Any], name: str) -> bool:
+def relation_exists(conn: psycopg.Connection[TupleRow], name: str) -> bool:
     """Whether the table (or view) ``name`` is visible on the connection's search path."""
     row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [name]).fetchone()
     return bool(row and row[0])
 
 
-def current_setting(conn: psycopg.Connection[Any], name: str) -> str:
+def current_setting(conn: psycopg.Connection[TupleRow], name: str) -> str:
     """The server's current value of setting ``name``, as PostgreSQL shows it."""
     row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
     if row is None:  # current_setting answers one row or raises

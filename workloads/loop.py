@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import psycopg
@@ -23,7 +22,7 @@ from workloads.sample import Sample, summarize
 logger = logging.getLogger(__name__)
 
 #: a statement and its parameters, drawn from the stream's generator
-Statement = tuple[str, Sequence[Any]]
+Statement = tuple[str, Sequence[object]]
 
 
 class StatementLoop(Workload):

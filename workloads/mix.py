@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -88,7 +87,7 @@ def _parse_term(term: str, whole: str) -> tuple[str, int]:
     return query, count
 
 
-def _parse_item(item: Any, whole: str) -> tuple[str, int]:
+def _parse_item(item: object, whole: str) -> tuple[str, int]:
     if isinstance(item, str):
         return _parse_term(item, whole)
     if isinstance(item, Mapping):
@@ -113,7 +112,7 @@ def _parse_item(item: Any, whole: str) -> tuple[str, int]:
 
 
 #: a mix as a config gives it: ``"4Q6,4Q9"``, a YAML list (text or loaded), or a Mix
-MixSpec = Mix | str | Sequence[Any]
+MixSpec = Mix | str | Sequence[object]
 
 
 def parse_mix(spec: MixSpec) -> Mix:

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.base import Workload
@@ -85,7 +85,7 @@ class ObservedWindow:
         return (self.xact_rollback + self.deadlocks) / finished if finished else None
 
 
-def check_pg_stat_statements(conn: psycopg.Connection[Any], where: str) -> None:
+def check_pg_stat_statements(conn: psycopg.Connection[TupleRow], where: str) -> None:
     """Raise :class:`WorkloadError` saying how to enable pg_stat_statements when the library
     is not preloaded or the extension not created in the connection's database."""
     row = conn.execute("SELECT current_setting('shared_preload_libraries'), "
@@ -105,7 +105,7 @@ def check_pg_stat_statements(conn: psycopg.Connection[Any], where: str) -> None:
             f"pg_stat_statements; in that database (as a superuser)")
 
 
-def read_counters(conn: psycopg.Connection[Any]) -> Counters:
+def read_counters(conn: psycopg.Connection[TupleRow]) -> Counters:
     """The statements' and the database's cumulative counters, read now."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     statements = {str(q): (int(n), float(t)) for q, n, t in conn.execute(_STATEMENTS)}
@@ -147,7 +147,7 @@ class ObservedWorkload(Workload):
         self.poll_s = poll_s
         self.watch: Callable[[ObservedWindow], None] | None = None
         self.last_window: ObservedWindow | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
 
     def start(self) -> None:
         """Connect and check that pg_stat_statements is there (a clear error if not)."""

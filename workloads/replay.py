@@ -21,12 +21,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
+from harmony_base.jsontypes import JSONObject
 from workloads.base import Workload, cancel_and_join
 from workloads.connect import connect, describe_dsn
 from workloads.recorder import Recorder
@@ -67,8 +68,8 @@ class ReplayFile:
     units: tuple[tuple[Execution, ...], ...]
     clients: int
     seconds: float
-    captured: dict[str, Any]
-    pg_stat_statements: list[dict[str, Any]] | None = None
+    captured: JSONObject
+    pg_stat_statements: list[JSONObject] | None = None
 
     @property
     def writes(self) -> bool:
@@ -97,7 +98,7 @@ class ReplayFile:
             body = body[:-1]
         return body, modes, rolls_back
 
-    def execute(self, conn: psycopg.Connection[Any], cursor: psycopg.RawCursor[Any],
+    def execute(self, conn: psycopg.Connection[TupleRow], cursor: psycopg.RawCursor[TupleRow],
                 execution: Execution) -> None:
         """Run one captured execution on ``conn``: its captured text, or its statement with
         its captured parameters through ``cursor`` (a :class:`psycopg.RawCursor` of ``conn``:
@@ -113,7 +114,7 @@ class ReplayFile:
         """A unit's kind, by its statements (``s3``, or ``s1+s4+s2`` for a transaction)."""
         return "+".join(self.statements[i].id for i, _ in unit)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "format": FORMAT, "version": VERSION, "captured": self.captured,
             "seconds": self.seconds, "clients": self.clients,
@@ -201,7 +202,7 @@ class _ReplayClient(threading.Thread):
     def __init__(self, index: int, workload: ReplayWorkload) -> None:
         super().__init__(name=f"harmony-replay-{index}", daemon=True)
         self.workload = workload
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
         self._lock = threading.Lock()
 
     def cancel(self) -> None:
@@ -232,7 +233,7 @@ class _ReplayClient(threading.Thread):
                     self._conn = None
                 conn.close()
 
-    def _loop(self, conn: psycopg.Connection[Any]) -> None:
+    def _loop(self, conn: psycopg.Connection[TupleRow]) -> None:
         w = self.workload
         replay = w.replay
         cursor = psycopg.RawCursor(conn)
@@ -285,7 +286,7 @@ class ReplayWorkload(Workload):
         self._threads: list[_ReplayClient] = []
         self.errors_seen = 0
 
-    def open_connection(self, name: str) -> psycopg.Connection[Any]:
+    def open_connection(self, name: str) -> psycopg.Connection[TupleRow]:
         conn = connect(self.dsn, application_name=name)
         if not self.writes:
             conn.execute("SET default_transaction_read_only = on")

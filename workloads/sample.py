@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from harmony_base.jsontypes import JSONObject
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Sample:
     per_statement: dict[str, float] = field(default_factory=dict)
     progress_qpm: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Plain data for JSON output."""
         return asdict(self)
 

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import yaml
 
@@ -91,7 +90,7 @@ class Schedule:
         return hash(self.phases)
 
 
-def _phase_from_item(item: Any) -> tuple[Mix | str, float | str]:
+def _phase_from_item(item: object) -> tuple[Mix | str, float | str]:
     if not isinstance(item, dict) or set(item) != {"mix", "duration"}:
         raise WorkloadError(
             "each schedule item must be a mapping with exactly the keys mix and duration, "
@@ -102,7 +101,7 @@ def _phase_from_item(item: Any) -> tuple[Mix | str, float | str]:
 
 
 #: a schedule as a config gives it: ``"12Q6:90m;6Q7,6Q13:30m"``, a YAML list, or a Schedule
-ScheduleSpec = Schedule | str | Sequence[Any]
+ScheduleSpec = Schedule | str | Sequence[object]
 
 
 def parse_schedule(spec: ScheduleSpec) -> Schedule:

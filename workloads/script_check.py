@@ -15,10 +15,10 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError
 from workloads.script_file import (
@@ -71,7 +71,7 @@ def _statement(command: Command) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def _type_names(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int, str]:
+def _type_names(conn: psycopg.Connection[TupleRow], oids: Iterable[int]) -> dict[int, str]:
     wanted = sorted(set(oids))
     if not wanted:
         return {}
@@ -80,7 +80,7 @@ def _type_names(conn: psycopg.Connection[Any], oids: Iterable[int]) -> dict[int,
     return {int(r[0]): str(r[1]) for r in rows}
 
 
-def check_scripts(conn: psycopg.Connection[Any], scripts: Iterable[Script], *,
+def check_scripts(conn: psycopg.Connection[TupleRow], scripts: Iterable[Script], *,
                   writes: bool, variables: Mapping[str, object] | None = None
                   ) -> list[CheckedScript]:
     """Check every script on ``conn`` (changes nothing); raise :class:`ConfigError` naming the
@@ -92,7 +92,7 @@ def check_scripts(conn: psycopg.Connection[Any], scripts: Iterable[Script], *,
     return checked
 
 
-def _check_script(conn: psycopg.Connection[Any], script: Script, *, writes: bool,
+def _check_script(conn: psycopg.Connection[TupleRow], script: Script, *, writes: bool,
                   defined: set[str]) -> CheckedScript:
     numbers: dict[str, int] = {}  # variables drawn by \set: the line that sets them
     script_writes = False
@@ -139,7 +139,7 @@ def _check_script(conn: psycopg.Connection[Any], script: Script, *, writes: bool
     return CheckedScript(source=script.source, writes=script_writes)
 
 
-def _prepare(conn: psycopg.Connection[Any], query: str, nparams: int, where: str,
+def _prepare(conn: psycopg.Connection[TupleRow], query: str, nparams: int, where: str,
              command: Command) -> tuple[list[str], list[int]]:
     """Prepare ``query`` unnamed (parameters of inferred type) in a rolled-back transaction;
     return the result's column names and the parameters' type oids."""
@@ -163,7 +163,7 @@ def _prepare(conn: psycopg.Connection[Any], query: str, nparams: int, where: str
     return names, oids
 
 
-def _writes(conn: psycopg.Connection[Any], query: str, nparams: int) -> bool:
+def _writes(conn: psycopg.Connection[TupleRow], query: str, nparams: int) -> bool:
     """Whether the plan modifies a table (also in a CTE), from EXPLAIN with NULL parameters."""
     with conn.transaction(force_rollback=True), psycopg.RawCursor(conn) as cur:
         cur.execute("EXPLAIN (FORMAT JSON, COSTS OFF) " + query, [None] * nparams)

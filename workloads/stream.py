@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError
 from workloads.connect import connect
@@ -51,10 +51,10 @@ class QueryStream(threading.Thread):
         self.rng = random.Random(f"{seed}/{query}/{index}")
         self.reconnects = 0
         self.connect_failures = 0
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
         self._conn_lock = threading.Lock()
 
-    def _open(self) -> psycopg.Connection[Any] | None:
+    def _open(self) -> psycopg.Connection[TupleRow] | None:
         """Connect, retrying with backoff until connected or stopped."""
         delay = BACKOFF_START_S
         while not self.stop_event.is_set():
@@ -103,7 +103,7 @@ class QueryStream(threading.Thread):
             logger.debug("cancelling %s failed: %s", self.name, exc)
 
     def run(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
+        conn: psycopg.Connection[TupleRow] | None = None
         try:
             while not self.stop_event.is_set():
                 if conn is None:

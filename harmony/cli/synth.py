@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harmony_base.errors import ConfigError
 from harmony_base.lazy import LazyModule
@@ -35,7 +35,7 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"HARMONY_SYNTH_{name.upper()}", default)
 
 
-def _option(text: str) -> tuple[str, Any]:
+def _option(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` with VALUE read as YAML (so numbers, booleans and lists work)."""
     key, sep, value = text.partition("=")
     if not sep or not key:

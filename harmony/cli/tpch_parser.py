@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harmony_base.env import env_default
 from harmony_base.lazy import LazyModule
@@ -53,7 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _add_pgbench(subparsers)
 
 
-def _add_tpch_load(tpch_sub: Any) -> None:
+def _add_tpch_load(tpch_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     load = tpch_sub.add_parser("load", help="generate and load TPC-H data (idempotent)")
     add_dsn(load)
     load.add_argument(
@@ -69,7 +69,7 @@ def _add_tpch_load(tpch_sub: Any) -> None:
     load.set_defaults(func=lambda args: tpch_commands.cmd_load(args))
 
 
-def _add_tpch_run(tpch_sub: Any) -> None:
+def _add_tpch_run(tpch_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = tpch_sub.add_parser("run", help="run a query mix or schedule and report throughput")
     add_dsn(run)
     run.add_argument("--mix", default=env_default("tpch_mix"),
@@ -90,7 +90,7 @@ def _add_tpch_run(tpch_sub: Any) -> None:
     run.set_defaults(func=lambda args: tpch_commands.cmd_run(args))
 
 
-def _add_tpch_queries(tpch_sub: Any) -> None:
+def _add_tpch_queries(tpch_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     queries = tpch_sub.add_parser("queries", help="print query instances with fresh parameters")
     queries.add_argument("--query", action="append", help="Q1..Q22 (repeatable; default all)")
     queries.add_argument("--seed", type=int, default=0, help="seed of the substitution parameters")
@@ -101,7 +101,7 @@ def _add_tpch_queries(tpch_sub: Any) -> None:
     queries.set_defaults(func=lambda args: tpch_commands.cmd_queries(args))
 
 
-def _add_pgbench(subparsers: Any) -> None:
+def _add_pgbench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pgbench = subparsers.add_parser("pgbench", help="run pgbench as an OLTP workload")
     pgbench_sub = pgbench.add_subparsers(dest="pgbench_command", metavar="ACTION", required=True)
     prun = pgbench_sub.add_parser("run", help="initialise if needed, run, report throughput")

@@ -12,6 +12,7 @@ from typing import Any
 
 from harmony_base.errors import ConfigError, HarmonyError
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSON
 from harmony_base.space import EnumParam, IntParam, Param, RealParam, Value
 from harmony_base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_core.definition import SessionDefinition
@@ -113,7 +114,7 @@ def _cell(v: Value | None) -> str:
     return str(v)
 
 
-def _parameter_types(definition: Mapping[str, Any], source: str) -> dict[str, Param]:
+def _parameter_types(definition: Mapping[str, JSON], source: str) -> dict[str, Param]:
     try:
         space = SessionDefinition.from_dict(definition, source=source).space
     except ConfigError:

@@ -11,6 +11,7 @@ from typing import Any
 
 from harmony_base.errors import ConfigError, HarmonyError
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSON
 from harmony_base.trial import TrialRecord
 
 #: version of the three file layouts (bump on an incompatible change)
@@ -37,7 +38,7 @@ def check_version(raw: str, source: str) -> None:
                           f"reads format {FORMAT_VERSION}")
 
 
-def read_trial(row: Mapping[str, Any], where: str) -> TrialRecord:
+def read_trial(row: Mapping[str, JSON], where: str) -> TrialRecord:
     """A trial record from its dict form (errors name ``where``)."""
     try:
         return TrialRecord.from_dict(row, where=where)
@@ -45,7 +46,7 @@ def read_trial(row: Mapping[str, Any], where: str) -> TrialRecord:
         raise ConfigError(str(exc)) from None
 
 
-def read_host(data: Any, where: str, *, from_text_attrs: bool = False) -> HostInfo:
+def read_host(data: object, where: str, *, from_text_attrs: bool = False) -> HostInfo:
     """A host from its dict form (``from_text_attrs``: XML attribute strings, numbers converted)."""
     if not isinstance(data, Mapping) or "client_id" not in data:
         raise ConfigError(f"{where}: a host needs at least a client_id, got {data!r}")

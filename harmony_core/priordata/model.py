@@ -9,6 +9,7 @@ from typing import Any
 
 from harmony_base.errors import ConfigError
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSONObject
 from harmony_base.space import Point
 from harmony_base.trial import SessionStatus, TrialRecord
 from harmony_core.definition import SessionDefinition
@@ -60,7 +61,7 @@ class PriorSession:
         return dict(top.point), float(value)
 
 
-def to_dict(prior: PriorSession) -> dict[str, Any]:
+def to_dict(prior: PriorSession) -> JSONObject:
     """The session as a JSON-ready dict: name, status, created, definition, hosts, trials."""
     return {"format": FORMAT_VERSION, "name": prior.name, "status": prior.status,
             "created": prior.created, "definition": prior.definition,
@@ -68,7 +69,7 @@ def to_dict(prior: PriorSession) -> dict[str, Any]:
             "trials": [t.to_dict() for t in prior.trials]}
 
 
-def from_dict(data: Any, *, source: str = "prior data") -> PriorSession:
+def from_dict(data: object, *, source: str = "prior data") -> PriorSession:
     """Read a dict written by :func:`to_dict` (fields checked; errors name ``source``)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: prior data must be a JSON object, got "

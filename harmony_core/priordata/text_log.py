@@ -10,6 +10,7 @@ from typing import Any
 
 from harmony_base.errors import ConfigError
 from harmony_base.hostinfo import HostInfo
+from harmony_base.jsontypes import JSONObject
 from harmony_base.trial import FIELD_ORDER, SessionStatus, TrialRecord
 from harmony_base.version import __version__
 from harmony_core.priordata.fields import (
@@ -62,7 +63,7 @@ def from_text(text: str, *, source: str = "text log") -> PriorSession:
             elif key == "host":
                 hosts.append(read_host(read_json(raw, where), where))
             continue  # started, exported, columns: for people
-        row: dict[str, Any] = {}
+        row: JSONObject = {}
         for cell in line.split("\t"):
             key, sep, raw = cell.partition("=")
             if not sep:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harmony_base.jsontypes import JSONObject
+
 #: Private memory of one PostgreSQL process besides work_mem (``budget.process_memory``):
 #: catalog and plan caches, executor state, libraries. Measured on PostgreSQL 15 with TPC-H SF
 #: 0.4: the peak sum of RssAnon over 15-19 backends and parallel workers running the TPC-H
@@ -18,7 +20,7 @@ DEFAULT_PROCESS_MEMORY = 4 * 1024**2
 DEFAULT_SLICE_S = 3.0
 
 #: The online knobs and ranges of docs/background.md §2, used when ``online.knobs`` is omitted.
-DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
+DEFAULT_ONLINE_KNOBS: dict[str, JSONObject] = {
     "work_mem": {"min": "1MB", "max": "200MB", "step": "1MB"},
     "maintenance_work_mem": {"min": "1MB", "max": "1GB", "step": "1MB"},
     "effective_cache_size": {"min": "128MB", "max": "2GB", "step": "8MB"},
@@ -26,7 +28,7 @@ DEFAULT_ONLINE_KNOBS: dict[str, dict[str, Any]] = {
     "temp_buffers": {"min": "1MB", "max": "1GB", "step": "1MB"},
 }
 #: The offline knob and range of docs/background.md §2, used when ``offline.knobs`` is omitted.
-DEFAULT_OFFLINE_KNOBS: dict[str, dict[str, Any]] = {
+DEFAULT_OFFLINE_KNOBS: dict[str, JSONObject] = {
     "shared_buffers": {"min": "32MB", "max": "2GB", "step": "8MB"},
 }
 #: Ranges used when a knob is listed by name only (``knobs: [jit, work_mem]``).

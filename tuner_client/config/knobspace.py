@@ -183,7 +183,7 @@ def _parse_step(knob: Knob, step: Any) -> KnobValue:
     return int(value) if float(value).is_integer() and knob.vartype == "integer" else value
 
 
-def _parse_time_ms(knob: Knob, step: Any) -> float:
+def _parse_time_ms(knob: Knob, step: object) -> float:
     m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)\s*$", str(step))
     if not m:
         raise ConfigError(f"knob {knob.name!r}: step must be a duration like '10ms', got {step!r}")

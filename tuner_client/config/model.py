@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from harmony_base.jsontypes import JSON
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY, DEFAULT_SLICE_S
 from workloads.mix import MixSpec
 from workloads.schedule import ScheduleSpec
@@ -26,7 +27,7 @@ class KnobSpec:
     min: str | float | None = None
     max: str | float | None = None
     step: str | float | None = None
-    values: tuple[Any, ...] | None = None
+    values: tuple[object, ...] | None = None
     log: bool = False
     where: str = ""  # "file, line N" for error messages
 
@@ -34,7 +35,7 @@ class KnobSpec:
 @dataclass(frozen=True)
 class ControllerConfig:
     kind: str = "local"
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, JSON] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

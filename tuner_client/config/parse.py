@@ -51,8 +51,8 @@ def parse_tuner_config(text: str, *, source: str = "tuner config") -> TunerConfi
     return tuner_config_from_dict(data, source=source, lines=lines)
 
 
-def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
-                           lines: Mapping[tuple[Any, ...], int] | None = None) -> TunerConfig:
+def tuner_config_from_dict(data: object, *, source: str = "tuner config",
+                           lines: Mapping[tuple[object, ...], int] | None = None) -> TunerConfig:
     """Validate ``data`` against :data:`TUNER_SCHEMA` and build the frozen config."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: a tuner config must be a mapping at the top level")
@@ -88,9 +88,9 @@ def tuner_config_from_dict(data: Any, *, source: str = "tuner config",
                        replicas=replicas)
 
 
-def _locator(source: str, lines: Mapping[tuple[Any, ...], int]) -> Where:
+def _locator(source: str, lines: Mapping[tuple[object, ...], int]) -> Where:
     """``where(*path)``: the source and the line of the deepest prefix of ``path`` written."""
-    def where(*path: Any) -> str:
+    def where(*path: object) -> str:
         p = tuple(path)
         while p and p not in lines:
             p = p[:-1]

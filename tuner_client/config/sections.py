@@ -175,7 +175,7 @@ def knob_specs(raw: Any, path: tuple[str, ...], where: Where) -> tuple[KnobSpec,
     return tuple(out)
 
 
-def _yaml_bool(v: Any) -> Any:
+def _yaml_bool(v: object) -> object:
     # YAML 1.1 reads on/off/yes/no as booleans; PostgreSQL wants 'on'/'off'
     if isinstance(v, bool):
         return "on" if v else "off"

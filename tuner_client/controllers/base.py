@@ -41,11 +41,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError, HarmonyError
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_base.registry import Registry
 from tuner_client.apply import alter_system, check_settings, read_settings
 from tuner_client.knobs import Knob, KnobCatalog, KnobValue
@@ -78,7 +80,7 @@ class Controller(ABC):
     registry: ClassVar[Registry[Controller]] = Registry("controller kind")
     kind: ClassVar[str] = ""
 
-    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if kind is not None:
             Controller.registry.add(kind, cls)
@@ -114,7 +116,7 @@ class Controller(ABC):
     def write_auto_conf(self, text: str) -> None:
         """Replace the server's ``postgresql.auto.conf`` (the server may be down)."""
 
-    def recipe(self) -> dict[str, Any] | None:
+    def recipe(self) -> JSONObject | None:
         """How another process rebuilds this controller (``{"kind": ..., "options": {...}}``,
         JSON; :func:`make_controller` takes it with the DSN): the restore journal keeps it so
         that the guard can restart the server after the tuner died. None: it cannot."""
@@ -133,7 +135,7 @@ class Controller(ABC):
         return ""
 
     # -- shared machinery ------------------------------------------------------------------
-    def connect(self) -> psycopg.Connection[Any]:
+    def connect(self) -> psycopg.Connection[TupleRow]:
         """An autocommit connection to the server (DatabaseError when it is unreachable)."""
         try:
             return psycopg.connect(self.dsn, autocommit=True,
@@ -162,7 +164,7 @@ class Controller(ABC):
             time.sleep(0.2)
         return self.is_up()
 
-    def catalog(self, conn: psycopg.Connection[Any] | None = None) -> KnobCatalog:
+    def catalog(self, conn: psycopg.Connection[TupleRow] | None = None) -> KnobCatalog:
         if self._catalog is None:
             if conn is None:
                 with self.connect() as c:
@@ -189,7 +191,7 @@ class Controller(ABC):
         tmp.chmod(0o600)
         os.replace(tmp, path)
 
-    def restart_with(self, offline_values: Mapping[str, Any], timeout_s: float = 60.0
+    def restart_with(self, offline_values: Mapping[str, JSON], timeout_s: float = 60.0
                      ) -> RestartReport:
         """Restart with the given knob values; roll back and report failure if they do not work.
 
@@ -201,7 +203,7 @@ class Controller(ABC):
         with self._signals_held():
             return self._restart_with(offline_values, timeout_s)
 
-    def _restart_with(self, offline_values: Mapping[str, Any], timeout_s: float
+    def _restart_with(self, offline_values: Mapping[str, JSON], timeout_s: float
                       ) -> RestartReport:
         self.ensure_running(timeout_s)
         with self.connect() as conn:
@@ -378,7 +380,7 @@ class Controller(ABC):
                     signal.signal(signal.SIGTERM, previous)
 
 
-def make_controller(kind: str, **options: Any) -> Controller:
+def make_controller(kind: str, **options: object) -> Controller:
     """Build a registered controller by kind (``local``, ``pg_ctl``, ``docker``, ``command``);
     options that do not fit its constructor are a :class:`ConfigError`."""
     return Controller.registry.build(kind, **options)

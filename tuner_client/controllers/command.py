@@ -6,9 +6,9 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from harmony_base.errors import ConfigError, DatabaseError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.controllers.base import Controller
 
 
@@ -34,7 +34,7 @@ class CommandController(Controller, kind="command"):
         self.health_command = health_command
         self.auto_conf_path = Path(auto_conf_path) if auto_conf_path else None
 
-    def recipe(self) -> dict[str, Any] | None:
+    def recipe(self) -> JSONObject | None:
         return {"kind": "command", "options": {
             "restart_command": self.restart_command, "stop_command": self.stop_command,
             "start_command": self.start_command, "health_command": self.health_command,

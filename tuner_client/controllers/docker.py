@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harmony_base.errors import ConfigError, DatabaseError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.controllers.base import AUTO_CONF, Controller
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class DockerController(Controller, kind="docker"):
     def log_since(self, mark: int) -> str:
         return str(self.container.logs(since=mark, tail=50).decode(errors="replace"))
 
-    def recipe(self) -> dict[str, Any] | None:
+    def recipe(self) -> JSONObject | None:
         return {"kind": "docker", "options": {
             "container": self.container_name, "data_dir": self.data_dir,
             "backup_dir": str(self.backup_dir) if self.backup_dir else None}}

@@ -7,9 +7,9 @@ import pwd
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from harmony_base.errors import ConfigError, DatabaseError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.controllers.base import AUTO_CONF, Controller
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knobs import Knob, KnobValue
@@ -95,7 +95,7 @@ class PgCtlController(Controller, kind="pg_ctl"):
             raise DatabaseError("pg_ctl reported the server started, but it does not accept "
                                 f"connections on {self.dsn}")
 
-    def recipe(self) -> dict[str, Any] | None:
+    def recipe(self) -> JSONObject | None:
         return {"kind": "pg_ctl", "options": {
             "data_dir": str(self.data_dir), "bin_dir": str(self.bin_dir),
             "os_user": self.os_user, "log_path": str(self.log_path),

@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony_base.jsontypes import JSONObject
 from tuner_client import apply
 
 logger = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ class Journal:
                 out.setdefault(name.lower(), set()).add(value)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         data = asdict(self)
         data.pop("path")
         return data
@@ -265,12 +267,12 @@ def find_journals(directory: Path | None = None, key: str | None = None) -> list
 
 
 # -- reading a server's identity and configuration ----------------------------------------
-def _one(conn: psycopg.Connection[Any], query: str) -> Any:
+def _one(conn: psycopg.Connection[TupleRow], query: str) -> Any:
     row = conn.execute(query).fetchone()
     return row[0] if row else None
 
 
-def read_identity(conn: psycopg.Connection[Any], dsn: str) -> ServerIdentity:
+def read_identity(conn: psycopg.Connection[TupleRow], dsn: str) -> ServerIdentity:
     """The identity of the server ``conn`` is connected to."""
     # both need more than a plain role may have; the host and port still name the server
     data_directory = system_identifier = None
@@ -300,7 +302,7 @@ def parse_auto_conf(text: str) -> dict[str, str]:
     return entries
 
 
-def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
+def auto_conf_entries(conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
     """``postgresql.auto.conf``'s settings as the server reads the file now
     (``pg_file_settings``: the file on disk, not what is in force)."""
     rows = conn.execute("SELECT name, setting FROM pg_file_settings "
@@ -308,7 +310,8 @@ def auto_conf_entries(conn: psycopg.Connection[Any]) -> dict[str, str]:
     return {str(r[0]).lower(): str(r[1]) for r in rows}
 
 
-def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], list[str], list[str]]:
+def settings_in_force(conn: psycopg.Connection[TupleRow]
+                      ) -> tuple[dict[str, str], list[str], list[str]]:
     """Every setting's value, the restart-time ones, and those pending a restart."""
     rows = conn.execute("SELECT name, setting, context, pending_restart FROM pg_settings"
                         ).fetchall()
@@ -317,7 +320,7 @@ def settings_in_force(conn: psycopg.Connection[Any]) -> tuple[dict[str, str], li
             [str(r[0]).lower() for r in rows if r[3]])
 
 
-def read_original(conn: psycopg.Connection[Any], auto_conf: str | None) -> OriginalConfig:
+def read_original(conn: psycopg.Connection[TupleRow], auto_conf: str | None) -> OriginalConfig:
     """What the journal must restore; DatabaseError when ``postgresql.auto.conf`` can be read
     neither through the server (``pg_file_settings`` needs a superuser) nor as a file."""
     settings, restart_time, pending = settings_in_force(conn)
@@ -363,7 +366,7 @@ def active(journal: Journal) -> Iterator[Journal]:
         deactivate(journal)
 
 
-def _journal_of(conn: psycopg.Connection[Any]) -> Journal | None:
+def _journal_of(conn: psycopg.Connection[TupleRow]) -> Journal | None:
     with _LOCK:
         active_now = list(_ACTIVE)
     if not active_now:
@@ -386,7 +389,7 @@ def _journal_of(conn: psycopg.Connection[Any]) -> Journal | None:
         "(a change without one could not be undone if the tuner died)")
 
 
-def journal_change(conn: psycopg.Connection[Any], values: Mapping[str, str | None]) -> None:
+def journal_change(conn: psycopg.Connection[TupleRow], values: Mapping[str, str | None]) -> None:
     """Called before every ``ALTER SYSTEM``: the change is durable in the server's journal
     before the server sees it (a no-op in a process that keeps no journal)."""
     journal = _journal_of(conn)

@@ -18,14 +18,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.apply import reload_and_wait
-from tuner_client.controllers import make_controller
+from tuner_client.controllers import Controller, make_controller
 from tuner_client.crashsafe.journal import (
     Journal,
     auto_conf_entries,
@@ -80,7 +80,7 @@ def hand_edits(journal: Journal, entries: Mapping[str, str]) -> list[str]:
     return edits
 
 
-def _controller(journal: Journal, dsn: str) -> Any:
+def _controller(journal: Journal, dsn: str) -> Controller | None:
     if journal.controller is None:
         return None
     options = {k: v for k, v in journal.controller["options"].items() if v is not None}
@@ -106,7 +106,7 @@ def _dsn_now(journal: Journal) -> str:
     return dsn
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
+def _connect(dsn: str) -> psycopg.Connection[TupleRow]:
     try:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=5,
                                application_name=GUARD_APPLICATION)
@@ -229,7 +229,7 @@ class _Recovery:
             ctl.start_server(self.timeout_s)
         return not self.dry_run
 
-    def _entries(self, conn: psycopg.Connection[Any]) -> dict[str, str]:
+    def _entries(self, conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
         try:
             return auto_conf_entries(conn)
         except psycopg.Error:
@@ -238,7 +238,7 @@ class _Recovery:
                 raise
             return parse_auto_conf(text)
 
-    def _write_back(self, conn: psycopg.Connection[Any], entries: Mapping[str, str]) -> None:
+    def _write_back(self, conn: psycopg.Connection[TupleRow], entries: Mapping[str, str]) -> None:
         original = self.journal.original
         if original.auto_conf is not None and self.ctl is not None:
             with contextlib.suppress(HarmonyError, OSError):
@@ -257,11 +257,11 @@ class _Recovery:
         self._reload(conn)
 
     @staticmethod
-    def _reload(conn: psycopg.Connection[Any]) -> None:
+    def _reload(conn: psycopg.Connection[TupleRow]) -> None:
         if not reload_and_wait(conn, 10.0):
             raise DatabaseError("the reload after restoring did not finish within 10 s")
 
-    def _restart_needed(self, conn: psycopg.Connection[Any]) -> list[str]:
+    def _restart_needed(self, conn: psycopg.Connection[TupleRow]) -> list[str]:
         """Restart-time settings in force that differ from the original ones."""
         settings, _, _ = settings_in_force(conn)
         original = self.journal.original

@@ -16,11 +16,12 @@ import logging
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from harmony_base.errors import DatabaseError, HarmonyError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
 from tuner_client.crashsafe.journal import (
     Journal,
@@ -156,7 +157,7 @@ class RunSafety:
         self._saved_env.clear()
 
 
-def journal_summary(journals: list[Journal]) -> list[dict[str, Any]]:
+def journal_summary(journals: list[Journal]) -> list[JSONObject]:
     """The leftover journals as the plan and ``validate`` report them."""
     return [{"path": str(j.path), "run": j.run_id, "config": j.config, "pid": j.owner.pid,
              "alive": j.owner.alive(), "server": j.server.describe(),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError
 
@@ -20,9 +20,9 @@ class AdminConnection:
     def __init__(self, dsn: str, timeout_s: float) -> None:
         self.dsn = dsn
         self.timeout_s = timeout_s
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
 
-    def get(self) -> psycopg.Connection[Any]:
+    def get(self) -> psycopg.Connection[TupleRow]:
         """The open connection (reopened if broken)."""
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
@@ -37,7 +37,7 @@ class AdminConnection:
                                         f"{exc}") from exc
                 time.sleep(0.5)
 
-    def live(self) -> psycopg.Connection[Any]:
+    def live(self) -> psycopg.Connection[TupleRow]:
         """:meth:`get`, checked with a round trip: a connection the server dropped (a crash
         and restart, e.g. a backend OOM-killed while the last point was measured) only shows
         as broken when used, so it is replaced here rather than failing the next apply."""

@@ -10,9 +10,9 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError
 
@@ -52,7 +52,7 @@ class StatsDelta:
         return 60.0 * self.xact_commit / self.seconds if self.seconds > 0 else 0.0
 
 
-def read_database_stats(conn: psycopg.Connection[Any]) -> StatsSnapshot:
+def read_database_stats(conn: psycopg.Connection[TupleRow]) -> StatsSnapshot:
     """Counters of the connection's database, read after dropping any cached stats snapshot."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     row = conn.execute(

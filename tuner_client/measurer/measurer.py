@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import GuardrailTrip, HarmonyError
+from harmony_base.jsontypes import JSON
 from tuner_client.config import MeasureConfig
 from tuner_client.guardrails import Guardrail
 from tuner_client.measurer.applying import Applier, ApplyOutcome
@@ -101,11 +102,11 @@ class Measurer:
 
 
     # -- connection and workload -------------------------------------------------------------
-    def conn(self) -> psycopg.Connection[Any]:
+    def conn(self) -> psycopg.Connection[TupleRow]:
         """An autocommit admin connection to the workload's database (reopened if broken)."""
         return self.connection.get()
 
-    def live_conn(self) -> psycopg.Connection[Any]:
+    def live_conn(self) -> psycopg.Connection[TupleRow]:
         """:meth:`conn`, checked with a round trip (a dropped connection is replaced)."""
         return self.connection.live()
 
@@ -168,7 +169,7 @@ class Measurer:
         """The counters since the first sample under the configuration in force."""
         return self.windows.point_window(wait_s)
 
-    def measure(self, session: str, point: Mapping[str, Any], settings: Mapping[str, str],
+    def measure(self, session: str, point: Mapping[str, JSON], settings: Mapping[str, str],
                 samples: int | None = None, *, check_budget: bool = True) -> PointRecord:
         """Apply ``settings``, warm up and take ``samples`` samples; the aggregate is ``value``.
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from harmony_base.jsontypes import JSON
 from tuner_client.controllers.base import RestartReport
 from tuner_client.guardrails import Guardrail, Trip
 from tuner_client.knobs import KnobCatalog
@@ -18,7 +19,7 @@ Feasible = Callable[[Mapping[str, str], Mapping[str, str]], str | None]
 class Restarter(Protocol):
     """What the measurer needs of a controller: restart with new offline values, or roll back."""
 
-    def restart_with(self, offline_values: Mapping[str, Any],
+    def restart_with(self, offline_values: Mapping[str, JSON],
                      timeout_s: float) -> RestartReport: ...
 
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
+
+from harmony_base.jsontypes import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class PrewarmResult:
     capacity: int = 0
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"method": self.method, "blocks": self.blocks, "seconds": self.seconds,
                 "recorded": self.recorded, "capacity": self.capacity, "reason": self.reason}
 
@@ -109,7 +111,7 @@ class PrewarmResult:
                 f"{self.capacity} blocks) in {self.seconds:.1f} s by {self.method}")
 
 
-def _ensure_extension(conn: psycopg.Connection[Any], name: str) -> tuple[bool, str]:
+def _ensure_extension(conn: psycopg.Connection[TupleRow], name: str) -> tuple[bool, str]:
     """Whether extension ``name`` is usable, and whether this call created it (or why not)."""
     present = conn.execute("SELECT 1 FROM pg_extension WHERE extname = %s", [name]).fetchone()
     if present is not None:
@@ -123,7 +125,7 @@ def _ensure_extension(conn: psycopg.Connection[Any], name: str) -> tuple[bool, s
     return True, "created"
 
 
-def drop_leftover_extensions(conn: psycopg.Connection[Any]) -> list[str]:
+def drop_leftover_extensions(conn: psycopg.Connection[TupleRow]) -> list[str]:
     """Drop the extensions an earlier run created and never dropped (it died first): those
     carrying :data:`TUNER_MARK`; their names."""
     dropped: list[str] = []
@@ -140,20 +142,20 @@ def drop_leftover_extensions(conn: psycopg.Connection[Any]) -> list[str]:
     return dropped
 
 
-def _autoprewarm_on(conn: psycopg.Connection[Any]) -> bool:
+def _autoprewarm_on(conn: psycopg.Connection[TupleRow]) -> bool:
     row = conn.execute("SELECT current_setting('shared_preload_libraries'), "
                        "current_setting('pg_prewarm.autoprewarm', true)").fetchone()
     return row is not None and "pg_prewarm" in str(row[0]) and str(row[1]) == "on"
 
 
-def buffers_in_use(conn: psycopg.Connection[Any]) -> int:
+def buffers_in_use(conn: psycopg.Connection[TupleRow]) -> int:
     """Buffers holding a page now (``pg_buffercache`` must be installed)."""
     row = conn.execute("SELECT count(*) FROM pg_buffercache "
                        "WHERE relfilenode IS NOT NULL").fetchone()
     return int(row[0]) if row is not None else 0
 
 
-def buffer_capacity(conn: psycopg.Connection[Any]) -> int:
+def buffer_capacity(conn: psycopg.Connection[TupleRow]) -> int:
     """shared_buffers in force, in blocks."""
     row = conn.execute("SELECT setting::int8 FROM pg_settings "
                        "WHERE name = 'shared_buffers'").fetchone()
@@ -170,7 +172,7 @@ class Prewarmer:
     #: the record with the most blocks so far (the largest buffer's)
     richest: BufferRecord | None = None
 
-    def ensure(self, conn: psycopg.Connection[Any], name: str) -> str:
+    def ensure(self, conn: psycopg.Connection[TupleRow], name: str) -> str:
         """Make extension ``name`` usable (created and remembered when absent); why not, or
         an empty string."""
         usable, note = _ensure_extension(conn, name)
@@ -179,7 +181,7 @@ class Prewarmer:
             logger.info("created extension %s for warm restarts (dropped at the end)", name)
         return "" if usable else note
 
-    def record(self, conn: psycopg.Connection[Any]) -> BufferRecord | str:
+    def record(self, conn: psycopg.Connection[TupleRow]) -> BufferRecord | str:
         """The resident blocks now, hottest first, or why they cannot be read."""
         if self.unavailable:
             return self.unavailable
@@ -207,7 +209,7 @@ class Prewarmer:
             return now
         return now.completed_by(self.richest)
 
-    def load(self, conn: psycopg.Connection[Any], record: BufferRecord | str,
+    def load(self, conn: psycopg.Connection[TupleRow], record: BufferRecord | str,
              wait_s: float = 60.0) -> PrewarmResult:
         """Load ``record`` into the (restarted) buffer, up to its size, hottest first."""
         if isinstance(record, str):
@@ -234,7 +236,7 @@ class Prewarmer:
                              seconds=time.monotonic() - started, recorded=len(record.blocks),
                              capacity=capacity)
 
-    def cleanup(self, conn: psycopg.Connection[Any]) -> None:
+    def cleanup(self, conn: psycopg.Connection[TupleRow]) -> None:
         """Drop the extensions this prewarmer created."""
         for name in reversed(self.created):
             try:
@@ -246,7 +248,7 @@ class Prewarmer:
         self.created.clear()
 
 
-def _wait_for_autoprewarm(conn: psycopg.Connection[Any], deadline: float) -> None:
+def _wait_for_autoprewarm(conn: psycopg.Connection[TupleRow], deadline: float) -> None:
     """Wait until the autoprewarm worker has loaded its dump (its loader has exited)."""
     while time.monotonic() < deadline:
         conn.execute("SELECT pg_stat_clear_snapshot()")

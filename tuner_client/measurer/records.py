@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from harmony_base.jsontypes import JSONObject
 from tuner_client.measurer.counters import StatsDelta
 
 
@@ -48,7 +48,7 @@ class PointRecord:
     """Everything measured for one configuration (one candidate of a session)."""
 
     session: str
-    point: dict[str, Any]
+    point: JSONObject
     settings: dict[str, str]
     in_force: dict[str, str] = field(default_factory=dict)
     samples: list[SampleRecord] = field(default_factory=list)
@@ -56,7 +56,7 @@ class PointRecord:
     apply_s: float | None = None
     failure: str | None = None
     #: what the warm restart before it loaded back (:class:`PrewarmResult` as a dict)
-    prewarm: dict[str, Any] | None = None
+    prewarm: JSONObject | None = None
     value: float | None = None  # the aggregate of the samples
     started: float = field(default_factory=time.time)
     #: the counters over the whole point (after warm-up to after the last sample, waiting
@@ -91,7 +91,7 @@ class PointRecord:
             return self.window
         return summed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = asdict(self)
         for sample, raw in zip(self.samples, out["samples"], strict=True):
             if sample.stats is not None:

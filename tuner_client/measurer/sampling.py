@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 
@@ -108,7 +107,7 @@ class Sampler:
                 return delta
             time.sleep(0.2)
 
-    def reference_samples(self, samples: int | None = None) -> tuple[list[Sample], list[Any]]:
+    def reference_samples(self, samples: int | None = None) -> tuple[list[Sample], list[object]]:
         """Warm up, then ``samples`` (default ``measure.samples``) samples of the
         configuration in force, and the live workload's observed window beside each;
         fixed-work samples also wait for one completion of every query of the mix."""

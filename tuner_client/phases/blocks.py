@@ -23,9 +23,9 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.measurer import Measurer, PointRecord
 from tuner_client.metrics import TunerMetrics
 from tuner_client.replicas import Replica, ReplicaPool
@@ -76,7 +76,7 @@ def measure_reference(measurer: Measurer, metrics: TunerMetrics, ref: Reference)
 
 
 def measure_block(measurer: Measurer, metrics: TunerMetrics, ref: Reference, label: str,
-                  point: Mapping[str, Any], settings: Mapping[str, str]) -> PointRecord:
+                  point: Mapping[str, JSON], settings: Mapping[str, str]) -> PointRecord:
     """Measure ``settings`` in a block beside ``ref``; ``value`` is the paired value."""
     fresh = ref.last is None
     before = measure_reference(measurer, metrics, ref) if fresh else ref.last
@@ -135,7 +135,7 @@ class SessionReferences:
                                                             dict(self.settings))
         return ref
 
-    def metadata(self, in_force: Mapping[str, str], pool: ReplicaPool) -> dict[str, Any]:
+    def metadata(self, in_force: Mapping[str, str], pool: ReplicaPool) -> JSONObject:
         """What lets any replica (local or remote) join the session and scale the same way:
         the pooled level, the reference, the coordinator's settings in force, the lease."""
         return {"pooled_level": self.pooled_level, "reference": dict(self.settings),

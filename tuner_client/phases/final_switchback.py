@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
 from tuner_client.phases.final_per_transaction import (
@@ -127,7 +128,7 @@ def race_switchback_run(ctx: RunContext, state: RunState,
     return outcome
 
 
-def _driven(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dict[str, str]],
+def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
             labels: list[str], blocks: int) -> SwitchbackRace:
     """The tuner's own workload beside the switching, every transaction timed."""
     cfg = ctx.config
@@ -143,7 +144,7 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dic
                 level=cfg.final.level)
 
 
-def _live(ctx: RunContext, conn: psycopg.Connection[object], configs: list[dict[str, str]],
+def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
           labels: list[str], blocks: int) -> SwitchbackRace:
     """The application's traffic, read from counters at each slice's edges; stops after the
     first block at which every candidate's interval excludes 1."""

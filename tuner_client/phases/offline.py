@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from harmony_base.errors import ConstraintError, HarmonyError
+from harmony_base.jsontypes import JSON, JSONObject
 from harmony_base.space import Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
@@ -165,9 +166,9 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     return _put_best_in_force(ctx, state, label, space, first)
 
 
-def _probes_metadata(state: RunState) -> dict[str, Any] | None:
+def _probes_metadata(state: RunState) -> JSONObject | None:
     """The BME fit and every probe decision so far, for a session's metadata (the report)."""
-    meta: dict[str, Any] = {}
+    meta: JSONObject = {}
     if state.bme is not None:
         meta["bme"] = state.bme
     if state.probe_decisions:
@@ -194,7 +195,7 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
 
 
 def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
-                                 space: KnobSpace, start: Mapping[str, Any]) -> None:
+                                 space: KnobSpace, start: Mapping[str, JSON]) -> None:
     """Lower the online memory knobs in force when, with them, the budget leaves less than
     the offline session's start for shared_buffers
     (:meth:`tuner_client.budget.BudgetView.room_for_shared_buffers`)."""

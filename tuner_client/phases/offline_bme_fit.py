@@ -14,6 +14,7 @@ from typing import Any
 from bme.advice import SharedBuffersAdvisor, touched_pages_p_star
 from bme.fit import BMEFit
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.space import EnumParam
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
@@ -109,7 +110,7 @@ class OfflineBMEFit:
                                 bounds={"shared_buffers": (lo, hi)})
         return self.last
 
-    def metadata(self) -> dict[str, Any] | None:
+    def metadata(self) -> JSONObject | None:
         """The fit for a session's ``metadata["bme"]``: parameters (bytes), r2, points."""
         if self.fit is None or self.advisor is None:
             return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from bme.probe_decision import (
     Probe,
@@ -21,6 +20,7 @@ from bme.probe_decision import (
     search_window,
 )
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSONObject
 from harmony_base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
@@ -180,7 +180,7 @@ def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecisio
     """Keep the decision for the sessions' metadata and the summary's ``bme`` (the probes, the
     fit when there is one, the decision and why, whatever the decision) and export its fit to
     the metrics."""
-    meta: dict[str, Any] = decision.to_dict()
+    meta: JSONObject = decision.to_dict()
     meta.update({"source": "probes", "pass": label, "probe_cost_s": cost,
                  "failures": failures, "window": list(window) if window else None})
     state.probe_decisions.append(meta)

@@ -13,7 +13,6 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tuner_client.guardrails import GuardrailSummary
 from tuner_client.stats.decision import FinalDecision
@@ -147,7 +146,7 @@ class TuneResult:
             return None
         return best / default - 1.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """``summary.json``."""
         throughput, decision, ci = self.best.throughput, self.intervals.decision, \
             self.intervals.improvement_ci

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
+from harmony_base.jsontypes import JSON
 from harmony_core.definition import PluginSpec, SessionDefinition
 from harmony_core.warmstart import apply_warm_start
 from tuner_client.client import Session, host_metadata
@@ -24,9 +24,9 @@ logger = logging.getLogger(__name__)
 
 
 def session_definition(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
-                       constraints: list[str], strategy: str, options: Mapping[str, Any],
-                       init_point: Mapping[str, Any] | None, *, warm: bool = False,
-                       metadata: Mapping[str, Any] | None = None,
+                       constraints: list[str], strategy: str, options: Mapping[str, JSON],
+                       init_point: Mapping[str, JSON] | None, *, warm: bool = False,
+                       metadata: Mapping[str, JSON] | None = None,
                        references: SessionReferences | None = None,
                        evaluations: int | None = None) -> SessionDefinition:
     """The session's definition; with ``warm`` (and prior data) the search starts from the

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
 from tuner_client.budget import BudgetView
 from tuner_client.client import HarmonyClient, Session
@@ -20,6 +20,7 @@ from tuner_client.knob_proposals import Proposal
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics import TunerMetrics
 from tuner_client.replicas import ReplicaPool
+from tuner_client.stats.screening import Screening
 from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
@@ -96,14 +97,14 @@ class RunState:
     ranked_from: int = 0
     sessions: list[tuple[Session, str]] = field(default_factory=list)  # (session, kind)
     #: the BME fit of the offline measurements (parameters in bytes, r2, points), if any
-    bme: dict[str, Any] | None = None
+    bme: JSONObject | None = None
     #: every BME probe decision of the run (``bme.probe_decision.ProbeDecision.to_dict``
     #: plus the pass label, the probes' cost and the search window), in order
-    probe_decisions: list[dict[str, Any]] = field(default_factory=list)
+    probe_decisions: list[JSONObject] = field(default_factory=list)
     #: the BME advice's recommended configuration, when it gave one
     recommended: dict[str, str] | None = None
     #: the knob screening's ranking (``tuner_client.stats.screening.Screening``), if any
-    screening: Any = None
+    screening: Screening | None = None
     #: the screening's predicted best configuration (every tuned knob), a final candidate
     screened: dict[str, str] | None = None
     passes: int = 0

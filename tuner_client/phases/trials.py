@@ -18,9 +18,9 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSON
 from tuner_client.measurer import Measurer, PointRecord, aggregate
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.blocks import Reference, measure_block
@@ -52,7 +52,7 @@ class Trials(ABC):
         return False
 
     @abstractmethod
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+    def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
         """Measure one fetched trial of ``point`` (``settings``: its knob values)."""
 
 
@@ -64,7 +64,7 @@ class PairedTrials(Trials):
         self.measurer, self.metrics, self.label, self.ref = measurer, metrics, label, ref
         self.pooled_level = pooled_level
 
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+    def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
         record = measure_block(self.measurer, self.metrics, self.ref, self.label, point,
                                settings)
         if self.pooled_level is not None and record.ratio is not None:
@@ -84,7 +84,7 @@ class SampledTrials(Trials):
     def midway(self) -> bool:
         return self.current is not None
 
-    def measure(self, point: Mapping[str, Any], settings: dict[str, str]) -> Measured:
+    def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
         current = self.current
         if current is None or current.point != point:
             current = self.current = PointRecord(session=self.label, point=dict(point),

@@ -28,9 +28,9 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.sequential import CITATION, METHOD
 from tuner_client.stats.unstable import degrade_reason, spread_reason
@@ -89,7 +89,7 @@ class FinalDecision:
     def text(self) -> str:
         return "\n".join(self.lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The decision for summary.json: ``method`` names the interval method,
         ``observations`` the paired observations behind the winner's (else the best
         candidate's) interval, and each interval its own ``n``."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.per_transaction import (
     DESIGN,
@@ -89,7 +89,7 @@ class PerTransactionRace:
             lines=self.decisions(), level=self.plain_level, decision_level=self.level,
             method="bootstrap", design=DESIGN, method_text=METHOD_TEXT)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         """What summary.json records: the design, its observations and each interval."""
         return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
                 "level": self.level,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from harmony_core.synth import Problem, make_problem
 from strategies.base import Strategy, Trial, make_strategy
 from tuner_client.stats.noise import POINT_SECONDS_REF, NoiseModel, NoisyObjective
@@ -56,7 +57,7 @@ def throughput_truth(problem: Problem) -> Any:
     """The problem as a throughput surface in (0, 1] (see the module docstring)."""
     gap = problem.typical_gap()
 
-    def truth(point: Mapping[str, Any]) -> float:
+    def truth(point: Mapping[str, JSON]) -> float:
         return 1.0 / (1.0 + max(problem(point) - problem.optimum, 0.0) / gap)
 
     return truth
@@ -88,7 +89,7 @@ def simulate(replicas: int, *, strategy: str = "pro", function: str = "rosenbroc
     best_measured = -math.inf
     pick_true = 0.0
     pick_point: Mapping[str, Any] | None = None
-    measured: list[tuple[float, Mapping[str, Any]]] = []
+    measured: list[tuple[float, Mapping[str, JSON]]] = []
     while True:
         if strat.converged and not fleet.events:
             # converged with time left: search again around the pick (as a tuner would)
@@ -122,7 +123,7 @@ class _Fleet:
     replicas."""
 
     machines: list[NoisyObjective]
-    reference: Mapping[str, Any]
+    reference: Mapping[str, JSON]
     last_ref: list[float]
     clock: list[float]
     point_seconds: float
@@ -134,7 +135,7 @@ class _Fleet:
 
     @classmethod
     def start(cls, replicas: int, truth: Any, model: NoiseModel, seed: int,
-              reference: Mapping[str, Any], point_seconds: float, normalise: bool) -> _Fleet:
+              reference: Mapping[str, JSON], point_seconds: float, normalise: bool) -> _Fleet:
         """Every replica measures the reference once, opening its first block; their
         geometric mean is the pooled level."""
         machines = [NoisyObjective(truth, model, seed=int(seed * 1000 + i), replica=i)
@@ -179,14 +180,14 @@ class _Fleet:
         self.free.append(i)
 
 
-def _final_pick(measured: list[tuple[float, Mapping[str, Any]]], machines: list[NoisyObjective],
-                reference: Mapping[str, Any], last_ref: list[float], clock: list[float],
-                finalists: int, rounds: int, point_seconds: float) -> Mapping[str, Any]:
+def _final_pick(measured: list[tuple[float, Mapping[str, JSON]]], machines: list[NoisyObjective],
+                reference: Mapping[str, JSON], last_ref: list[float], clock: list[float],
+                finalists: int, rounds: int, point_seconds: float) -> Mapping[str, JSON]:
     """The final rounds: the ``finalists`` best distinct measured points, each re-measured
     beside the reference ``rounds`` times, round ``r`` on replica ``r mod N``; the best mean
     log ratio wins."""
-    ranked: list[Mapping[str, Any]] = []
-    seen: set[tuple[Any, ...]] = set()
+    ranked: list[Mapping[str, JSON]] = []
+    seen: set[tuple[object, ...]] = set()
     for _, point in sorted(measured, key=lambda vp: vp[0], reverse=True):
         key = tuple(sorted(point.items()))
         if key not in seen:

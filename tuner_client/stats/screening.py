@@ -33,6 +33,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.stats.paired import t_quantile
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 Design = Literal["pb", "oat"]
 #: one measurement of a point (a full configuration): its value, higher is better; None or a
 #: non-finite value is a failed measurement
-MeasurePoint = Callable[[dict[str, Any]], float | None]
+MeasurePoint = Callable[[JSONObject], float | None]
 
 #: Plackett and Burman's (1946) first rows; the other rows are cyclic shifts, then all minus
 PB_GENERATORS: dict[int, str] = {
@@ -77,7 +78,7 @@ class KnobEffect:
     cleared: bool
     reason: str
     low: Any
-    high: Any
+    high: object
 
     @property
     def z_score(self) -> float:
@@ -85,7 +86,7 @@ class KnobEffect:
             return abs(math.log(self.ratio)) / self.se
         return 0.0 if self.ratio == 1.0 else math.inf  # 0: nothing was moved
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"knob": self.knob, "ratio": self.ratio, "se": self.se, "cleared": self.cleared,
                 "reason": self.reason, "low": self.low, "high": self.high}
 
@@ -103,7 +104,7 @@ class Screening:
     noise_df: int
     z: float
     threshold: float
-    measurements: tuple[tuple[str, dict[str, Any], float | None], ...]
+    measurements: tuple[tuple[str, JSONObject, float | None], ...]
     #: how the design was measured: ``windows`` (a throughput sample per run, the default
     #: between runs) or ``per-transaction`` (:mod:`tuner_client.stats.screening_per_transaction`)
     measured: str = "windows"
@@ -120,7 +121,7 @@ class Screening:
         """Knobs left as they are: their effect is within the noise."""
         return [e.knob for e in self.effects if not e.cleared]
 
-    def predicted_best(self, default: Mapping[str, Any]) -> dict[str, Any]:
+    def predicted_best(self, default: Mapping[str, JSON]) -> dict[str, Any]:
         """The main-effects model's best point: each cleared knob at its better end (by the
         sign of its effect), every other knob as in ``default``. It pools all the design's
         runs, unlike any single design point (one short, unpaired sample)."""
@@ -131,7 +132,7 @@ class Screening:
         """The ranking in words, one knob a line."""
         return [f"{e.knob}: {e.reason}" for e in self.effects]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"design": self.design, "design_runs": self.design_runs,
                 "replicates": self.replicates, "evaluations": self.evaluations,
                 "noise_sd": self.noise_sd, "noise_df": self.noise_df, "z": self.z,
@@ -190,7 +191,7 @@ def _interpolate(times: Sequence[float], logs: Sequence[float],
     return w * logs[k - 1] + (1 - w) * logs[k], w * w + (1 - w) * (1 - w)
 
 
-def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: MeasurePoint, *,
+def screen(knobs: Sequence[KnobLevels], default: Mapping[str, JSON], measure: MeasurePoint, *,
            design: Design = "pb", replicates: int = 1, default_every: int = 2,
            z: float = Z_DEFAULT, seed: int = 0) -> Screening:
     """Screen ``knobs`` around the ``default`` point (every configured knob's value) and rank
@@ -221,7 +222,7 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, Any], measure: Mea
     return result
 
 
-def _check_screen_inputs(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
+def _check_screen_inputs(knobs: Sequence[KnobLevels], default: Mapping[str, JSON],
                          replicates: int, default_every: int, z: float) -> None:
     """Each knob once, with a default value; positive replicates, default_every and z."""
     names = [k.name for k in knobs]
@@ -249,7 +250,7 @@ class _Runs:
     """What the design measured: every measurement in order, the default's log levels and
     the design runs' log values, each at its position ``t`` in the sequence."""
 
-    measurements: list[tuple[str, dict[str, Any], float | None]]
+    measurements: list[tuple[str, JSONObject, float | None]]
     default_t: list[float]
     default_logs: list[float]
     run_t: list[float]
@@ -257,7 +258,7 @@ class _Runs:
     run_logs: list[float]
 
 
-def _run_design(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
+def _run_design(knobs: Sequence[KnobLevels], default: Mapping[str, JSON],
                 measure: MeasurePoint, matrix: np.ndarray, order: list[int],
                 default_every: int) -> _Runs:
     """Measure the design's rows in ``order``, the default before the first, after every
@@ -265,14 +266,14 @@ def _run_design(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
     k = len(knobs)
     runs = _Runs([], [], [], [], [], [])
 
-    def point(row: np.ndarray) -> dict[str, Any]:
+    def point(row: np.ndarray) -> JSONObject:
         out = dict(default)
         for knob, x in zip(knobs, row[:k], strict=True):
             if x:
                 out[knob.name] = knob.high if x > 0 else knob.low
         return out
 
-    def take(label: str, p: dict[str, Any]) -> float | None:
+    def take(label: str, p: JSONObject) -> float | None:
         value = measure(dict(p))
         kept = float(value) if _usable(value) else None
         runs.measurements.append((label, p, kept))

@@ -50,6 +50,7 @@ import numpy as np
 from scipy import stats as sps
 
 from harmony_base.errors import ConfigError
+from harmony_base.jsontypes import JSON
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import (
     DESIGN,
@@ -112,7 +113,7 @@ class Direction:
         return f"to {self.to} {self.result.interval.text()}"
 
 
-def design_rows(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
+def design_rows(knobs: Sequence[KnobLevels], default: Mapping[str, JSON],
                 matrix: np.ndarray) -> list[dict[str, Any]]:
     """The run's configurations: the up design's N rows (knob j at its high level where column
     j is +1, else at ``default``), then the down design's N rows (its low level)."""
@@ -122,7 +123,7 @@ def design_rows(knobs: Sequence[KnobLevels], default: Mapping[str, Any],
 
 
 def screen_from_default(obs: Observations, knobs: Sequence[KnobLevels],
-                        default: Mapping[str, Any], matrix: np.ndarray, *,
+                        default: Mapping[str, JSON], matrix: np.ndarray, *,
                         z: float = Z_DEFAULT, seed: int = 0, resamples: int = RESAMPLES
                         ) -> tuple[Screening, tuple[RatioInterval, ...]]:
     """Each knob's moves from ``default`` toward both ends, from a run of
@@ -167,7 +168,7 @@ def screen_from_default(obs: Observations, knobs: Sequence[KnobLevels],
     return screening, spare
 
 
-def _effect(knob: KnobLevels, in_force: Any, up: Direction, down: Direction,
+def _effect(knob: KnobLevels, in_force: object, up: Direction, down: Direction,
             z: float) -> KnobEffect:
     """The knob's verdict: its best direction (a gain where one clears), as a
     :class:`KnobEffect` from the setting in force (``low``) to that end (``high``)."""
@@ -191,7 +192,7 @@ def _effect(knob: KnobLevels, in_force: Any, up: Direction, down: Direction,
         low=in_force, high=best.to)
 
 
-def _way(move: Direction, in_force: Any, way: str) -> str:
+def _way(move: Direction, in_force: object, way: str) -> str:
     """``way`` (the end's side of the range), or the other word where the setting in force
     lies beyond that end (outside the configured range: both ends are then one way)."""
     try:

@@ -11,10 +11,10 @@ naming the knob and its context.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError
 
@@ -25,14 +25,14 @@ SESSION_CONTEXTS = frozenset({"user", "superuser"})
 Configuration = Mapping[str, str]
 
 
-def knob_contexts(conn: psycopg.Connection[Any], names: Sequence[str]) -> dict[str, str]:
+def knob_contexts(conn: psycopg.Connection[TupleRow], names: Sequence[str]) -> dict[str, str]:
     """``pg_settings.context`` of each named knob (lower-cased name); unknown knobs absent."""
     rows = conn.execute("SELECT lower(name), context FROM pg_settings WHERE lower(name) = ANY(%s)",
                         [[n.lower() for n in names]]).fetchall()
     return {str(name): str(context) for name, context in rows}
 
 
-def check_session_settable(conn: psycopg.Connection[Any],
+def check_session_settable(conn: psycopg.Connection[TupleRow],
                            configurations: Sequence[Configuration]) -> None:
     """Raise :class:`ConfigError` unless every knob of every configuration exists and may be
     set per transaction (context ``user`` or ``superuser``)."""

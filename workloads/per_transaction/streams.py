@@ -15,10 +15,10 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.base import cancel_and_join, cancel_running
@@ -38,7 +38,7 @@ from workloads.tpch.queries import make_query
 logger = logging.getLogger(__name__)
 
 #: a unit of work a stream runs itself inside its transaction, after the SET LOCAL lines
-Unit = Callable[[psycopg.Connection[Any]], None]
+Unit = Callable[[psycopg.Connection[TupleRow]], None]
 #: a stream's next query, drawn with its parameter generator: (template, statement or unit)
 Draw = Callable[[random.Random], tuple[str, sql.Composed | sql.SQL | Unit]]
 #: one finished query: (config, template name, start monotonic s, latency s, ok)
@@ -95,7 +95,7 @@ def replay_draws(replay: ReplayFile, clients: int) -> list[Draw]:
     def run_unit(unit: tuple[Execution, ...]) -> Unit:
         body, modes, rolls_back = replay.transaction_body(unit)
 
-        def run(conn: psycopg.Connection[Any]) -> None:
+        def run(conn: psycopg.Connection[TupleRow]) -> None:
             if modes:
                 conn.execute(sql.SQL("SET TRANSACTION " + modes))
             with psycopg.RawCursor(conn) as cursor:
@@ -125,7 +125,7 @@ class _Stream(threading.Thread):
         #: when the query in flight started (None between queries): every earlier query of
         #: this stream has finished
         self.in_flight: float | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
         self._lock = threading.Lock()
 
     def cancel(self) -> None:

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from harmony_base.errors import DatabaseError, WorkloadError
 from workloads.connect import connect, describe_dsn, relation_exists
@@ -65,7 +66,7 @@ class LoadResult:
 ProgressCallback = Callable[[LoadProgress], None]
 
 
-def _check_scale(scale: Any) -> float:
+def _check_scale(scale: object) -> float:
     if isinstance(scale, bool) or not isinstance(scale, int | float):
         raise WorkloadError(f"TPC-H scale factor must be a number > 0, but got {scale!r}")
     value = float(scale)
@@ -74,7 +75,7 @@ def _check_scale(scale: Any) -> float:
     return value
 
 
-def loaded_scale(conn: psycopg.Connection[Any]) -> float | None:
+def loaded_scale(conn: psycopg.Connection[TupleRow]) -> float | None:
     """The scale factor of a finished TPC-H load in this database, or None if there is none."""
     row = conn.execute("select to_regclass(%s) is not null", (MARKER_TABLE,)).fetchone()
     if not row or not row[0]:
@@ -96,7 +97,7 @@ def loaded_scale(conn: psycopg.Connection[Any]) -> float | None:
     return float(found[0])
 
 
-def _recorded_rows(conn: psycopg.Connection[Any]) -> dict[str, int]:
+def _recorded_rows(conn: psycopg.Connection[TupleRow]) -> dict[str, int]:
     found = conn.execute(
         sql.SQL("select row_counts from {} order by loaded_at desc limit 1").format(
             sql.Identifier(MARKER_TABLE)
@@ -106,18 +107,18 @@ def _recorded_rows(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {t: int(recorded[t]) for t in TABLES if t in recorded}
 
 
-def _database_bytes(conn: psycopg.Connection[Any]) -> int:
+def _database_bytes(conn: psycopg.Connection[TupleRow]) -> int:
     row = conn.execute("select pg_database_size(current_database())").fetchone()
     return int(row[0]) if row else 0
 
 
-def _drop_all(conn: psycopg.Connection[Any]) -> None:
+def _drop_all(conn: psycopg.Connection[TupleRow]) -> None:
     for table in (MARKER_TABLE, *TABLES):
         conn.execute(sql.SQL("drop table if exists {} cascade").format(sql.Identifier(table)))
 
 
 def _copy_from(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     table: str,
     source: IO[bytes],
     progress: ProgressCallback | None,
@@ -156,7 +157,7 @@ def _check_rows(table: str, rows: int, scale: float) -> None:
         )
 
 
-def _create_indexes(conn: psycopg.Connection[Any], progress: ProgressCallback | None) -> None:
+def _create_indexes(conn: psycopg.Connection[TupleRow], progress: ProgressCallback | None) -> None:
     conn.execute("set maintenance_work_mem = '256MB'")
     for table, columns in PRIMARY_KEYS.items():
         if progress:
@@ -179,7 +180,7 @@ def _create_indexes(conn: psycopg.Connection[Any], progress: ProgressCallback | 
         )
 
 
-def _write_marker(conn: psycopg.Connection[Any], scale: float, rows: dict[str, int]) -> None:
+def _write_marker(conn: psycopg.Connection[TupleRow], scale: float, rows: dict[str, int]) -> None:
     marker = sql.Identifier(MARKER_TABLE)
     conn.execute(
         sql.SQL(
@@ -220,7 +221,7 @@ def load_tpch(
 
 
 def _load_locked(
-    conn: psycopg.Connection[Any],
+    conn: psycopg.Connection[TupleRow],
     dsn: str,
     scale: float,
     workdir: Path | str | None,

@@ -12,11 +12,10 @@ import datetime
 import random
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
 
 from harmony_base.errors import WorkloadError
 
-Params = dict[str, Any]
+Params = dict[str, object]
 
 #: Regions (clause 4.2.3), index = r_regionkey.
 REGIONS: tuple[str, ...] = ("AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST")

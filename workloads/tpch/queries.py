@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 
 from psycopg import sql
 
@@ -23,9 +22,9 @@ QUERY_NAMES: tuple[str, ...] = tuple(f"Q{i}" for i in range(1, 23))
 
 
 
-def _derived(name: str, params: Params) -> dict[str, Any]:
+def _derived(name: str, params: Params) -> dict[str, object]:
     """Values the templates use that are spelled differently from the parameters."""
-    values: dict[str, Any] = dict(params)
+    values: dict[str, object] = dict(params)
     if name == "Q2":
         values["type_pattern"] = f"%{params['type']}"
     elif name == "Q9":
