@@ -27,8 +27,9 @@ from tuner_client.crashsafe.journal import (
     find_journals,
     load_journal,
 )
-from tuner_client.crashsafe.recovery import hand_edits, inspect, parse_auto_conf, recover
+from tuner_client.crashsafe.recovery import hand_edits, inspect, recover
 from tuner_client.crashsafe.run import RunSafety
+from tuner_client.crashsafe.server_state import parse_auto_conf
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
 from tuner_client.target import Target

@@ -10,10 +10,8 @@ the process that owns it, how to rebuild the controller that can restart the ser
 value the run wrote. A run that ends normally removes it (its completion mark); a journal
 left behind means the run died before putting the server back.
 
-Every ``ALTER SYSTEM`` the tuner issues goes through :func:`tuner_client.apply.alter_system`,
-which calls its change hooks first; :func:`activate` installs :func:`journal_change` there.
-While a journal is active in this process, a change to a server without one is refused
-rather than made unrecorded.
+What a server is and its original configuration are :mod:`.server_state`; how each change
+reaches the journal before the server is :mod:`.hook`.
 """
 
 from __future__ import annotations
@@ -24,19 +22,17 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.rows import TupleRow
 
-from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError
+from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
-from tuner_client import apply
+from tuner_client.crashsafe.server_state import OriginalConfig, ServerIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -111,35 +107,6 @@ class ProcessId:
         return True
 
 
-@dataclass(frozen=True)
-class ServerIdentity:
-    """Which server a journal belongs to."""
-
-    system_identifier: str
-    data_directory: str | None  # None when the role may not read it
-    host: str
-    port: int
-    dsn: str
-    version: int
-
-    def describe(self) -> str:
-        where = f"{self.host}:{self.port}" if not self.host.startswith("/") \
-            else f"socket {self.host} port {self.port}"
-        return f"{where} (system {self.system_identifier}" + (
-            f", data directory {self.data_directory})" if self.data_directory else ")")
-
-
-@dataclass(frozen=True)
-class OriginalConfig:
-    """The server's configuration before the run's first change."""
-
-    auto_conf: str | None  # postgresql.auto.conf's text, where a controller could read it
-    entries: dict[str, str]  # postgresql.auto.conf's settings as the server reads the file
-    settings: dict[str, str]  # pg_settings.setting of every setting in force
-    restart_time: list[str]  # the settings only a restart changes (context postmaster)
-    pending_restart: list[str]  # settings already pending a restart before the run
-
-
 @dataclass
 class Journal:
     """One server's restore journal (see the module docstring); :meth:`save` makes it durable."""
@@ -199,7 +166,6 @@ class Journal:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
             _fsync_dir(self.path.parent)
-        deactivate(self)
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
@@ -264,134 +230,3 @@ def find_journals(directory: Path | None = None, key: str | None = None) -> list
         return [load_journal(path)] if path.exists() else []
     return [load_journal(p) for p in sorted(directory.glob(f"*{SUFFIX}"))] \
         if directory.is_dir() else []
-
-
-# -- reading a server's identity and configuration ----------------------------------------
-def _one(conn: psycopg.Connection[TupleRow], query: str) -> Any:
-    row = conn.execute(query).fetchone()
-    return row[0] if row else None
-
-
-def read_identity(conn: psycopg.Connection[TupleRow], dsn: str) -> ServerIdentity:
-    """The identity of the server ``conn`` is connected to."""
-    # both need more than a plain role may have; the host and port still name the server
-    data_directory = system_identifier = None
-    with contextlib.suppress(psycopg.Error):
-        data_directory = _one(conn, "SELECT current_setting('data_directory')")
-    with contextlib.suppress(psycopg.Error):
-        system_identifier = _one(conn, "SELECT system_identifier FROM pg_control_system()")
-    return ServerIdentity(
-        system_identifier=str(system_identifier or "unknown"),
-        data_directory=data_directory, host=str(conn.info.host), port=int(conn.info.port),
-        dsn=dsn, version=int(_one(conn, "SHOW server_version_num")))
-
-
-def parse_auto_conf(text: str) -> dict[str, str]:
-    """The settings of a ``postgresql.auto.conf`` text (the server writes ``name = 'value'``
-    with ``''`` for a quote)."""
-    entries: dict[str, str] = {}
-    for line in text.splitlines():
-        body = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if "=" not in body:
-            continue
-        name, _, value = body.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] == "'":
-            value = value[1:-1].replace("''", "'")
-        entries[name.strip().lower()] = value
-    return entries
-
-
-def auto_conf_entries(conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
-    """``postgresql.auto.conf``'s settings as the server reads the file now
-    (``pg_file_settings``: the file on disk, not what is in force)."""
-    rows = conn.execute("SELECT name, setting FROM pg_file_settings "
-                        "WHERE sourcefile LIKE '%/postgresql.auto.conf' ORDER BY seqno").fetchall()
-    return {str(r[0]).lower(): str(r[1]) for r in rows}
-
-
-def settings_in_force(conn: psycopg.Connection[TupleRow]
-                      ) -> tuple[dict[str, str], list[str], list[str]]:
-    """Every setting's value, the restart-time ones, and those pending a restart."""
-    rows = conn.execute("SELECT name, setting, context, pending_restart FROM pg_settings"
-                        ).fetchall()
-    return ({str(r[0]).lower(): str(r[1]) for r in rows},
-            [str(r[0]).lower() for r in rows if r[2] == "postmaster"],
-            [str(r[0]).lower() for r in rows if r[3]])
-
-
-def read_original(conn: psycopg.Connection[TupleRow], auto_conf: str | None) -> OriginalConfig:
-    """What the journal must restore; DatabaseError when ``postgresql.auto.conf`` can be read
-    neither through the server (``pg_file_settings`` needs a superuser) nor as a file."""
-    settings, restart_time, pending = settings_in_force(conn)
-    try:
-        entries = auto_conf_entries(conn)
-    except psycopg.Error as exc:
-        if auto_conf is None:
-            raise DatabaseError(
-                f"cannot read postgresql.auto.conf: pg_file_settings refused ({exc}) and the "
-                "controller cannot read the file; without it no restore journal can be kept, "
-                "so nothing is changed (connect as a superuser, or give a controller with "
-                "access to the data directory)") from exc
-        entries = parse_auto_conf(auto_conf)
-    return OriginalConfig(auto_conf=auto_conf, entries=entries,
-                          settings=settings, restart_time=restart_time,
-                          pending_restart=pending)
-
-
-# -- the change hook ----------------------------------------------------------------------
-_LOCK = threading.Lock()
-_ACTIVE: list[tuple[Journal, str, int]] = []  # journal, host and port its run connects to
-
-
-def activate(journal: Journal) -> None:
-    """Record this process's changes to ``journal``'s server in it from now on."""
-    with _LOCK:
-        _ACTIVE.append((journal, journal.server.host, journal.server.port))
-        if journal_change not in apply.CHANGE_HOOKS:
-            apply.CHANGE_HOOKS.append(journal_change)
-
-
-def deactivate(journal: Journal) -> None:
-    with _LOCK:
-        _ACTIVE[:] = [a for a in _ACTIVE if a[0] is not journal]
-
-
-@contextlib.contextmanager
-def active(journal: Journal) -> Iterator[Journal]:
-    activate(journal)
-    try:
-        yield journal
-    finally:
-        deactivate(journal)
-
-
-def _journal_of(conn: psycopg.Connection[TupleRow]) -> Journal | None:
-    with _LOCK:
-        active_now = list(_ACTIVE)
-    if not active_now:
-        return None
-    host, port = str(conn.info.host), int(conn.info.port)
-    for journal, j_host, j_port in active_now:
-        if (j_host, j_port) == (host, port):
-            return journal
-    # another address of a journaled server (the embedded cluster moves port on restart)
-    with contextlib.suppress(psycopg.Error):
-        sysid = str(_one(conn, "SELECT system_identifier FROM pg_control_system()"))
-        data_directory = _one(conn, "SELECT current_setting('data_directory')")
-        for journal, _, _ in active_now:
-            if (journal.server.system_identifier, journal.server.data_directory) \
-                    == (sysid, data_directory):
-                return journal
-    raise KnobApplyError(
-        f"refusing to change {host}:{port}: this run keeps a restore journal for "
-        f"{', '.join(j.server.describe() for j, _, _ in active_now)} but none for this server "
-        "(a change without one could not be undone if the tuner died)")
-
-
-def journal_change(conn: psycopg.Connection[TupleRow], values: Mapping[str, str | None]) -> None:
-    """Called before every ``ALTER SYSTEM``: the change is durable in the server's journal
-    before the server sees it (a no-op in a process that keeps no journal)."""
-    journal = _journal_of(conn)
-    if journal is not None:
-        journal.record_change({name.lower(): value for name, value in values.items()})

@@ -26,8 +26,8 @@ from psycopg.rows import TupleRow
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.apply import reload_and_wait
 from tuner_client.controllers import Controller, make_controller
-from tuner_client.crashsafe.journal import (
-    Journal,
+from tuner_client.crashsafe.journal import Journal
+from tuner_client.crashsafe.server_state import (
     auto_conf_entries,
     parse_auto_conf,
     read_identity,

@@ -23,19 +23,17 @@ import psycopg
 from harmony_base.errors import DatabaseError, HarmonyError
 from harmony_base.jsontypes import JSONObject
 from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
+from tuner_client.crashsafe.hook import activate, deactivate
 from tuner_client.crashsafe.journal import (
     Journal,
     ProcessId,
-    activate,
-    deactivate,
     find_journals,
     journal_dir,
     journal_path,
-    read_identity,
-    read_original,
     server_key,
 )
 from tuner_client.crashsafe.recovery import owner_alive_error, recover
+from tuner_client.crashsafe.server_state import read_identity, read_original
 from tuner_client.target import default_state_dir
 
 if TYPE_CHECKING:
