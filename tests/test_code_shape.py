@@ -43,7 +43,6 @@ LONG_MODULES: dict[str, str] = {
 #: third-party import kept lazy on purpose is listed in LAZY_ON_PURPOSE with the reason
 INNER_IMPORTS = {
     "tuner_client/controllers/docker.py": 2,  # the optional docker SDK (compose's area)
-    "tuner_client/target.py": 11,
     "tuner_client/tune_run.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}

@@ -28,8 +28,9 @@ from tuner_client.config import (
 )
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knobs import KnobCatalog
-from tuner_client.target import Target, make_workload
+from tuner_client.target import Target
 from tuner_client.workload_stats import WorkloadStats, observe_workload
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,8 @@ def choose_online_knobs(config: TunerConfig, target: Target
     """``online.knobs: auto``: run the workload for a warm-up's length (live mode: watch the
     traffic already there), read what it did, and take the reload-time knobs it points at."""
     seconds = max(config.measure.warmup_s, config.measure.seconds or 0.0, 10.0)
-    driver = None if config.workload.observe is not None else make_workload(config, target.dsn)
+    driver = None if config.workload.observe is not None \
+        else make_workload(config.workload, target.dsn, seed=config.seed)
     stats = observe_workload(target.dsn, seconds, driver)
     local = target.embedded or loopback(target.dsn)
     proposals = propose(stats, ram_bytes=target.ram_bytes or detect_ram_bytes(),

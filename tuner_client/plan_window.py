@@ -17,8 +17,9 @@ from pathlib import Path
 from harmony_base.errors import HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.target import fill_embedded, make_workload, stream_count
+from tuner_client.target import fill_embedded
 from tuner_client.workload_stats import WorkloadStats
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def timed_window(config: TunerConfig, cluster: LocalCluster, workdir: Path
     started = time.monotonic()
     try:
         dsn = fill_embedded(config, cluster, workdir)
-        driver = make_workload(config, dsn)
+        driver = make_workload(config.workload, dsn, seed=config.seed)
         driver.start()
         try:
             if m.warmup_s > 0:
@@ -104,7 +105,7 @@ def window_seconds(config: TunerConfig, stats: WorkloadStats | None,
     if m.queries is not None and stats is not None and stats.statements is not None \
             and stats.statements.calls:
         mean_s = stats.statements.exec_ms / stats.statements.calls / 1000
-        streams = max(1, stream_count(config))
+        streams = max(1, config.workload.streams)
         return (m.queries * mean_s / streams,
                 f"{m.queries} queries a window at the {mean_s * 1000:.1f} ms mean of "
                 f"pg_stat_statements over {streams} streams")

@@ -18,12 +18,12 @@ from psycopg import sql
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.config import TunerConfig
-from tuner_client.config.model import WorkloadConfig
-from tuner_client.controllers.base import Controller
+from tuner_client.controllers import Controller
+from tuner_client.controllers import make_controller as build_controller
 from tuner_client.knobs import KnobCatalog
 from tuner_client.local_cluster import LocalCluster
-from tuner_client.measurer import Workload
-from workloads.mix import MixSpec
+from workloads.apps import setup_app
+from workloads.tpch.load import load_tpch
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +106,6 @@ def fill_embedded(config: TunerConfig, cluster: LocalCluster, state_dir: Path) -
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(EMBEDDED_DBNAME)))
     dsn = cluster.dsn_for(EMBEDDED_DBNAME)
     if config.workload.kind == "tpch":
-        from workloads.tpch.load import load_tpch
-
         logger.info("loading TPC-H scale %s into the embedded cluster (reused if present)",
                     config.workload.scale)
         result = load_tpch(dsn, config.workload.scale, workdir=state_dir / "tpch-data")
@@ -115,8 +113,6 @@ def fill_embedded(config: TunerConfig, cluster: LocalCluster, state_dir: Path) -
                     "reused" if result.reused else f"loaded in {result.seconds:.1f} s",
                     result.database_bytes / 2**20)
     elif config.workload.app is not None:
-        from workloads.apps import setup_app
-
         app = setup_app(dsn, config.workload.app, config.workload.app_scale)
         logger.info("example application %s at scale %d %s (%.1f MB)", app.name, app.scale,
                     "reused" if app.reused else f"loaded in {app.seconds:.1f} s",
@@ -135,72 +131,14 @@ def read_catalog(dsn: str) -> KnobCatalog:
 def make_controller(config: TunerConfig, *, dsn: str, cluster: LocalCluster | None
                     ) -> Controller:
     """The configured controller (``local`` for the embedded cluster)."""
-    from tuner_client import controllers
-
     options = dict(config.database.controller.options)
     kind = config.database.controller.kind
     try:
         if kind == "local":
             if cluster is None:
                 raise ConfigError("controller kind 'local' needs the embedded cluster")
-            return controllers.Controller.registry.build("local", cluster, **options)
-        return controllers.make_controller(kind, dsn=dsn, **options)
+            return Controller.registry.build("local", cluster, **options)
+        return build_controller(kind, dsn=dsn, **options)
     except ConfigError as exc:
         raise ConfigError(f"{config.source}: database.controller (kind {kind!r}): "
                           f"{exc}") from None
-
-
-def make_workload(config: TunerConfig, dsn: str, *, seed: int | None = None) -> Workload:
-    """The configured workload driver on ``dsn``: a TPC-H mix or schedule, pgbench, the
-    user's scripts or a captured replay, or the live traffic (observe)."""
-    wl = config.workload
-    seed = config.seed if seed is None else seed
-    if wl.observe is not None:
-        from workloads.observe import ObservedWorkload
-
-        return ObservedWorkload(dsn, poll_s=wl.observe.poll_s)
-    if wl.kind in ("scripts", "replay"):
-        from workloads.user_workload import make_user_workload
-
-        return make_user_workload(wl, dsn, seed=seed)
-    if wl.kind == "pgbench":
-        from workloads.pgbench import PgbenchWorkload
-
-        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))
-    if wl.schedule is not None:
-        from workloads.schedule import ScheduledDriver
-
-        return ScheduledDriver(dsn, wl.schedule, seed=seed,
-                               statement_timeout_s=wl.statement_timeout_s)
-    from workloads.driver import WorkloadDriver
-
-    return WorkloadDriver(dsn, _tpch_mix(wl), seed=seed,
-                          statement_timeout_s=wl.statement_timeout_s)
-
-
-def stream_count(config: TunerConfig) -> int:
-    """Concurrent connections the workload opens (the budget's ``m`` when set to auto);
-    0 for live traffic, whose connections the server's ``max_connections`` bounds."""
-    wl = config.workload
-    if wl.observe is not None:
-        return 0
-    if wl.kind in ("scripts", "replay"):
-        from workloads.user_workload import user_workload_clients
-
-        return user_workload_clients(wl)
-    if wl.kind == "pgbench":
-        return wl.clients
-    from workloads.mix import parse_mix
-    from workloads.schedule import parse_schedule
-
-    if wl.schedule is not None:
-        schedule = parse_schedule(wl.schedule)
-        return max(phase.mix.total_streams for phase in schedule.phases)
-    return parse_mix(_tpch_mix(wl)).total_streams
-
-
-def _tpch_mix(wl: WorkloadConfig) -> MixSpec:
-    """The TPC-H workload's mix as written (a schedule-less TPC-H workload needs one)."""
-    if wl.mix is None:
-        raise ConfigError("workload.tpch needs a mix or a schedule, but has neither")
-    return wl.mix

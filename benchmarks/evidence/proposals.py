@@ -39,8 +39,9 @@ from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.host_memory import detect_ram_bytes
 from tuner_client.knob_proposals import propose, proposed_knobs
-from tuner_client.target import Target, make_workload, open_target
+from tuner_client.target import Target, open_target
 from tuner_client.workload_stats import WorkloadStats, observe_workload
+from workloads.factory import make_workload
 
 MB = 1024**2
 SQL = Path(__file__).resolve().parent / "sql"
@@ -128,7 +129,7 @@ def one_workload(kind: str, *, repeat: int, window_s: float, replicates: int,
     load_before = load_average()
     try:
         preload_statements(target)
-        driver = make_workload(cfg, target.dsn)
+        driver = make_workload(cfg.workload, target.dsn, seed=cfg.seed)
         if kind == "pgbench":  # pgbench -i (load, index builds) before the observed window
             driver.start()
         # the load runs inside sample(), which observe_workload calls for the window

@@ -5,14 +5,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from typing import Protocol
 
 import psycopg
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.knobs import KnobCatalog
-from tuner_client.measurer.connection import AdminConnection
 
 logger = logging.getLogger(__name__)
+
+
+class SettingsReader(Protocol):
+    """Where :meth:`InForce.refresh` reads values from (the measurer's admin connection)."""
+
+    def current_settings(self, names: list[str]) -> dict[str, str]: ...
 
 
 class InForce:
@@ -53,7 +59,7 @@ class InForce:
         """The restart-time knobs of ``settings``."""
         return {n: v for n, v in settings.items() if self.catalog[n].kind == "offline"}
 
-    def refresh(self, connection: AdminConnection, names: list[str]) -> None:
+    def refresh(self, connection: SettingsReader, names: list[str]) -> None:
         """Read ``names``' values from the server (after a failed change, say)."""
         try:
             self.values.update(connection.current_settings(names))

@@ -30,7 +30,8 @@ from tuner_client.measurer.prewarm import drop_leftover_extensions
 from tuner_client.metrics import TunerMetrics
 from tuner_client.phases.state import RunContext
 from tuner_client.replicas import Replica, ReplicaPool
-from tuner_client.target import Target, make_workload
+from tuner_client.target import Target
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
             if observe is not None else LiveWatch(guard, tripped))
     measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
                                      config.database.restart_timeout_s),
-                        workload if workload is not None else make_workload(config, target.dsn),
+                        workload if workload is not None else make_workload(
+                            config.workload, target.dsn, seed=config.seed),
                         config.measure, hooks=ApplyHooks(budget.violation, restarted), live=live)
     if guard is not None:
         guard.memory_used = measurer.server_memory
