@@ -41,8 +41,8 @@ from harmony_base.errors import HarmonyError
 from harmony_base.space import IntParam, Space
 from harmony_core.definition import SessionDefinition
 from harmony_core.session import SessionCore
-from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import read_database_stats, stats_delta
+from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix

@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.machine import cpu_model
 from tuner_client.config import MeasureConfig, TunerConfig
 from tuner_client.measurer import Measurer, ServerAccess, Workload
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 from workloads.factory import make_workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -34,7 +34,7 @@ def machine() -> dict[str, Any]:
         pass
     pg = None
     try:
-        from tuner_client.local_cluster import find_bin_dir
+        from tuner_client.servers.local_cluster import find_bin_dir
 
         pg = subprocess.run([str(find_bin_dir() / "postgres"), "--version"], capture_output=True,
                             text=True, timeout=10).stdout.strip()

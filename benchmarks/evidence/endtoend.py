@@ -39,11 +39,11 @@ from benchmarks.evidence.common import (
     write_results,
 )
 from harmony_base.errors import HarmonyError
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.pgtune import Machine, pgtune_settings
-from tuner_client.target import Target, open_target
+from tuner_client.knobs.pgtune import Machine, pgtune_settings
+from tuner_client.servers.target import Target, open_target
 from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)

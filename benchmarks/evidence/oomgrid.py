@@ -48,7 +48,7 @@ from tuner_client.budget import MemoryBudget
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
 from tuner_client.config.units import parse_bytes
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ from harmony_base.space import Space
 from tuner_client.budget import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
 from tuner_client.measurer import ApplyHooks, Measurer
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 
 logger = logging.getLogger(__name__)
 

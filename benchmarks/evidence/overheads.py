@@ -114,7 +114,7 @@ def tuner_cpu(state_dir: Path, mix: str) -> dict[str, Any]:
     from benchmarks.evidence.flowrun import small_config
     from tuner_client.config import tuner_config_from_dict
     from tuner_client.measurer import Measurer, ServerAccess
-    from tuner_client.target import open_target
+    from tuner_client.servers.target import open_target
     from workloads.factory import make_workload
 
     cfg = tuner_config_from_dict(small_config("evidence-overheads", flow="one-pass", mix=mix,

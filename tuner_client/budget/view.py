@@ -24,8 +24,8 @@ from tuner_client.budget.formula import (
     MemoryBudget,
 )
 from tuner_client.config import KnobParam, KnobSpace, TunerConfig, format_bytes
-from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.host_memory import detect_ram_bytes
 
 logger = logging.getLogger(__name__)
 

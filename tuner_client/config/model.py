@@ -59,7 +59,7 @@ class DatabaseConfig:
 
 @dataclass(frozen=True)
 class GuardConfig:
-    """Live mode's guardrails (:mod:`tuner_client.guardrails`): a partial window whose
+    """Live mode's guardrails (:mod:`tuner_client.measurer.guardrails`): a partial window whose
     weighted latency exceeds ``1 + latency_margin`` times the reference's, whose error rate
     exceeds the reference's by ``error_margin``, or a server above ``memory_fraction`` of its
     budget, has the last good configuration restored at once."""

@@ -10,7 +10,7 @@ the process that owns it, how to rebuild the controller that can restart the ser
 value the run wrote. A run that ends normally removes it (its completion mark); a journal
 left behind means the run died before putting the server back.
 
-Every ``ALTER SYSTEM`` the tuner issues goes through :func:`tuner_client.apply.alter_system`,
+Every ``ALTER SYSTEM`` the tuner issues goes through :func:`tuner_client.knobs.apply.alter_system`,
 which calls its change hooks first; :func:`activate` installs :func:`journal_change` there.
 While a journal is active in this process, a change to a server without one is refused
 rather than made unrecorded.
@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from harmony_base.errors import ConfigError, KnobApplyError
-from tuner_client import apply
+from tuner_client.knobs import apply
 
 logger = logging.getLogger(__name__)
 

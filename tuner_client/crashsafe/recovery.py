@@ -24,14 +24,14 @@ import psycopg
 from psycopg import sql
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
-from tuner_client.apply import reload_and_wait
-from tuner_client.controllers import make_controller
 from tuner_client.crashsafe.journal import (
     Journal,
     auto_conf_entries,
     read_identity,
     settings_in_force,
 )
+from tuner_client.knobs.apply import reload_and_wait
+from tuner_client.servers.controllers import make_controller
 
 logger = logging.getLogger(__name__)
 

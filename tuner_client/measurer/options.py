@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tuner_client.controllers.base import RestartReport
-from tuner_client.guardrails import Guardrail, Trip
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.measurer.guardrails import Guardrail, Trip
+from tuner_client.servers.controllers.base import RestartReport
 
 #: ``feasible(wanted, changed)``: why a configuration breaks the memory budget, or None
 Feasible = Callable[[Mapping[str, str], Mapping[str, str]], str | None]

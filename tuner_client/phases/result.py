@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner_client.guardrails import GuardrailSummary
+from tuner_client.measurer.guardrails import GuardrailSummary
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.screening import Screening
 
