@@ -34,7 +34,7 @@ def machine() -> dict[str, Any]:
         pass
     pg = None
     try:
-        from tuner_client.servers.local_cluster import find_bin_dir
+        from tuner_client.servers.pg_binaries import find_bin_dir
 
         pg = subprocess.run([str(find_bin_dir() / "postgres"), "--version"], capture_output=True,
                             text=True, timeout=10).stdout.strip()

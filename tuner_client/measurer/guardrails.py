@@ -26,7 +26,7 @@ from typing import Any
 
 from harmony_base.errors import GuardrailTrip
 from tuner_client.config.model import GuardConfig
-from tuner_client.servers.server_cpu import PROC
+from tuner_client.measurer.server_cpu import PROC
 from tuner_client.stats.mix import MixReference
 from workloads.observe import ObservedWindow
 

@@ -29,10 +29,10 @@ from tuner_client.measurer.counters import (
 from tuner_client.measurer.estimators import sample_value
 from tuner_client.measurer.records import SampleRecord
 from tuner_client.measurer.reference import Reference
+from tuner_client.measurer.server_cpu import CpuReading
 from tuner_client.measurer.server_process import ServerProcess, cores_used
 from tuner_client.measurer.traffic import Traffic
 from tuner_client.measurer.trips import TripHandler
-from tuner_client.servers.server_cpu import CpuReading
 from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.estimators import CPU_ESTIMATORS
 from tuner_client.measurer.guardrails import server_memory_bytes
-from tuner_client.servers.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
+from tuner_client.measurer.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
 
 
 def _is_postgres(pid: int) -> bool:

@@ -30,14 +30,9 @@ from pathlib import Path
 from types import TracebackType
 
 from harmony_base.errors import ConfigError, DatabaseError
+from tuner_client.servers import pg_binaries
 from tuner_client.servers.cgroups import cpu_cgroup, memory_cgroup, remove_cgroup
 from tuner_client.servers.cluster_files import prepare_state_dir, write_hba, write_local_conf
-from tuner_client.servers.pg_binaries import (
-    DEFAULT_OS_USER,
-    ensure_os_user,
-    find_bin_dir,
-    find_free_port,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +59,9 @@ class LocalCluster:
         cpu_limit: float | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
-        self._bin_dir = find_bin_dir(bin_dir)
+        self._bin_dir = pg_binaries.find_bin_dir(bin_dir)
         self._port_given = port is not None
-        self._port = port if port is not None else find_free_port()
+        self._port = port if port is not None else pg_binaries.find_free_port()
         self.timeout_s = timeout_s
         self.sync_initdb = sync_initdb
         self.template_data_dir = Path(template_data_dir) if template_data_dir else None
@@ -84,8 +79,8 @@ class LocalCluster:
         self._cpu_cgroup_dir: Path | None = None
         self._cgroup_checked = False
         if os.geteuid() == 0:
-            self.os_user: str | None = os_user or DEFAULT_OS_USER
-            self._pw: pwd.struct_passwd | None = ensure_os_user(self.os_user)
+            self.os_user: str | None = os_user or pg_binaries.DEFAULT_OS_USER
+            self._pw: pwd.struct_passwd | None = pg_binaries.ensure_os_user(self.os_user)
         else:
             if os_user is not None and os_user != pwd.getpwuid(os.geteuid()).pw_name:
                 raise ConfigError(
@@ -262,7 +257,7 @@ class LocalCluster:
             if "could not bind" in tail and attempt + 1 < attempts:
                 # another process took the port between picking and starting: pick again
                 logger.warning("port %s is taken, retrying on another port", self._port)
-                self._port = find_free_port()
+                self._port = pg_binaries.find_free_port()
                 self._write_conf()
                 continue
             raise DatabaseError(
