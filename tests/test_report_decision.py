@@ -33,6 +33,8 @@ from tuner_client.phases.final import NAMES
 from tuner_client.phases.report_inputs import race_trace, report_inputs
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.stats.decision import decide
+from tuner_client.stats.race_budget import RaceBudget
+from tuner_client.stats.race_rules import RaceRules
 from tuner_client.stats.racing import Race
 
 #: true ratios to the default: one clearly better, one clearly worse, one the same
@@ -51,7 +53,7 @@ def run_race(seed: int = 7, noise: float = 0.03) -> tuple[TuneResult, list[Point
         return level[0] * TRUE[label] * math.exp(rng.normal(0, noise))
 
     race = Race(measure, ["best", "candidate-2", "pgtune"], reference="default",
-                min_samples=2, max_rounds=16, level=0.95)
+                budget=RaceBudget(max_rounds=16), rules=RaceRules(min_samples=2, level=0.95))
     result = race.run()
     decisions = [f"final: {label} dropped after {result.dropped_after[label]} rounds: {why}"
                  for label, why in result.dropped.items()]
