@@ -53,6 +53,7 @@ from psycopg import sql
 from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
+from benchmarks.simulators.replay import point_noise_only, replay_objective
 from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
 from harmony_base.errors import HarmonyError
 from harmony_base.space import IntParam, Space
@@ -64,7 +65,6 @@ from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
 from tuner_client.probes.runner import BufferFill, run_probes, touched_pages
 from tuner_client.servers.controllers.local import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.stats.replay import point_noise_only, replay_objective
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
 from workloads.loop import Statement, StatementLoop

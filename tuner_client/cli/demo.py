@@ -25,7 +25,7 @@ else:
     tune_run = LazyModule("tuner_client.cli.tune_run")
 
 #: the demo's tuner config (identical to configs/tpch-demo.yaml; a test keeps them equal)
-DEMO_CONFIG_YAML = (Path(__file__).resolve().parent.parent / "configs" / "tpch-demo.yaml")
+DEMO_CONFIG_YAML = Path(__file__).resolve().parents[2] / "configs" / "tpch-demo.yaml"
 
 _FALLBACK_YAML = """\
 name: tpch-demo
