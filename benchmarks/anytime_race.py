@@ -1,7 +1,7 @@
 """Anytime-valid intervals for the final race: false claims, coverage and power when the race
 looks after every round, against the fixed-n t rules.
 
-Simulated races (:mod:`tuner_client.stats.race_sim`): a per-round log-ratio sd of 0.06 (the
+Simulated races (:mod:`benchmarks.simulators.race_sim`): a per-round log-ratio sd of 0.06 (the
 ``progress`` estimator's paired blocks, issue 27), log-normal noise on every measurement, the
 machine's log level a random walk (sd 0.01 a measurement) with a trend (+0.002 a
 measurement); 3 rounds at least, then the race stops whenever its rule says so, or at the
@@ -35,7 +35,7 @@ from scipy import stats
 from scipy.stats import binomtest
 
 from benchmarks.machine import cpu_model
-from tuner_client.stats.race_sim import RULES, Scenario, summarize
+from benchmarks.simulators.race_sim import RULES, Scenario, summarize
 from tuner_client.stats.sequential import cs_multiplier
 
 RESULTS = Path(__file__).parent / "results"

@@ -7,7 +7,7 @@ shared_buffers size the server is restarted, the mix warmed up, and throughput s
 taken with the ``pg_stat_database`` hit/read deltas beside them (``pg_stat_clear_snapshot()``
 before each read). The offline session is then replayed both ways on the measured table
 (throughput and P interpolated linearly in log size between measured sizes, with the noise of
-:mod:`tuner_client.stats.replay`), with the same
+:mod:`benchmarks.simulators.replay`), with the same
 strategy, starting simplex and prior logic as :mod:`tuner_client.flows`, over several start
 points and noise seeds. Writes ``benchmarks/results/bme_prior.json`` and ``.md``
 (``--quick``: ``bme_prior.quick.*``).
@@ -35,15 +35,15 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.machine import cpu_model
+from benchmarks.simulators.replay import MeasuredTable, point_noise_only, replay_objective
 from bme import BMEAdvice, SharedBuffersAdvisor, fit_bme, touched_pages_p_star
 from bme.fit import BMEFit
 from harmony_base.errors import HarmonyError
 from harmony_base.space import IntParam, Space
 from harmony_core.definition import SessionDefinition
 from harmony_core.session import SessionCore
-from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import read_database_stats, stats_delta
-from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.driver import WorkloadDriver
 from workloads.mix import parse_mix
 from workloads.tpch.queries import validation_query

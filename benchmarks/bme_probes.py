@@ -14,7 +14,7 @@ costs a read from the page cache plus a buffer replacement, which dominates a lo
 cost, so throughput has a knee where the table fits in shared_buffers.
 ``--probe-sets-per-pass 0`` measures only the sweep (a pilot: is there a knee?). ``--settle-s``
 (default the tuner's ``bme.settle_s``; 0: cold windows) lets each probe's buffer settle before
-its window (:mod:`tuner_client.probe_settle`). The result says, per probe set, whether its
+its window (:mod:`tuner_client.probes.settle`). The result says, per probe set, whether its
 search window holds the sweep's best size.
 
 Sweep passes (restart, warm-up, samples at every size; alternating order) are interleaved
@@ -53,18 +53,18 @@ from psycopg import sql
 from scipy.stats import binomtest
 
 from benchmarks.bme_prior import Table, _machine, _session, _size_text
+from benchmarks.simulators.replay import point_noise_only, replay_objective
 from bme.probe_decision import Probe, decide, probe_sizes, search_radius, search_window
 from harmony_base.errors import HarmonyError
 from harmony_base.space import IntParam, Space
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import OFFLINE_SESSION, ProbeConfig, default_estimator
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import Measurer, PointRecord, ServerAccess
 from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
-from tuner_client.probe_runner import BufferFill, run_probes, touched_pages
-from tuner_client.stats.replay import point_noise_only, replay_objective
+from tuner_client.probes.runner import BufferFill, run_probes, touched_pages
+from tuner_client.servers.controllers.local import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.base import Workload
 from workloads.driver import WorkloadDriver
 from workloads.loop import Statement, StatementLoop

@@ -38,8 +38,8 @@ import urllib3
 from benchmarks.server_proc import ServerChild, machine
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import HarmonyClient, Session
-from tuner_client.transport import HttpBackend
+from tuner_client.api.client import HarmonyClient, Session
+from tuner_client.api.transport import HttpBackend
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "crash"

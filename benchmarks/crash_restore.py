@@ -49,7 +49,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.server_proc import machine
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HARMONY = [sys.executable, "-m", "harmony.cli"]

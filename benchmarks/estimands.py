@@ -30,8 +30,8 @@ from benchmarks.evidence.endtoend import tuner_dict
 from benchmarks.evidence.pertx import _window_speedup, window_rounds
 from benchmarks.evidence.restart import uptime
 from tuner_client.config import tuner_config_from_dict
+from tuner_client.servers.target import open_target
 from tuner_client.stats.paired import interval_from_logs
-from tuner_client.target import open_target
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
 

@@ -22,7 +22,7 @@ import yaml
 
 from benchmarks.evidence.common import load_average, machine
 from benchmarks.evidence.endtoend import open_memory_bound
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.phases.final_switchback import race_by_design

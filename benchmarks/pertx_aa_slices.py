@@ -22,8 +22,8 @@ import numpy as np
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.power import clopper_pearson
 from benchmarks.pertx_claim_rule import MODELS
+from benchmarks.simulators.per_transaction_sim import RunModel, seconds_for, simulate_run
 from tuner_client.stats.per_transaction import compare
-from tuner_client.stats.per_transaction_sim import RunModel, seconds_for, simulate_run
 
 SLICES = (10, 20, 40, 80)
 #: the seeds are reported in blocks of this many runs (the first is session 11's)

@@ -1,6 +1,6 @@
 """The per-transaction claim rule with few queries per slice (issue 27): coverage, false claims
 and power of the slice bootstrap's two intervals on simulated runs with a known truth
-(:mod:`tuner_client.stats.per_transaction_sim`: closed-loop TPC-H-like streams, a fast
+(:mod:`benchmarks.simulators.per_transaction_sim`: closed-loop TPC-H-like streams, a fast
 template and a slow heavy-tailed one that carries the effect, a drifting machine with bursts).
 
 Per cell: a model (``loaded``: log-normal sigma 0.6 and 1.0, drift 0.02/s, a 1.6x burst in 5 %
@@ -26,14 +26,14 @@ from typing import Any
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.power import clopper_pearson
-from tuner_client.stats.per_transaction import INTERVALS
-from tuner_client.stats.per_transaction_sim import (
+from benchmarks.simulators.per_transaction_sim import (
     RunModel,
     Template,
     rates,
     seconds_for,
     with_truth,
 )
+from tuner_client.stats.per_transaction import INTERVALS
 
 MODELS: dict[str, RunModel] = {
     "loaded": RunModel({"Q6": Template(6, 0.8, 1.0, 0.6), "Q13": Template(2, 3.0, 1.0, 1.0)},
@@ -59,7 +59,7 @@ def cell(model: RunModel, per_slice: float, truth: float, interval: str, runs: i
 def markdown(data: dict[str, Any]) -> str:
     lines = [header("Per-transaction claim rule with few queries per slice (issue 27)",
                     data["command"], data["machine"],
-                    "Simulated runs (tuner_client/stats/per_transaction_sim.py); models in "
+                    "Simulated runs (benchmarks/simulators/per_transaction_sim.py); models in "
                     "benchmarks/pertx_claim_rule.py. Coverage and claims with 95 % "
                     "Clopper-Pearson intervals; a claim is the 95 % interval above 1 (a false "
                     "claim when the truth is 1)."), "",

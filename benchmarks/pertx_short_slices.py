@@ -2,7 +2,7 @@
 of :func:`tuner_client.stats.per_transaction.compare` when a run of millisecond queries is cut
 into slices of :func:`~tuner_client.stats.per_transaction.ranking_slice_s` (10 mean latencies,
 at least 0.25 s) against the 1-s slices every claim keeps, on simulated runs with a known truth
-(:mod:`tuner_client.stats.per_transaction_sim`: closed-loop streams; the machine's level drifts
+(:mod:`benchmarks.simulators.per_transaction_sim`: closed-loop streams; the machine's level drifts
 from second to second and bursts for a whole second, so slices shorter than a second share it).
 
 Models: ``demo`` (the demo's SF 0.01 mix: 2 streams of 40 ms, 2 of 10 ms, 1 of 30 ms) and
@@ -24,9 +24,9 @@ import numpy as np
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.power import clopper_pearson
+from benchmarks.simulators.per_transaction_sim import RunModel, Template, simulate_run, with_truth
 from harmony_base.errors import ConfigError
 from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES, compare, ranking_slice_s
-from tuner_client.stats.per_transaction_sim import RunModel, Template, simulate_run, with_truth
 
 MODELS: dict[str, dict[str, Template]] = {
     "demo": {"Q1": Template(2, 0.040, 1.0, 0.3), "Q6": Template(2, 0.010, 1.0, 0.3),
@@ -62,7 +62,7 @@ def cell(templates: dict[str, Template], truth: float, seconds: float, short: bo
 def markdown(data: dict[str, Any]) -> str:
     lines = [header("Short slices for the search's per-transaction ranking (issue 27)",
                     data["command"], data["machine"],
-                    "Simulated runs (tuner_client/stats/per_transaction_sim.py); models in "
+                    "Simulated runs (benchmarks/simulators/per_transaction_sim.py); models in "
                     "benchmarks/pertx_short_slices.py. Coverage of the 95 % interval with a "
                     "95 % Clopper-Pearson interval, over the runs that had 8 slices (the "
                     "others the search would look at again 2 s later)."), "",

@@ -34,14 +34,14 @@ import psycopg
 from scipy import stats
 
 from benchmarks.machine import cpu_model
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.replicas import Replica, clone_cluster
-from tuner_client.target import Target
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 from workloads.tpch.load import load_tpch
 
 RESULTS = Path(__file__).parent / "results"

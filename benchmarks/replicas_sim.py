@@ -1,6 +1,6 @@
 """The replica simulator's curve: 1–64 replicas with PRO against sequential Nelder-Mead.
 
-For each replica count, ``--seeds`` simulated runs (:func:`tuner_client.stats.replica_sim.
+For each replica count, ``--seeds`` simulated runs (:func:`benchmarks.simulators.replica_sim.
 simulate`: the measured noise model: 9.4 % CV per 20-s point, drift ±15 % over 15 min,
 1 % outliers, 5 % bias between replicas; paired blocks, values normalised per replica) on
 Rosenbrock in 4 dimensions as a throughput surface in (0, 1], for a budget of simulated
@@ -33,7 +33,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from benchmarks.machine import cpu_model
-from tuner_client.stats.replica_sim import SimRun, simulate
+from benchmarks.simulators.replica_sim import SimRun, simulate
 
 RESULTS = Path(__file__).parent / "results"
 COUNTS = (1, 2, 4, 8, 16, 32, 64)

@@ -3,8 +3,8 @@
     python -m benchmarks.server_roundtrip [--quick]
 
 The server runs as its own process (``python -m harmony_server``, SQLite store in a temp
-dir, WAL, synchronous=NORMAL); the Python client (:mod:`tuner_client.client` over
-:mod:`tuner_client.transport`: the standard library's ``http.client``) drives it.
+dir, WAL, synchronous=NORMAL); the Python client (:mod:`tuner_client.api.client` over
+:mod:`tuner_client.api.transport`: the standard library's ``http.client``) drives it.
 Also measures the session core + store alone (no HTTP) to separate the costs. Writes
 ``benchmarks/results/server.json`` and ``server.md``. Targets: >= 1,000 pairs/s on one
 connection, p99 < 10 ms per pair.
@@ -31,7 +31,7 @@ import urllib3
 from benchmarks.machine import cpu_model
 from harmony_core.definition import SessionDefinition
 from harmony_server.server import EVENT_LOOP
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -247,7 +247,7 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "Server: `python -m harmony_server` as its own process (event loop: "
         f"{m.get('server_event_loop', 'asyncio')}), SQLite store (WAL, "
         "synchronous=NORMAL: durable against a killed process), strategy `random`, 4 integer "
-        "parameters. Client: `tuner_client.client` over `tuner_client.transport` (the "
+        "parameters. Client: `tuner_client.api.client` over `tuner_client.api.transport` (the "
         "standard library's `http.client`, one keep-alive connection per thread) over "
         "loopback.",
         "",

@@ -101,7 +101,7 @@ def run_tune(args: argparse.Namespace) -> str:
 def run_capture(args: argparse.Namespace) -> str:
     import psycopg
 
-    from tuner_client.local_cluster import LocalCluster
+    from tuner_client.servers.local_cluster import LocalCluster
     from workloads.apps import setup_app
     from workloads.capture import logging_for_capture
     from workloads.scripted import ScriptedWorkload

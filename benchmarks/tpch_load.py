@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.machine import cpu_model
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.connect import connect
 from workloads.driver import WorkloadDriver
 from workloads.tpch.load import load_tpch

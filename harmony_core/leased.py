@@ -2,7 +2,7 @@
 
 The one leased-session service: the server (:mod:`harmony_server.hosted`) extends it with a
 durable command log and long polls, the client's standalone mode
-(:mod:`tuner_client.standalone`) runs it in-process as it is. No HTTP and no store here.
+(:mod:`tuner_client.api.standalone`) runs it in-process as it is. No HTTP and no store here.
 
 Identity: ``join`` issues each client a secret (the session keeps only its digest) and
 :meth:`LeasedSession.authenticate` checks it before fetch, report, heartbeat and leave, so a

@@ -3,7 +3,7 @@ is one; each input checked here, with an error that names the key.
 
 A session's values are what its strategy saw; a run's summary carries the decision the
 tuner printed (the verdict, every label's paired interval), the race round by round and
-every measurement's paired ratio (:mod:`tuner_client.report_inputs` writes those).
+every measurement's paired ratio (:mod:`tuner_client.phases.report_inputs` writes those).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
 

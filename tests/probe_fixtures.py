@@ -6,10 +6,10 @@ from __future__ import annotations
 import psycopg
 
 from tuner_client.config import MeasureConfig
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import Measurer, ServerAccess
+from tuner_client.servers.controllers.local import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.loop import StatementLoop
 
 

@@ -10,9 +10,9 @@ import pytest
 from psycopg import sql
 
 from harmony_base.errors import ConfigError, KnobApplyError
-from tuner_client.apply import apply_online_knobs, reload_and_wait, reset_knobs
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.apply import apply_online_knobs, reload_and_wait, reset_knobs
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 1024 * 1024
 

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from bme import SharedBuffersAdvisor, touched_pages_p_star
-from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import StatsDelta, read_database_stats, stats_delta
+from tuner_client.servers.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.postgres
 

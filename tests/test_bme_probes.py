@@ -165,7 +165,7 @@ def test_the_summary_bme_carries_every_probe_decision_with_or_without_a_fit() ->
     from types import SimpleNamespace
     from typing import cast
 
-    from tuner_client.metrics import TunerMetrics
+    from tuner_client.metrics.exporter import TunerMetrics
     from tuner_client.phases.offline_probes import _record
     from tuner_client.phases.state import RunContext, RunState
 
@@ -200,7 +200,7 @@ def test_a_flat_curve_from_a_buffer_that_never_filled_is_no_knee_found_in_range(
     probe's buffer was full at the end of its window; otherwise (or unknown) the decision is
     "no knee found in range" and no window is set, so the search keeps its whole range."""
     from tuner_client.phases.offline_probes import flat_needs_a_full_buffer
-    from tuner_client.probe_runner import BufferFill
+    from tuner_client.probes.runner import BufferFill
 
     sizes = probe_sizes(128 * MB, 1024 * MB, 4, step=8 * MB)
     flat = decide(_probes(sizes), touched_pages=20_000, low=32 * MB, high=1024 * MB)

@@ -16,10 +16,8 @@ from conftest import ClusterFactory
 from probe_fixtures import probe_measurer
 
 from bme.probe_decision import Probe, decide, probe_sizes
-from tuner_client.controllers.local import LocalController
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.probe_runner import (
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.probes.runner import (
     client_pids,
     read_relation_io,
     run_probes,
@@ -27,6 +25,8 @@ from tuner_client.probe_runner import (
     touched_pages,
     window_delta,
 )
+from tuner_client.servers.controllers.local import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.loop import Statement, StatementLoop
 from workloads.sample import Sample
 
@@ -212,7 +212,7 @@ final: {rounds: 0}
 
 def _tuner_target(cluster: LocalCluster) -> tuple[KnobCatalog, str, Any]:
     """The cluster as the tuner's target: its catalog, shared_buffers before, the target."""
-    from tuner_client.target import Target
+    from tuner_client.servers.target import Target
 
     with psycopg.connect(cluster.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
@@ -230,7 +230,7 @@ def test_the_tuner_sizes_shared_buffers_from_the_probes(cluster: LocalCluster,
     searching; the server ends as it began."""
     from bme.size import size_for_target
     from harmony_server.server import start_server
-    from tuner_client.client import connect
+    from tuner_client.api.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner
     from tuner_client.phases.offline import offline_pass
@@ -301,7 +301,7 @@ def test_the_probes_replace_most_of_the_offline_search(cluster: LocalCluster,
     of the first (not the plain search's 0.3 of the whole window)."""
     from bme.probe_decision import RADIUS
     from harmony_server.server import start_server
-    from tuner_client.client import connect
+    from tuner_client.api.client import connect
     from tuner_client.config import parse_tuner_config
     from tuner_client.flows import Tuner
 

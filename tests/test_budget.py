@@ -17,8 +17,8 @@ from tuner_client.budget import (
     worker_processes,
 )
 from tuner_client.config import parse_tuner_config, resolve_knob_space
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 2**20
 GB = 2**30

@@ -23,14 +23,14 @@ from harmony_base.errors import (
 from harmony_core.definition import SessionDefinition
 from harmony_server.cli import add_parser as add_server_parser
 from harmony_server.server import ServerConfig, ServerHandle
-from tuner_client.client import (
+from tuner_client.api.client import (
     HarmonyClient,
     HttpBackend,
     LeaseLostError,
     ServerUnavailableError,
     connect,
 )
-from tuner_client.sessions_cli import add_parser
+from tuner_client.cli.sessions import add_parser
 
 
 @contextmanager

@@ -19,8 +19,8 @@ from server_support import Raw, definition, running_server
 from harmony_base.errors import ClientExistsError, ForbiddenError, ReportRejectedError
 from harmony_base.tokens import CLIENT_SECRET_HEADER
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import Session, connect
-from tuner_client.transport import HttpBackend
+from tuner_client.api.client import Session, connect
+from tuner_client.api.transport import HttpBackend
 
 
 def test_b_cannot_report_heartbeat_or_leave_for_a_even_under_as_name(tmp_path: Path) -> None:

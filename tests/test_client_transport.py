@@ -1,4 +1,4 @@
-"""The client's HTTP transport (:mod:`tuner_client.transport`): keep-alive connections of the
+"""The client's HTTP transport (:mod:`tuner_client.api.transport`): keep-alive connections of the
 standard library's ``http.client``, one per thread, each request in one write."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from server_support import running_server
 
 from harmony_base.errors import ConfigError
 from harmony_server.server import ServerConfig, ServerHandle
-from tuner_client.transport import HttpBackend
+from tuner_client.api.transport import HttpBackend
 
 
 def test_each_request_is_one_write_with_its_body(tmp_path: Path,
@@ -50,7 +50,7 @@ def test_a_connection_the_server_closed_while_idle_is_reopened_without_a_retry(
         assert backend.request("GET", "/sessions") == {"sessions": []}
     restarted = ServerHandle(ServerConfig(port=port, state_dir=tmp_path)).start()
     try:
-        with caplog.at_level(logging.DEBUG, logger="tuner_client.transport"):
+        with caplog.at_level(logging.DEBUG, logger="tuner_client.api.transport"):
             assert backend.request("GET", "/healthz")["status"] == "ok"
         assert not [r for r in caplog.records if "retrying" in r.getMessage()]
     finally:

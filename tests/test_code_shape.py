@@ -46,9 +46,8 @@ LONG_MODULES: dict[str, str] = {
 #: ``path:line`` of imports inside functions today, by module (only shrinks); a heavy optional
 #: third-party import kept lazy on purpose is listed in LAZY_ON_PURPOSE with the reason
 INNER_IMPORTS = {
-    "tuner_client/controllers/docker.py": 2,  # the optional docker SDK (compose's area)
-    "tuner_client/target.py": 11,
-    "tuner_client/tune_run.py": 1,
+    "tuner_client/servers/controllers/docker.py": 2,  # the optional docker SDK (compose's area)
+    "tuner_client/cli/tune_run.py": 1,
 }
 LAZY_ON_PURPOSE: dict[str, str] = {}
 #: the most ``Any`` the product code may hold (issue 46, item 6: 524 before, 149 after)

@@ -36,7 +36,7 @@ import psycopg
 import pytest
 from test_deploy import DASHBOARD, dashboard_queries, promql_metric_names
 
-from tuner_client.controllers.docker import DockerController
+from tuner_client.servers.controllers.docker import DockerController
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES_ENV = os.environ.get("HARMONY_COMPOSE_IMAGES", "")

@@ -9,7 +9,7 @@ import pytest
 
 from harmony_base import units
 from harmony_base.errors import ConfigError
-from tuner_client import budget, knobs, metrics
+from tuner_client import budget
 from tuner_client.config import (
     BudgetConfig,
     DatabaseConfig,
@@ -23,6 +23,8 @@ from tuner_client.config import (
     parse_tuner_config,
 )
 from tuner_client.config.model import OFFLINE_SESSION, ONLINE_SESSION
+from tuner_client.knobs import catalog as knobs
+from tuner_client.metrics import exporter as metrics
 
 
 def test_an_empty_config_is_every_dataclass_default() -> None:

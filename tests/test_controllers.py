@@ -13,14 +13,14 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError, DatabaseError
-from tuner_client.controllers import (
+from tuner_client.servers.controllers import (
     CommandController,
     Controller,
     LocalController,
     PgCtlController,
     make_controller,
 )
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,8 +131,8 @@ def test_signal_during_restart_is_held_until_server_is_back(own_cluster: LocalCl
     script = textwrap.dedent(f"""
         import os, signal, sys
         from pathlib import Path
-        from tuner_client.controllers import LocalController
-        from tuner_client.local_cluster import LocalCluster
+        from tuner_client.servers.controllers import LocalController
+        from tuner_client.servers.local_cluster import LocalCluster
 
         class Interrupted(LocalController):
             def stop_server(self, timeout_s):
@@ -181,7 +181,7 @@ def test_restart_after_a_backend_crash_waits_for_recovery(own_cluster: LocalClus
         pid = victim.info.backend_pid
         os.kill(pid, signal.SIGKILL)  # the tests run as root; the backend is the harmony user's
         time.sleep(0.05)
-        with caplog.at_level(logging.INFO, logger="tuner_client.controllers"):
+        with caplog.at_level(logging.INFO, logger="tuner_client.servers.controllers"):
             started = time.monotonic()
             report = ctl.restart_with({"shared_buffers": "48MB"}, timeout_s=60)
             took = time.monotonic() - started

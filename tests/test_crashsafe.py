@@ -19,8 +19,6 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError, HarmonyError, KnobApplyError
-from tuner_client.apply import apply_online_knobs
-from tuner_client.controllers import PgCtlController
 from tuner_client.crashsafe.journal import (
     Journal,
     ProcessId,
@@ -30,9 +28,11 @@ from tuner_client.crashsafe.journal import (
 from tuner_client.crashsafe.recovery import hand_edits, inspect, recover
 from tuner_client.crashsafe.run import RunSafety
 from tuner_client.crashsafe.server_state import parse_auto_conf
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.target import Target
+from tuner_client.knobs.apply import apply_online_knobs
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.controllers import PgCtlController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 
 HARMONY = [sys.executable, "-m", "harmony.cli"]
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from harmony_server.metrics import SERVER_METRICS
-from tuner_client.metrics import TUNER_METRICS
+from tuner_client.metrics.exporter import TUNER_METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from harmony_base.errors import ConfigError
-from tuner_client.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.measurer import PointRecord, SampleRecord
+from tuner_client.phases.detectors import LocalMinimumDetector, WorkloadShiftDetector
 from tuner_client.phases.online import sample_spread
 
 
@@ -55,7 +55,7 @@ def test_shift_margin_widens_band_and_other_counts() -> None:
 def test_shift_logs_its_evidence(caplog: pytest.LogCaptureFixture) -> None:
     d = WorkloadShiftDetector(outside=3)
     d.arm([100.0, 104.0])
-    with caplog.at_level(logging.INFO, logger="tuner_client.detectors"):
+    with caplog.at_level(logging.INFO, logger="tuner_client.phases.detectors"):
         decisions(d, [50.0, 51.0, 52.0])
     assert "workload shift detected" in caplog.text
     assert "[50.0, 51.0, 52.0]" in caplog.text and "[100, 104]" in caplog.text

@@ -7,9 +7,9 @@ import psycopg
 
 from tuner_client.budget import BudgetView, MemoryBudget
 from tuner_client.config import parse_tuner_config, resolve_knob_space
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.phases.final_per_transaction import memory_pressure_reason
+from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 1024**2
 #: the memory knobs the candidates leave alone, as a power run had them in force

@@ -11,13 +11,13 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony_server.server import start_server
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.phases.outputs import alter_system_sql, conf_fragment
-from tuner_client.target import Target
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.target import Target
 
 CONFIG = """\
 name: flowtest

@@ -23,13 +23,13 @@ from harmony_base.space import IntParam, RealParam, Space
 from harmony_core.definition import SessionDefinition
 from harmony_core.priordata import HostInfo, PriorSession, TrialRecord, dump, load
 from harmony_report import write_report
-from tuner_client.client import host_metadata
+from tuner_client.api.client import host_metadata
 from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
-from tuner_client.metrics import TunerMetrics
-from tuner_client.target import Target
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.target import Target
 
 MIX = "2Q6,1Q13"
 CONFIG = f"""\
@@ -222,7 +222,7 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
 
 def test_warm_start_config_is_checked(tmp_path: Path) -> None:
     from harmony_base.errors import ConfigError
-    from tuner_client.warm import load_priors
+    from tuner_client.phases.warm import load_priors
 
     base = "name: x\nwarm_start: "
     with pytest.raises(ConfigError, match=r"line 2.*warm_start"):

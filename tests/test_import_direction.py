@@ -69,7 +69,7 @@ def test_nothing_below_the_cli_imports_the_server() -> None:
     offenders = _scan(BELOW_THE_SERVER,
                       lambda m, _: m == SERVER or m.startswith(SERVER + "."))
     assert offenders == [], ("modules below the CLI import harmony_server; read prior data over "
-                             "the HTTP API (tuner_client.priordata_remote) or from exported "
+                             "the HTTP API (tuner_client.api.priordata_remote) or from exported "
                              "files:\n" + "\n".join(offenders))
     # the scan does look inside every package: dozens of modules, real imports
     scanned = sum(len(_files(p)) for p in BELOW_THE_SERVER)

@@ -6,8 +6,8 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 1024 * 1024
 
@@ -144,7 +144,7 @@ def test_round_down_puts_a_computed_size_on_the_knobs_units(catalog: KnobCatalog
         sb.parse("6171023kB")
     assert sb.parse("6171023kB", round_down=True) == 6171016 * 1024
     assert sb.parse(sb.format(sb.parse("6171023kB", round_down=True))) == 6171016 * 1024
-    from tuner_client.pgtune import Machine, pgtune_on_grid
+    from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
     got = pgtune_on_grid(Machine(ram_bytes=23 * 2**30 + 12345 * 1024, cpus=2, connections=20,
                                  db_type="dw"), catalog, ["shared_buffers", "work_mem", "jit"])
     assert set(got) == {"shared_buffers", "work_mem"}  # PGTune does not set jit

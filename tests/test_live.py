@@ -17,8 +17,9 @@ from psycopg import sql
 
 from benchmarks.live_traffic import Traffic, create_shop
 from harmony_base.errors import ConfigError, GuardrailTrip, WorkloadError
+from tuner_client.api.client import connect
 from tuner_client.budget import make_budget_view, worker_processes
-from tuner_client.client import connect
+from tuner_client.cli.tune_run import format_result
 from tuner_client.config import (
     GuardConfig,
     MeasureConfig,
@@ -26,18 +27,17 @@ from tuner_client.config import (
     parse_tuner_config,
     resolve_knob_space,
 )
-from tuner_client.controllers import LocalController
-from tuner_client.detectors import MixShiftDetector
 from tuner_client.flows import Tuner
-from tuner_client.guardrails import Guardrail
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import LiveWatch, Measurer, PointRecord, ServerAccess
-from tuner_client.metrics import TunerMetrics
+from tuner_client.measurer.guardrails import Guardrail
+from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.detectors import MixShiftDetector
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 from tuner_client.stats.mix import MixReference, share_distance, time_shares
-from tuner_client.target import Target
-from tuner_client.tune_run import format_result
 from workloads.observe import ObservedWindow, ObservedWorkload
 
 #: a knob change that makes key lookups slow: every lookup becomes a sequential scan

@@ -12,9 +12,9 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError, DatabaseError
-from tuner_client.cgroups import CGROUP_ROOT
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.pg_binaries import find_bin_dir
+from tuner_client.servers.cgroups import CGROUP_ROOT
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.pg_binaries import find_bin_dir
 
 
 def test_shared_cluster_answers_and_runs_unprivileged(pg_cluster: LocalCluster) -> None:

@@ -11,11 +11,10 @@ import pytest
 from psycopg import sql
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
-from tuner_client.apply import reset_knobs
 from tuner_client.budget import BudgetView, MemoryBudget
 from tuner_client.config import MeasureConfig, parse_tuner_config, resolve_knob_space
-from tuner_client.controllers import LocalController
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.apply import reset_knobs
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import (
     Measurer,
     ServerAccess,
@@ -23,6 +22,7 @@ from tuner_client.measurer import (
     read_database_stats,
     stats_delta,
 )
+from tuner_client.servers.controllers import LocalController
 from workloads.driver import WorkloadDriver
 from workloads.sample import Sample
 

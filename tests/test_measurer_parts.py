@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from harmony_base.errors import ConfigError, WorkloadError
-from tuner_client.knobs import Knob, KnobCatalog
+from tuner_client.knobs.catalog import Knob, KnobCatalog
+from tuner_client.knobs.in_force import InForce
 from tuner_client.measurer.estimators import ESTIMATORS, check_estimator, sample_value
-from tuner_client.measurer.in_force import InForce
+from tuner_client.measurer.server_cpu import CpuReading
 from tuner_client.measurer.server_process import cores_used
-from tuner_client.server_cpu import CpuReading
 from workloads.sample import QueryStats, Sample
 
 

@@ -24,7 +24,7 @@ from harmony_server.metrics import (
 from harmony_server.stats import LatencyHistogram
 from harmony_server.store import Store, default_store_url
 from tuner_client.measurer import PointRecord, SampleRecord, StatsDelta
-from tuner_client.metrics import (
+from tuner_client.metrics.exporter import (
     CURVE_POINTS,
     MISS_SLOTS,
     TUNER_METRICS,
@@ -405,8 +405,8 @@ def test_metrics_arguments_serve_on_loopback_when_a_port_is_given(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from tuner_client.metrics import metrics_from_args
-    from tuner_client.metrics_options import add_metrics_arguments
+    from tuner_client.metrics.exporter import metrics_from_args
+    from tuner_client.metrics.options import add_metrics_arguments
 
     monkeypatch.delenv("HARMONY_METRICS_PORT", raising=False)
     monkeypatch.delenv("HARMONY_METRICS_HOST", raising=False)

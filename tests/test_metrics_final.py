@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harmony_base.errors import ConfigError
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.stats.decision import decide
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import PerTransactionComparison

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harmony_base.errors import ConfigError
-from tuner_client.pgtune import Machine, format_kb, pgtune_kb, pgtune_settings
+from tuner_client.knobs.pgtune import Machine, format_kb, pgtune_kb, pgtune_settings
 
 GB = 1024**3
 MB = 1024**2

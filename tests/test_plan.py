@@ -14,11 +14,11 @@ import yaml
 from harmony.cli import main
 from harmony_base.errors import ConfigError
 from tuner_client.config import DEFAULT_ONLINE_KNOBS, tuner_config_from_dict
-from tuner_client.knob_proposals import choose_online_knobs, propose, proposed_knobs
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.plan import make_plan
-from tuner_client.target import Target, read_catalog
-from tuner_client.workload_stats import StatementStats, WorkloadStats, read_workload_stats
+from tuner_client.plan.planner import make_plan
+from tuner_client.plan.proposals import choose_online_knobs, propose, proposed_knobs
+from tuner_client.plan.workload_stats import StatementStats, WorkloadStats, read_workload_stats
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target, read_catalog
 
 
 def _stats(**changes: Any) -> WorkloadStats:

@@ -15,8 +15,8 @@ import yaml
 from harmony.cli import main
 from tuner_client.budget.formula import MemoryBudget
 from tuner_client.config import load_tuner_config, tuner_config_from_dict
-from tuner_client.local_cluster import LocalCluster
-from tuner_client.plan import make_plan
+from tuner_client.plan.planner import make_plan
+from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 2**20
 ROOT = Path(__file__).resolve().parent.parent

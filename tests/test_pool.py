@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.phases.blocks import Reference, open_references, pooled_level
 from tuner_client.phases.session_loop import Shared
 from tuner_client.replicas import SOLE_LEASE_S, Replica, ReplicaPool, run_each
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 
 
 def _replica(name: str) -> Replica:

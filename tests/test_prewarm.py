@@ -8,10 +8,10 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.config import MeasureConfig, parse_tuner_config
-from tuner_client.controllers import LocalController
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import Measurer, ServerAccess
 from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, drop_leftover_extensions
+from tuner_client.servers.controllers import LocalController
 from workloads.driver import WorkloadDriver
 
 _RESIDENT = """

@@ -44,7 +44,7 @@ from harmony_server.priordata_store import (
     priors_from_store,
 )
 from harmony_server.store import Store, default_store_url
-from tuner_client.priordata_remote import prior_from_server
+from tuner_client.api.priordata_remote import prior_from_server
 
 HOST = {"cpu_count": 2, "ram_bytes": 24 * 1024**3}
 

@@ -13,14 +13,14 @@ import pytest
 from bme.equation import BMEParams, miss_probability
 from bme.probe_decision import Probe, decide, probe_sizes, search_window
 from tuner_client.phases.offline_probes import decide_set, flat_needs_a_full_buffer
-from tuner_client.probe_runner import (
+from tuner_client.probes.runner import (
     BufferFill,
     ends_flat_settled,
     ends_flat_unfilled,
     fits_at_smallest,
     probe_order,
 )
-from tuner_client.probe_settle import cannot_fill, settled_state
+from tuner_client.probes.settle import cannot_fill, settled_state
 
 MB = 1 << 20
 ACCESSES = 1_000_000

@@ -14,15 +14,15 @@ from conftest import ClusterFactory
 from probe_fixtures import probe_measurer
 
 from bme.probe_decision import Probe
-from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import Measurer
-from tuner_client.probe_runner import (
+from tuner_client.probes.runner import (
     client_pids,
     read_relation_io,
     run_probes,
     settled_io,
     window_delta,
 )
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.loop import Statement, StatementLoop
 
 MB = 1 << 20

@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
+from tuner_client.cli.progress import RunView, live_view, phase_of
 from tuner_client.config import parse_tuner_config
 from tuner_client.measurer import PointRecord, SampleRecord
-from tuner_client.progress import RunView, live_view, phase_of
 
 CONFIG = """\
 name: viewtest

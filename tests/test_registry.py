@@ -9,7 +9,7 @@ import pytest
 from harmony_base.errors import ConfigError
 from harmony_base.registry import Registry
 from plugins.base import Plugin, make_plugin
-from tuner_client.controllers import CommandController, Controller, make_controller
+from tuner_client.servers.controllers import CommandController, Controller, make_controller
 
 
 class _Base:

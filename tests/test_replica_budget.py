@@ -8,7 +8,7 @@ from pathlib import Path
 
 from server_support import definition, running_server, sphere
 
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.phases.session_loop import Shared, claimed_by_others
 
 

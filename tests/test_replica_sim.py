@@ -7,9 +7,9 @@ import statistics
 import numpy as np
 import pytest
 
+from benchmarks.simulators.replica_sim import simulate
 from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import NoiseModel
-from tuner_client.stats.replica_sim import simulate
 
 #: replica bias only: no point noise, drift or outliers
 BIAS_ONLY = NoiseModel(point_cv=0.0, drift_sd=0.0, outlier_rate=0.0, replica_cv=0.3)

@@ -17,16 +17,16 @@ import pytest
 
 from harmony_base.errors import ConfigError
 from harmony_server.server import start_server
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import METADATA_KEY
 from tuner_client.replicas import Replica, clone_cluster
-from tuner_client.target import Target
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 from workloads.tpch.load import load_tpch
 
 CONFIG = """\
@@ -203,7 +203,7 @@ def test_a_replica_on_another_host_joins_by_name(clusters: list[LocalCluster],
                                                  tmp_path: Path) -> None:
     """``harmony tune CONFIG --server URL --replica far``: the worker finds the coordinator's
     replicated sessions, measures beside its own reference, and its reports count."""
-    from tuner_client.replica_worker import run_replica
+    from tuner_client.cli.replica_worker import run_replica
 
     primary, far, _ = clusters
     config = parse_tuner_config(QUICK.replace("replicas: {lease_s: 20}",

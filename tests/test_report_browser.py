@@ -18,14 +18,14 @@ from browser_support import BrowserUnavailable, chromium, load_page
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony.cli import report as report_cli
-from tuner_client.client import connect
+from tuner_client.api.client import connect
+from tuner_client.cli.tune_run import format_result
 from tuner_client.config import parse_tuner_config
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.phases.result import TuneResult
-from tuner_client.target import Target
-from tuner_client.tune_run import format_result
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.target import Target
 
 pytestmark = pytest.mark.browser
 

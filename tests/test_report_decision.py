@@ -1,7 +1,7 @@
 """The report tells the decision's story with the decision's numbers: a race run by the real
 :class:`~tuner_client.stats.racing.Race` and judged by the real
 :func:`~tuner_client.stats.decision.decide`, written into a summary by the tuner's own
-``TuneResult.to_dict`` and :func:`~tuner_client.report_inputs.report_inputs`, then drawn.
+``TuneResult.to_dict`` and :func:`~tuner_client.phases.report_inputs.report_inputs`, then drawn.
 
 One test per part of the report: the comparison with every interval (the winner's
 simultaneous one), the race round by round with its drops, the tuning curve in one unit with
@@ -26,14 +26,14 @@ from test_priordata import make_definition, run_session
 from harmony_core.priordata import PriorSession, prior_from_core
 from harmony_report import summary_from_json, write_report
 from harmony_report.curve import raced_evaluations
-from tuner_client.guardrails import GuardrailSummary, Trip
+from tuner_client.cli.tune_run import format_result
 from tuner_client.measurer import PointRecord
+from tuner_client.measurer.guardrails import GuardrailSummary, Trip
 from tuner_client.phases.final import NAMES
+from tuner_client.phases.report_inputs import race_trace, report_inputs
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
-from tuner_client.report_inputs import race_trace, report_inputs
 from tuner_client.stats.decision import decide
 from tuner_client.stats.racing import Race, RaceBudget, RaceRules
-from tuner_client.tune_run import format_result
 
 #: true ratios to the default: one clearly better, one clearly worse, one the same
 TRUE = {"default": 1.0, "best": 1.25, "candidate-2": 0.80, "pgtune": 1.0}

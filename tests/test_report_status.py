@@ -15,9 +15,9 @@ from harmony_core.priordata import PriorSession
 from harmony_report import shown_status, write_report
 from harmony_server.priordata_store import prior_from_store
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import Session, connect
-from tuner_client.prior_export import session_prior
-from tuner_client.priordata_remote import prior_from_server
+from tuner_client.api.client import Session, connect
+from tuner_client.api.prior_export import session_prior
+from tuner_client.api.priordata_remote import prior_from_server
 
 #: evaluations Nelder-Mead may take to converge on the 2-d sphere grid (it needs ~40)
 MAX_EVALS = 400

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from benchmarks.simulators.per_transaction_sim import RunModel, SimTrace, Template
 from harmony_base.errors import ConfigError
-from tuner_client.stats.per_transaction_sim import RunModel, SimTrace, Template
 from tuner_client.stats.screening import KnobLevels, plackett_burman
 from tuner_client.stats.screening_per_transaction import (
     design_rows,

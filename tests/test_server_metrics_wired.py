@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from harmony_server.server import start_server
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 
 
 def test_default_server_exports_documented_series_with_real_counts(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from server_support import definition, running_server, sphere
 
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 
 EVALS = 80  # per session
 

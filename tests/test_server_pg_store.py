@@ -9,7 +9,7 @@ from psycopg.conninfo import conninfo_to_dict
 from server_support import definition, running_server, sphere
 
 from harmony_server.store import Store
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 
 pytestmark = pytest.mark.postgres
 

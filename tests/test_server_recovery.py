@@ -19,7 +19,7 @@ from server_support import definition, free_port, sphere
 from harmony_core.definition import SessionDefinition
 from harmony_core.session import SessionCore
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 

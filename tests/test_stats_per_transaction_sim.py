@@ -1,5 +1,5 @@
 """The per-transaction claim rule where it is weakest, on simulated closed-loop runs with a known
-truth (:mod:`tuner_client.stats.per_transaction_sim`): ~10 queries per slice and arm, the
+truth (:mod:`benchmarks.simulators.per_transaction_sim`): ~10 queries per slice and arm, the
 effect carried by a slow heavy-tailed template. Also the pieces of the rule: each slice's
 influence on log L and the degrees of freedom its kurtosis leaves."""
 
@@ -10,6 +10,14 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.simulators.per_transaction_sim import (
+    RunModel,
+    Template,
+    rates,
+    seconds_for,
+    simulate_run,
+    with_truth,
+)
 from tuner_client.stats.per_transaction import (
     _influence,
     _latency_ratio,
@@ -17,14 +25,6 @@ from tuner_client.stats.per_transaction import (
     compare,
     effective_df,
     variance_by_template,
-)
-from tuner_client.stats.per_transaction_sim import (
-    RunModel,
-    Template,
-    rates,
-    seconds_for,
-    simulate_run,
-    with_truth,
 )
 
 #: the benchmark's ``loaded`` model (benchmarks/pertx_claim_rule.py): Q13 carries the effect

@@ -1,15 +1,15 @@
 """Monitoring the final race after every round: with confidence sequences false claims stay
 ≤ 5 % and coverage ≥ 95 %, where a fixed-n t interval checked after every round claims far
 more; and a real 1.05× or 1.10× is still found. Simulated races
-(:mod:`tuner_client.stats.race_sim`: per-round log-ratio sd 0.06, log-normal noise, drift),
+(:mod:`benchmarks.simulators.race_sim`: per-round log-ratio sd 0.06, log-normal noise, drift),
 fixed seeds; ``benchmarks/anytime_race.py`` runs 2,000 races per row."""
 
 from __future__ import annotations
 
 import pytest
 
+from benchmarks.simulators.race_sim import Scenario, simulate, summarize
 from harmony_base.errors import ConfigError
-from tuner_client.stats.race_sim import Scenario, simulate, summarize
 
 AA = Scenario(max_rounds=30)
 

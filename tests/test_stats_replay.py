@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.simulators.replay import MeasuredTable, point_noise_only, replay_objective
 from harmony_base.errors import ConfigError
-from tuner_client.stats.replay import MeasuredTable, point_noise_only, replay_objective
 
 MB = 1 << 20
 

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError, WorkloadError
-from tuner_client.apply import reload_and_wait
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.apply import reload_and_wait
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.switchback import (
     balanced_order,
     compare,

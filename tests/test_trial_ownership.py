@@ -17,7 +17,7 @@ from harmony_base.errors import (
     ForbiddenError,
     LeaseLostError,
 )
-from tuner_client.client import HarmonyClient, connect
+from tuner_client.api.client import HarmonyClient, connect
 
 
 def test_only_the_lease_holder_may_report_or_heartbeat(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from harmony_base.trial import SessionStatus, TrialRecord, TrialStatus
 from harmony_core import priordata
 from harmony_core.definition import SessionDefinition
 from harmony_core.session import SessionCore
-from tuner_client.labels import FailureKind
+from tuner_client.metrics.labels import FailureKind
 
 DEFINITION = {"name": "t", "parameters": [{"name": "x", "type": "int", "min": 0, "max": 9}],
               "strategy": "random", "seed": 1}

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError
+from tuner_client.cli.demo import _FALLBACK_YAML, DEMO_CONFIG_YAML
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
     format_bytes,
@@ -17,9 +18,8 @@ from tuner_client.config import (
     parse_tuner_config,
     resolve_knob_space,
 )
-from tuner_client.demo import _FALLBACK_YAML, DEMO_CONFIG_YAML
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 TUNER_CONFIGS = sorted([*CONFIGS.glob("tpch-*.yaml"), *CONFIGS.glob("pg-*.yaml")])

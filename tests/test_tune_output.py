@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tuner_client.cli.tune_run import format_result
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.result import Best, Intervals, RunStatus, Throughput, TuneResult, Work
 from tuner_client.stats.decision import FinalDecision
-from tuner_client.tune_run import format_result
 
 
 def _result(winner: bool) -> TuneResult:

@@ -20,7 +20,7 @@ from psycopg import sql
 from harmony_base.errors import ConfigError
 from tests.conftest import ClusterFactory
 from tuner_client.config import parse_tuner_config
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.apps import setup_app
 from workloads.capture import capture, capture_settings, logging_for_capture
 from workloads.pgbench import find_pgbench
@@ -296,11 +296,11 @@ def test_a_bad_script_stops_the_tuner_before_any_knob(shop: tuple[LocalCluster, 
                                                       tmp_path: Path) -> None:
     """The tuner checks the scripts when it starts the workload in its prepare phase: the
     error names the file and line, nothing was measured, no setting was changed."""
-    from tuner_client.client import connect as harmony_connect
-    from tuner_client.controllers.local import LocalController
+    from tuner_client.api.client import connect as harmony_connect
     from tuner_client.flows import Tuner
-    from tuner_client.knobs import KnobCatalog
-    from tuner_client.target import Target
+    from tuner_client.knobs.catalog import KnobCatalog
+    from tuner_client.servers.controllers.local import LocalController
+    from tuner_client.servers.target import Target
 
     cluster, dsn = shop
     bad = tmp_path / "bad.pgbench"

@@ -14,10 +14,10 @@ from harmony_core.priordata import HostInfo, prior_from_core
 from harmony_core.session import SessionCore
 from harmony_server.priordata_store import import_into_store
 from harmony_server.store import Store, default_store_url
-from tuner_client.client import connect
+from tuner_client.api.client import connect
+from tuner_client.api.priordata_remote import prior_from_server, priors_from_server
 from tuner_client.config import WarmStartConfig
-from tuner_client.priordata_remote import prior_from_server, priors_from_server
-from tuner_client.warm import load_priors
+from tuner_client.phases.warm import load_priors
 
 
 def test_priors_from_a_server_carry_every_measured_trial(tmp_path: Path) -> None:

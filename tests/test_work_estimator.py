@@ -12,12 +12,12 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony_base.errors import ConfigError
-from tuner_client.apply import reset_knobs
 from tuner_client.config import MeasureConfig, parse_tuner_config
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.apply import reset_knobs
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import Measurer, ServerAccess
-from tuner_client.server_cpu import CGROUP_ROOT, child_pids, parent_pid, read_server_cpu
+from tuner_client.measurer.server_cpu import CGROUP_ROOT, child_pids, parent_pid, read_server_cpu
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.driver import WorkloadDriver
 from workloads.pgbench import PgbenchWorkload
 from workloads.sample import reference_costs, summarize

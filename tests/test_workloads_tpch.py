@@ -17,7 +17,7 @@ from psycopg import sql
 
 from harmony.cli import tpch_parser as cli
 from harmony_base.errors import ConfigError, DatabaseError, WorkloadError
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.servers.local_cluster import LocalCluster
 from workloads.driver import STOP_TIMEOUT_S, WorkloadDriver
 from workloads.schedule import ScheduledDriver, wait_for_phase
 from workloads.tpch.load import LoadResult, load_tpch

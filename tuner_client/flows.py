@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from harmony_base.errors import ConfigError
+from tuner_client.api.client import HarmonyClient, connect
 from tuner_client.budget import BudgetView
-from tuner_client.client import HarmonyClient, connect
 from tuner_client.config import TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key
 from tuner_client.measurer import PointRecord, Workload
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.final import final_rounds
 from tuner_client.phases.offline import offline_pass
 from tuner_client.phases.online import online_pass
@@ -32,9 +32,9 @@ from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.screening import screening_phase
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.warm import load_priors
 from tuner_client.replicas import Replica, ReplicaPool, close_replicas, open_replicas
-from tuner_client.target import Target, default_state_dir, open_target
-from tuner_client.warm import load_priors
+from tuner_client.servers.target import Target, default_state_dir, open_target
 
 __all__ = ["TuneResult", "Tuner"]
 

@@ -1,6 +1,6 @@
 """The databases a run measures on: a pool of replicas, of one when there are no others.
 
-Each replica is a :class:`~tuner_client.target.Target` (its own DSN, controller and workload
+Each replica is a :class:`~tuner_client.servers.target.Target` (its own DSN, controller and workload
 driver) with its own measurer. Embedded replicas are clones of the embedded cluster (stop,
 copy the data directory, start; each with its own port, memory cgroup and optional CPU cap);
 existing servers are listed under ``replicas.targets``. The coordinator (the process that owns
@@ -25,12 +25,12 @@ from pathlib import Path
 import psycopg
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
-from tuner_client import controllers
-from tuner_client.client import HarmonyClient, Session
+from tuner_client.api.client import HarmonyClient, Session
 from tuner_client.config import TunerConfig
-from tuner_client.local_cluster import LocalCluster
 from tuner_client.measurer import ApplyOutcome, Measurer
-from tuner_client.target import EMBEDDED_DBNAME, Target, make_controller, read_catalog
+from tuner_client.servers import controllers
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import EMBEDDED_DBNAME, Target, make_controller, read_catalog
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 (reload-time knobs, and every knob in live mode, where the sessions are the application's).
 
 :class:`ConfigurationSwitch` puts one configuration in force (the first time with the full
-verification of :func:`tuner_client.apply.apply_online_knobs`, then the fast path: the same
+verification of :func:`tuner_client.knobs.apply.apply_online_knobs`, then the fast path: the same
 ``ALTER SYSTEM`` lines and a reload, ~2 ms) and puts every touched line of
 ``postgresql.auto.conf`` back as it was on exit, exceptions included. :func:`run_slices`
 walks a balanced order of slices (:func:`tuner_client.stats.switchback.balanced_order`),
@@ -28,9 +28,9 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
-from tuner_client.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.config.defaults import DEFAULT_SLICE_S
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.apply import alter_system, apply_online_knobs, reload_and_wait
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.stats.switchback import SliceSpan, balanced_order
 from workloads.observe import Counters, read_counters, window_between
 from workloads.per_transaction.trace import Trace

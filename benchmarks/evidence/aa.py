@@ -22,10 +22,10 @@ from typing import Any
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.flowrun import open_small_target, small_config
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 
 MIX = "2Q6,2Q13,1Q9"
 #: reloadable knobs a read-only mix cannot feel

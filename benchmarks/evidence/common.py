@@ -16,7 +16,8 @@ from typing import Any
 from benchmarks.machine import cpu_model
 from tuner_client.config import MeasureConfig, TunerConfig
 from tuner_client.measurer import Measurer, ServerAccess, Workload
-from tuner_client.target import Target, make_workload
+from tuner_client.servers.target import Target
+from workloads.factory import make_workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -33,7 +34,7 @@ def machine() -> dict[str, Any]:
         pass
     pg = None
     try:
-        from tuner_client.local_cluster import find_bin_dir
+        from tuner_client.servers.pg_binaries import find_bin_dir
 
         pg = subprocess.run([str(find_bin_dir() / "postgres"), "--version"], capture_output=True,
                             text=True, timeout=10).stdout.strip()
@@ -104,5 +105,6 @@ def target_measurer(cfg: TunerConfig, target: Target, measure: MeasureConfig | N
     configured restart timeout; ``options`` go to :class:`Measurer` (e.g. ``hooks``)."""
     return Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
                                  cfg.database.restart_timeout_s),
-                    workload if workload is not None else make_workload(cfg, target.dsn),
+                    workload if workload is not None
+                    else make_workload(cfg.workload, target.dsn, seed=cfg.seed),
                     measure if measure is not None else cfg.measure, **options)

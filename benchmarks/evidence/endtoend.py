@@ -39,11 +39,12 @@ from benchmarks.evidence.common import (
     write_results,
 )
 from harmony_base.errors import HarmonyError
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.pgtune import Machine, pgtune_settings
-from tuner_client.target import Target, make_workload, open_target, stream_count
+from tuner_client.knobs.pgtune import Machine, pgtune_settings
+from tuner_client.servers.target import Target, open_target
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ def compare(cfg: TunerConfig, target: Target, configs: dict[str, dict[str, str]]
             rounds: int) -> dict[str, Any]:
     """Measure each configuration ``rounds`` times, interleaved, with the tuner's protocol."""
     names = sorted({k for c in configs.values() for k in c if k in target.catalog})
-    workload = make_workload(cfg, target.dsn, seed=cfg.seed + 1000)
+    workload = make_workload(cfg.workload, target.dsn, seed=cfg.seed + 1000)
     measurer = target_measurer(cfg, target, workload=workload)
     auto_conf = target.controller.read_auto_conf()
     default = measurer.current_settings(names)
@@ -294,9 +295,9 @@ def run(quick: bool, scale: float, memory_limit: int, offline_evals: int, online
         logger.info("database %.0f MB, limit %.0f MB (%.2fx); cgroup %s", size / MB,
                     memory_limit / MB, size / memory_limit, data["cgroup_at_start"])
         for i, mix in enumerate(mixes):
-            streams = stream_count(tuner_config_from_dict(tuner_dict(
+            streams = tuner_config_from_dict(tuner_dict(
                 "x", mix, scale=scale, memory_limit=memory_limit, offline_evals=1,
-                online_evals=1, queries=1, warmup_s=1, seed=1)))
+                online_evals=1, queries=1, warmup_s=1, seed=1)).workload.streams
             queries = streams
             cfg = tuner_config_from_dict(tuner_dict(
                 f"evidence-e2e-{i}", mix, scale=scale, memory_limit=memory_limit,

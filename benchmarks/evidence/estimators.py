@@ -48,7 +48,7 @@ from benchmarks.evidence.common import (
 from benchmarks.evidence.endtoend import MB, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.measurer import Measurer
-from tuner_client.server_cpu import CGROUP_ROOT, parent_pid
+from tuner_client.measurer.server_cpu import CGROUP_ROOT, parent_pid
 from workloads.mix import parse_mix
 
 logger = logging.getLogger(__name__)

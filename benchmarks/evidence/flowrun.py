@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.measurer import Workload
-from tuner_client.target import Target, open_target
+from tuner_client.servers.target import Target, open_target
 
 
 def small_config(name: str, *, flow: str, mix: str | None = None, schedule: str | None = None,

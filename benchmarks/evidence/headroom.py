@@ -37,14 +37,14 @@ from benchmarks.evidence.common import (
     write_results,
 )
 from benchmarks.evidence.endtoend import MB, oom_lines, open_memory_bound, tuner_dict
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.units import parse_bytes
 from tuner_client.flows import Tuner
-from tuner_client.pgtune import Machine, pgtune_on_grid
+from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
+from tuner_client.servers.target import Target
 from tuner_client.stats.noise import round_order
 from tuner_client.stats.paired import paired_ratio_interval
-from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
 

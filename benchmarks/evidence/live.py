@@ -37,15 +37,15 @@ from scipy import stats as scistats
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.live_traffic import Traffic, create_shop
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import GuardConfig, MeasureConfig, tuner_config_from_dict
-from tuner_client.controllers import LocalController
 from tuner_client.flows import Tuner
-from tuner_client.guardrails import Guardrail
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import LiveWatch, Measurer, ServerAccess
-from tuner_client.target import Target
+from tuner_client.measurer.guardrails import Guardrail
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 from workloads.observe import ObservedWorkload
 
 logger = logging.getLogger(__name__)

@@ -48,7 +48,8 @@ from tuner_client.budget import MemoryBudget
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY
 from tuner_client.config.units import parse_bytes
-from tuner_client.target import Target, make_workload
+from tuner_client.servers.target import Target
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def run_point(cfg: TunerConfig, target: Target, shared_buffers: str, work_mem: s
     cg = target.cluster.cgroup_path() if target.cluster is not None else None
     assert cg is not None, "oomgrid needs the cluster in a memory cgroup"
     peak = CgroupPeak(cg)
-    workload = make_workload(cfg, target.dsn)
+    workload = make_workload(cfg.workload, target.dsn, seed=cfg.seed)
     workload.start()
     peak.start()
     try:

@@ -41,7 +41,7 @@ from harmony_base.space import Space
 from tuner_client.budget import make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space, tuner_config_from_dict
 from tuner_client.measurer import ApplyHooks, Measurer
-from tuner_client.target import Target, stream_count
+from tuner_client.servers.target import Target
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                               online_evals=1, queries=1, warmup_s=1, seed=1))
     cfg = tuner_config_from_dict(tuner_dict(
         "evidence-opt", args.mix, scale=args.scale, memory_limit=limit, offline_evals=1,
-        online_evals=1, queries=stream_count(probe), warmup_s=3, seed=11,
+        online_evals=1, queries=probe.workload.streams, warmup_s=3, seed=11,
         estimator=args.estimator))
     data: dict[str, Any] = {"machine": machine(), "quick": args.quick, "mix": args.mix,
                             "scale": args.scale, "memory_limit_bytes": limit, "seeds": seeds,

@@ -114,7 +114,8 @@ def tuner_cpu(state_dir: Path, mix: str) -> dict[str, Any]:
     from benchmarks.evidence.flowrun import small_config
     from tuner_client.config import tuner_config_from_dict
     from tuner_client.measurer import Measurer, ServerAccess
-    from tuner_client.target import make_workload, open_target
+    from tuner_client.servers.target import open_target
+    from workloads.factory import make_workload
 
     cfg = tuner_config_from_dict(small_config("evidence-overheads", flow="one-pass", mix=mix,
                                               scale=0.01, queries=60, warmup_s=2.0))
@@ -122,7 +123,7 @@ def tuner_cpu(state_dir: Path, mix: str) -> dict[str, Any]:
     try:
         assert target.cluster is not None
         measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller),
-                            make_workload(cfg, target.dsn), cfg.measure)
+                            make_workload(cfg.workload, target.dsn, seed=cfg.seed), cfg.measure)
         measurer.in_force = measurer.current_settings(["work_mem"])
         measurer.start()
         time.sleep(1.0)

@@ -43,9 +43,9 @@ from psycopg import sql
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import MB, cgroup_snapshot, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
+from tuner_client.servers.target import Target
 from tuner_client.stats.paired import interval_from_logs
 from tuner_client.stats.per_transaction import compare, variance_by_template
-from tuner_client.target import Target
 from workloads.per_transaction import (
     PgbenchAssignment,
     StreamAssignment,

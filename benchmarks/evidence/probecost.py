@@ -4,9 +4,9 @@ it still decides the same.
 ``old``: the probes in increasing size, each settling until its buffer is full, holds every
 touched page, or the settle budget (``bme.settle_s``) runs out. ``new``: the smallest and the
 largest size first, the ones between only when those two do not already decide "no knee found
-in range" (:func:`tuner_client.probe_runner.ends_flat_unfilled`), and a settle that gives up
+in range" (:func:`tuner_client.probes.runner.ends_flat_unfilled`), and a settle that gives up
 early once its buffer cannot fill in the budget
-(:func:`tuner_client.probe_settle.cannot_fill`). Probe sets of the two arms alternate (A B,
+(:func:`tuner_client.probes.settle.cannot_fill`). Probe sets of the two arms alternate (A B,
 B A, ...) on one cluster (the setups of :mod:`benchmarks.bme_probes`); per set its wall-clock,
 its probes and the tuner's decision (:func:`tuner_client.phases.offline_probes.decide_set`);
 per arm the mean wall-clock with a 95 % t interval, and new over old paired by block (a
@@ -34,10 +34,10 @@ from benchmarks.evidence.restart import uptime
 from bme.probe_decision import probe_sizes, search_window
 from tuner_client.config import MeasureConfig
 from tuner_client.config.model import ProbeConfig
-from tuner_client.controllers.local import LocalController
 from tuner_client.measurer import Measurer, ServerAccess
 from tuner_client.phases.offline_probes import decide_set
-from tuner_client.probe_runner import BufferFill, ends_flat_unfilled, probe_order, run_probes
+from tuner_client.probes.runner import BufferFill, ends_flat_unfilled, probe_order, run_probes
+from tuner_client.servers.controllers.local import LocalController
 
 logger = logging.getLogger(__name__)
 

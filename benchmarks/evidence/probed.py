@@ -29,7 +29,7 @@ from benchmarks.evidence.common import header, load_average, machine, write_resu
 from benchmarks.evidence.endtoend import compare, open_memory_bound
 from benchmarks.evidence.restart import uptime
 from harmony_base.errors import HarmonyError
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.phases.state import best_of

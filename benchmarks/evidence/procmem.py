@@ -28,7 +28,7 @@ import psycopg
 from benchmarks.evidence.common import fmt, header, load_average, machine, write_results
 from benchmarks.evidence.endtoend import MIXES, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
-from tuner_client.target import make_workload
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def measure(dsn: str, cfg: Any, work_mem: str, seconds: float) -> dict[str, Any]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"ALTER SYSTEM SET work_mem = '{work_mem}'")
         conn.execute("SELECT pg_reload_conf()")
-    workload = make_workload(cfg, dsn)
+    workload = make_workload(cfg.workload, dsn, seed=cfg.seed)
     sampler = Sampler(dsn)
     workload.start()
     try:

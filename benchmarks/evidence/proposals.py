@@ -2,7 +2,7 @@
 
 For each workload (a TPC-H mix on the embedded cluster in a memory cgroup; pgbench TPC-B):
 
-1. the workload runs for ``--observe`` seconds and :func:`tuner_client.knob_proposals.propose`
+1. the workload runs for ``--observe`` seconds and :func:`tuner_client.plan.proposals.propose`
    names the knobs its statistics point at (reload-time knobs only: ``restarts=False``);
 2. the real tuner (:class:`tuner_client.flows.Tuner`) screens a fixed broad set of reload-time
    knobs with their built-in ranges (Plackett–Burman, 2 replicates, short windows), one online
@@ -34,13 +34,14 @@ import psycopg
 from benchmarks.evidence.common import RESULTS, load_average, machine, write_results
 from benchmarks.evidence.endtoend import open_memory_bound
 from benchmarks.evidence.proposals_report import markdown
-from tuner_client.client import connect
+from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knob_proposals import propose, proposed_knobs
-from tuner_client.target import Target, make_workload, open_target
-from tuner_client.workload_stats import WorkloadStats, observe_workload
+from tuner_client.plan.proposals import propose, proposed_knobs
+from tuner_client.plan.workload_stats import WorkloadStats, observe_workload
+from tuner_client.servers.host_memory import detect_ram_bytes
+from tuner_client.servers.target import Target, open_target
+from workloads.factory import make_workload
 
 MB = 1024**2
 SQL = Path(__file__).resolve().parent / "sql"
@@ -128,7 +129,7 @@ def one_workload(kind: str, *, repeat: int, window_s: float, replicates: int,
     load_before = load_average()
     try:
         preload_statements(target)
-        driver = make_workload(cfg, target.dsn)
+        driver = make_workload(cfg.workload, target.dsn, seed=cfg.seed)
         if kind == "pgbench":  # pgbench -i (load, index builds) before the observed window
             driver.start()
         # the load runs inside sample(), which observe_workload calls for the window

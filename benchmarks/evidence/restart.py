@@ -52,7 +52,7 @@ from benchmarks.evidence.live import t_interval
 from harmony_base.errors import HarmonyError
 from tuner_client.config import TunerConfig
 from tuner_client.measurer import Measurer, ServerAccess
-from tuner_client.target import Target
+from tuner_client.servers.target import Target
 from workloads.pgbench import PgbenchWorkload
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ from typing import Any
 from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
 from benchmarks.evidence.endtoend import MB, compare, database_bytes, open_memory_bound, tuner_dict
 from tuner_client.config import tuner_config_from_dict
-from tuner_client.target import stream_count
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ def run(mix: str, scale: float, memory_limit: int, rounds: int, names: tuple[str
     probe = tuner_config_from_dict(tuner_dict("evidence-e2e", mix, scale=scale,
                                               memory_limit=memory_limit, offline_evals=1,
                                               online_evals=1, queries=1, warmup_s=1, seed=1))
-    streams = stream_count(probe)
+    streams = probe.workload.streams
     cfg = tuner_config_from_dict(tuner_dict(
         "evidence-e2e", mix, scale=scale, memory_limit=memory_limit, offline_evals=1,
         online_evals=1, queries=streams, warmup_s=3, seed=7, aggregate=aggregate))

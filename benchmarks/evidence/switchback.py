@@ -37,8 +37,8 @@ import psycopg
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from tuner_client.config.defaults import DEFAULT_SLICE_S
-from tuner_client.knobs import KnobCatalog
-from tuner_client.local_cluster import LocalCluster
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.paired import interval_from_logs
 from tuner_client.stats.switchback import (
     block_log_speedups,

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import harmony_server.cli
-import tuner_client.demo
-import tuner_client.restore_cli
-import tuner_client.sessions_cli
-import tuner_client.tune_cli
+import tuner_client.cli.demo
+import tuner_client.cli.restore
+import tuner_client.cli.sessions
+import tuner_client.cli.tune
 from harmony.cli import (
     bme_parser,
     priordata,
@@ -38,10 +38,10 @@ from harmony_base.version import __version__
 #: ``harmony --help`` and ``harmony X --help`` load no heavy library (tests/test_cli_startup.py).
 SUBCOMMAND_MODULES: tuple[ModuleType, ...] = (
     harmony_server.cli,           # harmony server
-    tuner_client.sessions_cli,    # harmony sessions
-    tuner_client.tune_cli,        # harmony tune
-    tuner_client.restore_cli,     # harmony restore
-    tuner_client.demo,            # harmony demo
+    tuner_client.cli.sessions,    # harmony sessions
+    tuner_client.cli.tune,        # harmony tune
+    tuner_client.cli.restore,     # harmony restore
+    tuner_client.cli.demo,            # harmony demo
     synth,                        # harmony synth
     bme_parser,                   # harmony bme ...
     tpch_parser,                  # harmony tpch ..., harmony pgbench

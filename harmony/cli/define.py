@@ -21,7 +21,7 @@ from harmony_core.definition import load_definition, load_yaml_with_lines
 from harmony_core.session import SessionCore
 from tuner_client.config import load_tuner_config
 from tuner_client.config.schema import TUNER_SCHEMA
-from tuner_client.plan import make_plan
+from tuner_client.plan.planner import make_plan
 
 #: top-level keys only a tuner config has
 TUNER_KEYS = frozenset(TUNER_SCHEMA["properties"]) - {"name", "description", "seed", "server"}

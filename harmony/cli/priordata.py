@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import harmony_core.priordata as prior_files
     import harmony_server.priordata_store as prior_store
     import harmony_server.store as server_store
-    import tuner_client.priordata_remote as prior_remote
+    import tuner_client.api.priordata_remote as prior_remote
     from harmony_core.priordata import PriorSession
     from harmony_server.store import Store
 else:
@@ -37,7 +37,7 @@ else:
     prior_files = LazyModule("harmony_core.priordata")
     prior_store = LazyModule("harmony_server.priordata_store")
     server_store = LazyModule("harmony_server.store")
-    prior_remote = LazyModule("tuner_client.priordata_remote")
+    prior_remote = LazyModule("tuner_client.api.priordata_remote")
 
 #: the keys of :data:`harmony_core.priordata.FORMATS`, for ``--help`` (a test keeps them equal)
 FORMAT_NAMES = ("xml", "csv", "text")

@@ -7,8 +7,9 @@ XML document, or as CSV, and each reader rebuilds an equal object (floats are wr
 ``repr``, so nothing is lost); :func:`to_dict` / :func:`from_dict` are the JSON form the
 server's ``GET /priors/{name}`` answers. A core's trials become prior data with
 :func:`prior_from_core`; a running server's are read over HTTP by
-:mod:`tuner_client.priordata_remote` (the store side in :mod:`harmony_server.priordata_store`); how
-a new session starts from them in :mod:`harmony_core.warmstart`.
+:mod:`tuner_client.api.priordata_remote` (the store side in
+:mod:`harmony_server.priordata_store`); how a new session starts from them in
+:mod:`harmony_core.warmstart`.
 
 One module per job: :mod:`.model` (the session and its JSON form), :mod:`.text_log`,
 :mod:`.xml_document`, :mod:`.csv_table`, :mod:`.files` (a format by name, extension or content),

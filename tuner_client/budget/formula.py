@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError, ConstraintError
 from harmony_base.units import MEMORY_UNITS
-from tuner_client.host_memory import detect_ram_bytes
+from tuner_client.servers.host_memory import detect_ram_bytes
 
 UNIT_BYTES = MEMORY_UNITS
 ONLINE_MEMORY_KNOBS = ("work_mem", "maintenance_work_mem", "temp_buffers")

@@ -24,9 +24,8 @@ from tuner_client.budget.formula import (
     MemoryBudget,
 )
 from tuner_client.config import KnobParam, KnobSpace, TunerConfig, format_bytes
-from tuner_client.host_memory import detect_ram_bytes
-from tuner_client.knobs import KnobCatalog
-from tuner_client.target import stream_count
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.host_memory import detect_ram_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +212,7 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
     """The run's budget: RAM given, or the local cluster's cgroup limit, or detected; m is
     ``budget.connections`` or the workload's streams plus their parallel workers."""
     b = config.budget
-    streams = stream_count(config)
+    streams = config.workload.streams
     if config.workload.observe is not None and "max_connections" in catalog:
         # live traffic: any allowed connection may run a sort or hash at once
         streams = int(catalog["max_connections"].current() or 100)

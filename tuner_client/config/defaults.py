@@ -39,7 +39,7 @@ KNOWN_RANGES: dict[str, dict[str, Any]] = {
     "seq_page_cost": {"min": 0.1, "max": 10, "step": 0.1},
     "effective_io_concurrency": {"min": 0, "max": 256, "step": 1},
     "hash_mem_multiplier": {"min": 1, "max": 8, "step": 0.5},
-    # the knobs the workload's statistics may propose (tuner_client.knob_proposals)
+    # the knobs the workload's statistics may propose (tuner_client.plan.proposals)
     "max_wal_size": {"min": "256MB", "max": "8GB", "step": "256MB"},
     "checkpoint_timeout": {"min": "1min", "max": "30min", "step": "1min"},
     "autovacuum_vacuum_scale_factor": {"min": 0.01, "max": 0.4, "step": 0.01},

@@ -17,7 +17,7 @@ from harmony_base.errors import ConfigError
 from harmony_base.space import EnumParam, IntParam, Param, RealParam, Space, Value
 from tuner_client.config.model import KnobSpec
 from tuner_client.config.units import TIME_UNITS_MS, parse_bytes
-from tuner_client.knobs import Knob, KnobCatalog, KnobValue
+from tuner_client.knobs.catalog import Knob, KnobCatalog, KnobValue
 
 
 @dataclass(frozen=True)

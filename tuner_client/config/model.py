@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from harmony_base.jsontypes import JSON
 from tuner_client.config.defaults import DEFAULT_PROCESS_MEMORY, DEFAULT_SLICE_S
+from workloads.factory import stream_count
 from workloads.mix import MixSpec
 from workloads.schedule import ScheduleSpec
 
@@ -58,7 +60,7 @@ class DatabaseConfig:
 
 @dataclass(frozen=True)
 class GuardConfig:
-    """Live mode's guardrails (:mod:`tuner_client.guardrails`): a partial window whose
+    """Live mode's guardrails (:mod:`tuner_client.measurer.guardrails`): a partial window whose
     weighted latency exceeds ``1 + latency_margin`` times the reference's, whose error rate
     exceeds the reference's by ``error_margin``, or a server above ``memory_fraction`` of its
     budget, has the last good configuration restored at once."""
@@ -118,6 +120,13 @@ class WorkloadConfig:
     observe: ObserveConfig | None = None  # observe only
     #: pgbench's scale factor when none is given
     PGBENCH_SCALE: ClassVar[int] = 1
+
+    @cached_property
+    def streams(self) -> int:
+        """Concurrent connections the workload opens (the budget's ``m`` when set to auto; 0
+        for live traffic): worked out once per loaded config, so a replay without ``clients``
+        reads its file once (:func:`workloads.factory.stream_count`)."""
+        return stream_count(self)
 
 
 #: the workloads whose drivers report when each query starts, which ``progress`` needs

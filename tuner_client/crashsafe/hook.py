@@ -1,7 +1,7 @@
 """The change hook: every ``ALTER SYSTEM`` of this process is recorded in its server's restore
 journal (:mod:`.journal`) before the server sees it.
 
-:func:`tuner_client.apply.alter_system` calls its change hooks first; :func:`activate`
+:func:`tuner_client.knobs.apply.alter_system` calls its change hooks first; :func:`activate`
 installs :func:`journal_change` there. While a journal is active in this process, a change
 to a server without one is refused rather than made unrecorded.
 """
@@ -16,9 +16,9 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import KnobApplyError
-from tuner_client import apply
 from tuner_client.crashsafe.journal import Journal
 from tuner_client.crashsafe.server_state import scalar
+from tuner_client.knobs import apply
 
 _LOCK = threading.Lock()
 _ACTIVE: list[tuple[Journal, str, int]] = []  # journal, host and port its run connects to

@@ -24,8 +24,6 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
-from tuner_client.apply import reload_and_wait
-from tuner_client.controllers import Controller, make_controller
 from tuner_client.crashsafe.journal import Journal
 from tuner_client.crashsafe.server_state import (
     auto_conf_entries,
@@ -33,6 +31,8 @@ from tuner_client.crashsafe.server_state import (
     read_identity,
     settings_in_force,
 )
+from tuner_client.knobs.apply import reload_and_wait
+from tuner_client.servers.controllers import Controller, make_controller
 
 logger = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from tuner_client.crashsafe.journal import (
 )
 from tuner_client.crashsafe.recovery import owner_alive_error, recover
 from tuner_client.crashsafe.server_state import read_identity, read_original
-from tuner_client.target import default_state_dir
+from tuner_client.servers.target import default_state_dir
 
 if TYPE_CHECKING:
     from tuner_client.config import TunerConfig
-    from tuner_client.target import Target
+    from tuner_client.servers.target import Target
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Measuring one configuration: apply it safely, warm up, take throughput samples.
 
-Online knobs go through :func:`tuner_client.apply.apply_online_knobs` (verified in a fresh
+Online knobs go through :func:`tuner_client.knobs.apply.apply_online_knobs` (verified in a fresh
 session); offline knobs through the controller's restart with rollback, the workload
 stopped meanwhile. Each throughput sample comes from the workload driver (completed queries
 per minute) with the ``pg_stat_database`` deltas beside it (transactions, buffer hits and
@@ -10,10 +10,10 @@ memory budget forbids is never applied.
 Live mode (``workload: {observe: ...}``) samples the application's own traffic instead
 (:mod:`workloads.observe`), scores each window statement by statement against the original
 configuration (estimator ``latency``, :mod:`tuner_client.stats.mix`) and lets the guardrails
-(:mod:`tuner_client.guardrails`) restore the last good configuration within a sample.
+(:mod:`tuner_client.measurer.guardrails`) restore the last good configuration within a sample.
 
 One module per job: :mod:`~tuner_client.measurer.connection` (the admin connection),
-:mod:`~tuner_client.measurer.in_force` (the settings in force),
+:mod:`~tuner_client.knobs.in_force` (the settings in force),
 :mod:`~tuner_client.measurer.applying` (apply, restart with rollback, restore),
 :mod:`~tuner_client.measurer.sampling` (warm-up, samples, the point's window),
 :mod:`~tuner_client.measurer.estimators` (a sample's value, the aggregate),

@@ -1,6 +1,6 @@
 """Putting settings in force on the server, and putting the original ones back.
 
-Online knobs go through :func:`tuner_client.apply.apply_online_knobs` (verified in a fresh
+Online knobs go through :func:`tuner_client.knobs.apply.apply_online_knobs` (verified in a fresh
 session); offline knobs through the controller's restart with rollback, the workload stopped
 meanwhile. A configuration that the memory budget forbids is never applied.
 """
@@ -16,9 +16,9 @@ from typing import Protocol, cast
 import psycopg
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError, KnobApplyError
-from tuner_client.apply import apply_online_knobs, reload_and_wait
+from tuner_client.knobs.apply import apply_online_knobs, reload_and_wait
+from tuner_client.knobs.in_force import InForce
 from tuner_client.measurer.connection import AdminConnection
-from tuner_client.measurer.in_force import InForce
 from tuner_client.measurer.options import ApplyHooks, ServerAccess
 from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, PrewarmResult
 from tuner_client.measurer.traffic import Traffic

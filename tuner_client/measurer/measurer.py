@@ -17,7 +17,7 @@ from psycopg.rows import TupleRow
 from harmony_base.errors import GuardrailTrip, HarmonyError
 from harmony_base.jsontypes import JSON
 from tuner_client.config import MeasureConfig
-from tuner_client.guardrails import Guardrail
+from tuner_client.knobs.in_force import InForce
 from tuner_client.measurer.applying import Applier, ApplyOutcome
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.counters import StatsDelta, no_blocks
@@ -27,7 +27,7 @@ from tuner_client.measurer.estimators import (
     aggregate,
     check_estimator,
 )
-from tuner_client.measurer.in_force import InForce
+from tuner_client.measurer.guardrails import Guardrail
 from tuner_client.measurer.options import ApplyHooks, LiveWatch, ServerAccess
 from tuner_client.measurer.records import PointRecord, SampleRecord
 from tuner_client.measurer.reference import Reference

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harmony_base.jsontypes import JSON
-from tuner_client.controllers.base import RestartReport
-from tuner_client.guardrails import Guardrail, Trip
-from tuner_client.knobs import KnobCatalog
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.measurer.guardrails import Guardrail, Trip
+from tuner_client.servers.controllers.base import RestartReport
 
 #: ``feasible(wanted, changed)``: why a configuration breaks the memory budget, or None
 Feasible = Callable[[Mapping[str, str], Mapping[str, str]], str | None]

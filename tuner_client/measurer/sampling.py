@@ -17,6 +17,7 @@ import psycopg
 
 from harmony_base.errors import DatabaseError, GuardrailTrip
 from tuner_client.config import MeasureConfig
+from tuner_client.knobs.in_force import InForce
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.counters import (
     StatsDelta,
@@ -25,13 +26,12 @@ from tuner_client.measurer.counters import (
     stats_delta,
 )
 from tuner_client.measurer.estimators import sample_value
-from tuner_client.measurer.in_force import InForce
 from tuner_client.measurer.records import SampleRecord
 from tuner_client.measurer.reference import Reference
+from tuner_client.measurer.server_cpu import CpuReading
 from tuner_client.measurer.server_process import ServerProcess, cores_used
 from tuner_client.measurer.traffic import Traffic
 from tuner_client.measurer.trips import TripHandler
-from tuner_client.server_cpu import CpuReading
 from workloads.sample import Sample
 
 logger = logging.getLogger(__name__)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import psycopg
 
 from harmony_base.errors import ConfigError, DatabaseError
-from tuner_client.guardrails import server_memory_bytes
 from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.estimators import CPU_ESTIMATORS
-from tuner_client.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
+from tuner_client.measurer.guardrails import server_memory_bytes
+from tuner_client.measurer.server_cpu import PROC, CpuReading, parent_pid, read_server_cpu
 
 
 def _is_postgres(pid: int) -> bool:

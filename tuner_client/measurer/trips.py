@@ -1,5 +1,6 @@
 """Live mode's guardrails around the measurer: the last good configuration, and putting it
-back within a sample when a guardrail trips (:mod:`tuner_client.guardrails` decides when)."""
+back within a sample when a guardrail trips (:mod:`tuner_client.measurer.guardrails` decides
+when)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import time
 from typing import Any
 
 from harmony_base.errors import GuardrailTrip
-from tuner_client.guardrails import Trip
+from tuner_client.knobs.in_force import InForce
 from tuner_client.measurer.applying import Applier
-from tuner_client.measurer.in_force import InForce
+from tuner_client.measurer.guardrails import Trip
 from tuner_client.measurer.options import LiveWatch
 
 logger = logging.getLogger(__name__)

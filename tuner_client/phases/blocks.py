@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from harmony_base.errors import HarmonyError
 from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.measurer import Measurer, PointRecord
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.stats.paired import ReferenceLevel, block_ratio
 

@@ -9,8 +9,8 @@ import os
 import statistics
 from collections.abc import Mapping
 
+from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
 from tuner_client.measurer import PointRecord
-from tuner_client.pgtune import Machine, pgtune_on_grid
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)

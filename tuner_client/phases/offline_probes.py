@@ -24,7 +24,7 @@ from harmony_base.jsontypes import JSONObject
 from harmony_base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.probe_runner import (
+from tuner_client.probes.runner import (
     BufferFill,
     ends_flat_settled,
     ends_flat_unfilled,

@@ -13,8 +13,12 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from tuner_client.detectors import LocalMinimumDetector, MixShiftDetector, WorkloadShiftDetector
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.detectors import (
+    LocalMinimumDetector,
+    MixShiftDetector,
+    WorkloadShiftDetector,
+)
 from tuner_client.phases.search_per_transaction import session_runner
 from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of, record_point

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from harmony_base.errors import HarmonyError
 from harmony_core.priordata import dump
+from tuner_client.api.prior_export import session_prior
 from tuner_client.measurer import objective_unit
+from tuner_client.phases.report_inputs import report_inputs
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
-from tuner_client.prior_export import session_prior
-from tuner_client.report_inputs import report_inputs
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,9 @@ import psycopg
 
 from harmony_base.errors import ConfigError, HarmonyError
 from harmony_core.priordata import PriorSession
+from tuner_client.api.client import HarmonyClient
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
-from tuner_client.client import HarmonyClient
 from tuner_client.config import TunerConfig, resolve_knob_space
-from tuner_client.guardrails import Guardrail, Trip
-from tuner_client.knob_proposals import choose_online_knobs
 from tuner_client.measurer import (
     ApplyHooks,
     LiveWatch,
@@ -26,11 +24,14 @@ from tuner_client.measurer import (
     ServerAccess,
     Workload,
 )
+from tuner_client.measurer.guardrails import Guardrail, Trip
 from tuner_client.measurer.prewarm import drop_leftover_extensions
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.state import RunContext
+from tuner_client.plan.proposals import choose_online_knobs
 from tuner_client.replicas import Replica, ReplicaPool
-from tuner_client.target import Target, make_workload
+from tuner_client.servers.target import Target
+from workloads.factory import make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ def make_measurer(config: TunerConfig, target: Target, budget: BudgetView,
             if observe is not None else LiveWatch(guard, tripped))
     measurer = Measurer(ServerAccess(target.dsn, target.catalog, target.controller,
                                      config.database.restart_timeout_s),
-                        workload if workload is not None else make_workload(config, target.dsn),
+                        workload if workload is not None else make_workload(
+                            config.workload, target.dsn, seed=config.seed),
                         config.measure, hooks=ApplyHooks(budget.violation, restarted), live=live)
     if guard is not None:
         guard.memory_used = measurer.server_memory

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner_client.guardrails import GuardrailSummary
+from tuner_client.measurer.guardrails import GuardrailSummary
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.screening import Screening
 

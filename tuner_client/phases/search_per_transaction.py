@@ -54,7 +54,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from harmony_base.errors import HarmonyError
-from tuner_client.client import Fetched, Session
+from tuner_client.api.client import Fetched, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import (

@@ -2,7 +2,7 @@
 
 Every live replica (one in a run on one database) runs the same loop, in its own thread when
 there are several (and a replica on another host runs it in its own process,
-:mod:`tuner_client.replica_worker`): claim an evaluation of the session's budget, fetch a
+:mod:`tuner_client.cli.replica_worker`): claim an evaluation of the session's budget, fetch a
 trial under the replica's own client id, measure it, report, keep the record. A trial is
 measured paired (one block beside the session's reference on that replica) or unpaired (one
 sample per fetched trial): :mod:`tuner_client.phases.trials`.
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harmony_base.errors import DatabaseError, HarmonyError
-from tuner_client.client import Session
+from tuner_client.api.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import SessionReferences

@@ -10,7 +10,7 @@ from dataclasses import replace
 from harmony_base.jsontypes import JSON
 from harmony_core.definition import PluginSpec, SessionDefinition
 from harmony_core.warmstart import apply_warm_start
-from tuner_client.client import Session, host_metadata
+from tuner_client.api.client import Session, host_metadata
 from tuner_client.config import KnobSpace
 from tuner_client.phases.blocks import (
     METADATA_KEY,

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 
 from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
+from tuner_client.api.client import HarmonyClient, Session
 from tuner_client.budget import BudgetView
-from tuner_client.client import HarmonyClient, Session
 from tuner_client.config import KnobSpace, TunerConfig
-from tuner_client.knob_proposals import Proposal
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.plan.proposals import Proposal
 from tuner_client.replicas import ReplicaPool
+from tuner_client.servers.target import Target
 from tuner_client.stats.screening import Screening
-from tuner_client.target import Target
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from harmony_base.errors import HarmonyError
 from harmony_base.jsontypes import JSON
 from tuner_client.measurer import Measurer, PointRecord, aggregate
-from tuner_client.metrics import TunerMetrics
+from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.blocks import Reference, measure_block
 
 logger = logging.getLogger(__name__)

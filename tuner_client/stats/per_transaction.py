@@ -36,7 +36,7 @@ false claims in 20 real races at ~10 queries per slice and arm (session 10). The
 slices' kurtosis leaves (:func:`effective_df`, a Satterthwaite moment match on each slice's
 influence on ``log L``): n − 1 for well-behaved slices, fewer when a few dominate. Simulated
 (``benchmarks/results/pertx_claim_rule*.md``, closed-loop streams of
-:mod:`~tuner_client.stats.per_transaction_sim`): with heavy tails at 10 queries per slice and
+:mod:`~benchmarks.simulators.per_transaction_sim`): with heavy tails at 10 queries per slice and
 arm it covered 95.6 % at 1.10× where the old rule covered 94.7 % (1,000 runs), A/A false
 claims (one side of the 95 % interval) stayed at 0.7–5.0 % in every cell, and power cost
 1–2 points. The quiet model's A/A read 93.4–93.7 % there (1,000 runs on seeds 0–999);
