@@ -7,7 +7,7 @@ anyone acting, or after ``harmony restore`` when the guard was killed too.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -202,30 +202,38 @@ final: {{rounds: 2, max_rounds: 2}}
     return path
 
 
-def _kill_after_changes(config: Path, env: dict[str, str], journals: Path, changes: int,
-                        *, group: bool = False) -> int:
-    """Start ``harmony tune``; SIGKILL it once its journal recorded ``changes`` changes."""
+def _tune_until_changes(config: Path, env: dict[str, str], journals: Path,
+                        changes: int) -> subprocess.Popen[bytes]:
+    """Start ``harmony tune`` and return once its journal recorded ``changes`` changes."""
     proc = subprocess.Popen([*HARMONY, "tune", str(config), "--output",
                              str(config.parent / "out")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            found = list(journals.glob("*.journal.json"))
-            if found:
-                with __import__("contextlib").suppress(ValueError, OSError):
-                    if len(json.loads(found[0].read_text())["changes"]) >= changes:
-                        break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before the instant it was to be killed at"
-    finally:
-        if group:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-        proc.wait()
-    return proc.pid
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(journals.glob("*.journal.json"))
+        with contextlib.suppress(ConfigError, OSError):
+            if found and len(load_journal(found[0]).changes) >= changes:
+                return proc
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    raise AssertionError(f"the run ended (exit {proc.returncode}) or took over 120 s before "
+                         f"its journal recorded {changes} change(s)")
+
+
+def _setup(cluster: LocalCluster, tmp_path: Path
+           ) -> tuple[str, dict[str, str], Path, dict[str, str], Path]:
+    """pgbench's tables on ``cluster``; the original file and settings, the journal
+    directory, the tuner's environment and config."""
+    dsn = cluster.dsn
+    subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn],
+                   check=True, capture_output=True)
+    text = (cluster.data_dir / "postgresql.auto.conf").read_text()
+    before = _settings(dsn, "work_mem", "random_page_cost", "max_parallel_workers_per_gather")
+    journals = tmp_path / "journals"
+    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals)}
+    return text, before, journals, env, _config(tmp_path, cluster, dsn)
 
 
 def _wait_original(dsn: str, data_dir: Path, text: str, settings: dict[str, str],
@@ -251,15 +259,14 @@ def _pgbench_of(port: int) -> list[str]:
 @pytest.mark.parametrize("group", [False, True], ids=["tuner", "process-group"])
 def test_a_tuner_killed_mid_run_leaves_the_server_on_its_original_configuration(
         own_cluster: LocalCluster, tmp_path: Path, group: bool) -> None:
-    dsn = own_cluster.dsn
-    subprocess.run([str(own_cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn],
-                   check=True, capture_output=True)
-    text = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
-    before = _settings(dsn, "work_mem", "random_page_cost", "max_parallel_workers_per_gather")
-    journals = tmp_path / "journals"
-    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals)}
-    _kill_after_changes(_config(tmp_path, own_cluster, dsn), env, journals, 2, group=group)
-    took = _wait_original(dsn, own_cluster.data_dir, text, before, 30.0)
+    text, before, journals, env, config = _setup(own_cluster, tmp_path)
+    proc = _tune_until_changes(config, env, journals, 2)
+    if group:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.kill()
+    proc.wait()
+    took = _wait_original(own_cluster.dsn, own_cluster.data_dir, text, before, 30.0)
     assert took is not None, (own_cluster.data_dir / "postgresql.auto.conf").read_text()
     deadline = time.monotonic() + 10  # the journal goes once the restore is verified
     while list(journals.glob("*.journal.json")) and time.monotonic() < deadline:
@@ -271,25 +278,11 @@ def test_a_tuner_killed_mid_run_leaves_the_server_on_its_original_configuration(
 
 def test_harmony_restore_puts_the_server_back_when_the_guard_died_too(
         own_cluster: LocalCluster, tmp_path: Path) -> None:
+    text, before, journals, env, config = _setup(own_cluster, tmp_path)
     dsn = own_cluster.dsn
-    subprocess.run([str(own_cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn],
-                   check=True, capture_output=True)
-    text = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
-    before = _settings(dsn, "work_mem", "random_page_cost", "max_parallel_workers_per_gather")
-    journals = tmp_path / "journals"
-    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals)}
-    config = _config(tmp_path, own_cluster, dsn)
+    proc = _tune_until_changes(config, env, journals, 1)
     # the guard is killed first (as by a reboot), then the tuner
-    proc = subprocess.Popen([*HARMONY, "tune", str(config), "--output", str(tmp_path / "o")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            found = list(journals.glob("*.journal.json"))
-            if found and load_journal(found[0]).changes:
-                break
-            time.sleep(0.05)
         guards = subprocess.run(["pgrep", "-f", f"crashsafe.guard .*--owner {proc.pid}( |$)"],
                                 capture_output=True, text=True).stdout.split()
         assert guards
