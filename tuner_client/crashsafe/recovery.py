@@ -281,10 +281,12 @@ class _Recovery:
             self.ctl.start_server(self.timeout_s)
 
     def _end_leftover_connections(self) -> None:
-        """End the dead run's connections (a long query outlives its client otherwise)."""
+        """End the dead run's connections (a long query outlives its client otherwise): the
+        run's names, in the run's database only (another run may tune another database of
+        the same server)."""
         query = ("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'harmony-%%' "
                  "AND application_name NOT IN (%s, 'harmony-capture') "
-                 "AND pid <> pg_backend_pid()")
+                 "AND datname = current_database() AND pid <> pg_backend_pid()")
         with _connect(self.dsn) as conn:
             pids = [r[0] for r in conn.execute(query, [GUARD_APPLICATION]).fetchall()]
             if pids and self._do(f"end {len(pids)} connection(s) the run left"):
