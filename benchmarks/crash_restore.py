@@ -58,15 +58,21 @@ WATCHED = ("shared_buffers", "work_mem", "random_page_cost", "effective_cache_si
            "max_parallel_workers_per_gather")
 
 
-def _live_config(cluster: LocalCluster, dsn: str) -> str:
-    """Live mode: the tuner observes the bench's own pgbench traffic and drives none."""
-    return f"""name: crash-restore-live
-database:
+def _database(cluster: LocalCluster, dsn: str) -> str:
+    """The config's database section: the bench's cluster by DSN, restarted with pg_ctl."""
+    return f"""database:
   dsn: "{dsn}"
   controller:
     kind: pg_ctl
     options: {{data_dir: {cluster.data_dir}, bin_dir: {cluster.bin_dir}}}
-workload:
+  restart_timeout_s: 60
+"""
+
+
+def _live_config(cluster: LocalCluster, dsn: str) -> str:
+    """Live mode: the tuner observes the bench's own pgbench traffic and drives none."""
+    return f"""name: crash-restore-live
+{_database(cluster, dsn)}workload:
   observe: {{min_calls: 10, poll_s: 0.25}}
 measure: {{warmup_s: 0.5, samples: 2, seconds: 2}}
 online:
@@ -81,13 +87,7 @@ final: {{rounds: 2, max_rounds: 2}}
 
 def _config(cluster: LocalCluster, dsn: str) -> str:
     return f"""name: crash-restore
-database:
-  dsn: "{dsn}"
-  controller:
-    kind: pg_ctl
-    options: {{data_dir: {cluster.data_dir}, bin_dir: {cluster.bin_dir}}}
-  restart_timeout_s: 60
-workload:
+{_database(cluster, dsn)}workload:
   pgbench: {{scale: 2, clients: 2}}
 measure: {{warmup_s: 0.5, samples: 2, seconds: 1}}
 offline:

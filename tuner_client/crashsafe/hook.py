@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -35,15 +35,6 @@ def activate(journal: Journal) -> None:
 def deactivate(journal: Journal) -> None:
     with _LOCK:
         _ACTIVE[:] = [a for a in _ACTIVE if a[0] is not journal]
-
-
-@contextlib.contextmanager
-def active(journal: Journal) -> Iterator[Journal]:
-    activate(journal)
-    try:
-        yield journal
-    finally:
-        deactivate(journal)
 
 
 def _journal_of(conn: psycopg.Connection[TupleRow]) -> Journal | None:

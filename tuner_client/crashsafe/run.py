@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from harmony_base.errors import DatabaseError, HarmonyError
-from harmony_base.jsontypes import JSONObject
 from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
 from tuner_client.crashsafe.hook import activate, deactivate
 from tuner_client.crashsafe.journal import (
@@ -58,11 +57,6 @@ def target_key(target: Target) -> str:
     return server_key(target.dsn, target.cluster.data_dir if target.cluster else None)
 
 
-def leftover_journals(key: str, directory: Path | None = None) -> list[Journal]:
-    """Journals an earlier run left for the server with ``key`` (see :func:`config_key`)."""
-    return find_journals(directory or journal_dir(), key)
-
-
 class RunSafety:
     """The journals and the guard of one run (see the module docstring)."""
 
@@ -78,7 +72,7 @@ class RunSafety:
     def recover_leftovers(self, key: str) -> None:
         """Restore the server with ``key`` from a journal an earlier run left, before
         anything else touches it; HarmonyError when that is refused or fails."""
-        for journal in leftover_journals(key, self.directory):
+        for journal in find_journals(self.directory, key):
             if journal.owner.alive():
                 raise owner_alive_error(journal)
             logger.warning("found %s: the run died before putting the server back; "
@@ -154,9 +148,3 @@ class RunSafety:
                 os.environ[name] = value
         self._saved_env.clear()
 
-
-def journal_summary(journals: list[Journal]) -> list[JSONObject]:
-    """The leftover journals as the plan and ``validate`` report them."""
-    return [{"path": str(j.path), "run": j.run_id, "config": j.config, "pid": j.owner.pid,
-             "alive": j.owner.alive(), "server": j.server.describe(),
-             "changes": len(j.changes)} for j in journals]

@@ -27,7 +27,8 @@ from harmony_core.definition import PluginSpec, SessionDefinition
 from harmony_core.session import SessionCore
 from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
-from tuner_client.crashsafe.run import config_key, leftover_journals
+from tuner_client.crashsafe.journal import find_journals
+from tuner_client.crashsafe.run import config_key
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.plan.live import LivePlan, live_plan
 from tuner_client.plan.phases import PhasePlan, phase_plans
@@ -101,7 +102,7 @@ def leftover_notes(config: TunerConfig) -> list[str]:
     """A note per restore journal an earlier run left for the configured server (read only:
     the plan and ``harmony validate`` change nothing)."""
     try:
-        journals = leftover_journals(config_key(config, None))
+        journals = find_journals(key=config_key(config, None))
     except ConfigError as exc:
         return [f"restore journal: {exc}"]
     return [f"restore journal: {j.describe()}; "
