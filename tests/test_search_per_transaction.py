@@ -169,7 +169,9 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
         assert record.design == "per-transaction" and record.interval is not None
         assert record.ratio is not None and record.value is not None
         factor = factors.get(value, 1.0)
-        assert 0.5 < factor < 2.0, factors
+        # a sanity bound on one paired window block of a few seconds, not a precision claim:
+        # CI on a loaded 2-core machine read 2.08× for 2 → 0 (the quiet machine: 1.2–1.3×)
+        assert 1 / 3 < factor < 3.0, factors
         # the run's arms differ only in the system-wide knob, which every arm carries: the
         # per-transaction part is an A/A comparison, the ratio is the windows' factor
         assert 0.9 < record.ratio / factor < 1.1, (value, record.ratio, factor)
