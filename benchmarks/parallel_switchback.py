@@ -1,13 +1,13 @@
 """max_parallel_workers_per_gather 2 → 0 on the demo's TPC-H mix, measured the three ways the
 tuner now measures a parallel-query knob (issue 27 item 2, session 12): per transaction
 (every arm carrying the value: an A/A), the search's paired whole-server window block, and
-the final race's switchback design (whole-server slices, ``race_by_design``).
+the final race's switchback design (whole-server slices, ``choose_for`` and ``race_in``).
 
     PYTHONPATH=. python -m benchmarks.parallel_switchback [RACE_SECONDS]
 
 Runs the tuner on ``configs/tpch-demo.yaml`` with only that knob searched (values 0 and 2,
 shared_buffers fixed, no probes, no final rounds), then races the original against 0 by
-``race_by_design``. Writes ``benchmarks/results/parallel_switchback.json``.
+``choose_for`` and ``race_in``. Writes ``benchmarks/results/parallel_switchback.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from benchmarks.evidence.endtoend import open_memory_bound
 from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.phases.final_switchback import race_by_design
+from tuner_client.phases.design_choice import choose_for, race_in
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOB = "max_parallel_workers_per_gather"
@@ -52,7 +52,11 @@ def main(argv: list[str]) -> int:
         original = dict(ctx.original)
         candidates = {"default": original, "mpwg0": {**original, KNOB: "0"}}
         started = time.monotonic()
-        race = race_by_design(ctx, state, candidates, ["default", "mpwg0"])
+        labels = ["default", "mpwg0"]
+        choice = choose_for(ctx, [candidates[label] for label in labels])
+        out["design"] = choice.text()
+        race = race_in(choice.design, ctx, state, candidates, labels) \
+            if choice.design != "windows" else None
         out["race"] = race.to_final_decision().to_dict() if race is not None else None
         out["race_s"] = time.monotonic() - started
         out["decisions"] = [d for d in state.decisions if "system-wide" in d

@@ -1,5 +1,5 @@
 """Work memory raised past 40 % of the online budget races on the whole server, not per
-transaction (:func:`tuner_client.phases.final_per_transaction.memory_pressure_reason`)."""
+transaction (:func:`tuner_client.engine.pressure.memory_pressure_reason`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import psycopg
 
 from tuner_client.budget import BudgetView, MemoryBudget
 from tuner_client.config import parse_tuner_config, resolve_knob_space
+from tuner_client.engine.pressure import memory_pressure_reason
 from tuner_client.knobs.catalog import KnobCatalog
-from tuner_client.phases.final_per_transaction import memory_pressure_reason
 from tuner_client.servers.local_cluster import LocalCluster
 
 MB = 1024**2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
-from tuner_client.phases.final_per_transaction import differing_knobs
+from tuner_client.engine.designs import differing_knobs
 
 CONFIG = tune_yaml(
     "pertx", 2, mix="2Q6,1Q13", measure="design: per-transaction, per_transaction_s: 10",

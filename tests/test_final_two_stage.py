@@ -1,4 +1,4 @@
-"""The final race in two stages (``measure.design: per-transaction`` when the candidates differ
+"""The final race in two stages (``final.restart_part: together`` when the candidates differ
 in a restart-time knob): the searched candidates that share the best's shared_buffers are
 chosen between in one per-transaction run, and only that one races the original (and PGTune's
 rules) in windows, the Bonferroni split counting both stages. A candidate with another
@@ -23,7 +23,8 @@ CONFIG = tune_yaml(
     online="{knobs: {work_mem: {min: 1MB, max: 32MB}, random_page_cost: {min: 0.5, max: 8, "
            "step: 0.5}}, strategy: {name: nelder-mead, options: {simplex_size: 3}}, "
            "evaluations: 3}",
-    final="{rounds: 2, max_rounds: 2, close_call_rounds: 2, candidates: 3, max_seconds: 30}",
+    final="{rounds: 2, max_rounds: 2, close_call_rounds: 2, candidates: 3, max_seconds: 30, "
+          "restart_part: together}",
     extra="bme: {probes: 0}\n")
 
 ORIGINAL = {"shared_buffers": "128MB", "work_mem": "4MB"}
@@ -62,8 +63,8 @@ def test_final_race_in_two_stages(tpch_cluster: TpchCluster) -> None:  # noqa: F
     decisions = "\n".join(result.work.decisions)
     decision = result.intervals.decision
     assert decision is not None and decision.design == "windows", decisions
-    assert "final: not one per-transaction run for every candidate: shared_buffers differs " \
-           "between the candidates and its pg_settings context is 'postmaster'" in decisions
+    assert "final: not one per-transaction run for every candidate: shared_buffers " \
+           "('postmaster') differs: SET LOCAL needs the pg_settings context" in decisions, decisions
     stage1 = [d for d in result.work.decisions if d.startswith("final: stage 1: ")]
     group = 1 + len(stage1)
     assert group >= 2, decisions  # the best and at least one runner-up, all at 64MB

@@ -26,7 +26,7 @@ seed: 3
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.2, samples: 2, queries: 18}
+measure: {warmup_s: 0.2, samples: 2, queries: 18, design: windows}
 budget: {os_reserved: 256MB, connections: 3, online: 96MB}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}

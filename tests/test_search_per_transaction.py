@@ -14,12 +14,12 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.final_switchback import race_by_design
+from tuner_client.phases.design_choice import choose_for, race_in
 from tuner_client.phases.search_per_transaction import (
     LEVEL,
     MAX_BATCH,
     run_seconds,
-    why_not_per_transaction_search,
+    search_choice,
 )
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
@@ -133,9 +133,9 @@ def test_search_evaluations_per_transaction(tpch_cluster: TpchCluster,  # noqa: 
                                                                              "p1-offline")}
     assert designs == {"p1-online": "per-transaction", "p1-offline": "windows"}
     ctx = tuner.context
-    assert ctx is not None and why_not_per_transaction_search(ctx, ctx.online_space) is None
-    why = why_not_per_transaction_search(ctx, ctx.offline_space) or ""
-    assert "shared_buffers" in why and "'postmaster'" in why, why
+    assert ctx is not None and search_choice(ctx, ctx.online_space).design == "per-transaction"
+    why = search_choice(ctx, ctx.offline_space).text()
+    assert why.startswith("windows") and "shared_buffers ('postmaster')" in why, why
 
 
 # parallel query has a system-wide side (workers compete for the cores) that per-transaction
@@ -185,13 +185,15 @@ def test_system_wide_knobs_are_measured_in_windows(tpch_cluster: TpchCluster,  #
     assert original["max_parallel_workers_per_gather"] == "2", original
     candidates = {"default": original,
                   "best": {**original, "max_parallel_workers_per_gather": "0"}}
-    race = race_by_design(ctx, tuner.state, candidates, ["default", "best"])
+    choice = choose_for(ctx, [candidates["default"], candidates["best"]])
+    assert choice.design == "switchback", choice
+    assert "not per-transaction: max_parallel_workers_per_gather ('user') differs: it has a " \
+           "system-wide side" in choice.text(), choice.text()
+    race = race_in(choice.design, ctx, tuner.state, candidates, ["default", "best"])
     assert race is not None
     decision = race.to_final_decision()
     said = "\n".join(tuner.state.decisions)
     assert decision.design == "switchback", said
-    assert "max_parallel_workers_per_gather differs between the candidates and has a " \
-           "system-wide side" in said and "by switchback instead" in said, said
     iv = decision.intervals["best"]
     assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio <= iv.high
 

@@ -18,9 +18,8 @@ from benchmarks.simulators.per_transaction_sim import (
     simulate_run,
     with_truth,
 )
+from tuner_client.stats.estimand import DRAWN
 from tuner_client.stats.per_transaction import (
-    _influence,
-    _latency_ratio,
     _slice_sums,
     compare,
     effective_df,
@@ -51,9 +50,10 @@ def test_influence_is_the_derivative_of_log_l_by_slice_weight() -> None:
     run = simulate_run(sized(10), 3)
     sums, counts = _slice_sums(run, (0, 1), float(np.ptp(run.start)) / 20 * (1 + 1e-9))
     total_s, total_n = sums.sum(axis=0), counts.sum(axis=0)
-    z = _influence(sums, counts, total_s[None], total_n[None])[:, 0]
-    base, eps = math.log(float(_latency_ratio(total_s, total_n))), 1e-6
-    numeric = [(math.log(float(_latency_ratio(total_s + eps * sums[j], total_n + eps * counts[j])))
+    z = DRAWN.influence(sums, counts, total_s[None], total_n[None])[:, 0]
+    base, eps = math.log(float(DRAWN.latency_ratio(total_s, total_n))), 1e-6
+    numeric = [(math.log(float(DRAWN.latency_ratio(total_s + eps * sums[j],
+                                                   total_n + eps * counts[j])))
                 - base) / eps for j in range(sums.shape[0])]
     assert z == pytest.approx(numeric, abs=1e-4)
     assert abs(z.sum()) < 1e-12

@@ -29,6 +29,7 @@ from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, KnobApplyError, WorkloadError
 from tuner_client.config.defaults import DEFAULT_SLICE_S
+from tuner_client.engine.designs import RELOAD_CONTEXTS
 from tuner_client.knobs.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.stats.switchback import SliceSpan, balanced_order
@@ -49,8 +50,6 @@ SWITCH_ALLOWANCE_S = 0.5
 #: pg_stat_statements counts a call when it ends: the margin (the carry-over's) also lets
 #: the previous slice's statements finish before the window opens
 STATEMENT_SETTLE_S = DEFAULT_SETTLE_S
-#: contexts a reload changes for every session (user/superuser: when no session SET it)
-RELOADABLE_CONTEXTS = frozenset({"sighup", "superuser", "user"})
 #: the pseudo-template of committed transactions when pg_stat_statements is absent
 COMMITS = "xact_commit"
 
@@ -90,10 +89,10 @@ class ConfigurationSwitch:
         names = sorted({n for c in configurations for n in c})
         for name in names:
             context = catalog.tunable(name).context
-            if context not in RELOADABLE_CONTEXTS:
+            if context not in RELOAD_CONTEXTS:
                 raise ConfigError(f"{name} cannot be switched by a reload: its pg_settings "
                                   f"context is {context!r}; a switchback needs one of "
-                                  f"{sorted(RELOADABLE_CONTEXTS)}")
+                                  f"{sorted(RELOAD_CONTEXTS)}")
         rows = conn.execute("SELECT name, current_setting(name) FROM pg_settings "
                             "WHERE name = ANY(%s)", [names]).fetchall()
         now = {str(n): str(v) for n, v in rows}

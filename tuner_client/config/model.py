@@ -177,16 +177,13 @@ class MeasureConfig:
     #: block), and the strategy receives the candidate/reference ratio times the reference's
     #: running level, so the machine's drift cancels out of comparisons
     paired: bool = True
-    #: how the search's evaluations and the final race compare configurations: ``windows``
-    #: (each configuration measured on the whole server in turn), ``per-transaction`` (one
-    #: run in which every transaction draws a configuration at random under SET LOCAL; only
-    #: where every knob that differs -- every knob a session searches -- is session-settable
-    #: and the workload is TPC-H, pgbench or scripts on one database, else windows and the
-    #: decisions say why) or ``switchback`` (the final race alternates the configurations on
-    #: the whole server in short slices with ALTER SYSTEM + reload; reload-time knobs and live
-    #: mode). In the final race ``per-transaction`` falls back to switchback where SET LOCAL
-    #: cannot carry a differing knob or the traffic is live
-    design: str = "windows"
+    #: how comparisons are measured (:mod:`tuner_client.engine.designs`): ``auto`` (each
+    #: comparison -- a search's batch, the screening, the final race -- in the most precise
+    #: design valid for the knobs that differ and the workload: per transaction, else by
+    #: switchback, else in whole-server windows; the decisions and ``--plan`` say which and
+    #: why), or a design to start from: ``per-transaction``, ``switchback`` (the final race
+    #: only; the search then runs in windows) or ``windows`` (every comparison in windows)
+    design: str = "auto"
     #: with ``design: per-transaction``, the seconds of one search evaluation's run (one
     #: candidate against the session's reference; a batch of k candidates runs (k + 1) / 2
     #: times as long, so every comparison keeps as many transactions of each arm)
@@ -282,11 +279,11 @@ class FinalConfig:
     #: ``claim``: the rounds also end once the decision would recommend a candidate (the
     #: others near it only compete for the rank); ``winner``: only when one is clearly best
     until: str = "claim"
-    #: with ``measure.design: per-transaction``, when a restart-time knob differs between
-    #: the candidates: ``apart`` races each candidate's session part per transaction, then
-    #: the restart part in windows on top of it, each claimed on its own interval
+    #: when a restart-time knob differs between the candidates: ``apart`` races each
+    #: candidate's session part in the engine's design for it, then the restart part in
+    #: windows on top of it, each claimed on its own interval
     #: (:mod:`tuner_client.phases.final_split`); ``together``: every candidate whole in windows
-    restart_part: str = "together"
+    restart_part: str = "apart"
     #: rule-of-thumb configurations measured beside the default as baselines (``pgtune``)
     baselines: tuple[str, ...] = ("pgtune",)
     #: the interval's confidence level

@@ -33,24 +33,17 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 
+from tuner_client.engine.designs import PER_TRANSACTION, WINDOWS
 from tuner_client.measurer import objective_unit
+from tuner_client.phases.design_choice import choose_for, race_in
 from tuner_client.phases.final_candidates import (
     baseline_settings,
     ranked_candidates,
     screened_races,
 )
 from tuner_client.phases.final_narrow import Narrowed, narrow_candidates
-from tuner_client.phases.final_per_transaction import (
-    PER_TRANSACTION,
-    per_transaction_result,
-    why_not_per_transaction,
-)
-from tuner_client.phases.final_split import split_race, why_not_split
-from tuner_client.phases.final_switchback import (
-    SWITCHBACK,
-    race_by_design,
-    why_not_switchback,
-)
+from tuner_client.phases.final_per_transaction import per_transaction_result
+from tuner_client.phases.final_split import split_design, split_race
 from tuner_client.phases.result import Best, Evidence, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, FinalDecision, decide
@@ -64,9 +57,6 @@ Round = dict[str, float | None]
 NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
          "recommended": "BME recommendation"}
 
-
-#: the design of the windows race (whole-server windows), as records and decisions name it
-WINDOWS = "windows"
 
 #: the race looks after every round and may stop on any rule: its intervals, and the
 #: decision's, are confidence sequences, valid at every round at once
@@ -108,21 +98,22 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
             candidates["screened"] = dict(state.screened or {})
             searched.append("screened")
     narrowed = Narrowed(searched)
-    if searched and cfg.measure.design in (PER_TRANSACTION, SWITCHBACK):
+    if searched:
         labels = ["default", *decision_labels(searched, baselines)[0]]
-        configs = [candidates[label] for label in labels]
-        why = why_not_per_transaction(ctx, configs)
-        if cfg.measure.design == PER_TRANSACTION and why is not None \
-                and why_not_switchback(ctx, configs) is not None:
-            if why_not_split(ctx, candidates, labels) is None:
-                return split_race(ctx, state, candidates, labels,
-                                  lambda c, cands, options: _restart_part(c, state, cands,
-                                                                          options))
-            # a restart-time knob differs: one per-transaction run among the searched
+        choice = choose_for(ctx, [candidates[label] for label in labels])
+        state.decide(f"final: the race of {', '.join(labels)} by {choice.text()}")
+        if choice.design != WINDOWS:
+            if (race := race_in(choice.design, ctx, state, candidates, labels)) is not None:
+                return per_transaction_result(ctx, state, candidates, race)
+        elif (split := split_design(ctx, candidates, labels)) is not None:
+            return split_race(ctx, state, candidates, labels, split,
+                              lambda c, cands, options: _restart_part(c, state, cands, options))
+        elif choice.passed_over and choose_for(ctx, [candidates[searched[0]]] * 2).design \
+                == PER_TRANSACTION:
+            # a knob SET LOCAL cannot carry differs: one per-transaction run among the searched
             # candidates that share the best's, then the windows race of the one chosen
-            narrowed = narrow_candidates(ctx, state, candidates, searched, why)
-        elif (race := race_by_design(ctx, state, candidates, labels)) is not None:
-            return per_transaction_result(ctx, state, candidates, race)
+            narrowed = narrow_candidates(ctx, state, candidates, searched,
+                                         choice.passed_over[0][1])
     # without a candidate one round still measures the default (and the baselines) to report
     rounds = _race(ctx, state, candidates, baselines, narrowed) \
         if state.best is not None and cfg.final.rounds > 0 else []

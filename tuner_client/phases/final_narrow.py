@@ -1,4 +1,5 @@
-"""The final race in two stages, with ``measure.design: per-transaction``, when the candidates
+"""The final race in two stages, when the engine chose windows for it and the
+candidates
 differ in a knob that ``SET LOCAL`` cannot carry (a restart-time one such as shared_buffers,
 a reload-time one, or one with a system-wide side), so that no single per-transaction run
 holds them all (issue 27).
@@ -32,19 +33,14 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from harmony_base.errors import HarmonyError
+from tuner_client.engine.designs import SESSION, differing_knobs, knob_class
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.final_candidates import rank_configurations
-from tuner_client.phases.final_per_transaction import (
-    differing_knobs,
-    race_seconds,
-    run_per_transaction,
-)
+from tuner_client.phases.final_per_transaction import race_seconds, run_per_transaction
 from tuner_client.phases.search_stops import ranked
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.noise import POINT_CV_20S
-from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.from_config import unsupported_reason
-from workloads.per_transaction.settings import SESSION_CONTEXTS
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +57,9 @@ class Narrowed:
 def fixed_knobs(ctx: RunContext, a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
     """The knobs differing between ``a`` and ``b`` that a per-transaction run cannot compare:
     not session-settable, or with a system-wide side it does not see."""
-    out = []
-    for name in differing_knobs([a, b]):
-        context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
-        if context not in SESSION_CONTEXTS or name in SYSTEM_WIDE_KNOBS:
-            out.append(name)
-    return out
+    catalog = ctx.budget.catalog
+    return [n for n in differing_knobs([a, b])
+            if knob_class(n, catalog[n].context if n in catalog else "unknown") != SESSION]
 
 
 def search_noise(records: list[PointRecord]) -> tuple[float, int]:

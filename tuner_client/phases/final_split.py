@@ -1,19 +1,19 @@
-"""The final race split by what can be measured precisely (``final.restart_part: apart``),
-with ``measure.design: per-transaction``, when the candidates differ in a restart-time knob
-(shared_buffers): issue 27.
+"""The final race split by what can be measured precisely (``final.restart_part: apart``, the
+default), when the candidates differ in a restart-time knob (shared_buffers): issues 27, 45.
 
 A restart-time knob can only be compared in whole-server windows around restarts, whose
 per-round noise on the project's mixes (log sd 0.05–0.12) leaves a 1.1× unclaimable within
 the close-call limit; the session-settable knobs can be compared per transaction to ±3 %.
-So each candidate is split in two parts, and each part is claimed on its own interval:
+A difference in shared_buffers (the offline search moves it, PGTune's rules always do) must
+not drag the session knobs' comparison into windows. So each candidate is split in two parts,
+and each part is claimed on its own interval:
 
 1. **The session part**: every candidate with its restart-time knobs at the original's
-   values, raced beside the original in one per-transaction run; its winner (else the
-   original) is the base of stage 2. Only where that run applies (no knob with a system-wide
-   side differs, no memory pressure: :func:`per_transaction_reason`): by switchback the
-   session parts gained nothing over windows (on the one-pass mix 42 % of the transactions
-   straddled 3-s slices, and the intervals were 0.64–1.36 after 8 blocks), so the race is
-   not split then.
+   values, raced beside the original in the design the engine chooses for them
+   (:func:`split_design`: per transaction, or by switchback when a knob with a system-wide
+   side or a reload-time one differs or a candidate's work memory is past the line); its
+   winner (else the original) is the base of stage 2. When the session parts too could only
+   race in windows, the race is not split: it would gain nothing.
 2. **The restart part**: the candidates' distinct restart-time values, each on top of that
    base, raced beside the base itself in whole-server windows around restarts
    (:mod:`tuner_client.phases.final`'s race, anytime-valid). It measures the restart part
@@ -30,18 +30,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from tuner_client.phases.final_per_transaction import (
-    PER_TRANSACTION,
-    decision_result,
-    differing_knobs,
-    per_transaction_reason,
-    race_per_transaction_run,
-)
+from tuner_client.engine.designs import RESTART, WINDOWS, Choice, differing_knobs, knob_class
+from tuner_client.phases.design_choice import choose_for, race_in
+from tuner_client.phases.final_per_transaction import decision_result
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.paired import RatioInterval
-from tuner_client.switchback import RELOADABLE_CONTEXTS
 
 #: the design summary.json names for a split race
 SPLIT = "split"
@@ -54,9 +49,9 @@ WindowsRace = Callable[[RunContext, Mapping[str, dict[str, str]], list[str]],
 
 def restart_knobs(ctx: RunContext, configs: list[dict[str, str]]) -> list[str]:
     """The knobs differing between ``configs`` that only a restart changes."""
+    catalog = ctx.budget.catalog
     return [n for n in differing_knobs(configs)
-            if (ctx.budget.catalog[n].context if n in ctx.budget.catalog else "unknown")
-            not in RELOADABLE_CONTEXTS]
+            if knob_class(n, catalog[n].context if n in catalog else "unknown") == RESTART]
 
 
 def at_level(ctx: RunContext, level: float) -> RunContext:
@@ -65,22 +60,19 @@ def at_level(ctx: RunContext, level: float) -> RunContext:
     return dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, final=final))
 
 
-def why_not_split(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
-                  labels: list[str]) -> str | None:
-    """Why the race of ``labels`` (the first the original) is not split (None: it is)."""
+def split_design(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
+                 labels: list[str]) -> Choice | None:
+    """The design of stage 1 when the race of ``labels`` (the first the original) is split
+    (None: it is not: ``final.restart_part: together``, no restart-time knob differs, or the
+    session parts too would race in windows, where splitting gains nothing)."""
     if ctx.config.final.restart_part != "apart":
-        return "final.restart_part is 'together'"
-    if ctx.config.measure.design != PER_TRANSACTION:
-        return f"measure.design is {ctx.config.measure.design!r}"
+        return None
     configs = [candidates[label] for label in labels]
     restart = restart_knobs(ctx, configs)
     if not restart:
-        return "no restart-time knob differs between the candidates"
-    sessions = [session_part(ctx, candidates[label], restart) for label in labels]
-    reason = per_transaction_reason(ctx, sessions)
-    if reason is not None:  # see the module: by switchback it gains nothing over windows
-        return f"the session parts cannot be compared per transaction ({reason})"
-    return None
+        return None
+    choice = choose_for(ctx, [session_part(ctx, candidates[label], restart) for label in labels])
+    return None if choice.design == WINDOWS else choice
 
 
 def session_part(ctx: RunContext, settings: Mapping[str, str],
@@ -91,13 +83,15 @@ def session_part(ctx: RunContext, settings: Mapping[str, str],
 
 
 def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-               labels: list[str], windows: WindowsRace) -> TuneResult:
-    """Race ``labels`` (the first the original, "default") in two stages (see the module)."""
+               labels: list[str], design: Choice, windows: WindowsRace) -> TuneResult:
+    """Race ``labels`` (the first the original, "default") in two stages (see the module),
+    stage 1 in ``design`` (:func:`split_design`)."""
     configs = [candidates[label] for label in labels]
     restart = restart_knobs(ctx, configs)
     half = at_level(ctx, 1.0 - (1.0 - ctx.config.final.level) / 2.0)
     state.decide(f"final: the race is split ({', '.join(restart)} only changes with a restart): "
-                 f"the session part of each candidate per transaction, then the restart part "
+                 f"the session part of each candidate by {design.text()}, then the restart "
+                 f"part "
                  f"in whole-server windows on top of the session part chosen; each stage at "
                  f"{100 * half.config.final.level:.1f} %, so that their product is a "
                  f"{100 * ctx.config.final.level:.0f} % interval")
@@ -105,7 +99,7 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
     stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
     base, first, winner = dict(ctx.original), None, None
     if len(stage1) > 1:
-        outcome = race_per_transaction_run(half, state, parts, stage1)
+        outcome = race_in(design.design, half, state, parts, stage1)
         if outcome is not None:
             first = outcome.to_final_decision()
             if outcome.winner is not None:

@@ -1,5 +1,6 @@
-"""The final race by switchback (``measure.design: switchback``; and ``per-transaction`` where
-SET LOCAL cannot carry a differing knob or the traffic is live): the whole server alternates
+"""The final race by switchback, where the engine chooses it
+(:mod:`tuner_client.engine.designs`: a reload-time knob or one with a system-wide side
+differs, or the traffic is live, and no restart-time knob differs): the whole server alternates
 the original and the candidates in short slices (``measure.slice_s``) with ``ALTER SYSTEM`` +
 reload, one slice per configuration per block in a random order (issue 27, item 3).
 
@@ -7,28 +8,21 @@ With a workload the tuner drives (TPC-H, pgbench, scripts), every transaction is
 attributed to the slice it started in, straddlers dropped (:func:`run_driven`). In live mode
 the application's traffic is read from ``pg_stat_statements`` (or ``pg_stat_database``'s
 commits) at each slice's settled start and end, and the race may stop after any block whose
-intervals all exclude 1 (they are confidence sequences). Only reload-time and session knobs
-can be switched; a restart-time knob sends the race back to windows, said why. The server's
+intervals all exclude 1 (they are confidence sequences). The server's
 ``postgresql.auto.conf`` is put back as it was before the race, on failure too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
-from tuner_client.phases.final_per_transaction import (
-    PER_TRANSACTION,
-    RaceOutcome,
-    differing_knobs,
-    per_transaction_reason,
-    race_per_transaction_run,
-    race_seconds,
-)
+from tuner_client.engine.designs import differing_knobs
+from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.switchback import (
     SwitchbackRace,
@@ -38,7 +32,6 @@ from tuner_client.stats.switchback import (
     totals_from_transactions,
 )
 from tuner_client.switchback import (
-        RELOADABLE_CONTEXTS,
     ConfigurationSwitch,
     SliceRun,
     counters_reader,
@@ -47,12 +40,10 @@ from tuner_client.switchback import (
     settle_margin,
 )
 from workloads.connect import connect
-from workloads.per_transaction.from_config import make_assignment, unsupported_reason
+from workloads.per_transaction.from_config import make_assignment
 
 logger = logging.getLogger(__name__)
 
-#: the ``measure.design`` value that asks for this race
-SWITCHBACK = "switchback"
 #: fewest blocks a switchback race runs (the 95 % confidence sequence is unbounded below 4)
 MIN_BLOCKS = 4
 
@@ -63,47 +54,14 @@ def is_live(ctx: RunContext) -> bool:
     return wl.observe is not None or wl.kind == "observe"
 
 
-def why_not_switchback(ctx: RunContext, candidates: Sequence[Mapping[str, str]]) -> str | None:
-    """Why these candidates cannot be compared by switchback here (None: they can)."""
-    if ctx.pool.replicated:
-        return "the race runs over several replicas"
-    if not is_live(ctx) and (reason := unsupported_reason(ctx.config.workload)) is not None:
-        return reason
-    for name in differing_knobs(candidates):
-        context = ctx.budget.catalog[name].context if name in ctx.budget.catalog else "unknown"
-        if context not in RELOADABLE_CONTEXTS:
-            return (f"{name} differs between the candidates and its pg_settings context is "
-                    f"{context!r}; a switchback switches by reload, not restart")
-    return None
-
-
-def race_by_design(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-                   labels: list[str]) -> RaceOutcome | None:
-    """The final race in the design ``measure.design`` asks for (None: in windows, said
-    why): per transaction where it applies, else by switchback where that applies."""
-    configs = [candidates[label] for label in labels]
-    if ctx.config.measure.design == PER_TRANSACTION:
-        reason = per_transaction_reason(ctx, configs)
-        if reason is None:
-            return race_per_transaction_run(ctx, state, candidates, labels)
-        if (other := why_not_switchback(ctx, configs)) is not None:
-            state.decide(f"final: measured in windows, not per transaction ({reason}) nor by "
-                         f"switchback ({other})")
-            return None
-        state.decide(f"final: not measured per transaction ({reason}); by switchback instead")
-    return race_switchback_run(ctx, state, candidates, labels)
-
-
 def race_switchback_run(ctx: RunContext, state: RunState,
                         candidates: Mapping[str, dict[str, str]], labels: list[str]
                         ) -> SwitchbackRace | None:
     """Race ``labels`` (the first is the reference) by switchback for ``final.max_seconds``
-    (default and bounds as per transaction); None, said why, when it does not apply."""
+    (default and bounds as per transaction), where the engine chose it
+    (:func:`tuner_client.phases.design_choice.choose_for`); None, said why, when the run
+    failed."""
     configs = [candidates[label] for label in labels]
-    reason = why_not_switchback(ctx, configs)
-    if reason is not None:
-        state.decide(f"final: measured in windows, not by switchback: {reason}")
-        return None
     slice_s = ctx.config.measure.slice_s
     seconds = race_seconds(ctx)
     blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))

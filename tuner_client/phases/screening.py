@@ -29,8 +29,14 @@ from harmony_base.errors import HarmonyError
 from harmony_base.space import EnumParam, IntParam, RealParam, Value
 from tuner_client.budget import ONLINE_MEMORY_KNOBS
 from tuner_client.config import KnobSpace
-from tuner_client.phases.final_per_transaction import PER_TRANSACTION, system_wide_reason
-from tuner_client.phases.search_per_transaction import why_not_per_transaction_search
+from tuner_client.engine.designs import (
+    PER_TRANSACTION,
+    SYSTEM_WIDE,
+    SYSTEM_WIDE_KNOBS,
+    VALIDITY,
+    WINDOWS,
+)
+from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES
@@ -64,7 +70,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     start = default if reason is not None else space.point_from_settings(default_settings,
                                                                          snap=False)
     levels = _levels(ctx, space, start, from_default=reason is None)
-    if reason is not None and ctx.config.measure.design == PER_TRANSACTION:
+    if reason is not None and ctx.config.measure.design != WINDOWS:
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
@@ -133,13 +139,15 @@ def _rows(space: KnobSpace, levels: list[KnobLevels], default: dict[str, Value]
 
 def _why_windows(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -> str | None:
     """Why the screening is measured in windows (None: in one per-transaction run)."""
-    reason = why_not_per_transaction_search(ctx, space)
-    if reason is not None:
-        return reason
+    # every knob moves from the setting in force in some row, whatever its levels
+    choice = choose_for(ctx, [space.settings(default), {}], search=True)
+    if choice.design != PER_TRANSACTION:
+        return choice.text()
     if ctx.config.screening.design != "pb":
         return "a per-transaction screening runs the Plackett–Burman design (design: pb)"
-    # every knob moves from the setting in force in some row, whatever its levels
-    return system_wide_reason([space.settings(default), {}])
+    # unlike a search session, the screening has no window blocks for a system-wide knob
+    wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
+    return f"{', '.join(wide)}: {VALIDITY[SYSTEM_WIDE][PER_TRANSACTION]}" if wide else None
 
 
 def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,

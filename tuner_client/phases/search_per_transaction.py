@@ -1,5 +1,5 @@
-"""A search session's evaluations measured per transaction (``measure.design:
-per-transaction``, issue 27): the candidates the strategy asks for at once (a simplex's
+"""A search session's evaluations measured per transaction (where the engine chooses it,
+issues 27 and 45): the candidates the strategy asks for at once (a simplex's
 vertices, a shrink) and the session's reference share one run, each transaction drawing one
 of them at random and running under ``SET LOCAL``
 (:class:`workloads.per_transaction.StreamAssignment` and the pgbench variants).
@@ -20,10 +20,10 @@ it cannot be a gain worth taking, and on the one-pass mix, where no online knob 
 throughput, runs reached only ±4–5 % in 30 s. Looking before the end makes these intervals
 nominal; only the final race claims, with its own anytime-valid intervals.
 
-Only where it applies (:func:`why_not_per_transaction_search`): every knob the session searches
-is session-settable, the workload has a per-transaction driver, and the run measures one
-database; otherwise the session runs in windows (:func:`run_session`) and the decisions say
-why.
+Only where the engine chooses it (:func:`search_choice`, by :mod:`tuner_client.engine.designs`):
+every knob the session searches is session-settable, the workload has a per-transaction
+driver, and the run measures one database; otherwise the session runs in windows
+(:func:`run_session`) and the decisions say why.
 
 Knobs with a system-wide side (parallel query, :data:`SYSTEM_WIDE_KNOBS`) are not compared per
 transaction: max_parallel_workers_per_gather 2→0 read 0.77× per transaction and 1.22× in
@@ -35,14 +35,14 @@ group's ratio to the reference is the per-transaction ratio times that of the re
 with the group's values over the reference itself, measured once per value in a paired
 whole-server block (:func:`tuner_client.phases.blocks.measure_block`).
 
-The two factors do not share one objective: the block ranks by the configured estimator
-(``progress`` for TPC-H, a count of queries), the per-transaction part by work-weighted
-per-template latency. On the demo's mix parallel workers 2 → 0 read 1.305× (1.269–1.341) by
-count and 1.112× (1.090–1.135) work-weighted in the same windows
-(``benchmarks/results/estimands.s13.md``). The block's count is kept on purpose: the final
-race that judges a searched candidate with a restart-time difference runs in windows and
-counts too; measuring the factor work-weighted (session 13, reverted) read 0.955× (0.885–1.031)
-for the same value in the demo, which then kept the original.
+The two factors share one objective, the workload's count: the block counts queries
+(``progress`` for TPC-H), and the per-transaction part counts them too since issue 45
+(:mod:`tuner_client.stats.estimand`: a TPC-H stream loops its query, so the ratio weighs the
+templates by completions). Before, the per-transaction part was work-weighted: on the demo's
+mix parallel workers 2 → 0 read 1.305× (1.269–1.341) by count and 1.112× (1.090–1.135)
+work-weighted in the same windows (``benchmarks/results/estimands.s13.md``), and measuring
+the block work-weighted too (session 13, reverted) read 0.955× (0.885–1.031) for the same
+value in the demo, which then kept the original.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from harmony_base.errors import HarmonyError
 from tuner_client.api.client import Fetched, Session
 from tuner_client.config import KnobSpace
+from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS, Choice
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import (
     Reference,
@@ -63,7 +64,7 @@ from tuner_client.phases.blocks import (
     measure_block,
     measure_reference,
 )
-from tuner_client.phases.final_per_transaction import PER_TRANSACTION, why_not_per_transaction
+from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
     SETTLED_HALF_WIDTH,
@@ -75,7 +76,6 @@ from tuner_client.phases.search_stops import (
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
-from tuner_client.stats.per_transaction_race import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
 
@@ -90,32 +90,23 @@ LEVEL = 0.95
 WideKey = tuple[tuple[str, str], ...]
 
 
-def why_not_per_transaction_search(ctx: RunContext, space: KnobSpace) -> str | None:
-    """Why ``space``'s evaluations are measured in windows (None: per transaction).
-
-    ``measure.design: windows`` is a reason too, and so is an unpaired session: its strategy
-    aggregates window samples itself."""
-    if ctx.config.measure.design != PER_TRANSACTION:
-        return "measure.design is windows"
-    if not ctx.config.measure.paired:
-        return "measure.paired is off (the session aggregates single window samples)"
-    if ctx.config.replicas.remote:
-        return "replicas on other hosts measure the same session in windows"
-    # every searched knob may differ from the reference: against {} each one counts
-    return why_not_per_transaction(ctx, [ctx.current(space.names), {}])
-
-
 def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpace
                    ) -> Callable[..., str]:
     """How session ``label`` over ``space`` is measured: :func:`run_per_transaction_session`
-    where the design applies, else :func:`run_session` (the decisions say why when
-    ``measure.design`` asked for per-transaction)."""
-    reason = why_not_per_transaction_search(ctx, space)
-    if reason is None:
+    where the engine chooses per transaction for its knobs (every searched knob may differ
+    from the reference), else :func:`run_session`, the decisions saying why."""
+    choice = search_choice(ctx, space)
+    if choice.design == PER_TRANSACTION:
         return run_per_transaction_session
-    if ctx.config.measure.design == PER_TRANSACTION:
-        state.decide(f"{label}: evaluations measured in windows, not per transaction: {reason}")
+    if choice.passed_over:
+        state.decide(f"{label}: evaluations measured by {choice.text()}")
     return run_session
+
+
+def search_choice(ctx: RunContext, space: KnobSpace) -> Choice:
+    """The engine's design for a session over ``space``: every searched knob may differ
+    from the reference (against {} each one counts)."""
+    return choose_for(ctx, [ctx.current(space.names), {}], search=True)
 
 
 def run_seconds(base_s: float, candidates: int) -> float:

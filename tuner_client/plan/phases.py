@@ -24,6 +24,8 @@ class PhasePlan:
     restarts: int
     seconds: float | None
     detail: str
+    #: the measurement design and why (:mod:`tuner_client.plan.designs`)
+    design: str = ""
 
 
 

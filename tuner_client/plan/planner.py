@@ -30,6 +30,7 @@ from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.crashsafe.journal import find_journals
 from tuner_client.crashsafe.run import config_key
 from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.plan.designs import final_design, search_design
 from tuner_client.plan.live import LivePlan, live_plan
 from tuner_client.plan.phases import PhasePlan, phase_plans
 from tuner_client.plan.proposals import Proposal, auto_knob_specs, loopback, propose
@@ -146,7 +147,11 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
                  + _knob_plans(online, "online", budget.online_constraints(online_force),
                                in_force))
         window_s, basis = window_seconds(config, stats, timed)
-        phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed))
+        designs = {"offline": search_design(config, catalog, offline),
+                   "online": search_design(config, catalog, online),
+                   "final": final_design(config, catalog, offline, online)}
+        phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed),
+                          design=designs.get(p.name, ""))
                   for p in phase_plans(config, offline, online, window_s)]
         version = (f"{catalog.server_version_num // 10000}.{catalog.server_version_num % 100}"
                    if catalog.server_version_num else None)

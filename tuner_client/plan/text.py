@@ -25,6 +25,8 @@ def format_plan(plan: Plan) -> str:
         when = f"~{_duration(p.seconds)}" if p.seconds is not None else "time unknown"
         lines.append(f"  {p.name:<10} {p.evaluations:>4} evaluations, {p.windows:>4} windows, "
                      f"{p.restarts:>3} restarts at most, {when}: {p.detail}")
+        if p.design:
+            lines.append(f"  {'':<10} design: {p.design}")
     total = plan.seconds
     lines.append(f"  total: at most {plan.restarts} restarts"
                  + (f", ~{_duration(total)}" if total is not None else ""))

@@ -11,7 +11,11 @@ total time, ``Σ_i∈A,t latency / Σ_i∈A latency``):
 ``L`` is the time the reference's own mix of work would take at B's per-template speeds,
 relative to A (the live mode's objective in :mod:`tuner_client.stats.mix` is the same
 quantity), so ``speedup`` is what a throughput comparison of the whole mix would read, and
-above 1 means B is faster, as in every other ratio the tuner prints. Mean latencies, not
+above 1 means B is faster, as in every other ratio the tuner prints. It is the count ratio of
+a client that draws each transaction from a fixed mix (pgbench, scripts, a replay); a
+TPC-H stream loops its one query instead, and its count ratio weighs the templates by
+completions: ``compare(estimand=...)`` takes the client model
+(:mod:`tuner_client.stats.estimand`, which holds both formulas). Mean latencies, not
 geometric means: the time a closed-loop workload spends is the sum of its latencies, and
 the mean is the one average that adds up to it; a geometric mean would discount a template's
 slow tail, which is part of what a knob changes. The price is sensitivity to outliers, which
@@ -76,6 +80,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from harmony_base.errors import ConfigError
+from tuner_client.stats.estimand import DRAWN, DRAWS, Estimand
 from tuner_client.stats.paired import RatioInterval, t_quantile
 from tuner_client.stats.sequential import confidence_sequence
 
@@ -151,6 +156,9 @@ class PerTransactionComparison:
     slices: int
     slice_s: float
     design: str = DESIGN
+    #: the client model the ratio counts by (:data:`tuner_client.stats.estimand.DRAWS` or
+    #: ``LOOPS``)
+    estimand: str = DRAWS
 
     @property
     def half_width(self) -> float:
@@ -178,17 +186,6 @@ def _slice_sums(obs: Observations, arms: tuple[int, int], slice_s: float
     return sums, counts
 
 
-def _latency_ratio(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``L`` from total sums and counts of shape (..., templates, 2), over the templates seen
-    under both arms (the weights renormalised over them); NaN when there are none."""
-    both = (counts[..., 0] > 0) & (counts[..., 1] > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sums / counts
-        ratio = np.where(both, mean[..., 1] / mean[..., 0], 0.0)
-        work = np.where(both, sums[..., 0], 0.0)
-        return (work * ratio).sum(axis=-1) / work.sum(axis=-1)
-
-
 def _check(obs: Observations, reference: int, candidate: int) -> None:
     if reference == candidate:
         raise ConfigError(f"a comparison needs two configurations, but got {reference} twice")
@@ -199,36 +196,22 @@ def _check(obs: Observations, reference: int, candidate: int) -> None:
                               f"trace; run longer")
 
 
-def _influence(sums: np.ndarray, counts: np.ndarray, total_s: np.ndarray,
-               total_n: np.ndarray) -> np.ndarray:
-    """Each slice's influence on ``log L`` at totals ``total_s``/``total_n`` of shape
-    (resamples, templates, 2): shape (slices, resamples). ``L = Σ_t N_tA m_tB / Σ_t S_tA``
-    over the templates seen in both arms, so its linearisation is a sum over slices."""
-    both = (total_n[..., 0] > 0) & (total_n[..., 1] > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_b = np.where(both, total_s[..., 1] / total_n[..., 1], 0.0)
-        share = np.where(both, total_n[..., 0] / total_n[..., 1], 0.0)
-    at_b = (total_n[..., 0] * mean_b).sum(axis=-1)
-    spent_a = np.where(both, total_s[..., 0], 0.0).sum(axis=-1)
-    return ((counts[..., 0] @ mean_b.T + sums[..., 1] @ share.T
-             - counts[..., 1] @ (share * mean_b).T) / at_b
-            - (sums[..., 0] @ both.T.astype(float)) / spent_a)
-
-
 def _log_interval(sums: np.ndarray, counts: np.ndarray, point: float, level: float,
-                  interval: Interval, seed: int, resamples: int) -> tuple[float, float]:
+                  interval: Interval, seed: int, resamples: int, estimand: Estimand
+                  ) -> tuple[float, float]:
     """The interval of ``log L`` from the slices (the module's docstring: Interval)."""
     n = sums.shape[0]
     rng = np.random.default_rng(seed)
     weights = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)
     boot_s = (weights @ sums.reshape(n, -1)).reshape(resamples, *sums.shape[1:])
     boot_n = (weights @ counts.reshape(n, -1)).reshape(resamples, *counts.shape[1:])
-    boot = _latency_ratio(boot_s, boot_n)
+    boot = estimand.latency_ratio(boot_s, boot_n)
     usable = np.isfinite(boot) & (boot > 0)
     log_point = math.log(point)
     df = float(n - 1)
     if interval == "kurtosis-df":
-        z = _influence(sums, counts, sums.sum(axis=0)[None], counts.sum(axis=0)[None])[:, 0]
+        z = estimand.influence(sums, counts, sums.sum(axis=0)[None],
+                               counts.sum(axis=0)[None])[:, 0]
         df = effective_df(z)
     se = float(np.std(np.log(boot[usable]), ddof=1)) * math.sqrt(n / (n - 1))
     half = t_quantile(0.5 + level / 2, math.floor(10 * df) / 10) * se  # few cached df values
@@ -258,6 +241,14 @@ def ranking_slice_s(obs: Observations) -> float:
     return min(MIN_SLICE_S, max(SHORT_SLICE_S, SLICE_LATENCIES * mean))
 
 
+def estimand_of(obs: Observations) -> Estimand:
+    """The client model a trace records (:attr:`workloads.per_transaction.Trace.loops`: TPC-H
+    streams loop their query), else draws."""
+    loops, templates = getattr(obs, "loops", None), getattr(obs, "templates", None)
+    return DRAWN if loops is None or templates is None \
+        else Estimand.for_templates(templates, loops)
+
+
 def rank_compare(obs: Observations, reference: int = 0, candidate: int = 1,
                  **kwargs: Any) -> PerTransactionComparison:
     """:func:`compare` for a ranking: slices as short as :func:`ranking_slice_s`."""
@@ -267,11 +258,15 @@ def rank_compare(obs: Observations, reference: int = 0, candidate: int = 1,
 def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
             slice_s: float | None = None, level: float = 0.95, seed: int = 0,
             resamples: int = RESAMPLES, interval: Interval = "kurtosis-df",
-            min_slice_s: float = MIN_SLICE_S) -> PerTransactionComparison:
-    """B's work-weighted speedup over A with a block-bootstrap interval over time slices
-    (``slice_s``: default the run's span / :data:`DEFAULT_SLICES`, at least ``min_slice_s``,
-    which only a ranking should lower: :func:`ranking_slice_s`); ``interval``:
-    :data:`INTERVALS`."""
+            min_slice_s: float = MIN_SLICE_S, estimand: Estimand | None = None
+            ) -> PerTransactionComparison:
+    """B's speedup over A, as the workload's client counts it (``estimand``: the client
+    model, :mod:`tuner_client.stats.estimand`), with a block-bootstrap interval over time
+    slices (``slice_s``: default the run's span / :data:`DEFAULT_SLICES`, at least
+    ``min_slice_s``, which only a ranking should lower: :func:`ranking_slice_s`);
+    ``interval``: :data:`INTERVALS`. Without ``estimand``, the trace's own
+    (:func:`estimand_of`)."""
+    estimand = estimand if estimand is not None else estimand_of(obs)
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
     if interval not in INTERVALS:
@@ -292,8 +287,9 @@ def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
                           f"run has {n_slices} of {slice_s:g} s; run longer or pass a shorter "
                           f"slice_s")
     total_s, total_n = sums.sum(axis=0), counts.sum(axis=0)
-    point = float(_latency_ratio(total_s, total_n))
-    low_log, high_log = _log_interval(sums, counts, point, level, interval, seed, resamples)
+    point = float(estimand.latency_ratio(total_s, total_n))
+    low_log, high_log = _log_interval(sums, counts, point, level, interval, seed, resamples,
+                                      estimand)
     ratio = RatioInterval(1.0 / point, math.exp(-high_log), math.exp(-low_log), n_slices,
                           level, "bootstrap")
     work = np.where((total_n > 0).all(axis=-1), total_s[:, 0], 0.0)
@@ -302,27 +298,24 @@ def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
                       total_s[t, 1] / total_n[t, 1], float(work[t] / work.sum()))
         for t in range(total_n.shape[0]) if total_n[t].all())
     return PerTransactionComparison(
-        reference, candidate, ratio, _anytime(sums, counts, total_s, total_n, level),
-        templates, (int(total_n[:, 0].sum()), int(total_n[:, 1].sum())), n_slices, slice_s)
+        reference, candidate, ratio, _anytime(sums, counts, level, estimand),
+        templates, (int(total_n[:, 0].sum()), int(total_n[:, 1].sum())), n_slices, slice_s,
+        estimand=estimand.model)
 
 
 def slice_log_speedups(sums: np.ndarray, counts: np.ndarray, total_s: np.ndarray,
                        total_n: np.ndarray) -> np.ndarray:
     """Per slice ``log(S_A / S_B)`` with ``S_arm = Σ latency / Σ c_t`` (``c_t``: template t's
-    mean under A over the run); slices missing an arm are dropped."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cost = np.where(total_n[:, 0] > 0, total_s[:, 0] / total_n[:, 0], np.nan)
-    usable = ~np.isnan(cost)
-    expected = np.einsum("stk,t->sk", counts[:, usable, :], cost[usable])
-    spent = sums[:, usable, :].sum(axis=1)
-    ok = (expected > 0).all(axis=1)
-    relative = spent[ok] / expected[ok]
-    return np.asarray(np.log(relative[:, 0] / relative[:, 1]))
+    mean under A over the run); slices missing an arm are dropped (the draws estimand's
+    :meth:`~tuner_client.stats.estimand.Estimand.slice_log_speedups`; the totals are the
+    slices' own)."""
+    del total_s, total_n
+    return DRAWN.slice_log_speedups(sums, counts)
 
 
-def _anytime(sums: np.ndarray, counts: np.ndarray, total_s: np.ndarray, total_n: np.ndarray,
-             level: float) -> RatioInterval | None:
-    logs = slice_log_speedups(sums, counts, total_s, total_n)
+def _anytime(sums: np.ndarray, counts: np.ndarray, level: float, estimand: Estimand
+             ) -> RatioInterval | None:
+    logs = estimand.slice_log_speedups(sums, counts)
     cs = confidence_sequence(logs.tolist(), alpha=1.0 - level)
     if cs is None:
         return None
@@ -359,12 +352,12 @@ def variance_by_template(obs: Observations, reference: int = 0, candidate: int =
     sums, counts = _slice_sums(obs, (reference, candidate), max(span / slices * (1 + 1e-9),
                                                                  1e-9))
     total_s, total_n = sums.sum(axis=0)[None], counts.sum(axis=0)[None]
-    whole = float((_influence(sums, counts, total_s, total_n) ** 2).sum())
+    whole = float((DRAWN.influence(sums, counts, total_s, total_n) ** 2).sum())
     shares = {}
     for t in range(sums.shape[1]):
         only = np.zeros(sums.shape[1], dtype=bool)
         only[t] = True
-        z = _influence(sums * only[None, :, None], counts * only[None, :, None], total_s,
-                       total_n)
+        z = DRAWN.influence(sums * only[None, :, None], counts * only[None, :, None], total_s,
+                            total_n)
         shares[t] = float((z ** 2).sum()) / whole if whole > 0 else 0.0
     return shares

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
+from tuner_client.engine.designs import SYSTEM_WIDE_KNOBS
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from tuner_client.stats.estimand import COUNTS
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
@@ -31,14 +33,8 @@ from tuner_client.stats.per_transaction import (
 
 #: the interval method, as summary.json names it
 METHOD_TEXT = ("block bootstrap over time slices (Student multiplier on the degrees of "
-               "freedom the slices' kurtosis leaves), work-weighted per-template latency ratios")
-#: knobs with a system-wide side that per-transaction latency does not see (measured: max
-#: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server windows,
-#: docs/background.md §6)
-SYSTEM_WIDE_KNOBS = frozenset({
-    "max_parallel_workers_per_gather", "parallel_setup_cost", "parallel_tuple_cost",
-    "min_parallel_table_scan_size", "min_parallel_index_scan_size", "parallel_leader_participation",
-    "max_parallel_maintenance_workers"})
+               "freedom the slices' kurtosis leaves), per-template mean latencies combined "
+               "into the workload's count (tuner_client.stats.estimand)")
 
 
 @dataclass(frozen=True)
@@ -66,8 +62,8 @@ class PerTransactionRace:
         """The decision's lines: the verdict, the design, each candidate's interval."""
         lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
                  f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
-                 f"intervals: block bootstrap over time slices (kurtosis-adjusted Student "
-                 f"multiplier) at "
+                 f"the ratio counts {self._counts()}; intervals: block bootstrap over "
+                 f"time slices (kurtosis-adjusted Student multiplier) at "
                  f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
                  f"candidates)"]
         for label, result in self.comparisons.items():
@@ -77,6 +73,11 @@ class PerTransactionRace:
                              f"system-wide side a per-transaction comparison does not see; "
                              f"confirm it with whole-server windows")
         return lines
+
+    def _counts(self) -> str:
+        """What the ratios count (the client model of the run)."""
+        return "; ".join(COUNTS[m] for m in sorted({c.estimand
+                                                    for c in self.comparisons.values()}))
 
     def to_final_decision(self) -> FinalDecision:
         """The race as the tuner's :class:`FinalDecision` (summary.json, the report)."""

@@ -17,7 +17,12 @@ from workloads.per_transaction.pgbench_variants import (
     script_templates,
 )
 from workloads.per_transaction.settings import Configuration
-from workloads.per_transaction.streams import StreamAssignment, replay_draws, tpch_draws
+from workloads.per_transaction.streams import (
+    StreamAssignment,
+    replay_draws,
+    tpch_draws,
+    tpch_loops,
+)
 from workloads.per_transaction.trace import CHECK_S, Settled, Trace
 from workloads.replay import read_replay_file
 from workloads.scripted import load_scripts
@@ -60,7 +65,8 @@ def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], 
     if reason is not None:
         raise WorkloadError(f"no per-transaction measurement for this workload: {reason}")
     if wl.kind == "tpch":
-        return StreamAssignment(dsn, configurations, tpch_draws(dsn, wl.mix), seed=seed)
+        return StreamAssignment(dsn, configurations, tpch_draws(dsn, wl.mix), seed=seed,
+                                loops=tpch_loops(wl.mix))
     if wl.kind == "replay":
         replay = read_replay_file(replay_path(wl))
         replay.check_writes(wl.writes)

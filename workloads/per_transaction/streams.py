@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import psycopg
 from psycopg import sql
@@ -60,6 +60,11 @@ def tpch_draws(dsn: str, mix: Mix | str) -> list[Draw]:
         return lambda rng: (query, make_query(query, rng, scale).statement)
 
     return [loop(query) for query, count in parse_mix(mix) for _ in range(count)]
+
+
+def tpch_loops(mix: Mix | str) -> dict[str, int]:
+    """The streams looping each query of the TPC-H ``mix`` (:func:`tpch_draws` runs them)."""
+    return {query: count for query, count in parse_mix(mix)}
 
 
 def statement_draws(scripts: Sequence[Script], streams: int) -> list[Draw]:
@@ -174,13 +179,16 @@ class _Stream(threading.Thread):
 
 class StreamAssignment:
     """Runs ``draws`` (one stream each) against ``dsn``, every query under one of
-    ``configurations`` drawn at random with equal probability (seeded by ``seed``)."""
+    ``configurations`` drawn at random with equal probability (seeded by ``seed``);
+    ``loops``: the streams looping each template, when each stream loops one (TPC-H,
+    :func:`tpch_loops`), recorded in the trace (:attr:`Trace.loops`)."""
 
     def __init__(self, dsn: str, configurations: Sequence[Configuration],
-                 draws: Sequence[Draw], *, seed: int = 0) -> None:
+                 draws: Sequence[Draw], *, seed: int = 0,
+                 loops: Mapping[str, int] | None = None) -> None:
         if not draws:
             raise WorkloadError("a per-transaction run needs at least one stream")
-        self.dsn, self.draws, self.seed = dsn, list(draws), seed
+        self.dsn, self.draws, self.seed, self.loops = dsn, list(draws), seed, loops
         self.configurations = tuple(dict(c) for c in configurations)
         with connect(dsn) as conn:
             check_session_settable(conn, self.configurations)
@@ -237,7 +245,7 @@ class StreamAssignment:
         index = {name: i for i, name in enumerate(templates)}
         return Trace.from_rows(self.configurations, templates,
                                [(k, index[t], s - t0, lat, ok) for k, t, s, lat, ok in rows],
-                               t_end - t0, origin=wall0)
+                               t_end - t0, origin=wall0, loops=self.loops)
 
 
 def _next_wait(t0: float, seconds: float, settled: Settled | None, min_s: float,

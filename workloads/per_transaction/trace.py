@@ -3,7 +3,7 @@ configuration it drew, its template, when it started and how long it took."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +23,10 @@ class Trace:
     since the run began and ``latency[i]`` seconds; ``ok[i]`` is False for a transaction that
     failed (its latency is then the time until the failure). ``origin`` is the wall-clock time
     (``time.time()``, epoch seconds) of start 0, so the trace can be lined up with events timed
-    elsewhere (a switchback's slices).
+    elsewhere (a switchback's slices). ``loops``: how many clients loop each template (a TPC-H
+    stream runs its one query over and over), None when every client draws each transaction's
+    template from the mix (pgbench, scripts, a replay): what a throughput count of the run's
+    workload weighs the templates by (:mod:`tuner_client.stats.estimand`).
     """
 
     configurations: tuple[Configuration, ...]
@@ -35,16 +38,17 @@ class Trace:
     ok: np.ndarray
     seconds: float
     origin: float = 0.0
+    loops: Mapping[str, int] | None = None
 
     @classmethod
     def from_rows(cls, configurations: Sequence[Configuration], templates: Sequence[str],
                   rows: Sequence[tuple[int, int, float, float, bool]], seconds: float,
-                  origin: float = 0.0) -> Trace:
+                  origin: float = 0.0, loops: Mapping[str, int] | None = None) -> Trace:
         """A trace from ``(config, template, start, latency, ok)`` rows."""
         arr = np.array([r[:4] for r in rows], dtype=float).reshape(-1, 4)
         return cls(tuple(configurations), tuple(templates), arr[:, 0].astype(int),
                    arr[:, 1].astype(int), arr[:, 2], arr[:, 3],
-                   np.array([r[4] for r in rows], dtype=bool), seconds, origin)
+                   np.array([r[4] for r in rows], dtype=bool), seconds, origin, loops)
 
     def __len__(self) -> int:
         return int(self.config.size)
