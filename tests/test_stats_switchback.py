@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from harmony_base.errors import ConfigError
+from tuner_client.stats.estimand import Estimand
 from tuner_client.stats.switchback import (
     SliceSpan,
     attribute,
@@ -202,3 +203,36 @@ def test_carrying_straddlers_removes_the_length_bias_of_dropping_them() -> None:
     assert old_iv.ratio < 0.95 * true and old_iv.high < true  # 1.83× (1.73–1.93)
     assert abs(math.log(new_iv.ratio / true)) < 0.03 and new_iv.low < true < new_iv.high
     assert 0 < new.carried <= int(straddle.sum())  # the kept ones: not settling, not between
+
+
+def test_loops_count_the_streams_queries_where_draws_weigh_by_time() -> None:
+    """TPC-H streams each loop one query: the user's queries per second weigh a template by
+    its completions. A fast template that gains 1.6× and a slow one that loses (0.9×): by
+    count the candidate is 1.56× faster, by the draws formula (work-weighted) less."""
+    cost, speedup, loops = {0: 0.01, 1: 0.08}, {0: 1.6, 1: 0.9}, {0: 4, 1: 2}
+    spans = spans_of(balanced_order(2, 30, seed=3), 1.0)
+    rng = np.random.default_rng(5)
+    begins = np.array([s.begin for s in spans])
+    rows = []
+    for tpl, streams in loops.items():
+        for _ in range(streams):
+            t = rng.uniform(0, 0.01)
+            while t < spans[-1].end:
+                i = max(0, int(np.searchsorted(begins, t, side="right")) - 1)
+                fast = speedup[tpl] if spans[i].config == 1 else 1.0
+                lat = cost[tpl] * float(rng.lognormal(0, 0.2)) / fast
+                rows.append((tpl, t, lat))
+                t += lat
+    template, start, latency = (np.array(c) for c in zip(*rows, strict=True))
+    totals = totals_from_transactions(spans, template, start, latency,
+                                      np.ones(len(rows), dtype=bool), settle_s=0.0)
+    truth = (sum(n * speedup[t] / cost[t] for t, n in loops.items())
+             / sum(n / cost[t] for t, n in loops.items()))
+    assert truth == pytest.approx(1.56, abs=0.01)
+    counted = race(totals, ["a", "b"], slice_s=1.0, settle_s=0.0,
+                   estimand=Estimand.for_templates(["0", "1"], {"0": 4, "1": 2}))
+    by_time = race(totals, ["a", "b"], slice_s=1.0, settle_s=0.0)
+    iv = counted.comparisons["b"].interval
+    assert iv.low < truth < iv.high and abs(math.log(iv.ratio / truth)) < 0.03, iv
+    assert by_time.comparisons["b"].interval.ratio < truth / 1.1  # not the user's count
+    assert "queries per second of the streams" in "\n".join(counted.decisions())

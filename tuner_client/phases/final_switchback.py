@@ -24,6 +24,7 @@ from harmony_base.errors import HarmonyError
 from tuner_client.engine.designs import differing_knobs
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.per_transaction import estimand_of
 from tuner_client.stats.switchback import (
     SwitchbackRace,
     balanced_order,
@@ -99,7 +100,7 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[d
                                       trace.origin + trace.start, trace.latency, trace.ok,
                                       settle_s=settle_s)
     return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=settle_s,
-                level=cfg.final.level)
+                level=cfg.final.level, estimand=estimand_of(trace))
 
 
 def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],

@@ -26,12 +26,14 @@ spans (during a switch), and failed ones. With counters only (live mode:
 ``pg_stat_statements`` deltas), the slice's window starts ``settle_s`` after its beginning and
 a call is counted when it ends; the settle margin then is the whole protection.
 
-**Estimand and interval.** Per block, the reference's slice and the candidate's slice give
-each arm's time relative to what the reference's per-template costs predict for the same
-work (:func:`tuner_client.stats.per_transaction.slice_log_speedups`: per template t the
-reference's mean latency over the run, ``c_t``; an arm's value ``Σ latency / Σ c_t``), so a
-slice that happened to draw a cheaper mix is not credited with a gain, and the time is
-weighted by the work as the live objective is. The block's log speedup goes to the t-mixture
+**Estimand and interval.** The ratio is the workload's own count
+(:mod:`tuner_client.stats.estimand`: transactions per second of a mix whose clients draw
+each transaction, the default; queries per second of TPC-H streams, each looping its query).
+For draws, per block, the reference's slice and the candidate's slice give each arm's time
+relative to what the reference's per-template costs predict for the same work (per template
+t the reference's mean latency over the run, ``c_t``; an arm's value ``Σ latency / Σ c_t``),
+so a slice that happened to draw a cheaper mix is not credited with a gain; for loops, each
+block's pseudo-value of the completion-weighted ratio. The block's value goes to the t-mixture
 confidence sequence (:mod:`tuner_client.stats.sequential`), valid at every number of blocks
 at once, so a live race may stop after any block. Blocks are the independent units; the
 transactions inside a slice share its machine state and are not counted as independent.
@@ -51,8 +53,8 @@ import numpy as np
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
 from tuner_client.stats.paired import RatioInterval
-from tuner_client.stats.per_transaction import slice_log_speedups
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
 
 #: the design's name in the decisions and in summary.json
@@ -171,7 +173,8 @@ def totals_from_deltas(spans: Sequence[SliceSpan],
     return SliceTotals(tuple(spans), sums, counts, {})
 
 
-def block_log_speedups(totals: SliceTotals, reference: int, candidate: int) -> np.ndarray:
+def block_log_speedups(totals: SliceTotals, reference: int, candidate: int,
+                       estimand: Estimand = DRAWN) -> np.ndarray:
     """Per block holding both configurations with observations: ``log`` of the candidate's
     work-weighted speed over the reference's (above 0: the candidate is faster)."""
     pairs: dict[int, dict[int, int]] = {}
@@ -185,7 +188,7 @@ def block_log_speedups(totals: SliceTotals, reference: int, candidate: int) -> n
     ref, cand = zip(*rows, strict=True)
     sums = np.stack([totals.sums[list(ref)], totals.sums[list(cand)]], axis=-1)
     counts = np.stack([totals.counts[list(ref)], totals.counts[list(cand)]], axis=-1)
-    return slice_log_speedups(sums, counts, sums.sum(axis=0), counts.sum(axis=0))
+    return estimand.slice_log_speedups(sums, counts)
 
 
 @dataclass(frozen=True)
@@ -214,12 +217,12 @@ class SwitchbackComparison:
 
 
 def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
-            level: float = 0.95) -> SwitchbackComparison:
+            level: float = 0.95, estimand: Estimand = DRAWN) -> SwitchbackComparison:
     """The candidate's work-weighted speedup over the reference with the confidence sequence
     over blocks at ``level`` (bounds 0/inf while it is still unbounded)."""
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
-    logs = block_log_speedups(totals, reference, candidate)
+    logs = block_log_speedups(totals, reference, candidate, estimand)
     cs = confidence_sequence(logs.tolist(), alpha=1.0 - level)
     if cs is None:
         raise ConfigError(f"a switchback comparison needs at least 2 blocks holding both "
@@ -257,6 +260,8 @@ class SwitchbackRace:
     kept: int = 0
     #: kept transactions that ended after their slice (carried past the switch)
     carried: int = 0
+    #: what the ratios count (:data:`tuner_client.stats.estimand.COUNTS`)
+    counts: str = COUNTS[DRAWS]
 
     def verdict(self) -> str:
         """The decision in one line."""
@@ -272,7 +277,8 @@ class SwitchbackRace:
         lines = [self.verdict(),
                  f"final race measured by {DESIGN}: {self.slices} slices of {self.slice_s:g} s "
                  f"(ALTER SYSTEM + reload between them), one per configuration per block in a "
-                 f"random order; {self.source} attributed to the slice they started in, the "
+                 f"random order; the ratio counts {self.counts}; {self.source} attributed to "
+                 f"the slice they started in, the "
                  f"first {self.settle_s:g} s of each slice left out; dropped: {dropped}"
                  f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
                  f"(Bonferroni over {len(self.comparisons)} candidates)"]
@@ -311,19 +317,22 @@ class SwitchbackRace:
 
 
 def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s: float,
-         level: float = 0.95, source: str = "transactions") -> SwitchbackRace:
+         level: float = 0.95, source: str = "transactions", estimand: Estimand = DRAWN
+         ) -> SwitchbackRace:
     """Configuration 0 (``labels[0]``) is the reference, every other one a candidate; the
-    winner is the best candidate whose simultaneous interval lies above 1 (else none)."""
+    winner is the best candidate whose simultaneous interval lies above 1 (else none);
+    ``estimand``: what the ratios count (the workload's client model)."""
     if len(labels) < 2:
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
     m = len(labels) - 1
     simultaneous = 1.0 - (1.0 - level) / m
-    comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous)
+    comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous, estimand=estimand)
                    for k in range(1, len(labels))}
-    plain = {labels[k]: compare(totals, 0, k, level=level) for k in range(1, len(labels))}
+    plain = {labels[k]: compare(totals, 0, k, level=level, estimand=estimand)
+             for k in range(1, len(labels))}
     clear = [label for label, r in comparisons.items() if r.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return SwitchbackRace(labels[0], comparisons, plain, winner, simultaneous, level, slice_s,
                           settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept,
-                          totals.carried)
+                          totals.carried, counts=estimand.text())
