@@ -25,7 +25,9 @@ seed: 4
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 15}
+# the windows flow, paired blocks of samples (the default, auto, would measure these session
+# knobs per transaction)
+measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 15, design: windows}
 budget: {os_reserved: 256MB, connections: auto, online: 48MB}
 offline:
   knobs: {shared_buffers: {min: 16MB, max: 64MB, step: 8MB}}
@@ -168,7 +170,7 @@ seed: 2
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 3, queries: 9, estimator: concurrency}
+measure: {warmup_s: 0.3, samples: 3, queries: 9, estimator: concurrency, design: windows}
 budget: {os_reserved: 256MB, connections: 3}
 offline:
   knobs: {shared_buffers: {min: 128MB, max: 128MB, step: 8MB}}
@@ -236,7 +238,7 @@ seed: 2
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 2, queries: 10}
+measure: {warmup_s: 0.3, samples: 2, queries: 10, design: windows}
 budget: {ram: 256MB, os_reserved: 32MB, connections: 10, process_memory: 4MB}
 offline:
   knobs: {shared_buffers: {min: 16MB, max: 64MB, step: 8MB}}

@@ -166,6 +166,11 @@ def test_tune_plan_prints_and_writes_json(own_cluster: LocalCluster, tmp_path: P
     printed = capsys.readouterr().out
     written = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert "work_mem" in printed and "restarts at most" in printed
+    # each phase says how it is measured: work_mem is session-settable and pgbench has a
+    # per-transaction driver, so the engine's default takes the most precise design
+    assert printed.count("design: per-transaction, the most precise design valid here") == 1
+    assert "design: when the candidates differ in the online knobs: per-transaction, the most " \
+           "precise design valid here" in printed, printed
     assert written["restarts"] == 0
     assert [k["name"] for k in written["knobs"]] == ["work_mem"]
 

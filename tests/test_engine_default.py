@@ -1,0 +1,60 @@
+"""The default path (issue 45): a config without ``measure.design`` meets the precise design
+on its own. A server whose original configuration has hash joins off (Q3, Q9 and Q13 merge
+or loop instead of hashing at SF 0.01), one session knob searched: the engine measures the
+search and the final race per transaction, says so, and recommends hash joins on with an
+interval above 1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
+
+CONFIG = tune_yaml(
+    "engine-default", 6, mix="2Q3,2Q9,1Q13", measure="per_transaction_s: 10",
+    online="{knobs: {enable_hashjoin: {values: ['on', 'off']}}, strategy: {name: exhaustive}, "
+           "evaluations: 2}",
+    final="{rounds: 2, max_rounds: 2, close_call_rounds: 2, max_seconds: 30, baselines: []}")
+
+
+@pytest.fixture
+def hash_joins_off(tpch_cluster: TpchCluster) -> Iterator[TpchCluster]:  # noqa: F811
+    """The cluster with enable_hashjoin off as its original configuration (put back after)."""
+    with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET enable_hashjoin = off")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield tpch_cluster
+    finally:
+        with psycopg.connect(tpch_cluster.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET enable_hashjoin")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_without_measure_design_the_run_measures_per_transaction_and_says_why(
+        hash_joins_off: TpchCluster, tmp_path: Path) -> None:
+    tuner = tune(hash_joins_off, CONFIG, source="engine-default.yaml", run_id="d1",
+                 output_dir=tmp_path)
+    assert tuner.config.measure.design == "auto"
+    result = tuner.run()
+    decisions = "\n".join(result.work.decisions)
+    assert result.best.original["enable_hashjoin"] == "off", result.best.original
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert online and all(r.design == "per-transaction" for r in online), decisions
+    # the final race: one session knob differs, so the most precise design, said so
+    assert "final: the race of default, best by per-transaction, the most precise design " \
+           "valid here" in decisions, decisions
+    decision = result.intervals.decision
+    assert decision is not None and decision.design == "per-transaction", decisions
+    assert "the ratio counts queries per second of the streams" in decisions
+    # hash joins on: clearly faster than the original's off, recommended on its interval
+    assert decision.winner is not None, decisions
+    assert result.best.settings["enable_hashjoin"] == "on"
+    iv = decision.intervals[decision.winner]
+    assert iv is not None and iv.low > 1.0 and iv.ratio > 1.05, iv
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["decision"]["design"] == "per-transaction"
