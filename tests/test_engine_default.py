@@ -15,7 +15,7 @@ import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 CONFIG = tune_yaml(
-    "engine-default", 6, mix="2Q3,2Q9,1Q13", measure="per_transaction_s: 10",
+    "engine-default", 6, mix="1Q3,1Q9,1Q13", measure="per_transaction_s: 10",
     online="{knobs: {enable_hashjoin: {values: ['on', 'off']}}, strategy: {name: exhaustive}, "
            "evaluations: 2}",
     final="{rounds: 2, max_rounds: 2, close_call_rounds: 2, max_seconds: 30, baselines: []}")

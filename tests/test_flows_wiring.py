@@ -38,7 +38,7 @@ seed: 3
 workload:
   tpch: {{scale: 0.01, mix: "{MIX}"}}
   statement_timeout_s: 60
-measure: {{warmup_s: 0.3, samples: 3, aggregate: best, queries: 15}}
+measure: {{warmup_s: 0.3, samples: 3, aggregate: best, queries: 15, design: windows}}
 budget: {{os_reserved: 256MB, connections: 3, online: 48MB}}
 offline:
   knobs: {{shared_buffers: {{min: 16MB, max: 160MB, step: 8MB}}}}

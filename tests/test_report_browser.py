@@ -35,7 +35,7 @@ seed: 5
 workload:
   tpch: {scale: 0.01, mix: "2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.2, samples: 2, aggregate: best, queries: 10}
+measure: {warmup_s: 0.2, samples: 2, aggregate: best, queries: 10, design: windows}
 budget: {os_reserved: 256MB, connections: auto}
 offline:
   knobs: {shared_buffers: {min: 16MB, max: 64MB, step: 8MB}}

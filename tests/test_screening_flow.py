@@ -135,7 +135,7 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
     0.01: no move gains, so no knob is searched, and the run says how it measured. The range
     ends at 50000, below the setting in force: the rows leave the knob at 100000 where they do
     not move it (not at the range's nearest end), so both ends are moves down from there."""
-    text = CONFIG.replace("measure: {warmup_s: 0.2, samples: 2, queries: 18}",
+    text = CONFIG.replace("measure: {warmup_s: 0.2, samples: 2, queries: 18, design: windows}",
                           "measure: {warmup_s: 0.2, samples: 2, queries: 18, "
                           "design: per-transaction, per_transaction_s: 10}")
     text = text.replace("jit_above_cost: {min: 0, max: 200000,",

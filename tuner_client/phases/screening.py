@@ -191,9 +191,10 @@ def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
         f"its low one) as the arms of one run, {len(trace):,} transactions in "
         f"{trace.seconds:.0f} s (at most {seconds} s: it ends once every move's interval is "
         f"within ±{100 * SETTLED_HALF_WIDTH:g} %); a move's effect is the transactions of the "
-        f"rows that made it over those of the rows that did not (work-weighted per-template "
-        f"latency, block bootstrap over time slices, {100 * level:.2f} %), the other knobs "
-        f"balanced on both sides; a knob is searched when a move's interval lies above 1")
+        f"rows that made it over those of the rows that did not (per-template latencies "
+        f"combined into the workload's count, block bootstrap over time slices, "
+        f"{100 * level:.2f} %), the other knobs balanced on both sides; a knob is searched "
+        f"when a move's interval lies above 1")
     if spare:
         state.decide("screening: the designs' spare columns (no knob; interactions and noise "
                      "only, an A/A check): " + ", ".join(i.text() for i in spare)

@@ -75,6 +75,7 @@ from tuner_client.phases.search_stops import (
 )
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
 from tuner_client.phases.state import RunContext, RunState, record_point
+from tuner_client.stats.estimand import COUNTS, DRAWS
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
@@ -133,6 +134,8 @@ class PerTransactionEvaluations:
         self.reference = reference
         self.runs = 0
         self.transactions = 0
+        #: what the runs' ratios count (the workload's client model)
+        self.counts = COUNTS[DRAWS]
         #: the runs' seconds, and what they would have lasted had none settled early
         self.seconds = 0.0
         self.most_seconds = 0
@@ -197,6 +200,7 @@ class PerTransactionEvaluations:
             try:
                 result = rank_compare(trace, 0, k, level=LEVEL,
                                       seed=self.ctx.config.seed + self.runs)
+                self.counts = COUNTS[result.estimand]
             except HarmonyError as exc:
                 ev.record.failure = f"per-transaction comparison failed: {exc}"
                 continue
@@ -275,7 +279,7 @@ class PerTransactionEvaluations:
                 f"% interval is within ±{100 * SETTLED_HALF_WIDTH:g} %, within "
                 f"{100 * SETTLED_SHARE_OF_EFFECT:g} % of its effect or below "
                 f"{SETTLED_NO_GAIN:g}×), each candidate beside the reference "
-                f"{self.reference.settings} (work-weighted per-template latency ratio, block "
+                f"{self.reference.settings} (the ratio counts {self.counts}; block "
                 f"bootstrap over time slices, {100 * LEVEL:.0f} %; the search only ranks, so "
                 f"these intervals are not claims: looking before the end makes them nominal)")
         if wide:

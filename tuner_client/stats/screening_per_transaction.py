@@ -58,6 +58,7 @@ from tuner_client.stats.per_transaction import (
     Observations,
     PerTransactionComparison,
     compare,
+    estimand_of,
 )
 from tuner_client.stats.screening import Z_DEFAULT, KnobEffect, KnobLevels, Screening
 
@@ -91,7 +92,8 @@ def column_comparison(obs: Observations, matrix: np.ndarray, column: int, *, lev
     inside = (rows >= 0) & (rows < matrix.shape[0])
     side = (matrix[np.where(inside, rows, 0), column] > 0).astype(int)
     split = _Split(side, obs.template, obs.start, obs.latency, np.asarray(obs.ok) & inside)
-    return compare(split, 0, 1, level=level, seed=seed, resamples=resamples)
+    return compare(split, 0, 1, level=level, seed=seed, resamples=resamples,
+                   estimand=estimand_of(obs))
 
 
 @dataclass(frozen=True)
