@@ -34,7 +34,7 @@ seed: 1
 workload:
   tpch: {scale: 0.01, mix: "2Q1,2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 60}
+measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 60, slice_s: 1, per_transaction_s: 10}
 budget: {os_reserved: 256MB, connections: auto}
 offline:
   knobs:
@@ -50,7 +50,7 @@ online:
   strategy: {name: nelder-mead, options: {simplex_size: 5}}
   evaluations: 8
 flow: {kind: one-pass}
-final: {rounds: 2}
+final: {rounds: 2, max_rounds: 4, max_seconds: 40}
 bme: {probe_seconds: 1}
 """
 
