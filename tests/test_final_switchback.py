@@ -32,7 +32,7 @@ def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F
     summary = decision.to_dict()
     labels = len(decision.intervals) + 1
     # the planned blocks, less any whose slices kept no query (a TPC-H query may outlast a
-    # 1-s slice on a loaded machine and be dropped as a straddler)
+    # whole 1-s slice on a loaded machine, so that none starts in it)
     assert 4 <= summary["rounds"] <= max(4, 30 // labels) and \
         summary["rounds"] == summary["observations"]
     assert summary["method"].startswith("anytime-valid confidence sequence")

@@ -1,6 +1,8 @@
 """The switchback analysis on synthetic runs whose truth is known: balanced blocks,
-attribution to the starting slice with straddlers dropped, the block comparison recovering
-the work-weighted ratio with an anytime-valid interval, and the carry-over's settle time."""
+attribution to the starting slice (transactions that run past a switch carried, not dropped:
+dropping them biased the ratio towards the slower configuration), the block comparison
+recovering the work-weighted ratio with an anytime-valid interval, and the carry-over's
+settle time."""
 
 from __future__ import annotations
 
@@ -75,15 +77,16 @@ def test_balanced_order_holds_each_configuration_once_per_block() -> None:
         balanced_order(1, 3)
 
 
-def test_attribution_drops_straddlers_settling_and_between() -> None:
+def test_attribution_carries_straddlers_and_drops_settling_and_between() -> None:
     spans = [SliceSpan(0, 0, 0.0, 1.0), SliceSpan(0, 1, 1.01, 2.0)]
     start = np.array([0.05, 0.20, 0.90, 1.005, 1.02, 1.20, 1.50, 1.95, 2.5])
     latency = np.array([0.01, 0.10, 0.20, 0.001, 0.01, 0.10, 0.10, 0.10, 0.1])
     ok = np.ones(start.size, dtype=bool)
     ok[6] = False
-    where, dropped = attribute(spans, start, latency, ok, settle_s=0.1)
-    assert where.tolist() == [-1, 0, -1, -1, -1, 1, -1, -1, -1]
-    assert dropped == {"straddling": 2, "settling": 2, "between": 2, "failed": 1}
+    where, dropped, carried = attribute(spans, start, latency, ok, settle_s=0.1)
+    # 0.90 + 0.20 and 1.95 + 0.10 run past their slice's end: kept in the slice they began in
+    assert where.tolist() == [-1, 0, 0, -1, -1, 1, -1, 1, -1]
+    assert dropped == {"settling": 2, "between": 2, "failed": 1} and carried == 2
     with pytest.raises(ConfigError, match="ordered and disjoint"):
         attribute(spans[::-1], start, latency, ok, settle_s=0.1)
 
@@ -98,8 +101,8 @@ def test_compare_recovers_the_speedup(true: float) -> None:
     assert result.interval.low < true < result.interval.high
     assert abs(math.log(result.interval.ratio / true)) < 0.03
     assert result.half_width < 0.06
-    # every switch but the last ends while 4 clients are in a transaction
-    assert 4 * 39 <= totals.dropped["straddling"] <= 4 * 40
+    # every switch but the last ends while 4 clients are in a transaction: carried, kept
+    assert 4 * 39 <= totals.carried <= 4 * 40 and "straddling" not in totals.dropped
 
 
 def test_aa_coverage_over_synthetic_runs() -> None:
@@ -124,7 +127,10 @@ def test_race_picks_the_faster_candidate_and_says_how() -> None:
     decision = result.to_final_decision().to_dict()
     assert decision["design"] == "switchback" and decision["rounds"] == 12
     assert decision["observations"] == 12 and decision["winner"] == "best"
-    assert "36 slices of 2 s" in decision["text"][1] and "straddling" in decision["text"][1]
+    assert "36 slices of 2 s" in decision["text"][1]
+    assert f"{totals.carried} carried past a switch, kept in the slice they started in" \
+        in decision["text"][1]
+    assert result.summary()["carried"] == totals.carried > 0
 
 
 def test_counter_deltas_weigh_statements_by_the_reference_work() -> None:
@@ -153,3 +159,46 @@ def test_carry_over_settle_time_is_found() -> None:
     assert all(m > 0 for t, m, _, _ in found.profile if t < 0.6)  # toward the previous one
     template, start, latency, ok = closed_loop(spans, {0: 1.0, 1: 1.5}, seed=9, drift_sd=0.0)
     assert carry_over(spans, template, start, latency, ok, bin_s=0.2).settle_s <= 0.2
+
+
+def test_carrying_straddlers_removes_the_length_bias_of_dropping_them() -> None:
+    """A mix of 2-ms lookups (85 %) and long reports (15 %, lognormal, 0.5 s under the
+    reference, twice as fast under the candidate), 4 clients, 200 blocks of 3-s slices: the
+    true throughput ratio of a closed loop is Σ p·t(A) / Σ p·t(B) = 1.96. A report straddles
+    a switch almost twice as often under the reference, and the ones that do are its longest:
+    dropping them prices the reference's reports at its shorter runs and reads 1.83×, its
+    interval excluding the truth; keeping them in the slice they started in recovers it."""
+    freq, cost = np.array([0.85, 0.15]), np.array([0.002, 0.5])
+    speed = {0: np.array([1.0, 1.0]), 1: np.array([1.0, 2.0])}
+    true = float(freq @ cost / (freq @ (cost / speed[1])))
+    spans = spans_of(balanced_order(2, 200, seed=11), 3.0)
+    rng = np.random.default_rng(13)
+    begins = np.array([s.begin for s in spans])
+    rows = []
+    for _ in range(4):
+        t = rng.uniform(0, 0.01)
+        while t < spans[-1].end + 0.5:
+            i = max(0, int(np.searchsorted(begins, t, side="right")) - 1)
+            tpl = int(rng.choice(2, p=freq))
+            lat = cost[tpl] * rng.lognormal(-0.32, 0.8) / speed[spans[i].config][tpl]
+            rows.append((tpl, t, lat))
+            t += lat
+    arr = np.array(rows)
+    template, start, latency = arr[:, 0].astype(int), arr[:, 1], arr[:, 2]
+    ok = np.ones(start.size, dtype=bool)
+    new = totals_from_transactions(spans, template, start, latency, ok, settle_s=0.05)
+    # the rule until issue 45: a transaction that ends after its slice is left out
+    ends = np.array([s.end for s in spans])
+    where = np.clip(np.searchsorted(begins, start, side="right") - 1, 0, None)
+    straddle = start + latency > ends[where]
+    old = totals_from_transactions(spans, template[~straddle], start[~straddle],
+                                   latency[~straddle], ok[~straddle], settle_s=0.05)
+    configs = np.array([s.config for s in spans])[where]
+    rate = [float((straddle & (template == 1) & (configs == k)).sum()
+                  / ((template == 1) & (configs == k)).sum()) for k in (0, 1)]
+    assert rate[0] > 1.5 * rate[1]  # a reference's report straddles more often
+    old_iv, new_iv = compare(old).interval, compare(new).interval
+    assert true == pytest.approx(1.957, abs=0.001)
+    assert old_iv.ratio < 0.95 * true and old_iv.high < true  # 1.83× (1.73–1.93)
+    assert abs(math.log(new_iv.ratio / true)) < 0.03 and new_iv.low < true < new_iv.high
+    assert 0 < new.carried <= int(straddle.sum())  # the kept ones: not settling, not between

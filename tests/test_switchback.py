@@ -1,6 +1,7 @@
 """Switchback runs on a real PostgreSQL: configurations switched by ALTER SYSTEM + reload in
 balanced slices read a known-worse configuration as worse with an interval excluding 1, an
-A/A comparison keeps 1 inside, straddling transactions are dropped (counted), and the
+A/A comparison keeps 1 inside, transactions running past a switch are kept in the slice they
+started in (counted as carried), and the
 server's configuration comes back exactly (pg_settings and pg_file_settings) even when the
 run fails half-way."""
 
@@ -20,6 +21,7 @@ from tuner_client.knobs.apply import reload_and_wait
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.switchback import (
+    attribute,
     balanced_order,
     compare,
     race,
@@ -98,7 +100,7 @@ def test_aa_switchback_keeps_one_inside(cluster: LocalCluster, tmp_path: Path) -
     assert result.interval.low < 1.0 < result.interval.high, result.text()
 
 
-def test_straddling_transactions_are_dropped(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_straddling_transactions_are_carried(cluster: LocalCluster, tmp_path: Path) -> None:
     (tmp_path / "sleep.sql").write_text("SELECT pg_sleep(0.3);\n")
     driver = StreamAssignment(cluster.dsn, [{}],
                               statement_draws(read_script_file(tmp_path / "sleep.sql"), 3))
@@ -107,13 +109,18 @@ def test_straddling_transactions_are_dropped(cluster: LocalCluster, tmp_path: Pa
     # is inside a 0.3 s sleep begun in that slice (but for the few ms between two of a
     # stream's transactions)
     slices = len(run.spans)
-    assert 3 * (slices - 1) - 2 <= totals.dropped["straddling"] <= 3 * slices
+    assert 3 * (slices - 1) - 2 <= totals.carried <= 3 * slices
+    assert "straddling" not in totals.dropped
     kept = totals.counts.sum(axis=1)
     assert np.all(kept >= 1) and totals.kept == kept.sum()
     ends = np.array([s.end for s in run.spans])
     start = run.trace.origin + run.trace.start
     crossing = ((start[:, None] < ends) & (start[:, None] + run.trace.latency[:, None] > ends))
-    assert totals.dropped["straddling"] == int(crossing.any(axis=1).sum())
+    where, _, carried = attribute(list(run.spans), start, run.trace.latency, run.trace.ok,
+                                  settle_s=0.05)
+    assert carried == totals.carried == int((crossing.any(axis=1) & (where >= 0)).sum())
+    # a carried sleep counts whole in the slice it began in: ~0.3 s each
+    assert totals.sums.sum() / totals.kept == pytest.approx(0.3, abs=0.05)
 
 
 class _FailingDriver:

@@ -69,10 +69,11 @@ def _steady_costs(spans: Sequence[SliceSpan], where: np.ndarray, start: np.ndarr
 def carry_over(spans: Sequence[SliceSpan], template: np.ndarray, start: np.ndarray,
                latency: np.ndarray, ok: np.ndarray, *, bin_s: float,
                tolerance: float = TOLERANCE) -> CarryOver:
-    """The settle profile of a switchback run (straddlers dropped, nothing settled away)."""
+    """The settle profile of a switchback run (transactions in the slice they started in,
+    nothing settled away)."""
     if not bin_s > 0:
         raise ConfigError(f"bin_s must be > 0 seconds, but got {bin_s}")
-    where, _ = attribute(spans, start, latency, ok, settle_s=0.0)
+    where, _, _ = attribute(spans, start, latency, ok, settle_s=0.0)
     configs = max(s.config for s in spans) + 1
     templates = int(template.max(initial=-1)) + 1
     cost = _steady_costs(spans, where, start, latency, template, configs, templates)
