@@ -53,9 +53,10 @@ def unsupported_reason(wl: Any) -> str | None:
 
 
 def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], *,
-                    seed: int = 0) -> Assignment:
+                    seed: int = 0, query_mode: str | None = None) -> Assignment:
     """The per-transaction driver of ``wl`` over ``configurations`` (knobs checked against
-    pg_settings: only session-settable ones)."""
+    pg_settings: only session-settable ones); ``query_mode``: pgbench's ``-M`` for pgbench
+    drivers (default: see :class:`PgbenchAssignment`)."""
     reason = unsupported_reason(wl)
     if reason is not None:
         raise WorkloadError(f"no per-transaction measurement for this workload: {reason}")
@@ -72,8 +73,8 @@ def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], 
     if wl.kind == "pgbench":
         return PgbenchAssignment(dsn, configurations, [builtin_template("tpcb-like")],
                                  clients=wl.clients, variables={"scale": int(wl.scale)},
-                                 seed=seed)
+                                 seed=seed, query_mode=query_mode)
     scripts = load_scripts(wl.files, Path(wl.base_dir) if wl.base_dir else None)
     return PgbenchAssignment(dsn, configurations, script_templates(scripts), clients=wl.clients,
-                             variables=wl.variables, seed=seed,
+                             variables=wl.variables, seed=seed, query_mode=query_mode,
                              pgoptions="" if wl.writes else "-c default_transaction_read_only=on")

@@ -7,6 +7,15 @@ scripts in the order of ``-f``; script ``t·K + k`` is template t under configur
 the per-transaction log (``-l``: client, transaction, latency µs, script number, epoch s,
 µs) gives every transaction's configuration, template, end time and latency (a client's
 cycle, see :meth:`PgbenchAssignment._trace`).
+
+Statements go in prepared mode (``-M prepared``, as applications send them) while every
+configuration is carried by ``SET LOCAL`` lines: a variant's statements are planned under its
+own settings. A run whose configurations set nothing measures the server's configuration,
+which a switchback changes under it by reload; a prepared statement may keep its generic plan
+across reloads (a parameterless one always runs the plan made at its first execution: on
+PostgreSQL 15 a reload of random_page_cost and max_parallel_workers_per_gather left EXECUTE's
+bitmap scan and its two parallel workers in place), so such a run uses the extended protocol
+(``-M extended``: planned at every execution, under the configuration then in force).
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ _BEGIN_LINE = re.compile(r"^[ \t]*(begin|start[ \t]+transaction)\b[^;\n]*;[ \t]*
 _BEGIN_KEYWORDS = ("begin", "start")
 #: a piece's seed is the run's plus this times the piece's index (no two pieces repeat draws)
 PIECE_SEED_STEP = 7919
+#: pgbench's query modes (``-M``)
+QUERY_MODES = ("simple", "extended", "prepared")
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ class PgbenchAssignment:
                  templates: Sequence[Template], *, clients: int = 4, threads: int | None = None,
                  variables: Mapping[str, int | float | str] | None = None,
                  bin_dir: Path | str | None = None, seed: int = 0,
-                 pgoptions: str = "") -> None:
+                 pgoptions: str = "", query_mode: str | None = None) -> None:
         if not templates:
             raise WorkloadError("a per-transaction pgbench run needs at least one script")
         if len(templates) * len(configurations) > 128:
@@ -116,6 +127,12 @@ class PgbenchAssignment:
         self.pgbench = find_pgbench(bin_dir)
         self.seed = seed
         self.pgoptions = pgoptions
+        if query_mode is not None and query_mode not in QUERY_MODES:
+            raise WorkloadError(f"pgbench's query mode must be one of {QUERY_MODES}, but got "
+                                f"{query_mode!r}")
+        # only the server's configuration (a switchback's driver): planned at every execution
+        self.query_mode = query_mode or (
+            "prepared" if any(self.configurations) else "extended")
         with connect(dsn) as conn:
             check_session_settable(conn, self.configurations)
             self._settings = [[s.as_string(conn) for s in lines]
@@ -158,7 +175,8 @@ class PgbenchAssignment:
         """One pgbench of ``seconds`` seeded with ``seed``."""
         directory = Path(tempfile.mkdtemp(prefix="harmony-pertx-"))
         try:
-            cmd = [str(self.pgbench), "-n", "-M", "prepared", *self._write_variants(directory),
+            cmd = [str(self.pgbench), "-n", "-M", self.query_mode,
+                   *self._write_variants(directory),
                    "-c", str(self.clients), "-j", str(self.threads), "-T", str(seconds),
                    f"--random-seed={seed}", "-l",
                    f"--log-prefix={directory / 'txn'}"]
