@@ -61,6 +61,9 @@ DESIGN = "switchback"
 #: kept (attributed to the slice they started in), but their work spills into the next
 #: slice, whose configuration then shares the server with the previous one's long statements
 CARRIED_WARNING = 0.05
+#: slices this many times the longest template's mean latency keep the carried work under
+#: about a tenth of a slice (at most one such transaction per client runs on past a switch)
+SLICE_PER_LONGEST = 10
 #: the interval method, as summary.json names it
 METHOD_TEXT = (f"{METHOD} ({CITATION}) over per-block log speedups, work-weighted "
                f"per-template costs; one slice per configuration per block")
@@ -107,6 +110,12 @@ class SliceTotals:
     @property
     def kept(self) -> int:
         return int(self.counts.sum())
+
+    @property
+    def longest_mean_s(self) -> float:
+        """The largest per-template mean of the kept observations (s; 0 when none)."""
+        n, total = self.counts.sum(axis=0), self.sums.sum(axis=0)
+        return float((total[n > 0] / n[n > 0]).max(initial=0.0))
 
 
 def _check_spans(spans: Sequence[SliceSpan]) -> None:
@@ -257,6 +266,8 @@ class SwitchbackRace:
     kept: int = 0
     #: kept transactions that ended after their slice (carried past the switch)
     carried: int = 0
+    #: the longest template's mean latency (s; 0 with counters, whose calls end in the window)
+    longest_s: float = 0.0
 
     def verdict(self) -> str:
         """The decision in one line."""
@@ -277,13 +288,16 @@ class SwitchbackRace:
                  f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
                  f"(Bonferroni over {len(self.comparisons)} candidates)"]
         lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
-        if self.carried > CARRIED_WARNING * self.kept:
+        if self.carried and (self.carried > CARRIED_WARNING * self.kept
+                             or self.longest_s > self.settle_s):
             # kept, so no sample bias; but their work runs on into the next slice, beside the
             # next configuration's first transactions, which compresses the ratios
             lines.append(f"{self.carried} of {self.kept} transactions ran past a switch (kept "
-                         f"in the slice they started in; their work spills into the next "
-                         f"slice): the slices are short for this workload's transactions; raise "
-                         f"measure.slice_s")
+                         f"in the slice they started in) and the longest statement takes "
+                         f"{self.longest_s:.2g} s on average, against a settle margin of "
+                         f"{self.settle_s:g} s: their work spills into the next slice; slices "
+                         f"of {SLICE_PER_LONGEST * self.longest_s:.2g} s or more "
+                         f"(measure.slice_s) keep that under a tenth of a slice")
         return lines
 
     def to_final_decision(self) -> FinalDecision:
@@ -302,6 +316,7 @@ class SwitchbackRace:
         return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
                 "level": self.level, "slice_s": self.slice_s, "settle_s": self.settle_s,
                 "slices": self.slices, "dropped": dict(self.dropped), "carried": self.carried,
+                "longest_s": self.longest_s,
                 "source": self.source,
                 "comparisons": {
                     label: {"ratio": r.interval.ratio, "low": r.interval.low,
@@ -326,4 +341,5 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return SwitchbackRace(labels[0], comparisons, plain, winner, simultaneous, level, slice_s,
                           settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept,
-                          totals.carried)
+                          totals.carried,
+                          totals.longest_mean_s if source == "transactions" else 0.0)
