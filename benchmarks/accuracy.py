@@ -277,6 +277,10 @@ def per_transaction_run(dsn: str, wl: Any, configs: list[dict[str, str]], *, sec
     logger.info("per transaction: %s", result.interval)
     return {"configs": configs, "seconds": seconds, "transactions": len(trace),
             "interval": _iv(result.interval), "anytime": _iv(result.anytime),
+            "templates": {trace.templates[t.template].rsplit(":", 1)[-1]: {
+                "n": [t.n_reference, t.n_candidate], "speedup": t.speedup, "weight": t.weight,
+                "mean_ms": [1e3 * t.mean_reference_s, 1e3 * t.mean_candidate_s]}
+                for t in result.templates},
             "uptime_before": before, "uptime_after": uptime()}
 
 
