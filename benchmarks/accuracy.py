@@ -105,6 +105,29 @@ def _load(cluster: LocalCluster) -> str:
     return dsn
 
 
+def plan_after_reload(dsn: str, statement: str, configs: list[dict[str, str]]
+                      ) -> dict[str, Any]:
+    """Whether a prepared statement's plan follows a reload: EXPLAIN EXECUTE under the first
+    configuration, then under the second after ALTER SYSTEM + reload, and of a fresh PREPARE."""
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            ConfigurationSwitch(conn, KnobCatalog.from_connection(conn), configs) as switch, \
+            psycopg.connect(dsn, autocommit=True) as session:
+        def plan(name: str) -> list[str]:
+            rows = session.execute(f"EXPLAIN EXECUTE {name}").fetchall()
+            return [str(r[0]).strip() for r in rows]
+
+        switch.apply(0)
+        session.execute(f"PREPARE kept AS {statement.rstrip(';')}")
+        for _ in range(6):  # past the custom plans of a parameterized statement
+            session.execute("EXECUTE kept").fetchall()
+        before = plan("kept")
+        switch.apply(1)
+        session.execute("SELECT 1")  # the reload is taken between commands
+        session.execute(f"PREPARE fresh AS {statement.rstrip(';')}")
+        return {"statement": statement, "under_first": before, "kept_after_reload": plan("kept"),
+                "fresh_after_reload": plan("fresh")}
+
+
 def _iv(iv: RatioInterval | None) -> dict[str, Any] | None:
     if iv is None:
         return None
@@ -325,6 +348,16 @@ def markdown(data: dict[str, Any], command: str) -> str:
                 f"{(v['mean_latency_s'] or 0) * 1e3:.1f} ms"
                 for t, v in arm["by_template"].items()))
         lines.append("- uptime: " + run["uptime_before"] + " / " + run["uptime_after"])
+    plans = data.get("plan_after_reload")
+    if plans:
+        def shape(plan: list[str]) -> str:
+            return "; ".join(line.split("  (cost")[0] for line in plan
+                             if "Scan" in line or "Gather" in line or "Workers" in line)
+
+        lines += ["", f"A prepared statement across a reload (`{plans['statement']}`): under the "
+                  f"original `{shape(plans['under_first'])}`; the same prepared statement after "
+                  f"the reload to the candidate `{shape(plans['kept_after_reload'])}`; prepared "
+                  f"afresh `{shape(plans['fresh_after_reload'])}`."]
     lines += ["", "Uptime before the truth rounds: " + full["uptime_before"]]
     return "\n".join(lines)
 
@@ -365,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   "slice_s": args.slice_s}})
         bench = Pgbench(dsn, cfg.workload.files, state)
         configs = [dict(ORIGINAL), dict(CANDIDATE)]
+        data["plan_after_reload"] = plan_after_reload(dsn, LONG[args.mix], configs)
         data["truth"] = truth(dsn, bench, configs, rounds=args.rounds, round_s=args.round_s)
         data["switchbacks"] = [
             switchback(dsn, cfg.workload, configs, blocks=args.blocks, slice_s=args.slice_s,
