@@ -14,11 +14,14 @@ between commands, so a statement that started in a slice runs entirely under tha
 configuration, and in a closed loop the transactions *started* in a span are a sample of the
 mix, the template being drawn at the start. Dropping the carried ones instead (the rule until
 issue 45) keeps a length-biased sample: a long statement straddles a switch more often than a
-short one, and more often under the slower configuration, so the reference's per-template
-costs came from its shorter runs and the gain was understated (``benchmarks/accuracy.py``).
-What a carried transaction still does to the next slice (it shares the server with the next
-configuration's first transactions) is interference the ``settle_s`` margin absorbs when it is
-at least the longest template's latency. Dropped are only transactions that start within
+short one, and more often under the slower configuration, which then looks faster than it is
+(``benchmarks/results/accuracy.r2-range.md``: the long statement straddled 16 % / 26 % of the
+time under the faster / slower arm; one trace read 0.70× dropping them, 0.67× keeping them,
+against pgbench's own count, 0.60×, 0.49–0.72). A carried transaction still shares the server
+with the next slice's first transactions; on that trace, leaving out what started while
+carried work ran, or a settle margin as long as the longest template (1.27 s), moved the
+ratio by less than 0.01, and the decisions ask for slices ten times the longest template's
+mean latency when it outlasts the settle margin. Dropped are only transactions that start within
 ``settle_s`` of the span's beginning (a backend takes a new value at its next command, and a
 cache or a background writer may carry the previous configuration's state for a while: the
 carry-over, measured by :mod:`tuner_client.stats.switchback_carry`), those that start between
