@@ -59,6 +59,15 @@ logger = logging.getLogger(__name__)
 
 ROWS = 600_000
 CLIENTS = 4
+#: the long statement per ``--mix``: ``sort`` reads 600,000 rows for the 90,000 it sorts;
+#: ``range`` takes them by an account range the planner reads with a bitmap scan at
+#: random_page_cost 4 and an index scan at 1 (slower here: the rows are scattered)
+LONG = {
+    "sort": "SELECT DISTINCT label, pad, account FROM events WHERE amount < 21.4 "
+            "ORDER BY label, account;",
+    "range": "SELECT DISTINCT label, pad, account FROM events WHERE account BETWEEN 5000 AND "
+             "8000 ORDER BY label, account;",
+}
 MIX_SQL = """\
 -- The user's workload: four statements, weighted, on tables the tuner did not create.
 -- @weight 60
@@ -71,7 +80,7 @@ SELECT count(*), sum(amount) FROM events WHERE id BETWEEN :lo AND :lo + 2000;
 -- @param acc = random(0, 19950)
 SELECT sum(amount) FROM events WHERE account BETWEEN :acc AND :acc + 40;
 -- @weight 3
-SELECT DISTINCT label, pad, account FROM events WHERE amount < 21.4 ORDER BY label, account;
+{long}
 """
 ORIGINAL = {"work_mem": "4MB", "random_page_cost": "4", "max_parallel_workers_per_gather": "2"}
 CANDIDATE = {"work_mem": "128MB", "random_page_cost": "1", "max_parallel_workers_per_gather": "0"}
@@ -94,6 +103,29 @@ def _load(cluster: LocalCluster) -> str:
         conn.execute("VACUUM ANALYZE events")
         conn.execute("CHECKPOINT")  # the load's dirty pages written before anything is timed
     return dsn
+
+
+def plan_after_reload(dsn: str, statement: str, configs: list[dict[str, str]]
+                      ) -> dict[str, Any]:
+    """Whether a prepared statement's plan follows a reload: EXPLAIN EXECUTE under the first
+    configuration, then under the second after ALTER SYSTEM + reload, and of a fresh PREPARE."""
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            ConfigurationSwitch(conn, KnobCatalog.from_connection(conn), configs) as switch, \
+            psycopg.connect(dsn, autocommit=True) as session:
+        def plan(name: str) -> list[str]:
+            rows = session.execute(f"EXPLAIN EXECUTE {name}").fetchall()
+            return [str(r[0]).strip() for r in rows]
+
+        switch.apply(0)
+        session.execute(f"PREPARE kept AS {statement.rstrip(';')}")
+        for _ in range(6):  # past the custom plans of a parameterized statement
+            session.execute("EXECUTE kept").fetchall()
+        before = plan("kept")
+        switch.apply(1)
+        session.execute("SELECT 1")  # the reload is taken between commands
+        session.execute(f"PREPARE fresh AS {statement.rstrip(';')}")
+        return {"statement": statement, "under_first": before, "kept_after_reload": plan("kept"),
+                "fresh_after_reload": plan("fresh")}
 
 
 def _iv(iv: RatioInterval | None) -> dict[str, Any] | None:
@@ -216,6 +248,17 @@ def analyse(run: DrivenRun, slice_s: float) -> dict[str, Any]:
     long_settle = max(settle, longest)
     if long_settle < slice_s:
         ways[f"carried, settle {long_settle:.2f} s"] = _race(run, all_rows, long_settle, slice_s)
+    # the interference of carried work, measured: leave out what starts in a slice while a
+    # transaction carried from the previous one still runs (a start-time rule: no length bias)
+    carried_until = np.full(len(spans), -np.inf)
+    ok_carried = (where >= 0) & (start < ends[safe]) & (start + trace.latency > ends[safe])
+    for i in np.unique(safe[ok_carried]):
+        if i + 1 < len(spans):
+            mine = ok_carried & (safe == i)
+            carried_until[i + 1] = float((start + trace.latency)[mine].max())
+    clean = ~((where >= 0) & (start < carried_until[safe]))
+    ways["carried, next slice's starts under carried work left out"] = _race(
+        run, clean, settle, slice_s)
     return {"slice_s": slice_s, "settle_s": settle, "blocks": len(spans) // 2,
             "transactions": len(trace), "switch_ms": run.switch_ms, "per_arm": per_arm,
             "longest_template_mean_s_first_block": longest,
@@ -226,7 +269,8 @@ def analyse(run: DrivenRun, slice_s: float) -> dict[str, Any]:
 
 
 def switchback(dsn: str, wl: Any, configs: list[dict[str, str]], *, blocks: int,
-               slice_s: float, seed: int, query_mode: str) -> dict[str, Any]:
+               slice_s: float, seed: int, query_mode: str,
+               keep_trace: Path | None = None) -> dict[str, Any]:
     """The final race's driven switchback on the user's workload."""
     before = uptime()
     driver = make_assignment(wl, dsn, [{}], seed=seed, query_mode=query_mode)
@@ -234,6 +278,13 @@ def switchback(dsn: str, wl: Any, configs: list[dict[str, str]], *, blocks: int,
         run = run_driven(conn, KnobCatalog.from_connection(conn), configs, driver,
                          blocks=blocks, slice_s=slice_s, seed=seed)
     out = analyse(run, slice_s)
+    if keep_trace is not None:  # for a re-analysis (not committed: a few MB)
+        trace = run.trace
+        np.savez_compressed(keep_trace, spans=np.array([(s.block, s.config, s.begin, s.end)
+                                                        for s in run.spans]),
+                            template=trace.template, start=trace.origin + trace.start,
+                            latency=trace.latency, ok=trace.ok)
+        out["trace_file"] = str(keep_trace)
     out.update({"query_mode": query_mode, "uptime_before": before, "uptime_after": uptime()})
     for way, est in out["estimates"].items():
         logger.info("switchback -M %s, %s: %s", query_mode, way, _text(est["interval"]))
@@ -249,6 +300,10 @@ def per_transaction_run(dsn: str, wl: Any, configs: list[dict[str, str]], *, sec
     logger.info("per transaction: %s", result.interval)
     return {"configs": configs, "seconds": seconds, "transactions": len(trace),
             "interval": _iv(result.interval), "anytime": _iv(result.anytime),
+            "templates": {trace.templates[t.template].rsplit(":", 1)[-1]: {
+                "n": [t.n_reference, t.n_candidate], "speedup": t.speedup, "weight": t.weight,
+                "mean_ms": [1e3 * t.mean_reference_s, 1e3 * t.mean_candidate_s]}
+                for t in result.templates},
             "uptime_before": before, "uptime_after": uptime()}
 
 
@@ -257,7 +312,8 @@ def markdown(data: dict[str, Any], command: str) -> str:
     lines = [header("Accuracy: the estimate against the workload's own count (issue 45, "
                     "item 3)", command, data["machine"]),
              "", f"Pair: {ORIGINAL} → {CANDIDATE}; 4 clients, the four statements of "
-             f"`benchmarks/accuracy.py` (weights 60/25/12/3). Ratios: candidate over original "
+             f"`benchmarks/accuracy.py`, mix `{data['args']['mix']}` (weights 60/25/12/3; the "
+             f"long one: `{LONG[data['args']['mix']]}`). Ratios: candidate over original "
              f"(above 1: faster). Intervals at 95 % (pgbench: t over rounds; switchback: the "
              f"product's anytime-valid sequence over blocks; per transaction: its bootstrap).",
              "", "| estimate | ratio (95 %) | straddling, original / candidate |",
@@ -292,6 +348,16 @@ def markdown(data: dict[str, Any], command: str) -> str:
                 f"{(v['mean_latency_s'] or 0) * 1e3:.1f} ms"
                 for t, v in arm["by_template"].items()))
         lines.append("- uptime: " + run["uptime_before"] + " / " + run["uptime_after"])
+    plans = data.get("plan_after_reload")
+    if plans:
+        def shape(plan: list[str]) -> str:
+            return "; ".join(line.split("  (cost")[0] for line in plan
+                             if "Scan" in line or "Gather" in line or "Workers" in line)
+
+        lines += ["", f"A prepared statement across a reload (`{plans['statement']}`): under the "
+                  f"original `{shape(plans['under_first'])}`; the same prepared statement after "
+                  f"the reload to the candidate `{shape(plans['kept_after_reload'])}`; prepared "
+                  f"afresh `{shape(plans['fresh_after_reload'])}`."]
     lines += ["", "Uptime before the truth rounds: " + full["uptime_before"]]
     return "\n".join(lines)
 
@@ -305,20 +371,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-s", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--slice-s", type=float, default=3.0)
+    parser.add_argument("--mix", choices=sorted(LONG), default="sort",
+                        help="the long statement (see LONG)")
+    parser.add_argument("--modes", nargs="+", default=["prepared", "extended"],
+                        help="pgbench query modes of the switchback driver")
     parser.add_argument("--pertx-s", type=int, default=120, help="0: skip the per-transaction "
                         "part and its truth")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.round_s, args.blocks, args.pertx_s = 2, 5, 4, 20
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    name = "accuracy" + (".quick" if args.quick else "") + (f".{args.tag}" if args.tag else "")
     state = Path(tempfile.mkdtemp(prefix="harmony-bench-accuracy-", dir="/tmp"))
     cluster = LocalCluster(state / "cluster", sync_initdb=False)
-    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "mix_sql": MIX_SQL}
+    mix_sql = MIX_SQL.format(long=LONG[args.mix])
+    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "mix_sql": mix_sql}
     try:
         cluster.start()
         dsn = _load(cluster)
         mix = state / "mix.sql"
-        mix.write_text(MIX_SQL)
+        mix.write_text(mix_sql)
         cfg = tuner_config_from_dict({"name": "accuracy", "seed": args.seed,
                                       "workload": {"scripts": {"files": [str(mix)],
                                                                "clients": CLIENTS}},
@@ -326,10 +398,13 @@ def main(argv: list[str] | None = None) -> int:
                                                   "slice_s": args.slice_s}})
         bench = Pgbench(dsn, cfg.workload.files, state)
         configs = [dict(ORIGINAL), dict(CANDIDATE)]
+        data["plan_after_reload"] = plan_after_reload(dsn, LONG[args.mix], configs)
         data["truth"] = truth(dsn, bench, configs, rounds=args.rounds, round_s=args.round_s)
         data["switchbacks"] = [
             switchback(dsn, cfg.workload, configs, blocks=args.blocks, slice_s=args.slice_s,
-                       seed=args.seed, query_mode=mode) for mode in ("prepared", "extended")]
+                       seed=args.seed, query_mode=mode,
+                       keep_trace=Path(tempfile.gettempdir()) / f"harmony-{name}-{mode}.npz")
+            for mode in args.modes]
         if args.pertx_s:
             pair = [{n: c[n] for n in SESSION_KNOBS} for c in configs]
             data["per_transaction"] = per_transaction_run(dsn, cfg.workload, pair,
@@ -339,7 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
-    name = "accuracy" + (".quick" if args.quick else "") + (f".{args.tag}" if args.tag else "")
     command = "python -m benchmarks.accuracy " + " ".join(argv if argv is not None
                                                           else sys.argv[1:])
     jpath, mpath = write_results(name, data, markdown(data, command))

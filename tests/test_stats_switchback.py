@@ -203,6 +203,11 @@ def test_carrying_straddlers_removes_the_length_bias_of_dropping_them() -> None:
     assert old_iv.ratio < 0.95 * true and old_iv.high < true  # 1.83× (1.73–1.93)
     assert abs(math.log(new_iv.ratio / true)) < 0.03 and new_iv.low < true < new_iv.high
     assert 0 < new.carried <= int(straddle.sum())  # the kept ones: not settling, not between
+    # the decisions name the carried and ask for slices ten times the longest statement
+    lines = race(new, ["original", "candidate"], slice_s=3.0, settle_s=0.05).decisions()
+    assert 0.3 < new.longest_mean_s < 0.5  # the reports, both arms pooled
+    assert f"{new.carried} carried past a switch, kept in the slice they started in" in lines[1]
+    assert f"slices of {10 * new.longest_mean_s:.2g} s or more (measure.slice_s)" in lines[-1]
 
 
 def test_loops_count_the_streams_queries_where_draws_weigh_by_time() -> None:

@@ -34,7 +34,12 @@ from tuner_client.switchback import (
     run_driven,
     run_slices,
 )
-from workloads.per_transaction import StreamAssignment, statement_draws
+from workloads.per_transaction import (
+    PgbenchAssignment,
+    StreamAssignment,
+    Template,
+    statement_draws,
+)
 from workloads.per_transaction.trace import Trace
 from workloads.script_file import read_script_file
 
@@ -91,6 +96,18 @@ def test_known_worse_configuration_reads_worse(cluster: LocalCluster, tmp_path: 
     assert len(run.spans) == 12 and result.blocks == 6
     assert result.interval.high < 0.8, result.text()  # sequential scans: several times slower
     assert min(result.observations) > 20
+
+
+def test_pgbench_driver_plans_under_each_slice(cluster: LocalCluster) -> None:
+    """A prepared statement keeps its plan across a reload: the switchback's pgbench driver
+    (no configuration of its own) plans every execution, so the index scans switched off
+    by reload read several times slower, as with the Python streams."""
+    driver = PgbenchAssignment(cluster.dsn, [{}], [Template("lookup", LOOKUP + ";\n")],
+                               clients=2)
+    assert driver.query_mode == "extended"
+    _, totals = _totals(cluster.dsn, [INDEX_ON, INDEX_OFF], driver, blocks=6)
+    result = compare(totals, 0, 1)
+    assert result.interval.high < 0.8, result.text()
 
 
 def test_aa_switchback_keeps_one_inside(cluster: LocalCluster, tmp_path: Path) -> None:

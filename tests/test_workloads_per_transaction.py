@@ -63,6 +63,8 @@ def test_variant_text_puts_set_local_inside_the_transaction() -> None:
 def test_pgbench_assigns_both_configurations_under_set_local(fresh_dsn: str) -> None:
     _seen_table(fresh_dsn)
     run = PgbenchAssignment(fresh_dsn, CONFIGS, [Template("record", RECORD)], clients=2, seed=3)
+    # each variant's statements are planned under its own SET LOCAL lines: prepared is safe
+    assert run.query_mode == "prepared"
     trace = run.run(2)
     counts = trace.counts()
     assert counts.sum() > 100 and trace.errors == 0 and _balanced(counts)
@@ -162,6 +164,8 @@ def test_knobs_that_are_not_session_settable_are_refused(fresh_dsn: str) -> None
                           [Template("r", "SELECT 1;")])
     with pytest.raises(ConfigError, match="work_memory is not a PostgreSQL setting"):
         StreamAssignment(fresh_dsn, [{"work_memory": "1MB"}], draws)
+    with pytest.raises(WorkloadError, match="query mode must be one of"):
+        PgbenchAssignment(fresh_dsn, [{}], [Template("r", "SELECT 1;")], query_mode="fast")
 
 
 def test_a_scripted_workload_section_runs_per_transaction(fresh_dsn: str,

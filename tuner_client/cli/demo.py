@@ -34,7 +34,8 @@ seed: 1
 workload:
   tpch: {scale: 0.01, mix: "2Q1,2Q6,1Q13"}
   statement_timeout_s: 60
-measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 60, slice_s: 1, per_transaction_s: 10}
+measure: {warmup_s: 0.3, samples: 3, aggregate: best, queries: 60, slice_s: 1,
+          per_transaction_s: 10}
 budget: {os_reserved: 256MB, connections: auto}
 offline:
   knobs:

@@ -14,11 +14,14 @@ between commands, so a statement that started in a slice runs entirely under tha
 configuration, and in a closed loop the transactions *started* in a span are a sample of the
 mix, the template being drawn at the start. Dropping the carried ones instead (the rule until
 issue 45) keeps a length-biased sample: a long statement straddles a switch more often than a
-short one, and more often under the slower configuration, so the reference's per-template
-costs came from its shorter runs and the gain was understated (``benchmarks/accuracy.py``).
-What a carried transaction still does to the next slice (it shares the server with the next
-configuration's first transactions) is interference the ``settle_s`` margin absorbs when it is
-at least the longest template's latency. Dropped are only transactions that start within
+short one, and more often under the slower configuration, which then looks faster than it is
+(``benchmarks/results/accuracy.r2-range.md``: the long statement straddled 16 % / 26 % of the
+time under the faster / slower arm; one trace read 0.70× dropping them, 0.67× keeping them,
+against pgbench's own count, 0.60×, 0.49–0.72). A carried transaction still shares the server
+with the next slice's first transactions; on that trace, leaving out what started while
+carried work ran, or a settle margin as long as the longest template (1.27 s), moved the
+ratio by less than 0.01, and the decisions ask for slices ten times the longest template's
+mean latency when it outlasts the settle margin. Dropped are only transactions that start within
 ``settle_s`` of the span's beginning (a backend takes a new value at its next command, and a
 cache or a background writer may carry the previous configuration's state for a while: the
 carry-over, measured by :mod:`tuner_client.stats.switchback_carry`), those that start between
@@ -63,6 +66,9 @@ DESIGN = "switchback"
 #: kept (attributed to the slice they started in), but their work spills into the next
 #: slice, whose configuration then shares the server with the previous one's long statements
 CARRIED_WARNING = 0.05
+#: slices this many times the longest template's mean latency keep the carried work under
+#: about a tenth of a slice (at most one such transaction per client runs on past a switch)
+SLICE_PER_LONGEST = 10
 #: the interval method, as summary.json names it
 METHOD_TEXT = (f"{METHOD} ({CITATION}) over per-block log speedups, work-weighted "
                f"per-template costs; one slice per configuration per block")
@@ -109,6 +115,12 @@ class SliceTotals:
     @property
     def kept(self) -> int:
         return int(self.counts.sum())
+
+    @property
+    def longest_mean_s(self) -> float:
+        """The largest per-template mean of the kept observations (s; 0 when none)."""
+        n, total = self.counts.sum(axis=0), self.sums.sum(axis=0)
+        return float((total[n > 0] / n[n > 0]).max(initial=0.0))
 
 
 def _check_spans(spans: Sequence[SliceSpan]) -> None:
@@ -260,6 +272,8 @@ class SwitchbackRace:
     kept: int = 0
     #: kept transactions that ended after their slice (carried past the switch)
     carried: int = 0
+    #: the longest template's mean latency (s; 0 with counters, whose calls end in the window)
+    longest_s: float = 0.0
     #: what the ratios count (:data:`tuner_client.stats.estimand.COUNTS`)
     counts: str = COUNTS[DRAWS]
 
@@ -283,13 +297,16 @@ class SwitchbackRace:
                  f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
                  f"(Bonferroni over {len(self.comparisons)} candidates)"]
         lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
-        if self.carried > CARRIED_WARNING * self.kept:
+        if self.carried and (self.carried > CARRIED_WARNING * self.kept
+                             or self.longest_s > self.settle_s):
             # kept, so no sample bias; but their work runs on into the next slice, beside the
             # next configuration's first transactions, which compresses the ratios
             lines.append(f"{self.carried} of {self.kept} transactions ran past a switch (kept "
-                         f"in the slice they started in; their work spills into the next "
-                         f"slice): the slices are short for this workload's transactions; raise "
-                         f"measure.slice_s")
+                         f"in the slice they started in) and the longest statement takes "
+                         f"{self.longest_s:.2g} s on average, against a settle margin of "
+                         f"{self.settle_s:g} s: their work spills into the next slice; slices "
+                         f"of {SLICE_PER_LONGEST * self.longest_s:.2g} s or more "
+                         f"(measure.slice_s) keep that under a tenth of a slice")
         return lines
 
     def to_final_decision(self) -> FinalDecision:
@@ -308,6 +325,7 @@ class SwitchbackRace:
         return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
                 "level": self.level, "slice_s": self.slice_s, "settle_s": self.settle_s,
                 "slices": self.slices, "dropped": dict(self.dropped), "carried": self.carried,
+                "longest_s": self.longest_s,
                 "source": self.source,
                 "comparisons": {
                     label: {"ratio": r.interval.ratio, "low": r.interval.low,
@@ -335,4 +353,6 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return SwitchbackRace(labels[0], comparisons, plain, winner, simultaneous, level, slice_s,
                           settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept,
-                          totals.carried, counts=estimand.text())
+                          totals.carried,
+                          totals.longest_mean_s if source == "transactions" else 0.0,
+                          counts=estimand.text())
