@@ -5,7 +5,9 @@ the original and the candidates in short slices (``measure.slice_s``) with ``ALT
 reload, one slice per configuration per block in a random order (issue 27, item 3).
 
 With a workload the tuner drives (TPC-H, pgbench, scripts), every transaction is timed and
-attributed to the slice it started in, straddlers dropped (:func:`run_driven`). In live mode
+attributed to the slice it started in, also when it runs past the switch (:func:`run_driven`;
+the driver plans every statement under the slice's configuration: pgbench's ``-M
+extended``, since a prepared statement keeps its plan across a reload). In live mode
 the application's traffic is read from ``pg_stat_statements`` (or ``pg_stat_database``'s
 commits) at each slice's settled start and end, and the race may stop after any block whose
 intervals all exclude 1 (they are confidence sequences). The server's
@@ -91,7 +93,9 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[d
             labels: list[str], blocks: int) -> SwitchbackRace:
     """The tuner's own workload beside the switching, every transaction timed."""
     cfg = ctx.config
-    driver = make_assignment(cfg.workload, ctx.target.dsn, [{}], seed=cfg.seed)
+    # planned at every execution: a prepared statement's plan would not follow a reload
+    driver = make_assignment(cfg.workload, ctx.target.dsn, [{}], seed=cfg.seed,
+                             query_mode="extended")
     run = run_driven(conn, ctx.budget.catalog, configs, driver, blocks=blocks,
                      slice_s=cfg.measure.slice_s, seed=cfg.seed)
     trace = run.trace
