@@ -1,6 +1,15 @@
 """Phase 3, the final rounds: the decision, with an interval, between the original
 configuration, the rules of thumb and the search's best candidates.
 
+How it is measured is the measurement engine's choice for the knobs that differ
+(:func:`tuner_client.phases.design_choice.choose_for`, the rules in
+:mod:`tuner_client.engine.designs`): per transaction or by switchback
+(:func:`~tuner_client.phases.design_choice.race_in`), split off from a restart-time
+difference (:mod:`tuner_client.phases.final_split`), or the windows race below. Every design
+ends in one :class:`~tuner_client.stats.decision.FinalDecision`. How a decision is made reads
+in four modules: the engine's table, this dispatch, the race of the design chosen, and
+:mod:`tuner_client.stats.decision`.
+
 Every round measures each label once, interleaved (the order reversed every other round so
 that a drift within a round favours nobody): ``default`` (the user's own configuration, even
 when it breaks the budget the search was held to), the baselines (``pgtune``: PGTune's rules
