@@ -42,10 +42,13 @@ from tuner_client.servers.local_cluster import LocalCluster
 SLOW = dict(CANDIDATE)
 
 
-def user_config(dsn: str, mix: Path) -> dict[str, Any]:
-    """The config as a user writes it: the server, the workload, the knobs; no design."""
+def user_config(cluster: LocalCluster, dsn: str, mix: Path) -> dict[str, Any]:
+    """The config as a user writes it: the server (by DSN, with its pg_ctl, restarts not
+    allowed), the workload, the knobs; no design."""
     return {"name": "my-app", "seed": 1,
-            "database": {"dsn": dsn},
+            "database": {"dsn": dsn, "controller": {
+                "kind": "pg_ctl", "options": {"data_dir": str(cluster.data_dir),
+                                              "bin_dir": str(cluster.bin_dir)}}},
             "workload": {"scripts": {"files": [str(mix)], "clients": CLIENTS}},
             "online": {"knobs": {"work_mem": {"min": "1MB", "max": "128MB"},
                                  "random_page_cost": {"min": 1, "max": 8, "step": 0.5},
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         mix = state / "mix.sql"
         mix.write_text(MIX_SQL.format(long=LONG["range"]))
         config = state / "my-app.yaml"
-        config.write_text(yaml.safe_dump(user_config(dsn, mix), sort_keys=False))
+        config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix), sort_keys=False))
         out = state / "out"
         harmony = Path(sys.executable).with_name("harmony")
         data["uptime_start"] = uptime()
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             if winner is not None:
                 recommended = {n: str(summary["best_settings"][n]) for n in SLOW}
                 data["recommended"] = recommended
-                cfg = tuner_config_from_dict(user_config(dsn, mix))
+                cfg = tuner_config_from_dict(user_config(cluster, dsn, mix))
                 bench = Pgbench(dsn, cfg.workload.files, state)
                 data["truth"] = truth(dsn, bench, [dict(SLOW), recommended],
                                       rounds=args.rounds, round_s=args.round_s)
