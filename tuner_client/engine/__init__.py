@@ -1,3 +1,5 @@
 """The measurement engine's rules: which design measures a comparison (:mod:`.designs`, the
-validity table and the chooser) and the memory-pressure rule it uses (:mod:`.pressure`).
-The runs themselves are the phases' (:mod:`tuner_client.phases.design_choice` dispatches)."""
+validity table and the chooser), the facts a comparison is judged on, read from the config and
+the knob catalog for the run and the plan alike (:mod:`.comparison`), and the memory-pressure
+rule (:mod:`.pressure`). The runs themselves are the phases'
+(:mod:`tuner_client.phases.design_choice` dispatches)."""

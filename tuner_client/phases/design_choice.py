@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
     PER_TRANSACTION,
     PRECISION,
     SWITCHBACK,
-    SYSTEM_WIDE_KNOBS,
-    WINDOWS,
     Choice,
     Comparison,
     choose,
@@ -26,38 +25,19 @@ from tuner_client.engine.designs import (
 )
 from tuner_client.engine.pressure import memory_pressure_reason
 from tuner_client.phases.final_per_transaction import RaceOutcome, race_per_transaction_run
-from tuner_client.phases.final_switchback import is_live, race_switchback_run
+from tuner_client.phases.final_switchback import race_switchback_run
 from tuner_client.phases.state import RunContext, RunState
-from workloads.per_transaction.from_config import unsupported_reason
-
-#: the designs a search session can run (a switchback search is not built)
-SEARCH_DESIGNS = (PER_TRANSACTION, WINDOWS)
 
 
 def comparison_of(ctx: RunContext, configs: Sequence[Mapping[str, str]], *,
                   search: bool = False) -> Comparison:
-    """The :class:`Comparison` of ``configs`` (the first the reference) in this run.
-
-    ``search``: a search session's comparison, whose knobs with a system-wide side are
-    measured in window blocks beside the per-transaction runs
-    (:mod:`tuner_client.phases.search_per_transaction`), so they do not count against it;
-    an unpaired session or replicas on other hosts keep it in windows."""
-    catalog = ctx.budget.catalog
-    differing = [n for n in differing_knobs(configs)
-                 if not (search and n in SYSTEM_WIDE_KNOBS)]
-    contexts = {n: catalog[n].context if n in catalog else "unknown" for n in differing}
-    driver = unsupported_reason(ctx.config.workload)
-    replicas = "the race runs over several replicas" if ctx.pool.replicated else None
-    if search:
-        if not ctx.config.measure.paired:
-            driver = driver or ("measure.paired is off (the session aggregates single window "
-                                "samples)")
-        if ctx.config.replicas.remote:
-            replicas = "replicas on other hosts measure the same session in windows"
+    """The :class:`Comparison` of ``configs`` (the first the reference) in this run
+    (:func:`tuner_client.engine.comparison.comparison`, with the memory pressure of the
+    candidates themselves outside a search)."""
     pressure = None if search else memory_pressure_reason(ctx.budget, ctx.measurer.in_force,
                                                           configs)
-    return Comparison(contexts=contexts, memory_pressure=pressure, driver=driver,
-                      switch_driver=None if is_live(ctx) else driver, replicas=replicas)
+    return comparison(ctx.config, ctx.budget.catalog, differing_knobs(configs),
+                      replicated=ctx.pool.replicated, search=search, memory_pressure=pressure)
 
 
 def choose_for(ctx: RunContext, configs: Sequence[Mapping[str, str]], *, search: bool = False

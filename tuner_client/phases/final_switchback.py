@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
+from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import differing_knobs
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
@@ -51,12 +52,6 @@ logger = logging.getLogger(__name__)
 MIN_BLOCKS = 4
 
 
-def is_live(ctx: RunContext) -> bool:
-    """Whether the traffic is the application's (``workload.observe``)."""
-    wl = ctx.config.workload
-    return wl.observe is not None or wl.kind == "observe"
-
-
 def race_switchback_run(ctx: RunContext, state: RunState,
                         candidates: Mapping[str, dict[str, str]], labels: list[str]
                         ) -> SwitchbackRace | None:
@@ -79,7 +74,7 @@ def race_switchback_run(ctx: RunContext, state: RunState,
                   check_budget=False, warm_up=False)
         switched = [{n: c[n] for n in differing if n in c} for c in configs]
         with connect(ctx.target.dsn) as conn:
-            outcome = (_live(ctx, conn, switched, labels, blocks) if is_live(ctx)
+            outcome = (_live(ctx, conn, switched, labels, blocks) if live_traffic(ctx.config)
                        else _driven(ctx, conn, switched, labels, blocks))
     except HarmonyError as exc:
         state.decide(f"final: the switchback run failed ({exc}); measured in windows")

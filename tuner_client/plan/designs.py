@@ -11,43 +11,23 @@ comparison actually measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from tuner_client.config import KnobSpace, TunerConfig
+from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
     PER_TRANSACTION,
     PRECISION,
     SYSTEM_WIDE_KNOBS,
     WINDOWS,
-    Comparison,
     choose,
 )
 from tuner_client.knobs.catalog import KnobCatalog
-from workloads.per_transaction.from_config import unsupported_reason
-
-
-def _comparison(config: TunerConfig, catalog: KnobCatalog, names: Sequence[str], *,
-                search: bool) -> Comparison:
-    """The comparison in which every one of ``names`` differs (see
-    :func:`tuner_client.phases.design_choice.comparison_of`, the run's twin, which also
-    sees the memory budget of the actual candidates)."""
-    live = config.workload.observe is not None or config.workload.kind == "observe"
-    driver = unsupported_reason(config.workload)
-    r = config.replicas
-    replicas = "the race runs over several replicas" if (
-        r.count > 1 or r.targets or r.remote) else None
-    if search and not config.measure.paired:
-        driver = driver or "measure.paired is off (the session aggregates single window samples)"
-    contexts = {n: catalog[n].context if n in catalog else "unknown" for n in names
-                if not (search and n in SYSTEM_WIDE_KNOBS)}
-    return Comparison(contexts=contexts, driver=driver,
-                      switch_driver=None if live else driver, replicas=replicas)
 
 
 def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -> str:
     """The design of a search session over ``space``, in one line."""
-    choice = choose(_comparison(config, catalog, space.names, search=True),
-                    config.measure.design, (PER_TRANSACTION, WINDOWS))
+    choice = choose(comparison(config, catalog, space.names,
+                               replicated=config.replicas.enabled, search=True),
+                    config.measure.design, SEARCH_DESIGNS)
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
     if choice.design != PER_TRANSACTION or not wide:
         return choice.text()
@@ -59,7 +39,8 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
                  online: KnobSpace) -> str:
     """The final race's design, in one line: for the candidates differing in every online
     knob, and what a difference in a restart-time (offline) knob changes."""
-    choice = choose(_comparison(config, catalog, online.names, search=False),
+    choice = choose(comparison(config, catalog, online.names, replicated=config.replicas.enabled,
+                               search=False),
                     config.measure.design, PRECISION)
     text = f"when the candidates differ in the online knobs: {choice.text()}"
     if not offline.names:

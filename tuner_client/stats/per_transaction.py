@@ -303,16 +303,6 @@ def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
         estimand=estimand.model)
 
 
-def slice_log_speedups(sums: np.ndarray, counts: np.ndarray, total_s: np.ndarray,
-                       total_n: np.ndarray) -> np.ndarray:
-    """Per slice ``log(S_A / S_B)`` with ``S_arm = Σ latency / Σ c_t`` (``c_t``: template t's
-    mean under A over the run); slices missing an arm are dropped (the draws estimand's
-    :meth:`~tuner_client.stats.estimand.Estimand.slice_log_speedups`; the totals are the
-    slices' own)."""
-    del total_s, total_n
-    return DRAWN.slice_log_speedups(sums, counts)
-
-
 def _anytime(sums: np.ndarray, counts: np.ndarray, level: float, estimand: Estimand
              ) -> RatioInterval | None:
     logs = estimand.slice_log_speedups(sums, counts)

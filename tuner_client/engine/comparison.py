@@ -1,0 +1,46 @@
+"""A comparison's facts (:class:`tuner_client.engine.designs.Comparison`) from the config and
+the knob catalog: one reading for the run (:mod:`tuner_client.phases.design_choice`, which
+adds the memory budget of the actual candidates) and the plan (:mod:`tuner_client.plan.designs`,
+before any candidate exists), so that ``--plan`` and the run choose by the same rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tuner_client.config import TunerConfig
+from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS, WINDOWS, Comparison
+from tuner_client.knobs.catalog import KnobCatalog
+from workloads.per_transaction.from_config import unsupported_reason
+
+#: the designs a search session can run (a switchback search is not built)
+SEARCH_DESIGNS = (PER_TRANSACTION, WINDOWS)
+
+
+def live_traffic(config: TunerConfig) -> bool:
+    """Whether the traffic is the application's (``workload.observe``)."""
+    wl = config.workload
+    return wl.observe is not None or wl.kind == "observe"
+
+
+def comparison(config: TunerConfig, catalog: KnobCatalog, differing: Sequence[str], *,
+               replicated: bool, search: bool, memory_pressure: str | None = None
+               ) -> Comparison:
+    """The :class:`Comparison` in which the knobs ``differing`` differ.
+
+    ``replicated``: the comparison spans several databases. ``search``: a search session's
+    comparison, whose knobs with a system-wide side are measured in window blocks beside the
+    per-transaction runs (:mod:`tuner_client.phases.search_per_transaction`), so they do not
+    count against it; an unpaired session or replicas on other hosts keep it in windows."""
+    contexts = {n: catalog[n].context if n in catalog else "unknown" for n in differing
+                if not (search and n in SYSTEM_WIDE_KNOBS)}
+    driver = unsupported_reason(config.workload)
+    replicas = "the race runs over several replicas" if replicated else None
+    if search:
+        if not config.measure.paired:
+            driver = driver or ("measure.paired is off (the session aggregates single window "
+                                "samples)")
+        if config.replicas.remote:
+            replicas = "replicas on other hosts measure the same session in windows"
+    return Comparison(contexts=contexts, memory_pressure=memory_pressure, driver=driver,
+                      switch_driver=None if live_traffic(config) else driver,
+                      replicas=replicas)
