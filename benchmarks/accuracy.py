@@ -145,9 +145,11 @@ def _text(iv: Mapping[str, Any] | None) -> str:
 class Pgbench:
     """The user's scripts in a pgbench of their own (fresh connections), for the truth."""
 
-    def __init__(self, dsn: str, files: Sequence[str], directory: Path) -> None:
-        self.dsn = dsn
-        self.specs: list[str] = []
+    def __init__(self, dsn: str, files: Sequence[str], directory: Path, *,
+                 clients: int = CLIENTS, writes: bool = False,
+                 variables: Mapping[str, str] | None = None) -> None:
+        self.dsn, self.clients, self.writes = dsn, clients, writes
+        self.specs: list[str] = [f"-D{k}={v}" for k, v in (variables or {}).items()]
         for i, script in enumerate(load_scripts(files)):
             path = directory / f"s{i}.pgbench"
             path.write_text(script.text)
@@ -157,9 +159,10 @@ class Pgbench:
         """The run's tps and each script's mean latency (ms, pgbench ``-r``)."""
         done = subprocess.run(
             [str(find_pgbench()), "-n", "-M", "prepared", "-r", *self.specs, "-c",
-             str(CLIENTS), "-j", "2", "-T", str(seconds), self.dsn], capture_output=True,
+             str(self.clients), "-j", "2", "-T", str(seconds), self.dsn], capture_output=True,
             text=True, check=False,
-            env={**os.environ, "PGOPTIONS": "-c default_transaction_read_only=on"})
+            env={**os.environ, **({} if self.writes else
+                                  {"PGOPTIONS": "-c default_transaction_read_only=on"})})
         found = _TPS.search(done.stdout)
         if done.returncode != 0 or found is None:
             raise RuntimeError(f"pgbench failed: {done.stderr[-2000:]}")

@@ -51,6 +51,8 @@ def test_without_measure_design_the_run_measures_per_transaction_and_says_why(
     decision = result.intervals.decision
     assert decision is not None and decision.design == "per-transaction", decisions
     assert "the ratio counts queries per second of the streams" in decisions
+    # what was raced, by label: the best's hash joins on (what differs from the original)
+    assert "final: raced: best {'enable_hashjoin': 'on'}" in decisions, decisions
     # hash joins on: clearly faster than the original's off, recommended on its interval
     assert decision.winner is not None, decisions
     assert result.best.settings["enable_hashjoin"] == "on"

@@ -107,6 +107,9 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
     # (and PGTune's rules when the budget admits them), interleaved, two rounds at least
     finals = {r.session: r for r in tuner.records if r.session.startswith("final")}
     assert set(finals) - {"final-pgtune"} == {"final-default", "final-best", "final-candidate-2"}
+    # the race's seconds buy rounds: one window a visit (final.visit_samples), where the
+    # search's evaluations take measure.samples (3)
+    assert all(len(r.samples) == 1 for r in tuner.records if r.session.startswith("final"))
     runner_up = {n: finals["final-candidate-2"].in_force[n] for n in result.best.original}
     search_best = {n: finals["final-best"].in_force[n] for n in result.best.original}
     assert runner_up != search_best

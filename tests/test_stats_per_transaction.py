@@ -3,6 +3,7 @@ work-weighted ratio and its intervals cover it at about their level."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,28 @@ def test_recovers_the_work_weighted_ratio_with_coverage() -> None:
     assert hits / runs >= 0.88  # nominal 95 %; 0.88 is > 4 binomial sd below it
     assert anytime_hits / runs >= 0.95  # a confidence sequence is conservative at a fixed n
     assert 0.01 < np.median(half_widths) < 0.08
+
+
+@dataclass
+class Wrapped(Synthetic):
+    overhead: np.ndarray
+
+
+def test_the_runs_wrapper_is_subtracted() -> None:
+    """Every transaction carries 5 ms of the run's own round trips (BEGIN; SET LOCAL ...;
+    END), in both arms: uncorrected the ratio is pulled toward 1; with the overhead the run
+    measured, the body's ratio (the user's client's) comes back."""
+    truth = true_speedup()
+    body = synthetic(3, noise_sd=0.2)
+    wrapped = dataclasses.replace(body, latency=body.latency + 0.005)
+    raw = compare(wrapped, resamples=500).interval.ratio
+    corrected = compare(Wrapped(**vars(wrapped), overhead=np.full((2, 3), 0.005)),
+                        resamples=500)
+    assert raw < 1 + 0.75 * (truth - 1)  # diluted: 5 ms beside a mix of 8.6 ms a transaction
+    assert abs(corrected.interval.ratio / truth - 1) < 0.03, corrected.text()
+    assert corrected.wrapper_ms == pytest.approx(5.0)
+    assert "the SET LOCAL wrapper's 5 ms a transaction (measured in the run) subtracted" \
+        in corrected.text()
 
 
 def test_a_a_interval_covers_one() -> None:

@@ -131,6 +131,8 @@ def test_schema_errors_name_the_line() -> None:
     assert "line 2" in msg and "not both" in msg
     msg = _error("name: x\ndatabase: {dsn: 'host=db'}\n")
     assert "controller" in msg
+    msg = _error("name: x\nfinal:\n  visit_samples: 0\n")
+    assert "line 3" in msg and "final.visit_samples" in msg and "0" in msg
 
 
 def test_knob_range_checked_against_live_catalog(catalog: KnobCatalog) -> None:

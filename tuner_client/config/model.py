@@ -291,6 +291,10 @@ class FinalConfig:
     #: a time budget for the final rounds besides ``max_rounds``: a round that would not fit
     #: is not started (None: rounds only)
     max_seconds: float | None = None
+    #: samples per visit in a whole-server windows race (``measure.samples`` is the
+    #: search's): a visit's level moves 2-2.5x more than its samples explain, so the race's
+    #: seconds buy more, shorter interleaved visits (rounds) rather than longer ones
+    visit_samples: int = 1
 
 
 @dataclass(frozen=True)

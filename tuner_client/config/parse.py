@@ -250,6 +250,7 @@ def _final_config(fin: Mapping[str, Any], where: Where) -> FinalConfig:
                         restart_part=str(fin.get("restart_part", FinalConfig.restart_part)),
                         baselines=tuple(fin.get("baselines", FinalConfig.baselines)),
                         level=float(fin.get("level", FinalConfig.level)),
+                        visit_samples=int(fin.get("visit_samples", FinalConfig.visit_samples)),
                         max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")
                                      is not None else FinalConfig.max_seconds))
     if final.max_rounds < final.rounds:

@@ -111,6 +111,10 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         labels = ["default", *decision_labels(searched, baselines)[0]]
         choice = choose_for(ctx, [candidates[label] for label in labels])
         state.decide(f"final: the race of {', '.join(labels)} by {choice.text()}")
+        # what each label is, so a reader (or the user's own benchmark) can check any of them
+        state.decide("final: raced: " + "; ".join(
+            f"{label} {_differing(candidates[label], ctx.original)}"
+            for label in labels if label != "default"))
         if choice.design != WINDOWS:
             if (race := race_in(choice.design, ctx, state, candidates, labels)) is not None:
                 return per_transaction_result(ctx, state, candidates, race)
@@ -129,6 +133,11 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
     return _result(ctx, state, candidates, baselines, narrowed, rounds)
 
 
+def _differing(settings: Mapping[str, str], original: Mapping[str, str]) -> dict[str, str]:
+    """The settings that differ from the original (all of them when none do)."""
+    return {n: v for n, v in settings.items() if original.get(n) != v} or dict(settings)
+
+
 def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
           baselines: list[str], narrowed: Narrowed) -> list[Round]:
     """Race the searched candidates and PGTune's rules beside the default and the reported
@@ -144,7 +153,7 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
         # ratio to the default within a round is paired on one machine
         replica = ctx.pool.for_round(len(race.rounds) if race is not None else 0)
         record = replica.joined().measure(f"final-{label}", {}, candidates[label],
-                                          check_budget=label != "default")
+                                          cfg.visit_samples, check_budget=label != "default")
         record.replica = ctx.pool.record_name(replica)
         record_point(ctx, state, record, kind=kind, ranks=False)
         logger.info("[final] %s: %s%s", label,

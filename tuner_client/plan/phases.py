@@ -79,12 +79,14 @@ def phase_plans(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
             f"{config.online.strategy} over {', '.join(online.names)} (ALTER SYSTEM + reload)"))
     f = config.final
     labels = 1 + f.candidates + len(f.baselines) + (1 if f.recommended else 0)
-    windows = f.close_call_rounds * labels
-    restarts = windows if offline.names else 0
+    visits = f.close_call_rounds * labels
+    windows = visits * f.visit_samples
+    restarts = visits if offline.names else 0
     phases.append(PhasePlan(
-        "final", f.close_call_rounds * labels, windows, restarts + (1 if offline.names else 0),
-        seconds(windows, windows, restart_warm if offline.names else warm),
+        "final", visits, windows, restarts + (1 if offline.names else 0),
+        seconds(windows, visits, restart_warm if offline.names else warm),
         f"the default, {f.candidates} candidate(s) and baselines {list(f.baselines)} raced in "
-        f"{f.rounds}..{f.close_call_rounds} rounds; the original configuration is restored "
-        f"at the end" + (" (a restart)" if offline.names else "")))
+        f"{f.rounds}..{f.close_call_rounds} rounds of {f.visit_samples} window(s) a visit; "
+        f"the original configuration is restored at the end"
+        + (" (a restart)" if offline.names else "")))
     return phases

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from harmony_base.errors import WorkloadError
 from workloads.connect import connect
 from workloads.per_transaction.settings import (
@@ -51,6 +53,14 @@ _BEGIN_KEYWORDS = ("begin", "start")
 PIECE_SEED_STEP = 7919
 #: pgbench's query modes (``-M``)
 QUERY_MODES = ("simple", "extended", "prepared")
+#: the wrapper's calibration (a run whose configurations set something): ``SELECT 1`` bare,
+#: in a block of its own, and under each configuration's wrapper, each drawn this share of
+#: the time; the cycles' differences are the wrapper's cost per transaction under the run's
+#: own load (on the shop's lookups, 8 clients on 2 cores: 9,200 tps bare, 3,400 wrapped)
+CALIBRATION_SHARE = 0.01
+#: every variant's weight is its template's times this, so a calibration weight can be small
+WEIGHT_SCALE = 100
+CALIBRATION_BODY = "SELECT 1;\n"
 
 
 @dataclass(frozen=True)
@@ -78,11 +88,16 @@ def script_templates(scripts: Sequence[Script]) -> list[Template]:
     return [Template(s.source, s.text, s.weight) for s in scripts]
 
 
+def _begins(template: Template) -> list[object]:
+    commands = split_commands(template.text, template.name)
+    return [c for c in commands if c.meta is None and c.keyword in _BEGIN_KEYWORDS]
+
+
 def variant_text(template: Template, settings: Sequence[str]) -> str:
     """The template's script running in one transaction that starts with ``settings``
     (rendered ``SET LOCAL`` statements)."""
     commands = split_commands(template.text, template.name)
-    begins = [c for c in commands if c.meta is None and c.keyword in _BEGIN_KEYWORDS]
+    begins = _begins(template)
     lines = "".join(f"{s};\n" for s in settings)
     if len(begins) > 1:
         raise WorkloadError(f"script {template.name} runs {len(begins)} transactions; "
@@ -138,14 +153,48 @@ class PgbenchAssignment:
             self._settings = [[s.as_string(conn) for s in lines]
                               for lines in padded_set_local(self.configurations)]
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether the run measures its wrapper (some configuration sets something)."""
+        return any(self.configurations)
+
     def _write_variants(self, directory: Path) -> list[str]:
+        """The ``-f`` options: script ``t·K + k`` is template t under configuration k; with
+        :attr:`calibrated`, then ``SELECT 1`` bare, in a block, and wrapped per configuration."""
         specs = []
         for t, template in enumerate(self.templates):
             for k, settings in enumerate(self._settings):
                 path = directory / f"t{t}-c{k}.pgbench"
                 path.write_text(variant_text(template, settings))
-                specs += ["-f", f"{path}@{template.weight}"]
+                specs += ["-f", f"{path}@{template.weight * WEIGHT_SCALE}"]
+        if self.calibrated:
+            total = WEIGHT_SCALE * len(self._settings) * sum(t.weight for t in self.templates)
+            weight = max(1, round(CALIBRATION_SHARE * total))
+            texts = [CALIBRATION_BODY, f"BEGIN;\n{CALIBRATION_BODY}END;\n"] + [
+                variant_text(Template("calibration", CALIBRATION_BODY), settings)
+                for settings in self._settings]
+            for i, text in enumerate(texts):
+                path = directory / f"calibration-{i}.pgbench"
+                path.write_text(text)
+                specs += ["-f", f"{path}@{weight}"]
         return specs
+
+    def _overhead(self, cycles: Mapping[int, list[float]]) -> np.ndarray | None:
+        """Per configuration and template, the wrapper's seconds a transaction: the wrapped
+        ``SELECT 1``'s mean cycle over the bare one's (over the one in a block of its own, for
+        a template with its own ``BEGIN``, whose block the client makes anyway); None when a
+        calibration script finished no transaction. The wrapped cycles are pooled over the
+        configurations: their SET LOCAL lines differ in values only, and a cycle's heavy tail
+        made separate means differ 2x between arms of one run (3.5 and 1.7 ms)."""
+        k = len(self.configurations)
+        wrapped = [c for i in range(2, 2 + k) for c in cycles.get(i, [])]
+        if not (cycles.get(0) and cycles.get(1) and wrapped):
+            return None
+        bare, block, cost = (float(np.mean(cycles[0])), float(np.mean(cycles[1])),
+                             float(np.mean(wrapped)))
+        own = [bool(_begins(t)) for t in self.templates]
+        row = [max(0.0, cost - (block if own[t] else bare)) for t in range(len(self.templates))]
+        return np.array([row] * k)
 
     def run(self, seconds: int, *, settled: Settled | None = None, min_s: float = 0.0,
             check_s: float = CHECK_S) -> Trace:
@@ -212,19 +261,30 @@ class PgbenchAssignment:
                                                            script))
                 else:  # a failed transaction (pgbench 15+: "failed", "serialization", ...)
                     failed.append((script % k, script // k, ended, 0.0, False))
-        rows = list(failed)
+        calibration = len(self.templates) * k  # scripts from here on calibrate the wrapper
+        rows = [r for r in failed if r[1] < len(self.templates)]
+        cycles: dict[int, list[float]] = {i: [] for i in range(2 + k)} if self.calibrated \
+            else {}
         t0 = began  # the origin of a run that logged nothing
         for client in ends.values():
             client.sort()
             previous = None
             for _, ended, logged, script in client:
                 latency = ended - previous if previous is not None else logged
-                rows.append((script % k, script // k, ended - latency, latency, True))
                 previous = ended
+                if script >= calibration:
+                    cycles[script - calibration].append(latency)
+                    continue
+                rows.append((script % k, script // k, ended - latency, latency, True))
         if rows:
             t0 = min(r[2] for r in rows)
             rows = [(c, t, s - t0, lat, ok) for c, t, s, lat, ok in rows]
         logger.info("per-transaction pgbench: %d transactions in %.0f s over %d configurations",
                     len(rows), seconds, k)
+        overhead = self._overhead(cycles) if self.calibrated else None
+        if overhead is not None:
+            logger.info("per-transaction pgbench: the wrapper costs %s ms a transaction "
+                        "(configurations × templates), subtracted from their latencies",
+                        np.round(1e3 * overhead, 3).tolist())
         return Trace.from_rows(self.configurations, [t.name for t in self.templates], rows,
-                               seconds, origin=t0)
+                               seconds, origin=t0, overhead=overhead)

@@ -26,7 +26,10 @@ class Trace:
     elsewhere (a switchback's slices). ``loops``: how many clients loop each template (a TPC-H
     stream runs its one query over and over), None when every client draws each transaction's
     template from the mix (pgbench, scripts, a replay): what a throughput count of the run's
-    workload weighs the templates by (:mod:`tuner_client.stats.estimand`).
+    workload weighs the templates by (:mod:`tuner_client.stats.estimand`). ``overhead``:
+    seconds per transaction, by configuration and template, that the run's own wrapper (the
+    ``BEGIN; SET LOCAL ...; END`` round trips the workload's client does not make) added to
+    each latency, as measured in the run; None: none measured.
     """
 
     configurations: tuple[Configuration, ...]
@@ -39,16 +42,19 @@ class Trace:
     seconds: float
     origin: float = 0.0
     loops: Mapping[str, int] | None = None
+    overhead: np.ndarray | None = None
 
     @classmethod
     def from_rows(cls, configurations: Sequence[Configuration], templates: Sequence[str],
                   rows: Sequence[tuple[int, int, float, float, bool]], seconds: float,
-                  origin: float = 0.0, loops: Mapping[str, int] | None = None) -> Trace:
+                  origin: float = 0.0, loops: Mapping[str, int] | None = None,
+                  overhead: np.ndarray | None = None) -> Trace:
         """A trace from ``(config, template, start, latency, ok)`` rows."""
         arr = np.array([r[:4] for r in rows], dtype=float).reshape(-1, 4)
         return cls(tuple(configurations), tuple(templates), arr[:, 0].astype(int),
                    arr[:, 1].astype(int), arr[:, 2], arr[:, 3],
-                   np.array([r[4] for r in rows], dtype=bool), seconds, origin, loops)
+                   np.array([r[4] for r in rows], dtype=bool), seconds, origin, loops,
+                   overhead)
 
     def __len__(self) -> int:
         return int(self.config.size)
@@ -85,4 +91,20 @@ def concat(traces: Sequence[Trace]) -> Trace:
                                                  strict=True)]
     last = traces[-1]
     return Trace.from_rows(first.configurations, templates, rows,
-                           last.origin - first.origin + last.seconds, origin=first.origin)
+                           last.origin - first.origin + last.seconds, origin=first.origin,
+                           loops=first.loops, overhead=_pooled_overhead(traces, index))
+
+
+def _pooled_overhead(traces: Sequence[Trace], index: Mapping[str, int]) -> np.ndarray | None:
+    """The pieces' wrapper overheads, each weighted by its transactions (templates merged by
+    name); None when no piece measured one."""
+    measured = [t for t in traces if t.overhead is not None and len(t)]
+    if not measured:
+        return None
+    total = np.zeros((len(traces[0].configurations), len(index)))
+    weight = np.zeros(len(index))
+    for t in measured:
+        names = [index[name] for name in t.templates]
+        total[:, names] += len(t) * t.overhead  # type: ignore[operator]
+        weight[names] += len(t)
+    return total / np.where(weight > 0, weight, 1.0)

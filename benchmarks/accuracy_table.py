@@ -1,0 +1,339 @@
+"""The accuracy table (issue 45, Evidence): on workloads the estimators were not built on, the
+tuner's recommendation and interval by its default path, beside the ratio the workload's own
+client counts for exactly that recommendation.
+
+Each ``--workload`` gets a private cluster, its data loaded here (the tuner did not create
+it), a known-slow original set by ``ALTER SYSTEM``, and a config as a user writes it: the
+server by DSN with its pg_ctl (no restarts), the workload, the online knobs, no
+``measure.design``. Then ``harmony tune`` is timed, and the truth is ``--rounds`` interleaved
+rounds (AB, BA, ...) of ``--round-s`` seconds of the original against the recommendation,
+ALTER SYSTEM + reload between, a fresh client per round, a 95 % t interval over the rounds'
+log ratios:
+
+- ``long``: a user's ``.sql`` mix on a 1,000,000-row sales table: a point lookup (70), a
+  store's week (25) and a report grouping every row by item with ``count(DISTINCT …)`` (5,
+  about 3 s a statement here); the original's work_mem 1MB sorts it on disk. Truth: pgbench
+  on the same statements and weights, 4 clients.
+- ``shop``: the shipped shop application's pgbench scripts (skewed lookups, order-placing
+  writes, a reporting join), 8 clients, scale 1; the original's work_mem 64kB and
+  random_page_cost 8. Truth: pgbench on the scripts with the same weights and clients.
+- ``shop-read``: the same without the writes (lookups and the report, 6:1): a stationary
+  workload (with the writes the orders grow, and the original's cost with them).
+- ``tpch``: TPC-H SF 0.1, one stream each of Q3, Q5, Q10 and Q12 (not the demo's mix); the
+  original is PostgreSQL's defaults. Truth: the TPC-H streams' own completed queries per
+  minute (``harmony tpch run``'s driver).
+
+    flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.accuracy_table \
+        --workload long --tag T
+
+Writes benchmarks/results/accuracy_table.<workload>.<tag>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import logging
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+from benchmarks.accuracy import Pgbench, _text, truth
+from benchmarks.evidence.common import machine, write_results
+from benchmarks.evidence.restart import uptime
+from tuner_client.config import tuner_config_from_dict
+from tuner_client.servers.local_cluster import LocalCluster
+from workloads.apps import setup_app
+from workloads.driver import WorkloadDriver
+from workloads.tpch.load import load_tpch
+
+logger = logging.getLogger(__name__)
+
+SALES_ROWS = 1_000_000
+LONG_SQL = """\
+-- A user's workload: a lookup, a store's week, and a report over every sale.
+-- @weight 70
+-- @param id = random(1, 1000000)
+SELECT store, item, qty, price FROM sales WHERE id = :id;
+-- @weight 25
+-- @param s = random(1, 2000)
+SELECT day, sum(qty * price) FROM sales WHERE store = :s AND day BETWEEN 100 AND 107
+GROUP BY day;
+-- @weight 5
+SELECT item, sum(qty * price) AS revenue, count(DISTINCT store) AS stores FROM sales
+GROUP BY item ORDER BY revenue DESC LIMIT 50;
+"""
+SHOP_FILES = ["workloads/apps/shop/lookup.pgbench@6", "workloads/apps/shop/order.pgbench@3",
+              "workloads/apps/shop/report.pgbench@1"]
+#: the shop without its order-placing writes: its data stays as loaded, so the ratio the
+#: tuner measured and the one its truth measures later are of the same workload (with the
+#: writes, orders grow and the original's cost with them: ``shop``, s24)
+SHOP_READ_FILES = ["workloads/apps/shop/lookup.pgbench@6", "workloads/apps/shop/report.pgbench@1"]
+TPCH_MIX = "1Q3,1Q5,1Q10,1Q12"
+TPCH_SCALE = 0.1
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_sales(dsn: str, _: Path) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"""CREATE TABLE sales AS SELECT g AS id,
+            (1 + (g::bigint * 7919) % 2000)::int AS store,
+            (1 + (g::bigint * 104729) % 50000)::int AS item,
+            (g % 365) AS day, 1 + g % 5 AS qty, ((g % 997) / 10.0)::numeric(8, 2) AS price,
+            md5(g::text) AS note FROM generate_series(1, {SALES_ROWS}) g""")
+        conn.execute("ALTER TABLE sales ADD PRIMARY KEY (id)")
+        conn.execute("CREATE INDEX ON sales (store, day)")
+        conn.execute("VACUUM ANALYZE sales")
+        conn.execute("CHECKPOINT")
+
+
+def _load_shop(dsn: str, _: Path) -> None:
+    setup_app(dsn, "shop", 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+def _load_tpch(dsn: str, state: Path) -> None:
+    load_tpch(dsn, TPCH_SCALE, workdir=state / "tpch")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
+class TpchStreams:
+    """The TPC-H mix's own client: its streams, fresh per round, completed queries counted."""
+
+    def __init__(self, dsn: str, mix: str) -> None:
+        self.dsn, self.mix, self.rounds = dsn, mix, 0
+
+    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
+        """Completed queries per second over ``seconds``, and each query's mean latency (ms)."""
+        self.rounds += 1
+        with WorkloadDriver(self.dsn, self.mix, seed=self.rounds) as driver:
+            sample = driver.sample(seconds)
+        if sample.errors:
+            raise RuntimeError(f"the TPC-H streams failed {sample.errors} queries")
+        latency = [None if s.mean is None else 1e3 * s.mean for s in sample.per_query.values()]
+        return sample.completed / sample.seconds, latency
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One row of the table: how its data is made, the slow original, the user's config
+    parts (the workload, the online knobs) and its own client for the truth."""
+
+    load: Callable[[str, Path], None]
+    original: dict[str, str]
+    workload: Callable[[Path], dict[str, Any]]
+    knobs: dict[str, Any]
+    client: Callable[[str, Any, Path], Any]
+    counts: str
+
+
+def _long_workload(state: Path) -> dict[str, Any]:
+    mix = state / "sales.sql"
+    mix.write_text(LONG_SQL)
+    return {"scripts": {"files": [str(mix)], "clients": 4}}
+
+
+WORKLOADS: dict[str, Workload] = {
+    "long": Workload(
+        _load_sales, {"work_mem": "1MB"}, _long_workload,
+        {"work_mem": {"min": "1MB", "max": "256MB"},
+         "random_page_cost": {"min": 1, "max": 8, "step": 0.5},
+         "jit": {"values": ["off", "on"]},
+         "max_parallel_workers_per_gather": {"min": 0, "max": 2}},
+        lambda dsn, cfg, state: Pgbench(dsn, cfg.workload.files, state),
+        "pgbench's tps on the same statements and weights, 4 clients"),
+    "shop": Workload(
+        _load_shop, {"work_mem": "64kB", "random_page_cost": "8"},
+        lambda state: {"scripts": {"files": [str(ROOT / f) for f in SHOP_FILES], "clients": 8,
+                                   "writes": True, "variables": {"scale": 1}}},
+        {"work_mem": {"min": "64kB", "max": "64MB"},
+         "random_page_cost": {"min": 1, "max": 8, "step": 0.5}},
+        lambda dsn, cfg, state: Pgbench(dsn, cfg.workload.files, state, clients=8,
+                                        writes=True, variables={"scale": "1"}),
+        "pgbench's tps on the shop's scripts and weights, 8 clients"),
+    "shop-read": Workload(
+        _load_shop, {"work_mem": "64kB", "random_page_cost": "8"},
+        lambda state: {"scripts": {"files": [str(ROOT / f) for f in SHOP_READ_FILES],
+                                   "clients": 8, "variables": {"scale": 1}}},
+        {"work_mem": {"min": "64kB", "max": "64MB"},
+         "random_page_cost": {"min": 1, "max": 8, "step": 0.5}},
+        lambda dsn, cfg, state: Pgbench(dsn, cfg.workload.files, state, clients=8,
+                                        variables={"scale": "1"}),
+        "pgbench's tps on the shop's read scripts and weights, 8 clients"),
+    "tpch": Workload(
+        _load_tpch, {}, lambda state: {"tpch": {"scale": TPCH_SCALE, "mix": TPCH_MIX}},
+        {"work_mem": {"min": "1MB", "max": "256MB"},
+         "random_page_cost": {"min": 1, "max": 8, "step": 0.5},
+         "jit": {"values": ["off", "on"]},
+         "max_parallel_workers_per_gather": {"min": 0, "max": 2}},
+        lambda dsn, cfg, state: TpchStreams(dsn, TPCH_MIX),
+        f"the TPC-H streams' completed queries per second ({TPCH_MIX})"),
+}
+
+
+def user_config(cluster: LocalCluster, dsn: str, spec: Workload, state: Path
+                ) -> dict[str, Any]:
+    """The config as a user writes it: the server by DSN with its pg_ctl, no design."""
+    return {"name": "my-app", "seed": 1,
+            "database": {"dsn": dsn, "controller": {
+                "kind": "pg_ctl", "options": {"data_dir": str(cluster.data_dir),
+                                              "bin_dir": str(cluster.bin_dir)}}},
+            "workload": spec.workload(state),
+            "online": {"knobs": spec.knobs, "evaluations": 10}}
+
+
+def _tune(config: Path, out: Path) -> tuple[float, int, dict[str, Any] | None, str]:
+    harmony = Path(sys.executable).with_name("harmony")
+    started = time.monotonic()
+    run = subprocess.run([str(harmony), "tune", str(config), "--output", str(out), "--json"],
+                         capture_output=True, text=True, check=False)
+    wall = round(time.monotonic() - started, 1)
+    summary = json.loads(run.stdout) if run.returncode == 0 else None
+    return wall, run.returncode, summary, run.stderr[-3000:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy_table")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    parser.add_argument("--tag", default="run")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--round-s", type=int, default=20)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    spec = WORKLOADS[args.workload]
+    state = Path(tempfile.mkdtemp(prefix=f"harmony-bench-accuracy-{args.workload}-", dir="/tmp"))
+    cluster = LocalCluster(state / "cluster", sync_initdb=False)
+    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "original": spec.original,
+                            "counts": spec.counts}
+    try:
+        cluster.start()
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE app")
+        dsn = cluster.dsn_for("app")
+        spec.load(dsn, state)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name, value in spec.original.items():
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            conn.execute("SELECT pg_reload_conf()")
+        raw = user_config(cluster, dsn, spec, state)
+        config = state / "my-app.yaml"
+        config.write_text(yaml.safe_dump(raw, sort_keys=False))
+        data["config"] = raw
+        data["uptime_start"] = uptime()
+        data["wall_s"], data["rc"], summary, data["stderr_tail"] = _tune(config, state / "out")
+        if summary is not None:
+            _record(data, summary, spec, tuner_config_from_dict(raw), dsn, state, args)
+        data["uptime_end"] = uptime()
+    finally:
+        cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    command = "python -m benchmarks.accuracy_table " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    jpath, mpath = write_results(f"accuracy_table.{args.workload}.{args.tag}", data,
+                                 markdown(data, command))
+    print(f"wrote {jpath} and {mpath}")
+    return 0
+
+
+def _record(data: dict[str, Any], summary: dict[str, Any], spec: Workload, cfg: Any, dsn: str,
+            state: Path, args: argparse.Namespace) -> None:
+    """The decision, and the truth of the configuration it shows (its recommendation, or
+    the best it kept the original against) over the original."""
+    decision = summary.get("decision") or {}
+    shown = decision.get("winner") or decision.get("best")
+    data["decision"] = {k: decision.get(k) for k in ("winner", "best", "design", "intervals",
+                                                     "text")}
+    data["decisions"] = [d for d in summary["decisions"]
+                         if "design" in d or "recommend" in d or "measured" in d]
+    data["best_settings"] = summary["best_settings"]
+    if shown is None:
+        return
+    knobs = sorted(set(spec.knobs) | set(spec.original))
+    original = {n: str(v) for n, v in _settings(dsn, knobs).items()}
+    if decision.get("winner") is not None:
+        differing = summary["best_settings"]
+    else:  # kept: the shown candidate as the decisions name it ("final: raced: best {...}")
+        differing = _raced(summary["decisions"]).get(shown)
+        if differing is None:
+            data["shown"] = shown
+            return
+    shown_settings = {n: str(differing.get(n, original[n])) for n in knobs}
+    data["shown"], data["original_settings"], data["shown_settings"] = (
+        shown, original, shown_settings)
+    client = spec.client(dsn, cfg, state)
+    data["truth"] = truth(dsn, client, [original, shown_settings], rounds=args.rounds,
+                          round_s=args.round_s)
+
+
+def _raced(decisions: list[str]) -> dict[str, dict[str, str]]:
+    """Label → the settings that differ from the original, from "final: raced: ..."."""
+    for line in decisions:
+        if line.startswith("final: raced: "):
+            out = {}
+            for part in line.removeprefix("final: raced: ").split("; "):
+                label, _, settings = part.partition(" ")
+                out[label] = ast.literal_eval(settings)
+            return out
+    return {}
+
+
+def _settings(dsn: str, names: list[str]) -> dict[str, str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)",
+                            (names,)).fetchall()
+    return {name: (f"{setting}{unit}" if unit in ("kB", "MB") else setting)
+            for name, setting, unit in rows}
+
+
+def markdown(data: dict[str, Any], command: str) -> str:
+    decision = data.get("decision") or {}
+    shown = data.get("shown")
+    iv = (decision.get("intervals") or {}).get(shown) if shown else None
+    tr = (data.get("truth") or {}).get("interval")
+    lines = [f"# Accuracy table, `{data['args']['workload']}` (issue 45)", "",
+             f"Command: `{command}`  ", f"Machine: {data['machine']}  ",
+             f"Uptime: {data.get('uptime_start')} / {data.get('uptime_end')}", "",
+             f"Original (set by ALTER SYSTEM before the run): {data['original']}; the config "
+             f"has no `measure.design`. The truth counts {data['counts']}.", "",
+             "| | |", "|---|---|",
+             f"| wall-clock of `harmony tune` | {data.get('wall_s')} s (rc {data.get('rc')}) |",
+             f"| decision | {decision.get('text') or '–'} |",
+             f"| shown ({shown}) | {data.get('shown_settings') or '–'} |",
+             f"| design | {decision.get('design')} |",
+             f"| tuner's interval, {shown} over the original | {_text(iv) if iv else '–'} |",
+             f"| truth: the workload's own client, {shown} over the original | {_text(tr)} |",
+             f"| overlap / covers the truth's point | {_agree(iv, tr)} |", ""]
+    lines += [f"- {d}" for d in data.get("decisions", [])]
+    rounds = (data.get("truth") or {}).get("rounds") or []
+    if rounds:
+        lines += ["", "| round | original | shown | ratio |", "|---|---|---|---|"]
+        lines += [f"| {r['round']} | {r['tps_original']:.2f} | {r['tps_candidate']:.2f} | "
+                  f"{r['ratio']:.3f} |" for r in rounds]
+    return "\n".join(lines) + "\n"
+
+
+def _agree(iv: dict[str, Any] | None, tr: dict[str, Any] | None) -> str:
+    if not iv or not tr:
+        return "–"
+    high = iv["high"] if iv["high"] is not None else math.inf
+    overlap = iv["low"] <= (tr["high"] or math.inf) and tr["low"] <= high
+    covers = iv["low"] <= tr["ratio"] <= high
+    return f"{'yes' if overlap else 'no'} / {'yes' if covers else 'no'}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
