@@ -164,11 +164,12 @@ def test_standalone_run_serves_metrics_warm_starts_and_exports_metadata(
                               if k not in ("default", "tuned"))
     assert len(rounds) == (1 if not finals else max(2, len(rounds)))
     assert count("harmony_tuner_evaluations_total", kind="final") == len(finals)
-    # 3 samples a measured point; paired blocks add one sample of the reference each (and
-    # one more where a block opens without the previous block's reference measurement)
+    # 3 samples a searched point, one a final visit (final.visit_samples: the race's seconds
+    # buy rounds); paired blocks add one sample of the reference each (and one more where a
+    # block opens without the previous block's reference measurement)
     blocks = sum(1 for r in searched if r.ratio is not None)
-    references = value("harmony_tuner_samples_total") - 3 * (len(searched) + len(rounds)
-                                                             + len(finals))
+    references = value("harmony_tuner_samples_total") - 3 * len(searched) \
+        - tuner.config.final.visit_samples * (len(rounds) + len(finals))
     assert blocks == len(searched) and blocks + 1 <= references <= 2 * blocks
     assert value("harmony_tuner_evaluations_total", kind="reference") == references
     assert value("harmony_tuner_passes_total") == 1 and value("harmony_tuner_pass") == 1

@@ -6,7 +6,10 @@ with its own ``BEGIN`` gets the ``SET LOCAL`` lines right after it). pgbench num
 scripts in the order of ``-f``; script ``t·K + k`` is template t under configuration k, and
 the per-transaction log (``-l``: client, transaction, latency µs, script number, epoch s,
 µs) gives every transaction's configuration, template, end time and latency (a client's
-cycle, see :meth:`PgbenchAssignment._trace`).
+cycle, see :meth:`PgbenchAssignment._trace`). The wrapper's own round trips (``BEGIN``, the
+``SET LOCAL`` lines, ``END``) are not the workload's: a few ``SELECT 1`` scripts drawn beside
+the variants measure them, and the trace carries their cost (``Trace.overhead``) for the
+estimators to subtract.
 
 Statements go in prepared mode (``-M prepared``, as applications send them) while every
 configuration is carried by ``SET LOCAL`` lines: a variant's statements are planned under its
@@ -126,10 +129,12 @@ class PgbenchAssignment:
                  pgoptions: str = "", query_mode: str | None = None) -> None:
         if not templates:
             raise WorkloadError("a per-transaction pgbench run needs at least one script")
-        if len(templates) * len(configurations) > 128:
+        calibration = 2 + len(configurations) if any(configurations) else 0
+        if len(templates) * len(configurations) + calibration > 128:
             raise WorkloadError(f"pgbench runs at most 128 scripts, but {len(templates)} "
                                 f"scripts × {len(configurations)} configurations make "
-                                f"{len(templates) * len(configurations)}")
+                                f"{len(templates) * len(configurations)}, and the wrapper's "
+                                f"calibration {calibration} more")
         self.dsn = dsn
         self.configurations = tuple(dict(c) for c in configurations)
         self.templates = tuple(templates)
