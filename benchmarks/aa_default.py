@@ -34,7 +34,7 @@ from tuner_client.servers.local_cluster import LocalCluster
 
 #: knobs a read-only mix of lookups and range reads cannot feel
 KNOBS = {"maintenance_work_mem": {"min": "1MB", "max": "1GB"},
-         "vacuum_cost_delay": {"min": 0, "max": 100},
+         "vacuum_cost_delay": {"min": "0ms", "max": "100ms"},
          "vacuum_cost_limit": {"min": 1, "max": 10000}}
 
 
@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                            half_width=_half_width(iv))
             else:
                 row["stderr_tail"] = run.stderr[-2000:]
+                if run.returncode == 2:  # the config was refused: every run would be
+                    data["runs"].append(row)
+                    break
             logging.info("A/A run %d: %s", r, row)
             data["runs"].append(row)
     finally:
