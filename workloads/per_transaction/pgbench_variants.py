@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -91,8 +92,8 @@ def script_templates(scripts: Sequence[Script]) -> list[Template]:
     return [Template(s.source, s.text, s.weight) for s in scripts]
 
 
-def _begins(template: Template) -> list[object]:
-    commands = split_commands(template.text, template.name)
+def _begins(commands: Sequence[Any]) -> list[Any]:
+    """The commands that open a transaction block."""
     return [c for c in commands if c.meta is None and c.keyword in _BEGIN_KEYWORDS]
 
 
@@ -100,7 +101,7 @@ def variant_text(template: Template, settings: Sequence[str]) -> str:
     """The template's script running in one transaction that starts with ``settings``
     (rendered ``SET LOCAL`` statements)."""
     commands = split_commands(template.text, template.name)
-    begins = _begins(template)
+    begins = _begins(commands)
     lines = "".join(f"{s};\n" for s in settings)
     if len(begins) > 1:
         raise WorkloadError(f"script {template.name} runs {len(begins)} transactions; "
@@ -157,6 +158,8 @@ class PgbenchAssignment:
             check_session_settable(conn, self.configurations)
             self._settings = [[s.as_string(conn) for s in lines]
                               for lines in padded_set_local(self.configurations)]
+        #: per template: it opens its own block (its wrapper is then the SET LOCAL lines only)
+        self._own_block = [bool(_begins(split_commands(t.text, t.name))) for t in self.templates]
 
     @property
     def calibrated(self) -> bool:
@@ -197,8 +200,7 @@ class PgbenchAssignment:
             return None
         bare, block, cost = (float(np.mean(cycles[0])), float(np.mean(cycles[1])),
                              float(np.mean(wrapped)))
-        own = [bool(_begins(t)) for t in self.templates]
-        row = [max(0.0, cost - (block if own[t] else bare)) for t in range(len(self.templates))]
+        row = [max(0.0, cost - (block if own else bare)) for own in self._own_block]
         return np.array([row] * k)
 
     def run(self, seconds: int, *, settled: Settled | None = None, min_s: float = 0.0,
