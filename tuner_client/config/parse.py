@@ -122,7 +122,12 @@ def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
                             if memory_limit is not None else None),
         restart_timeout_s=float(db.get("restart_timeout_s", DatabaseConfig.restart_timeout_s)),
         allow_restarts=bool(db.get("allow_restarts", DatabaseConfig.allow_restarts)),
+        bin_dir=db.get("bin_dir"),
     )
+    if database.bin_dir is not None and not database.embedded:
+        raise ConfigError(f"{where('database', 'bin_dir')}: bin_dir names the embedded "
+                          f"cluster's binaries; a server given by database.dsn runs its own "
+                          f"(the pg_ctl controller takes options.bin_dir)")
     if database.memory_limit_bytes is not None and not database.embedded:
         raise ConfigError(f"{where('database', 'memory_limit')}: memory_limit applies to the "
                           f"embedded local cluster only (limit an existing server yourself and "

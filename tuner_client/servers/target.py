@@ -77,9 +77,16 @@ def open_target(config: TunerConfig, state_dir: Path | None = None) -> Target:
 
 def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
     state_dir.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(state_dir / "cluster",
+    cluster = LocalCluster(state_dir / "cluster", bin_dir=config.database.bin_dir,
                            memory_limit_bytes=config.database.memory_limit_bytes,
                            timeout_s=config.database.restart_timeout_s)
+    mismatch = cluster.version_mismatch() if cluster.is_initialized() else None
+    if mismatch is not None:
+        # the embedded cluster is the tuner's own, filled with generated data: made afresh
+        # by the binaries in use rather than refused
+        logger.warning("%s: removing it and making a new one (the embedded cluster holds "
+                       "generated data only)", mismatch)
+        cluster.destroy()
     if cluster.is_initialized():
         # a cluster from an earlier run: a leftover server is stopped so that this run
         # starts it afresh (on this object's port, inside this run's memory cgroup)
