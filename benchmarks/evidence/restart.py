@@ -171,8 +171,16 @@ def server_counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
     # flush, which would otherwise land in the first window
     conn.execute("SELECT pg_stat_force_next_flush()")
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    bg = conn.execute("SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint,"
-                      " buffers_backend FROM pg_stat_bgwriter").fetchone()
+    if conn.info.server_version >= 170000:
+        # PostgreSQL 17 moved the checkpoint counters to pg_stat_checkpointer and the backends'
+        # writes to pg_stat_io
+        bg = conn.execute("SELECT num_timed + num_requested, buffers_written,"
+                          " (SELECT coalesce(sum(writes), 0)::int8 FROM pg_stat_io"
+                          "  WHERE backend_type = 'client backend')"
+                          " FROM pg_stat_checkpointer").fetchone()
+    else:
+        bg = conn.execute("SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint,"
+                          " buffers_backend FROM pg_stat_bgwriter").fetchone()
     av = conn.execute("SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0)::int8"
                       " FROM pg_stat_user_tables").fetchone()
     io = conn.execute("SELECT blks_hit, blks_read FROM pg_stat_database"

@@ -4,8 +4,9 @@ anything.
 A file is a tuner config when its top level has a tuner section (``database``, ``workload``,
 ``online`` …), else a session definition. A tuner config is checked as ``harmony tune`` would
 read it (schema, units, ranges; file:line:key errors), then its knobs against the catalog of
-the configured server when it answers (else this host's PostgreSQL, said so) and its ranges
-against the memory budget: a knob no value of which fits the budget is an error. The options
+the configured server (when it does not answer, only the schema is checked, and the output
+says so: another server's catalog would be another version's) and its ranges against the
+memory budget: a knob no value of which fits the budget is an error. The options
 are in :mod:`harmony.cli.validate_parser`, which imports this module only when it runs.
 """
 
@@ -16,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harmony_base.errors import ConfigError, ConstraintError
+from harmony_base.errors import ConfigError, ConstraintError, DatabaseError
 from harmony_core.definition import load_definition, load_yaml_with_lines
 from harmony_core.session import SessionCore
 from tuner_client.config import load_tuner_config
@@ -76,7 +77,17 @@ def validate_definition(path: str) -> dict[str, Any]:
 
 def validate_tuner_config(path: str) -> dict[str, Any]:
     config = load_tuner_config(path)
-    plan = make_plan(config, unreachable_ok=True)
+    try:
+        plan = make_plan(config)
+    except DatabaseError as exc:
+        if config.database.dsn is None:
+            raise
+        # the knobs a server has depend on its version: never another server's catalog
+        return {"file": path, "kind": "tuner config", "name": config.name,
+                "checked_against": f"nothing: the configured server did not answer, so the "
+                                   f"knob names, units and ranges and the memory budget were "
+                                   f"not checked (schema only): {str(exc).splitlines()[0]}",
+                "server_reached": False, "knobs": [], "notes": []}
     empty = [k for k in plan.knobs if k.after_budget.startswith("none fits")]
     if empty:
         raise ConfigError(f"{path}: {', '.join(k.phase + '.knobs.' + k.name for k in empty)}: "
@@ -84,7 +95,7 @@ def validate_tuner_config(path: str) -> dict[str, Any]:
                           f"narrow the range or raise budget.ram / budget.online")
     version = f"PostgreSQL {plan.server_version}" if plan.server_version else "PostgreSQL"
     return {"file": path, "kind": "tuner config", "name": config.name,
-            "checked_against": f"{version} at {plan.target}",
+            "checked_against": f"{version} at {plan.target}", "server_reached": True,
             "knobs": [{"phase": k.phase, "name": k.name, "configured": k.configured,
                        "after_budget": k.after_budget} for k in plan.knobs],
             "notes": [n for n in plan.notes if not n.startswith("no workload statistics")]}

@@ -46,4 +46,11 @@ KNOWN_RANGES: dict[str, dict[str, Any]] = {
     "autovacuum_vacuum_cost_limit": {"min": 100, "max": 4000, "step": 100},
     "autovacuum_naptime": {"min": "5s", "max": "5min", "step": "5s"},
     "jit_above_cost": {"min": 10000, "max": 5000000, "step": 10000},
+    # new in 16-18 (tuner_client.knobs.versions; a server without one says which versions
+    # have it): asynchronous and combined reads, vacuum's ring buffer
+    "maintenance_io_concurrency": {"min": 0, "max": 256, "step": 1},
+    "io_combine_limit": {"min": "8kB", "max": "256kB", "step": "8kB"},
+    "io_method": {"values": ["sync", "worker"]},
+    "io_workers": {"min": 1, "max": 16, "step": 1},
+    "vacuum_buffer_usage_limit": {"min": "256kB", "max": "16MB", "step": "256kB"},
 }

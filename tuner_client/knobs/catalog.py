@@ -30,6 +30,7 @@ from psycopg.rows import TupleRow
 from harmony_base.errors import ConfigError
 from harmony_base.units import MEMORY_UNITS, TIME_UNITS_MS
 from tuner_client.knobs.text import format_quantity, parse_bool, parse_enum, parse_number
+from tuner_client.knobs.versions import missing_knob_hint, version_text
 
 logger = logging.getLogger(__name__)
 
@@ -346,10 +347,18 @@ class KnobCatalog:
         except KeyError:
             raise ConfigError(self._unknown(name)) from None
 
+    @property
+    def version(self) -> str | None:
+        """The server's version (``18.6``), None when the catalog was not read from a server."""
+        return None if self.server_version_num is None else version_text(self.server_version_num)
+
     def _unknown(self, name: str) -> str:
         close = difflib.get_close_matches(name.lower(), list(self._knobs), n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return f"unknown PostgreSQL setting {name!r} (not in pg_settings){hint}"
+        where = f"pg_settings of this PostgreSQL {self.version} server" if self.version \
+            else "pg_settings"
+        return (f"unknown PostgreSQL setting {name!r} (not in {where})"
+                f"{missing_knob_hint(name, self.server_version_num)}{hint}")
 
     def tunable(self, name: str) -> Knob:
         """The knob called ``name``; ConfigError when unknown or not tunable."""

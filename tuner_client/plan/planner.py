@@ -113,17 +113,17 @@ def leftover_notes(config: TunerConfig) -> list[str]:
             for j in journals]
 
 
-def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
-              time_window: bool = False) -> Plan:
+def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
     """The plan of ``config`` against its server (read-only) or a throw-away embedded one.
 
-    ``unreachable_ok``: when the configured server does not answer, check against a
-    throw-away cluster of this host's PostgreSQL instead (``harmony validate``) rather than
-    fail (``harmony tune --plan``). ``time_window``: for the embedded cluster, time one
-    window of the workload on the throw-away cluster when a window's length is not known
-    (:mod:`tuner_client.plan.window`)."""
+    The catalog is always the target's: the configured server's ``pg_settings``, or for the
+    embedded cluster a throw-away cluster of the same binaries (``database.bin_dir``, else
+    the default ones the run would use). A configured server that does not answer is a
+    DatabaseError naming it: another server's catalog would be another version's.
+    ``time_window``: for the embedded cluster, time one window of the workload on the
+    throw-away cluster when a window's length is not known (:mod:`tuner_client.plan.window`)."""
     notes: list[str] = leftover_notes(config)
-    with _catalog_and_stats(config, unreachable_ok, notes, time_window) as (
+    with _catalog_and_stats(config, time_window) as (
             catalog, stats, ram, target, timed):
         offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
         local = config.database.embedded or loopback(config.database.dsn or "")
@@ -153,8 +153,7 @@ def make_plan(config: TunerConfig, *, unreachable_ok: bool = False,
         phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed),
                           design=designs.get(p.name, ""))
                   for p in phase_plans(config, offline, online, window_s)]
-        version = (f"{catalog.server_version_num // 10000}.{catalog.server_version_num % 100}"
-                   if catalog.server_version_num else None)
+        version = catalog.version
         b = budget.budget
         budget_text = (f"RAM {_gb(b.ram_bytes)}, OS reserve {_gb(b.os_reserved_bytes)}, "
                        f"{b.connections} connections; shared_buffers at most "
@@ -174,13 +173,13 @@ def _gb(n: int) -> str:
 
 
 @contextlib.contextmanager
-def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[str],
-                       time_window: bool) -> Iterator[tuple[KnobCatalog, WorkloadStats | None,
-                                                            int | None, str,
-                                                            TimedWindow | None]]:
+def _catalog_and_stats(config: TunerConfig, time_window: bool
+                       ) -> Iterator[tuple[KnobCatalog, WorkloadStats | None, int | None, str,
+                                           TimedWindow | None]]:
     """The catalog (and statistics) of the configured server, or of a throw-away cluster in a
-    temporary directory standing in for the embedded one (no statistics: no workload ran;
-    one window timed there when ``time_window`` and a window's length is unknown)."""
+    temporary directory standing in for the embedded one, made by the same binaries (no
+    statistics: no workload ran; one window timed there when ``time_window`` and a window's
+    length is unknown)."""
     dsn = config.database.dsn
     if dsn is not None:
         try:
@@ -189,14 +188,10 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
                 conn.read_only = True
                 stats = read_workload_stats(conn)
         except (DatabaseError, psycopg.Error) as exc:
-            if not unreachable_ok:
-                raise DatabaseError(f"{config.source}: database.dsn: cannot read the catalog "
-                                    f"and statistics of {dsn}: {exc}") from exc
-            notes.append(f"{dsn} did not answer ({str(exc).splitlines()[0]}): checked against "
-                         f"this host's PostgreSQL instead")
-        else:
-            yield catalog, stats, config.budget.ram_bytes or detect_ram_bytes(), dsn, None
-            return
+            raise DatabaseError(f"{config.source}: database.dsn: cannot read the catalog "
+                                f"and statistics of {dsn}: {exc}") from exc
+        yield catalog, stats, config.budget.ram_bytes or detect_ram_bytes(), dsn, None
+        return
     with tempfile.TemporaryDirectory(prefix="harmony-plan-") as tmp:
         os.chmod(tmp, 0o755)  # the cluster's unprivileged OS user must reach it
         cluster = LocalCluster(Path(tmp) / "cluster", bin_dir=config.database.bin_dir,
@@ -207,12 +202,11 @@ def _catalog_and_stats(config: TunerConfig, unreachable_ok: bool, notes: list[st
         try:
             catalog = read_catalog(cluster.dsn)
             ram = cluster.effective_ram_bytes()
-            if time_window and dsn is None and needs_timing(config):
+            if time_window and needs_timing(config):
                 timed = timed_window(config, cluster, Path(tmp))
         finally:
             cluster.stop()
-        target = ("the embedded cluster (created by the run)" if dsn is None
-                  else f"{dsn} (unreachable; this host's PostgreSQL stood in)")
+        target = f"the embedded cluster (created by the run from {cluster.bin_dir})"
         yield catalog, None, config.budget.ram_bytes or ram, target, timed
 
 
@@ -331,7 +325,8 @@ def _notes(stats: WorkloadStats | None) -> list[str]:
                      "cannot be proposed from what the workload shows")
     elif stats.statements is None:
         notes.append("pg_stat_statements is not installed in this database: proposals use "
-                     "pg_stat_database, pg_stat_bgwriter and pg_stat_user_tables only")
+                     "pg_stat_database, the checkpoint counters and pg_stat_user_tables "
+                     "only")
     if stats is not None and stats.xact_commit < 1000:
         notes.append(f"only {stats.xact_commit} transactions since the statistics were reset: "
                      f"the proposals rest on little traffic")

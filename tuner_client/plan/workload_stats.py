@@ -71,7 +71,16 @@ _DATABASE = """
 SELECT current_database(), stats_reset::text, xact_commit, temp_files, temp_bytes,
        blks_read, blks_hit, pg_database_size(current_database())
 FROM pg_stat_database WHERE datname = current_database()"""
-_BGWRITER = "SELECT checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+#: the checkpoint counters: in pg_stat_checkpointer from PostgreSQL 17 on (renamed), in
+#: pg_stat_bgwriter before
+_CHECKPOINTS_17 = "SELECT num_timed, num_requested FROM pg_stat_checkpointer"
+_CHECKPOINTS_15 = "SELECT checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter"
+
+
+def checkpoints_query(server_version_num: int) -> str:
+    """The SELECT of the timed and requested checkpoint counts on a server of that version."""
+    return _CHECKPOINTS_17 if server_version_num >= 170000 else _CHECKPOINTS_15
+
 _TABLES = """
 SELECT schemaname || '.' || relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables"""
 _HAS_STATEMENTS = """
@@ -99,7 +108,7 @@ def read_workload_stats(conn: psycopg.Connection[TupleRow]) -> WorkloadStats:
     """Read the statistics views once (SELECTs only: nothing is reset or changed)."""
     row = conn.execute(_DATABASE).fetchone()
     assert row is not None  # the current database always has a pg_stat_database row
-    bg = conn.execute(_BGWRITER).fetchone() or (0, 0)
+    bg = conn.execute(checkpoints_query(conn.info.server_version)).fetchone() or (0, 0)
     tables = conn.execute(_TABLES).fetchall()
     worst: tuple[str, float, int] | None = None
     for name, live, dead in tables:

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -87,7 +88,12 @@ def server_version(bin_dir: Path) -> str:
                              text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise DatabaseError(f"{bin_dir / 'postgres'} --version failed: {exc}") from exc
-    return out.strip().split()[-1]
+    # "postgres (PostgreSQL) 18.6", "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)"
+    match = re.search(r"\(PostgreSQL\)\s+(\d+(?:\.\d+)*)", out)
+    if match is None:
+        raise DatabaseError(f"{bin_dir / 'postgres'} --version printed {out.strip()!r}, "
+                            f"not a PostgreSQL version")
+    return match.group(1)
 
 
 def find_free_port() -> int:
