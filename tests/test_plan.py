@@ -18,6 +18,7 @@ from tuner_client.plan.planner import make_plan
 from tuner_client.plan.proposals import choose_online_knobs, propose, proposed_knobs
 from tuner_client.plan.workload_stats import StatementStats, WorkloadStats, read_workload_stats
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.pg_binaries import server_version
 from tuner_client.servers.target import Target, read_catalog
 
 
@@ -190,7 +191,7 @@ def test_validate_checks_knobs_against_the_catalog_and_the_budget(
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(_server_config(own_cluster.dsn)))
     assert main(["validate", str(good)]) == 0
-    version = own_cluster.binaries_version  # the server's own version, not the host's
+    version = server_version(own_cluster.bin_dir)  # the server's own version, not the host's
     assert f"ok — tuner config 'plan-test' checked against PostgreSQL {version} at " \
         in capsys.readouterr().out
 

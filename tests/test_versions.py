@@ -27,6 +27,7 @@ from tuner_client.measurer.prewarm import Prewarmer
 from tuner_client.plan.planner import make_plan
 from tuner_client.plan.workload_stats import read_workload_stats
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.pg_binaries import server_version
 
 CONTROLLER = {"kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}
 
@@ -37,14 +38,14 @@ def _catalog(cluster: LocalCluster) -> KnobCatalog:
 
 
 def _major(cluster: LocalCluster) -> int:
-    return int(cluster.binaries_version.split(".")[0])
+    return int(server_version(cluster.bin_dir).split(".")[0])
 
 
 def test_every_version_the_tests_start_is_one_the_facts_cover(
         versioned_cluster: LocalCluster) -> None:
     """The server runs the binaries' version, within 15..18; the default is 18."""
     catalog = _catalog(versioned_cluster)
-    assert catalog.version == versioned_cluster.binaries_version
+    assert catalog.version == server_version(versioned_cluster.bin_dir)
     assert OLDEST <= _major(versioned_cluster) <= NEWEST
     if versioned_cluster.bin_dir.parts[-4:-1] != ("lib", "postgresql", "15"):
         assert _major(versioned_cluster) == 18, versioned_cluster.bin_dir
@@ -78,7 +79,7 @@ def test_a_knob_the_server_lacks_names_its_version(versioned_cluster: LocalClust
     with pytest.raises(ConfigError) as err:
         catalog.tunable(missing)
     text = str(err.value)
-    assert f"PostgreSQL {versioned_cluster.binaries_version} server" in text
+    assert f"PostgreSQL {server_version(versioned_cluster.bin_dir)} server" in text
     assert ("PostgreSQL 17 and later" if major < 17 else "PostgreSQL up to 16") in text
 
 
@@ -110,7 +111,7 @@ def test_the_budget_and_the_plan_read_the_server_of_each_version(
             time.sleep(0.2)
     assert stats.checkpoints_req >= 2
     plan = make_plan(tuner_config_from_dict(_plan_config(dsn), source="versions.yaml"))
-    assert plan.server_version == versioned_cluster.binaries_version
+    assert plan.server_version == server_version(versioned_cluster.bin_dir)
     (work_mem,) = plan.knobs
     assert (work_mem.name, work_mem.after_budget) == ("work_mem", "1MB .. 69MB")
     assert plan.budget.startswith("RAM 1.0 GB, OS reserve 256 MB, 4 connections")
@@ -163,6 +164,7 @@ def test_validate_of_a_server_that_does_not_answer_checks_no_other_servers_catal
     out = capsys.readouterr().out
     assert "checked against nothing: the configured server did not answer" in out
     assert "not checked (schema only)" in out
-    assert main(["tune", "--plan", str(path), "--output", str(tmp_path / "out")]) == 3  # a database error
+    # a database error (exit 3) naming the server, not a plan against another one
+    assert main(["tune", "--plan", str(path), "--output", str(tmp_path / "out")]) == 3
     assert "cannot read the catalog and statistics of host=127.0.0.1 port=1" in \
         capsys.readouterr().err

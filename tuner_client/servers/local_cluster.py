@@ -37,7 +37,6 @@ from tuner_client.servers.cluster_files import prepare_state_dir, write_hba, wri
 logger = logging.getLogger(__name__)
 
 
-
 class LocalCluster:
     """A private PostgreSQL cluster in ``state_dir`` (data in ``state_dir/data``).
 
@@ -51,7 +50,7 @@ class LocalCluster:
         *,
         port: int | None = None,
         os_user: str | None = None,
-        bin_dir: Path | None = None,
+        bin_dir: Path | str | None = None,
         memory_limit_bytes: int | None = None,
         timeout_s: float = 60.0,
         sync_initdb: bool = True,
@@ -60,7 +59,6 @@ class LocalCluster:
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         self._bin_dir = pg_binaries.find_bin_dir(bin_dir)
-        self._version: str | None = None
         self._port_given = port is not None
         self._port = port if port is not None else pg_binaries.find_free_port()
         self.timeout_s = timeout_s
@@ -170,29 +168,6 @@ class LocalCluster:
     def is_initialized(self) -> bool:
         return (self.data_dir / "PG_VERSION").exists()
 
-    @property
-    def binaries_version(self) -> str:
-        """The version of the server binaries this cluster runs with (``18.6``, ``15.14``)."""
-        if self._version is None:
-            self._version = pg_binaries.server_version(self._bin_dir)
-        return self._version
-
-    def data_major(self) -> int | None:
-        """The major version the data directory was made by (its ``PG_VERSION``), or None."""
-        try:
-            return int((self.data_dir / "PG_VERSION").read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def version_mismatch(self) -> str | None:
-        """Why the existing data directory cannot run on these binaries, or None when it can."""
-        data = self.data_major()
-        binaries = int(self.binaries_version.split(".")[0])
-        if data is None or data == binaries:
-            return None
-        return (f"the cluster in {self.data_dir} was made by PostgreSQL {data}, but the server "
-                f"binaries in {self._bin_dir} are PostgreSQL {self.binaries_version}")
-
     def init(self) -> None:
         """Create the state directory and run initdb unless a cluster already exists there."""
         self._prepare_state_dir()
@@ -263,10 +238,7 @@ class LocalCluster:
             self.init()
         else:
             self._prepare_state_dir()
-            mismatch = self.version_mismatch()
-            if mismatch is not None:
-                raise DatabaseError(f"{mismatch}; give the binaries of that version (bin_dir, "
-                                    f"{pg_binaries.BIN_DIR_ENV}) or remove {self.state_dir}")
+            pg_binaries.check_data_version(self.data_dir, self._bin_dir, self.state_dir)
         if self.is_running():
             self._adopt_running_port()
             return

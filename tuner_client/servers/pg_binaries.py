@@ -5,6 +5,7 @@ that runs the server when the tuner runs as root (PostgreSQL refuses to run as r
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import pwd
@@ -81,6 +82,7 @@ def find_bin_dir(bin_dir: Path | str | None = None) -> Path:
     )
 
 
+@functools.lru_cache(maxsize=16)
 def server_version(bin_dir: Path) -> str:
     """``postgres --version``'s number (``18.6``, ``15.14``) of the binaries in ``bin_dir``."""
     try:
@@ -94,6 +96,33 @@ def server_version(bin_dir: Path) -> str:
         raise DatabaseError(f"{bin_dir / 'postgres'} --version printed {out.strip()!r}, "
                             f"not a PostgreSQL version")
     return match.group(1)
+
+
+def data_major(data_dir: Path) -> int | None:
+    """The major version a data directory was made by (its ``PG_VERSION``), or None."""
+    try:
+        return int((Path(data_dir) / "PG_VERSION").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def version_mismatch(data_dir: Path, bin_dir: Path) -> str | None:
+    """Why the data directory cannot run on the binaries of ``bin_dir`` (another major), or
+    None when it can (or holds no cluster yet)."""
+    data = data_major(data_dir)
+    version = server_version(Path(bin_dir))
+    if data is None or data == int(version.split(".")[0]):
+        return None
+    return (f"the cluster in {data_dir} was made by PostgreSQL {data}, but the server binaries "
+            f"in {bin_dir} are PostgreSQL {version}")
+
+
+def check_data_version(data_dir: Path, bin_dir: Path, state_dir: Path) -> None:
+    """DatabaseError when the data directory was made by another major than the binaries."""
+    mismatch = version_mismatch(data_dir, bin_dir)
+    if mismatch is not None:
+        raise DatabaseError(f"{mismatch}; give the binaries of that version (bin_dir, "
+                            f"{BIN_DIR_ENV}) or remove {state_dir}")
 
 
 def find_free_port() -> int:

@@ -19,6 +19,7 @@ from psycopg import sql
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.config import TunerConfig
 from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers import pg_binaries
 from tuner_client.servers.controllers import Controller
 from tuner_client.servers.controllers import make_controller as build_controller
 from tuner_client.servers.local_cluster import LocalCluster
@@ -80,7 +81,7 @@ def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:
     cluster = LocalCluster(state_dir / "cluster", bin_dir=config.database.bin_dir,
                            memory_limit_bytes=config.database.memory_limit_bytes,
                            timeout_s=config.database.restart_timeout_s)
-    mismatch = cluster.version_mismatch() if cluster.is_initialized() else None
+    mismatch = pg_binaries.version_mismatch(cluster.data_dir, cluster.bin_dir)
     if mismatch is not None:
         # the embedded cluster is the tuner's own, filled with generated data: made afresh
         # by the binaries in use rather than refused
