@@ -18,11 +18,13 @@ from tuner_client.metrics.options import add_metrics_arguments
 if TYPE_CHECKING:
     import tuner_client.cli.tune_run as tune_run
     import tuner_client.config as tuner_config
+    import tuner_client.servers.pg_binaries as pg_binaries
     from tuner_client.config import TunerConfig
 else:
     # the tuner loads when the demo runs, not for ``harmony demo --help``
     tuner_config = LazyModule("tuner_client.config")
     tune_run = LazyModule("tuner_client.cli.tune_run")
+    pg_binaries = LazyModule("tuner_client.servers.pg_binaries")
 
 #: the demo's tuner config (identical to configs/tpch-demo.yaml; a test keeps them equal)
 DEMO_CONFIG_YAML = Path(__file__).resolve().parents[2] / "configs" / "tpch-demo.yaml"
@@ -84,6 +86,8 @@ def run_demo(args: argparse.Namespace) -> int:
     """Entry point of ``harmony demo``."""
     config = demo_config()
     output = args.output or Path("harmony-out") / "demo"
+    bin_dir = pg_binaries.find_bin_dir(config.database.bin_dir)
+    print(f"demo: PostgreSQL {pg_binaries.server_version(bin_dir)} ({bin_dir})", flush=True)
     result = tune_run.run_with_metrics(config, args, output)
     print(tune_run.format_result(result))
     throughput = result.best.throughput
