@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from tune_fixtures import TpchCluster, tpch_cluster  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, jit_tpch_cluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony_server.server import start_server
 from tuner_client.api.client import connect
@@ -192,17 +192,17 @@ final: {rounds: 1, candidates: 2, baselines: []}
 
 
 def test_a_search_that_finds_nothing_better_keeps_the_original(
-        tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
+        jit_tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
     """Every point of this space JIT-compiles, optimises and inlines every query (costs <= 10):
     far slower than the original on SF 0.01. The final rounds show it, and the tuner's result
     is the original configuration, not the least bad candidate."""
-    dsn = tpch_cluster.dsn
+    dsn = jit_tpch_cluster.dsn
     with psycopg.connect(dsn) as conn:
         if not conn.execute("SELECT pg_jit_available()").fetchone()[0]:  # type: ignore[index]
             pytest.skip("this PostgreSQL has no JIT provider")
         catalog = KnobCatalog.from_connection(conn)
     target = Target(dsn=dsn, catalog=catalog,
-                    controller=LocalController(tpch_cluster.cluster), cluster=None,
+                    controller=LocalController(jit_tpch_cluster.cluster), cluster=None,
                     ram_bytes=None)
     config = parse_tuner_config(SLOW_CONFIG, source="slowtest.yaml")
     tuner = Tuner(config, client=connect(None), target=target, run_id="s1")

