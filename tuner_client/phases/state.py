@@ -18,6 +18,7 @@ from tuner_client.budget import BudgetView
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.plan.managed import ManagedRun
 from tuner_client.plan.proposals import Proposal
 from tuner_client.replicas import ReplicaPool
 from tuner_client.servers.target import Target
@@ -49,6 +50,9 @@ class RunContext:
     priors: list[PriorSession] = field(default_factory=list)
     #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
     knob_proposals: list[Proposal] = field(default_factory=list)
+    #: managed mode's facts (:mod:`tuner_client.phases.managed`); None: the tuner may change
+    #: the server
+    managed: ManagedRun | None = None
 
     @property
     def unit(self) -> str:
