@@ -76,7 +76,7 @@ def config_text(m: Managed, extra: str = "") -> str:
             f"budget: {{ram: 4GB, os_reserved: 256MB, connections: 4}}\n"
             f"offline: {{knobs: {{shared_buffers: {{min: 128MB, max: 512MB}}}}}}\n"
             f"online: {{knobs: {{work_mem: {{min: 64kB, max: 16MB, log: true}}, "
-            f"checkpoint_completion_target: {{min: 0.5, max: 0.9}}}}, evaluations: 3, "
+            f"checkpoint_completion_target: {{min: 0.5, max: 0.9}}}}, evaluations: 2, "
             f"strategy: {{name: nelder-mead, options: {{simplex_size: 2}}}}}}\n"
             f"final: {{rounds: 1, candidates: 1, max_seconds: 20}}\n"
             f"flow: {{kind: one-pass}}\n{extra}")
@@ -157,8 +157,8 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     assert any(s.startswith("statement_timeout=") for s in summary["managed"]["kept"])
 
     recommended = result.best.settings["work_mem"]
-    native = KnobCatalog.from_connection(psycopg.connect(managed.dsn)).tunable(
-        "work_mem")
+    with psycopg.connect(managed.dsn) as conn:
+        native = KnobCatalog.from_connection(conn).tunable("work_mem")
     kb = native.to_native(native.coerce(recommended))
     rds = json.loads((out / "aws-rds-parameters.json").read_text())["Parameters"]
     assert rds == [{"ParameterName": "work_mem", "ParameterValue": str(kb),
@@ -170,14 +170,14 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     alter = (out / "alter_database.sql").read_text()
     assert f"ALTER DATABASE \"shop\" SET work_mem = '{recommended}';" in alter
     ratios = []
-    for _ in range(3):
+    for _ in range(4):
         original = _tps(managed, "ALTER DATABASE shop SET work_mem = '64kB'")
         tuned = _tps(managed, alter)
         ratios.append(tuned / original)
     measured = statistics.median(ratios)
     # the tuner's per-transaction ratio against pgbench's whole-database one: the same gain
     # within a factor a few-second check can hold (both well above 1)
-    assert min(ratios) > 1.05, ratios
+    assert measured > 1.1 and sorted(ratios)[1] > 1.0, ratios
     assert 0.6 < measured / iv.ratio < 1.6, (ratios, iv)
 
 

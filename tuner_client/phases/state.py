@@ -74,6 +74,8 @@ class RunContext:
               warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
         and export them; the outcome on the run's own database."""
+        if self.managed is not None:  # per transaction only: nothing is put in force
+            return ApplyOutcome(changed=False)
         outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
         self.in_force_changed()
         return outcome

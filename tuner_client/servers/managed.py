@@ -120,8 +120,8 @@ class OperatorSetting:
 def read_operator_settings(conn: psycopg.Connection[TupleRow]) -> list[OperatorSetting]:
     """The operator's settings for this database and role: ``pg_db_role_setting`` (every
     level that applies to the session) first, then the ``pg_settings`` rows whose source is
-    not the default (what the session sees in force: a database setting shows there as
-    ``database``, a ``-c`` option as ``client``)."""
+    not the default nor one of those levels (a ``-c`` option or ``PGOPTIONS`` shows as
+    ``client``, the server's files as ``configuration file``)."""
     found: list[OperatorSetting] = []
     rows = conn.execute(
         "SELECT s.setdatabase = 0, s.setrole = 0, unnest(s.setconfig) "
@@ -136,7 +136,8 @@ def read_operator_settings(conn: psycopg.Connection[TupleRow]) -> list[OperatorS
         found.append(OperatorSetting(name, value, _LEVELS[(bool(any_db), bool(any_role))]))
     for name, setting, unit, source in conn.execute(
             "SELECT name, setting, unit, source FROM pg_settings "
-            "WHERE source NOT IN ('default', 'override', 'session') ORDER BY name"):
+            "WHERE source NOT IN ('default', 'override', 'session', "
+            "                     'database', 'user', 'database user') ORDER BY name"):
         if name in _NOT_OPERATOR:
             continue
         value = f"{setting}{unit}" if unit and not unit[0].isdigit() else str(setting)
