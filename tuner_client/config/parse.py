@@ -14,12 +14,13 @@ from typing import Any
 from harmony_base.errors import ConfigError
 from harmony_core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
 from tuner_client.config.defaults import DEFAULT_OFFLINE_KNOBS, DEFAULT_ONLINE_KNOBS
+from tuner_client.config.managed import check_managed
 from tuner_client.config.model import (
+    MANAGED,
     OFFLINE_SESSION,
     ONLINE_SESSION,
     PROGRESS_WORKLOADS,
     BudgetConfig,
-    MANAGED,
     ControllerConfig,
     DatabaseConfig,
     FinalConfig,
@@ -38,7 +39,6 @@ from tuner_client.config.model import (
 )
 from tuner_client.config.schema import TUNER_SCHEMA
 from tuner_client.config.sections import Where, knob_specs, session_config, workload_config
-from tuner_client.config.managed import check_managed
 from tuner_client.config.units import parse_bytes
 
 

@@ -1,6 +1,7 @@
 """Phase 4, the outputs: the recommendation in every format of the run's mode
 (:mod:`tuner_client.phases.writers`: ``ALTER SYSTEM`` and a ``postgresql.conf`` fragment; in
-managed mode ``ALTER DATABASE``/``ALTER ROLE`` and the providers' parameter files), every record (``trials.jsonl``), the summary, and the run's sessions as prior data.
+managed mode ``ALTER DATABASE``/``ALTER ROLE`` and the providers' parameter files), every
+record (``trials.jsonl``), the summary, and the run's sessions as prior data.
 
 Each session is exported (``sessions/NAME.xml``) with ``metadata["comparison"]`` (default vs
 tuned, and recommended when measured) and, for the offline sessions, ``metadata["bme"]`` (the
@@ -19,7 +20,6 @@ from harmony_base.errors import HarmonyError
 from harmony_core.priordata import dump
 from tuner_client.api.prior_export import session_prior
 from tuner_client.measurer import objective_unit
-from tuner_client.plan.managed import operator_values
 from tuner_client.phases.report_inputs import report_inputs
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
@@ -32,6 +32,7 @@ from tuner_client.phases.writers import (
     RecommendedKnob,
     writers_for,
 )
+from tuner_client.plan.managed import operator_values
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from tuner_client.measurer import (
 from tuner_client.measurer.guardrails import Guardrail, Trip
 from tuner_client.measurer.prewarm import drop_leftover_extensions
 from tuner_client.metrics.exporter import TunerMetrics
-from tuner_client.plan.managed import managed_knobs
 from tuner_client.phases.state import RunContext
+from tuner_client.plan.managed import managed_knobs
 from tuner_client.plan.proposals import choose_online_knobs
 from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.servers.target import Target

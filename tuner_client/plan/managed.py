@@ -1,11 +1,12 @@
-"""Managed mode, for the plan and the run: the knob spaces a session may measure, and what the decisions and
-the summary say of the role, the deferred knobs and the operator's settings.
+"""Managed mode, for the plan and the run: the knob spaces a session may measure, and what
+the decisions and the summary say of the role, the deferred knobs and the operator's settings.
 
 Chosen by the config (a DSN without a controller) and read from the role
 (:mod:`tuner_client.servers.managed`); :func:`managed_knobs` parts the knobs asked for by
 :func:`tuner_client.engine.managed.split_knobs` before the spaces are resolved, so the search,
 the screening and the final race see only knobs ``SET LOCAL`` can carry, and the measurer's
-controller refuses anything server-wide (:class:`~tuner_client.servers.controllers.ManagedController`).
+controller refuses anything server-wide
+(:class:`~tuner_client.servers.controllers.ManagedController`).
 """
 
 from __future__ import annotations

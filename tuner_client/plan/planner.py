@@ -29,9 +29,9 @@ from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.crashsafe.journal import find_journals
 from tuner_client.crashsafe.run import config_key
+from tuner_client.engine.managed import ManagedSplit
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.plan.designs import final_design, search_design
-from tuner_client.engine.managed import ManagedSplit
 from tuner_client.plan.live import LivePlan, live_plan
 from tuner_client.plan.managed import ManagedRun, managed_knobs
 from tuner_client.plan.phases import PhasePlan, phase_plans

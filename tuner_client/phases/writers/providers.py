@@ -80,7 +80,8 @@ class GcloudWriter(RecommendationWriter, kind="gcloud_sql"):
         return "\n".join([
             "# written by harmony tune: Cloud SQL for PostgreSQL database flags",
             "# --database-flags REPLACES every flag of the instance: add the ones it has",
-            "# (gcloud sql instances describe \"$INSTANCE\" --format='value(settings.databaseFlags)')",
+            "# (gcloud sql instances describe \"$INSTANCE\"",
+            "#  --format='value(settings.databaseFlags)')",
             *([f"# restarts the instance for {', '.join(restart)}"] if restart else []),
             f"gcloud sql instances patch \"$INSTANCE\" --database-flags={shlex.quote(flags)}",
             ""])
