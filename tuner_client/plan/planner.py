@@ -359,6 +359,8 @@ def _held(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace, online:
 def _restart_hint(config: TunerConfig) -> str:
     if config.database.embedded:
         return ""
+    if config.database.managed:
+        return " (managed mode: a restart is the provider's; see the mode lines)"
     if config.workload.observe is not None:
         return " (live mode: set workload.observe.allow_restarts: true in a maintenance window)"
     return " (list them, or set database.allow_restarts: true, to tune them)"
