@@ -190,7 +190,7 @@ def _tps(m: Managed, statements: str) -> float:
     with psycopg.connect(m.dsn, autocommit=True) as conn:
         for line in statements.splitlines():
             if line.strip() and not line.startswith("--"):
-                conn.execute(line)  # type: ignore[arg-type]  # the tuner's own file
+                conn.execute(line)  # the tuner's own file
     params = psycopg.conninfo.conninfo_to_dict(m.dsn)
     proc = subprocess.run(
         [str(find_pgbench()), "-n", "-c", "2", "-T", "2", "-f", str(m.script),

@@ -12,7 +12,7 @@ role's rights come in as ``may_set``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from harmony_base.jsontypes import JSONObject
@@ -95,7 +95,3 @@ def split_knobs(config: TunerConfig, catalog: KnobCatalog, names: Sequence[str],
                                  design.design))
     return ManagedSplit(tuple(measured), tuple(deferred))
 
-
-def contexts_of(catalog: KnobCatalog, names: Sequence[str]) -> Mapping[str, str]:
-    """Each of ``names``' pg_settings context (``unknown`` when the server lacks it)."""
-    return {n: catalog[n].context if n in catalog else "unknown" for n in names}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import TupleRow
 
+from harmony_base.errors import DatabaseError
 from harmony_base.jsontypes import JSONObject
 
 #: pg_db_role_setting rows, by (setdatabase = 0, setrole = 0), as the report names them
@@ -82,7 +83,9 @@ def read_rights(conn: psycopg.Connection[TupleRow], knobs: Iterable[str] = ()) -
         "d.datdba = r.oid "
         "FROM pg_roles r, pg_database d "
         "WHERE r.rolname = current_user AND d.datname = current_database()").fetchone()
-    assert row is not None  # the role and database of a live session exist
+    if row is None:  # a role dropped while connected
+        raise DatabaseError("cannot read the connected role's rights: pg_roles has no row "
+                            "for current_user")
     role, database, superuser, read_all, monitor, owns = row
     version = conn.info.server_version
     alter_system = bool(superuser)
