@@ -169,6 +169,7 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     # the user's own client, pgbench, over interleaved rounds: original vs the written file
     alter = (out / "alter_database.sql").read_text()
     assert f"ALTER DATABASE \"shop\" SET work_mem = '{recommended}';" in alter
+    assert "-- work_mem: replaces the operator's 64kB (ALTER DATABASE)" in alter
     ratios = []
     for _ in range(4):
         original = _tps(managed, "ALTER DATABASE shop SET work_mem = '64kB'")
@@ -231,6 +232,10 @@ def test_provider_files_carry_the_providers_units(pg_cluster: LocalCluster) -> N
     assert "ALTER DATABASE \"shop\" SET shared_buffers" not in database  # postmaster: a group's
     assert "-- shared_buffers = 1GB: a 'postmaster' knob" in database
     assert "ALTER ROLE \"app\" SET enable_seqscan = 'off';" in files["alter_role.sql"]
+    hidden = Recommendation.of({"work_mem": "64MB"}, catalog, database="shop", role="app",
+                               operator={"work_mem": "1MB (ALTER ROLE)"})
+    text = next(w for w in writers_for("managed") if w.kind == "alter_database").render(hidden)
+    assert "-- work_mem: the operator's 1MB (ALTER ROLE) wins over this database-level" in text
 
 
 @pytest.mark.parametrize(("extra", "key", "what"), [

@@ -73,9 +73,9 @@ def managed_knobs(config: TunerConfig, catalog: KnobCatalog, server: ManagedServ
 
 
 def operator_values(run: ManagedRun) -> Mapping[str, str]:
-    """The operator's database- and role-level values by knob (the last level wins, as in
-    PostgreSQL: role in database over role over database)."""
+    """The operator's database- and role-level settings by knob, ``value (LEVEL)``, the level
+    in force last (as PostgreSQL applies them: role in database over role over database)."""
     order = {"ALTER DATABASE": 0, "ALTER ROLE": 1, "ALTER ROLE IN DATABASE": 2}
     levels = sorted((s for s in run.server.operator if s.source in order),
                     key=lambda s: order[s.source])
-    return {s.name: s.value for s in levels}
+    return {s.name: f"{s.value} ({s.source})" for s in levels}

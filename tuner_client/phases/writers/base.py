@@ -51,7 +51,7 @@ class Recommendation:
     role: str | None = None
     #: one line on the evidence (the ratio and its interval), for the files' headers
     evidence: str = ""
-    #: the operator's database/role-level values by knob (the report's "found" settings)
+    #: the operator's database/role-level settings by knob, ``value (LEVEL)``
     operator: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

@@ -89,9 +89,12 @@ class _LevelWriter(RecommendationWriter):
                 lines.append(f"-- {knob.name} = {knob.value}: a {knob.context!r} knob, set "
                              f"it in the provider's parameter group")
                 continue
-            if self.level == "DATABASE" and knob.name in rec.operator:
-                lines.append(f"-- {knob.name}: the operator set {rec.operator[knob.name]} at "
-                             f"database or role level; a role-level value wins over this one")
+            found = rec.operator.get(knob.name)
+            if found is not None and self.level == "DATABASE" and "ROLE" in found:
+                lines.append(f"-- {knob.name}: the operator's {found} wins over this "
+                             f"database-level value: reset it, or use alter_role.sql")
+            elif found is not None:
+                lines.append(f"-- {knob.name}: replaces the operator's {found}")
             lines.append(sql.SQL("ALTER {} {} SET {} = {};").format(
                 sql.SQL(self.level), sql.Identifier(name), _name(knob.name),
                 sql.Literal(knob.value)).as_string(None))
