@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import statistics
@@ -109,12 +110,15 @@ def main(argv: list[str] | None = None) -> int:
             "budget": {"ram": "4GB", "connections": 8},
             "online": {"knobs": {"work_mem": {"min": "64kB", "max": "64MB", "log": True}},
                        "evaluations": 6}}, sort_keys=False))
-        plan = subprocess.run([*harmony, "tune", str(config), "--plan"], cwd=root,
+        # run where the state is (the CLI writes harmony-out/ there), this checkout importable
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        plan = subprocess.run([*harmony, "tune", str(config), "--plan"], cwd=state, env=env,
                               capture_output=True, text=True, check=True)
         data["plan"] = plan.stdout
         started = time.monotonic()
         run = subprocess.run([*harmony, "tune", str(config), "--output", str(state / "out"),
-                              "--json"], cwd=root, capture_output=True, text=True, check=True)
+                              "--json"], cwd=state, env=env, capture_output=True, text=True,
+                             check=True)
         data["tune_wall_s"] = round(time.monotonic() - started, 1)
         summary = json.loads(run.stdout)
         data["decision"] = summary.get("decision")

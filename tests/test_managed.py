@@ -34,6 +34,7 @@ from tuner_client.servers.target import open_target
 from workloads.pgbench import find_pgbench
 
 ROLE = "app"
+ORIGINAL = "ALTER DATABASE shop SET work_mem = '64kB'"
 #: a sort over ~50k md5 strings (about 2.5 MB to sort): on disk at 64kB, in memory at MBs
 SCRIPT = "\\set k random(1, 1000)\nSELECT count(DISTINCT s) FROM t WHERE id > :k;\n"
 
@@ -171,14 +172,15 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     assert f"ALTER DATABASE \"shop\" SET work_mem = '{recommended}';" in alter
     assert "-- work_mem: replaces the operator's 64kB (ALTER DATABASE)" in alter
     ratios = []
-    for _ in range(4):
-        original = _tps(managed, "ALTER DATABASE shop SET work_mem = '64kB'")
-        tuned = _tps(managed, alter)
+    for _ in range(2):  # ABBA rounds: a drift of the machine's load cancels within each
+        original = _tps(managed, ORIGINAL)
+        tuned = _tps(managed, alter) + _tps(managed, alter)
+        original += _tps(managed, ORIGINAL)
         ratios.append(tuned / original)
     measured = statistics.median(ratios)
     # the tuner's per-transaction ratio against pgbench's whole-database one: the same gain
     # within a factor a few-second check can hold (both well above 1)
-    assert measured > 1.1 and sorted(ratios)[1] > 1.0, ratios
+    assert measured > 1.1, ratios
     assert 0.6 < measured / iv.ratio < 1.6, (ratios, iv)
 
 
@@ -187,7 +189,8 @@ def _log(cluster: LocalCluster) -> str:
 
 
 def _tps(m: Managed, statements: str) -> float:
-    """Apply ``statements`` as the role (new sessions take them), then pgbench's tps over 2 s."""
+    """Apply ``statements`` as the role (new sessions take them), then pgbench's tps over
+    2 s."""
     with psycopg.connect(m.dsn, autocommit=True) as conn:
         for line in statements.splitlines():
             if line.strip() and not line.startswith("--"):

@@ -20,6 +20,9 @@ from tuner_client.engine.managed import ManagedSplit, split_knobs
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.servers.managed import ManagedServer, OperatorSetting
 
+#: pg_settings' source for the server's own configuration files
+FILE = "configuration file"
+
 
 @dataclass(frozen=True)
 class ManagedRun:
@@ -43,14 +46,26 @@ class ManagedRun:
                f"transaction, never runs ALTER SYSTEM or restarts the server, and writes "
                f"ALTER DATABASE/ALTER ROLE statements and provider parameter files",
                *self.split.lines()]
-        found = self.server.operator
-        out.append("operator settings found: " + ("; ".join(s.text() for s in found)
-                                                  if found else "none"))
+        out.append("operator settings found: " + self.found_text())
         replaced = self.replaced(tuned)
         if replaced:
             out.append("operator settings of tuned knobs (the recommendation replaces them): "
                        + "; ".join(s.text() for s in replaced))
         return out
+
+    def found_text(self) -> str:
+        """The operator's settings, by where they come from: each one with its value, except
+        the server's configuration file (the provider's parameter group), named only."""
+        found = self.server.operator
+        if not found:
+            return "none"
+        named = [s for s in found if s.source != FILE]
+        files = [s.name for s in found if s.source == FILE]
+        parts = [s.text() for s in named]
+        if files:
+            parts.append(f"{len(files)} from the configuration file (the provider's "
+                         f"parameter group): {', '.join(files)}")
+        return "; ".join(parts)
 
     def to_dict(self, tuned: Sequence[str]) -> JSONObject:
         return {**self.server.to_dict(), "measured": list(self.split.measured),
