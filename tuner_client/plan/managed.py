@@ -46,6 +46,9 @@ class ManagedRun:
                f"transaction, never runs ALTER SYSTEM or restarts the server, and writes "
                f"ALTER DATABASE/ALTER ROLE statements and provider parameter files",
                *self.split.lines()]
+        if self.server.rights.alter_system:
+            out.append("the role may ALTER SYSTEM: give database.controller to tune reload "
+                       "and restart-time knobs on this server too")
         out.append("operator settings found: " + self.found_text())
         replaced = self.replaced(tuned)
         if replaced:
