@@ -54,6 +54,8 @@ def managed(cluster_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFa
         conn.execute(f"CREATE ROLE {ROLE} LOGIN NOSUPERUSER")
         conn.execute(f"GRANT pg_read_all_settings, pg_monitor TO {ROLE}")
         conn.execute(f"CREATE DATABASE shop OWNER {ROLE}")
+        # a superuser-context knob a provider lets the role set (PostgreSQL 15)
+        conn.execute(f"GRANT SET ON PARAMETER deadlock_timeout TO {ROLE}")
     dsn = cluster.dsn_for("shop").replace("user=postgres", f"user={ROLE}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t AS SELECT g AS id, md5(g::text) AS s "
@@ -69,7 +71,7 @@ def managed(cluster_factory: ClusterFactory, tmp_path_factory: pytest.TempPathFa
     cluster.destroy()
 
 
-def config_text(m: Managed, extra: str = "") -> str:
+def config_text(m: Managed, extra: str = "", knobs: str = "") -> str:
     return (f"name: managed-test\nseed: 3\n"
             f"database: {{dsn: \"{m.dsn}\"}}\n"
             f"workload:\n  scripts: {{files: [\"{m.script}\"], clients: 2}}\n"
@@ -77,7 +79,7 @@ def config_text(m: Managed, extra: str = "") -> str:
             f"budget: {{ram: 4GB, os_reserved: 256MB, connections: 4}}\n"
             f"offline: {{knobs: {{shared_buffers: {{min: 128MB, max: 512MB}}}}}}\n"
             f"online: {{knobs: {{work_mem: {{min: 64kB, max: 16MB, log: true}}, "
-            f"checkpoint_completion_target: {{min: 0.5, max: 0.9}}}}, evaluations: 2, "
+            f"checkpoint_completion_target: {{min: 0.5, max: 0.9}}{knobs}}}, evaluations: 2, "
             f"strategy: {{name: nelder-mead, options: {{simplex_size: 2}}}}}}\n"
             f"final: {{rounds: 1, candidates: 1, max_seconds: 20}}\n"
             f"flow: {{kind: one-pass}}\n{extra}")
@@ -101,18 +103,25 @@ def test_the_role_is_what_a_managed_service_gives(managed: Managed) -> None:
 
 
 def test_the_plan_names_the_managed_mode(managed: Managed) -> None:
-    plan = make_plan(parse_tuner_config(config_text(managed), source="managed.yaml"))
+    plan = make_plan(parse_tuner_config(config_text(
+        managed, knobs=", deadlock_timeout: {min: 100ms, max: 2s}, "
+                       "log_min_duration_statement: {min: 0, max: 1000}"),
+        source="managed.yaml"))
     text = format_plan(plan)
     assert "mode: managed mode (role app on database shop: superuser no, ALTER SYSTEM " \
            "refused, pg_read_all_settings yes, pg_monitor yes" in text, text
-    assert "measured per transaction (SET LOCAL): work_mem" in text
+    assert "measured per transaction (SET LOCAL): work_mem, deadlock_timeout" in text
+    # superuser context, no SET granted: what a superuser would have measured per transaction
+    assert re.search(r"log_min_duration_statement \(superuser\): not measured: its context is "
+                     r"'superuser' and the role is neither superuser nor granted SET on it; .* "
+                     r"by per-transaction", text), text
     # the others: what they need, and the design the tuner would have measured them with
     assert re.search(r"shared_buffers \(postmaster\): not measured: .* restart of the "
                      r"instance; .* measured it by windows", text), text
     assert re.search(r"checkpoint_completion_target \(sighup\): not measured: .* by "
                      r"switchback", text), text
     assert "work_mem=64kB (ALTER DATABASE)" in text and "jit=off (client)" in text
-    assert [k.name for k in plan.knobs] == ["work_mem"]
+    assert [k.name for k in plan.knobs] == ["work_mem", "deadlock_timeout"]
     assert plan.restarts == 0
 
 
