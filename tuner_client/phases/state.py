@@ -50,7 +50,7 @@ class RunContext:
     priors: list[PriorSession] = field(default_factory=list)
     #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
     knob_proposals: list[Proposal] = field(default_factory=list)
-    #: managed mode's facts (:mod:`tuner_client.phases.managed`); None: the tuner may change
+    #: managed mode's facts (:mod:`tuner_client.plan.managed`); None: the tuner may change
     #: the server
     managed: ManagedRun | None = None
 
@@ -73,7 +73,8 @@ class RunContext:
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
               warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
-        and export them; the outcome on the run's own database."""
+        and export them; the outcome on the run's own database. In managed mode nothing is
+        put in force server-wide (every comparison runs per transaction): unchanged."""
         if self.managed is not None:  # per transaction only: nothing is put in force
             return ApplyOutcome(changed=False)
         outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
