@@ -54,7 +54,8 @@ def provider_value(knob: RecommendedKnob, *, booleans: tuple[str, str] = ("on", 
 
 class AwsRdsWriter(RecommendationWriter, kind="aws_rds"):
     """``aws rds modify-db-parameter-group --cli-input-json file://aws-rds-parameters.json``
-    (the group's name is a placeholder to replace)."""
+    (the group's name is a placeholder to replace). Every tuned knob is listed: RDS takes at
+    most :data:`RDS_MAX_PARAMETERS` a call, and refuses more rather than losing any."""
 
     file_name = "aws-rds-parameters.json"
     modes = frozenset({MANAGED})
@@ -63,7 +64,7 @@ class AwsRdsWriter(RecommendationWriter, kind="aws_rds"):
         parameters = [{"ParameterName": k.name,
                        "ParameterValue": provider_value(k, booleans=("1", "0")),
                        "ApplyMethod": "pending-reboot" if k.restart else "immediate"}
-                      for k in rec.knobs[:RDS_MAX_PARAMETERS]]
+                      for k in rec.knobs]  # over RDS_MAX_PARAMETERS the CLI refuses: split
         return json.dumps({"DBParameterGroupName": "REPLACE-WITH-YOUR-PARAMETER-GROUP",
                            "Parameters": parameters}, indent=2) + "\n"
 
