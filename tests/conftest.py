@@ -63,6 +63,7 @@ CLUSTER_FIXTURES = frozenset({"_pg_template", "tpch_cluster", "jit_tpch_cluster"
 SLOW_FILES = frozenset({
     "test_workloads_tpch.py", "test_controllers.py", "test_api_fuzz.py", "test_flows.py",
     "test_flows_wiring.py", "test_replicas.py", "test_report_browser.py", "test_crashsafe.py",
+    "test_managed.py",  # a managed-mode run: its per-transaction final race is 30 s at least
 })
 
 

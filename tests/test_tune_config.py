@@ -129,8 +129,10 @@ def test_schema_errors_name_the_line() -> None:
     assert "configs/bad.yaml, line 3" in msg and "flow.kind" in msg
     msg = _error("name: x\nmeasure: {queries: 10, seconds: 5}\n")
     assert "line 2" in msg and "not both" in msg
-    msg = _error("name: x\ndatabase: {dsn: 'host=db'}\n")
-    assert "controller" in msg
+    # a DSN alone is managed mode (issue 52); restarts there need a controller
+    assert parse_tuner_config("name: x\ndatabase: {dsn: 'host=db'}\n").database.managed
+    msg = _error("name: x\ndatabase: {dsn: 'host=db', allow_restarts: true}\n")
+    assert "line 2" in msg and "database.allow_restarts" in msg and "controller" in msg
     msg = _error("name: x\nfinal:\n  visit_samples: 0\n")
     assert "line 3" in msg and "final.visit_samples" in msg and "0" in msg
 

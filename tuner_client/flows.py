@@ -120,6 +120,8 @@ class Tuner:
                                              priors=priors, workload=self._workload,
                                              replicas=others, lease_s=cfg.replicas.lease_s,
                                              remote=cfg.replicas.remote)
+                for line in ctx.managed.lines() if ctx.managed is not None else []:
+                    state.decide(f"managed: {line}")
                 for proposal in ctx.knob_proposals:
                     state.decide(f"online.knobs: auto: {proposal.symptom} -> "
                                  f"{', '.join(proposal.knobs)} ({proposal.evidence})")

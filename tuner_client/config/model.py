@@ -34,6 +34,11 @@ class KnobSpec:
     where: str = ""  # "file, line N" for error messages
 
 
+#: the controller kind of a server named by a DSN alone: managed mode
+#: (:mod:`tuner_client.servers.managed`), no restart and no ``ALTER SYSTEM``
+MANAGED = "managed"
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     kind: str = "local"
@@ -59,6 +64,13 @@ class DatabaseConfig:
     @property
     def embedded(self) -> bool:
         return self.dsn is None
+
+    @property
+    def managed(self) -> bool:
+        """A server named by a DSN without a controller: measured per transaction only, its
+        recommendation written for ``ALTER DATABASE``/``ALTER ROLE`` and the providers'
+        parameter groups (:mod:`tuner_client.servers.managed`)."""
+        return self.dsn is not None and self.controller.kind == MANAGED
 
 
 @dataclass(frozen=True)

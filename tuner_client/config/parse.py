@@ -14,7 +14,9 @@ from typing import Any
 from harmony_base.errors import ConfigError
 from harmony_core.definition import load_yaml_with_lines, parse_yaml_with_lines, validate
 from tuner_client.config.defaults import DEFAULT_OFFLINE_KNOBS, DEFAULT_ONLINE_KNOBS
+from tuner_client.config.managed import check_managed
 from tuner_client.config.model import (
+    MANAGED,
     OFFLINE_SESSION,
     ONLINE_SESSION,
     PROGRESS_WORKLOADS,
@@ -79,6 +81,9 @@ def tuner_config_from_dict(data: object, *, source: str = "tuner config",
                           f"measure.paired: true (got false)")
     ws = data.get("warm_start") or {}
     warm_start = WarmStartConfig(sources=tuple(ws.get("from", ())), server=ws.get("server"))
+    if database.managed:
+        check_managed(workload, measure, final, replicas, where)
+        final = replace(final, baselines=())  # PGTune's baselines set server-wide knobs
     return TunerConfig(name=data["name"], database=database, workload=workload, measure=measure,
                        budget=budget, offline=offline, online=online, flow=flow, final=final,
                        seed=int(data.get("seed", TunerConfig.seed)), server=data.get("server"),
@@ -99,20 +104,23 @@ def _locator(source: str, lines: Mapping[tuple[object, ...], int]) -> Where:
 
 
 def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
-    """The ``database:`` section: a DSN with a controller, or none for the embedded cluster."""
+    """The ``database:`` section: a DSN with a controller, a DSN alone (managed mode: the
+    tuner never restarts the server nor runs ``ALTER SYSTEM``), or none for the embedded
+    cluster."""
     ctl = db.get("controller") or {"kind": ControllerConfig.kind if db.get("dsn") is None
-                                   else "none"}
+                                   else MANAGED}
     if db.get("dsn") is None and ctl.get("kind", "local") != "local":
         raise ConfigError(f"{where('database', 'controller')}: without database.dsn the tuner "
                           f"runs its own local cluster, so controller.kind must be 'local', got "
                           f"{ctl.get('kind')!r}")
-    if db.get("dsn") is not None and "controller" not in db:
-        raise ConfigError(f"{where('database')}: database.dsn is given but no "
-                          f"database.controller; restarting for offline knobs needs one "
-                          f"(kind: pg_ctl, docker or command)")
     if db.get("dsn") is not None and ctl["kind"] == "local":
         raise ConfigError(f"{where('database', 'controller')}: controller kind 'local' is the "
                           f"embedded cluster; with a DSN use pg_ctl, docker or command")
+    if ctl["kind"] == MANAGED and db.get("allow_restarts"):
+        raise ConfigError(f"{where('database', 'allow_restarts')}: database.allow_restarts: "
+                          f"true needs database.controller (kind: pg_ctl, docker or command); "
+                          f"a DSN without a controller is managed mode, where restarts go "
+                          f"through the provider")
     memory_limit = db.get("memory_limit")
     database = DatabaseConfig(
         dsn=db.get("dsn"),

@@ -82,11 +82,17 @@ class RunSafety:
                 raise HarmonyError(f"a leftover restore journal was not applied, so this run "
                                    f"does not start:\n{report.text()}")
 
-    def protect(self, target: Target) -> Journal:
+    def protect(self, target: Target) -> Journal | None:
         """Recover ``target`` if a dead run left it changed, then write its journal and make
-        it record every change; the guard is started with the first journal."""
+        it record every change; the guard is started with the first journal. A server the
+        run may not change (managed mode: per-transaction settings end with their
+        transaction) needs no journal: None."""
         key = target_key(target)
         self.recover_leftovers(key)
+        if not target.controller.changes_server:
+            logger.info("managed mode: no restore journal: the run changes nothing "
+                        "server-wide on %s", target.dsn)
+            return None
         auto_conf = None
         with contextlib.suppress(HarmonyError, OSError, AttributeError):
             auto_conf = target.controller.read_auto_conf()

@@ -22,6 +22,7 @@ from tuner_client.measurer.connection import AdminConnection
 from tuner_client.measurer.options import ApplyHooks, ServerAccess
 from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, PrewarmResult
 from tuner_client.measurer.traffic import Traffic
+from tuner_client.servers.controllers.managed import NO_RESTART
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,11 @@ class Applier:
         return outcome, bool(offline)
 
     def set_online(self, online: dict[str, str]) -> None:
-        """Reload-time knobs by ALTER SYSTEM and reload, verified (raises on failure)."""
+        """Reload-time knobs by ALTER SYSTEM and reload, verified (raises on failure); a
+        controller that may not change the server (managed mode) refuses, nothing sent."""
+        if self.controller is not None and not self.controller.changes_server:
+            raise KnobApplyError(f"not applying {online} server-wide: {NO_RESTART}; managed "
+                                 f"mode sets knobs per transaction only")
         apply_online_knobs(self.connection.live(), self.in_force.catalog, online)
         self.in_force.values.update(online)
 

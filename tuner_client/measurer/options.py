@@ -22,6 +22,10 @@ class Restarter(Protocol):
     def restart_with(self, offline_values: Mapping[str, JSON],
                      timeout_s: float) -> RestartReport: ...
 
+    @property
+    def changes_server(self) -> bool:
+        """False: the server's configuration is the provider's (managed mode)."""
+
 
 @dataclass(frozen=True)
 class ServerAccess:

@@ -115,9 +115,17 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         state.decide("final: raced: " + "; ".join(
             f"{label} {_differing(candidates[label], ctx.original)}"
             for label in labels if label != "default"))
+        if ctx.managed is not None and choice.design != PER_TRANSACTION:
+            state.decide(f"final: not raced: managed mode measures per transaction only, and "
+                         f"{choice.text()}; the original configuration stays")
+            return _result(ctx, state, candidates, baselines, narrowed, [])
         if choice.design != WINDOWS:
             if (race := race_in(choice.design, ctx, state, candidates, labels)) is not None:
                 return per_transaction_result(ctx, state, candidates, race)
+            if ctx.managed is not None:  # windows would change the server: not in this mode
+                state.decide("final: not raced: the per-transaction race failed, and managed "
+                             "mode measures in no other design; the original stays")
+                return _result(ctx, state, candidates, baselines, narrowed, [])
         elif (split := split_design(ctx, candidates, labels)) is not None:
             return split_race(ctx, state, candidates, labels, split,
                               lambda c, cands, options: _restart_part(c, state, cands, options))

@@ -1,5 +1,7 @@
-"""Phase 4, the outputs: the result as ``ALTER SYSTEM`` statements and a ``postgresql.conf``
-fragment, every record (``trials.jsonl``), the summary, and the run's sessions as prior data.
+"""Phase 4, the outputs: the recommendation in every format of the run's mode
+(:mod:`tuner_client.phases.writers`: ``ALTER SYSTEM`` and a ``postgresql.conf`` fragment; in
+managed mode ``ALTER DATABASE``/``ALTER ROLE`` and the providers' parameter files), every
+record (``trials.jsonl``), the summary, and the run's sessions as prior data.
 
 Each session is exported (``sessions/NAME.xml``) with ``metadata["comparison"]`` (default vs
 tuned, and recommended when measured) and, for the offline sessions, ``metadata["bme"]`` (the
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from harmony_base.errors import HarmonyError
@@ -20,37 +23,64 @@ from tuner_client.measurer import objective_unit
 from tuner_client.phases.report_inputs import report_inputs
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.writers import (
+    MANAGED,
+    SERVER,
+    AlterSystemWriter,
+    ConfFragmentWriter,
+    Recommendation,
+    RecommendedKnob,
+    writers_for,
+)
+from tuner_client.plan.managed import operator_values
 
 logger = logging.getLogger(__name__)
 
 
 def alter_system_sql(settings: Mapping[str, str], offline: set[str]) -> str:
-    """``ALTER SYSTEM`` statements for ``settings`` (values quoted as SQL literals)."""
-    lines = ["-- written by harmony tune: apply with psql as a superuser"]
-    for name, value in settings.items():
-        quoted = value.replace("'", "''")
-        note = "  -- needs a restart" if name in offline else ""
-        lines.append(f"ALTER SYSTEM SET {name} = '{quoted}';{note}")
-    lines.append("SELECT pg_reload_conf();")
-    if offline & set(settings):
-        lines.append(f"-- then restart PostgreSQL for {', '.join(sorted(offline & set(settings)))}")
-    return "\n".join(lines) + "\n"
+    """``ALTER SYSTEM`` statements for ``settings`` (values quoted as SQL literals; the knobs
+    in ``offline`` need a restart)."""
+    return AlterSystemWriter().render(_plain(settings, offline))
 
 
 def conf_fragment(settings: Mapping[str, str]) -> str:
     """The same settings as ``postgresql.conf`` lines."""
-    body = "".join(f"{name} = '{value.replace(chr(39), chr(39) * 2)}'\n"
-                   for name, value in settings.items())
-    return "# written by harmony tune\n" + body
+    return ConfFragmentWriter().render(_plain(settings, set()))
+
+
+def _plain(settings: Mapping[str, str], offline: set[str]) -> Recommendation:
+    """A recommendation read without a catalog: the values as written, ``offline`` knobs as
+    restart-time."""
+    return Recommendation(tuple(RecommendedKnob(n, v, v, "postmaster" if n in offline
+                                                else "user") for n, v in settings.items()))
+
+
+def recommendation(ctx: RunContext, result: TuneResult) -> Recommendation:
+    """The run's recommendation (the knobs that changed, or all when none did), read against
+    the server's catalog, with the database and role of a managed run."""
+    settings = result.best.changed or result.best.settings
+    ci = result.intervals.improvement_ci
+    evidence = (f"measured: {1 + result.improvement:.3f}x the original"
+                + (f" (95 % interval {1 + ci[0]:.3f}-{1 + ci[1]:.3f})" if ci else "")
+                if result.improvement is not None else "")
+    if ctx.managed is None:
+        offline = set(ctx.offline_space.names)
+        return replace(_plain(settings, offline), evidence=evidence)
+    rights = ctx.managed.server.rights
+    return Recommendation.of(settings, ctx.target.catalog, database=rights.database,
+                             role=rights.role, evidence=evidence,
+                             operator=operator_values(ctx.managed))
 
 
 def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Path) -> None:
-    """Write the run's files into ``out`` (the knobs that changed, or all when none did)."""
+    """Write the run's files into ``out``: the recommendation in every format of the mode
+    (:func:`~tuner_client.phases.writers.writers_for`), the records, the summary."""
     out.mkdir(parents=True, exist_ok=True)
-    settings = result.best.changed or result.best.settings
-    offline = set(ctx.offline_space.names)
-    (out / "alter_system.sql").write_text(alter_system_sql(settings, offline))
-    (out / "postgresql.conf.fragment").write_text(conf_fragment(settings))
+    rec = recommendation(ctx, result)
+    written = []
+    for writer in writers_for(MANAGED if ctx.managed is not None else SERVER):
+        (out / writer.file_name).write_text(writer.render(rec))
+        written.append(writer.file_name)
     with (out / "trials.jsonl").open("w") as fh:
         for record in state.records:
             fh.write(json.dumps(record.to_dict(), default=str) + "\n")
@@ -60,10 +90,12 @@ def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Pat
         result.intervals.decision.to_dict() if result.intervals.decision is not None else None,
         result.work.decisions,
         objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind))}
+    if ctx.managed is not None:
+        summary["managed"] = ctx.managed.to_dict([k.name for k in rec.knobs])
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     exported = export_sessions(state, out / "sessions", result)
     logger.info("wrote %s", ", ".join(str(out / f) for f in (
-        "alter_system.sql", "postgresql.conf.fragment", "trials.jsonl", "summary.json")))
+        *written, "trials.jsonl", "summary.json")))
     if exported:
         logger.info("exported %d session(s) to %s; e.g. harmony report %s --from-xml %s",
                     len(exported), out / "sessions", exported[0].stem, exported[0])

@@ -28,6 +28,7 @@ from tuner_client.measurer.guardrails import Guardrail, Trip
 from tuner_client.measurer.prewarm import drop_leftover_extensions
 from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.state import RunContext
+from tuner_client.plan.managed import managed_knobs
 from tuner_client.plan.proposals import choose_online_knobs
 from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.servers.target import Target
@@ -44,9 +45,15 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     read the original configuration, start the workload, and join ``replicas`` (more
     databases measured at once, each with its own measurer; ``remote`` more are expected
     from other hosts) to the run's pool after ``target``."""
-    offline_space = resolve_knob_space(config.offline.knobs, target.catalog, kind="offline")
+    offline_knobs = config.offline.knobs
     online_knobs, proposals = (choose_online_knobs(config, target) if config.online.auto
                                else (config.online.knobs, []))
+    managed = None
+    if target.managed is not None:  # a session's knobs only; the rest said, not measured
+        online_knobs, managed = managed_knobs(config, target.catalog, target.managed,
+                                              offline_knobs, online_knobs)
+        offline_knobs = ()
+    offline_space = resolve_knob_space(offline_knobs, target.catalog, kind="offline")
     online_space = resolve_knob_space(online_knobs, target.catalog, kind="online")
     budget = make_budget_view(config, target.catalog, offline_space, online_space,
                               known_ram_bytes=target.ram_bytes)
@@ -67,7 +74,8 @@ def prepare(config: TunerConfig, *, run_id: str, client: HarmonyClient, target: 
     ctx = RunContext(config=config, run_id=run_id, client=client, target=target,
                      measurer=measurer, budget=budget, offline_space=offline_space,
                      online_space=online_space, original={n: current[n] for n in names},
-                     metrics=metrics, pool=pool, priors=priors, knob_proposals=proposals)
+                     metrics=metrics, pool=pool, priors=priors, knob_proposals=proposals,
+                     managed=managed)
     ctx.in_force_changed()
     try:
         primary.original_auto_conf = target.controller.read_auto_conf()

@@ -18,6 +18,7 @@ from tuner_client.budget import BudgetView
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.plan.managed import ManagedRun
 from tuner_client.plan.proposals import Proposal
 from tuner_client.replicas import ReplicaPool
 from tuner_client.servers.target import Target
@@ -49,6 +50,9 @@ class RunContext:
     priors: list[PriorSession] = field(default_factory=list)
     #: what the workload's statistics showed when ``online.knobs: auto`` chose the knobs
     knob_proposals: list[Proposal] = field(default_factory=list)
+    #: managed mode's facts (:mod:`tuner_client.plan.managed`); None: the tuner may change
+    #: the server
+    managed: ManagedRun | None = None
 
     @property
     def unit(self) -> str:
@@ -69,7 +73,10 @@ class RunContext:
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
               warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
-        and export them; the outcome on the run's own database."""
+        and export them; the outcome on the run's own database. In managed mode nothing is
+        put in force server-wide (every comparison runs per transaction): unchanged."""
+        if self.managed is not None:  # per transaction only: nothing is put in force
+            return ApplyOutcome(changed=False)
         outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
         self.in_force_changed()
         return outcome

@@ -72,11 +72,12 @@ def phase_plans(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
             f"every 2 runs; knobs whose effect clears {config.screening.z:g} standard errors "
             f"are searched"))
     if online.names:
+        how = "SET LOCAL per transaction" if config.database.managed else "ALTER SYSTEM + reload"
         evals = config.online.evaluations * passes
         windows = evals * per_eval
         phases.append(PhasePlan(
             "online", evals, windows, 0, seconds(windows, evals, warm),
-            f"{config.online.strategy} over {', '.join(online.names)} (ALTER SYSTEM + reload)"))
+            f"{config.online.strategy} over {', '.join(online.names)} ({how})"))
     f = config.final
     labels = 1 + f.candidates + len(f.baselines) + (1 if f.recommended else 0)
     visits = f.close_call_rounds * labels
@@ -87,6 +88,7 @@ def phase_plans(config: TunerConfig, offline: KnobSpace, online: KnobSpace,
         seconds(windows, visits, restart_warm if offline.names else warm),
         f"the default, {f.candidates} candidate(s) and baselines {list(f.baselines)} raced in "
         f"{f.rounds}..{f.close_call_rounds} rounds of {f.visit_samples} window(s) a visit; "
-        f"the original configuration is restored at the end"
-        + (" (a restart)" if offline.names else "")))
+        + ("nothing server-wide changes (managed mode)" if config.database.managed else
+           "the original configuration is restored at the end"
+           + (" (a restart)" if offline.names else ""))))
     return phases

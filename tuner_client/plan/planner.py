@@ -29,9 +29,11 @@ from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.crashsafe.journal import find_journals
 from tuner_client.crashsafe.run import config_key
+from tuner_client.engine.managed import ManagedSplit
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.plan.designs import final_design, search_design
 from tuner_client.plan.live import LivePlan, live_plan
+from tuner_client.plan.managed import ManagedRun, managed_knobs
 from tuner_client.plan.phases import PhasePlan, phase_plans
 from tuner_client.plan.proposals import Proposal, auto_knob_specs, loopback, propose
 from tuner_client.plan.window import (
@@ -44,6 +46,7 @@ from tuner_client.plan.window import (
 from tuner_client.plan.workload_stats import WorkloadStats, read_workload_stats
 from tuner_client.servers.host_memory import detect_ram_bytes
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.managed import read_managed
 from tuner_client.servers.target import read_catalog
 
 #: settings a tuner must never change on its own: they trade durability for speed
@@ -85,6 +88,9 @@ class Plan:
     budget_detail: list[str] = field(default_factory=list)
     #: live mode's part (workload.observe), else None
     live: LivePlan | None = None
+    #: how the tuner may change the server (managed mode: what the role may do, the knobs a
+    #: session measures and what the others need), one line each
+    mode: list[str] = field(default_factory=list)
 
     @property
     def seconds(self) -> float | None:
@@ -125,7 +131,13 @@ def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
     notes: list[str] = leftover_notes(config)
     with _catalog_and_stats(config, time_window) as (
             catalog, stats, ram, target, timed):
-        offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
+        managed = (_managed(config, catalog)
+                   if config.database.managed and target == config.database.dsn else None)
+        if config.database.managed and managed is None:
+            notes.append("managed mode: the role's rights could not be read (the server did "
+                         "not answer)")
+        offline = resolve_knob_space(() if managed is not None else config.offline.knobs,
+                                     catalog, kind="offline")
         local = config.database.embedded or loopback(config.database.dsn or "")
         cpus = os.cpu_count() if local else None
         restarts_allowed = bool(offline.names)
@@ -137,6 +149,9 @@ def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
             notes.append("online.knobs: auto: the run watches the workload for a warm-up's "
                          "length first and tunes what it shows then; listed here: what the "
                          "statistics show now")
+        if managed is not None:
+            online_knobs, managed = managed_knobs(config, catalog, managed.server,
+                                                  config.offline.knobs, online_knobs)
         online = resolve_knob_space(online_knobs, catalog, kind="online")
         budget = make_budget_view(config, catalog, offline, online, known_ram_bytes=ram)
         in_force = {n: _current(catalog, n) for n in
@@ -165,7 +180,32 @@ def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
                     held=_held(config, catalog, offline, online, proposals),
                     proposals=proposals, notes=notes + _notes(stats),
                     budget_detail=_budget_detail(budget, online, online_force, in_force),
-                    live=live_plan(config, budget, stats))
+                    live=live_plan(config, budget, stats), mode=_mode(config, managed))
+
+
+def _managed(config: TunerConfig, catalog: KnobCatalog) -> ManagedRun:
+    """Managed mode's reading of the configured server (read-only), before the split."""
+    dsn = config.database.dsn or ""
+    superuser_knobs = [k.name for k in config.knob_specs()
+                       if k.name in catalog and catalog[k.name].context == "superuser"]
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.read_only = True
+            server = read_managed(conn, superuser_knobs)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{config.source}: database.dsn: cannot read the role's rights on "
+                            f"{dsn}: {exc}") from exc
+    return ManagedRun(server, ManagedSplit())
+
+
+def _mode(config: TunerConfig, managed: ManagedRun | None) -> list[str]:
+    """The plan's mode lines."""
+    if managed is not None:
+        return managed.lines()
+    if config.database.embedded:
+        return ["embedded cluster: the tuner's own; ALTER SYSTEM, reloads and restarts"]
+    return [f"controller {config.database.controller.kind}: ALTER SYSTEM, reloads and "
+            f"restarts (the role must be allowed ALTER SYSTEM)"]
 
 
 def _gb(n: int) -> str:
@@ -313,6 +353,8 @@ def _held(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace, online:
 def _restart_hint(config: TunerConfig) -> str:
     if config.database.embedded:
         return ""
+    if config.database.managed:
+        return " (managed mode: a restart is the provider's; see the mode lines)"
     if config.workload.observe is not None:
         return " (live mode: set workload.observe.allow_restarts: true in a maintenance window)"
     return " (list them, or set database.allow_restarts: true, to tune them)"

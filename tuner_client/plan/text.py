@@ -13,6 +13,8 @@ def format_plan(plan: Plan) -> str:
              + (f" (PostgreSQL {plan.server_version})" if plan.server_version else ""),
              f"  memory budget: {plan.budget}"]
     lines += [f"    {d}" for d in plan.budget_detail]
+    if plan.mode:
+        lines += [f"  mode: {plan.mode[0]}"] + [f"    {m}" for m in plan.mode[1:]]
     if plan.live is not None:
         lines += ["", "live mode (workload.observe):"] + plan.live.lines()
     lines += ["", "knobs:"]

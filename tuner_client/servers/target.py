@@ -23,6 +23,7 @@ from tuner_client.servers import pg_binaries
 from tuner_client.servers.controllers import Controller
 from tuner_client.servers.controllers import make_controller as build_controller
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.managed import ManagedServer, read_managed
 from workloads.apps import setup_app
 from workloads.tpch.load import load_tpch
 
@@ -53,6 +54,9 @@ class Target:
     controller: Controller
     cluster: LocalCluster | None
     ram_bytes: int | None  # a limit known from the setup (memory cgroup), else None
+    #: managed mode's reading of the role's rights and the operator's settings (None: the
+    #: tuner may restart the server and ALTER SYSTEM)
+    managed: ManagedServer | None = None
 
     @property
     def embedded(self) -> bool:
@@ -72,8 +76,32 @@ def open_target(config: TunerConfig, state_dir: Path | None = None) -> Target:
     dsn = config.database.dsn
     assert dsn is not None  # embedded is False exactly when a DSN is given
     catalog = read_catalog(dsn)
+    managed = read_server_rights(config, dsn, catalog)
     controller = make_controller(config, dsn=dsn, cluster=None)
-    return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=None, ram_bytes=None)
+    return Target(dsn=dsn, catalog=catalog, controller=controller, cluster=None, ram_bytes=None,
+                  managed=managed)
+
+
+def read_server_rights(config: TunerConfig, dsn: str, catalog: KnobCatalog
+                       ) -> ManagedServer | None:
+    """Managed mode's reading of the server (None with a controller); a controller whose role
+    may not ``ALTER SYSTEM`` is a :class:`ConfigError`: its restarts would be refused."""
+    superuser_knobs = [k.name for k in config.knob_specs()
+                       if k.name in catalog and catalog[k.name].context == "superuser"]
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            server = read_managed(conn, superuser_knobs)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot read the role's rights on {dsn}: {exc}") from exc
+    if config.database.managed:
+        return server
+    if not server.rights.alter_system:
+        raise ConfigError(f"{config.source}: database.controller (kind "
+                          f"{config.database.controller.kind!r}) restarts the server after "
+                          f"ALTER SYSTEM, but {server.rights.text()}; connect as a superuser, "
+                          f"or remove database.controller to tune in managed mode (session "
+                          f"knobs per transaction, ALTER DATABASE output)")
+    return None
 
 
 def _open_embedded(config: TunerConfig, state_dir: Path) -> Target:

@@ -5,7 +5,8 @@ The protocol every controller follows (remember the last good ``postgresql.auto.
 in :mod:`.base` with :class:`Controller`, :class:`RestartReport` and :func:`make_controller`;
 each kind is a module of its own behind it and registers itself by name: :mod:`.pg_ctl`
 (an existing data directory), :mod:`.local` (the tuner's embedded cluster), :mod:`.docker`
-(a container, via the Docker SDK) and :mod:`.command` (user-given commands). Importing this
+(a container, via the Docker SDK), :mod:`.command` (user-given commands) and :mod:`.managed`
+(a managed server: no restart, no ``ALTER SYSTEM``). Importing this
 package registers every kind; the public names are re-exported here, so
 ``from tuner_client.servers.controllers import X`` is the import to use.
 """
@@ -20,6 +21,7 @@ from tuner_client.servers.controllers.base import (
 from tuner_client.servers.controllers.command import CommandController
 from tuner_client.servers.controllers.docker import DockerController
 from tuner_client.servers.controllers.local import LocalController
+from tuner_client.servers.controllers.managed import ManagedController
 from tuner_client.servers.controllers.pg_ctl import PgCtlController
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "Controller",
     "DockerController",
     "LocalController",
+    "ManagedController",
     "PgCtlController",
     "RestartReport",
     "make_controller",

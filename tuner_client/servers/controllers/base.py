@@ -79,6 +79,9 @@ class Controller(ABC):
 
     registry: ClassVar[Registry[Controller]] = Registry("controller kind")
     kind: ClassVar[str] = ""
+    #: whether the tuner may change this server's configuration (ALTER SYSTEM, restarts);
+    #: False for a managed server, where only sessions are tuned
+    changes_server: ClassVar[bool] = True
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
