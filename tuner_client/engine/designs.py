@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError
+from tuner_client.knobs.sides import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.settings import SESSION_CONTEXTS
 
 PER_TRANSACTION = "per-transaction"
@@ -42,14 +43,6 @@ REQUESTS: tuple[str, ...] = (AUTO, *PRECISION)
 
 #: contexts a reload changes for every session (SET LOCAL: only ``SESSION_CONTEXTS``)
 RELOAD_CONTEXTS = frozenset({"sighup", *SESSION_CONTEXTS})
-#: session knobs with a system-wide side: the workers a gather starts compete for the cores
-#: with every other backend, which the per-transaction latency of one arm does not see
-#: (measured: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server
-#: windows, docs/background.md §6; on the demo 0.77× against 1.22×)
-SYSTEM_WIDE_KNOBS = frozenset({
-    "max_parallel_workers_per_gather", "parallel_setup_cost", "parallel_tuple_cost",
-    "min_parallel_table_scan_size", "min_parallel_index_scan_size",
-    "parallel_leader_participation", "max_parallel_maintenance_workers"})
 
 # the knob classes (:func:`knob_class`) and the comparison-wide conditions
 SESSION = "session"

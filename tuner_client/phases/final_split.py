@@ -36,6 +36,7 @@ from tuner_client.phases.final_per_transaction import decision_result
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
 
 #: the design summary.json names for a split race
@@ -88,7 +89,7 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
     stage 1 in ``design`` (:func:`split_design`)."""
     configs = [candidates[label] for label in labels]
     restart = restart_knobs(ctx, configs)
-    half = at_level(ctx, 1.0 - (1.0 - ctx.config.final.level) / 2.0)
+    half = at_level(ctx, simultaneous_level(ctx.config.final.level, 2))
     state.decide(f"final: the race is split ({', '.join(restart)} only changes with a restart): "
                  f"the session part of each candidate by {design.text()}, then the restart "
                  f"part "
@@ -154,7 +155,7 @@ def _claimed(decision: FinalDecision | None) -> RatioInterval | None:
 
 def product(parts: list[RatioInterval | None], level: float) -> RatioInterval | None:
     """The claimed parts' intervals multiplied (None: none claimed): each holds at
-    ``1 - (1 - level) / 2``, so both at once hold at ``level`` at least (Bonferroni), and
+    ``simultaneous_level(level, 2)``, so both at once hold at ``level`` at least, and
     then the product of the ratios lies between the products of their bounds."""
     claimed = [p for p in parts if p is not None]
     if not claimed:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.sequential import CITATION, METHOD
 from tuner_client.stats.unstable import degrade_reason, spread_reason
@@ -240,7 +241,7 @@ def _pick_winner(rounds: Sequence[Round], cands: Sequence[str],
     ``also_compared`` more."""
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
     m = max(1, (len(cands) if method == "anytime" else len(eligible)) + also_compared)
-    decision_level = 1.0 - (1.0 - level) / m
+    decision_level = simultaneous_level(level, m)
     ratios = {c: iv.ratio for c in eligible if (iv := intervals[c]) is not None}
     best = max(ratios, key=lambda c: ratios[c]) if ratios else None
     winner: str | None = None

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
-from tuner_client.engine.designs import SYSTEM_WIDE_KNOBS
+from tuner_client.knobs.sides import SYSTEM_WIDE_KNOBS
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.estimand import COUNTS
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
@@ -112,7 +113,7 @@ def race_per_transaction(obs: Observations, labels: Sequence[str],
                           f"per configuration, but got {len(labels)} labels and "
                           f"{len(settings)} configurations")
     m = len(labels) - 1
-    simultaneous = 1.0 - (1.0 - level) / m
+    simultaneous = simultaneous_level(level, m)
     comparisons = {labels[k]: compare(obs, 0, k, level=simultaneous, seed=seed + k)
                    for k in range(1, len(labels))}
     plain = {labels[k]: compare(obs, 0, k, level=level, seed=seed + k)

@@ -58,6 +58,7 @@ import numpy as np
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
 
@@ -350,7 +351,7 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
     m = len(labels) - 1
-    simultaneous = 1.0 - (1.0 - level) / m
+    simultaneous = simultaneous_level(level, m)
     comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous, estimand=estimand)
                    for k in range(1, len(labels))}
     plain = {labels[k]: compare(totals, 0, k, level=level, estimand=estimand)
