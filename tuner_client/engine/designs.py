@@ -38,6 +38,8 @@ WINDOWS = "windows"
 AUTO = "auto"
 #: the designs, the most precise first
 PRECISION: tuple[str, ...] = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
+#: the design valid for every comparison (:data:`VALIDITY`'s column without a "no")
+UNIVERSAL = WINDOWS
 #: what ``measure.design`` accepts
 REQUESTS: tuple[str, ...] = (AUTO, *PRECISION)
 
@@ -149,6 +151,17 @@ class Choice:
     design: str
     requested: str
     passed_over: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def universal(self) -> bool:
+        """Whether the design chosen is the one valid for every comparison (windows): the
+        fallback of the others, and the second stage of a split or a narrowing."""
+        return self.design == UNIVERSAL
+
+    @property
+    def most_precise(self) -> bool:
+        """Whether the design chosen is the most precise one (per transaction)."""
+        return self.design == PRECISION[0]
 
     def text(self) -> str:
         """One line for the decisions and the plan."""

@@ -11,7 +11,8 @@ highest work-weighted speedup over the best (the best itself when none is faster
 The choice claims nothing, so its run ends once every candidate is ranked, as a search run
 does (:func:`tuner_client.phases.search_stops.ranked`: each interval within ±3 %,
 within a quarter of its effect, or below 1.05×), and its intervals are then nominal.
-Stage 2 is the windows race (:mod:`tuner_client.phases.final`) of the original, the eligible
+Stage 2 is the windows race (:class:`~tuner_client.phases.final_windows.Windows`) of the
+original, the eligible
 baselines (PGTune's rules) and that one chosen. A candidate that differs from the best in
 such a knob cannot be compared in stage 1: the best-ranked of them races in windows too only
 when the search ranks it within noise of the best (:func:`within_noise`), else it is dropped,
@@ -34,9 +35,16 @@ from statistics import NormalDist
 
 from harmony_base.errors import HarmonyError
 from tuner_client.engine.designs import SESSION, differing_knobs, knob_class
+from tuner_client.engine.protocol import RaceOutcome, RaceRequest
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_candidates import rank_configurations
-from tuner_client.phases.final_per_transaction import race_seconds, run_per_transaction
+from tuner_client.phases.final_design import FinalDesign, FinalRun
+from tuner_client.phases.final_per_transaction import (
+    PerTransaction,
+    race_seconds,
+    run_per_transaction,
+)
 from tuner_client.phases.search_stops import ranked
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.noise import POINT_CV_20S
@@ -121,9 +129,28 @@ def within_noise(records: list[PointRecord], original: Mapping[str, str],
                       (len(values[0]), len(values[1])))
 
 
+class Narrowing(FinalDesign, name="narrowing"):
+    """Stage 1 per transaction among the searched candidates that share the best's settings
+    of every knob ``SET LOCAL`` cannot carry, then the race of the one chosen (and the
+    candidates kept within noise) in ``then`` (see the module). ``why``: why one
+    per-transaction run cannot hold every candidate and the original."""
+
+    def __init__(self, then: FinalDesign, why: str) -> None:
+        self.then, self.why = then, why
+
+    def race(self, run: FinalRun, request: RaceRequest) -> RaceOutcome | None:
+        narrowed = narrow_candidates(run.ctx, run.state, request.configurations,
+                                     list(request.searched), self.why, level=request.level)
+        rules = [c for c in request.candidates if c not in request.searched]
+        return self.then.race(run, RaceRequest(
+            request.configurations, (request.reference, *narrowed.searched, *rules),
+            request.level, reported=request.reported, also_compared=narrowed.also_compared,
+            searched=tuple(narrowed.searched), stage=request.stage))
+
+
 def narrow_candidates(ctx: RunContext, state: RunState,
-                      candidates: Mapping[str, dict[str, str]], searched: list[str], why: str
-                      ) -> Narrowed:
+                      candidates: Mapping[str, Mapping[str, str]], searched: list[str],
+                      why: str, *, level: float) -> Narrowed:
     """Stage 1 (see the module): the searched candidates that race in windows. ``why``: why
     one per-transaction run cannot hold every candidate and the original."""
     best = searched[0]
@@ -143,10 +170,11 @@ def narrow_candidates(ctx: RunContext, state: RunState,
                  f"chooses one of them to race in windows")
     try:
         race = run_per_transaction(ctx, candidates, group, race_seconds(ctx),
-                                   settled=lambda trace: ranked(trace, ctx.config.seed))
+                                   settled=lambda trace: ranked(trace, ctx.config.seed),
+                                   level=level)
     except HarmonyError as exc:
-        state.decide(f"final: the per-transaction run failed ({exc}); every candidate races "
-                     f"in windows")
+        state.decide(Decision.of("final", Kind.FAILED, design=PerTransaction.name,
+                                 reason=str(exc), text="every candidate races in windows"))
         return Narrowed(searched)
     for label, result in race.comparisons.items():
         state.decide(f"final: stage 1: {label}/{best} {result.text()}")
@@ -163,7 +191,7 @@ def narrow_candidates(ctx: RunContext, state: RunState,
 
 
 def _keep_within_noise(ctx: RunContext, state: RunState,
-                       candidates: Mapping[str, dict[str, str]], best: str,
+                       candidates: Mapping[str, Mapping[str, str]], best: str,
                        others: list[str]) -> list[str]:
     """The best-ranked of ``others`` (they differ from the best in a knob stage 1 cannot
     compare) when the search ranks it within noise of the best; every other one dropped."""

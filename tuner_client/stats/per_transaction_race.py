@@ -63,7 +63,7 @@ class PerTransactionRace:
         """The decision's lines: the verdict, the design, each candidate's interval."""
         lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
                  f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
-                 f"the ratio counts {self._counts()}; intervals: block bootstrap over "
+                 f"the ratio counts {self.counts()}; intervals: block bootstrap over "
                  f"time slices (kurtosis-adjusted Student multiplier) at "
                  f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
                  f"candidates)"]
@@ -75,7 +75,7 @@ class PerTransactionRace:
                              f"confirm it with whole-server windows")
         return lines
 
-    def _counts(self) -> str:
+    def counts(self) -> str:
         """What the ratios count (the client model of the run)."""
         return "; ".join(COUNTS[m] for m in sorted({c.estimand
                                                     for c in self.comparisons.values()}))

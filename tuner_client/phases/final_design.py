@@ -1,0 +1,62 @@
+"""The final race's side of the design protocol (:mod:`tuner_client.engine.protocol`): the
+run a final design reads (:class:`FinalRun`), the base class every final design derives from,
+and the one composition every precise design is run in (:class:`Fallback`: when its run
+fails, the universal design races instead).
+
+The designs: :class:`~tuner_client.phases.final_per_transaction.PerTransaction`,
+:class:`~tuner_client.phases.final_switchback.Switchback`,
+:class:`~tuner_client.phases.final_windows.Windows`, and the compositions
+:class:`~tuner_client.phases.final_split.Split` and
+:class:`~tuner_client.phases.final_narrow.Narrowing`;
+:func:`tuner_client.phases.design_choice.final_design` puts them together for a race.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tuner_client.engine.protocol import Design, RaceOutcome, RaceRequest
+from tuner_client.phases.state import RunContext, RunState
+
+
+@dataclass(frozen=True)
+class FinalRun:
+    """What a final design reads and writes: the run's context (the config, the server, its
+    measurer and budget) and the run's ledger (records and decisions)."""
+
+    ctx: RunContext
+    state: RunState
+
+
+class FinalDesign(Design[FinalRun]):
+    """A design of the final race."""
+
+
+@runtime_checkable
+class Recommends(Protocol):
+    """An outcome whose recommendation is a configuration of its own making (a split race's
+    session part with a restart part on top), not one of the request's."""
+
+    def recommended(self) -> Mapping[str, str] | None: ...
+
+
+@runtime_checkable
+class Rounds(Protocol):
+    """An outcome measured one configuration at a time, in rounds (windows): each round's
+    absolute values by label, for the throughput the result reports."""
+
+    @property
+    def rounds(self) -> Sequence[Mapping[str, float | None]]: ...
+
+
+class Fallback(FinalDesign, name="fallback"):
+    """``first``, and ``then`` when ``first`` could not run (said why in the decisions)."""
+
+    def __init__(self, first: FinalDesign, then: FinalDesign) -> None:
+        self.first, self.then = first, then
+
+    def race(self, run: FinalRun, request: RaceRequest) -> RaceOutcome | None:
+        outcome = self.first.race(run, request)
+        return outcome if outcome is not None else self.then.race(run, request)
