@@ -172,6 +172,11 @@ class Choice:
         return head + "; " + "; ".join(f"not {d}: {why}" for d, why in self.passed_over)
 
 
+def universal_requested(requested: str) -> bool:
+    """Whether ``measure.design`` asks for the universal design (windows) itself."""
+    return requested == UNIVERSAL
+
+
 def check_request(requested: str, where: str = "measure.design") -> str:
     """``requested`` when ``measure.design`` accepts it, else a :class:`ConfigError`."""
     if requested not in REQUESTS:

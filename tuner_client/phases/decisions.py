@@ -3,7 +3,7 @@
 with its interval and level, the count it estimates, the reason) and a sentence second,
 rendered here and nowhere else (:func:`render`) for the log, the CLI's progress and
 ``summary.json``'s ``decisions``. ``summary.json`` keeps the records under
-``decision_records``, in the layout of ``docs/schemas/decision.schema.json``, so that a
+``decision_records``, in the layout of ``docs/schemas/summary.schema.json``, so that a
 program reads what was raced, by which design, with what interval, without parsing text.
 
 A decision not yet given its own kind is a :attr:`Kind.NOTE` carrying its sentence; a line
@@ -22,7 +22,7 @@ from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.decision import FinalDecision
 
 #: the JSON Schema of one record, published beside the docs (tests validate summary.json)
-SCHEMA_PATH = "docs/schemas/decision.schema.json"
+SCHEMA_PATH = "docs/schemas/summary.schema.json"
 
 
 class Kind(enum.StrEnum):
@@ -116,7 +116,7 @@ class Decision:
                    text=decision.lines[line].strip() if decision.lines else None)
 
     def to_dict(self) -> JSONObject:
-        """The record for ``summary.json`` (``docs/schemas/decision.schema.json``)."""
+        """The record for ``summary.json`` (:data:`SCHEMA_PATH`)."""
         out: JSONObject = {"phase": self.phase, "kind": self.kind.value, "text": render(self)}
         for key in ("design", "stage", "winner", "ratio", "low", "high", "level", "counts",
                     "rounds", "method", "why", "reason"):

@@ -34,7 +34,7 @@ from tuner_client.engine.designs import (
     SYSTEM_WIDE,
     SYSTEM_WIDE_KNOBS,
     VALIDITY,
-    WINDOWS,
+    universal_requested,
 )
 from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
@@ -70,7 +70,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     start = default if reason is not None else space.point_from_settings(default_settings,
                                                                          snap=False)
     levels = _levels(ctx, space, start, from_default=reason is None)
-    if reason is not None and ctx.config.measure.design != WINDOWS:
+    if reason is not None and not universal_requested(ctx.config.measure.design):
         state.decide(f"screening: measured in windows, not per transaction: {reason}")
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
@@ -141,7 +141,7 @@ def _why_windows(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -
     """Why the screening is measured in windows (None: in one per-transaction run)."""
     # every knob moves from the setting in force in some row, whatever its levels
     choice = choose_for(ctx, [space.settings(default), {}], search=True)
-    if choice.design != PER_TRANSACTION:
+    if not choice.most_precise:
         return choice.text()
     if ctx.config.screening.design != "pb":
         return "a per-transaction screening runs the Plackett–Burman design (design: pb)"

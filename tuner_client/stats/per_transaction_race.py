@@ -31,6 +31,7 @@ from tuner_client.stats.per_transaction import (
     PerTransactionComparison,
     compare,
 )
+from tuner_client.stats.trace import RaceTrace, running_sequence
 
 #: the interval method, as summary.json names it
 METHOD_TEXT = ("block bootstrap over time slices (Student multiplier on the degrees of "
@@ -90,6 +91,17 @@ class PerTransactionRace:
             transactions={label: r.transactions for label, r in self.comparisons.items()},
             lines=self.decisions(), level=self.plain_level, decision_level=self.level,
             method="bootstrap", design=DESIGN, method_text=METHOD_TEXT)
+
+    def trace(self) -> RaceTrace:
+        """The run slice by slice: each candidate's confidence sequence over its time slices
+        after every slice, at the plain level. The decision's interval is the block
+        bootstrap at the run's end (a length fixed in advance), not this sequence's last
+        step, which is wider: it holds at every slice."""
+        return RaceTrace(DESIGN, "slice", self.reference, self.plain_level, "anytime",
+                         {label: running_sequence(r.slice_logs, self.plain_level)
+                          for label, r in self.plain.items()},
+                         note="running interval: the confidence sequence over the run's time "
+                              "slices; the decision: the block bootstrap at the run's end")
 
     def summary(self) -> JSONObject:
         """What summary.json records: the design, its observations and each interval."""

@@ -61,6 +61,7 @@ from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+from tuner_client.stats.trace import RaceTrace, running_sequence
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "switchback"
@@ -221,6 +222,8 @@ class SwitchbackComparison:
     blocks: int
     #: observations kept (reference, candidate): transactions, or calls with counters
     observations: tuple[int, int]
+    #: each block's log speedup, in time order (the race's running interval)
+    block_logs: tuple[float, ...] = ()
 
     @property
     def half_width(self) -> float:
@@ -255,7 +258,8 @@ def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
     kept = totals.counts.sum(axis=1)
     return SwitchbackComparison(reference, candidate, interval, int(logs.size),
                                 (int(kept[configs == reference].sum()),
-                                 int(kept[configs == candidate].sum())))
+                                 int(kept[configs == candidate].sum())),
+                                tuple(logs.tolist()))
 
 
 @dataclass(frozen=True)
@@ -326,6 +330,13 @@ class SwitchbackRace:
             rounds={label: r.blocks for label, r in self.comparisons.items()},
             lines=self.decisions(), level=self.plain_level, decision_level=self.level,
             method="anytime", design=DESIGN, method_text=METHOD_TEXT)
+
+    def trace(self) -> RaceTrace:
+        """The race block by block: each candidate's confidence sequence at the plain level
+        after every block (its last step is the decision's plain interval)."""
+        return RaceTrace(DESIGN, "block", self.reference, self.plain_level, "anytime",
+                         {label: running_sequence(r.block_logs, self.plain_level)
+                          for label, r in self.plain.items()})
 
     def summary(self) -> dict[str, object]:
         """What summary.json may record: the design, its observations and each interval."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.sequential import confidence_sequence
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,19 @@ class RaceTrace:
                             for label, (after, why) in self.dropped.items()},
                 "stopped": self.stopped, "note": self.note, "winner": winner,
                 "unstable": dict(unstable or {})}
+
+
+def running_sequence(logs: Sequence[float], level: float) -> list[TraceStep]:
+    """The confidence sequence of the mean of ``logs`` (one log-ratio per round, block or
+    slice, in time order) after each of them from the second on, as ratios: valid at every
+    step at once, so the whole path may be shown, not only its end."""
+    steps = []
+    for k in range(2, len(logs) + 1):
+        cs = confidence_sequence(list(logs[:k]), alpha=1.0 - level)
+        if cs is None:
+            continue
+        mean, low, high = cs
+        steps.append(TraceStep(k, RatioInterval(
+            math.exp(mean), math.exp(low) if math.isfinite(low) else 0.0,
+            math.exp(high) if math.isfinite(high) else math.inf, k, level, "anytime")))
+    return steps
