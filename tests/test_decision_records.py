@@ -19,6 +19,7 @@ from test_report_decision import run_race
 from test_stats_per_transaction import synthetic
 from test_stats_switchback import closed_loop, spans_of
 
+from benchmarks.design_metrics import BONFERRONI
 from harmony_base.errors import ConfigError
 from harmony_report.draw import ReportFigures
 from harmony_report.inputs import summary_from_json
@@ -30,7 +31,7 @@ from tuner_client.phases import design_choice
 from tuner_client.phases.decisions import SCHEMA_PATH, Decision, Kind, race_records, render
 from tuner_client.phases.final_design import Fallback, FinalDesign, FinalRun
 from tuner_client.phases.report_inputs import report_inputs
-from tuner_client.phases.result import Intervals, TuneResult, Work
+from tuner_client.phases.result import Best, Intervals, Throughput, TuneResult, Work
 from tuner_client.phases.state import RunState
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.levels import simultaneous_level
@@ -41,14 +42,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / SCHEMA_PATH).read_text())
 
 
-def subclasses(cls: type) -> Iterator[type]:
+def subclasses(cls: type[Design[object]]) -> Iterator[type[Design[object]]]:
+    sub: type[Design[object]]
     for sub in cls.__subclasses__():
         yield sub
         yield from subclasses(sub)
 
 
 def test_every_concrete_design_is_registered_under_its_name() -> None:
-    concrete = [c for c in subclasses(Design) if not getattr(c, "__abstractmethods__", None)
+    every = subclasses(Design)  # type: ignore[type-abstract]
+    concrete = [c for c in every if not getattr(c, "__abstractmethods__", None)
                 and c.__module__.startswith("tuner_client")]
     assert len(concrete) >= 6, concrete  # per transaction, switchback, windows, 3 compositions
     for cls in concrete:
@@ -120,7 +123,6 @@ def test_the_level_arithmetic_is_one_function() -> None:
     assert simultaneous_level(0.95, 2) == pytest.approx(0.975)
     assert simultaneous_level(0.95, 4) == pytest.approx(0.9875)
     # no other module writes it out (benchmarks/design_metrics.py counts the same way)
-    from benchmarks.design_metrics import BONFERRONI
     written = [p for p in (ROOT / "tuner_client").rglob("*.py")
                if BONFERRONI.search(p.read_text()) and p.name != "levels.py"]
     assert written == []
@@ -169,8 +171,7 @@ def _summary(decision: FinalDecision, trace: dict[str, Any] | None, state: RunSt
                                            "queries/min", trace=trace)})))
 
 
-def _best() -> Any:
-    from tuner_client.phases.result import Best, Throughput
+def _best() -> Best:
     return Best({"jit": "off"}, {"jit": "on"}, Throughput(default=None, best=None))
 
 
@@ -231,7 +232,7 @@ def test_a_switchback_race_is_traced_block_by_block_and_drawn() -> None:
 def test_a_windows_summary_validates_and_keeps_its_drops() -> None:
     tune, records = run_race()
     text = json.dumps({**tune.to_dict(), **report_inputs(
-        records, tune.intervals.rounds, tune.intervals.decision.to_dict()  # type: ignore[union-attr]
+        records, tune.intervals.rounds, tune.intervals.decision.to_dict()
         if tune.intervals.decision else None, tune.work.decisions, "queries/min")})
     summary = json.loads(text)
     jsonschema.validate(summary, SCHEMA)
