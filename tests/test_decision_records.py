@@ -148,10 +148,21 @@ def test_decisions_render_as_the_sentences_they_were() -> None:
         "original": Decision.of("final", Kind.NO_INTERVAL, rounds=1,
                                 text=", so no decision; keeping the original"),
         "offline: probes skipped": Decision.note("offline: probes skipped"),
+        "p1-online: evaluations measured by windows (measure.design: windows)": Decision(
+            "p1-online", Kind.MEASURED, design="windows",
+            why="windows (measure.design: windows)"),
+        "final: stage 1: best/candidate-2 1.02×": Decision.note(
+            "final: stage 1: best/candidate-2 1.02×", design="narrowing", stage="stage 1",
+            labels=("best", "candidate-2"), ratio=1.02, low=0.0, high=math.inf, level=0.95),
     }
     for text, record in cases.items():
         assert render(record) == text
-        jsonschema.validate(record.to_dict(), SCHEMA["$defs"]["decision_record"])
+        jsonschema.validate(json.loads(json.dumps(record.to_dict(), allow_nan=False)),
+                            SCHEMA["$defs"]["decision_record"])
+    assert "high" not in cases["final: stage 1: best/candidate-2 1.02×"].to_dict()
+    # the schema names every kind the records use
+    assert set(SCHEMA["$defs"]["decision_record"]["properties"]["kind"]["enum"]) == \
+        {k.value for k in Kind}
     state = RunState()
     state.decide("screening: held 3 knobs")
     state.decide(cases["offline: probes skipped"])

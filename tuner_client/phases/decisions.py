@@ -28,8 +28,10 @@ SCHEMA_PATH = "docs/schemas/summary.schema.json"
 class Kind(enum.StrEnum):
     """What a decision decides."""
 
-    #: a sentence not (yet) broken into fields
+    #: a sentence kept whole, with the fields a program may read beside it
     NOTE = "note"
+    #: how a search session's evaluations are measured (the design and why)
+    MEASURED = "measured"
     #: a line of a race's own account (its design's words); a verdict carries its interval
     LINE = "line"
     #: the design chosen for a race, and why each more precise one was not
@@ -80,10 +82,14 @@ class Decision:
         return cls(phase, kind, labels=tuple(labels), **fields)  # type: ignore[arg-type]
 
     @classmethod
-    def note(cls, text: str) -> Decision:
-        """A sentence (``"phase: what"``) as a record of kind :attr:`Kind.NOTE`."""
+    def note(cls, text: str, *, labels: Sequence[str] = (), **fields: object) -> Decision:
+        """A sentence (``"phase: what"``) as a record of kind :attr:`Kind.NOTE`, with the
+        fields a program may read beside it (the design, the stage, the labels, the
+        interval, the reason) by keyword."""
         phase, sep, _ = text.partition(": ")
-        return cls(phase if sep and phase.isidentifier() else "run", Kind.NOTE, text=text)
+        where = phase if sep and phase.isidentifier() else "run"
+        return cls(where, Kind.NOTE, labels=tuple(labels), text=text,
+                   **fields)  # type: ignore[arg-type]
 
     @classmethod
     def line(cls, phase: str, text: str, *, design: str | None,
@@ -121,7 +127,8 @@ class Decision:
         for key in ("design", "stage", "winner", "ratio", "low", "high", "level", "counts",
                     "rounds", "method", "why", "reason"):
             value = getattr(self, key)
-            if value is not None:
+            # an unbounded interval's side is left out: JSON has no infinity
+            if value is not None and not (isinstance(value, float) and not math.isfinite(value)):
                 out[key] = value
         if self.labels:
             out["labels"] = list(self.labels)
@@ -141,6 +148,8 @@ def render(d: Decision) -> str:
         return d.text or ""
     if d.kind is Kind.LINE:
         return f"{d.phase}: {stage}{d.text}"
+    if d.kind is Kind.MEASURED:
+        return f"{d.phase}: {stage}evaluations measured by {d.why}"
     if d.kind is Kind.DESIGN:
         return f"{d.phase}: {stage}the race of {', '.join(d.labels)} by {d.why}"
     if d.kind is Kind.RACED:

@@ -58,7 +58,8 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         # the original is measured once per round, as "default": measured again as "best" it
         # would be compared with itself, and noise alone would decide the ratio
         if {n: state.best.in_force.get(n) for n in ctx.original} == ctx.original:
-            state.decide("final: the search's best is the original configuration")
+            state.decide(Decision.note("final: the search's best is the original "
+                                       "configuration", labels=("best",)))
         for i, settings in enumerate(ranked_candidates(ctx, state, cfg.final.candidates), 1):
             label = "best" if i == 1 else f"candidate-{i}"
             candidates[label] = settings

@@ -129,7 +129,11 @@ def within_noise(records: list[PointRecord], original: Mapping[str, str],
                       (len(values[0]), len(values[1])))
 
 
-class Narrowing(FinalDesign, name="narrowing"):
+#: the composition's name in the registry and the decisions
+NARROWING = "narrowing"
+
+
+class Narrowing(FinalDesign, name=NARROWING):
     """Stage 1 per transaction among the searched candidates that share the best's settings
     of every knob ``SET LOCAL`` cannot carry, then the race of the one chosen (and the
     candidates kept within noise) in ``then`` (see the module). ``why``: why one
@@ -154,20 +158,23 @@ def narrow_candidates(ctx: RunContext, state: RunState,
     """Stage 1 (see the module): the searched candidates that race in windows. ``why``: why
     one per-transaction run cannot hold every candidate and the original."""
     best = searched[0]
-    state.decide(f"final: not one per-transaction run for every candidate: {why}")
+    state.decide(Decision.note(f"final: not one per-transaction run for every candidate: "
+                               f"{why}", design=NARROWING, why=why))
     reason = unsupported_reason(ctx.config.workload) or (
         "the race runs over several replicas" if ctx.pool.replicated else None)
     if reason is not None:
-        state.decide(f"final: every candidate races in windows: {reason}")
+        state.decide(Decision.note(f"final: every candidate races in windows: {reason}",
+                                   design=NARROWING, reason=reason))
         return Narrowed(searched)
     group = [c for c in searched if not fixed_knobs(ctx, candidates[best], candidates[c])]
     kept = _keep_within_noise(ctx, state, candidates, best,
                               [c for c in searched if c not in group])
     if len(group) < 2:
         return Narrowed([best, *kept])
-    state.decide(f"final: stage 1, per transaction: {', '.join(group)} share the best's "
-                 f"settings of every knob SET LOCAL cannot carry; one per-transaction run "
-                 f"chooses one of them to race in windows")
+    state.decide(Decision.note(
+        f"final: stage 1, per transaction: {', '.join(group)} share the best's settings of "
+        f"every knob SET LOCAL cannot carry; one per-transaction run chooses one of them to "
+        f"race in windows", design=NARROWING, stage="stage 1", labels=group))
     try:
         race = run_per_transaction(ctx, candidates, group, race_seconds(ctx),
                                    settled=lambda trace: ranked(trace, ctx.config.seed),
@@ -177,7 +184,11 @@ def narrow_candidates(ctx: RunContext, state: RunState,
                                  reason=str(exc), text="every candidate races in windows"))
         return Narrowed(searched)
     for label, result in race.comparisons.items():
-        state.decide(f"final: stage 1: {label}/{best} {result.text()}")
+        iv = result.interval
+        state.decide(Decision.note(f"final: stage 1: {label}/{best} {result.text()}",
+                                   design=NARROWING, stage="stage 1", labels=(best, label),
+                                   ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
+                                   rounds=result.slices))
     faster = {label: r.interval.ratio for label, r in race.comparisons.items()
               if r.interval.ratio > 1.0}
     chosen = max(faster, key=lambda label: faster[label], default=best)
@@ -185,8 +196,10 @@ def narrow_candidates(ctx: RunContext, state: RunState,
     # speed better than the search's few windows did; the claim is the windows race's
     why = f"{faster[chosen]:.3f}× {best}, the highest speedup over it" if chosen != best \
         else "no candidate ran faster than it"
-    state.decide(f"final: stage 1 chose {chosen} ({why}); the windows race's Bonferroni "
-                 f"also counts the {len(group) - 1} compared here and not carried on")
+    state.decide(Decision.note(
+        f"final: stage 1 chose {chosen} ({why}); the windows race's Bonferroni also counts "
+        f"the {len(group) - 1} compared here and not carried on", design=NARROWING,
+        stage="stage 1", labels=group, winner=chosen, reason=why))
     return Narrowed([chosen, *kept], also_compared=len(group) - 1)
 
 
@@ -203,18 +216,24 @@ def _keep_within_noise(ctx: RunContext, state: RunState,
         check = within_noise(records, ctx.original, candidates[best], candidates[label],
                              level=ctx.config.final.level)
         if kept:
-            state.decide(f"final: {label} differs from {best} in {knobs}; not raced: only the "
-                         f"best-ranked such candidate ({kept[0]}) races in windows")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}; not raced: only the "
+                f"best-ranked such candidate ({kept[0]}) races in windows", design=NARROWING,
+                labels=(best, label)))
         elif check is None:
-            state.decide(f"final: {label} differs from {best} in {knobs} and the search did "
-                         f"not measure it beside {best}; not raced")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs} and the search did not measure "
+                f"it beside {best}; not raced", design=NARROWING, labels=(best, label)))
         elif check.within:
             kept.append(label)
-            state.decide(f"final: {label} differs from {best} in {knobs}, which a "
-                         f"per-transaction run cannot compare; {check.text()}: it races in "
-                         f"windows too")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}, which a per-transaction run "
+                f"cannot compare; {check.text()}: it races in windows too", design=NARROWING,
+                labels=(best, label), ratio=check.ratio, reason="within the search's noise"))
         else:
-            state.decide(f"final: {label} differs from {best} in {knobs}, which a "
-                         f"per-transaction run cannot compare; {check.text()}: outside the "
-                         f"noise, not raced")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}, which a per-transaction run "
+                f"cannot compare; {check.text()}: outside the noise, not raced",
+                design=NARROWING, labels=(best, label), ratio=check.ratio,
+                reason="outside the search's noise"))
     return kept

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from tuner_client.engine.designs import RESTART, Choice, differing_knobs, knob_class
 from tuner_client.engine.protocol import RaceRequest
-from tuner_client.phases.decisions import Decision
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.decision import FinalDecision, split_decision
@@ -105,11 +105,13 @@ class Split(FinalDesign, name=SPLIT):
         labels = list(request.labels)
         restart = restart_knobs(ctx, request.settings())
         level = simultaneous_level(request.level, 2)
-        state.decide(f"final: the race is split ({', '.join(restart)} only changes with a "
-                     f"restart): the session part of each candidate by {self.choice.text()}, "
-                     f"then the restart part in whole-server windows on top of the session "
-                     f"part chosen; each stage at {100 * level:.1f} %, so that their product "
-                     f"is a {100 * request.level:.0f} % interval")
+        state.decide(Decision.note(
+            f"final: the race is split ({', '.join(restart)} only changes with a restart): "
+            f"the session part of each candidate by {self.choice.text()}, then the restart "
+            f"part in whole-server windows on top of the session part chosen; each stage at "
+            f"{100 * level:.1f} %, so that their product is a {100 * request.level:.0f} % "
+            f"interval", design=SPLIT, labels=request.labels, level=level,
+            why=self.choice.text()))
         parts = {label: session_part(ctx, request.configurations[label], restart)
                  for label in labels}
         stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
@@ -122,8 +124,9 @@ class Split(FinalDesign, name=SPLIT):
                     winner = outcome.winner
                     base = parts[winner]
         else:
-            state.decide("final: stage 1: no candidate differs from the original in a "
-                         "session-settable knob")
+            state.decide(Decision.note("final: stage 1: no candidate differs from the "
+                                       "original in a session-settable knob", design=SPLIT,
+                                       stage="session part"))
         # the restart values of the session part's winner (none without one: a runner-up
         # whose session part is the original's adds nothing), the search's best and PGTune's
         sources = [label for label in dict.fromkeys([winner, "best", "pgtune"])
@@ -138,20 +141,26 @@ class Split(FinalDesign, name=SPLIT):
             reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
                                           {n: options[label][n] for n in restart})
             if reason is not None:
-                state.decide(f"final: stage 2: {label} {options[label]} breaks the memory "
-                             f"budget ({reason}); not raced")
+                state.decide(Decision.note(
+                    f"final: stage 2: {label} {options[label]} breaks the memory budget "
+                    f"({reason}); not raced", design=SPLIT, stage="restart part",
+                    labels=(label,), reason=reason))
                 option_labels.remove(label)
         second = None
         if option_labels:
-            state.decide(f"final: stage 2: the restart part ({', '.join(restart)}) in "
-                         f"windows: {', '.join(option_labels)} beside the base {base}")
+            state.decide(Decision.note(
+                f"final: stage 2: the restart part ({', '.join(restart)}) in windows: "
+                f"{', '.join(option_labels)} beside the base {base}", design=SPLIT,
+                stage="restart part", labels=("default", *option_labels),
+                settings={"default": base, **{o: options[o] for o in option_labels}}))
             raced = self.restart.race(run, RaceRequest(
                 {"default": base, **options}, ("default", *option_labels), level,
                 stage="restart part"))
             second = raced.to_final_decision() if raced is not None else None
             if second is None:
-                state.decide("final: restart part: fewer than 2 rounds measured: no "
-                             "interval; the restart-time knobs stay the original's")
+                state.decide(Decision.of(
+                    "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
+                    text="; the restart-time knobs stay the original's"))
         return _outcome(ctx, run, options, base, first, second, request.level)
 
 

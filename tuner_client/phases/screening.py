@@ -33,9 +33,11 @@ from tuner_client.engine.designs import (
     PER_TRANSACTION,
     SYSTEM_WIDE,
     SYSTEM_WIDE_KNOBS,
+    UNIVERSAL,
     VALIDITY,
     universal_requested,
 )
+from tuner_client.phases.decisions import Decision
 from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
@@ -71,7 +73,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
                                                                          snap=False)
     levels = _levels(ctx, space, start, from_default=reason is None)
     if reason is not None and not universal_requested(ctx.config.measure.design):
-        state.decide(f"screening: measured in windows, not per transaction: {reason}")
+        state.decide(Decision.note(f"screening: measured in windows, not per transaction: "
+                                   f"{reason}", design=UNIVERSAL, why=reason))
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
                   if reason is not None

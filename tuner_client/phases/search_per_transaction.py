@@ -64,6 +64,7 @@ from tuner_client.phases.blocks import (
     measure_block,
     measure_reference,
 )
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
@@ -100,7 +101,7 @@ def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpac
     if choice.most_precise:
         return run_per_transaction_session
     if choice.passed_over:
-        state.decide(f"{label}: evaluations measured by {choice.text()}")
+        state.decide(Decision(label, Kind.MEASURED, design=choice.design, why=choice.text()))
     return run_session
 
 
