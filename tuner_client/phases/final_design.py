@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from tuner_client.engine.designs import differing_knobs
 from tuner_client.engine.protocol import Design, RaceOutcome, RaceRequest
 from tuner_client.phases.state import RunContext, RunState
 
@@ -60,3 +61,15 @@ class Fallback(FinalDesign, name="fallback"):
     def race(self, run: FinalRun, request: RaceRequest) -> RaceOutcome | None:
         outcome = self.first.race(run, request)
         return outcome if outcome is not None else self.then.race(run, request)
+
+
+def shared_in_force(ctx: RunContext, configs: Sequence[Mapping[str, str]]) -> list[str]:
+    """The prelude of a design that runs every configuration in one run: stop the windows'
+    workload (it must not run beside the run) and put in force the knobs every configuration
+    shares, at the reference's values (a restart when a restart-time one changes), so that
+    the run switches exactly the differences; the knobs that differ."""
+    differing = differing_knobs(configs)
+    ctx.measurer.stop()
+    ctx.apply({n: v for n, v in configs[0].items() if n not in differing},
+              check_budget=False, warm_up=False)
+    return differing

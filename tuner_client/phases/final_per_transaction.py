@@ -13,10 +13,10 @@ import logging
 from collections.abc import Mapping
 
 from harmony_base.errors import HarmonyError
-from tuner_client.engine.designs import PER_TRANSACTION, differing_knobs
+from tuner_client.engine.designs import PER_TRANSACTION
 from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind, race_records
-from tuner_client.phases.final_design import FinalDesign, FinalRun
+from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.per_transaction import MIN_SLICES
 from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
@@ -65,10 +65,7 @@ def run_per_transaction(ctx: RunContext, candidates: Mapping[str, Mapping[str, s
     server first (a restart when a restart-time one changes), so ``SET LOCAL`` carries
     exactly the differences. Raises :class:`HarmonyError` when the run fails."""
     configs = [dict(candidates[label]) for label in labels]
-    differing = differing_knobs(configs)
-    shared = {n: v for n, v in configs[0].items() if n not in differing}
-    ctx.measurer.stop()  # the windows' workload must not run beside this one
-    ctx.apply(shared, check_budget=False, warm_up=False)
+    differing = shared_in_force(ctx, configs)
     assignment = make_assignment(ctx.config.workload, ctx.target.dsn,
                                  [{n: c[n] for n in differing if n in c} for c in configs],
                                  seed=ctx.config.seed)

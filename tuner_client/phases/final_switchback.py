@@ -23,10 +23,10 @@ from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
 from tuner_client.engine.comparison import live_traffic
-from tuner_client.engine.designs import SWITCHBACK, differing_knobs
+from tuner_client.engine.designs import SWITCHBACK
 from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind, race_records
-from tuner_client.phases.final_design import FinalDesign, FinalRun
+from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.per_transaction import estimand_of
@@ -67,13 +67,9 @@ class Switchback(FinalDesign, name=SWITCHBACK):
         blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
         logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
                     " vs ".join(labels), blocks, slice_s)
-        differing = differing_knobs(configs)
-        ctx.measurer.stop()  # the windows' workload must not run beside this one
         try:
-            # the knobs the candidates share are put in force first (a restart-time one may
-            # be among them); the switches then write only the differences
-            ctx.apply({n: v for n, v in configs[0].items() if n not in differing},
-                      check_budget=False, warm_up=False)
+            # the switches then write only the differences
+            differing = shared_in_force(ctx, configs)
             switched = [{n: c[n] for n in differing if n in c} for c in configs]
             with connect(ctx.target.dsn) as conn:
                 outcome = (
