@@ -84,17 +84,41 @@ def _compares_design(node: ast.AST) -> bool:
     return False
 
 
+def _decide_call(node: ast.AST) -> str | None:
+    """``prose`` for ``….decide("…")`` or ``….decide(f"…")``, ``record`` for any other
+    argument, None when ``node`` is no such call."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "decide" and len(node.args) == 1):
+        return None
+    arg = node.args[0]
+    prose = isinstance(arg, ast.JoinedStr) or (isinstance(arg, ast.Constant)
+                                               and isinstance(arg.value, str))
+    return "prose" if prose else "record"
+
+
+def _design_classes(parsed: ast.Module) -> list[str]:
+    """Classes registering a name by ``class X(..., name=...)``, from a ``Design`` base."""
+    return [node.name for node in ast.walk(parsed) if isinstance(node, ast.ClassDef)
+            and any(k.arg == "name" for k in node.keywords)
+            and any("Design" in ast.unparse(b) for b in node.bases)]
+
+
 def measure(tree: Path) -> dict[str, object]:
     known = modules(tree)
     builds: list[str] = []
     compares: list[str] = []
     race_classes: list[str] = []
+    designs: list[str] = []
+    decides = {"prose": 0, "record": 0}
     bonferroni = 0
     bonferroni_modules: set[str] = set()
     for name, path in known.items():
         text = path.read_text()
         parsed = ast.parse(text)
+        designs += [f"{name}.{c}" for c in _design_classes(parsed)]
         for node in ast.walk(parsed):
+            if (kind := _decide_call(node)) is not None and name.startswith("tuner_client"):
+                decides[kind] += 1
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FinalDecision":
                 builds.append(name)
             if isinstance(node, ast.ClassDef) and any(
@@ -110,8 +134,13 @@ def measure(tree: Path) -> dict[str, object]:
             bonferroni_modules.add(name)
     final = closure(tree, "tuner_client.phases.final")
     tuner = [m for m in final if m.startswith("tuner_client")]
+    final_text = (tree / "tuner_client/phases/final.py").read_text()
     return {
-        "classes with to_final_decision": sorted(race_classes),
+        "classes with to_final_decision (race outcomes)": sorted(race_classes),
+        "Design classes registered by name": sorted(designs),
+        "design-name compares in phases/final.py": str(sum(
+            _compares_design(n) for n in ast.walk(ast.parse(final_text)))),
+        "decide() calls: a sentence / a record": f"{decides['prose']} / {decides['record']}",
         "FinalDecision(...) calls": f"{len(builds)} in {len(set(builds))} modules "
                                     f"({', '.join(sorted(set(builds)))})",
         "modules outside tuner_client.engine comparing design names": sorted(set(compares)),
