@@ -98,7 +98,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         state.decide("screening: every online knob cleared the noise; all are searched")
     else:
         held = {n: default_settings[n] for n in space.names if n not in cleared}
-        state.decide(f"screening: searching {cleared}; left as they are: {held}")
+        state.decide(Decision.note(f"screening: searching {cleared}; left as they are: {held}",
+                                   labels=cleared, settings={"held": held}))
         _narrow(ctx, cleared)
     corner = result.predicted_best(default)
     # a knob left at its default keeps the setting's own spelling, so that a prediction of

@@ -268,8 +268,12 @@ class PerTransactionEvaluations:
         scaled = "" if factor == 1.0 else (
             f", times {factor:.3f}× for {wide} in windows → {record.ratio:.3f}× (the interval "
             f"is the per-transaction part's)")
-        self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
-                          f"reference{' with ' + str(wide) if scaled else ''}{scaled}")
+        self.state.decide(Decision.note(
+            f"{self.label}: {record.settings}: {result.text()} over the "
+            f"reference{' with ' + str(wide) if scaled else ''}{scaled}",
+            design=PER_TRANSACTION, settings={"candidate": dict(record.settings)},
+            ratio=record.ratio, low=record.interval[0], high=record.interval[1],
+            level=interval.level, counts=result.estimand, rounds=result.slices))
 
     def summary(self) -> str:
         """The session's design in one decision line."""
