@@ -9,6 +9,14 @@ The designs: :class:`~tuner_client.phases.final_per_transaction.PerTransaction`,
 :class:`~tuner_client.phases.final_split.Split` and
 :class:`~tuner_client.phases.final_narrow.Narrowing`;
 :func:`tuner_client.phases.design_choice.final_design` puts them together for a race.
+
+A new design (duet, issue 51) is one more class: ``class Duet(FinalDesign, name="duet")``
+whose :meth:`race` runs the request (its labels, configurations and ``request.level``, which a
+composition's stage lowers) and returns an outcome with ``winner`` and
+``to_final_decision()`` (and ``trace()`` to be drawn); a column in the engine's validity
+table (:mod:`tuner_client.engine.designs`) for the chooser to take it; and its module in
+:data:`tuner_client.phases.design_choice.FINAL_DESIGNS`, imported so that it registers.
+Nothing that runs a race changes.
 """
 
 from __future__ import annotations
