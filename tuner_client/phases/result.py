@@ -167,7 +167,6 @@ class TuneResult:
                 "ab_rounds": self.intervals.rounds,
                 "passes": self.work.passes, "evaluations": self.work.evaluations,
                 "decisions": self.work.decisions,
-                "decision_records": self.work.ledger,
                 # a run that is interrupted raises instead of returning a result
                 "interrupted": False,
                 "comparison": throughput.comparison(), "bme": evidence.bme,
@@ -175,4 +174,6 @@ class TuneResult:
                 "screening": evidence.screening.to_dict()
                 if evidence.screening is not None else None,
                 "guardrails": evidence.guardrails.to_dict()
-                if evidence.guardrails is not None else None}
+                if evidence.guardrails is not None else None,
+                # the decisions as records (docs/schemas/summary.schema.json), added last
+                "decision_records": self.work.ledger}
