@@ -28,16 +28,17 @@ when its own interval lies above 1; the other part then stays the original's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tuner_client.engine.designs import RESTART, Choice, differing_knobs, knob_class
-from tuner_client.engine.protocol import RaceRequest
+from tuner_client.engine.protocol import RaceRequest, Traced
 from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.decision import FinalDecision, split_decision
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.trace import RaceTrace
 
 #: the design summary.json names for a split race
 SPLIT = "split"
@@ -76,10 +77,16 @@ def session_part(ctx: RunContext, settings: Mapping[str, str],
 
 @dataclass(frozen=True)
 class SplitOutcome:
-    """A split race: the decision over both parts and the configuration it recommends."""
+    """A split race: the decision over both parts, the configuration it recommends, and the
+    race of the last part that ran, step by step (the restart part's, else the session
+    part's; None when that part's design traced none)."""
 
     decision: FinalDecision
     settings: dict[str, str]
+    last: RaceTrace | None = None
+
+    def trace(self) -> RaceTrace | None:
+        return self.last
 
     @property
     def winner(self) -> str | None:
@@ -116,8 +123,10 @@ class Split(FinalDesign, name=SPLIT):
                  for label in labels}
         stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
         base, first, winner = dict(ctx.original), None, None
+        traced: RaceTrace | None = None
         if len(stage1) > 1:
             outcome = self.session.race(run, RaceRequest(parts, tuple(stage1), level))
+            traced = outcome.trace() if isinstance(outcome, Traced) else None
             if outcome is not None:
                 first = outcome.to_final_decision()
                 if outcome.winner is not None:
@@ -157,11 +166,14 @@ class Split(FinalDesign, name=SPLIT):
                 {"default": base, **options}, ("default", *option_labels), level,
                 stage="restart part"))
             second = raced.to_final_decision() if raced is not None else None
+            if isinstance(raced, Traced) and (restart_trace := raced.trace()) is not None:
+                traced = replace(restart_trace, note="the restart part's race: each option "
+                                                     "beside the session part chosen")
             if second is None:
                 state.decide(Decision.of(
                     "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
                     text="; the restart-time knobs stay the original's"))
-        return _outcome(ctx, run, options, base, first, second, request.level)
+        return _outcome(ctx, run, options, base, first, second, request.level, traced)
 
 
 def _distinct(configs: Mapping[str, dict[str, str]], labels: list[str],
@@ -200,7 +212,8 @@ def product(parts: list[RatioInterval | None], level: float) -> RatioInterval | 
 
 def _outcome(ctx: RunContext, run: FinalRun, options: Mapping[str, dict[str, str]],
              base: dict[str, str], first: FinalDecision | None,
-             second: FinalDecision | None, level: float) -> SplitOutcome:
+             second: FinalDecision | None, level: float, traced: RaceTrace | None
+             ) -> SplitOutcome:
     """The base (the session part's winner, else the original) with the restart part's
     winner on top, and the product of the claimed parts' intervals."""
     best = dict(options[second.winner]) if second is not None and second.winner else base
@@ -209,4 +222,4 @@ def _outcome(ctx: RunContext, run: FinalRun, options: Mapping[str, dict[str, str
     decision = split_decision(first, second, whole, changed, level=level, design=SPLIT)
     run.state.decide(Decision.verdict("final", decision, line=-1) if whole is not None
                      else Decision.line("final", decision.lines[-1], design=SPLIT))
-    return SplitOutcome(decision, best)
+    return SplitOutcome(decision, best, traced)
