@@ -10,7 +10,7 @@ and each part is claimed on its own interval:
 
 1. **The session part**: every candidate with its restart-time knobs at the original's
    values, raced beside the original in the design the engine chooses for them
-   (:func:`split_design`: per transaction, or by switchback when a knob with a system-wide
+   (:func:`split_choice`: per transaction, or by switchback when a knob with a system-wide
    side or a reload-time one differs or a candidate's work memory is past the line); its
    winner (else the original) is the base of stage 2. When the session parts too could only
    race in windows, the race is not split: it would gain nothing.
