@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind
@@ -40,11 +41,31 @@ from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NAMES", "decision_labels", "final_rounds"]
+__all__ = ["NAMES", "FinalInputs", "decision_labels", "final_inputs", "final_rounds"]
 
 
-def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
-    """Measure the candidates interleaved, decide, and summarise the run."""
+@dataclass(frozen=True)
+class FinalInputs:
+    """What the final race is given: every configuration by label (``default`` the
+    original), the baselines measured beside it (PGTune's rules, the BME recommendation) and
+    the search's candidates, the best first."""
+
+    configurations: dict[str, dict[str, str]]
+    baselines: list[str]
+    searched: list[str]
+
+    def request(self, level: float) -> RaceRequest:
+        """The race: the original, the searched candidates and the eligible baselines; the
+        other baselines measured beside it for the report."""
+        racing, reported = decision_labels(self.searched, self.baselines)
+        return RaceRequest(self.configurations, ("default", *racing), level,
+                           reported=tuple(reported), searched=tuple(self.searched))
+
+
+def final_inputs(ctx: RunContext, state: RunState) -> FinalInputs:
+    """The candidates and baselines of the final race, from what the run has learnt (the
+    search's records and best, the screening's prediction, the BME recommendation); the
+    ones left out are said why."""
     cfg = ctx.config
     candidates: dict[str, dict[str, str]] = {"default": dict(ctx.original)}
     baselines = [label for label in cfg.final.baselines
@@ -67,15 +88,21 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         if screened_races(ctx, state, candidates):
             candidates["screened"] = dict(state.screened or {})
             searched.append("screened")
+    return FinalInputs(candidates, baselines, searched)
+
+
+def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
+    """Race the final candidates in the design the engine chooses, decide, and summarise
+    the run."""
+    inputs = final_inputs(ctx, state)
+    candidates, baselines = inputs.configurations, inputs.baselines
     run = FinalRun(ctx, state)
-    if not searched or cfg.final.rounds <= 0:
+    if not inputs.searched:
         # without a candidate one round still measures the default (and the baselines)
         measured = baseline_round(run, ["default", *baselines], candidates) \
-            if state.best is not None and cfg.final.rounds > 0 else None
+            if state.best is not None and ctx.config.final.rounds > 0 else None
         return conclude(run, candidates, measured, baselines)
-    racing, reported = decision_labels(searched, baselines)
-    request = RaceRequest(candidates, ("default", *racing), cfg.final.level,
-                          reported=tuple(reported), searched=tuple(searched))
+    request = inputs.request(ctx.config.final.level)
     choice = choose_for(ctx, request.settings())
     state.decide(Decision.of("final", Kind.DESIGN, labels=request.labels, design=choice.design,
                              why=choice.text()))
