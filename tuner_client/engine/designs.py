@@ -159,9 +159,10 @@ class Choice:
         return self.design == UNIVERSAL
 
     @property
-    def most_precise(self) -> bool:
-        """Whether the design chosen is the most precise one (per transaction)."""
-        return self.design == PRECISION[0]
+    def per_transaction(self) -> bool:
+        """Whether the design chosen runs every configuration per transaction in one run
+        (what a search session, the screening and a narrowing's first stage run)."""
+        return self.design == PER_TRANSACTION
 
     def text(self) -> str:
         """One line for the decisions and the plan."""

@@ -81,7 +81,7 @@ def final_design(ctx: RunContext, request: RaceRequest, choice: Choice) -> Final
         return Split(final_design_of(split.design), universal, split)
     best = request.searched[0] if request.searched else None
     if best is not None and choice.passed_over \
-            and choose_for(ctx, [request.configurations[best]] * 2).most_precise:
+            and choose_for(ctx, [request.configurations[best]] * 2).per_transaction:
         # a knob SET LOCAL cannot carry differs: one per-transaction run among the searched
         # candidates that share the best's, then the universal design's race of the one chosen
         return Narrowing(universal, choice.passed_over[0][1])

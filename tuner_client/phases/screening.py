@@ -145,7 +145,7 @@ def _why_windows(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -
     """Why the screening is measured in windows (None: in one per-transaction run)."""
     # every knob moves from the setting in force in some row, whatever its levels
     choice = choose_for(ctx, [space.settings(default), {}], search=True)
-    if not choice.most_precise:
+    if not choice.per_transaction:
         return choice.text()
     if ctx.config.screening.design != "pb":
         return "a per-transaction screening runs the Plackett–Burman design (design: pb)"

@@ -23,7 +23,7 @@ def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpac
     where the engine chooses per transaction for its knobs (every searched knob may differ
     from the reference), else :func:`run_session`, the decisions saying why."""
     choice = search_choice(ctx, space)
-    if choice.most_precise:
+    if choice.per_transaction:
         return run_per_transaction_session
     if choice.passed_over:
         state.decide(Decision(label, Kind.MEASURED, design=choice.design, why=choice.text()))

@@ -27,7 +27,7 @@ def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -
                                replicated=config.replicas.enabled, search=True),
                     config.measure.design, SEARCH_DESIGNS)
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
-    if not choice.most_precise or not wide:
+    if not choice.per_transaction or not wide:
         return choice.text()
     return (f"{choice.text()}; {', '.join(wide)} (a system-wide side) in a paired "
             f"whole-server window block per value beside the runs")
