@@ -89,6 +89,9 @@ class RunSummary:
     dropped: dict[str, tuple[int, str | None]] = field(default_factory=dict)
     stopped: str | None = None
     race_method: str | None = None
+    #: what a step of the race is (``round``, ``block``, ``slice``) and how to read its bands
+    race_unit: str = "round"
+    race_note: str | None = None
     measurements: list[dict[str, Any]] = field(default_factory=list)
     screening: JSONObject | None = None
     bme: JSONObject | None = None
@@ -187,6 +190,9 @@ def summary_from_json(data: object, *, source: str = "summary.json") -> RunSumma
             summary.dropped[str(label)] = (int(why["after"]), why.get("reason"))
         summary.stopped = race.get("stopped")
         summary.race_method = race.get("method")
+        summary.race_unit = str(race.get("unit") or "round")
+        note = race.get("note")
+        summary.race_note = str(note) if note else None
     return summary
 
 

@@ -46,16 +46,18 @@ def race_png(summary: RunSummary) -> bytes:
     low, high = min(finite), max(finite)
     pad = 0.1 * (high - low) + 0.02
     ax.set_ylim(max(0.0, low - pad), high + pad)
-    rounds = len(summary.rounds)
-    ax.set_xlim(1.5, rounds + 0.5)
-    ax.set_xticks(range(2, rounds + 1))
-    ax.set_xlabel("after round")
-    ax.set_ylabel(f"ratio to {label_name(summary.reference)}, paired by round")
+    unit = summary.race_unit
+    final_step = max((s.round for trail in summary.trajectory.values() for s in trail), default=2)
+    ax.set_xlim(1.5, final_step + 0.5)
+    if final_step <= 30:
+        ax.set_xticks(range(2, final_step + 1))
+    ax.set_xlabel(f"after {unit}")
+    ax.set_ylabel(f"ratio to {label_name(summary.reference)}, paired by {unit}")
     method = "anytime-valid confidence sequence" if summary.race_method == "anytime" \
         else f"{summary.race_method or 't'} interval"
     verdict = (f"{label_name(summary.winner)} recommended" if summary.winner
                else "kept the original")
-    ax.set_title(f"the race over {rounds} rounds: {verdict} (bands: "
+    ax.set_title(f"the race over {final_step} {unit}s: {verdict} (bands: "
                  f"{100 * summary.level:g} % {method})", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize=8)

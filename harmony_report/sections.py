@@ -131,10 +131,12 @@ def race_section(summary: RunSummary | None, figures: ReportFigures) -> str:
                     for label, why in summary.unstable_labels().items())
     verdict = (f"{label_name(summary.winner)} recommended" if summary.winner
                else f"kept the original ({label_name(summary.reference)})")
-    caption = (f"Each label's ratio to the {summary.reference} over the rounds so far, with "
-               f"its {100 * summary.level:g} % interval narrowing round by round; a red cross "
+    unit = summary.race_unit
+    caption = (f"Each label's ratio to the {summary.reference} over the {unit}s so far, with "
+               f"its {100 * summary.level:g} % interval narrowing {unit} by {unit}; a red cross "
                f"where a candidate left the race. Result: {verdict}."
-               + (f" The race stopped: {summary.stopped}." if summary.stopped else ""))
+               + (f" The race stopped: {summary.stopped}." if summary.stopped else "")
+               + (f" The bands: {summary.race_note}." if summary.race_note else ""))
     table = ("<table><tr><th>candidate</th><th>left the race</th><th>why</th></tr>"
              f"{rows}</table>") if rows else "<p class=note>No candidate was dropped.</p>"
     if "race.png" not in figures.images:
@@ -167,6 +169,13 @@ def curve_section(inputs: ReportInputs, figures: ReportFigures) -> str:
     return figure(figures, "tuning_curve.png", "Tuning curve", caption)
 
 
+#: how each design the screening records (``measured``) measured it, in words
+SCREENED_BY = {
+    "per-transaction": "the design's rows as the arms of one randomized per-transaction run "
+                       "({transactions:,} transactions)",
+    "windows": "one throughput window per design run, the default between them"}
+
+
 def screening_section(inputs: ReportInputs, figures: ReportFigures) -> str:
     screening = inputs.screening
     if screening is None:
@@ -176,10 +185,9 @@ def screening_section(inputs: ReportInputs, figures: ReportFigures) -> str:
         f"<tr><th>{e(str(x['knob']))}</th><td>{float(x['ratio']):.3f}×</td>"
         f"<td>{'searched' if x['cleared'] else 'held'}</td><td>{e(str(x['reason']))}</td>"
         f"</tr>" for x in screening["effects"])
-    measured = ("the design's rows as the arms of one randomized per-transaction run "
-                f"({int(screening.get('transactions') or 0):,} transactions)"
-                if screening.get("measured") == "per-transaction"
-                else "one throughput window per design run, the default between them")
+    transactions = int(screening.get("transactions") or 0)
+    measured = SCREENED_BY.get(str(screening.get("measured") or "windows"),
+                               SCREENED_BY["windows"]).format(transactions=transactions)
     return figure(figures, "screening.png", "Knob screening",
                   "Each knob's effect over the noise before the search; only the knobs whose "
                   f"effect cleared it were searched. Measured: {e(measured)}.") \

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from harmony_report.inputs import LABEL_NAMES, Comparison, Interval, RunSummary
 
 
@@ -49,27 +51,50 @@ def throughput_line(summary: RunSummary) -> str | None:
             + (f", 95 % {kind} {percent(ci[0])} to {percent(ci[1])}" if ci else "") + ")")
 
 
+def _per_transaction(summary: RunSummary) -> str:
+    decision = summary.decision or {}
+    transactions = sum(decision.get("transactions") or [])
+    return (f"in one per-transaction run ({transactions:,} transactions in "
+            f"{decision.get('rounds')} time slices, each transaction drawing one "
+            f"configuration at random)")
+
+
+def _split(summary: RunSummary) -> str:
+    decision = summary.decision or {}
+    transactions = sum(decision.get("transactions") or [])
+    return (f"in two parts: the session-settable knobs in one run drawing a configuration "
+            f"per transaction ({transactions:,} transactions) at the original's "
+            f"restart-time settings, then the restart-time knobs over "
+            f"{decision.get('rounds')} interleaved rounds in whole-server windows on top "
+            f"of the part chosen")
+
+
+def _switchback(summary: RunSummary) -> str:
+    decision = summary.decision or {}
+    return (f"by switchback over {decision.get('rounds')} blocks (one slice of each "
+            f"configuration per block, the whole server switched by reload)")
+
+
+def _windows(summary: RunSummary) -> str:
+    return f"over {len(summary.rounds)} interleaved rounds in whole-server windows"
+
+
+#: how each design summary.json names (``decision.design``) measured the race, in words; a
+#: design this report does not know is said by its name
+MEASURED_BY: Mapping[str, Callable[[RunSummary], str]] = {
+    "per-transaction": _per_transaction, "split": _split, "switchback": _switchback,
+    "windows": _windows}
+
+
 def measured_by(summary: RunSummary) -> str:
     """How the final comparison was measured, with its observations: the design summary.json
-    records (``decision.design``: windows, per-transaction, switchback, split)."""
+    records (``decision.design``, a key of :data:`MEASURED_BY`; windows when absent)."""
     decision = summary.decision or {}
-    design = decision.get("design") or "windows"
-    if design == "per-transaction":
-        transactions = sum(decision.get("transactions") or [])
-        return (f"in one per-transaction run ({transactions:,} transactions in "
-                f"{decision.get('rounds')} time slices, each transaction drawing one "
-                f"configuration at random)")
-    if design == "split":
-        transactions = sum(decision.get("transactions") or [])
-        return (f"in two parts: the session-settable knobs in one run drawing a configuration "
-                f"per transaction ({transactions:,} transactions) at the original's "
-                f"restart-time settings, then the restart-time knobs over "
-                f"{decision.get('rounds')} interleaved rounds in whole-server windows on top "
-                f"of the part chosen")
-    if design == "switchback":
-        return (f"by switchback over {decision.get('rounds')} blocks (one slice of each "
-                f"configuration per block, the whole server switched by reload)")
-    return f"over {len(summary.rounds)} interleaved rounds in whole-server windows"
+    design = str(decision.get("design") or "windows")
+    words = MEASURED_BY.get(design)
+    if words is None:
+        return f"by the {design} design over {decision.get('rounds')} observations"
+    return words(summary)
 
 
 def in_words(summary: RunSummary) -> str | None:

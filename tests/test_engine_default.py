@@ -10,9 +10,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import psycopg
 import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
+
+from tuner_client.phases.decisions import SCHEMA_PATH
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = tune_yaml(
     "engine-default", 6, mix="1Q3,1Q9,1Q13", measure="per_transaction_s: 10",
@@ -60,3 +65,15 @@ def test_without_measure_design_the_run_measures_per_transaction_and_says_why(
     assert iv is not None and iv.low > 1.0 and iv.ratio > 1.05, iv
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["decision"]["design"] == "per-transaction"
+    # the decisions as records under the published schema (issue 53): what was raced, by
+    # which design and why, with what interval, without parsing a sentence
+    jsonschema.validate(summary, json.loads((ROOT / SCHEMA_PATH).read_text()))
+    records = summary["decision_records"]
+    assert [r["text"] for r in records] == summary["decisions"]
+    chosen = next(r for r in records if r["kind"] == "design" and r["phase"] == "final")
+    assert chosen["design"] == "per-transaction" and chosen["labels"] == ["default", "best"]
+    verdict = next(r for r in records if r.get("winner") == decision.winner)
+    assert verdict["design"] == "per-transaction" and verdict["low"] > 1.0
+    # the race as data, slice by slice, for the report's chart
+    assert summary["race"]["design"] == "per-transaction"
+    assert summary["race"]["unit"] == "slice" and len(summary["race"]["trajectory"]["best"]) > 2

@@ -55,6 +55,11 @@ def test_a_split_race_claims_each_part_on_its_own_interval(
     assert restart and all(k.split()[0].endswith("-restart") for k in restart), said
     assert "final: stage 2: the restart part (shared_buffers) in windows" in said
     assert len(result.intervals.rounds) == 0  # the rounds are in the stages' own records
+    # the race as data for the report: the restart part's windows, round by round
+    trace = result.intervals.trace
+    assert trace is not None and trace.design == "windows" and trace.unit == "round", said
+    assert set(trace.trajectory) == {k.split()[0] for k in restart}, trace.trajectory
+    assert trace.note is not None and "restart part" in trace.note
     # never the slower session part, whatever the restart part did
     assert result.best.settings.get("enable_hashjoin", "on") == "on"
     if decision.winner is None:

@@ -15,12 +15,8 @@ from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F4
 
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.design_choice import choose_for, race_in
-from tuner_client.phases.search_per_transaction import (
-    LEVEL,
-    MAX_BATCH,
-    run_seconds,
-    search_choice,
-)
+from tuner_client.phases.search_design import search_choice
+from tuner_client.phases.search_per_transaction import LEVEL, MAX_BATCH, run_seconds
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
     SETTLED_HALF_WIDTH,

@@ -8,7 +8,7 @@ import pytest
 
 from harmony_base.errors import ConfigError
 from tuner_client.measurer.records import PointRecord
-from tuner_client.phases.final import _search_ratios, decision_labels
+from tuner_client.phases.final_windows import _search_ratios, decision_labels
 from tuner_client.phases.state import RunState
 from tuner_client.stats.decision import FinalDecision, decide
 from tuner_client.stats.noise import NoiseModel, NoisyObjective

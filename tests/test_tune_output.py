@@ -67,7 +67,7 @@ def test_the_summary_keeps_its_keys_and_values() -> None:
         "best_settings", "default_settings", "best_qpm", "default_qpm", "recommended_qpm",
         "search_best_qpm", "improvement", "improvement_ci", "decision", "ab_rounds", "passes",
         "evaluations", "decisions", "interrupted", "comparison", "bme", "sessions",
-        "screening", "guardrails"]
+        "screening", "guardrails", "decision_records"]
     assert summary["best_settings"] == {"work_mem": "8MB"}
     assert summary["default_settings"] == {"work_mem": "4MB"}
     assert (summary["best_qpm"], summary["default_qpm"]) == (118.0, 100.0)

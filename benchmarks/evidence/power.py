@@ -14,7 +14,7 @@ Steps (``python -m benchmarks.evidence power STEP``):
   a 10 s window would leave out the slowest.
 * ``race``: the tuner's per-transaction final race between the pair's reference (the
   original) and candidate, ``runs`` times per pair, on the code path of
-  :func:`tuner_client.phases.final_per_transaction.race_per_transaction_run`: the workload's
+  :class:`tuner_client.phases.final_per_transaction.PerTransaction`: the workload's
   per-transaction driver (:func:`workloads.per_transaction.from_config.make_assignment`) for
   ``final.max_seconds``, then :func:`tuner_client.stats.per_transaction_race.race_per_transaction`
   at 95 %. A/A runs race the reference against itself. The pairs' runs are interleaved

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError
+from tuner_client.knobs.sides import SYSTEM_WIDE_KNOBS
 from workloads.per_transaction.settings import SESSION_CONTEXTS
 
 PER_TRANSACTION = "per-transaction"
@@ -37,19 +38,13 @@ WINDOWS = "windows"
 AUTO = "auto"
 #: the designs, the most precise first
 PRECISION: tuple[str, ...] = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
+#: the design valid for every comparison (:data:`VALIDITY`'s column without a "no")
+UNIVERSAL = WINDOWS
 #: what ``measure.design`` accepts
 REQUESTS: tuple[str, ...] = (AUTO, *PRECISION)
 
 #: contexts a reload changes for every session (SET LOCAL: only ``SESSION_CONTEXTS``)
 RELOAD_CONTEXTS = frozenset({"sighup", *SESSION_CONTEXTS})
-#: session knobs with a system-wide side: the workers a gather starts compete for the cores
-#: with every other backend, which the per-transaction latency of one arm does not see
-#: (measured: parallel workers 2→0 read 0.70× per transaction and 1.34× in whole-server
-#: windows, docs/background.md §6; on the demo 0.77× against 1.22×)
-SYSTEM_WIDE_KNOBS = frozenset({
-    "max_parallel_workers_per_gather", "parallel_setup_cost", "parallel_tuple_cost",
-    "min_parallel_table_scan_size", "min_parallel_index_scan_size",
-    "parallel_leader_participation", "max_parallel_maintenance_workers"})
 
 # the knob classes (:func:`knob_class`) and the comparison-wide conditions
 SESSION = "session"
@@ -157,6 +152,18 @@ class Choice:
     requested: str
     passed_over: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def universal(self) -> bool:
+        """Whether the design chosen is the one valid for every comparison (windows): the
+        fallback of the others, and the second stage of a split or a narrowing."""
+        return self.design == UNIVERSAL
+
+    @property
+    def per_transaction(self) -> bool:
+        """Whether the design chosen runs every configuration per transaction in one run
+        (what a search session, the screening and a narrowing's first stage run)."""
+        return self.design == PER_TRANSACTION
+
     def text(self) -> str:
         """One line for the decisions and the plan."""
         head = (f"{self.design}, the most precise design valid here" if self.requested == AUTO
@@ -164,6 +171,11 @@ class Choice:
         if not self.passed_over:
             return head
         return head + "; " + "; ".join(f"not {d}: {why}" for d, why in self.passed_over)
+
+
+def universal_requested(requested: str) -> bool:
+    """Whether ``measure.design`` asks for the universal design (windows) itself."""
+    return requested == UNIVERSAL
 
 
 def check_request(requested: str, where: str = "measure.design") -> str:

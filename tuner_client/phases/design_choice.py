@@ -1,10 +1,13 @@
-"""Which design measures a run's comparison, and the final race run in it: the run's side of
-the measurement engine (:mod:`tuner_client.engine.designs` holds the rules as data).
+"""Which design measures a run's comparison, and the final race's design put together: the
+run's side of the measurement engine (:mod:`tuner_client.engine.designs` holds the rules as
+data, :mod:`tuner_client.engine.protocol` the interface every design implements).
 
 :func:`comparison_of` reads what the rules depend on from the run (the differing knobs'
 contexts, the workload's driver, the replicas, live traffic, the memory budget);
-:func:`choose_for` takes the engine's choice; :func:`race_in` runs a final race in a design
-other than windows (the windows race is :mod:`tuner_client.phases.final`'s own). The search
+:func:`choose_for` takes the engine's choice; :func:`final_design` turns the choice for a
+final race into the design that runs it (the chosen one with the universal design as its
+fallback, or a split or a narrowing when the universal design was chosen but a part of the
+race can be measured more precisely). The search
 (:mod:`tuner_client.phases.search_per_transaction`), the screening and the final race all
 choose here, so one comparison is never measured in a design another phase would refuse.
 """
@@ -15,18 +18,27 @@ from collections.abc import Mapping, Sequence
 
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
-    PER_TRANSACTION,
     PRECISION,
-    SWITCHBACK,
+    UNIVERSAL,
     Choice,
     Comparison,
     choose,
     differing_knobs,
 )
 from tuner_client.engine.pressure import memory_pressure_reason
-from tuner_client.phases.final_per_transaction import RaceOutcome, race_per_transaction_run
-from tuner_client.phases.final_switchback import race_switchback_run
+from tuner_client.engine.protocol import RaceOutcome, RaceRequest, design_named
+
+# the final designs register themselves on import
+from tuner_client.phases.final_design import Fallback, FinalDesign, FinalRun
+from tuner_client.phases.final_narrow import Narrowing
+from tuner_client.phases.final_per_transaction import PerTransaction
+from tuner_client.phases.final_split import Split, split_choice
+from tuner_client.phases.final_switchback import Switchback
+from tuner_client.phases.final_windows import Windows
 from tuner_client.phases.state import RunContext, RunState
+
+#: the final designs this module puts together (imported so that they register)
+FINAL_DESIGNS = (PerTransaction, Switchback, Windows, Split, Narrowing, Fallback)
 
 
 def comparison_of(ctx: RunContext, configs: Sequence[Mapping[str, str]], *,
@@ -47,12 +59,41 @@ def choose_for(ctx: RunContext, configs: Sequence[Mapping[str, str]], *, search:
                   SEARCH_DESIGNS if search else PRECISION)
 
 
+def final_design_of(name: str) -> FinalDesign:
+    """The final design registered as ``name``."""
+    design = design_named(name)()
+    if not isinstance(design, FinalDesign):
+        raise TypeError(f"the design {name!r} is not a final race's design")
+    return design
+
+
+def final_design(ctx: RunContext, request: RaceRequest, choice: Choice) -> FinalDesign:
+    """The design that runs the final race of ``request``, whose engine choice is
+    ``choice``: a precise design falls back on the universal one when its run fails (not in
+    managed mode, where nothing server-wide may change); the
+    universal one races alone unless the race splits (a restart-time knob apart,
+    :func:`~tuner_client.phases.final_split.split_choice`) or narrows (a per-transaction
+    run among the searched candidates that share the best's fixed knobs first)."""
+    universal = final_design_of(UNIVERSAL)
+    if not choice.universal:
+        # managed mode never changes the server: no fallback on a whole-server design
+        return final_design_of(choice.design) if ctx.managed is not None \
+            else Fallback(final_design_of(choice.design), universal)
+    split = split_choice(ctx, lambda configs: choose_for(ctx, configs), request)
+    if split is not None:
+        return Split(final_design_of(split.design), universal, split)
+    best = request.searched[0] if request.searched else None
+    if best is not None and choice.passed_over \
+            and choose_for(ctx, [request.configurations[best]] * 2).per_transaction:
+        # a knob SET LOCAL cannot carry differs: one per-transaction run among the searched
+        # candidates that share the best's, then the universal design's race of the one chosen
+        return Narrowing(universal, choice.passed_over[0][1])
+    return universal
+
+
 def race_in(design: str, ctx: RunContext, state: RunState,
             candidates: Mapping[str, dict[str, str]], labels: list[str]) -> RaceOutcome | None:
-    """Race ``labels`` (the first the reference) in ``design`` (per transaction or
-    switchback); None, said why, when the run failed (the race then runs in windows)."""
-    if design == PER_TRANSACTION:
-        return race_per_transaction_run(ctx, state, candidates, labels)
-    if design == SWITCHBACK:
-        return race_switchback_run(ctx, state, candidates, labels)
-    raise ValueError(f"race_in runs per-transaction or switchback races, not {design!r}")
+    """Race ``labels`` (the first the reference) in the design registered as ``design`` at
+    ``final.level``; None, said why, when the run failed."""
+    request = RaceRequest(candidates, tuple(labels), ctx.config.final.level)
+    return final_design_of(design).race(FinalRun(ctx, state), request)

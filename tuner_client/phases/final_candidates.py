@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.decisions import Decision
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
@@ -28,8 +29,9 @@ def screened_races(ctx: RunContext, state: RunState, candidates: Mapping[str, di
         return False
     reason = ctx.budget_violation(screened)
     if reason is not None:
-        state.decide(f"final: the screening's predicted best {screened} breaks the memory "
-                     f"budget ({reason}); not raced")
+        state.decide(Decision.note(f"final: the screening's predicted best {screened} breaks "
+                                   f"the memory budget ({reason}); not raced",
+                                   labels=("screened",), reason=reason))
         return False
     return True
 
@@ -45,13 +47,15 @@ def baseline_settings(ctx: RunContext, state: RunState, label: str) -> dict[str,
                       else "dw")
     settings = {**ctx.original, **pgtune_on_grid(machine, ctx.budget.catalog, ctx.original)}
     if settings == ctx.original:
-        state.decide("final: PGTune's rules set none of the tuned knobs differently from the "
-                     "original; not measured as a baseline")
+        state.decide(Decision.note("final: PGTune's rules set none of the tuned knobs "
+                                   "differently from the original; not measured as a baseline",
+                                   labels=("pgtune",)))
         return None
     reason = ctx.budget_violation(settings)
     if reason is not None:
-        state.decide(f"final: PGTune's rules {settings} break the memory budget ({reason}); "
-                     f"not measured as a baseline")
+        state.decide(Decision.note(f"final: PGTune's rules {settings} break the memory budget "
+                                   f"({reason}); not measured as a baseline",
+                                   labels=("pgtune",), reason=reason))
         return None
     return settings
 
@@ -76,7 +80,7 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
         if reason is not None:
             text = f"final: {settings} not re-measured: {reason}"
             if any(r is state.best for r in records):
-                state.decide(text)
+                state.decide(Decision.note(text, labels=("best",), reason=reason))
             else:
                 logger.info(text)
             continue

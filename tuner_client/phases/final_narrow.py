@@ -11,7 +11,8 @@ highest work-weighted speedup over the best (the best itself when none is faster
 The choice claims nothing, so its run ends once every candidate is ranked, as a search run
 does (:func:`tuner_client.phases.search_stops.ranked`: each interval within ±3 %,
 within a quarter of its effect, or below 1.05×), and its intervals are then nominal.
-Stage 2 is the windows race (:mod:`tuner_client.phases.final`) of the original, the eligible
+Stage 2 is the windows race (:class:`~tuner_client.phases.final_windows.Windows`) of the
+original, the eligible
 baselines (PGTune's rules) and that one chosen. A candidate that differs from the best in
 such a knob cannot be compared in stage 1: the best-ranked of them races in windows too only
 when the search ranks it within noise of the best (:func:`within_noise`), else it is dropped,
@@ -34,9 +35,16 @@ from statistics import NormalDist
 
 from harmony_base.errors import HarmonyError
 from tuner_client.engine.designs import SESSION, differing_knobs, knob_class
+from tuner_client.engine.protocol import RaceOutcome, RaceRequest
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_candidates import rank_configurations
-from tuner_client.phases.final_per_transaction import race_seconds, run_per_transaction
+from tuner_client.phases.final_design import FinalDesign, FinalRun
+from tuner_client.phases.final_per_transaction import (
+    PerTransaction,
+    race_seconds,
+    run_per_transaction,
+)
 from tuner_client.phases.search_stops import ranked
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.noise import POINT_CV_20S
@@ -121,35 +129,66 @@ def within_noise(records: list[PointRecord], original: Mapping[str, str],
                       (len(values[0]), len(values[1])))
 
 
+#: the composition's name in the registry and the decisions
+NARROWING = "narrowing"
+
+
+class Narrowing(FinalDesign, name=NARROWING):
+    """Stage 1 per transaction among the searched candidates that share the best's settings
+    of every knob ``SET LOCAL`` cannot carry, then the race of the one chosen (and the
+    candidates kept within noise) in ``then`` (see the module). ``why``: why one
+    per-transaction run cannot hold every candidate and the original."""
+
+    def __init__(self, then: FinalDesign, why: str) -> None:
+        self.then, self.why = then, why
+
+    def race(self, run: FinalRun, request: RaceRequest) -> RaceOutcome | None:
+        narrowed = narrow_candidates(run.ctx, run.state, request.configurations,
+                                     list(request.searched), self.why, level=request.level)
+        rules = [c for c in request.candidates if c not in request.searched]
+        return self.then.race(run, RaceRequest(
+            request.configurations, (request.reference, *narrowed.searched, *rules),
+            request.level, reported=request.reported, also_compared=narrowed.also_compared,
+            searched=tuple(narrowed.searched), stage=request.stage))
+
+
 def narrow_candidates(ctx: RunContext, state: RunState,
-                      candidates: Mapping[str, dict[str, str]], searched: list[str], why: str
-                      ) -> Narrowed:
+                      candidates: Mapping[str, Mapping[str, str]], searched: list[str],
+                      why: str, *, level: float) -> Narrowed:
     """Stage 1 (see the module): the searched candidates that race in windows. ``why``: why
     one per-transaction run cannot hold every candidate and the original."""
     best = searched[0]
-    state.decide(f"final: not one per-transaction run for every candidate: {why}")
+    state.decide(Decision.note(f"final: not one per-transaction run for every candidate: "
+                               f"{why}", design=NARROWING, why=why))
     reason = unsupported_reason(ctx.config.workload) or (
         "the race runs over several replicas" if ctx.pool.replicated else None)
     if reason is not None:
-        state.decide(f"final: every candidate races in windows: {reason}")
+        state.decide(Decision.note(f"final: every candidate races in windows: {reason}",
+                                   design=NARROWING, reason=reason))
         return Narrowed(searched)
     group = [c for c in searched if not fixed_knobs(ctx, candidates[best], candidates[c])]
     kept = _keep_within_noise(ctx, state, candidates, best,
                               [c for c in searched if c not in group])
     if len(group) < 2:
         return Narrowed([best, *kept])
-    state.decide(f"final: stage 1, per transaction: {', '.join(group)} share the best's "
-                 f"settings of every knob SET LOCAL cannot carry; one per-transaction run "
-                 f"chooses one of them to race in windows")
+    state.decide(Decision.note(
+        f"final: stage 1, per transaction: {', '.join(group)} share the best's settings of "
+        f"every knob SET LOCAL cannot carry; one per-transaction run chooses one of them to "
+        f"race in windows", design=NARROWING, stage="stage 1", labels=group))
     try:
         race = run_per_transaction(ctx, candidates, group, race_seconds(ctx),
-                                   settled=lambda trace: ranked(trace, ctx.config.seed))
+                                   settled=lambda trace: ranked(trace, ctx.config.seed),
+                                   level=level)
     except HarmonyError as exc:
-        state.decide(f"final: the per-transaction run failed ({exc}); every candidate races "
-                     f"in windows")
+        state.decide(Decision.of("final", Kind.FAILED, design=PerTransaction.name,
+                                 reason=str(exc), text="every candidate races in windows"))
         return Narrowed(searched)
     for label, result in race.comparisons.items():
-        state.decide(f"final: stage 1: {label}/{best} {result.text()}")
+        iv = result.interval
+        state.decide(Decision.note(f"final: stage 1: {label}/{best} {result.text()}",
+                                   design=NARROWING, stage="stage 1", labels=(best, label),
+                                   ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
+                                   rounds=result.slices))
     faster = {label: r.interval.ratio for label, r in race.comparisons.items()
               if r.interval.ratio > 1.0}
     chosen = max(faster, key=lambda label: faster[label], default=best)
@@ -157,13 +196,15 @@ def narrow_candidates(ctx: RunContext, state: RunState,
     # speed better than the search's few windows did; the claim is the windows race's
     why = f"{faster[chosen]:.3f}× {best}, the highest speedup over it" if chosen != best \
         else "no candidate ran faster than it"
-    state.decide(f"final: stage 1 chose {chosen} ({why}); the windows race's Bonferroni "
-                 f"also counts the {len(group) - 1} compared here and not carried on")
+    state.decide(Decision.note(
+        f"final: stage 1 chose {chosen} ({why}); the windows race's Bonferroni also counts "
+        f"the {len(group) - 1} compared here and not carried on", design=NARROWING,
+        stage="stage 1", labels=group, winner=chosen, reason=why))
     return Narrowed([chosen, *kept], also_compared=len(group) - 1)
 
 
 def _keep_within_noise(ctx: RunContext, state: RunState,
-                       candidates: Mapping[str, dict[str, str]], best: str,
+                       candidates: Mapping[str, Mapping[str, str]], best: str,
                        others: list[str]) -> list[str]:
     """The best-ranked of ``others`` (they differ from the best in a knob stage 1 cannot
     compare) when the search ranks it within noise of the best; every other one dropped."""
@@ -175,18 +216,24 @@ def _keep_within_noise(ctx: RunContext, state: RunState,
         check = within_noise(records, ctx.original, candidates[best], candidates[label],
                              level=ctx.config.final.level)
         if kept:
-            state.decide(f"final: {label} differs from {best} in {knobs}; not raced: only the "
-                         f"best-ranked such candidate ({kept[0]}) races in windows")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}; not raced: only the "
+                f"best-ranked such candidate ({kept[0]}) races in windows", design=NARROWING,
+                labels=(best, label)))
         elif check is None:
-            state.decide(f"final: {label} differs from {best} in {knobs} and the search did "
-                         f"not measure it beside {best}; not raced")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs} and the search did not measure "
+                f"it beside {best}; not raced", design=NARROWING, labels=(best, label)))
         elif check.within:
             kept.append(label)
-            state.decide(f"final: {label} differs from {best} in {knobs}, which a "
-                         f"per-transaction run cannot compare; {check.text()}: it races in "
-                         f"windows too")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}, which a per-transaction run "
+                f"cannot compare; {check.text()}: it races in windows too", design=NARROWING,
+                labels=(best, label), ratio=check.ratio, reason="within the search's noise"))
         else:
-            state.decide(f"final: {label} differs from {best} in {knobs}, which a "
-                         f"per-transaction run cannot compare; {check.text()}: outside the "
-                         f"noise, not raced")
+            state.decide(Decision.note(
+                f"final: {label} differs from {best} in {knobs}, which a per-transaction run "
+                f"cannot compare; {check.text()}: outside the noise, not raced",
+                design=NARROWING, labels=(best, label), ratio=check.ratio,
+                reason="outside the search's noise"))
     return kept

@@ -10,15 +10,15 @@ and each part is claimed on its own interval:
 
 1. **The session part**: every candidate with its restart-time knobs at the original's
    values, raced beside the original in the design the engine chooses for them
-   (:func:`split_design`: per transaction, or by switchback when a knob with a system-wide
+   (:func:`split_choice`: per transaction, or by switchback when a knob with a system-wide
    side or a reload-time one differs or a candidate's work memory is past the line); its
    winner (else the original) is the base of stage 2. When the session parts too could only
    race in windows, the race is not split: it would gain nothing.
 2. **The restart part**: the candidates' distinct restart-time values, each on top of that
    base, raced beside the base itself in whole-server windows around restarts
-   (:mod:`tuner_client.phases.final`'s race, anytime-valid). It measures the restart part
-   *given* the session part chosen, so the product of the two ratios is the ratio of the
-   recommended configuration to the original: no interaction is assumed away.
+   (:class:`~tuner_client.phases.final_windows.Windows`, anytime-valid). It measures the
+   restart part *given* the session part chosen, so the product of the two ratios is the
+   ratio of the recommended configuration to the original: no interaction is assumed away.
 
 Each stage runs at half the error rate (Bonferroni over the two), so the product of the two
 simultaneous intervals is a 95 % interval for the whole recommendation. A part is taken only
@@ -27,24 +27,24 @@ when its own interval lies above 1; the other part then stays the original's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
-from tuner_client.engine.designs import RESTART, WINDOWS, Choice, differing_knobs, knob_class
-from tuner_client.phases.design_choice import choose_for, race_in
-from tuner_client.phases.final_per_transaction import decision_result
-from tuner_client.phases.result import TuneResult
-from tuner_client.phases.state import RunContext, RunState
-from tuner_client.stats.decision import FinalDecision
+from tuner_client.engine.designs import RESTART, Choice, differing_knobs, knob_class
+from tuner_client.engine.protocol import RaceRequest, Traced
+from tuner_client.phases.decisions import Decision, Kind
+from tuner_client.phases.final_design import FinalDesign, FinalRun
+from tuner_client.phases.state import RunContext
+from tuner_client.stats.decision import FinalDecision, split_decision
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.trace import RaceTrace
 
 #: the design summary.json names for a split race
 SPLIT = "split"
 
-#: the windows race of stage 2: (context at its level, candidates with "default" the base,
-#: the option labels) → its decision (None: no decision, fewer than two rounds)
-WindowsRace = Callable[[RunContext, Mapping[str, dict[str, str]], list[str]],
-                       FinalDecision | None]
+#: the engine's choice of a design for a list of configurations (the first the reference)
+ChooseFor = Callable[[list[dict[str, str]]], Choice]
 
 
 def restart_knobs(ctx: RunContext, configs: list[dict[str, str]]) -> list[str]:
@@ -54,25 +54,18 @@ def restart_knobs(ctx: RunContext, configs: list[dict[str, str]]) -> list[str]:
             if knob_class(n, catalog[n].context if n in catalog else "unknown") == RESTART]
 
 
-def at_level(ctx: RunContext, level: float) -> RunContext:
-    """``ctx`` with the final race's level set to ``level``."""
-    final = dataclasses.replace(ctx.config.final, level=level)
-    return dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, final=final))
-
-
-def split_design(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
-                 labels: list[str]) -> Choice | None:
-    """The design of stage 1 when the race of ``labels`` (the first the original) is split
-    (None: it is not: ``final.restart_part: together``, no restart-time knob differs, or the
-    session parts too would race in windows, where splitting gains nothing)."""
+def split_choice(ctx: RunContext, choose: ChooseFor, request: RaceRequest) -> Choice | None:
+    """The design of stage 1 when the race of ``request`` (the reference the original) is
+    split (None: it is not: ``final.restart_part: together``, no restart-time knob differs,
+    or the session parts too would race in windows, where splitting gains nothing);
+    ``choose``: the engine's choice for a list of configurations."""
     if ctx.config.final.restart_part != "apart":
         return None
-    configs = [candidates[label] for label in labels]
-    restart = restart_knobs(ctx, configs)
+    restart = restart_knobs(ctx, request.settings())
     if not restart:
         return None
-    choice = choose_for(ctx, [session_part(ctx, candidates[label], restart) for label in labels])
-    return None if choice.design == WINDOWS else choice
+    choice = choose([session_part(ctx, c, restart) for c in request.settings()])
+    return None if choice.universal else choice
 
 
 def session_part(ctx: RunContext, settings: Mapping[str, str],
@@ -82,53 +75,105 @@ def session_part(ctx: RunContext, settings: Mapping[str, str],
     return {**settings, **{n: ctx.original[n] for n in restart}}
 
 
-def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
-               labels: list[str], design: Choice, windows: WindowsRace) -> TuneResult:
-    """Race ``labels`` (the first the original, "default") in two stages (see the module),
-    stage 1 in ``design`` (:func:`split_design`)."""
-    configs = [candidates[label] for label in labels]
-    restart = restart_knobs(ctx, configs)
-    half = at_level(ctx, 1.0 - (1.0 - ctx.config.final.level) / 2.0)
-    state.decide(f"final: the race is split ({', '.join(restart)} only changes with a restart): "
-                 f"the session part of each candidate by {design.text()}, then the restart "
-                 f"part "
-                 f"in whole-server windows on top of the session part chosen; each stage at "
-                 f"{100 * half.config.final.level:.1f} %, so that their product is a "
-                 f"{100 * ctx.config.final.level:.0f} % interval")
-    parts = {label: session_part(ctx, candidates[label], restart) for label in labels}
-    stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
-    base, first, winner = dict(ctx.original), None, None
-    if len(stage1) > 1:
-        outcome = race_in(design.design, half, state, parts, stage1)
-        if outcome is not None:
-            first = outcome.to_final_decision()
-            if outcome.winner is not None:
-                winner = outcome.winner
-                base = parts[winner]
-    else:
-        state.decide("final: stage 1: no candidate differs from the original in a "
-                     "session-settable knob")
-    # the restart values of the session part's winner (none without one: a runner-up whose
-    # session part is the original's adds nothing), the search's best and PGTune's
-    sources = [label for label in dict.fromkeys([winner, "best", "pgtune"]) if label in labels]
-    options = {f"{label}-restart": {**base, **{n: candidates[label][n] for n in restart}}
-               for label in sources}
-    option_labels = _distinct(options, list(options), base)
-    for label in list(option_labels):
-        # only what the restart part changes is checked: the base may be the user's own
-        # original, which a budget tighter than what they run today may refuse
-        reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
-                                      {n: options[label][n] for n in restart})
-        if reason is not None:
-            state.decide(f"final: stage 2: {label} {options[label]} breaks the memory "
-                         f"budget ({reason}); not raced")
-            option_labels.remove(label)
-    second = None
-    if option_labels:
-        state.decide(f"final: stage 2: the restart part ({', '.join(restart)}) in windows: "
-                     f"{', '.join(option_labels)} beside the base {base}")
-        second = windows(half, {"default": base, **options}, option_labels)
-    return _result(ctx, state, options, base, first, second)
+@dataclass(frozen=True)
+class SplitOutcome:
+    """A split race: the decision over both parts, the configuration it recommends, and the
+    race of the last part that ran, step by step (the restart part's, else the session
+    part's; None when that part's design traced none)."""
+
+    decision: FinalDecision
+    settings: dict[str, str]
+    last: RaceTrace | None = None
+
+    def trace(self) -> RaceTrace | None:
+        return self.last
+
+    @property
+    def winner(self) -> str | None:
+        return self.decision.winner
+
+    def to_final_decision(self) -> FinalDecision:
+        return self.decision
+
+    def recommended(self) -> Mapping[str, str] | None:
+        return self.settings if self.decision.winner is not None else None
+
+
+class Split(FinalDesign, name=SPLIT):
+    """The session part in ``session`` (the design :func:`split_choice` chose, ``choice``),
+    then the restart part in ``restart`` on top of the session part chosen (see the
+    module)."""
+
+    def __init__(self, session: FinalDesign, restart: FinalDesign, choice: Choice) -> None:
+        self.session, self.restart, self.choice = session, restart, choice
+
+    def race(self, run: FinalRun, request: RaceRequest) -> SplitOutcome:
+        ctx, state = run.ctx, run.state
+        labels = list(request.labels)
+        restart = restart_knobs(ctx, request.settings())
+        level = simultaneous_level(request.level, 2)
+        state.decide(Decision.note(
+            f"final: the race is split ({', '.join(restart)} only changes with a restart): "
+            f"the session part of each candidate by {self.choice.text()}, then the restart "
+            f"part in whole-server windows on top of the session part chosen; each stage at "
+            f"{100 * level:.1f} %, so that their product is a {100 * request.level:.0f} % "
+            f"interval", design=SPLIT, labels=request.labels, level=level,
+            why=self.choice.text()))
+        parts = {label: session_part(ctx, request.configurations[label], restart)
+                 for label in labels}
+        stage1 = [labels[0]] + _distinct(parts, labels[1:], ctx.original)
+        base, first, winner = dict(ctx.original), None, None
+        traced: RaceTrace | None = None
+        if len(stage1) > 1:
+            outcome = self.session.race(run, RaceRequest(parts, tuple(stage1), level))
+            traced = outcome.trace() if isinstance(outcome, Traced) else None
+            if outcome is not None:
+                first = outcome.to_final_decision()
+                if outcome.winner is not None:
+                    winner = outcome.winner
+                    base = parts[winner]
+        else:
+            state.decide(Decision.note("final: stage 1: no candidate differs from the "
+                                       "original in a session-settable knob", design=SPLIT,
+                                       stage="session part"))
+        # the restart values of the session part's winner (none without one: a runner-up
+        # whose session part is the original's adds nothing), the search's best and PGTune's
+        sources = [label for label in dict.fromkeys([winner, "best", "pgtune"])
+                   if label in labels]
+        options = {f"{label}-restart": {**base, **{n: request.configurations[label][n]
+                                                   for n in restart}}
+                   for label in sources}
+        option_labels = _distinct(options, list(options), base)
+        for label in list(option_labels):
+            # only what the restart part changes is checked: the base may be the user's own
+            # original, which a budget tighter than what they run today may refuse
+            reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
+                                          {n: options[label][n] for n in restart})
+            if reason is not None:
+                state.decide(Decision.note(
+                    f"final: stage 2: {label} {options[label]} breaks the memory budget "
+                    f"({reason}); not raced", design=SPLIT, stage="restart part",
+                    labels=(label,), reason=reason))
+                option_labels.remove(label)
+        second = None
+        if option_labels:
+            state.decide(Decision.note(
+                f"final: stage 2: the restart part ({', '.join(restart)}) in windows: "
+                f"{', '.join(option_labels)} beside the base {base}", design=SPLIT,
+                stage="restart part", labels=("default", *option_labels),
+                settings={"default": base, **{o: options[o] for o in option_labels}}))
+            raced = self.restart.race(run, RaceRequest(
+                {"default": base, **options}, ("default", *option_labels), level,
+                stage="restart part"))
+            second = raced.to_final_decision() if raced is not None else None
+            if isinstance(raced, Traced) and (restart_trace := raced.trace()) is not None:
+                traced = replace(restart_trace, note="the restart part's race: each option "
+                                                     "beside the session part chosen")
+            if second is None:
+                state.decide(Decision.of(
+                    "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
+                    text="; the restart-time knobs stay the original's"))
+        return _outcome(ctx, run, options, base, first, second, request.level, traced)
 
 
 def _distinct(configs: Mapping[str, dict[str, str]], labels: list[str],
@@ -154,7 +199,7 @@ def _claimed(decision: FinalDecision | None) -> RatioInterval | None:
 
 def product(parts: list[RatioInterval | None], level: float) -> RatioInterval | None:
     """The claimed parts' intervals multiplied (None: none claimed): each holds at
-    ``1 - (1 - level) / 2``, so both at once hold at ``level`` at least (Bonferroni), and
+    ``simultaneous_level(level, 2)``, so both at once hold at ``level`` at least, and
     then the product of the ratios lies between the products of their bounds."""
     claimed = [p for p in parts if p is not None]
     if not claimed:
@@ -165,43 +210,16 @@ def product(parts: list[RatioInterval | None], level: float) -> RatioInterval | 
     return RatioInterval(ratio, low, high, sum(p.n for p in claimed), level, "anytime")
 
 
-def _result(ctx: RunContext, state: RunState, options: Mapping[str, dict[str, str]],
-            base: dict[str, str], first: FinalDecision | None,
-            second: FinalDecision | None) -> TuneResult:
-    """The run's result: the base (the session part's winner, else the original) with the
-    restart part's winner on top, and the product of the claimed parts' intervals."""
-    one, two = _claimed(first), _claimed(second)
+def _outcome(ctx: RunContext, run: FinalRun, options: Mapping[str, dict[str, str]],
+             base: dict[str, str], first: FinalDecision | None,
+             second: FinalDecision | None, level: float, traced: RaceTrace | None
+             ) -> SplitOutcome:
+    """The base (the session part's winner, else the original) with the restart part's
+    winner on top, and the product of the claimed parts' intervals."""
     best = dict(options[second.winner]) if second is not None and second.winner else base
-    intervals: dict[str, RatioInterval | None] = {}
-    for stage, decision in (("session part", first), ("restart part", second)):
-        for label, iv in (decision.intervals.items() if decision is not None else ()):
-            intervals[f"{label} ({stage})"] = iv
-    lines = [*(first.lines if first is not None else ()),
-             *(f"restart part: {line}" for line in (second.lines if second is not None else ()))]
-    winner = None
-    whole = product([one, two], ctx.config.final.level)
-    if whole is not None:
-        winner = "tuned"
-        intervals[winner] = whole
-        changed = {n: v for n, v in best.items() if ctx.original.get(n) != v}
-        lines.append(f"recommending {changed}: {whole.ratio:.2f}× the original "
-                     f"({100 * whole.level:.0f} % CI {whole.low:.2f}–{whole.high:.2f}, the "
-                     f"product of the claimed parts' intervals, each at half the error rate)")
-    else:
-        lines.append("no part measured clearly better than the original; keeping the "
-                     "original")
-    state.decide(f"final: {lines[-1]}")
-    shown = intervals.get("tuned")
-    decision = FinalDecision(
-        winner=winner, reference="default",
-        best=winner or (f"{first.best} (session part)" if first and first.best else None),
-        intervals=intervals, unstable={}, lines=tuple(lines),
-        rounds=second.rounds if second is not None else 0, level=ctx.config.final.level,
-        decision_level=ctx.config.final.level,
-        improvement=shown.ratio - 1.0 if shown is not None else 0.0,
-        improvement_ci=(shown.low - 1.0, shown.high - 1.0) if shown is not None else None,
-        method="anytime", design=SPLIT,
-        transactions=first.transactions if first is not None else None,
-        method_text="session part: its design's interval; restart part: anytime-valid "
-                    "confidence sequence over paired windows; product of the two")
-    return decision_result(ctx, state, decision, best if winner else dict(ctx.original))
+    whole = product([_claimed(first), _claimed(second)], level)
+    changed = {n: v for n, v in best.items() if ctx.original.get(n) != v}
+    decision = split_decision(first, second, whole, changed, level=level, design=SPLIT)
+    run.state.decide(Decision.verdict("final", decision, line=-1) if whole is not None
+                     else Decision.line("final", decision.lines[-1], design=SPLIT))
+    return SplitOutcome(decision, best, traced)

@@ -17,16 +17,18 @@ intervals all exclude 1 (they are confidence sequences). The server's
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import psycopg
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import HarmonyError
 from tuner_client.engine.comparison import live_traffic
-from tuner_client.engine.designs import differing_knobs
+from tuner_client.engine.designs import SWITCHBACK
+from tuner_client.engine.protocol import RaceRequest
+from tuner_client.phases.decisions import Decision, Kind, race_records
+from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
 from tuner_client.phases.final_per_transaction import race_seconds
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.state import RunContext
 from tuner_client.stats.per_transaction import estimand_of
 from tuner_client.stats.switchback import (
     SwitchbackRace,
@@ -52,40 +54,41 @@ logger = logging.getLogger(__name__)
 MIN_BLOCKS = 4
 
 
-def race_switchback_run(ctx: RunContext, state: RunState,
-                        candidates: Mapping[str, dict[str, str]], labels: list[str]
-                        ) -> SwitchbackRace | None:
-    """Race ``labels`` (the first is the reference) by switchback for ``final.max_seconds``
-    (default and bounds as per transaction), where the engine chose it
-    (:func:`tuner_client.phases.design_choice.choose_for`); None, said why, when the run
-    failed."""
-    configs = [candidates[label] for label in labels]
-    slice_s = ctx.config.measure.slice_s
-    seconds = race_seconds(ctx)
-    blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
-    logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
-                " vs ".join(labels), blocks, slice_s)
-    differing = differing_knobs(configs)
-    ctx.measurer.stop()  # the windows' workload must not run beside this one
-    try:
-        # the knobs the candidates share are put in force first (a restart-time one may be
-        # among them); the switches then write only the differences
-        ctx.apply({n: v for n, v in configs[0].items() if n not in differing},
-                  check_budget=False, warm_up=False)
-        switched = [{n: c[n] for n in differing if n in c} for c in configs]
-        with connect(ctx.target.dsn) as conn:
-            outcome = (_live(ctx, conn, switched, labels, blocks) if live_traffic(ctx.config)
-                       else _driven(ctx, conn, switched, labels, blocks))
-    except HarmonyError as exc:
-        state.decide(f"final: the switchback run failed ({exc}); measured in windows")
-        return None
-    for line in outcome.decisions():
-        state.decide(f"final: {line}")
-    return outcome
+class Switchback(FinalDesign, name=SWITCHBACK):
+    """Race the request's labels (the first the reference) by switchback for
+    ``final.max_seconds`` (default and bounds as per transaction); None, said why, when the
+    run failed."""
+
+    def race(self, run: FinalRun, request: RaceRequest) -> SwitchbackRace | None:
+        ctx, labels = run.ctx, list(request.labels)
+        configs = request.settings()
+        slice_s = ctx.config.measure.slice_s
+        seconds = race_seconds(ctx)
+        blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
+        logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
+                    " vs ".join(labels), blocks, slice_s)
+        try:
+            # the switches then write only the differences
+            differing = shared_in_force(ctx, configs)
+            switched = [{n: c[n] for n in differing if n in c} for c in configs]
+            with connect(ctx.target.dsn) as conn:
+                outcome = (
+                    _live(ctx, conn, switched, labels, blocks, request.level)
+                    if live_traffic(ctx.config)
+                    else _driven(ctx, conn, switched, labels, blocks, request.level))
+        except HarmonyError as exc:
+            run.state.decide(Decision.of("final", Kind.FAILED, design=self.name,
+                                         stage=request.stage, reason=str(exc),
+                                         text="measured in windows"))
+            return None
+        for record in race_records(outcome.to_final_decision(), stage=request.stage,
+                                   counts=outcome.counts):
+            run.state.decide(record)
+        return outcome
 
 
 def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
-            labels: list[str], blocks: int) -> SwitchbackRace:
+            labels: list[str], blocks: int, level: float) -> SwitchbackRace:
     """The tuner's own workload beside the switching, every transaction timed."""
     cfg = ctx.config
     # planned at every execution: a prepared statement's plan would not follow a reload
@@ -99,11 +102,11 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[d
                                       trace.origin + trace.start, trace.latency, trace.ok,
                                       settle_s=settle_s)
     return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=settle_s,
-                level=cfg.final.level, estimand=estimand_of(trace))
+                level=level, estimand=estimand_of(trace))
 
 
 def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
-          labels: list[str], blocks: int) -> SwitchbackRace:
+          labels: list[str], blocks: int, level: float) -> SwitchbackRace:
     """The application's traffic, read from counters at each slice's edges; stops after the
     first block at which every candidate's interval excludes 1."""
     cfg = ctx.config
@@ -112,7 +115,7 @@ def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dic
 
     def analyse(run: SliceRun) -> SwitchbackRace:
         return race(totals_from_deltas(run.spans, run.deltas), labels,
-                    slice_s=cfg.measure.slice_s, settle_s=settle_s, level=cfg.final.level,
+                    slice_s=cfg.measure.slice_s, settle_s=settle_s, level=level,
                     source=source)
 
     def decided(run: SliceRun) -> bool:

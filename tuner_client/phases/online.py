@@ -19,7 +19,7 @@ from tuner_client.phases.detectors import (
     MixShiftDetector,
     WorkloadShiftDetector,
 )
-from tuner_client.phases.search_per_transaction import session_runner
+from tuner_client.phases.search_design import session_runner
 from tuner_client.phases.sessions import open_session, session_definition, session_references
 from tuner_client.phases.state import RunContext, RunState, best_of, record_point
 from tuner_client.stats.mix import pool, time_shares

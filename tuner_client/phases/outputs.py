@@ -85,11 +85,14 @@ def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Pat
         for record in state.records:
             fh.write(json.dumps(record.to_dict(), default=str) + "\n")
     # the report's inputs (the race round by round, every paired ratio) beside the result
+    decision, trace = result.intervals.decision, result.intervals.trace
     summary = {**result.to_dict(), **report_inputs(
         state.records, result.intervals.rounds,
-        result.intervals.decision.to_dict() if result.intervals.decision is not None else None,
-        result.work.decisions,
-        objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind))}
+        decision.to_dict() if decision is not None else None, result.work.decisions,
+        objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind),
+        trace=trace.to_dict(winner=decision.winner, decision_level=decision.decision_level,
+                            unstable=decision.unstable)
+        if trace is not None and decision is not None else None)}
     if ctx.managed is not None:
         summary["managed"] = ctx.managed.to_dict([k.name for k in rec.knobs])
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -86,7 +86,10 @@ def measurement_trace(records: Sequence[PointRecord]) -> list[JSONObject]:
 
 def report_inputs(records: Sequence[PointRecord], rounds: Sequence[Mapping[str, float | None]],
                   decision: Mapping[str, JSON] | None, decisions: Sequence[str],
-                  unit: str) -> JSONObject:
-    """The keys summary.json gains for the report (``race``, ``measurements``, ``unit``)."""
-    return {"race": race_trace(rounds, decision, decisions),
+                  unit: str, *, trace: JSONObject | None = None) -> JSONObject:
+    """The keys summary.json gains for the report (``race``, ``measurements``, ``unit``):
+    ``trace``, the race as its design recorded it
+    (:class:`tuner_client.stats.trace.RaceTrace`), else the race read back from the rounds
+    and the decisions' words (:func:`race_trace`)."""
+    return {"race": trace if trace is not None else race_trace(rounds, decision, decisions),
             "measurements": measurement_trace(records), "unit": unit}

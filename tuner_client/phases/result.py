@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harmony_base.jsontypes import JSONObject
 from tuner_client.measurer.guardrails import GuardrailSummary
 from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.screening import Screening
+from tuner_client.stats.trace import RaceTrace
 
 #: one final round: label (``default``, ``best``, ``pgtune``, ``tuned`` ...) → its value
 Round = dict[str, float | None]
@@ -76,10 +78,12 @@ class Best:
 
 @dataclass(frozen=True)
 class Intervals:
-    """The final rounds and the decision drawn from them (``None`` when too few ran)."""
+    """The final rounds and the decision drawn from them (``None`` when too few ran), and
+    the race step by step when its design recorded it."""
 
     rounds: list[Round]
     decision: FinalDecision | None = None
+    trace: RaceTrace | None = None
 
     @property
     def improvement_ci(self) -> tuple[float, float] | None:
@@ -90,12 +94,14 @@ class Intervals:
 @dataclass(frozen=True)
 class Work:
     """What the run did: search passes, evaluations outside the final rounds, its sessions
-    and its decision log (one line per decision, in order)."""
+    and its decision log (one line per decision, in order), and the same decisions as
+    records (:mod:`tuner_client.phases.decisions`)."""
 
     passes: int
     evaluations: int
     sessions: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
+    ledger: list[JSONObject] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -168,4 +174,6 @@ class TuneResult:
                 "screening": evidence.screening.to_dict()
                 if evidence.screening is not None else None,
                 "guardrails": evidence.guardrails.to_dict()
-                if evidence.guardrails is not None else None}
+                if evidence.guardrails is not None else None,
+                # the decisions as records (docs/schemas/summary.schema.json), added last
+                "decision_records": self.work.ledger}

@@ -33,9 +33,11 @@ from tuner_client.engine.designs import (
     PER_TRANSACTION,
     SYSTEM_WIDE,
     SYSTEM_WIDE_KNOBS,
+    UNIVERSAL,
     VALIDITY,
-    WINDOWS,
+    universal_requested,
 )
+from tuner_client.phases.decisions import Decision
 from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
@@ -70,8 +72,9 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     start = default if reason is not None else space.point_from_settings(default_settings,
                                                                          snap=False)
     levels = _levels(ctx, space, start, from_default=reason is None)
-    if reason is not None and ctx.config.measure.design != WINDOWS:
-        state.decide(f"screening: measured in windows, not per transaction: {reason}")
+    if reason is not None and not universal_requested(ctx.config.measure.design):
+        state.decide(Decision.note(f"screening: measured in windows, not per transaction: "
+                                   f"{reason}", design=UNIVERSAL, why=reason))
     try:
         result = (_screen_in_windows(ctx, state, space, levels, default, default_settings)
                   if reason is not None
@@ -95,7 +98,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         state.decide("screening: every online knob cleared the noise; all are searched")
     else:
         held = {n: default_settings[n] for n in space.names if n not in cleared}
-        state.decide(f"screening: searching {cleared}; left as they are: {held}")
+        state.decide(Decision.note(f"screening: searching {cleared}; left as they are: {held}",
+                                   labels=cleared, settings={"held": held}))
         _narrow(ctx, cleared)
     corner = result.predicted_best(default)
     # a knob left at its default keeps the setting's own spelling, so that a prediction of
@@ -141,7 +145,7 @@ def _why_windows(ctx: RunContext, space: KnobSpace, default: dict[str, Value]) -
     """Why the screening is measured in windows (None: in one per-transaction run)."""
     # every knob moves from the setting in force in some row, whatever its levels
     choice = choose_for(ctx, [space.settings(default), {}], search=True)
-    if choice.design != PER_TRANSACTION:
+    if not choice.per_transaction:
         return choice.text()
     if ctx.config.screening.design != "pb":
         return "a per-transaction screening runs the Plackett–Burman design (design: pb)"

@@ -20,10 +20,11 @@ it cannot be a gain worth taking, and on the one-pass mix, where no online knob 
 throughput, runs reached only ±4–5 % in 30 s. Looking before the end makes these intervals
 nominal; only the final race claims, with its own anytime-valid intervals.
 
-Only where the engine chooses it (:func:`search_choice`, by :mod:`tuner_client.engine.designs`):
-every knob the session searches is session-settable, the workload has a per-transaction
-driver, and the run measures one database; otherwise the session runs in windows
-(:func:`run_session`) and the decisions say why.
+Only where the engine chooses it (:func:`tuner_client.phases.search_design.search_choice`, by
+:mod:`tuner_client.engine.designs`): every knob the session searches is session-settable, the
+workload has a per-transaction driver, and the run measures one database; otherwise the
+session runs in windows (:func:`~tuner_client.phases.session_loop.run_session`) and the
+decisions say why.
 
 Knobs with a system-wide side (parallel query, :data:`SYSTEM_WIDE_KNOBS`) are not compared per
 transaction: max_parallel_workers_per_gather 2→0 read 0.77× per transaction and 1.22× in
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 from harmony_base.errors import HarmonyError
 from tuner_client.api.client import Fetched, Session
 from tuner_client.config import KnobSpace
-from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS, Choice
+from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import (
     Reference,
@@ -64,7 +65,7 @@ from tuner_client.phases.blocks import (
     measure_block,
     measure_reference,
 )
-from tuner_client.phases.design_choice import choose_for
+from tuner_client.phases.decisions import Decision
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
     SETTLED_HALF_WIDTH,
@@ -73,7 +74,7 @@ from tuner_client.phases.search_stops import (
     Stall,
     ranked,
 )
-from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES, run_session
+from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.estimand import COUNTS, DRAWS
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
@@ -89,25 +90,6 @@ MAX_BATCH = 6
 LEVEL = 0.95
 #: a candidate's values of the searched knobs with a system-wide side, (name, value) pairs
 WideKey = tuple[tuple[str, str], ...]
-
-
-def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpace
-                   ) -> Callable[..., str]:
-    """How session ``label`` over ``space`` is measured: :func:`run_per_transaction_session`
-    where the engine chooses per transaction for its knobs (every searched knob may differ
-    from the reference), else :func:`run_session`, the decisions saying why."""
-    choice = search_choice(ctx, space)
-    if choice.design == PER_TRANSACTION:
-        return run_per_transaction_session
-    if choice.passed_over:
-        state.decide(f"{label}: evaluations measured by {choice.text()}")
-    return run_session
-
-
-def search_choice(ctx: RunContext, space: KnobSpace) -> Choice:
-    """The engine's design for a session over ``space``: every searched knob may differ
-    from the reference (against {} each one counts)."""
-    return choose_for(ctx, [ctx.current(space.names), {}], search=True)
 
 
 def run_seconds(base_s: float, candidates: int) -> float:
@@ -267,8 +249,12 @@ class PerTransactionEvaluations:
         scaled = "" if factor == 1.0 else (
             f", times {factor:.3f}× for {wide} in windows → {record.ratio:.3f}× (the interval "
             f"is the per-transaction part's)")
-        self.state.decide(f"{self.label}: {record.settings}: {result.text()} over the "
-                          f"reference{' with ' + str(wide) if scaled else ''}{scaled}")
+        self.state.decide(Decision.note(
+            f"{self.label}: {record.settings}: {result.text()} over the "
+            f"reference{' with ' + str(wide) if scaled else ''}{scaled}",
+            design=PER_TRANSACTION, settings={"candidate": dict(record.settings)},
+            ratio=record.ratio, low=record.interval[0], high=record.interval[1],
+            level=interval.level, counts=result.estimand, rounds=result.slices))
 
     def summary(self) -> str:
         """The session's design in one decision line."""

@@ -18,6 +18,7 @@ from tuner_client.budget import BudgetView
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.measurer import ApplyOutcome, Measurer, PointRecord, objective_unit
 from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.decisions import Decision, render
 from tuner_client.plan.managed import ManagedRun
 from tuner_client.plan.proposals import Proposal
 from tuner_client.replicas import ReplicaPool
@@ -96,7 +97,10 @@ class RunState:
     """What the run has learnt: records, the best one, the decisions, the sessions."""
 
     records: list[PointRecord] = field(default_factory=list)
+    #: the decisions as sentences (:func:`tuner_client.phases.decisions.render`), in order
     decisions: list[str] = field(default_factory=list)
+    #: the same decisions as records (``summary.json``'s ``decision_records``)
+    ledger: list[Decision] = field(default_factory=list)
     best: PointRecord | None = None
     #: the configuration ``best.ratio`` is relative to (None: not measured against one)
     best_against: dict[str, str] | None = None
@@ -120,8 +124,12 @@ class RunState:
     on_measured: Callable[[PointRecord], None] | None = None
     on_decision: Callable[[str], None] | None = None
 
-    def decide(self, text: str) -> None:
-        """Record a decision of the run (shown in the summary and the log)."""
+    def decide(self, decision: Decision | str) -> None:
+        """Record a decision of the run (shown in the summary and the log); a sentence is
+        kept as a note."""
+        record = decision if isinstance(decision, Decision) else Decision.note(decision)
+        text = render(record)
+        self.ledger.append(record)
         self.decisions.append(text)
         logger.info("decision: %s", text)
         if self.on_decision is not None:

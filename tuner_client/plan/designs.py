@@ -14,10 +14,8 @@ from __future__ import annotations
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
-    PER_TRANSACTION,
     PRECISION,
     SYSTEM_WIDE_KNOBS,
-    WINDOWS,
     choose,
 )
 from tuner_client.knobs.catalog import KnobCatalog
@@ -29,7 +27,7 @@ def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -
                                replicated=config.replicas.enabled, search=True),
                     config.measure.design, SEARCH_DESIGNS)
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
-    if choice.design != PER_TRANSACTION or not wide:
+    if not choice.per_transaction or not wide:
         return choice.text()
     return (f"{choice.text()}; {', '.join(wide)} (a system-wide side) in a paired "
             f"whole-server window block per value beside the runs")
@@ -45,7 +43,7 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
     text = f"when the candidates differ in the online knobs: {choice.text()}"
     if not offline.names:
         return text
-    if config.final.restart_part == "apart" and choice.design != WINDOWS:
+    if config.final.restart_part == "apart" and not choice.universal:
         return (f"{text}; when {', '.join(offline.names)} differs too (a restart): split, the "
                 f"session part as above and the restart part in whole-server windows "
                 f"(final.restart_part: apart)")

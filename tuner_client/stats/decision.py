@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
 from tuner_client.stats.sequential import CITATION, METHOD
 from tuner_client.stats.unstable import degrade_reason, spread_reason
@@ -146,6 +147,42 @@ def race_decision(*, winner: str | None, reference: str,
         method_text=method_text)
 
 
+def split_decision(first: FinalDecision | None, second: FinalDecision | None,
+                   whole: RatioInterval | None, changed: Mapping[str, str], *, level: float,
+                   design: str) -> FinalDecision:
+    """A race split in two stages as one decision: each stage's intervals (named by its
+    part), their lines, and the product of the claimed parts' intervals (``whole``, None
+    when neither part was claimed) as the recommendation of ``changed``."""
+    intervals: dict[str, RatioInterval | None] = {}
+    for stage, decision in (("session part", first), ("restart part", second)):
+        for label, iv in (decision.intervals.items() if decision is not None else ()):
+            intervals[f"{label} ({stage})"] = iv
+    lines = [*(first.lines if first is not None else ()),
+             *(f"restart part: {line}" for line in (second.lines if second is not None else ()))]
+    winner = None
+    if whole is not None:
+        winner = "tuned"
+        intervals[winner] = whole
+        lines.append(f"recommending {dict(changed)}: {whole.ratio:.2f}× the original "
+                     f"({100 * whole.level:.0f} % CI {whole.low:.2f}–{whole.high:.2f}, the "
+                     f"product of the claimed parts' intervals, each at half the error rate)")
+    else:
+        lines.append("no part measured clearly better than the original; keeping the "
+                     "original")
+    return FinalDecision(
+        winner=winner, reference="default",
+        best=winner or (f"{first.best} (session part)" if first and first.best else None),
+        intervals=intervals, unstable={}, lines=tuple(lines),
+        rounds=second.rounds if second is not None else 0, level=level,
+        decision_level=level,
+        improvement=whole.ratio - 1.0 if whole is not None else 0.0,
+        improvement_ci=(whole.low - 1.0, whole.high - 1.0) if whole is not None else None,
+        method="anytime", design=design,
+        transactions=first.transactions if first is not None else None,
+        method_text="session part: its design's interval; restart part: anytime-valid "
+                    "confidence sequence over paired windows; product of the two")
+
+
 def _series(rounds: Sequence[Round], label: str) -> list[float | None]:
     return [r.get(label) for r in rounds]
 
@@ -240,7 +277,7 @@ def _pick_winner(rounds: Sequence[Round], cands: Sequence[str],
     ``also_compared`` more."""
     eligible = [c for c in cands if c not in unstable and intervals[c] is not None]
     m = max(1, (len(cands) if method == "anytime" else len(eligible)) + also_compared)
-    decision_level = 1.0 - (1.0 - level) / m
+    decision_level = simultaneous_level(level, m)
     ratios = {c: iv.ratio for c in eligible if (iv := intervals[c]) is not None}
     best = max(ratios, key=lambda c: ratios[c]) if ratios else None
     winner: str | None = None

@@ -161,6 +161,8 @@ class PerTransactionComparison:
     estimand: str = DRAWS
     #: the run's wrapper, measured in the run and subtracted: ms a transaction (mean)
     wrapper_ms: float = 0.0
+    #: each time slice's log speedup, in time order (the race's running interval)
+    slice_logs: tuple[float, ...] = ()
 
     @property
     def half_width(self) -> float:
@@ -323,7 +325,8 @@ def compare(obs: Observations, reference: int = 0, candidate: int = 1, *,
     return PerTransactionComparison(
         reference, candidate, ratio, _anytime(sums, counts, level, estimand),
         templates, (int(total_n[:, 0].sum()), int(total_n[:, 1].sum())), n_slices, slice_s,
-        estimand=estimand.model, wrapper_ms=wrapper_ms(obs, (reference, candidate)))
+        estimand=estimand.model, wrapper_ms=wrapper_ms(obs, (reference, candidate)),
+        slice_logs=tuple(estimand.slice_log_speedups(sums, counts).tolist()))
 
 
 def _anytime(sums: np.ndarray, counts: np.ndarray, level: float, estimand: Estimand

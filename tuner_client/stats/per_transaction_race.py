@@ -21,15 +21,17 @@ from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
-from tuner_client.engine.designs import SYSTEM_WIDE_KNOBS
+from tuner_client.knobs.sides import SYSTEM_WIDE_KNOBS
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.estimand import COUNTS
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
     PerTransactionComparison,
     compare,
 )
+from tuner_client.stats.trace import RaceTrace, running_sequence
 
 #: the interval method, as summary.json names it
 METHOD_TEXT = ("block bootstrap over time slices (Student multiplier on the degrees of "
@@ -62,7 +64,7 @@ class PerTransactionRace:
         """The decision's lines: the verdict, the design, each candidate's interval."""
         lines = [self.verdict(), f"final race measured {DESIGN}: every transaction drew one of "
                  f"{len(self.comparisons) + 1} configurations at random (SET LOCAL); "
-                 f"the ratio counts {self._counts()}; intervals: block bootstrap over "
+                 f"the ratio counts {self.counts()}; intervals: block bootstrap over "
                  f"time slices (kurtosis-adjusted Student multiplier) at "
                  f"{100 * self.level:.4g} % (Bonferroni over {len(self.comparisons)} "
                  f"candidates)"]
@@ -74,7 +76,7 @@ class PerTransactionRace:
                              f"confirm it with whole-server windows")
         return lines
 
-    def _counts(self) -> str:
+    def counts(self) -> str:
         """What the ratios count (the client model of the run)."""
         return "; ".join(COUNTS[m] for m in sorted({c.estimand
                                                     for c in self.comparisons.values()}))
@@ -89,6 +91,17 @@ class PerTransactionRace:
             transactions={label: r.transactions for label, r in self.comparisons.items()},
             lines=self.decisions(), level=self.plain_level, decision_level=self.level,
             method="bootstrap", design=DESIGN, method_text=METHOD_TEXT)
+
+    def trace(self) -> RaceTrace:
+        """The run slice by slice: each candidate's confidence sequence over its time slices
+        after every slice, at the plain level. The decision's interval is the block
+        bootstrap at the run's end (a length fixed in advance), not this sequence's last
+        step, which is wider: it holds at every slice."""
+        return RaceTrace(DESIGN, "slice", self.reference, self.plain_level, "anytime",
+                         {label: running_sequence(r.slice_logs, self.plain_level)
+                          for label, r in self.plain.items()},
+                         note="running interval: the confidence sequence over the run's time "
+                              "slices; the decision: the block bootstrap at the run's end")
 
     def summary(self) -> JSONObject:
         """What summary.json records: the design, its observations and each interval."""
@@ -112,7 +125,7 @@ def race_per_transaction(obs: Observations, labels: Sequence[str],
                           f"per configuration, but got {len(labels)} labels and "
                           f"{len(settings)} configurations")
     m = len(labels) - 1
-    simultaneous = 1.0 - (1.0 - level) / m
+    simultaneous = simultaneous_level(level, m)
     comparisons = {labels[k]: compare(obs, 0, k, level=simultaneous, seed=seed + k)
                    for k in range(1, len(labels))}
     plain = {labels[k]: compare(obs, 0, k, level=level, seed=seed + k)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import EARLY_LEVEL
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method
 
 
@@ -56,7 +57,7 @@ class RaceRules:
         drop and its win, among ``candidates`` racing: ``level`` Bonferroni-adjusted over
         them and :attr:`also_compared`. (The ``t`` rule drops at ``level`` and wins at
         ``win_level``, adjusted the same way.)"""
-        return 1.0 - (1.0 - self.level) / max(1, candidates + self.also_compared)
+        return simultaneous_level(self.level, candidates + self.also_compared)
 
     def drop_level(self, candidates: int) -> float:
         """The level a candidate is dropped against the reference at."""
@@ -67,11 +68,11 @@ class RaceRules:
         over the pairs (by the ``t`` rule, ``level`` itself)."""
         if self.method == "t":
             return self.level
-        return 1.0 - (1.0 - self.level) / max(1, candidates * (candidates - 1) // 2)
+        return simultaneous_level(self.level, candidates * (candidates - 1) // 2)
 
     def win_level_over(self, candidates: int) -> float:
         """The level the one candidate left must clear the reference at to win: Bonferroni
         for every candidate that raced (the winner was picked among them)."""
         if self.method == "t":
-            return 1.0 - (1.0 - self.win_level) / (candidates + self.also_compared)
+            return simultaneous_level(self.win_level, candidates + self.also_compared)
         return self.reference_level(candidates)

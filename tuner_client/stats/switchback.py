@@ -58,8 +58,10 @@ import numpy as np
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+from tuner_client.stats.trace import RaceTrace, running_sequence
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "switchback"
@@ -220,6 +222,8 @@ class SwitchbackComparison:
     blocks: int
     #: observations kept (reference, candidate): transactions, or calls with counters
     observations: tuple[int, int]
+    #: each block's log speedup, in time order (the race's running interval)
+    block_logs: tuple[float, ...] = ()
 
     @property
     def half_width(self) -> float:
@@ -254,7 +258,8 @@ def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
     kept = totals.counts.sum(axis=1)
     return SwitchbackComparison(reference, candidate, interval, int(logs.size),
                                 (int(kept[configs == reference].sum()),
-                                 int(kept[configs == candidate].sum())))
+                                 int(kept[configs == candidate].sum())),
+                                tuple(logs.tolist()))
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,13 @@ class SwitchbackRace:
             lines=self.decisions(), level=self.plain_level, decision_level=self.level,
             method="anytime", design=DESIGN, method_text=METHOD_TEXT)
 
+    def trace(self) -> RaceTrace:
+        """The race block by block: each candidate's confidence sequence at the plain level
+        after every block (its last step is the decision's plain interval)."""
+        return RaceTrace(DESIGN, "block", self.reference, self.plain_level, "anytime",
+                         {label: running_sequence(r.block_logs, self.plain_level)
+                          for label, r in self.plain.items()})
+
     def summary(self) -> dict[str, object]:
         """What summary.json may record: the design, its observations and each interval."""
         return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
@@ -350,7 +362,7 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
     m = len(labels) - 1
-    simultaneous = 1.0 - (1.0 - level) / m
+    simultaneous = simultaneous_level(level, m)
     comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous, estimand=estimand)
                    for k in range(1, len(labels))}
     plain = {labels[k]: compare(totals, 0, k, level=level, estimand=estimand)

@@ -1,0 +1,170 @@
+"""The shape of the tuner's decision code, counted from the source (issue 53's evidence table):
+the race classes, the places that build a ``FinalDecision``, the modules outside the
+measurement engine that compare design names, the Bonferroni level written out, and the
+import closure of one final decision (``tuner_client/phases/final.py``).
+
+    python -m benchmarks.design_metrics [--tree DIR]
+
+Static: it parses the files (``ast``), imports nothing of the tree it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from pathlib import Path
+
+#: the design names, as constants and as literals
+DESIGN_NAMES = {"per-transaction", "switchback", "windows", "duet"}
+DESIGN_CONSTANTS = {"PER_TRANSACTION", "SWITCHBACK", "WINDOWS", "DUET"}
+#: ``1 - (1 - level) / k`` written out
+BONFERRONI = re.compile(r"1(?:\.0)? - \(1(?:\.0)? - [\w.]+\) / (?!2\.0\))")
+PACKAGES = ("tuner_client", "harmony", "harmony_report", "harmony_core", "harmony_base",
+            "workloads")
+
+
+def modules(tree: Path) -> dict[str, Path]:
+    """Dotted module name → file, for the project's packages."""
+    out: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((tree / package).rglob("*.py")):
+            parts = list(path.relative_to(tree).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target:
+                found.add(target)
+    return found
+
+
+def closure(tree: Path, start: str) -> list[str]:
+    """Every project module ``start`` imports, transitively (packages' ``__init__`` too)."""
+    known = modules(tree)
+    seen, todo = {start}, [start]
+    while todo:
+        name = todo.pop()
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        for dep in _imports(known[name], name, known) | {p for p in parents if p in known}:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return sorted(seen)
+
+
+def _compares_design(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Compare):
+        return False
+    for side in [node.left, *node.comparators]:
+        if isinstance(side, ast.Constant) and side.value in DESIGN_NAMES:
+            return True
+        if isinstance(side, ast.Name) and side.id in DESIGN_CONSTANTS:
+            return True
+        if isinstance(side, ast.Attribute) and side.attr in DESIGN_CONSTANTS:
+            return True
+    return False
+
+
+def _decide_call(node: ast.AST) -> str | None:
+    """``prose`` for ``….decide("…")`` or ``….decide(f"…")``, ``record`` for any other
+    argument, None when ``node`` is no such call."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "decide" and len(node.args) == 1):
+        return None
+    arg = node.args[0]
+    prose = isinstance(arg, ast.JoinedStr) or (isinstance(arg, ast.Constant)
+                                               and isinstance(arg.value, str))
+    return "prose" if prose else "record"
+
+
+def _design_classes(parsed: ast.Module) -> list[str]:
+    """Classes registering a name by ``class X(..., name=...)``, from a ``Design`` base."""
+    return [node.name for node in ast.walk(parsed) if isinstance(node, ast.ClassDef)
+            and any(k.arg == "name" for k in node.keywords)
+            and any("Design" in ast.unparse(b) for b in node.bases)]
+
+
+def measure(tree: Path) -> dict[str, object]:
+    known = modules(tree)
+    builds: list[str] = []
+    compares: list[str] = []
+    race_classes: list[str] = []
+    designs: list[str] = []
+    decides = {"prose": 0, "record": 0}
+    bonferroni = 0
+    bonferroni_modules: set[str] = set()
+    for name, path in known.items():
+        text = path.read_text()
+        parsed = ast.parse(text)
+        designs += [f"{name}.{c}" for c in _design_classes(parsed)]
+        for node in ast.walk(parsed):
+            if (kind := _decide_call(node)) is not None and name.startswith("tuner_client"):
+                decides[kind] += 1
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FinalDecision":
+                builds.append(name)
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(f, ast.FunctionDef) and f.name == "to_final_decision"
+                    for f in node.body):
+                race_classes.append(f"{name}.{node.name}")
+        if not name.startswith("tuner_client.engine") and any(
+                _compares_design(n) for n in ast.walk(parsed)):
+            compares.append(name)
+        hits = len(BONFERRONI.findall(text))
+        if hits:
+            bonferroni += hits
+            bonferroni_modules.add(name)
+    final = closure(tree, "tuner_client.phases.final")
+    tuner = [m for m in final if m.startswith("tuner_client")]
+    final_text = (tree / "tuner_client/phases/final.py").read_text()
+    return {
+        "classes with to_final_decision (race outcomes)": sorted(race_classes),
+        "Design classes registered by name": sorted(designs),
+        "design-name compares in phases/final.py": str(sum(
+            _compares_design(n) for n in ast.walk(ast.parse(final_text)))),
+        "decide() calls: a sentence / a record": f"{decides['prose']} / {decides['record']}",
+        "FinalDecision(...) calls": f"{len(builds)} in {len(set(builds))} modules "
+                                    f"({', '.join(sorted(set(builds)))})",
+        "modules outside tuner_client.engine comparing design names": sorted(set(compares)),
+        "Bonferroni written out": f"{bonferroni} in {len(bonferroni_modules)} modules "
+                                  f"({', '.join(sorted(bonferroni_modules))})",
+        "import closure of phases/final.py (tuner_client)":
+            f"{len(tuner)} modules, {sum(_lines(known[m]) for m in tuner):,} lines",
+        "import closure of phases/final.py (project)":
+            f"{len(final)} modules, {sum(_lines(known[m]) for m in final):,} lines",
+    }
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    args = parser.parse_args()
+    for key, value in measure(args.tree).items():
+        shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
+        print(f"- {key}: {shown}")
+
+
+if __name__ == "__main__":
+    main()

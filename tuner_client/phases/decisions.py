@@ -1,0 +1,177 @@
+"""Decisions as data (issue 53): every decision of a run is a typed record first
+(:class:`Decision`: its phase, its kind, the design and why, the configurations, the ratio
+with its interval and level, the count it estimates, the reason) and a sentence second,
+rendered here and nowhere else (:func:`render`) for the log, the CLI's progress and
+``summary.json``'s ``decisions``. ``summary.json`` keeps the records under
+``decision_records``, in the layout of ``docs/schemas/summary.schema.json``, so that a
+program reads what was raced, by which design, with what interval, without parsing text.
+
+A decision not yet given its own kind is a :attr:`Kind.NOTE` carrying its sentence; a line
+of a race's own account (a design's words about its run) is a :attr:`Kind.LINE` carrying the
+design and, for a verdict, the interval.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from harmony_base.jsontypes import JSONObject
+from tuner_client.stats.decision import FinalDecision
+
+#: the JSON Schema of one record, published beside the docs (tests validate summary.json)
+SCHEMA_PATH = "docs/schemas/summary.schema.json"
+
+
+class Kind(enum.StrEnum):
+    """What a decision decides."""
+
+    #: a sentence kept whole, with the fields a program may read beside it
+    NOTE = "note"
+    #: how a search session's evaluations are measured (the design and why)
+    MEASURED = "measured"
+    #: a line of a race's own account (its design's words); a verdict carries its interval
+    LINE = "line"
+    #: the design chosen for a race, and why each more precise one was not
+    DESIGN = "design"
+    #: what each raced label is (the settings it changes)
+    RACED = "raced"
+    #: a design's run failed; the race falls back on another design
+    FAILED = "failed"
+    #: a candidate left a race
+    DROPPED = "dropped"
+    #: a race stopped
+    STOPPED = "stopped"
+    #: too few rounds for an interval
+    NO_INTERVAL = "no-interval"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of the run. ``labels``: the configurations it concerns (by label, the
+    reference first where there is one); ``settings``: what each label changes; ``ratio``,
+    ``low``, ``high``, ``level``: an interval it rests on; ``counts``: what that ratio
+    counts; ``rounds``: the observations behind it (rounds, blocks or slices) or the round a
+    candidate left after; ``why``: why the design was chosen; ``reason``: why a race stopped,
+    a candidate left or a run failed; ``text``: the sentence of a note or a line."""
+
+    phase: str
+    kind: Kind
+    design: str | None = None
+    stage: str | None = None
+    labels: tuple[str, ...] = ()
+    settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    winner: str | None = None
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    counts: str | None = None
+    rounds: int | None = None
+    method: str | None = None
+    why: str | None = None
+    reason: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, phase: str, kind: Kind, *, labels: Sequence[str] = (),
+           **fields: object) -> Decision:
+        """A record of ``kind`` (the fields by keyword)."""
+        return cls(phase, kind, labels=tuple(labels), **fields)  # type: ignore[arg-type]
+
+    @classmethod
+    def note(cls, text: str, *, labels: Sequence[str] = (), **fields: object) -> Decision:
+        """A sentence (``"phase: what"``) as a record of kind :attr:`Kind.NOTE`, with the
+        fields a program may read beside it (the design, the stage, the labels, the
+        interval, the reason) by keyword."""
+        phase, sep, _ = text.partition(": ")
+        where = phase if sep and phase.isidentifier() else "run"
+        return cls(where, Kind.NOTE, labels=tuple(labels), text=text,
+                   **fields)  # type: ignore[arg-type]
+
+    @classmethod
+    def line(cls, phase: str, text: str, *, design: str | None,
+             stage: str | None = None) -> Decision:
+        """A line of a race's account in ``design``'s words."""
+        return cls(phase, Kind.LINE, design=design, stage=stage, text=text)
+
+    @classmethod
+    def verdict(cls, phase: str, decision: FinalDecision, *, stage: str | None = None,
+                counts: str | None = None, line: int = 0) -> Decision:
+        """The verdict (line ``line``) of ``decision``, with the winner's (else the best's)
+        interval:
+        the simultaneous one a recommendation rests on, the plain one otherwise."""
+        shown = decision.winner or decision.best
+        iv = decision.intervals.get(shown) if shown is not None else None
+        ratio = low = high = None
+        level = decision.level
+        if decision.winner is not None and decision.improvement_ci is not None:
+            ratio = 1.0 + decision.improvement
+            low, high = (1.0 + x for x in decision.improvement_ci)
+            level = decision.decision_level
+        elif iv is not None:
+            ratio, low, high = iv.ratio, iv.low, iv.high
+        return cls(phase, Kind.LINE, design=decision.design, stage=stage,
+                   labels=(decision.reference, *((shown,) if shown else ())),
+                   winner=decision.winner, ratio=ratio, low=low,
+                   high=high if high is None or math.isfinite(high) else None, level=level,
+                   counts=counts, rounds=decision.rounds,
+                   method=decision.method_text or decision.method,
+                   text=decision.lines[line].strip() if decision.lines else None)
+
+    def to_dict(self) -> JSONObject:
+        """The record for ``summary.json`` (:data:`SCHEMA_PATH`)."""
+        out: JSONObject = {"phase": self.phase, "kind": self.kind.value, "text": render(self)}
+        for key in ("design", "stage", "winner", "ratio", "low", "high", "level", "counts",
+                    "rounds", "method", "why", "reason"):
+            value = getattr(self, key)
+            # an unbounded interval's side is left out: JSON has no infinity
+            if value is not None and not (isinstance(value, float) and not math.isfinite(value)):
+                out[key] = value
+        if self.labels:
+            out["labels"] = list(self.labels)
+        if self.settings:
+            out["settings"] = {k: dict(v) for k, v in self.settings.items()}
+        return out
+
+
+def _changes(settings: Mapping[str, str]) -> str:
+    return str(dict(settings))
+
+
+def render(d: Decision) -> str:
+    """The decision as one sentence: the log's, the CLI's and ``summary.json``'s words."""
+    stage = f"{d.stage}: " if d.stage else ""
+    if d.kind is Kind.NOTE:
+        return d.text or ""
+    if d.kind is Kind.LINE:
+        return f"{d.phase}: {stage}{d.text}"
+    if d.kind is Kind.MEASURED:
+        return f"{d.phase}: {stage}evaluations measured by {d.why}"
+    if d.kind is Kind.DESIGN:
+        return f"{d.phase}: {stage}the race of {', '.join(d.labels)} by {d.why}"
+    if d.kind is Kind.RACED:
+        return f"{d.phase}: {stage}raced: " + "; ".join(
+            f"{label} {_changes(d.settings[label])}" for label in d.labels
+            if label in d.settings)
+    if d.kind is Kind.FAILED:
+        return f"{d.phase}: {stage}the {d.design} run failed ({d.reason}); {d.text}"
+    if d.kind is Kind.DROPPED:
+        return f"{d.phase}: {stage}{d.labels[0]} dropped after {d.rounds} rounds: {d.reason}"
+    if d.kind is Kind.STOPPED:
+        return (f"{d.phase}: {stage}{d.rounds} rounds in whole-server {d.design} of "
+                f"{', '.join(d.labels)}; stopped: {d.reason} (intervals: {d.method})")
+    if d.kind is Kind.NO_INTERVAL:
+        return f"{d.phase}: {stage}fewer than 2 rounds measured: no interval{d.text}"
+    raise ValueError(f"no sentence for a decision of kind {d.kind!r}")
+
+
+def race_records(decision: FinalDecision, *, stage: str | None = None,
+                 counts: str | None = None) -> list[Decision]:
+    """A race's decision as records: its verdict with the interval, then each further line
+    of its account in its design's words."""
+    return [Decision.verdict("final", decision, stage=stage, counts=counts),
+            *(Decision.line("final", line.strip(), design=decision.design, stage=stage)
+              for line in decision.lines[1:])]
