@@ -67,18 +67,18 @@ def final_design_of(name: str) -> FinalDesign:
     return design
 
 
-def final_design(ctx: RunContext, request: RaceRequest, choice: Choice) -> FinalDesign:
+def final_design(ctx: RunContext, request: RaceRequest, choice: Choice, *,
+                 fallback: bool = True) -> FinalDesign:
     """The design that runs the final race of ``request``, whose engine choice is
-    ``choice``: a precise design falls back on the universal one when its run fails (not in
-    managed mode, where nothing server-wide may change); the
+    ``choice``: a precise design falls back on the universal one when its run fails (unless
+    ``fallback`` is off: managed mode, where nothing server-wide may change); the
     universal one races alone unless the race splits (a restart-time knob apart,
     :func:`~tuner_client.phases.final_split.split_choice`) or narrows (a per-transaction
     run among the searched candidates that share the best's fixed knobs first)."""
     universal = final_design_of(UNIVERSAL)
     if not choice.universal:
-        # managed mode never changes the server: no fallback on a whole-server design
-        return final_design_of(choice.design) if ctx.managed is not None \
-            else Fallback(final_design_of(choice.design), universal)
+        return Fallback(final_design_of(choice.design), universal) if fallback \
+            else final_design_of(choice.design)
     split = split_choice(ctx, lambda configs: choose_for(ctx, configs), request)
     if split is not None:
         return Split(final_design_of(split.design), universal, split)

@@ -113,7 +113,8 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         state.decide(f"final: not raced: managed mode measures per transaction only, and "
                      f"{choice.text()}; the original configuration stays")
         return conclude(run, candidates, None, baselines)
-    outcome = final_design(ctx, request, choice).race(run, request)
+    # managed mode never changes the server: no fallback on a whole-server design
+    outcome = final_design(ctx, request, choice, fallback=ctx.managed is None).race(run, request)
     if outcome is None and ctx.managed is not None:
         state.decide("final: not raced: the per-transaction race failed, and managed mode "
                      "measures in no other design; the original stays")
