@@ -1,0 +1,192 @@
+"""Duet (:mod:`tuner_client.duet`): the clone of a real cluster, the driver on both at once,
+the analysis with the clone's asymmetry cancelled, and the crash safety of the clone: a tuner
+killed with SIGKILL mid-segment leaves the server on its original configuration, the clone
+stopped and deleted, and no process of it."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from harmony_base.errors import ConfigError
+from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
+from tuner_client.duet.clone import check_disk, make_clone
+from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.stats import Segment, compare, race
+from tuner_client.servers.local_cluster import LocalCluster
+from workloads.pgbench import PgbenchWorkload
+
+
+def _pgbench_db(cluster: LocalCluster) -> str:
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn_for("bench")
+    subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn], check=True,
+                   capture_output=True)
+    return dsn
+
+
+def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
+    """Synthetic segments: truth 1.10×, the clone 15 % faster than the server, 6 % noise
+    per second. The role swaps cancel the clone's advantage; one orientation alone would
+    read 1.10 × 1.15 or 1.10 / 1.15."""
+    rng = np.random.default_rng(11)
+    theta, asym = math.log(1.10), math.log(1.15)
+    segments = []
+    for block in range(6):
+        on_clone = block % 2 == 0
+        mean = theta + (asym if on_clone else -asym)
+        segments.append(Segment(1, on_clone, tuple(mean + 0.06 * rng.standard_normal(20))))
+    got = compare(segments, 1)
+    assert got is not None
+    assert got.interval.low < 1.10 < got.interval.high
+    assert got.interval.ratio == pytest.approx(1.10, rel=0.03)
+    assert got.asymmetry == pytest.approx(1.15, rel=0.03)
+    assert got.interval.above_one and got.batches == 24
+    outcome = race(segments, ["default", "best"], segment_s=20)
+    assert outcome is not None and outcome.winner == "best"
+    decision = outcome.to_final_decision()
+    assert decision.design == "duet" and decision.winner == "best"
+    assert any("asymmetry 1.1" in line for line in decision.lines)
+    # one orientation only: no interval yet
+    assert compare(segments[::2], 1) is None
+
+
+def test_a_clone_needs_the_disk_and_says_how_much() -> None:
+    with pytest.raises(ConfigError, match=r"needs .* MiB free in /tmp .* × 1.2.* is free"):
+        check_disk(Path("/tmp"), 10 ** 15, "127.0.0.1:5432")
+
+
+def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
+        own_cluster: LocalCluster, tmp_path: Path) -> None:
+    dsn = _pgbench_db(own_cluster)
+    clone = make_clone(dsn, journals=tmp_path / "journals", mark="duet-test",
+                       parent=tmp_path)
+    try:
+        assert len(clone_paths(tmp_path / "journals", "duet-test")) == 1
+        with psycopg.connect(clone.dsn_like(dsn)) as conn:
+            row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
+        assert row is not None and row[0] == 100_000  # the same data
+        assert clone.cluster.port != own_cluster.port
+        workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
+        with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+            server = Arm("server", dsn, lambda s: _alter(conn, s))
+            started = time.monotonic()
+            outcome = run_duet(server, Arm("clone", clone.dsn_like(dsn),
+                                           lambda s: clone.apply(dict(s))),
+                               [{"work_mem": "4MB"}, {"work_mem": "8MB"}],
+                               ["default", "best"], workload.progress_command,
+                               max_seconds=10, segment_s=6, warmup_s=1, min_blocks=2)
+            took = time.monotonic() - started
+        assert outcome is not None
+        best = outcome.plain["best"]
+        assert best.segments == 2 and best.batches == 2
+        # work_mem does not matter to pgbench -S: no winner, 1 inside the interval
+        assert outcome.winner is None
+        assert best.interval.low < 1.0 < best.interval.high
+        assert took < 30
+    finally:
+        data_dir = clone.cluster.data_dir
+        clone.remove()
+    assert not Path(clone.record.scratch).exists()
+    assert postmaster_pid(data_dir) is None
+    assert not clone_paths(tmp_path / "journals")
+
+
+def _alter(conn: psycopg.Connection[tuple[object, ...]], settings: object) -> None:
+    assert isinstance(settings, dict)
+    for name, value in settings.items():
+        conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+            psycopg.sql.Identifier(name), psycopg.sql.Literal(value)))
+    conn.execute("SELECT pg_reload_conf()")
+
+
+#: a tuner stand-in: journals the server, starts the guard, changes a knob, makes the clone
+#: and runs a duet segment on both; killed with SIGKILL once the segment runs
+KILLED = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import psycopg
+    from tuner_client.crashsafe.run import RunSafety
+    from tuner_client.crashsafe.journal import journal_dir
+    from tuner_client.knobs.apply import apply_online_knobs
+    from tuner_client.knobs.catalog import KnobCatalog
+    from tuner_client.servers.controllers import PgCtlController
+    from tuner_client.servers.target import Target
+    from tuner_client.duet.clone import make_clone
+    from tuner_client.duet.driver import run_together
+    from workloads.pgbench import PgbenchWorkload
+
+    class Config:
+        source = "duet-kill.yaml"
+        class database:
+            restart_timeout_s = 60.0
+
+    dsn, data_dir, parent = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, cluster=None, ram_bytes=None,
+                    controller=PgCtlController(data_dir, dsn))
+    safety = RunSafety(Config, "duet-kill")
+    safety.protect(target)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply_online_knobs(conn, catalog, {"work_mem": "8MB"})
+    clone = make_clone(dsn, journals=journal_dir(), mark=safety.mark, parent=parent)
+    print(clone.record.scratch, clone.cluster.data_dir, flush=True)
+    workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
+    run_together(workload.progress_command, (dsn, clone.dsn_like(dsn)), 60)
+""")
+
+
+def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
+        own_cluster: LocalCluster, tmp_path: Path) -> None:
+    dsn = _pgbench_db(own_cluster)
+    auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
+    journals = tmp_path / "journals"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), dsn, str(own_cluster.data_dir),
+                             str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    scratch, clone_data = proc.stdout.readline().split()
+    deadline = time.monotonic() + 30  # until both clients of the segment run
+    while time.monotonic() < deadline and len(_pgbench()) < 2:
+        time.sleep(0.1)
+    assert len(_pgbench()) >= 2, "the duet segment did not start"
+    clone_pid = postmaster_pid(clone_data)
+    assert clone_pid is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and (Path(scratch).exists() or _pgbench()
+                                           or list(journals.glob("*.json"))):
+        time.sleep(0.2)
+    assert not Path(scratch).exists()
+    assert not _pgbench()
+    assert not list(journals.glob("*.json"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(clone_pid, 0)
+    assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW work_mem").fetchone()
+    assert row is not None and row[0] == "4MB"
+
+
+def _pgbench() -> list[str]:
+    found = subprocess.run(["pgrep", "-f", "pgbench .*--progress-timestamp"],
+                           capture_output=True, text=True)
+    return found.stdout.split()

@@ -1,0 +1,82 @@
+"""The final race by duet, where the engine chooses it (:mod:`tuner_client.engine.designs`: a
+restart-time knob or one with memory differs, and a clone can exist): the server and a
+scratch clone of it (:mod:`tuner_client.duet.clone`) run the reference and one candidate at
+the same seconds under the workload's own client, the roles swapped between segments
+(:mod:`tuner_client.duet.race`); the clone is removed afterwards, on failure too, and the
+server keeps the configuration the run puts back at its end.
+
+Shaped like the switchback race (:func:`tuner_client.phases.final_switchback.race_switchback_run`):
+``(ctx, state, candidates, labels) -> DuetRace | None``, the outcome with ``winner`` and
+``to_final_decision()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+
+from harmony_base.errors import HarmonyError
+from tuner_client.crashsafe.guard import MARK_VARIABLE
+from tuner_client.crashsafe.journal import journal_dir
+from tuner_client.duet.clone import make_clone
+from tuner_client.duet.driver import Command
+from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.stats import DuetRace
+from tuner_client.phases.final_per_transaction import race_seconds
+from tuner_client.phases.state import RunContext, RunState
+from workloads.factory import make_workload
+from workloads.pgbench import PgbenchWorkload
+
+logger = logging.getLogger(__name__)
+
+
+def duet_command(ctx: RunContext) -> Command | None:
+    """How the duet starts the run's workload client on a DSN (None: the workload has no
+    client that reports per second: only pgbench and ``.sql`` scripts do so far)."""
+    workload = make_workload(ctx.config.workload, ctx.target.dsn, seed=ctx.config.seed)
+    if not isinstance(workload, PgbenchWorkload):
+        return None
+    return workload.progress_command
+
+
+def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
+                  labels: list[str]) -> DuetRace | None:
+    """Race ``labels`` (the first the reference) by duet for ``final.max_seconds``; None, said
+    why, when it could not run (the race then runs in the next design)."""
+    command = duet_command(ctx)
+    if command is None:
+        state.decide(f"final: no duet: the {ctx.config.workload.kind} workload has no client "
+                     f"that counts per second on two servers at once (pgbench and scripts "
+                     f"do)")
+        return None
+    configs = [dict(candidates[label]) for label in labels]
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
+    try:
+        clone = make_clone(ctx.target.dsn, journals=journal_dir(), mark=mark)
+    except HarmonyError as exc:
+        state.decide(f"final: no duet: the clone could not be made ({exc})")
+        return None
+    state.decide(f"final: duet clone of {clone.source}: {clone.size_bytes / 2 ** 20:,.0f} MiB "
+                 f"copied in {clone.setup_s:.1f} s to {clone.record.scratch}")
+    try:
+        server = Arm("server", ctx.target.dsn,
+                     lambda s: ctx.apply(s, check_budget=False, warm_up=False))
+        twin = Arm("clone", clone.dsn_like(ctx.target.dsn), lambda s: clone.apply(dict(s)))
+        outcome = run_duet(server, twin, configs, labels, command,
+                           max_seconds=race_seconds(ctx), level=ctx.config.final.level,
+                           clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
+                                      f"in {clone.setup_s:.0f} s, removed after)")
+    except HarmonyError as exc:
+        state.decide(f"final: the duet failed ({exc}); measured in another design")
+        return None
+    finally:
+        clone.remove()
+    if outcome is None:
+        state.decide("final: the duet measured too little for an interval")
+        return None
+    for line in outcome.decisions():
+        state.decide(f"final: {line}")
+    return outcome
