@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
+    DUET,
     PER_TRANSACTION,
     PRECISION,
     SWITCHBACK,
@@ -24,6 +25,7 @@ from tuner_client.engine.designs import (
     differing_knobs,
 )
 from tuner_client.engine.pressure import memory_pressure_reason
+from tuner_client.phases.final_duet import race_duet_run
 from tuner_client.phases.final_per_transaction import RaceOutcome, race_per_transaction_run
 from tuner_client.phases.final_switchback import race_switchback_run
 from tuner_client.phases.state import RunContext, RunState
@@ -49,10 +51,12 @@ def choose_for(ctx: RunContext, configs: Sequence[Mapping[str, str]], *, search:
 
 def race_in(design: str, ctx: RunContext, state: RunState,
             candidates: Mapping[str, dict[str, str]], labels: list[str]) -> RaceOutcome | None:
-    """Race ``labels`` (the first the reference) in ``design`` (per transaction or
-    switchback); None, said why, when the run failed (the race then runs in windows)."""
+    """Race ``labels`` (the first the reference) in ``design`` (per transaction, switchback or
+    duet); None, said why, when the run failed (the race then runs in windows)."""
     if design == PER_TRANSACTION:
         return race_per_transaction_run(ctx, state, candidates, labels)
     if design == SWITCHBACK:
         return race_switchback_run(ctx, state, candidates, labels)
-    raise ValueError(f"race_in runs per-transaction or switchback races, not {design!r}")
+    if design == DUET:
+        return race_duet_run(ctx, state, candidates, labels)
+    raise ValueError(f"race_in runs per-transaction, switchback or duet races, not {design!r}")
