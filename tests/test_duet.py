@@ -19,11 +19,15 @@ import psycopg
 import pytest
 
 from harmony_base.errors import ConfigError
+from tuner_client.config import TunerConfig, tuner_config_from_dict
+from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
 from tuner_client.duet.clone import check_disk, make_clone
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
+from tuner_client.plan.designs import final_design
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import read_catalog
 from workloads.pgbench import PgbenchWorkload
 
 
@@ -190,3 +194,39 @@ def _pgbench() -> list[str]:
     found = subprocess.run(["pgrep", "-f", "pgbench .*--progress-timestamp"],
                            capture_output=True, text=True)
     return found.stdout.split()
+
+
+def _plan_config(dsn: str, **extra: object) -> TunerConfig:
+    return tuner_config_from_dict({
+        "name": "duet-plan",
+        "database": {"dsn": dsn, "allow_restarts": True,
+                     "controller": {"kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}},
+        "workload": {"pgbench": {"clients": 2}},
+        "online": {"knobs": {"max_wal_size": {"min": "32MB", "max": "1GB"},
+                             "work_mem": {"min": "1MB", "max": "64MB"}}},
+        **extra}, source="duet-plan.yaml")
+
+
+def test_the_plan_names_duet_and_its_clone_or_why_not(pg_cluster: LocalCluster) -> None:
+    """A knob with memory (max_wal_size) and a restart-time one (shared_buffers) on a local
+    pgbench server: the final race by duet, with the clone's disk, memory and set-up time;
+    live traffic: windows, said why."""
+    catalog = read_catalog(pg_cluster.dsn)
+    config = _plan_config(pg_cluster.dsn)
+    offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
+    online = resolve_knob_space(config.online.knobs, catalog, kind="online")
+    assert offline.names == ["shared_buffers"]
+    text = final_design(config, catalog, offline, online, data_bytes=500 * 2 ** 20,
+                        shared_buffers="128MB")
+    assert "online knobs: duet, the most precise design valid here" in text, text
+    assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in text
+    assert "600 MiB of disk (the data × 1.2), about 128MB more memory" in text
+    assert "set-up about 10 s" in text  # 5 s + 500 MiB at 100 MiB/s
+    assert "shared_buffers differs too (a restart): the whole race by duet" in text
+    live = _plan_config(pg_cluster.dsn, workload={"observe": {"poll_s": 1}},
+                        database={"dsn": pg_cluster.dsn, "controller": {
+                            "kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}})
+    online = resolve_knob_space(live.online.knobs, catalog, kind="online")
+    text = final_design(live, catalog, resolve_knob_space((), catalog, kind="offline"), online)
+    assert text.startswith("when the candidates differ in the online knobs: windows"), text
+    assert "not duet: the traffic is live: the application talks to one server" in text
