@@ -69,6 +69,10 @@ def measured_by(summary: RunSummary) -> str:
     if design == "switchback":
         return (f"by switchback over {decision.get('rounds')} blocks (one slice of each "
                 f"configuration per block, the whole server switched by reload)")
+    if design == "duet":
+        return (f"by duet over {decision.get('rounds')} batches (the server and a clone of it "
+                f"running the two configurations at the same seconds, roles swapped between "
+                f"segments)")
     return f"over {len(summary.rounds)} interleaved rounds in whole-server windows"
 
 
