@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+from duet_fixtures import clone_parent  # noqa: F401  (fixture)
 
+from harmony.cli import main
 from harmony_base.errors import ConfigError
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
@@ -72,10 +74,10 @@ def test_a_clone_needs_the_disk_and_says_how_much() -> None:
 
 
 def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
-        own_cluster: LocalCluster, tmp_path: Path) -> None:
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
     dsn = _pgbench_db(own_cluster)
     clone = make_clone(dsn, journals=tmp_path / "journals", mark="duet-test",
-                       parent=tmp_path)
+                       parent=clone_parent)
     try:
         assert len(clone_paths(tmp_path / "journals", "duet-test")) == 1
         with psycopg.connect(clone.dsn_like(dsn)) as conn:
@@ -153,7 +155,7 @@ KILLED = textwrap.dedent("""
 
 
 def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
-        own_cluster: LocalCluster, tmp_path: Path) -> None:
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
     dsn = _pgbench_db(own_cluster)
     auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
     journals = tmp_path / "journals"
@@ -162,7 +164,7 @@ def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
     env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, str(script), dsn, str(own_cluster.data_dir),
-                             str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True,
+                             str(clone_parent)], env=env, stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     assert proc.stdout is not None
     scratch, clone_data = proc.stdout.readline().split()
@@ -230,3 +232,27 @@ def test_the_plan_names_duet_and_its_clone_or_why_not(pg_cluster: LocalCluster) 
     text = final_design(live, catalog, resolve_knob_space((), catalog, kind="offline"), online)
     assert text.startswith("when the candidates differ in the online knobs: windows"), text
     assert "not duet: the traffic is live: the application talks to one server" in text
+
+
+def test_a_clone_a_dead_run_left_is_removed_by_harmony_restore(
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The guard died too (a reboot, or killed first): ``harmony restore --all`` (and a later
+    run) stops and deletes the clone whose run ended; a live run's clone is left alone."""
+    journals = tmp_path / "journals"
+    live = make_clone(own_cluster.dsn, journals=journals, mark="alive", parent=clone_parent)
+    dead = make_clone(own_cluster.dsn, journals=journals, mark="dead", parent=clone_parent)
+    child = subprocess.Popen(["true"])
+    child.wait()
+    dead.record.owner_pid, dead.record.owner_ticks = child.pid, None
+    dead.record.save()
+    try:
+        assert main(["restore", "--all", "--journal-dir", str(journals)]) == 0
+        assert f"{dead.record.describe()}: its run ended; removed" in capsys.readouterr().out
+        assert not Path(dead.record.scratch).exists()
+        assert postmaster_pid(dead.cluster.data_dir) is None
+        assert Path(live.record.scratch).exists() and postmaster_pid(live.cluster.data_dir)
+        assert clone_paths(journals) == [live.record.path]
+    finally:
+        live.remove()
+        dead.remove()

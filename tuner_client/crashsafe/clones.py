@@ -48,6 +48,26 @@ class CloneRecord:
     owner_pid: int
     host: str = field(default_factory=socket.gethostname)
     started: float = field(default_factory=time.time)
+    #: the owner's start time in clock ticks since boot and the boot: with the pid, one
+    #: process even after the pid is reused
+    owner_ticks: int | None = None
+    boot_id: str | None = None
+
+    def owner_alive(self) -> bool:
+        """Whether the run that made the clone still runs (a record of another host: taken
+        as alive)."""
+        if self.host != socket.gethostname():
+            return True
+        if self.boot_id is not None and self.boot_id != _boot_id():
+            return False
+        ticks = _start_ticks(self.owner_pid)
+        if ticks is None or (self.owner_ticks is not None and ticks != self.owner_ticks):
+            return False
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{self.owner_pid}/stat").read_text()
+            if stat[stat.rfind(")") + 2:].startswith("Z"):
+                return False
+        return True
 
     def save(self) -> None:
         """Write the record atomically and durably before the clone exists."""
@@ -65,6 +85,32 @@ class CloneRecord:
 
     def describe(self) -> str:
         return f"clone of {self.source} in {self.scratch} (run mark {self.mark})"
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """``/proc/PID/stat`` field 22 (None when the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def new_record(directory: Path, scratch: Path, data_dir: Path, source: str, mark: str
+               ) -> CloneRecord:
+    """The record of a clone this process is about to make in ``scratch`` (not saved yet)."""
+    pid = os.getpid()
+    return CloneRecord(path=clone_record_path(directory, scratch), scratch=str(scratch),
+                       data_dir=str(data_dir), source=source, mark=mark, owner_pid=pid,
+                       owner_ticks=_start_ticks(pid), boot_id=_boot_id())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -180,13 +226,19 @@ def remove_clone(record: CloneRecord) -> bool:
     return True
 
 
-def remove_clones(directory: Path, mark: str | None = None) -> bool:
+def remove_clones(directory: Path, mark: str | None = None, *, dead_only: bool = False
+                  ) -> bool:
     """Remove every clone the records in ``directory`` name (of the run with ``mark``, when
-    given); True when none is left."""
+    given; with ``dead_only`` only those whose run has ended, as a later run or ``harmony
+    restore`` does when the guard died too); True when none of those is left."""
     ok = True
     for path in clone_paths(directory, mark):
         try:
-            ok = remove_clone(load_clone_record(path)) and ok
+            record = load_clone_record(path)
+            if dead_only and record.owner_alive():
+                continue
+            logger.warning("removing the %s left by a run that ended", record.describe())
+            ok = remove_clone(record) and ok
         except ValueError as exc:
             logger.error("%s", exc)
             ok = False

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from harmony_base.errors import ConfigError, DatabaseError
-from tuner_client.crashsafe.clones import CloneRecord, clone_record_path, remove_clone
+from tuner_client.crashsafe.clones import CloneRecord, new_record, remove_clone
 from tuner_client.servers.cluster_files import prepare_state_dir, write_hba
 from tuner_client.servers.local_cluster import LocalCluster
 
@@ -124,9 +124,7 @@ def make_clone(source_dsn: str, *, journals: Path, mark: str,
     size = data_bytes(source_dsn)
     check_disk(parent, size, _describe(source_dsn))
     scratch = Path(tempfile.mkdtemp(prefix="harmony-clone-", dir=parent))
-    record = CloneRecord(path=clone_record_path(journals, scratch), scratch=str(scratch),
-                         data_dir=str(scratch / "data"), source=_describe(source_dsn),
-                         mark=mark, owner_pid=os.getpid())
+    record = new_record(journals, scratch, scratch / "data", _describe(source_dsn), mark)
     record.save()
     try:
         cluster = LocalCluster(scratch, os_user=os_user, timeout_s=120.0)
