@@ -22,7 +22,7 @@ from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
 from tuner_client.duet.clone import make_clone
 from tuner_client.duet.driver import Command
-from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
@@ -39,6 +39,18 @@ def duet_command(ctx: RunContext) -> Command | None:
     if not isinstance(workload, PgbenchWorkload):
         return None
     return workload.progress_command
+
+
+#: the shortest segment a race runs (s): two 5-s batches
+MIN_SEGMENT_S = 10
+
+
+def segment_seconds(seconds: float, candidates: int) -> int:
+    """A segment's length for a race of ``seconds`` over ``candidates`` candidates: the
+    :data:`~tuner_client.duet.race.MIN_BLOCKS` blocks fit (each a segment per candidate),
+    between :data:`MIN_SEGMENT_S` and :data:`~tuner_client.duet.race.SEGMENT_S`."""
+    fit = int(seconds / (MIN_BLOCKS * max(1, candidates))) - WARMUP_S - 1
+    return max(MIN_SEGMENT_S, min(SEGMENT_S, fit))
 
 
 def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
@@ -65,8 +77,10 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
         server = Arm("server", ctx.target.dsn,
                      lambda s: ctx.apply(s, check_budget=False, warm_up=False))
         twin = Arm("clone", clone.dsn_like(ctx.target.dsn), lambda s: clone.apply(dict(s)))
-        outcome = run_duet(server, twin, configs, labels, command,
-                           max_seconds=race_seconds(ctx), level=ctx.config.final.level,
+        seconds = race_seconds(ctx)
+        outcome = run_duet(server, twin, configs, labels, command, max_seconds=seconds,
+                           segment_s=segment_seconds(seconds, len(labels) - 1),
+                           level=ctx.config.final.level,
                            clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
                                       f"in {clone.setup_s:.0f} s, removed after)")
     except HarmonyError as exc:
