@@ -15,6 +15,7 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harmony_base.errors import DatabaseError
 
@@ -61,13 +62,33 @@ def pair_by_second(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, fl
                          max((abs(t - u) for t, _, (u, _) in rows), default=0.0))
 
 
+def pin_postmaster(data_dir: Path | str, cpus: str) -> bool:
+    """Set the CPU affinity of the postmaster of ``data_dir`` and of its running children to
+    ``cpus`` (``taskset`` list syntax; backends forked later inherit it); whether it could."""
+    try:
+        pid = int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (OSError, ValueError, IndexError):
+        return False
+    ok = True
+    for p in [str(pid), *children]:
+        done = subprocess.run(["taskset", "-a", "-p", "-c", cpus, p], capture_output=True,
+                              check=False)
+        ok = ok and done.returncode == 0
+    return ok
+
+
 def run_together(command: Command, dsns: tuple[str, str], seconds: int, *,
-                 skip_s: float = 0.0) -> PairedSeconds:
+                 skip_s: float = 0.0, cpus: tuple[str | None, str | None] = (None, None)
+                 ) -> PairedSeconds:
     """The workload's client on both ``dsns`` at once for ``seconds``; their per-second
-    counts paired (the first ``skip_s`` seconds left out)."""
+    counts paired (the first ``skip_s`` seconds left out); ``cpus``: each client pinned to
+    those CPUs (``taskset -c``), where given."""
     procs = []
-    for dsn in dsns:
+    for dsn, cpu in zip(dsns, cpus, strict=True):
         argv, env = command(dsn, seconds)
+        if cpu is not None:
+            argv = ["taskset", "-c", cpu, *argv]
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, env=env))
     series = []

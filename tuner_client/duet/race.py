@@ -15,9 +15,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harmony_base.errors import ConfigError
-from tuner_client.duet.driver import Command, run_together
+from tuner_client.duet.driver import Command, pin_postmaster, run_together
 from tuner_client.duet.stats import DuetRace, Segment, race
 
 logger = logging.getLogger(__name__)
@@ -40,11 +41,16 @@ class Arm:
     apply: Callable[[Mapping[str, str]], object]
     #: the settings last put in force (None: unknown)
     current: dict[str, str] | None = None
+    #: pin the cluster (its data directory's postmaster) and its client to these CPUs
+    cpus: str | None = None
+    data_dir: Path | None = None
 
     def put(self, settings: Mapping[str, str]) -> None:
         if self.current != dict(settings):
             self.apply(settings)
             self.current = dict(settings)
+        if self.cpus is not None and self.data_dir is not None:
+            pin_postmaster(self.data_dir, self.cpus)  # a restart forks a new postmaster
 
 
 def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
@@ -70,7 +76,7 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             server.put(ref if on_clone else cand)
             clone.put(cand if on_clone else ref)
             paired = run_together(command, (server.dsn, clone.dsn), segment_s + warmup_s,
-                                  skip_s=warmup_s)
+                                  skip_s=warmup_s, cpus=(server.cpus, clone.cpus))
             # cluster 0 is the server: log(candidate/reference) is clone/server when the
             # candidate runs on the clone
             logs = paired.log_ratios(1 if on_clone else 0)
