@@ -84,6 +84,13 @@ def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
             row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
         assert row is not None and row[0] == 100_000  # the same data
         assert clone.cluster.port != own_cluster.port
+        # a postmaster knob restarts the clone, a reload-time one does not
+        assert clone.apply({"shared_buffers": "32MB"}) is True
+        assert clone.apply({"shared_buffers": "32MB", "work_mem": "8MB"}) is False
+        with psycopg.connect(clone.dsn_like(dsn)) as conn:
+            shown = [conn.execute(f"SHOW {n}").fetchone() for n in ("shared_buffers",
+                                                                    "work_mem")]
+        assert shown == [("32MB",), ("8MB",)]
         workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
         with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
             server = Arm("server", dsn, lambda s: _alter(conn, s))

@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 #: free disk a clone needs, as a multiple of the data it copies (WAL streamed beside it)
 DISK_HEADROOM = 1.2
+#: how long a reload may take to show a postmaster knob as pending (s)
+RELOAD_WAIT_S = 2.0
 #: where clones are made when no directory is named (``HARMONY_CLONE_DIR``)
 CLONE_DIR_VARIABLE = "HARMONY_CLONE_DIR"
 
@@ -92,18 +94,31 @@ class Clone:
         """Put ``settings`` in force by ``ALTER SYSTEM`` and a reload, or a restart when one
         of them waits for it; whether it restarted. (A scratch copy: its changes are not
         journaled, the clone is removed whole.)"""
-        with psycopg.connect(self.cluster.dsn, autocommit=True) as conn:
-            for name, value in settings.items():
-                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                    sql.Identifier(name), sql.Literal(value)))
-            conn.execute("SELECT pg_reload_conf()")
-            time.sleep(0.1)  # the postmaster reads the file asynchronously
-            pending = conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart"
-                                   ).fetchone()
-        if pending and pending[0]:
+        try:
+            with psycopg.connect(self.cluster.dsn, autocommit=True) as conn:
+                for name, value in settings.items():
+                    conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)))
+                conn.execute("SELECT pg_reload_conf()")
+                postmaster = conn.execute(
+                    "SELECT count(*) FROM pg_settings WHERE context = 'postmaster' "
+                    "AND name = ANY(%s)", [list(settings)]).fetchone()
+                # the postmaster reads the file asynchronously: a postmaster knob's new value
+                # shows as pending once it has (never when the value is the one in force)
+                pending = False
+                deadline = time.monotonic() + (RELOAD_WAIT_S if postmaster and postmaster[0]
+                                               else 0.0)
+                while not pending and time.monotonic() < deadline:
+                    row = conn.execute("SELECT count(*) FROM pg_settings "
+                                       "WHERE pending_restart").fetchone()
+                    pending = bool(row and row[0])
+                    time.sleep(0.05)
+        except psycopg.Error as exc:
+            raise DatabaseError(f"could not configure the duet's clone on port "
+                                f"{self.cluster.port} with {settings}: {exc}") from exc
+        if pending:
             self.cluster.restart()
-            return True
-        return False
+        return pending
 
     def remove(self) -> None:
         """Stop the clone and delete it (and its record)."""
