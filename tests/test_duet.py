@@ -24,7 +24,7 @@ from harmony_base.errors import ConfigError
 from tuner_client.config import TunerConfig, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
-from tuner_client.duet.clone import check_disk, make_clone
+from tuner_client.duet.clone import check_disk, check_memory, make_clone
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.plan.designs import final_design
@@ -68,9 +68,14 @@ def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
     assert compare(segments[::2], 1) is None
 
 
-def test_a_clone_needs_the_disk_and_says_how_much() -> None:
+def test_a_clone_needs_the_disk_and_the_memory_and_says_how_much() -> None:
     with pytest.raises(ConfigError, match=r"needs .* MiB free in /tmp .* × 1.2.* is free"):
         check_disk(Path("/tmp"), 10 ** 15, "127.0.0.1:5432")
+    with pytest.raises(ConfigError, match=r"needs about .* MiB of memory beside the server "
+                                          r"\(its shared_buffers .* MiB and 64 MiB more\), "
+                                          r"but only .* MiB is available"):
+        check_memory(10 ** 15, "127.0.0.1:5432")
+    assert check_memory(128 * 2 ** 20, "x") == 192 * 2 ** 20
 
 
 def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
@@ -99,7 +104,7 @@ def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
                                            lambda s: clone.apply(dict(s))),
                                [{"work_mem": "4MB"}, {"work_mem": "8MB"}],
                                ["default", "best"], workload.progress_command,
-                               max_seconds=10, segment_s=6, warmup_s=1, min_blocks=2)
+                               max_seconds=12, segment_s=8, warmup_s=1, min_blocks=2)
             took = time.monotonic() - started
         assert outcome is not None
         best = outcome.plain["best"]

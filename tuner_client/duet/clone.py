@@ -71,6 +71,34 @@ def check_disk(parent: Path, size: int, source: str) -> int:
     return need
 
 
+#: memory a clone takes beyond its shared_buffers (its processes, its clients' work memory)
+CLONE_OVERHEAD_BYTES = 64 * 2 ** 20
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(shared_buffers: int, source: str) -> int:
+    """The bytes a clone running with ``shared_buffers`` needs beside the server;
+    ConfigError when the host has less available (its page cache counted as available)."""
+    need = shared_buffers + CLONE_OVERHEAD_BYTES
+    free = available_memory()
+    if free is not None and free < need:
+        raise ConfigError(
+            f"a duet's clone of {source} needs about {_mib(need)} of memory beside the "
+            f"server (its shared_buffers {_mib(shared_buffers)} and "
+            f"{_mib(CLONE_OVERHEAD_BYTES)} more), but only {_mib(free)} is available")
+    return need
+
+
 @dataclass
 class Clone:
     """A running scratch copy of a server (see the module docstring)."""

@@ -68,14 +68,16 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
     segments: list[Segment] = []
     outcome: DuetRace | None = None
     block = 0
-    per_segment = segment_s + warmup_s + 1
+    per_segment = segment_s + warmup_s + 2
     while True:
         on_clone = block % 2 == 0  # the candidate on the clone in even blocks
         for k in range(1, len(configs)):
             cand, ref = configs[k], configs[0]
             server.put(ref if on_clone else cand)
             clone.put(cand if on_clone else ref)
-            paired = run_together(command, (server.dsn, clone.dsn), segment_s + warmup_s,
+            # one second more than the segment: the first report is a second in, and a
+            # second may fail to pair; the batches then fill the segment
+            paired = run_together(command, (server.dsn, clone.dsn), segment_s + warmup_s + 1,
                                   skip_s=warmup_s, cpus=(server.cpus, clone.cpus))
             # cluster 0 is the server: log(candidate/reference) is clone/server when the
             # candidate runs on the clone

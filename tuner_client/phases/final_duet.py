@@ -17,10 +17,11 @@ import os
 import secrets
 from collections.abc import Mapping
 
-from harmony_base.errors import HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError
+from tuner_client.config.units import parse_bytes
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
-from tuner_client.duet.clone import make_clone
+from tuner_client.duet.clone import check_memory, make_clone
 from tuner_client.duet.driver import Command
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
@@ -49,8 +50,22 @@ def segment_seconds(seconds: float, candidates: int) -> int:
     """A segment's length for a race of ``seconds`` over ``candidates`` candidates: the
     :data:`~tuner_client.duet.race.MIN_BLOCKS` blocks fit (each a segment per candidate),
     between :data:`MIN_SEGMENT_S` and :data:`~tuner_client.duet.race.SEGMENT_S`."""
-    fit = int(seconds / (MIN_BLOCKS * max(1, candidates))) - WARMUP_S - 1
+    fit = int(seconds / (MIN_BLOCKS * max(1, candidates))) - WARMUP_S - 2
     return max(MIN_SEGMENT_S, min(SEGMENT_S, fit))
+
+
+def _largest_shared_buffers(ctx: RunContext, configs: list[dict[str, str]]) -> int:
+    """The largest shared_buffers among ``configs`` (those without one: what is in force),
+    in bytes; 128MB, PostgreSQL's default, where a value does not read as a size."""
+    in_force = ctx.measurer.in_force.get("shared_buffers", "128MB")
+    sizes = []
+    for config in configs:
+        try:
+            sizes.append(parse_bytes(config.get("shared_buffers", in_force),
+                                     what="shared_buffers"))
+        except ConfigError:
+            sizes.append(128 * 2 ** 20)
+    return max(sizes)
 
 
 def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
@@ -67,6 +82,7 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
     ctx.measurer.stop()  # the windows' workload must not run beside this one
     mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
     try:
+        check_memory(_largest_shared_buffers(ctx, configs), ctx.target.dsn)
         clone = make_clone(ctx.target.dsn, journals=journal_dir(), mark=mark)
     except HarmonyError as exc:
         state.decide(f"final: no duet: the clone could not be made ({exc})")
