@@ -86,7 +86,10 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
         out.append(settings)
         standing = state.ledger.standing(settings) if state.ledger is not None else None
         if standing is not None:
-            logger.info("final candidate %s: %s", settings, standing.text())
+            # the ranking, as the decisions show it: a ratio carried through the chain of
+            # paired comparisons, not a level
+            state.decide(f"final: candidate {len(out)} by the ledger of paired comparisons: "
+                         f"{standing.text()}")
     return out
 
 
