@@ -44,8 +44,9 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
     with psycopg.connect(dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
+    # the tuner's own cluster (as embedded): the duet pins it and the clone to a CPU each
     target = Target(dsn=dsn, catalog=catalog, controller=LocalController(own_cluster),
-                    cluster=None, ram_bytes=None)
+                    cluster=own_cluster, ram_bytes=None)
     os.environ["HARMONY_CLONE_DIR"] = str(clone_parent)
     try:
         tuner = Tuner(parse_tuner_config(CONFIG, source="duet.yaml"), client=connect(None),
@@ -60,6 +61,8 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in decisions
     assert "final: duet clone of 127.0.0.1:" in decisions
     assert "clone/server asymmetry" in decisions
+    assert "the server and its client pinned to CPUs 0, the clone and its client to 1" \
+        in decisions
     summary = decision.to_dict()
     assert summary["method"].startswith("anytime-valid confidence sequence")
     assert summary["observations"] >= 4
@@ -69,3 +72,6 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert not list(clone_parent.glob("harmony-clone-*"))
     assert not clone_paths(journal_dir())
     assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+    # the server's affinity is every CPU again
+    pid = int((own_cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    assert os.sched_getaffinity(pid) == set(range(os.cpu_count() or 1))

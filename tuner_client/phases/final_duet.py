@@ -22,7 +22,7 @@ from tuner_client.config.units import parse_bytes
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
 from tuner_client.duet.clone import check_memory, make_clone
-from tuner_client.duet.driver import Command
+from tuner_client.duet.driver import Command, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
 from tuner_client.phases.final_per_transaction import race_seconds
@@ -68,6 +68,21 @@ def _largest_shared_buffers(ctx: RunContext, configs: list[dict[str, str]]) -> i
     return max(sizes)
 
 
+def pinning(ctx: RunContext) -> tuple[str, str, str] | None:
+    """The CPUs of (the server, the clone, all) when the duet pins them: only the embedded
+    cluster, the tuner's own (a user's server keeps its affinity), on two CPUs or more, each
+    half to one cluster and its client. Pinned, an A/A of shared_buffers read ±6.5 % in 120 s
+    where unpinned it read ±10.8 % (``benchmarks/results/duet_race.pinned.md``,
+    ``duet_race.md``), and the two clusters' shares of the machine stopped differing."""
+    count = os.cpu_count() or 1
+    if ctx.target.cluster is None or count < 2:
+        return None
+    half = count // 2
+    first = "0" if half == 1 else f"0-{half - 1}"
+    second = str(half) if count - half == 1 else f"{half}-{count - 1}"
+    return first, second, f"0-{count - 1}"
+
+
 def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
                   labels: list[str]) -> DuetRace | None:
     """Race ``labels`` (the first the reference) by duet for ``final.max_seconds``; None, said
@@ -89,21 +104,29 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
         return None
     state.decide(f"final: duet clone of {clone.source}: {clone.size_bytes / 2 ** 20:,.0f} MiB "
                  f"copied in {clone.setup_s:.1f} s to {clone.record.scratch}")
+    cpus = pinning(ctx)
     try:
         server = Arm("server", ctx.target.dsn,
-                     lambda s: ctx.apply(s, check_budget=False, warm_up=False))
-        twin = Arm("clone", clone.dsn_like(ctx.target.dsn), lambda s: clone.apply(dict(s)))
+                     lambda s: ctx.apply(s, check_budget=False, warm_up=False),
+                     cpus=cpus[0] if cpus else None,
+                     data_dir=ctx.target.cluster.data_dir if ctx.target.cluster else None)
+        twin = Arm("clone", clone.dsn_like(ctx.target.dsn), lambda s: clone.apply(dict(s)),
+                   cpus=cpus[1] if cpus else None, data_dir=clone.cluster.data_dir)
         seconds = race_seconds(ctx)
+        pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
+                  f"client to {cpus[1]}" if cpus else "")
         outcome = run_duet(server, twin, configs, labels, command, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),
                            level=ctx.config.final.level,
                            clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
-                                      f"in {clone.setup_s:.0f} s, removed after)")
+                                      f"in {clone.setup_s:.0f} s, removed after{pinned})")
     except HarmonyError as exc:
         state.decide(f"final: the duet failed ({exc}); measured in another design")
         return None
     finally:
         clone.remove()
+        if cpus and ctx.target.cluster is not None:
+            pin_postmaster(ctx.target.cluster.data_dir, cpus[2])  # every CPU again
     if outcome is None:
         state.decide("final: the duet measured too little for an interval")
         return None
