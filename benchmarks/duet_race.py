@@ -29,6 +29,7 @@ from psycopg import sql
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from tuner_client.duet.clone import make_clone
+from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.servers.local_cluster import LocalCluster
 from workloads.pgbench import PgbenchWorkload
@@ -89,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                         cpus="0" if args.pin else None, data_dir=cluster.data_dir),
                     Arm("clone", clone.dsn_like(dsn), _configurer(clone.cluster),
                         cpus="1" if args.pin else None, data_dir=clone.cluster.data_dir),
-                    [ref, cand], ["reference", "candidate"], workload.progress_command,
-                    max_seconds=args.seconds)
+                    [ref, cand], ["reference", "candidate"],
+                    client_runner(workload.progress_command), max_seconds=args.seconds)
             finally:
                 clone.remove()
             took = time.monotonic() - started

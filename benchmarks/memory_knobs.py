@@ -42,7 +42,7 @@ from psycopg import sql
 
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from tuner_client.duet.clone import make_clone
-from tuner_client.duet.driver import parse_progress
+from tuner_client.duet.driver import client_runner, parse_progress
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.paired import interval_from_logs
@@ -132,7 +132,7 @@ def duet(dsn: str, workload: PgbenchWorkload, journals: Path, parent: Path,
     try:
         outcome = run_duet(Arm("server", dsn, lambda s: _alter(dsn, dict(s))),
                            Arm("clone", clone.dsn_like(dsn), lambda s: clone.apply(dict(s))),
-                           [A, B], ["A", "B"], workload.progress_command,
+                           [A, B], ["A", "B"], client_runner(workload.progress_command),
                            max_seconds=max_seconds, segment_s=segment_s)
     finally:
         clone.remove()
@@ -286,9 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.from_json is not None:
-        data = json.loads(args.from_json.read_text())
-        data["carry"] = carry_summary(data["carry"], CARRY_BEFORE_S, CARRY_AFTER_S)
-        write_carry(data)
+        measured = json.loads(args.from_json.read_text())
+        measured["carry"] = carry_summary(measured["carry"], CARRY_BEFORE_S, CARRY_AFTER_S)
+        write_carry(measured)
         return 0
     pairs, window_s, blocks, slice_s, duet_s = (2, 10, 6, 3.0, 60) if args.quick \
         else (3, 25, 15, 3.0, 100)

@@ -18,18 +18,21 @@ import numpy as np
 import psycopg
 import pytest
 from duet_fixtures import clone_parent  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, tpch_cluster, tune_yaml  # noqa: F401  (fixture)
 
 from harmony.cli import main
 from harmony_base.errors import ConfigError
-from tuner_client.config import TunerConfig, tuner_config_from_dict
+from tuner_client.config import TunerConfig, parse_tuner_config, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
 from tuner_client.duet.clone import check_disk, check_memory, make_clone
+from tuner_client.duet.driver import client_runner, counted_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.plan.designs import final_design
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import read_catalog
+from workloads.factory import make_workload
 from workloads.pgbench import PgbenchWorkload
 
 
@@ -103,7 +106,7 @@ def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
             outcome = run_duet(server, Arm("clone", clone.dsn_like(dsn),
                                            lambda s: clone.apply(dict(s))),
                                [{"work_mem": "4MB"}, {"work_mem": "8MB"}],
-                               ["default", "best"], workload.progress_command,
+                               ["default", "best"], client_runner(workload.progress_command),
                                max_seconds=12, segment_s=8, warmup_s=1, min_blocks=2)
             took = time.monotonic() - started
         assert outcome is not None
@@ -143,7 +146,8 @@ KILLED = textwrap.dedent("""
     from tuner_client.servers.target import Target
     from tuner_client.duet.clone import make_clone
     from tuner_client.duet.driver import run_together
-    from workloads.pgbench import PgbenchWorkload
+    from workloads.factory import make_workload
+from workloads.pgbench import PgbenchWorkload
 
     class Config:
         source = "duet-kill.yaml"
@@ -268,3 +272,25 @@ def test_a_clone_a_dead_run_left_is_removed_by_harmony_restore(
     finally:
         live.remove()
         dead.remove()
+
+
+def test_a_driver_without_a_per_second_report_is_counted_on_both_servers(
+        tpch_cluster: TpchCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
+    """TPC-H streams report no per-second count: each server's commits are read every second
+    from pg_stat_database while one driver per server runs; the same mix on the same data
+    reads about the same on both."""
+    config = parse_tuner_config(tune_yaml("counted", 1, mix="2Q6", measure="paired: true",
+                                          online="{knobs: {work_mem: {min: 4MB, max: 4MB}}}",
+                                          final="{rounds: 1}"), source="counted.yaml")
+    clone = make_clone(tpch_cluster.dsn, journals=tmp_path / "journals", mark="counted",
+                       parent=clone_parent)
+    try:
+        runner = counted_runner(lambda dsn: make_workload(config.workload, dsn))
+        paired = runner((tpch_cluster.dsn, clone.dsn_like(tpch_cluster.dsn)), 7, 2,
+                        (None, None))
+    finally:
+        clone.remove()
+    assert 4 <= len(paired.seconds) <= 5
+    server, twin = (sum(c) for c in paired.counts)
+    assert server > 10 and twin > 10, paired
+    assert 0.5 < twin / server < 2.0, paired

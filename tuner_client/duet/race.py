@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harmony_base.errors import ConfigError
-from tuner_client.duet.driver import Command, pin_postmaster, run_together
+from tuner_client.duet.driver import Runner, pin_postmaster
 from tuner_client.duet.stats import DuetRace, Segment, race
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class Arm:
 
 
 def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
-             labels: Sequence[str], command: Command, *, max_seconds: float,
+             labels: Sequence[str], runner: Runner, *, max_seconds: float,
              level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
              min_blocks: int = MIN_BLOCKS, clone_text: str = "",
              clock: Callable[[], float] = time.monotonic) -> DuetRace | None:
@@ -77,8 +77,8 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             clone.put(cand if on_clone else ref)
             # one second more than the segment: the first report is a second in, and a
             # second may fail to pair; the batches then fill the segment
-            paired = run_together(command, (server.dsn, clone.dsn), segment_s + warmup_s + 1,
-                                  skip_s=warmup_s, cpus=(server.cpus, clone.cpus))
+            paired = runner((server.dsn, clone.dsn), segment_s + warmup_s + 1, warmup_s,
+                            (server.cpus, clone.cpus))
             # cluster 0 is the server: log(candidate/reference) is clone/server when the
             # candidate runs on the clone
             logs = paired.log_ratios(1 if on_clone else 0)

@@ -106,8 +106,11 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
     interval = RatioInterval(math.exp(theta), math.exp(low) if math.isfinite(low) else 0.0,
                              math.exp(high) if math.isfinite(high) else math.inf,
                              len(adjusted), level, "anytime")
+    # by segment only with two of each orientation: one of each gives two equal means
+    sides = [side for side, _ in seg_means]
     by_segment = interval_from_logs([m - asym if side else m + asym for side, m in seg_means],
-                                    level=level, method="t")
+                                    level=level, method="t") \
+        if min(sides.count(True), sides.count(False)) >= 2 else None
     half = (0.5 * math.log(by_segment.high / by_segment.low)
             if by_segment is not None and by_segment.low > 0 else None)
     return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half)

@@ -22,9 +22,10 @@ from tuner_client.config.units import parse_bytes
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
 from tuner_client.duet.clone import check_memory, make_clone
-from tuner_client.duet.driver import Command, pin_postmaster
+from tuner_client.duet.driver import Runner, client_runner, counted_runner, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
+from tuner_client.engine.comparison import live_traffic
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
 from workloads.factory import make_workload
@@ -33,13 +34,17 @@ from workloads.pgbench import PgbenchWorkload
 logger = logging.getLogger(__name__)
 
 
-def duet_command(ctx: RunContext) -> Command | None:
-    """How the duet starts the run's workload client on a DSN (None: the workload has no
-    client that reports per second: only pgbench and ``.sql`` scripts do so far)."""
-    workload = make_workload(ctx.config.workload, ctx.target.dsn, seed=ctx.config.seed)
-    if not isinstance(workload, PgbenchWorkload):
+def duet_runner(ctx: RunContext) -> Runner | None:
+    """How the duet drives the run's workload on both servers: pgbench's own client with its
+    per-second report, else one driver per server counted from ``pg_stat_database`` (None:
+    live traffic, which the tuner does not drive)."""
+    if live_traffic(ctx.config):
         return None
-    return workload.progress_command
+    cfg = ctx.config
+    workload = make_workload(cfg.workload, ctx.target.dsn, seed=cfg.seed)
+    if isinstance(workload, PgbenchWorkload):
+        return client_runner(workload.progress_command)
+    return counted_runner(lambda dsn: make_workload(cfg.workload, dsn, seed=cfg.seed))
 
 
 #: the shortest segment a race runs (s): two 5-s batches
@@ -87,11 +92,10 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
                   labels: list[str]) -> DuetRace | None:
     """Race ``labels`` (the first the reference) by duet for ``final.max_seconds``; None, said
     why, when it could not run (the race then runs in the next design)."""
-    command = duet_command(ctx)
-    if command is None:
-        state.decide(f"final: no duet: the {ctx.config.workload.kind} workload has no client "
-                     f"that counts per second on two servers at once (pgbench and scripts "
-                     f"do)")
+    runner = duet_runner(ctx)
+    if runner is None:
+        state.decide("final: no duet: the traffic is live (the application talks to one "
+                     "server)")
         return None
     configs = [dict(candidates[label]) for label in labels]
     ctx.measurer.stop()  # the windows' workload must not run beside this one
@@ -115,7 +119,7 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
         seconds = race_seconds(ctx)
         pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
                   f"client to {cpus[1]}" if cpus else "")
-        outcome = run_duet(server, twin, configs, labels, command, max_seconds=seconds,
+        outcome = run_duet(server, twin, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),
                            level=ctx.config.final.level,
                            clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
