@@ -140,6 +140,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "design": {"enum": ["auto", "per-transaction", "switchback", "duet", "windows"]},
                 "per_transaction_s": {"type": "number", "minimum": 10, "maximum": 600},
                 "slice_s": {"type": "number", "minimum": 0.5, "maximum": 600},
+                "clone": {"type": "boolean"},
             },
         },
         "budget": {

@@ -24,8 +24,6 @@ def live_traffic(config: TunerConfig) -> bool:
     return wl.observe is not None or wl.kind == "observe"
 
 
-#: the workload kinds whose client counts per second on two servers at once (pgbench's)
-DUET_WORKLOADS = ("pgbench", "scripts")
 #: hosts of a DSN that name this machine
 LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
 
@@ -35,11 +33,10 @@ def clone_reason(config: TunerConfig, replicated: bool) -> str | None:
     if live_traffic(config):
         return ("the traffic is live: the application talks to one server, and a clone would "
                 "see none of it")
+    if not config.measure.clone:
+        return "measure.clone is off (no scratch copy of the server beside it)"
     if replicated:
         return "the race runs over several replicas"
-    if config.workload.kind not in DUET_WORKLOADS:
-        return (f"the {config.workload.kind} workload has no client that counts per second on "
-                f"two servers at once (pgbench and scripts do)")
     if not config.database.embedded:
         host = str(conninfo_to_dict(config.database.dsn or "").get("host") or "")
         if host not in LOCAL_HOSTS and not host.startswith("/"):
