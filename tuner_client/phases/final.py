@@ -42,7 +42,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 
-from tuner_client.engine.designs import PER_TRANSACTION, WINDOWS
+from tuner_client.engine.designs import DUET, PER_TRANSACTION, WINDOWS
 from tuner_client.measurer import objective_unit
 from tuner_client.phases.design_choice import choose_for, race_in
 from tuner_client.phases.final_candidates import (
@@ -115,12 +115,16 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         state.decide("final: raced: " + "; ".join(
             f"{label} {_differing(candidates[label], ctx.original)}"
             for label in labels if label != "default"))
+        # a restart-time difference is split off where the session parts race precisely
+        # (its restart part then by duet where a clone can run, else in windows)
+        split = split_design(ctx, candidates, labels) if choice.design in (WINDOWS, DUET) \
+            else None
+        if split is not None:
+            return split_race(ctx, state, candidates, labels, split,
+                              lambda c, cands, options: _restart_part(c, state, cands, options))
         if choice.design != WINDOWS:
             if (race := race_in(choice.design, ctx, state, candidates, labels)) is not None:
                 return per_transaction_result(ctx, state, candidates, race)
-        elif (split := split_design(ctx, candidates, labels)) is not None:
-            return split_race(ctx, state, candidates, labels, split,
-                              lambda c, cands, options: _restart_part(c, state, cands, options))
         elif choice.passed_over and choose_for(ctx, [candidates[searched[0]]] * 2).design \
                 == PER_TRANSACTION:
             # a knob SET LOCAL cannot carry differs: one per-transaction run among the searched
@@ -200,8 +204,12 @@ def _race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, s
 def _restart_part(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[str, str]],
                   options: list[str]) -> FinalDecision | None:
     """Stage 2 of a split race (:mod:`tuner_client.phases.final_split`): ``options`` raced
-    in windows beside "default", here the session part chosen; its decision, or None when
-    fewer than two rounds were measured."""
+    beside "default", here the session part chosen, by duet where a clone can run, else in
+    windows; its decision, or None when fewer than two rounds were measured."""
+    labels = ["default", *options]
+    if choose_for(ctx, [candidates[label] for label in labels]).design == DUET and \
+            (duet := race_in(DUET, ctx, state, candidates, labels)) is not None:
+        return duet.to_final_decision()
     narrowed = Narrowed(options)
     rounds = _race(ctx, state, candidates, [], narrowed)
     if len(rounds) < 2:
