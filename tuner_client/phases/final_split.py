@@ -30,7 +30,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from tuner_client.engine.designs import RESTART, WINDOWS, Choice, differing_knobs, knob_class
+from tuner_client.engine.designs import (
+    DUET,
+    RESTART,
+    WINDOWS,
+    Choice,
+    differing_knobs,
+    knob_class,
+)
 from tuner_client.phases.design_choice import choose_for, race_in
 from tuner_client.phases.final_per_transaction import decision_result
 from tuner_client.phases.result import TuneResult
@@ -64,7 +71,7 @@ def split_design(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
                  labels: list[str]) -> Choice | None:
     """The design of stage 1 when the race of ``labels`` (the first the original) is split
     (None: it is not: ``final.restart_part: together``, no restart-time knob differs, or the
-    session parts too would race in windows, where splitting gains nothing)."""
+    session parts too would race in windows or by duet, where splitting gains nothing)."""
     if ctx.config.final.restart_part != "apart":
         return None
     configs = [candidates[label] for label in labels]
@@ -72,7 +79,8 @@ def split_design(ctx: RunContext, candidates: Mapping[str, dict[str, str]],
     if not restart:
         return None
     choice = choose_for(ctx, [session_part(ctx, candidates[label], restart) for label in labels])
-    return None if choice.design == WINDOWS else choice
+    # a duet carries the restart part as well: two of them would gain nothing
+    return None if choice.design in (WINDOWS, DUET) else choice
 
 
 def session_part(ctx: RunContext, settings: Mapping[str, str],
@@ -91,8 +99,8 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
     half = at_level(ctx, 1.0 - (1.0 - ctx.config.final.level) / 2.0)
     state.decide(f"final: the race is split ({', '.join(restart)} only changes with a restart): "
                  f"the session part of each candidate by {design.text()}, then the restart "
-                 f"part "
-                 f"in whole-server windows on top of the session part chosen; each stage at "
+                 f"part (by duet where a clone can run, else in whole-server windows) on top "
+                 f"of the session part chosen; each stage at "
                  f"{100 * half.config.final.level:.1f} %, so that their product is a "
                  f"{100 * ctx.config.final.level:.0f} % interval")
     parts = {label: session_part(ctx, candidates[label], restart) for label in labels}
@@ -125,7 +133,9 @@ def split_race(ctx: RunContext, state: RunState, candidates: Mapping[str, dict[s
             option_labels.remove(label)
     second = None
     if option_labels:
-        state.decide(f"final: stage 2: the restart part ({', '.join(restart)}) in windows: "
+        how = "by duet" if choose_for(ctx, [base, *(options[o] for o in option_labels)]
+                                      ).design == DUET else "in windows"
+        state.decide(f"final: stage 2: the restart part ({', '.join(restart)}) {how}: "
                      f"{', '.join(option_labels)} beside the base {base}")
         second = windows(half, {"default": base, **options}, option_labels)
     return _result(ctx, state, options, base, first, second)
