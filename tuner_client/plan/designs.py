@@ -74,14 +74,14 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
     if not offline.names:
         return text
     both = chosen(online.names + offline.names)
+    no_duet = dict(both.passed_over).get(DUET)
+    restart = (f"by duet ({clone})" if both.design == DUET else
+               f"in whole-server windows{f' (no duet: {no_duet})' if no_duet else ''}")
+    if config.final.restart_part == "apart" and choice.design not in (WINDOWS, DUET):
+        return (f"{text}; when {', '.join(offline.names)} differs too (a restart): split, the "
+                f"session part as above and the restart part {restart} "
+                f"(final.restart_part: apart)")
     if both.design == DUET:
         return (f"{text}; when {', '.join(offline.names)} differs too (a restart): the whole "
                 f"race by duet ({clone})")
-    no_duet = dict(both.passed_over).get(DUET)
-    why = f" (no duet: {no_duet})" if no_duet else ""
-    if config.final.restart_part == "apart" and choice.design != WINDOWS:
-        return (f"{text}; when {', '.join(offline.names)} differs too (a restart): split, the "
-                f"session part as above and the restart part in whole-server windows "
-                f"(final.restart_part: apart){why}")
-    return (f"{text}; when {', '.join(offline.names)} differs too (a restart): whole-server "
-            f"windows{why}")
+    return f"{text}; when {', '.join(offline.names)} differs too (a restart): {restart}"
