@@ -123,7 +123,7 @@ def race_duet_run(ctx: RunContext, state: RunState, candidates: Mapping[str, dic
                            segment_s=segment_seconds(seconds, len(labels) - 1),
                            level=ctx.config.final.level,
                            clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
-                                      f"in {clone.setup_s:.0f} s, removed after{pinned})")
+                                      f"in {clone.setup_s:.1f} s, removed after{pinned})")
     except HarmonyError as exc:
         state.decide(f"final: the duet failed ({exc}); measured in another design")
         return None
