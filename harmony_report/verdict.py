@@ -75,6 +75,13 @@ def _switchback(summary: RunSummary) -> str:
             f"configuration per block, the whole server switched by reload)")
 
 
+def _duet(summary: RunSummary) -> str:
+    decision = summary.decision or {}
+    return (f"by duet over {decision.get('rounds')} batches (the server and a clone of it "
+            f"running the two configurations at the same seconds, roles swapped between "
+            f"segments)")
+
+
 def _windows(summary: RunSummary) -> str:
     return f"over {len(summary.rounds)} interleaved rounds in whole-server windows"
 
@@ -83,7 +90,7 @@ def _windows(summary: RunSummary) -> str:
 #: design this report does not know is said by its name
 MEASURED_BY: Mapping[str, Callable[[RunSummary], str]] = {
     "per-transaction": _per_transaction, "split": _split, "switchback": _switchback,
-    "windows": _windows}
+    "duet": _duet, "windows": _windows}
 
 
 def measured_by(summary: RunSummary) -> str:

@@ -167,7 +167,7 @@ def test_decisions_render_as_the_sentences_they_were() -> None:
     state.decide("screening: held 3 knobs")
     state.decide(cases["offline: probes skipped"])
     assert state.decisions == ["screening: held 3 knobs", "offline: probes skipped"]
-    assert [d.phase for d in state.ledger] == ["screening", "offline"]
+    assert [d.phase for d in state.decision_records] == ["screening", "offline"]
 
 
 def _summary(decision: FinalDecision, trace: dict[str, Any] | None, state: RunState
@@ -176,7 +176,8 @@ def _summary(decision: FinalDecision, trace: dict[str, Any] | None, state: RunSt
     tune = TuneResult.conclude(
         _best(), Intervals([], decision), Work(passes=1, evaluations=0,
                                                decisions=list(state.decisions),
-                                               ledger=[d.to_dict() for d in state.ledger]))
+                                               decision_records=[
+                                                   d.to_dict() for d in state.decision_records]))
     return dict(json.loads(json.dumps(
         {**tune.to_dict(), **report_inputs([], [], decision.to_dict(), state.decisions,
                                            "queries/min", trace=trace)})))

@@ -1,8 +1,10 @@
 """The final race by switchback in a real tuning run (PostgreSQL + TPC-H SF 0.01, standalone):
-with ``measure.design: per-transaction`` and a reload-time knob (bgwriter_delay, context
-sighup) differing between the candidates, SET LOCAL cannot carry it, so the race alternates
-the configurations in slices (no PGTune baseline: it changes shared_buffers, a restart); the
-result names the design, its blocks and its interval."""
+with ``measure.design: per-transaction`` and a reload-time knob without memory
+(wal_writer_delay, context sighup) differing between the candidates, SET LOCAL cannot
+carry it, so the race alternates the configurations in slices (no PGTune baseline: it
+changes shared_buffers, a restart); the result names the design, its blocks and its
+interval. (bgwriter_delay, raced here before, is a knob with memory now: switchback refuses
+it.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tuner_client.config.defaults import DEFAULT_SLICE_S
 
 CONFIG = tune_yaml(
     "switchback", 3, mix="2Q6,1Q13", measure="design: per-transaction, slice_s: 1",
-    online="{knobs: {bgwriter_delay: {min: 10ms, max: 2000ms, step: 10ms}}, "
+    online="{knobs: {wal_writer_delay: {min: 10ms, max: 2000ms, step: 10ms}}, "
            "strategy: {name: nelder-mead, options: {simplex_size: 3}}, evaluations: 3}",
     final="{rounds: 1, candidates: 2, max_seconds: 30, baselines: []}")
 
@@ -28,7 +30,7 @@ def test_final_race_by_switchback(tpch_cluster: TpchCluster) -> None:  # noqa: F
     decisions = "\n".join(result.work.decisions)
     assert decision is not None and decision.design == "switchback", decisions
     assert "by switchback (measure.design: per-transaction); not per-transaction: " \
-           "bgwriter_delay ('sighup') differs: SET LOCAL needs the pg_settings context 'user' " \
+           "wal_writer_delay ('sighup') differs: SET LOCAL needs the pg_settings context 'user' " \
            "or 'superuser'" in decisions, decisions
     summary = decision.to_dict()
     labels = len(decision.intervals) + 1

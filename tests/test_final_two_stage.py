@@ -18,7 +18,8 @@ from tuner_client.stats.noise import POINT_CV_20S
 # the offline pass measures only 64MB (the original is 128MB): every searched candidate has
 # shared_buffers 64MB, the original and PGTune's rules do not
 CONFIG = tune_yaml(
-    "two-stage", 5, mix="2Q6,1Q13", measure="design: per-transaction, per_transaction_s: 10",
+    "two-stage", 5, mix="2Q6,1Q13",
+    measure="design: per-transaction, per_transaction_s: 10, clone: false",
     offline="{knobs: {shared_buffers: {min: 64MB, max: 64MB}}, evaluations: 1}",
     online="{knobs: {work_mem: {min: 1MB, max: 32MB}, random_page_cost: {min: 0.5, max: 8, "
            "step: 0.5}}, strategy: {name: nelder-mead, options: {simplex_size: 3}}, "

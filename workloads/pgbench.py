@@ -170,6 +170,15 @@ class PgbenchWorkload(Workload):
                     self._proc = None
             return self._report(out, err, proc.returncode, Path(logdir))
 
+    def progress_command(self, dsn: str, seconds: int) -> tuple[list[str], dict[str, str] | None]:
+        """The argv and environment of a run of this workload's pgbench on ``dsn`` for
+        ``seconds`` that reports its transactions every second with a timestamp (``-P 1
+        --progress-timestamp``, on stderr): a duet runs it on two servers at once."""
+        argv = [str(self.pgbench), "-n", *self._script_args(), "-c", str(self.clients),
+                "-j", str(self.threads), "-T", str(max(1, int(seconds))), "-P", "1",
+                "--progress-timestamp", dsn]
+        return argv, self._environment()
+
     def _script_args(self) -> list[str]:
         """What pgbench runs (a subclass runs custom scripts)."""
         return ["-b", self.builtin]

@@ -13,11 +13,13 @@ from harmony_base.lazy import LazyModule
 
 if TYPE_CHECKING:
     import tuner_client.config as tuner_config
+    import tuner_client.crashsafe.clones as clones
     import tuner_client.crashsafe.journal as journal
     import tuner_client.crashsafe.recovery as recovery
     import tuner_client.crashsafe.run as run
 else:  # imported when the command runs: ``harmony restore --help`` needs none of them
     tuner_config = LazyModule("tuner_client.config")
+    clones = LazyModule("tuner_client.crashsafe.clones")
     journal = LazyModule("tuner_client.crashsafe.journal")
     recovery = LazyModule("tuner_client.crashsafe.recovery")
     run = LazyModule("tuner_client.crashsafe.run")
@@ -56,6 +58,12 @@ def run_restore(args: argparse.Namespace) -> int:
     if (args.config is None) == (not args.all):
         raise ConfigError("harmony restore: give a tuner config, or --all for every journal")
     directory = args.journal_dir or journal.journal_dir()
+    for path in clones.clone_paths(directory):  # a dead run's scratch clones: nothing to keep
+        record = clones.load_clone_record(path)
+        if not record.owner_alive():
+            print(f"{record.describe()}: its run ended"
+                  + ("; would be removed" if args.check else
+                     "; removed" if clones.remove_clone(record) else "; NOT removed"))
     if args.all:
         journals = journal.find_journals(directory)
     else:

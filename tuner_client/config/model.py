@@ -205,6 +205,10 @@ class MeasureConfig:
     per_transaction_s: float = 30.0
     #: a switchback's slice length (s): one configuration in force per slice
     slice_s: float = DEFAULT_SLICE_S
+    #: whether a duet may clone the server (a scratch copy of its data beside it, removed
+    #: after the race: :mod:`tuner_client.duet`); off: restart-time knobs and knobs with
+    #: memory race in windows
+    clone: bool = True
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,8 @@ def _measure_config(ms: Mapping[str, Any], workload: WorkloadConfig,
                          design=str(ms.get("design", MeasureConfig.design)),
                          per_transaction_s=float(ms.get("per_transaction_s",
                                                         MeasureConfig.per_transaction_s)),
-                         slice_s=float(ms.get("slice_s", MeasureConfig.slice_s)))
+                         slice_s=float(ms.get("slice_s", MeasureConfig.slice_s)),
+                         clone=bool(ms.get("clone", MeasureConfig.clone)))
 
 
 def _budget_config(bd: Mapping[str, Any], where: Where) -> BudgetConfig:

@@ -138,9 +138,10 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "estimator": {"enum": ["count", "concurrency", "progress", "work",
                                        "work_per_cpu", "count_per_cpu"]},
                 "paired": {"type": "boolean"},
-                "design": {"enum": ["auto", "per-transaction", "switchback", "windows"]},
+                "design": {"enum": ["auto", "per-transaction", "switchback", "duet", "windows"]},
                 "per_transaction_s": {"type": "number", "minimum": 10, "maximum": 600},
                 "slice_s": {"type": "number", "minimum": 0.5, "maximum": 600},
+                "clone": {"type": "boolean"},
             },
         },
         "budget": {

@@ -34,9 +34,11 @@ from typing import TYPE_CHECKING
 from harmony_base.lazy import LazyModule
 
 if TYPE_CHECKING:
+    import tuner_client.crashsafe.clones as clones
     import tuner_client.crashsafe.journal as journal
     import tuner_client.crashsafe.recovery as recovery
 else:  # imported once the guard must act: until then it idles as a bare interpreter
+    clones = LazyModule("tuner_client.crashsafe.clones")
     journal = LazyModule("tuner_client.crashsafe.journal")
     recovery = LazyModule("tuner_client.crashsafe.recovery")
 
@@ -56,7 +58,8 @@ def journal_paths(directory: Path, mark: str) -> list[Path]:
     mark is looked for as text, without parsing)."""
     needle = f'"mark": "{mark}"'
     out = []
-    for path in directory.glob("*.journal.json"):
+    # a clone record (``*.clone.json``, :mod:`.clones`): a duet's scratch cluster to remove
+    for path in [*directory.glob("*.journal.json"), *directory.glob("*.clone.json")]:
         with contextlib.suppress(OSError):
             if needle in path.read_text():
                 out.append(path)
@@ -130,9 +133,13 @@ def _recover(directory: Path, mark: str, paths: list[Path], killed: list[int]) -
     logging.basicConfig(filename=str(directory / f"guard-{mark}.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logger.warning("the tuner ended without its completion mark; %d leftover process(es) "
-                   "killed %s; restoring %d server(s)", len(killed), killed, len(paths))
-    ok = True
+                   "killed %s; restoring %d server(s) and clone(s)", len(killed), killed,
+                   len(paths))
+    # the run's scratch clones first: stopped and deleted, nothing of them is the user's
+    ok = clones.remove_clones(directory, mark)
     for path in paths:
+        if path.name.endswith(".clone.json"):
+            continue
         try:
             report = recovery.recover(journal.load_journal(path))
         except Exception as exc:  # the guard must try every journal whatever one raises

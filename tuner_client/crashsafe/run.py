@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from harmony_base.errors import DatabaseError, HarmonyError
+from tuner_client.crashsafe.clones import remove_clones
 from tuner_client.crashsafe.guard import MARK_VARIABLE, start_guard
 from tuner_client.crashsafe.hook import activate, deactivate
 from tuner_client.crashsafe.journal import (
@@ -71,7 +72,9 @@ class RunSafety:
 
     def recover_leftovers(self, key: str) -> None:
         """Restore the server with ``key`` from a journal an earlier run left, before
-        anything else touches it; HarmonyError when that is refused or fails."""
+        anything else touches it; HarmonyError when that is refused or fails. A scratch clone
+        a dead run left (its guard died too) is stopped and deleted first."""
+        remove_clones(self.directory, dead_only=True)
         for journal in find_journals(self.directory, key):
             if journal.owner.alive():
                 raise owner_alive_error(journal)

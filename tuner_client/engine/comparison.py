@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from psycopg.conninfo import conninfo_to_dict
+
 from tuner_client.config import TunerConfig
 from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS, WINDOWS, Comparison
 from tuner_client.knobs.catalog import KnobCatalog
@@ -20,6 +22,27 @@ def live_traffic(config: TunerConfig) -> bool:
     """Whether the traffic is the application's (``workload.observe``)."""
     wl = config.workload
     return wl.observe is not None or wl.kind == "observe"
+
+
+#: hosts of a DSN that name this machine
+LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
+
+
+def clone_reason(config: TunerConfig, replicated: bool) -> str | None:
+    """Why no clone of the server can run a duet beside it (None: one can)."""
+    if live_traffic(config):
+        return ("the traffic is live: the application talks to one server, and a clone would "
+                "see none of it")
+    if not config.measure.clone:
+        return "measure.clone is off (no scratch copy of the server beside it)"
+    if replicated:
+        return "the race runs over several replicas"
+    if not config.database.embedded:
+        host = str(conninfo_to_dict(config.database.dsn or "").get("host") or "")
+        if host not in LOCAL_HOSTS and not host.startswith("/"):
+            return (f"the server is on {host}: a clone on this host would run on other "
+                    f"hardware")
+    return None
 
 
 def comparison(config: TunerConfig, catalog: KnobCatalog, differing: Sequence[str], *,
@@ -43,4 +66,4 @@ def comparison(config: TunerConfig, catalog: KnobCatalog, differing: Sequence[st
             replicas = "replicas on other hosts measure the same session in windows"
     return Comparison(contexts=contexts, memory_pressure=memory_pressure, driver=driver,
                       switch_driver=None if live_traffic(config) else driver,
-                      replicas=replicas)
+                      replicas=replicas, clone=clone_reason(config, replicated))

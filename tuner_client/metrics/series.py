@@ -26,7 +26,7 @@ MISS_SLOTS = 16
 #: how many points of the fitted BME curve are exported
 CURVE_POINTS = 24
 #: how the final comparison may be measured (values of the ``design`` label)
-FINAL_DESIGNS = ("windows", "per-transaction", "switchback", "split")
+FINAL_DESIGNS = ("windows", "per-transaction", "switchback", "duet", "split")
 
 #: every series this module exports (sample names) -> what it means; docs and tests use it
 TUNER_METRICS: dict[str, str] = {

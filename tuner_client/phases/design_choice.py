@@ -30,6 +30,7 @@ from tuner_client.engine.protocol import RaceOutcome, RaceRequest, design_named
 
 # the final designs register themselves on import
 from tuner_client.phases.final_design import Fallback, FinalDesign, FinalRun
+from tuner_client.phases.final_duet import Duet
 from tuner_client.phases.final_narrow import Narrowing
 from tuner_client.phases.final_per_transaction import PerTransaction
 from tuner_client.phases.final_split import Split, split_choice
@@ -38,7 +39,7 @@ from tuner_client.phases.final_windows import Windows
 from tuner_client.phases.state import RunContext, RunState
 
 #: the final designs this module puts together (imported so that they register)
-FINAL_DESIGNS = (PerTransaction, Switchback, Windows, Split, Narrowing, Fallback)
+FINAL_DESIGNS = (PerTransaction, Switchback, Duet, Windows, Split, Narrowing, Fallback)
 
 
 def comparison_of(ctx: RunContext, configs: Sequence[Mapping[str, str]], *,
@@ -71,24 +72,30 @@ def final_design(ctx: RunContext, request: RaceRequest, choice: Choice, *,
                  fallback: bool = True) -> FinalDesign:
     """The design that runs the final race of ``request``, whose engine choice is
     ``choice``: a precise design falls back on the universal one when its run fails (unless
-    ``fallback`` is off: managed mode, where nothing server-wide may change); the
-    universal one races alone unless the race splits (a restart-time knob apart,
-    :func:`~tuner_client.phases.final_split.split_choice`) or narrows (a per-transaction
-    run among the searched candidates that share the best's fixed knobs first)."""
+    ``fallback`` is off: managed mode, where nothing server-wide may change). A design that
+    carries a restart-time difference (a duet, the universal one) races alone unless the race
+    splits (a restart-time knob apart, :func:`~tuner_client.phases.final_split.split_choice`:
+    the session parts first in a more precise design, then the restart part in this one), or,
+    for the universal one, narrows (a per-transaction run among the searched candidates that
+    share the best's fixed knobs first)."""
     universal = final_design_of(UNIVERSAL)
-    if not choice.universal:
-        return Fallback(final_design_of(choice.design), universal) if fallback \
-            else final_design_of(choice.design)
+    chosen = universal if choice.universal else final_design_of(choice.design)
+    if not choice.universal and fallback:
+        chosen = Fallback(chosen, universal)
+    if not choice.carries_restart:
+        return chosen
     split = split_choice(ctx, lambda configs: choose_for(ctx, configs), request)
     if split is not None:
-        return Split(final_design_of(split.design), universal, split)
+        how = "in whole-server windows" if choice.universal else \
+            f"by {choice.design} (in whole-server windows if it cannot run)"
+        return Split(final_design_of(split.design), chosen, split, how)
     best = request.searched[0] if request.searched else None
-    if best is not None and choice.passed_over \
+    if choice.universal and best is not None and choice.passed_over \
             and choose_for(ctx, [request.configurations[best]] * 2).per_transaction:
         # a knob SET LOCAL cannot carry differs: one per-transaction run among the searched
         # candidates that share the best's, then the universal design's race of the one chosen
         return Narrowing(universal, choice.passed_over[0][1])
-    return universal
+    return chosen
 
 
 def race_in(design: str, ctx: RunContext, state: RunState,

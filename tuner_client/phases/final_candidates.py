@@ -13,6 +13,7 @@ from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.decisions import Decision
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +65,16 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
     """The ``count`` best distinct configurations the search measured under the current
     workload, other than the original: the search's best (``state.best``, which a ratio over
     the incumbent itself may have made best against the values) first, then the others by
-    :func:`rank_configurations`.
+    :func:`rank_configurations` (by their ratio to the original through the run's ledger of
+    paired comparisons where it reaches them).
 
     A configuration that breaks the memory budget as a whole is skipped (and said so when it
     is the search's best): an offline point was measured under the original online settings,
     which the online budget may refuse.
     """
     out: list[dict[str, str]] = []
-    ranked = rank_configurations(state.records[state.ranked_from:], ctx.original)
+    ranked = rank_configurations(state.records[state.ranked_from:], ctx.original,
+                                 state.ledger)
     ranked.sort(key=lambda kv: not any(r is state.best for r in kv[1]))  # stable: best first
     for settings, records in ranked:
         if len(out) >= count:
@@ -85,14 +88,24 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
                 logger.info(text)
             continue
         out.append(settings)
+        standing = state.ledger.standing(settings) if state.ledger is not None else None
+        if standing is not None:
+            # the ranking, as the decisions show it: a ratio carried through the chain of
+            # paired comparisons, not a level
+            state.decide(f"final: candidate {len(out)} by the ledger of paired comparisons: "
+                         f"{standing.text()}")
     return out
 
 
-def rank_configurations(records: list[PointRecord], original: Mapping[str, str]
+def rank_configurations(records: list[PointRecord], original: Mapping[str, str],
+                        ledger: Ledger | None = None
                         ) -> list[tuple[dict[str, str], list[PointRecord]]]:
     """The distinct configurations of the knobs in ``original`` that the search measured,
-    other than the original, best first by the mean of their values: a configuration
-    measured several times is ranked by all its measurements, not by its luckiest one.
+    other than the original, best first: those the ``ledger`` reaches by their ratio to the
+    original through its chain of paired comparisons (never by absolute levels measured
+    under different designs or minutes apart), then the others by the mean of their values:
+    a configuration measured several times is ranked by all its measurements, not by its
+    luckiest one.
 
     Screening's design points are not candidates: each is one short sample at the ends of
     the knobs' ranges, taken to rank the knobs, and its value is not paired with a
@@ -108,6 +121,14 @@ def rank_configurations(records: list[PointRecord], original: Mapping[str, str]
         key = tuple(r.in_force.get(n, original[n]) for n in names)
         if key != tuple(original.values()):
             measured.setdefault(key, []).append(r)
-    ranked = sorted(measured.items(), reverse=True,
-                    key=lambda kv: statistics.fmean(r.value or 0.0 for r in kv[1]))
+    standings = ledger.standings() if ledger is not None else {}
+
+    def rank(kv: tuple[tuple[str, ...], list[PointRecord]]) -> tuple[int, float]:
+        standing = standings.get(ledger.key(dict(zip(names, kv[0], strict=True)))) \
+            if ledger is not None else None
+        if standing is not None:
+            return 1, standing.log_ratio
+        return 0, statistics.fmean(r.value or 0.0 for r in kv[1])
+
+    ranked = sorted(measured.items(), reverse=True, key=rank)
     return [(dict(zip(names, key, strict=True)), rs) for key, rs in ranked]

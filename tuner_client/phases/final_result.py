@@ -50,7 +50,7 @@ def conclude(run: FinalRun, configurations: Mapping[str, Mapping[str, str]],
     work = Work(passes=state.passes,
                 evaluations=sum(1 for r in state.records if not r.session.startswith("final")),
                 sessions=[s.name for s, _ in state.sessions], decisions=list(state.decisions),
-                ledger=[d.to_dict() for d in state.ledger])
+                decision_records=[d.to_dict() for d in state.decision_records])
     return TuneResult.conclude(Best(best, dict(ctx.original), throughput),
                                Intervals(rounds, decision, trace), work,
                                Evidence(bme=state.bme, screening=state.screening))

@@ -15,7 +15,8 @@ and each part is claimed on its own interval:
    winner (else the original) is the base of stage 2. When the session parts too could only
    race in windows, the race is not split: it would gain nothing.
 2. **The restart part**: the candidates' distinct restart-time values, each on top of that
-   base, raced beside the base itself in whole-server windows around restarts
+   base, raced beside the base itself by duet where a clone of the server can run beside it
+   (:mod:`tuner_client.duet`), else in whole-server windows around restarts
    (:class:`~tuner_client.phases.final_windows.Windows`, anytime-valid). It measures the
    restart part *given* the session part chosen, so the product of the two ratios is the
    ratio of the recommended configuration to the original: no interaction is assumed away.
@@ -57,7 +58,8 @@ def restart_knobs(ctx: RunContext, configs: list[dict[str, str]]) -> list[str]:
 def split_choice(ctx: RunContext, choose: ChooseFor, request: RaceRequest) -> Choice | None:
     """The design of stage 1 when the race of ``request`` (the reference the original) is
     split (None: it is not: ``final.restart_part: together``, no restart-time knob differs,
-    or the session parts too would race in windows, where splitting gains nothing);
+    or the session parts too would race in a design that carries a restart-time difference
+    (windows, or a duet, which carries both parts at once), where splitting gains nothing);
     ``choose``: the engine's choice for a list of configurations."""
     if ctx.config.final.restart_part != "apart":
         return None
@@ -65,7 +67,7 @@ def split_choice(ctx: RunContext, choose: ChooseFor, request: RaceRequest) -> Ch
     if not restart:
         return None
     choice = choose([session_part(ctx, c, restart) for c in request.settings()])
-    return None if choice.universal else choice
+    return None if choice.carries_restart else choice
 
 
 def session_part(ctx: RunContext, settings: Mapping[str, str],
@@ -104,8 +106,11 @@ class Split(FinalDesign, name=SPLIT):
     then the restart part in ``restart`` on top of the session part chosen (see the
     module)."""
 
-    def __init__(self, session: FinalDesign, restart: FinalDesign, choice: Choice) -> None:
+    def __init__(self, session: FinalDesign, restart: FinalDesign, choice: Choice,
+                 restart_how: str = "in whole-server windows") -> None:
         self.session, self.restart, self.choice = session, restart, choice
+        #: how the restart part is measured, in words (by duet where a clone can run)
+        self.restart_how = restart_how
 
     def race(self, run: FinalRun, request: RaceRequest) -> SplitOutcome:
         ctx, state = run.ctx, run.state
@@ -115,7 +120,7 @@ class Split(FinalDesign, name=SPLIT):
         state.decide(Decision.note(
             f"final: the race is split ({', '.join(restart)} only changes with a restart): "
             f"the session part of each candidate by {self.choice.text()}, then the restart "
-            f"part in whole-server windows on top of the session part chosen; each stage at "
+            f"part {self.restart_how} on top of the session part chosen; each stage at "
             f"{100 * level:.1f} %, so that their product is a {100 * request.level:.0f} % "
             f"interval", design=SPLIT, labels=request.labels, level=level,
             why=self.choice.text()))
@@ -158,7 +163,8 @@ class Split(FinalDesign, name=SPLIT):
         second = None
         if option_labels:
             state.decide(Decision.note(
-                f"final: stage 2: the restart part ({', '.join(restart)}) in windows: "
+                f"final: stage 2: the restart part ({', '.join(restart)}) "
+                f"{self.restart_how.replace('whole-server ', '')}: "
                 f"{', '.join(option_labels)} beside the base {base}", design=SPLIT,
                 stage="restart part", labels=("default", *option_labels),
                 settings={"default": base, **{o: options[o] for o in option_labels}}))

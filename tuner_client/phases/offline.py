@@ -29,7 +29,7 @@ from tuner_client.phases.offline_bme_fit import OfflineBMEFit
 from tuner_client.phases.offline_probes import ProbeAdvice, probe_shared_buffers
 from tuner_client.phases.session_loop import run_session
 from tuner_client.phases.sessions import open_session, session_definition, session_references
-from tuner_client.phases.state import RunContext, RunState, best_of
+from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _probes_metadata(state: RunState) -> JSONObject | None:
 def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                        first: int) -> float | None:
     """Put the pass's best offline point in force for the online session; its value."""
-    best = best_of(state.records[first:])
+    best = state.best_among(state.records[first:])
     if best is None:
         state.decide(f"{label}: no offline point measured successfully; keeping "
                      f"{ctx.current(space.names)}")

@@ -21,7 +21,7 @@ from tuner_client.phases.detectors import (
 )
 from tuner_client.phases.search_design import session_runner
 from tuner_client.phases.sessions import open_session, session_definition, session_references
-from tuner_client.phases.state import RunContext, RunState, best_of, record_point
+from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.mix import pool, time_shares
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
     reason = run(ctx, state, session, space, cfg.online.evaluations, label, after_eval,
                  references, seconds=cfg.online.seconds)
     mine = state.records[first:]
-    best = best_of(mine)
+    best = state.best_among(mine)
     if best is not None:
         ctx.apply({k: best.in_force[k] for k in space.names})
     if stuck:

@@ -101,7 +101,7 @@ class Work:
     evaluations: int
     sessions: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
-    ledger: list[JSONObject] = field(default_factory=list)
+    decision_records: list[JSONObject] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -176,4 +176,4 @@ class TuneResult:
                 "guardrails": evidence.guardrails.to_dict()
                 if evidence.guardrails is not None else None,
                 # the decisions as records (docs/schemas/summary.schema.json), added last
-                "decision_records": self.work.ledger}
+                "decision_records": self.work.decision_records}

@@ -23,6 +23,7 @@ from tuner_client.plan.managed import ManagedRun
 from tuner_client.plan.proposals import Proposal
 from tuner_client.replicas import ReplicaPool
 from tuner_client.servers.target import Target
+from tuner_client.stats.ledger import Ledger, Standing, interval_variance
 from tuner_client.stats.screening import Screening
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class RunState:
     #: the decisions as sentences (:func:`tuner_client.phases.decisions.render`), in order
     decisions: list[str] = field(default_factory=list)
     #: the same decisions as records (``summary.json``'s ``decision_records``)
-    ledger: list[Decision] = field(default_factory=list)
+    decision_records: list[Decision] = field(default_factory=list)
     best: PointRecord | None = None
     #: the configuration ``best.ratio`` is relative to (None: not measured against one)
     best_against: dict[str, str] | None = None
@@ -119,6 +120,8 @@ class RunState:
     #: the screening's predicted best configuration (every tuned knob), a final candidate
     screened: dict[str, str] | None = None
     passes: int = 0
+    #: every paired measurement's ratio carried to the original (:mod:`tuner_client.stats.ledger`)
+    ledger: Ledger | None = None
     on_record: Callable[[PointRecord], None] | None = None
     #: called with every measured record (search, screening and final rounds alike)
     on_measured: Callable[[PointRecord], None] | None = None
@@ -129,7 +132,7 @@ class RunState:
         kept as a note."""
         record = decision if isinstance(decision, Decision) else Decision.note(decision)
         text = render(record)
-        self.ledger.append(record)
+        self.decision_records.append(record)
         self.decisions.append(text)
         logger.info("decision: %s", text)
         if self.on_decision is not None:
@@ -146,6 +149,45 @@ class RunState:
         self.best = self.best_against = None
         self.screened = None
         self.ranked_from = len(self.records)
+        self.ledger = None
+
+    def ledger_of(self, original: Mapping[str, str]) -> Ledger:
+        """The run's ledger (opened on first use, over the tuned knobs of ``original``)."""
+        if self.ledger is None:
+            self.ledger = Ledger.of(original)
+        return self.ledger
+
+    def standing(self, record: PointRecord) -> Standing | None:
+        """``record``'s configuration's ratio to the original through the ledger, if known."""
+        return None if self.ledger is None else self.ledger.standing(record.in_force)
+
+    def rank(self, record: PointRecord, reference: Mapping[str, str] | None,
+             original: Mapping[str, str], *, ranks: bool = True) -> bool:
+        """Put ``record``'s paired ratio to ``reference`` (the settings its ratio is relative
+        to; the knobs they leave out are the record's own) in the ledger and, when ``ranks``,
+        make it the best if it :func:`outranks` the best so far; whether it did."""
+        against = None if reference is None else {**record.in_force, **reference}
+        if against is not None and record.ratio is not None and record.failure is None:
+            keep_link(self.ledger_of(original), record, against)
+        if ranks and record.value is not None and outranks(
+                record, against, self.best, self.best_against, list(original),
+                ledger=self.ledger):
+            self.best, self.best_against = record, against
+            return True
+        return False
+
+    def best_among(self, records: list[PointRecord]) -> PointRecord | None:
+        """The best of ``records`` as the run ranks them: the run's best when it is one of
+        them (the offline phase's best and the run's best are one point), else the best
+        standing in the ledger, else the highest value."""
+        if any(r is self.best for r in records):
+            return self.best
+        done = [r for r in records if r.value is not None]
+        ranked = [(st.log_ratio, i) for i, r in enumerate(done)
+                  if (st := self.standing(r)) is not None]
+        if ranked:
+            return done[max(ranked)[1]]
+        return best_of(records)
 
 
 def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
@@ -158,10 +200,7 @@ def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
     ctx.metrics.record_point(record, kind=kind or evaluation_kind(record.session),
                              restarts=False)
     ctx.in_force_changed()  # the measurement put its configuration in force
-    against = None if reference is None else {**record.in_force, **reference}
-    if ranks and record.value is not None and outranks(
-            record, against, state.best, state.best_against, list(ctx.original)):
-        state.best, state.best_against = record, against
+    if state.rank(record, reference, ctx.original, ranks=ranks):
         logger.info("new best: %.4g %s with %s", record.value, ctx.unit, record.in_force)
     if state.best is not None:  # the metrics' best-so-far follows the run's, not the top value
         ctx.metrics.set_best(state.best)
@@ -171,12 +210,29 @@ def record_point(ctx: RunContext, state: RunState, record: PointRecord, *,
         state.on_measured(record)
 
 
+def keep_link(ledger: Ledger, record: PointRecord, against: Mapping[str, str]) -> None:
+    """Put ``record``'s paired ratio to ``against`` in ``ledger``: its variance from its own
+    interval (per transaction), else a window's from the run's noise beside the reference
+    measurements around it."""
+    if len(record.reference) == 2:
+        ledger.note_drift(*record.reference)
+    variance = None
+    if record.interval is not None:
+        variance = interval_variance(*record.interval)
+    ledger.add(against, record.in_force, record.ratio or 0.0, variance,
+               references=max(1, len(record.reference)), session=record.session,
+               design=record.design)
+
+
 def outranks(record: PointRecord, against: Mapping[str, str] | None,
              best: PointRecord | None, best_against: Mapping[str, str] | None,
-             names: list[str]) -> bool:
+             names: list[str], *, ledger: Ledger | None = None) -> bool:
     """Whether ``record`` (with a value) ranks above ``best`` (None: there is none yet).
     ``against``, ``best_against``: the configurations their ratios are relative to (None:
-    not measured against one), compared on ``names`` (the tuned knobs).
+    not measured against one), compared on ``names`` (the tuned knobs). With a ``ledger``
+    that holds both configurations, their ratios to the original through it decide: the
+    demo's online best read 1.215× its reference, the offline best, yet a lower level than
+    an offline window minutes earlier, and never raced.
 
     Paired ratios decide where they share a reference: measured against ``best``'s own
     configuration, ``record.ratio`` decides alone; measured against the same reference as
@@ -189,6 +245,10 @@ def outranks(record: PointRecord, against: Mapping[str, str] | None,
     """
     if best is None:
         return True
+    if ledger is not None and best is not record:
+        mine, theirs = ledger.standing(record.in_force), ledger.standing(best.in_force)
+        if mine is not None and theirs is not None:
+            return mine.log_ratio > theirs.log_ratio
 
     def same(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
         return all(a.get(n) == b.get(n) for n in names)

@@ -16,6 +16,7 @@ from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
     PRECISION,
     SYSTEM_WIDE_KNOBS,
+    Choice,
     choose,
 )
 from tuner_client.knobs.catalog import KnobCatalog
@@ -33,18 +34,51 @@ def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -
             f"whole-server window block per value beside the runs")
 
 
+#: a base backup's speed assumed by the plan (bytes/s), and a clone's start (s)
+CLONE_COPY_BPS = 100 * 2 ** 20
+CLONE_START_S = 5.0
+
+
+def clone_text(data_bytes: int | None, shared_buffers: str | None) -> str:
+    """What a duet's clone costs: disk, memory and set-up time (estimates before the run)."""
+    if data_bytes is None:
+        disk, setup = "the server's data × 1.2 of disk", "its copy at ~100 MB/s plus a start"
+    else:
+        disk = f"{1.2 * data_bytes / 2 ** 20:,.0f} MiB of disk (the data × 1.2)"
+        setup = f"about {CLONE_START_S + data_bytes / CLONE_COPY_BPS:.0f} s"
+    memory = (f"about {shared_buffers} more memory (its shared_buffers)" if shared_buffers
+              else "its shared_buffers more memory")
+    return (f"a clone of the server beside it (pg_basebackup into HARMONY_CLONE_DIR, default "
+            f"/var/tmp): {disk}, {memory} plus its clients' work memory, set-up {setup}; "
+            f"removed after the race")
+
+
 def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
-                 online: KnobSpace) -> str:
+                 online: KnobSpace, *, data_bytes: int | None = None,
+                 shared_buffers: str | None = None) -> str:
     """The final race's design, in one line: for the candidates differing in every online
-    knob, and what a difference in a restart-time (offline) knob changes."""
-    choice = choose(comparison(config, catalog, online.names, replicated=config.replicas.enabled,
-                               search=False),
-                    config.measure.design, PRECISION)
+    knob, and what a difference in a restart-time (offline) knob changes; a duet's clone with
+    its disk (``data_bytes`` of data), memory and set-up time."""
+    def chosen(names: list[str]) -> Choice:
+        return choose(comparison(config, catalog, names, replicated=config.replicas.enabled,
+                                 search=False), config.measure.design, PRECISION)
+
+    choice = chosen(online.names)
     text = f"when the candidates differ in the online knobs: {choice.text()}"
+    clone = clone_text(data_bytes, shared_buffers)
+    if choice.clones:
+        text += f" ({clone})"
     if not offline.names:
         return text
-    if config.final.restart_part == "apart" and not choice.universal:
+    both = chosen(online.names + offline.names)
+    no_duet = both.why_no_clone()
+    restart = (f"by duet ({clone})" if both.clones else
+               f"in whole-server windows{f' (no duet: {no_duet})' if no_duet else ''}")
+    if config.final.restart_part == "apart" and not choice.carries_restart:
         return (f"{text}; when {', '.join(offline.names)} differs too (a restart): split, the "
-                f"session part as above and the restart part in whole-server windows "
+                f"session part as above and the restart part {restart} "
                 f"(final.restart_part: apart)")
-    return f"{text}; when {', '.join(offline.names)} differs too (a restart): whole-server windows"
+    if both.clones:
+        return (f"{text}; when {', '.join(offline.names)} differs too (a restart): the whole "
+                f"race by duet ({clone})")
+    return f"{text}; when {', '.join(offline.names)} differs too (a restart): {restart}"

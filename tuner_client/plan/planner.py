@@ -164,7 +164,10 @@ def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
         window_s, basis = window_seconds(config, stats, timed)
         designs = {"offline": search_design(config, catalog, offline),
                    "online": search_design(config, catalog, online),
-                   "final": final_design(config, catalog, offline, online)}
+                   "final": final_design(
+                       config, catalog, offline, online,
+                       data_bytes=stats.database_bytes if stats is not None else None,
+                       shared_buffers=in_force.get("shared_buffers"))}
         phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed),
                           design=designs.get(p.name, ""))
                   for p in phase_plans(config, offline, online, window_s)]

@@ -1,0 +1,296 @@
+"""Duet (:mod:`tuner_client.duet`): the clone of a real cluster, the driver on both at once,
+the analysis with the clone's asymmetry cancelled, and the crash safety of the clone: a tuner
+killed with SIGKILL mid-segment leaves the server on its original configuration, the clone
+stopped and deleted, and no process of it."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from duet_fixtures import clone_parent  # noqa: F401  (fixture)
+from tune_fixtures import TpchCluster, tpch_cluster, tune_yaml  # noqa: F401  (fixture)
+
+from harmony.cli import main
+from harmony_base.errors import ConfigError
+from tuner_client.config import TunerConfig, parse_tuner_config, tuner_config_from_dict
+from tuner_client.config.knobspace import resolve_knob_space
+from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
+from tuner_client.duet.clone import check_disk, check_memory, make_clone
+from tuner_client.duet.driver import client_runner, counted_runner
+from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.stats import Segment, compare, race
+from tuner_client.plan.designs import final_design
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import read_catalog
+from workloads.factory import make_workload
+from workloads.pgbench import PgbenchWorkload
+
+
+def _pgbench_db(cluster: LocalCluster) -> str:
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn_for("bench")
+    subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn], check=True,
+                   capture_output=True)
+    return dsn
+
+
+def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
+    """Synthetic segments: truth 1.10×, the clone 15 % faster than the server, 6 % noise
+    per second. The role swaps cancel the clone's advantage; one orientation alone would
+    read 1.10 × 1.15 or 1.10 / 1.15."""
+    rng = np.random.default_rng(11)
+    theta, asym = math.log(1.10), math.log(1.15)
+    segments = []
+    for block in range(6):
+        on_clone = block % 2 == 0
+        mean = theta + (asym if on_clone else -asym)
+        segments.append(Segment(1, on_clone, tuple(mean + 0.06 * rng.standard_normal(20))))
+    got = compare(segments, 1)
+    assert got is not None
+    assert got.interval.low < 1.10 < got.interval.high
+    assert got.interval.ratio == pytest.approx(1.10, rel=0.03)
+    assert got.asymmetry == pytest.approx(1.15, rel=0.03)
+    assert got.interval.above_one and got.batches == 24
+    outcome = race(segments, ["default", "best"], segment_s=20)
+    assert outcome is not None and outcome.winner == "best"
+    decision = outcome.to_final_decision()
+    assert decision.design == "duet" and decision.winner == "best"
+    assert any("asymmetry 1.1" in line for line in decision.lines)
+    # one orientation only: no interval yet
+    assert compare(segments[::2], 1) is None
+
+
+def test_a_clone_needs_the_disk_and_the_memory_and_says_how_much() -> None:
+    with pytest.raises(ConfigError, match=r"needs .* MiB free in /tmp .* × 1.2.* is free"):
+        check_disk(Path("/tmp"), 10 ** 15, "127.0.0.1:5432")
+    with pytest.raises(ConfigError, match=r"needs about .* MiB of memory beside the server "
+                                          r"\(its shared_buffers .* MiB and 64 MiB more\), "
+                                          r"but only .* MiB is available"):
+        check_memory(10 ** 15, "127.0.0.1:5432")
+    assert check_memory(128 * 2 ** 20, "x") == 192 * 2 ** 20
+
+
+def test_a_duet_on_a_clone_of_a_real_cluster_and_the_clone_removed(
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
+    dsn = _pgbench_db(own_cluster)
+    clone = make_clone(dsn, journals=tmp_path / "journals", mark="duet-test",
+                       parent=clone_parent)
+    try:
+        assert len(clone_paths(tmp_path / "journals", "duet-test")) == 1
+        with psycopg.connect(clone.dsn_like(dsn)) as conn:
+            row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
+        assert row is not None and row[0] == 100_000  # the same data
+        assert clone.cluster.port != own_cluster.port
+        # a postmaster knob restarts the clone, a reload-time one does not
+        assert clone.apply({"shared_buffers": "32MB"}) is True
+        assert clone.apply({"shared_buffers": "32MB", "work_mem": "8MB"}) is False
+        with psycopg.connect(clone.dsn_like(dsn)) as conn:
+            shown = [conn.execute(f"SHOW {n}").fetchone() for n in ("shared_buffers",
+                                                                    "work_mem")]
+        assert shown == [("32MB",), ("8MB",)]
+        workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
+        with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+            server = Arm("server", dsn, lambda s: _alter(conn, s))
+            started = time.monotonic()
+            outcome = run_duet(server, Arm("clone", clone.dsn_like(dsn),
+                                           lambda s: clone.apply(dict(s))),
+                               [{"work_mem": "4MB"}, {"work_mem": "8MB"}],
+                               ["default", "best"], client_runner(workload.progress_command),
+                               max_seconds=12, segment_s=8, warmup_s=1, min_blocks=2)
+            took = time.monotonic() - started
+        assert outcome is not None
+        best = outcome.plain["best"]
+        assert best.segments == 2 and best.batches == 2
+        # work_mem does not matter to pgbench -S: no winner, 1 inside the interval
+        assert outcome.winner is None
+        assert best.interval.low < 1.0 < best.interval.high
+        assert took < 30
+    finally:
+        data_dir = clone.cluster.data_dir
+        clone.remove()
+    assert not Path(clone.record.scratch).exists()
+    assert postmaster_pid(data_dir) is None
+    assert not clone_paths(tmp_path / "journals")
+
+
+def _alter(conn: psycopg.Connection[tuple[object, ...]], settings: object) -> None:
+    assert isinstance(settings, dict)
+    for name, value in settings.items():
+        conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+            psycopg.sql.Identifier(name), psycopg.sql.Literal(value)))
+    conn.execute("SELECT pg_reload_conf()")
+
+
+#: a tuner stand-in: journals the server, starts the guard, changes a knob, makes the clone
+#: and runs a duet segment on both; killed with SIGKILL once the segment runs
+KILLED = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import psycopg
+    from tuner_client.crashsafe.run import RunSafety
+    from tuner_client.crashsafe.journal import journal_dir
+    from tuner_client.knobs.apply import apply_online_knobs
+    from tuner_client.knobs.catalog import KnobCatalog
+    from tuner_client.servers.controllers import PgCtlController
+    from tuner_client.servers.target import Target
+    from tuner_client.duet.clone import make_clone
+    from tuner_client.duet.driver import run_together
+    from workloads.factory import make_workload
+from workloads.pgbench import PgbenchWorkload
+
+    class Config:
+        source = "duet-kill.yaml"
+        class database:
+            restart_timeout_s = 60.0
+
+    dsn, data_dir, parent = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, cluster=None, ram_bytes=None,
+                    controller=PgCtlController(data_dir, dsn))
+    safety = RunSafety(Config, "duet-kill")
+    safety.protect(target)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply_online_knobs(conn, catalog, {"work_mem": "8MB"})
+    clone = make_clone(dsn, journals=journal_dir(), mark=safety.mark, parent=parent)
+    print(clone.record.scratch, clone.cluster.data_dir, flush=True)
+    workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
+    run_together(workload.progress_command, (dsn, clone.dsn_like(dsn)), 60)
+""")
+
+
+def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
+    dsn = _pgbench_db(own_cluster)
+    auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
+    journals = tmp_path / "journals"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), dsn, str(own_cluster.data_dir),
+                             str(clone_parent)], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    scratch, clone_data = proc.stdout.readline().split()
+    deadline = time.monotonic() + 30  # until both clients of the segment run
+    while time.monotonic() < deadline and len(_pgbench()) < 2:
+        time.sleep(0.1)
+    assert len(_pgbench()) >= 2, "the duet segment did not start"
+    clone_pid = postmaster_pid(clone_data)
+    assert clone_pid is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and (Path(scratch).exists() or _pgbench()
+                                           or list(journals.glob("*.json"))):
+        time.sleep(0.2)
+    assert not Path(scratch).exists()
+    assert not _pgbench()
+    assert not list(journals.glob("*.json"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(clone_pid, 0)
+    assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW work_mem").fetchone()
+    assert row is not None and row[0] == "4MB"
+
+
+def _pgbench() -> list[str]:
+    found = subprocess.run(["pgrep", "-f", "pgbench .*--progress-timestamp"],
+                           capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def _plan_config(dsn: str, **extra: object) -> TunerConfig:
+    return tuner_config_from_dict({
+        "name": "duet-plan",
+        "database": {"dsn": dsn, "allow_restarts": True,
+                     "controller": {"kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}},
+        "workload": {"pgbench": {"clients": 2}},
+        "online": {"knobs": {"max_wal_size": {"min": "32MB", "max": "1GB"},
+                             "work_mem": {"min": "1MB", "max": "64MB"}}},
+        **extra}, source="duet-plan.yaml")
+
+
+def test_the_plan_names_duet_and_its_clone_or_why_not(pg_cluster: LocalCluster) -> None:
+    """A knob with memory (max_wal_size) and a restart-time one (shared_buffers) on a local
+    pgbench server: the final race by duet, with the clone's disk, memory and set-up time;
+    live traffic: windows, said why."""
+    catalog = read_catalog(pg_cluster.dsn)
+    config = _plan_config(pg_cluster.dsn)
+    offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
+    online = resolve_knob_space(config.online.knobs, catalog, kind="online")
+    assert offline.names == ["shared_buffers"]
+    text = final_design(config, catalog, offline, online, data_bytes=500 * 2 ** 20,
+                        shared_buffers="128MB")
+    assert "online knobs: duet, the most precise design valid here" in text, text
+    assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in text
+    assert "600 MiB of disk (the data × 1.2), about 128MB more memory" in text
+    assert "set-up about 10 s" in text  # 5 s + 500 MiB at 100 MiB/s
+    assert "shared_buffers differs too (a restart): the whole race by duet" in text
+    live = _plan_config(pg_cluster.dsn, workload={"observe": {"poll_s": 1}},
+                        database={"dsn": pg_cluster.dsn, "controller": {
+                            "kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}})
+    online = resolve_knob_space(live.online.knobs, catalog, kind="online")
+    text = final_design(live, catalog, resolve_knob_space((), catalog, kind="offline"), online)
+    assert text.startswith("when the candidates differ in the online knobs: windows"), text
+    assert "not duet: the traffic is live: the application talks to one server" in text
+
+
+def test_a_clone_a_dead_run_left_is_removed_by_harmony_restore(
+        own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The guard died too (a reboot, or killed first): ``harmony restore --all`` (and a later
+    run) stops and deletes the clone whose run ended; a live run's clone is left alone."""
+    journals = tmp_path / "journals"
+    live = make_clone(own_cluster.dsn, journals=journals, mark="alive", parent=clone_parent)
+    dead = make_clone(own_cluster.dsn, journals=journals, mark="dead", parent=clone_parent)
+    child = subprocess.Popen(["true"])
+    child.wait()
+    dead.record.owner_pid, dead.record.owner_ticks = child.pid, None
+    dead.record.save()
+    try:
+        assert main(["restore", "--all", "--journal-dir", str(journals)]) == 0
+        assert f"{dead.record.describe()}: its run ended; removed" in capsys.readouterr().out
+        assert not Path(dead.record.scratch).exists()
+        assert postmaster_pid(dead.cluster.data_dir) is None
+        assert Path(live.record.scratch).exists() and postmaster_pid(live.cluster.data_dir)
+        assert clone_paths(journals) == [live.record.path]
+    finally:
+        live.remove()
+        dead.remove()
+
+
+def test_a_driver_without_a_per_second_report_is_counted_on_both_servers(
+        tpch_cluster: TpchCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
+    """TPC-H streams report no per-second count: each server's commits are read every second
+    from pg_stat_database while one driver per server runs; the same mix on the same data
+    reads about the same on both."""
+    config = parse_tuner_config(tune_yaml("counted", 1, mix="2Q6", measure="paired: true",
+                                          online="{knobs: {work_mem: {min: 4MB, max: 4MB}}}",
+                                          final="{rounds: 1}"), source="counted.yaml")
+    clone = make_clone(tpch_cluster.dsn, journals=tmp_path / "journals", mark="counted",
+                       parent=clone_parent)
+    try:
+        runner = counted_runner(lambda dsn: make_workload(config.workload, dsn))
+        paired = runner((tpch_cluster.dsn, clone.dsn_like(tpch_cluster.dsn)), 7, 2,
+                        (None, None))
+    finally:
+        clone.remove()
+    assert 4 <= len(paired.seconds) <= 5
+    server, twin = (sum(c) for c in paired.counts)
+    assert server > 10 and twin > 10, paired
+    assert 0.5 < twin / server < 2.0, paired

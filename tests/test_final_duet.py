@@ -1,0 +1,77 @@
+"""The final race by duet in a real tuning run (pgbench TPC-B on a private cluster): the
+candidates differ in max_wal_size, a knob with memory that switchback refuses, so the engine
+races them on the server and a scratch clone of it at the same seconds; the decision names
+the design, its batches and the clone's asymmetry, the clone is gone afterwards and the server
+is back on its original configuration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import psycopg
+from duet_fixtures import clone_parent  # noqa: F401  (fixture)
+
+from tuner_client.api.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.crashsafe.clones import clone_paths
+from tuner_client.crashsafe.journal import journal_dir
+from tuner_client.flows import Tuner
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
+
+CONFIG = """name: duet-final
+seed: 3
+workload: {pgbench: {scale: 1, clients: 2}}
+measure: {warmup_s: 0.3, samples: 1, seconds: 1}
+offline: {knobs: {shared_buffers: {min: 128MB, max: 128MB}}, evaluations: 1}
+online: {knobs: {max_wal_size: {values: [32MB, 1GB]}}, strategy: {name: exhaustive},
+         evaluations: 2}
+flow: {kind: one-pass}
+final: {rounds: 1, candidates: 1, max_seconds: 30, baselines: []}
+"""
+
+
+def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> None:  # noqa: F811
+    with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = own_cluster.dsn_for("bench")
+    subprocess.run([str(own_cluster.bin_dir / "pgbench"), "-i", "-q", "-s", "1", dsn],
+                   check=True, capture_output=True)
+    auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    # the tuner's own cluster (as embedded): the duet pins it and the clone to a CPU each
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(own_cluster),
+                    cluster=own_cluster, ram_bytes=None)
+    os.environ["HARMONY_CLONE_DIR"] = str(clone_parent)
+    try:
+        tuner = Tuner(parse_tuner_config(CONFIG, source="duet.yaml"), client=connect(None),
+                      target=target, run_id="duet-final")
+        result = tuner.run()
+    finally:
+        del os.environ["HARMONY_CLONE_DIR"]
+    decisions = "\n".join(result.work.decisions)
+    decision = result.intervals.decision
+    assert decision is not None and decision.design == "duet", decisions
+    assert "by duet, the most precise design valid here; not per-transaction: " in decisions
+    assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in decisions
+    assert "final: duet clone of 127.0.0.1:" in decisions
+    assert "clone/server asymmetry" in decisions
+    assert "the server and its client pinned to CPUs 0, the clone and its client to 1" \
+        in decisions
+    summary = decision.to_dict()
+    assert summary["method"].startswith("anytime-valid confidence sequence")
+    assert summary["observations"] >= 4
+    for label, iv in decision.intervals.items():
+        assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio, label
+    # nothing of the clone left, the server as it was
+    assert not list(clone_parent.glob("harmony-clone-*"))
+    assert not clone_paths(journal_dir())
+    assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+    # the server's affinity is every CPU again
+    pid = int((own_cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    assert os.sched_getaffinity(pid) == set(range(os.cpu_count() or 1))

@@ -1,0 +1,178 @@
+"""The duet's driver: the same workload client, with the same clients and parameters, run
+against both clusters at once, each reporting its transactions every second
+(``pgbench -P 1 --progress-timestamp``); the two series paired by the second they report.
+
+The ratio is the workload's own count (pgbench's transactions per second), as its client
+would count it. Every client carries the run's mark in its environment (it inherits the
+tuner's), so the guard ends them if the tuner dies mid-segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from harmony_base.errors import DatabaseError
+from workloads.base import Workload
+
+logger = logging.getLogger(__name__)
+
+#: a pgbench progress line with ``--progress-timestamp``: the epoch second and its tps
+PROGRESS = re.compile(r"progress: ([\d.]+) s, ([\d.]+) tps")
+
+#: how to start the workload's client on a DSN for some seconds: (argv, environment or None)
+Command = Callable[[str, int], tuple[list[str], "dict[str, str] | None"]]
+#: one segment on both DSNs: (dsns, seconds, seconds to leave out, CPUs of each client) →
+#: the paired per-second counts
+Runner = Callable[[tuple[str, str], int, float, tuple["str | None", "str | None"]],
+                  "PairedSeconds"]
+
+
+@dataclass(frozen=True)
+class PairedSeconds:
+    """One segment's per-second counts of both clusters, paired by second (cluster 0 is the
+    server, 1 its clone); ``skew_s``: the largest gap between paired report times."""
+
+    seconds: tuple[float, ...]
+    counts: tuple[tuple[float, ...], tuple[float, ...]]
+    skew_s: float
+
+    def log_ratios(self, numerator: int) -> list[float]:
+        """Per second ``log(count[numerator] / count[other])`` (seconds with a zero dropped)."""
+        a, b = self.counts[numerator], self.counts[1 - numerator]
+        return [math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
+
+
+def parse_progress(text: str) -> list[tuple[float, float]]:
+    """(epoch second, tps) of every progress line in pgbench's stderr ``text``."""
+    return [(float(m.group(1)), float(m.group(2))) for m in PROGRESS.finditer(text)]
+
+
+def pair_by_second(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]],
+                   *, skip_s: float = 0.0) -> PairedSeconds:
+    """The two series' counts at the seconds both reported (their report times rounded to
+    the second), the first ``skip_s`` seconds after the earliest report left out."""
+    if not a or not b:
+        return PairedSeconds((), ((), ()), 0.0)
+    first = min(a[0][0], b[0][0]) + skip_s
+    by_b = {round(t): (t, v) for t, v in b}
+    rows = [(t, v, by_b[round(t)]) for t, v in a if t >= first and round(t) in by_b]
+    return PairedSeconds(tuple(t for t, _, _ in rows),
+                         (tuple(v for _, v, _ in rows), tuple(w for _, _, (_, w) in rows)),
+                         max((abs(t - u) for t, _, (u, _) in rows), default=0.0))
+
+
+def pin_postmaster(data_dir: Path | str, cpus: str) -> bool:
+    """Set the CPU affinity of the postmaster of ``data_dir`` and of its running children to
+    ``cpus`` (``taskset`` list syntax; backends forked later inherit it); whether it could."""
+    try:
+        pid = int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except (OSError, ValueError, IndexError):
+        return False
+    ok = True
+    for p in [str(pid), *children]:
+        done = subprocess.run(["taskset", "-a", "-p", "-c", cpus, p], capture_output=True,
+                              check=False)
+        ok = ok and done.returncode == 0
+    return ok
+
+
+def client_runner(command: Command) -> Runner:
+    """A :data:`Runner` of the workload's own client reporting per second (pgbench)."""
+    def run(dsns: tuple[str, str], seconds: int, skip_s: float,
+            cpus: tuple[str | None, str | None]) -> PairedSeconds:
+        return run_together(command, dsns, seconds, skip_s=skip_s, cpus=cpus)
+    return run
+
+
+def counted_runner(make: Callable[[str], Workload]) -> Runner:
+    """A :data:`Runner` of a workload driver without a per-second report (TPC-H streams, a
+    replay): one driver per server, both started together, and each server's committed
+    transactions read every second from ``pg_stat_database`` (each stream's query commits on
+    its own, so this is the streams' completions; the reading itself adds one a second to
+    each side alike). The drivers run in this process, so their CPUs are not pinned."""
+    def run(dsns: tuple[str, str], seconds: int, skip_s: float,
+            cpus: tuple[str | None, str | None]) -> PairedSeconds:
+        return run_counted(make, dsns, seconds, skip_s=skip_s)
+    return run
+
+
+def run_counted(make: Callable[[str], Workload], dsns: tuple[str, str], seconds: int, *,
+                skip_s: float = 0.0) -> PairedSeconds:
+    """Both drivers on ``dsns`` for ``seconds``, their servers' commits per second paired
+    by the second they were read in (the first ``skip_s`` seconds left out)."""
+    drivers = [make(dsn) for dsn in dsns]
+    conns: list[psycopg.Connection[tuple[object, ...]]] = []
+    read = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+    try:
+        for dsn in dsns:
+            conns.append(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
+        for driver in drivers:
+            driver.start()
+        started = time.time()
+        last = [_count(c, read) for c in conns]
+        stamps: list[float] = []
+        counts: tuple[list[float], list[float]] = ([], [])
+        tick = started
+        while tick - started < seconds:
+            tick += 1.0
+            time.sleep(max(0.0, tick - time.time()))
+            now = [_count(c, read) for c in conns]
+            if tick - started > skip_s:
+                stamps.append(tick)
+                for side in (0, 1):
+                    counts[side].append(now[side] - last[side])
+            last = now
+    except psycopg.Error as exc:
+        raise DatabaseError(f"the duet could not read its servers' commits: {exc}") from exc
+    finally:
+        for driver in drivers:
+            driver.stop()
+        for conn in conns:
+            conn.close()
+    return PairedSeconds(tuple(stamps), (tuple(counts[0]), tuple(counts[1])), 0.0)
+
+
+def _count(conn: psycopg.Connection[tuple[object, ...]], query: str) -> float:
+    """The server's committed transactions so far (its backends' counters flushed now)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(query).fetchone()
+    return float(str(row[0])) if row and row[0] is not None else 0.0
+
+
+def run_together(command: Command, dsns: tuple[str, str], seconds: int, *,
+                 skip_s: float = 0.0, cpus: tuple[str | None, str | None] = (None, None)
+                 ) -> PairedSeconds:
+    """The workload's client on both ``dsns`` at once for ``seconds``; their per-second
+    counts paired (the first ``skip_s`` seconds left out); ``cpus``: each client pinned to
+    those CPUs (``taskset -c``), where given."""
+    procs = []
+    for dsn, cpu in zip(dsns, cpus, strict=True):
+        argv, env = command(dsn, seconds)
+        if cpu is not None:
+            argv = ["taskset", "-c", cpu, *argv]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    series = []
+    try:
+        for proc, dsn in zip(procs, dsns, strict=True):
+            _, err = proc.communicate(timeout=seconds + 120)
+            if proc.returncode != 0:
+                raise DatabaseError(f"the duet's workload client on {dsn} failed (exit "
+                                    f"{proc.returncode}): {err.strip()[-500:]}")
+            series.append(parse_progress(err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return pair_by_second(series[0], series[1], skip_s=skip_s)

@@ -1,0 +1,98 @@
+"""The duet race: blocks of segments, in each block every candidate beside the reference
+once, the roles (which cluster runs the reference) alternating from block to block, until
+every candidate's interval excludes 1 (anytime-valid: looked at after every block) or the
+time is spent.
+
+Each cluster is an :class:`Arm`: how to put a configuration in force on it (a reload, or a
+restart when a postmaster knob differs) and the DSN its workload client connects to. The
+server's arm is the run's own apply (journaled, crash-safe); the clone's is
+:meth:`tuner_client.duet.clone.Clone.apply`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harmony_base.errors import ConfigError
+from tuner_client.duet.driver import Runner, pin_postmaster
+from tuner_client.duet.stats import DuetRace, Segment, race
+
+logger = logging.getLogger(__name__)
+
+#: seconds per segment measured (after the warm-up)
+SEGMENT_S = 20
+#: seconds left out at the start of each segment (connections, the first cache misses,
+#: a reload's settling)
+WARMUP_S = 3
+#: fewest blocks: both orientations of every candidate, twice
+MIN_BLOCKS = 4
+
+
+@dataclass
+class Arm:
+    """One cluster of the duet: its DSN for the workload and how to configure it."""
+
+    name: str
+    dsn: str
+    apply: Callable[[Mapping[str, str]], object]
+    #: the settings last put in force (None: unknown)
+    current: dict[str, str] | None = None
+    #: pin the cluster (its data directory's postmaster) and its client to these CPUs
+    cpus: str | None = None
+    data_dir: Path | None = None
+
+    def put(self, settings: Mapping[str, str]) -> None:
+        if self.current != dict(settings):
+            self.apply(settings)
+            self.current = dict(settings)
+        if self.cpus is not None and self.data_dir is not None:
+            pin_postmaster(self.data_dir, self.cpus)  # a restart forks a new postmaster
+
+
+def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
+             labels: Sequence[str], runner: Runner, *, max_seconds: float,
+             level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
+             min_blocks: int = MIN_BLOCKS, clone_text: str = "",
+             clock: Callable[[], float] = time.monotonic) -> DuetRace | None:
+    """Race ``labels`` (``configs[0]`` the reference) by duet for at most ``max_seconds``;
+    None when too little was measured for an interval."""
+    if len(configs) != len(labels) or len(labels) < 2:
+        raise ConfigError(f"a duet race needs a reference and a candidate, one configuration "
+                          f"per label, but got {len(configs)} configurations for "
+                          f"{len(labels)} labels")
+    started = clock()
+    segments: list[Segment] = []
+    outcome: DuetRace | None = None
+    block = 0
+    per_segment = segment_s + warmup_s + 2
+    while True:
+        on_clone = block % 2 == 0  # the candidate on the clone in even blocks
+        for k in range(1, len(configs)):
+            cand, ref = configs[k], configs[0]
+            server.put(ref if on_clone else cand)
+            clone.put(cand if on_clone else ref)
+            # one second more than the segment: the first report is a second in, and a
+            # second may fail to pair; the batches then fill the segment
+            paired = runner((server.dsn, clone.dsn), segment_s + warmup_s + 1, warmup_s,
+                            (server.cpus, clone.cpus))
+            # cluster 0 is the server: log(candidate/reference) is clone/server when the
+            # candidate runs on the clone
+            logs = paired.log_ratios(1 if on_clone else 0)
+            segments.append(Segment(k, on_clone, tuple(logs)))
+            logger.info("duet block %d: %s on the %s, %d paired seconds, skew %.2f s", block,
+                        labels[k], "clone" if on_clone else "server", len(logs), paired.skew_s)
+        block += 1
+        outcome = race(segments, labels, segment_s=segment_s, level=level, clone=clone_text)
+        spent = clock() - started
+        if outcome is not None and block >= min_blocks and all(
+                c.interval.excludes_one for c in outcome.comparisons.values()):
+            logger.info("duet: every interval excludes 1 after %d blocks", block)
+            break
+        if spent + per_segment * (len(configs) - 1) > max_seconds and block >= 2:
+            logger.info("duet: %.0f s of %.0f spent after %d blocks", spent, max_seconds, block)
+            break
+    return outcome

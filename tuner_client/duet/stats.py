@@ -1,0 +1,182 @@
+"""Duet segments analysed: paired log-ratios per second, batch means, the clone's fixed
+asymmetry cancelled by the role swaps, and anytime-valid intervals.
+
+**Design.** Each segment runs the reference on one cluster and a candidate on the other at
+the same seconds; the next segment of that candidate swaps the roles. Per second
+``y = log(candidate / reference)``; per segment its seconds are cut into batches of
+``batch_s`` seconds and each batch's mean is one observation (a second's count shares its
+neighbours' state: per-second lag-1 autocorrelation 0.3–0.6 in ``benchmarks/duet.py``).
+
+**Asymmetry.** The clone is not the server: another directory, another port, a cache of its
+own. Its fixed effect ``a = log(clone / server)`` adds to ``y`` when the candidate runs on the
+clone and subtracts when it runs on the server, so with both orientations measured
+``θ = (ȳ₊ + ȳ₋) / 2`` and ``a = (ȳ₊ − ȳ₋) / 2`` (the orientations' batch means). Each batch is
+taken with its orientation's share of ``a`` removed, and the interval is computed on those.
+``a`` is reported (``asymmetry``, as clone/server).
+
+**Interval.** The t-mixture confidence sequence (:mod:`tuner_client.stats.sequential`) over the
+adjusted batches, valid at every look, so the race may stop after any swap pair; Bonferroni
+splits alpha over the candidates. Batches of one segment share the segment's start (a
+restart, a reload), which the sequence treats as independent: ``segment_half_width``, the
+t interval over the segments' adjusted means, is reported beside it as the cross-check.
+
+Pure: plain Python; the caller passes the per-second log-ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from harmony_base.errors import ConfigError
+from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from tuner_client.stats.paired import RatioInterval, interval_from_logs
+from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+
+#: the design's name in the decisions and in summary.json
+DESIGN = "duet"
+#: seconds per batch mean
+BATCH_S = 5
+METHOD_TEXT = (f"{METHOD} ({CITATION}) over {BATCH_S}-s batch means of paired per-second "
+               f"log-ratios, two clusters at the same seconds, the clone's asymmetry "
+               f"cancelled by role swaps")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One duet segment: ``candidate`` (its index among the configurations; 0 is the
+    reference) against the reference, ``on_clone`` whether the candidate ran on the clone,
+    and its per-second log(candidate / reference)."""
+
+    candidate: int
+    on_clone: bool
+    logs: tuple[float, ...]
+
+    def batches(self, batch_s: int = BATCH_S) -> list[float]:
+        """The segment's whole batches' means (a tail shorter than a batch left out)."""
+        n = len(self.logs) // batch_s
+        return [statistics.fmean(self.logs[k * batch_s:(k + 1) * batch_s]) for k in range(n)]
+
+
+@dataclass(frozen=True)
+class DuetComparison:
+    """A candidate against the reference from the duet's segments."""
+
+    interval: RatioInterval
+    batches: int
+    segments: int
+    #: the clone's fixed asymmetry, clone/server
+    asymmetry: float
+    #: half-width (log scale) of the t interval over segment means, the cross-check
+    segment_half_width: float | None
+
+    def text(self) -> str:
+        seg = ("" if self.segment_half_width is None
+               else f", ±{100 * self.segment_half_width:.1f} % by segment")
+        return (f"{self.interval.text()}, duet: {self.segments} segments, {self.batches} "
+                f"batches; clone/server asymmetry {self.asymmetry:.3f} cancelled{seg}")
+
+
+def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
+            batch_s: int = BATCH_S) -> DuetComparison | None:
+    """``candidate`` against the reference (None until both orientations gave batches)."""
+    if not 0.0 < level < 1.0:
+        raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
+    mine = [s for s in segments if s.candidate == candidate]
+    by_side: dict[bool, list[float]] = {True: [], False: []}
+    seg_means: list[tuple[bool, float]] = []
+    for seg in mine:
+        batches = seg.batches(batch_s)
+        if batches:
+            by_side[seg.on_clone] += batches
+            seg_means.append((seg.on_clone, statistics.fmean(batches)))
+    if not by_side[True] or not by_side[False]:
+        return None
+    asym = 0.5 * (statistics.fmean(by_side[True]) - statistics.fmean(by_side[False]))
+    adjusted = [v - asym for v in by_side[True]] + [v + asym for v in by_side[False]]
+    cs = confidence_sequence(adjusted, alpha=1.0 - level)
+    if cs is None:
+        return None
+    mean, low, high = cs
+    # the point: the two orientations weigh alike, however many batches each gave
+    theta = 0.5 * (statistics.fmean(by_side[True]) + statistics.fmean(by_side[False]))
+    low, high = low + (theta - mean), high + (theta - mean)
+    interval = RatioInterval(math.exp(theta), math.exp(low) if math.isfinite(low) else 0.0,
+                             math.exp(high) if math.isfinite(high) else math.inf,
+                             len(adjusted), level, "anytime")
+    # by segment only with two of each orientation: one of each gives two equal means
+    sides = [side for side, _ in seg_means]
+    by_segment = interval_from_logs([m - asym if side else m + asym for side, m in seg_means],
+                                    level=level, method="t") \
+        if min(sides.count(True), sides.count(False)) >= 2 else None
+    half = (0.5 * math.log(by_segment.high / by_segment.low)
+            if by_segment is not None and by_segment.low > 0 else None)
+    return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half)
+
+
+@dataclass(frozen=True)
+class DuetRace:
+    """Every candidate against the reference from one duet, and the decision."""
+
+    reference: str
+    #: each candidate at the simultaneous (Bonferroni) level, and at the plain level
+    comparisons: Mapping[str, DuetComparison]
+    plain: Mapping[str, DuetComparison]
+    winner: str | None
+    level: float
+    plain_level: float
+    segment_s: float
+    segments: int
+    #: how the clone was made and what it cost (for the decisions)
+    clone: str = ""
+
+    def verdict(self) -> str:
+        return race_verdict(self.winner, self.reference,
+                            {label: c.interval for label, c in self.comparisons.items()},
+                            DESIGN)
+
+    def decisions(self) -> list[str]:
+        lines = [self.verdict(),
+                 f"final race measured by {DESIGN}: {self.segments} segments of "
+                 f"{self.segment_s:g} s, the server and {self.clone or 'its clone'} running "
+                 f"the reference and one candidate at the same seconds, roles swapped between "
+                 f"segments; the ratio counts the workload client's transactions per second; "
+                 f"intervals: {METHOD} over {BATCH_S}-s batches at {100 * self.level:.4g} % "
+                 f"(Bonferroni over {len(self.comparisons)} candidates)"]
+        lines += [f"{label}/{self.reference}: {c.text()}"
+                  for label, c in self.comparisons.items()]
+        return lines
+
+    def to_final_decision(self) -> FinalDecision:
+        """The race as the tuner's :class:`FinalDecision` (its observations are batches)."""
+        return race_decision(
+            winner=self.winner, reference=self.reference,
+            plain={label: c.interval for label, c in self.plain.items()},
+            simultaneous={label: c.interval for label, c in self.comparisons.items()},
+            rounds={label: c.batches for label, c in self.comparisons.items()},
+            lines=self.decisions(), level=self.plain_level, decision_level=self.level,
+            method="anytime", design=DESIGN, method_text=METHOD_TEXT)
+
+
+def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float,
+         level: float = 0.95, clone: str = "") -> DuetRace | None:
+    """``labels[0]`` the reference, every other one a candidate; the winner is the best
+    candidate whose simultaneous interval lies above 1. None until every candidate has
+    segments of both orientations."""
+    if len(labels) < 2:
+        raise ConfigError(f"a race needs a reference and at least one candidate, but got "
+                          f"{len(labels)} labels")
+    simultaneous = 1.0 - (1.0 - level) / (len(labels) - 1)
+    comparisons, plain = {}, {}
+    for k in range(1, len(labels)):
+        strict = compare(segments, k, level=simultaneous)
+        loose = compare(segments, k, level=level)
+        if strict is None or loose is None:
+            return None
+        comparisons[labels[k]], plain[labels[k]] = strict, loose
+    clear = [label for label, c in comparisons.items() if c.interval.above_one]
+    winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
+    return DuetRace(labels[0], comparisons, plain, winner, simultaneous, level, segment_s,
+                    len(segments), clone)
