@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
 
@@ -168,7 +169,7 @@ def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float
     if len(labels) < 2:
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
-    simultaneous = 1.0 - (1.0 - level) / (len(labels) - 1)
+    simultaneous = simultaneous_level(level, len(labels) - 1)
     comparisons, plain = {}, {}
     for k in range(1, len(labels)):
         strict = compare(segments, k, level=simultaneous)

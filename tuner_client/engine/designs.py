@@ -202,17 +202,17 @@ class Choice:
     def carries_restart(self) -> bool:
         """Whether the design chosen carries a restart-time difference itself (duet,
         windows): a race in it is never split, its restart part would gain nothing."""
-        return VALIDITY[RESTART][self.design] is None
+        return self.design in VALIDITY[RESTART] and VALIDITY[RESTART][self.design] is None
 
     @property
     def clones(self) -> bool:
         """Whether the design chosen runs beside a clone of the server (duet)."""
-        return "clone" in REQUIREMENTS[self.design]
+        return "clone" in REQUIREMENTS.get(self.design, ())
 
     def why_no_clone(self) -> str | None:
         """Why a design that runs beside a clone was passed over (None: none was)."""
         return next((why for design, why in self.passed_over
-                     if "clone" in REQUIREMENTS[design]), None)
+                     if "clone" in REQUIREMENTS.get(design, ())), None)
 
     @property
     def per_transaction(self) -> bool:
