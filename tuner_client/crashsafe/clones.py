@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tuner_client.crashsafe.journal import boot_id, start_ticks
+
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".clone.json"
@@ -58,9 +60,9 @@ class CloneRecord:
         as alive)."""
         if self.host != socket.gethostname():
             return True
-        if self.boot_id is not None and self.boot_id != _boot_id():
+        if self.boot_id is not None and self.boot_id != boot_id():
             return False
-        ticks = _start_ticks(self.owner_pid)
+        ticks = start_ticks(self.owner_pid)
         if ticks is None or (self.owner_ticks is not None and ticks != self.owner_ticks):
             return False
         with contextlib.suppress(OSError):
@@ -87,30 +89,13 @@ class CloneRecord:
         return f"clone of {self.source} in {self.scratch} (run mark {self.mark})"
 
 
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """``/proc/PID/stat`` field 22 (None when the process is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def new_record(directory: Path, scratch: Path, data_dir: Path, source: str, mark: str
                ) -> CloneRecord:
     """The record of a clone this process is about to make in ``scratch`` (not saved yet)."""
     pid = os.getpid()
     return CloneRecord(path=clone_record_path(directory, scratch), scratch=str(scratch),
                        data_dir=str(data_dir), source=source, mark=mark, owner_pid=pid,
-                       owner_ticks=_start_ticks(pid), boot_id=_boot_id())
+                       owner_ticks=start_ticks(pid), boot_id=boot_id())
 
 
 def _fsync_dir(path: Path) -> None:

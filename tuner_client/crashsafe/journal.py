@@ -50,14 +50,14 @@ def journal_dir() -> Path:
     return Path("/var/tmp") / f"harmony-{os.geteuid()}" / "journals"
 
 
-def _boot_id() -> str | None:
+def boot_id() -> str | None:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22): with
     the pid and the boot, it names one process even after the pid is reused."""
     try:
@@ -80,7 +80,7 @@ class ProcessId:
 
     @classmethod
     def of(cls, pid: int) -> ProcessId:
-        return cls(pid, _start_ticks(pid), _boot_id(), socket.gethostname())
+        return cls(pid, start_ticks(pid), boot_id(), socket.gethostname())
 
     @property
     def here(self) -> bool:
@@ -93,9 +93,9 @@ class ProcessId:
         taken as alive: only ``harmony restore --force`` may act on its journal."""
         if not self.here:
             return True
-        if self.boot_id != _boot_id():
+        if self.boot_id != boot_id():
             return False
-        ticks = _start_ticks(self.pid)
+        ticks = start_ticks(self.pid)
         if ticks is None:
             return False
         if self.start_ticks is not None and ticks != self.start_ticks:
