@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tuner_client.crashsafe.journal import boot_id, start_ticks
+from tuner_client.crashsafe.journal import boot_id, fsync_dir, is_zombie, start_ticks
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,7 @@ class CloneRecord:
         ticks = start_ticks(self.owner_pid)
         if ticks is None or (self.owner_ticks is not None and ticks != self.owner_ticks):
             return False
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{self.owner_pid}/stat").read_text()
-            if stat[stat.rfind(")") + 2:].startswith("Z"):
-                return False
-        return True
+        return not is_zombie(self.owner_pid)
 
     def save(self) -> None:
         """Write the record atomically and durably before the clone exists."""
@@ -83,7 +79,7 @@ class CloneRecord:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def describe(self) -> str:
         return f"clone of {self.source} in {self.scratch} (run mark {self.mark})"
@@ -96,14 +92,6 @@ def new_record(directory: Path, scratch: Path, data_dir: Path, source: str, mark
     return CloneRecord(path=clone_record_path(directory, scratch), scratch=str(scratch),
                        data_dir=str(data_dir), source=source, mark=mark, owner_pid=pid,
                        owner_ticks=start_ticks(pid), boot_id=boot_id())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def clone_record_path(directory: Path, scratch: Path | str) -> Path:
@@ -147,11 +135,7 @@ def postmaster_pid(data_dir: Path | str) -> int | None:
         return None
     except PermissionError:
         return pid
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat[stat.rfind(")") + 2:].startswith("Z"):
-            return None
-    return pid
+    return None if is_zombie(pid) else pid
 
 
 def _wait_gone(pid: int, timeout_s: float) -> bool:
@@ -206,7 +190,7 @@ def remove_clone(record: CloneRecord) -> bool:
         return False
     with contextlib.suppress(FileNotFoundError):
         record.path.unlink()
-        _fsync_dir(record.path.parent)
+        fsync_dir(record.path.parent)
     logger.info("removed the %s", record.describe())
     return True
 

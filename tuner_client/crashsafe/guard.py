@@ -101,10 +101,7 @@ def _wait_for_exit(pidfd: int | None, owner: int, timeout_s: float) -> bool:
         return True
     except PermissionError:
         return False
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{owner}/stat").read_text()
-        return stat[stat.rfind(")") + 2:].startswith("Z")
-    return False
+    return journal.is_zombie(owner)
 
 
 def watch(directory: Path, mark: str, owner: int) -> int:

@@ -69,6 +69,15 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 else None
 
 
+def is_zombie(pid: int) -> bool:
+    """Whether process ``pid`` has ended and only its zombie is left (its state ``Z`` in
+    ``/proc/PID/stat``; a container's init may not reap it); False when it cannot be read."""
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rfind(")") + 2:].startswith("Z")
+    return False
+
+
 @dataclass(frozen=True)
 class ProcessId:
     """One process on one boot of one host."""
@@ -154,7 +163,7 @@ class Journal:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def record_change(self, values: Mapping[str, str | None]) -> None:
         """Add one change and make it durable before it is made."""
@@ -165,7 +174,7 @@ class Journal:
         """The completion mark: the server was put back (or left as asked); the journal goes."""
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
@@ -174,7 +183,7 @@ class Journal:
                 f"{self.server.describe()}, {len(self.changes)} change(s) recorded")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
