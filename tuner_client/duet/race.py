@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harmony_base.errors import ConfigError
 from tuner_client.duet.driver import Runner, pin_postmaster
-from tuner_client.duet.stats import DuetRace, Segment, race
+from tuner_client.duet.stats import BATCH_S, DuetRace, Segment, race
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,9 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
              level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
              min_blocks: int = MIN_BLOCKS, clone_text: str = "",
              clock: Callable[[], float] = time.monotonic) -> DuetRace | None:
-    """Race ``labels`` (``configs[0]`` the reference) by duet for at most ``max_seconds``;
-    None when too little was measured for an interval."""
+    """Race ``labels`` (``configs[0]`` the reference) by duet for ``max_seconds`` (longer,
+    up to twice that, until every candidate has the batches of two whole blocks); None when
+    too little was measured for an interval."""
     if len(configs) != len(labels) or len(labels) < 2:
         raise ConfigError(f"a duet race needs a reference and a candidate, one configuration "
                           f"per label, but got {len(configs)} configurations for "
@@ -92,7 +93,12 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
                 c.interval.excludes_one for c in outcome.comparisons.values()):
             logger.info("duet: every interval excludes 1 after %d blocks", block)
             break
-        if spent + per_segment * (len(configs) - 1) > max_seconds and block >= 2:
+        # on a loaded machine a segment pairs fewer seconds than it ran (a second without a
+        # report on either side): the time limit waits for the batches two whole blocks give
+        enough = outcome is not None and all(
+            c.batches >= 2 * (segment_s // BATCH_S) for c in outcome.comparisons.values())
+        if spent + per_segment * (len(configs) - 1) > max_seconds and block >= 2 and (
+                enough or spent > 2 * max_seconds):
             logger.info("duet: %.0f s of %.0f spent after %d blocks", spent, max_seconds, block)
             break
     return outcome
