@@ -2,11 +2,17 @@
 user writes it (no ``measure.design``, no final budget), on a user's ``.sql`` mix and server
 (:mod:`benchmarks.default_path`'s range mix, 4 clients, the server by DSN with its pg_ctl),
 tuning three knobs a read-only mix cannot feel: maintenance_work_mem, vacuum_cost_delay and
-vacuum_cost_limit (nothing in the mix vacuums or builds an index). Every candidate is the
-original's twin, so any recommendation is a false claim. Per run: the wall-clock, whether it
+vacuum_cost_limit (nothing in the mix vacuums or builds an index); or, with ``--space
+server-wide`` (issue 51's A/A of server-wide knobs), shared_buffers from 256MB (the cluster's
+own, set before the runs) to 1GB, all of which hold the ~140 MB table and its indexes, with
+checkpoint_timeout, max_wal_size and checkpoint_completion_target, which a read-only mix
+writes nothing for: a restart knob and knobs with memory, raced by duet (or windows where no
+clone can run). Every candidate is the original's twin, so any recommendation is a false
+claim. Per run: the wall-clock, whether it
 claimed, the design and the interval of the configuration shown (its half-width at the end).
 
-    flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.aa_default --runs 8 --tag T
+    flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.aa_default --runs 8 --tag T \
+        [--space server-wide]
 
 Writes benchmarks/results/aa_default.<tag>.{json,md}.
 """
@@ -25,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import yaml
 
 from benchmarks.accuracy import CLIENTS, LONG, MIX_SQL, _load, _text
@@ -36,15 +43,27 @@ from tuner_client.servers.local_cluster import LocalCluster
 KNOBS = {"maintenance_work_mem": {"min": "1MB", "max": "1GB"},
          "vacuum_cost_delay": {"min": "0ms", "max": "100ms"},
          "vacuum_cost_limit": {"min": 1, "max": 10000}}
+#: server-wide knobs a read-only mix whose data fits the smallest shared_buffers cannot feel:
+#: the restart knob offline, the checkpoint knobs (reload-time, with memory) online
+SERVER_WIDE = {"offline": {"knobs": {"shared_buffers": {"min": "256MB", "max": "1GB"}},
+                           "evaluations": 3},
+               "online": {"knobs": {"checkpoint_timeout": {"min": "5min", "max": "30min"},
+                                    "max_wal_size": {"min": "1GB", "max": "4GB"},
+                                    "checkpoint_completion_target": {"min": 0.5, "max": 0.9}},
+                          "evaluations": 10}}
+#: ``--space`` → the config's knob sections
+SPACES: dict[str, dict[str, Any]] = {
+    "session": {"online": {"knobs": KNOBS, "evaluations": 10}}, "server-wide": SERVER_WIDE}
 
 
-def user_config(cluster: LocalCluster, dsn: str, mix: Path, seed: int) -> dict[str, Any]:
+def user_config(cluster: LocalCluster, dsn: str, mix: Path, seed: int,
+                sections: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"name": "my-app", "seed": seed,
             "database": {"dsn": dsn, "controller": {
                 "kind": "pg_ctl", "options": {"data_dir": str(cluster.data_dir),
                                               "bin_dir": str(cluster.bin_dir)}}},
             "workload": {"scripts": {"files": [str(mix)], "clients": CLIENTS}},
-            "online": {"knobs": KNOBS, "evaluations": 10}}
+            **(sections or SPACES["session"])}
 
 
 def _half_width(iv: dict[str, Any] | None) -> float | None:
@@ -57,21 +76,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.aa_default")
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--tag", default="run")
+    parser.add_argument("--space", choices=sorted(SPACES), default="session")
     args = parser.parse_args(argv)
+    knobs = SPACES[args.space]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     state = Path(tempfile.mkdtemp(prefix="harmony-bench-aa-default-", dir="/tmp"))
     cluster = LocalCluster(state / "cluster", sync_initdb=False)
-    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "knobs": KNOBS,
+    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "knobs": knobs,
                             "runs": []}
     harmony = Path(sys.executable).with_name("harmony")
     try:
         cluster.start()
         dsn = _load(cluster)
+        if args.space == "server-wide":  # the smallest candidate is the original itself
+            with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET shared_buffers = '256MB'")
+            cluster.restart()
         mix = state / "mix.sql"
         mix.write_text(MIX_SQL.format(long=LONG["range"]))
         for r in range(args.runs):
             config = state / f"aa-{r}.yaml"
-            config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix, r + 1),
+            config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix, r + 1, knobs),
                                              sort_keys=False))
             load = uptime()
             started = time.monotonic()
@@ -88,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(claimed=decision.get("winner") is not None,
                            design=decision.get("design"), shown=shown, interval=iv,
                            half_width=_half_width(iv))
+                summary = state / f"out-{r}" / "summary.json"
+                if summary.exists():  # why the final race ran in its design
+                    row["final_decisions"] = [
+                        d["text"] for d in json.loads(summary.read_text()).get(
+                            "decision_records", []) if d.get("phase") == "final"][:12]
             else:
                 row["stderr_tail"] = run.stderr[-2000:]
                 if run.returncode == 2:  # the config was refused: every run would be
@@ -107,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(data: dict[str, Any], command: str) -> str:
     runs = data["runs"]
-    lines = ["# A/A by the default config on a user's `.sql` mix (issue 45)", "",
+    space = data["args"].get("space", "session")
+    lines = [f"# A/A by the default config on a user's `.sql` mix ({space} knobs)", "",
              f"Command: `{command}`  ", f"Machine: {data['machine']}", "",
              f"Knobs (a read-only mix cannot feel them): {data['knobs']}", "",
              "| run | wall (s) | load at start | claimed | design | shown over the original "

@@ -22,6 +22,12 @@ log ratios:
 - ``tpch``: TPC-H SF 0.1, one stream each of Q3, Q5, Q10 and Q12 (not the demo's mix); the
   original is PostgreSQL's defaults. Truth: the TPC-H streams' own completed queries per
   minute (``harmony tpch run``'s driver).
+- ``wal`` (issue 51: server-wide knobs, a write-heavy OLTP): pgbench's TPC-B at scale 20, 4
+  clients, the original's max_wal_size 32MB (a checkpoint every few seconds, each page's
+  first change after it a full-page image); the config tunes max_wal_size,
+  checkpoint_timeout, checkpoint_completion_target (reload-time knobs with memory) and
+  wal_compression. Truth: pgbench's own TPC-B, same clients; rounds of 60 s or more, since a
+  checkpoint started under one setting writes on into the next round.
 
     flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.accuracy_table \
         --workload long --tag T
@@ -49,13 +55,14 @@ from typing import Any
 import psycopg
 import yaml
 
-from benchmarks.accuracy import Pgbench, _text, truth
+from benchmarks.accuracy import _LATENCY, _TPS, Pgbench, _text, truth
 from benchmarks.evidence.common import machine, write_results
 from benchmarks.evidence.restart import uptime
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.servers.local_cluster import LocalCluster
 from workloads.apps import setup_app
 from workloads.driver import WorkloadDriver
+from workloads.pgbench import find_pgbench
 from workloads.tpch.load import load_tpch
 
 logger = logging.getLogger(__name__)
@@ -103,6 +110,36 @@ def _load_shop(dsn: str, _: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")
+
+
+#: the ``wal`` row's pgbench scale and clients
+WAL_SCALE, WAL_CLIENTS = 20, 4
+
+
+def _load_pgbench(dsn: str, _: Path) -> None:
+    subprocess.run([str(find_pgbench()), "-i", "-q", "-s", str(WAL_SCALE), dsn], check=True,
+                   capture_output=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
+class PgbenchTpcb:
+    """pgbench's own TPC-B client (fresh connections per round), for the ``wal`` truth."""
+
+    def __init__(self, dsn: str, clients: int) -> None:
+        self.dsn, self.clients = dsn, clients
+
+    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
+        """The run's tps and its mean latency (ms)."""
+        done = subprocess.run(
+            [str(find_pgbench()), "-n", "-M", "prepared", "-c", str(self.clients), "-j", "2",
+             "-T", str(seconds), self.dsn], capture_output=True, text=True, check=False)
+        found = _TPS.search(done.stdout)
+        if done.returncode != 0 or found is None:
+            raise RuntimeError(f"pgbench failed: {done.stderr[-2000:]}")
+        latency = _LATENCY.search(done.stdout)
+        return float(found.group(1)), [float(latency.group(1)) if latency else None]
 
 
 def _load_tpch(dsn: str, state: Path) -> None:
@@ -182,6 +219,15 @@ WORKLOADS: dict[str, Workload] = {
          "max_parallel_workers_per_gather": {"min": 0, "max": 2}},
         lambda dsn, cfg, state: TpchStreams(dsn, TPCH_MIX),
         f"the TPC-H streams' completed queries per second ({TPCH_MIX})"),
+    "wal": Workload(
+        _load_pgbench, {"max_wal_size": "32MB"},
+        lambda state: {"pgbench": {"scale": WAL_SCALE, "clients": WAL_CLIENTS}},
+        {"max_wal_size": {"min": "32MB", "max": "4GB"},
+         "checkpoint_timeout": {"min": "30s", "max": "30min"},
+         "checkpoint_completion_target": {"min": 0.5, "max": 0.9},
+         "wal_compression": {"values": ["off", "on"]}},
+        lambda dsn, cfg, state: PgbenchTpcb(dsn, WAL_CLIENTS),
+        f"pgbench's own TPC-B tps, scale {WAL_SCALE}, {WAL_CLIENTS} clients"),
 }
 
 
@@ -267,7 +313,7 @@ def _record(data: dict[str, Any], summary: dict[str, Any], spec: Workload, cfg: 
     if decision.get("winner") is not None:
         differing = summary["best_settings"]
     else:  # kept: the shown candidate as the decisions name it ("final: raced: best {...}")
-        differing = _raced(summary["decisions"]).get(shown)
+        differing = _raced(summary).get(shown)
         if differing is None:
             data["shown"] = shown
             return
@@ -279,9 +325,13 @@ def _record(data: dict[str, Any], summary: dict[str, Any], spec: Workload, cfg: 
                           round_s=args.round_s)
 
 
-def _raced(decisions: list[str]) -> dict[str, dict[str, str]]:
-    """Label → the settings that differ from the original, from "final: raced: ..."."""
-    for line in decisions:
+def _raced(summary: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Label → the settings that differ from the original: the final race's "raced" record
+    (``decision_records``), else its sentence ("final: raced: ...") in older summaries."""
+    for record in summary.get("decision_records", []):
+        if record.get("phase") == "final" and record.get("kind") == "raced":
+            return {k: dict(v) for k, v in (record.get("settings") or {}).items()}
+    for line in summary.get("decisions", []):
         if line.startswith("final: raced: "):
             out = {}
             for part in line.removeprefix("final: raced: ").split("; "):
