@@ -89,8 +89,8 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
             return False
         state.decide(f"{label}: BME fitted ({advice.reason}); restarting the offline "
                      f"search in {advice.range_text} from {advice.start}")
-        state.recommended = {**ctx.original, **space.settings(
-            {**space.point_from_settings(ctx.original), **advice.start})}
+        state.recommend({**ctx.original, **space.settings(
+            {**space.point_from_settings(ctx.original), **advice.start})})
         return True
 
     evaluations = cfg.offline.evaluations
@@ -221,11 +221,8 @@ def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
     meta = bme_fit.metadata()
     if meta is None or bme_fit.fit is None:
         return
-    probed = state.bme if state.bme is not None and state.bme.get("source") == "probes" \
-        else None
     # the prior now comes from throughput points; the probes' decision stays beside it
-    state.bme = {**meta, "source": "throughput",
-                 **({"probe_decision": probed} if probed is not None else {})}
+    state.note_bme_fit(meta)
     try:
         ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
                                    sizes=bme_fit.size_range)

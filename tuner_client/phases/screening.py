@@ -84,7 +84,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         return None
     finally:  # the search starts from the settings in force before the design
         ctx.apply(default_settings, check_budget=False)
-    state.screening = result
+    state.note_screening(result)
     ctx.metrics.record_screening(result.effects)
     for line in result.lines():
         state.decide(f"screening: {line}")
@@ -106,8 +106,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     # the original is seen as the original ("4", not "4.0")
     predicted = {n: default_settings[n] if corner[n] == default[n] else v
                  for n, v in space.settings(corner).items()}
-    state.screened = {**{n: ctx.measurer.in_force.get(n, v) for n, v in ctx.original.items()},
-                      **predicted}
+    state.predict_best({**{n: ctx.measurer.in_force.get(n, v)
+                            for n, v in ctx.original.items()}, **predicted})
     state.decide(f"screening: the design predicts the best at "
                  f"{ {n: predicted[n] for n in cleared} }: the online search starts there, "
                  f"and it races in the final rounds")
