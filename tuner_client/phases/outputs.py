@@ -49,8 +49,8 @@ class OutputInputs:
     records: Sequence[PointRecord]
     #: (session, kind) of every session the run opened
     sessions: Sequence[tuple[Session, str]]
+    #: :meth:`RunState.bme_metadata`
     bme: JSONObject | None
-    probe_decisions: Sequence[JSONObject]
     unit: str
     restart_knobs: frozenset[str]
     catalog: KnobCatalog
@@ -59,8 +59,8 @@ class OutputInputs:
     @classmethod
     def of(cls, ctx: RunContext, state: RunState) -> OutputInputs:
         """The run's, once its final rounds are decided."""
-        return cls(tuple(state.records), tuple(state.sessions), state.bme,
-                   tuple(state.probe_decisions), ctx.unit, frozenset(ctx.offline_space.names),
+        return cls(tuple(state.records), tuple(state.sessions), state.bme_metadata(),
+                   ctx.unit, frozenset(ctx.offline_space.names),
                    ctx.target.catalog, ctx.managed)
 
 
@@ -144,9 +144,7 @@ def export_sessions(run: OutputInputs, directory: Path, result: TuneResult) -> l
         if comparison is not None:
             metadata["comparison"] = comparison
         if kind == "offline" and run.bme is not None:
-            metadata["bme"] = run.bme
-        if kind == "offline" and run.probe_decisions:
-            metadata["bme_probes"] = list(run.probe_decisions)
+            metadata.update(run.bme)
         prior.definition = {**prior.definition, "metadata": metadata}
         written.append(dump(prior, directory / f"{_file_name(prior.name)}.xml"))
     return written

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
@@ -59,6 +59,13 @@ class RunContext:
     #: managed mode's facts (:mod:`tuner_client.plan.managed`); None: the tuner may change
     #: the server
     managed: ManagedRun | None = None
+
+    def narrow_online(self, names: list[str]) -> None:
+        """Search only ``names`` online (the knob screening's choice): the others are fixed at
+        the values in force (the budget counts them as fixed)."""
+        narrowed = KnobSpace(tuple(p for p in self.online_space.params if p.name in names))
+        self.online_space = narrowed
+        self.budget = replace(self.budget, online=narrowed)
 
     @property
     def unit(self) -> str:
@@ -165,6 +172,16 @@ class RunState:
             else None
         self.bme = {**meta, "source": "throughput",
                     **({"probe_decision": probed} if probed is not None else {})}
+
+    def bme_metadata(self) -> JSONObject | None:
+        """The BME fit and every probe decision so far, for a session's metadata (the report,
+        the exported offline sessions); None without either."""
+        meta: JSONObject = {}
+        if self.bme is not None:
+            meta["bme"] = self.bme
+        if self.probe_decisions:
+            meta["bme_probes"] = list(self.probe_decisions)
+        return meta or None
 
     def recommend(self, settings: dict[str, str]) -> None:
         """The BME advice's recommended configuration."""
