@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -136,6 +137,7 @@ def main() -> None:
         code = harmony_main(argv)
     finally:
         sys.setprofile(None)
+        shutil.rmtree(work, ignore_errors=True)  # the config, and the cluster unless named
     print(f"harmony tune: exit {code}")
     for kind, files in sorted(probe.stacks.items()):
         print(f"\n{kind} trial, stack: {len(files)} files, {sum(map(lines, files)):,} lines")
