@@ -157,11 +157,101 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines())
 
 
+#: the run's two state classes, in ``tuner_client/phases/state.py``
+STATE_MODULE = "tuner_client.phases.state"
+STATE_CLASSES = ("RunContext", "RunState")
+#: the methods that change a list, a dict or a set in place
+MUTATORS = {"append", "extend", "insert", "pop", "clear", "remove", "update", "setdefault",
+            "add", "discard", "sort", "reverse"}
+
+
+def state_fields(tree: Path) -> dict[str, list[str]]:
+    """The fields of :class:`RunContext` and :class:`RunState` (class-level annotations)."""
+    parsed = ast.parse((tree / "tuner_client/phases/state.py").read_text())
+    return {node.name: [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
+                        and isinstance(s.target, ast.Name)]
+            for node in parsed.body
+            if isinstance(node, ast.ClassDef) and node.name in STATE_CLASSES}
+
+
+def _takes_state(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    args = function.args
+    return any(a.annotation is not None
+               and any(c in ast.unparse(a.annotation) for c in STATE_CLASSES)
+               for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
+
+
+def _state_receiver(node: ast.expr) -> bool:
+    """``state``, ``self.state``, ``tuner.state``, ``run_state``: a name for the RunState."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return name.endswith("state")
+
+
+def _field_target(node: ast.expr, fields: set[str]) -> str | None:
+    """``state.<field>`` (or ``state.<field>[...]``) in ``node``, as ``<field>``."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute) and node.attr in fields and _state_receiver(node.value):
+        return node.attr
+    return None
+
+
+def state_writes(parsed: ast.Module, fields: set[str]) -> list[str]:
+    """Assignments to RunState fields and in-place changes of them, in ``parsed`` (the
+    changed field of each)."""
+    writes: list[str] = []
+    for node in ast.walk(parsed):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets
+                       for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in MUTATORS):
+            targets = [node.func.value]
+        writes += [f for t in targets if (f := _field_target(t, fields)) is not None]
+    return writes
+
+
+def _tuner_modules(tree: Path) -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text()) for name, path in modules(tree).items()
+            if name.startswith("tuner_client")}
+
+
+def state_takers(tree: Path) -> list[str]:
+    """The module of every function (or method) that takes a RunContext or a RunState."""
+    return [name for name, parsed in _tuner_modules(tree).items() for node in ast.walk(parsed)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _takes_state(node)]
+
+
+def measure_state(tree: Path) -> dict[str, object]:
+    """The run's state as the phases reach it: the fields, the functions that take the
+    context or the state, and the writes to the state's fields outside its module."""
+    fields = state_fields(tree)
+    run_state = {f for f in fields["RunState"] if not f.startswith("_")}
+    taking = state_takers(tree)
+    writes = [f"{name}:{f}" for name, parsed in _tuner_modules(tree).items()
+              if name != STATE_MODULE for f in state_writes(parsed, run_state)]
+    return {
+        "RunContext / RunState fields (public)": " / ".join(
+            f"{len(fields[c])} ({sum(not f.startswith('_') for f in fields[c])})"
+            for c in STATE_CLASSES),
+        "functions taking a RunContext or a RunState":
+            f"{len(taking)} in {len(set(taking))} modules",
+        "writes to RunState fields outside state.py": sorted(writes),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     args = parser.parse_args()
     for key, value in measure(args.tree).items():
+        shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
+        print(f"- {key}: {shown}")
+    print("\nthe run's state (RunContext, RunState):")
+    for key, value in measure_state(args.tree).items():
         shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
         print(f"- {key}: {shown}")
 

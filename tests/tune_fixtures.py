@@ -7,7 +7,7 @@ and restart the server for shared_buffers.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.measurer import PointRecord
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.pg_binaries import find_bin_dir
@@ -69,16 +70,18 @@ def make_tpch_cluster(bin_dir: Path | None = None) -> Iterator[TpchCluster]:
 
 
 def tune(tpch: TpchCluster, yaml_text: str, *, source: str, run_id: str,
-         output_dir: Path | None = None) -> Tuner:
+         output_dir: Path | None = None,
+         on_measured: Callable[[PointRecord], None] | None = None) -> Tuner:
     """A standalone :class:`Tuner` for the session YAML ``yaml_text`` on the private cluster
-    (its catalog read from the server, restarts through the local controller); ``run()`` it."""
+    (its catalog read from the server, restarts through the local controller); ``run()`` it.
+    ``on_measured``: called with every measured record."""
     with psycopg.connect(tpch.dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
     target = Target(dsn=tpch.dsn, catalog=catalog, controller=LocalController(tpch.cluster),
                     cluster=None, ram_bytes=None)
     config = parse_tuner_config(yaml_text, source=source)
     return Tuner(config, client=connect(None), target=target, run_id=run_id,
-                 output_dir=output_dir)
+                 output_dir=output_dir, on_measured=on_measured)
 
 
 #: the offline pass of most tuning tests: the original shared_buffers, measured once

@@ -27,7 +27,7 @@ from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.final import final_rounds
 from tuner_client.phases.offline import offline_pass
 from tuner_client.phases.online import online_pass
-from tuner_client.phases.outputs import write_outputs
+from tuner_client.phases.outputs import OutputInputs, write_outputs
 from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.screening import screening_phase
@@ -132,7 +132,7 @@ class Tuner:
                                               guardrails=ctx.measurer.guard.summary())
                 result.output_dir = self.output_dir
                 if self.output_dir is not None:
-                    write_outputs(ctx, state, result, self.output_dir)
+                    write_outputs(OutputInputs.of(ctx, state), result, self.output_dir)
             return result
         except (KeyboardInterrupt, SystemExit):
             logger.warning("interrupted: restoring the original configuration")
@@ -168,7 +168,7 @@ class Tuner:
         """Offline then online, repeated in a multi-pass flow while a detector asks."""
         flow, state = self.config.flow, self.state
         for n in range(1, flow.max_passes + 1):
-            state.passes = n
+            state.start_pass(n)
             self.metrics.start_pass(n)
             logger.info("=== pass %d of at most %d (%s) ===", n, flow.max_passes, flow.kind)
             offline_best = offline_pass(ctx, state, n)

@@ -30,6 +30,7 @@ from harmony.cli import (
 )
 from harmony_base.env import env_default
 from harmony_base.errors import ConfigError, HarmonyError
+from harmony_base.lazy import LazyFunction
 from harmony_base.version import __version__
 
 #: modules that register subcommands, in the order ``harmony --help`` lists them. Each is light:
@@ -80,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    if isinstance(func, LazyFunction):  # the entry point itself, its module loaded now
+        func = func.resolve()
     try:
         return int(func(args) or 0)
     except ConfigError as exc:

@@ -30,11 +30,10 @@ from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key
 from tuner_client.measurer import PointRecord
 from tuner_client.metrics.exporter import TunerMetrics
-from tuner_client.phases.blocks import METADATA_KEY, Reference
+from tuner_client.phases.blocks import METADATA_KEY, PairedTrials, Reference
 from tuner_client.phases.prepare import leave_server, prepare
 from tuner_client.phases.session_loop import Shared, claimed_by_others, member_loop
 from tuner_client.phases.state import RunContext
-from tuner_client.phases.trials import PairedTrials
 from tuner_client.servers.target import Target, open_target
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harmony_base.lazy import LazyModule
+from harmony_base.lazy import LazyFunction, LazyModule
 from tuner_client.metrics.options import add_metrics_arguments
 
 if TYPE_CHECKING:
@@ -56,4 +56,4 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                              "screening, what is held, knobs the workload's statistics point "
                              "at) and write it to OUTPUT/plan.json")
     add_metrics_arguments(parser)
-    parser.set_defaults(func=lambda args: tune_run.run_tune(args))
+    parser.set_defaults(func=LazyFunction(tune_run, "run_tune"))

@@ -14,6 +14,9 @@ keeps its own reference, measured once on every live replica before the session 
 (:func:`open_references`): the candidate's ratio to its own replica's reference is scaled by
 the geometric mean of those first measurements, the session's *pooled level*, so a slower or
 drifting replica cancels out and the strategy sees one scale.
+
+A search session's paired trial is one block (:class:`PairedTrials`, the paired way of
+:class:`tuner_client.phases.trials.Trials`), here beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from harmony_base.errors import HarmonyError
 from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.measurer import Measurer, PointRecord
 from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.trials import Measured, Trials
 from tuner_client.replicas import Replica, ReplicaPool
 from tuner_client.stats.paired import ReferenceLevel, block_ratio
 
@@ -104,6 +108,23 @@ def measure_block(measurer: Measurer, metrics: TunerMetrics, ref: Reference, lab
     record.ratio = ratio
     record.value = ref.level.value(ratio)
     return record
+
+
+class PairedTrials(Trials):
+    """Each trial one block beside ``ref`` on ``measurer`` (:func:`measure_block`)."""
+
+    def __init__(self, measurer: Measurer, metrics: TunerMetrics, label: str, ref: Reference,
+                 pooled_level: float | None = None) -> None:
+        self.measurer, self.metrics, self.label, self.ref = measurer, metrics, label, ref
+        self.pooled_level = pooled_level
+
+    def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
+        record = measure_block(self.measurer, self.metrics, self.ref, self.label, point,
+                               settings)
+        if self.pooled_level is not None and record.ratio is not None:
+            record.value = record.ratio * self.pooled_level
+        return Measured(record.value, None if record.value is not None
+                        else record.failure or "not measured", record)
 
 
 @dataclass

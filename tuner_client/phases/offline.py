@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from harmony_base.errors import ConstraintError, HarmonyError
-from harmony_base.jsontypes import JSON, JSONObject
+from harmony_base.jsontypes import JSON
 from harmony_base.space import Space
 from strategies.base import Strategy
 from strategies.simplex import SimplexStrategy
@@ -65,7 +65,7 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
     definition = session_definition(ctx, state, label, space,
                                     ctx.budget.offline_constraints(measurer.in_force),
                                     cfg.offline.strategy, cfg.offline.strategy_options, start,
-                                    warm=n == 1, metadata=_probes_metadata(state)
+                                    warm=n == 1, metadata=state.bme_metadata()
                                     if state.probe_decisions else None, references=references,
                                     evaluations=cfg.offline.evaluations)
     session = open_session(ctx, state, definition, "offline")
@@ -89,8 +89,8 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
             return False
         state.decide(f"{label}: BME fitted ({advice.reason}); restarting the offline "
                      f"search in {advice.range_text} from {advice.start}")
-        state.recommended = {**ctx.original, **space.settings(
-            {**space.point_from_settings(ctx.original), **advice.start})}
+        state.recommend({**ctx.original, **space.settings(
+            {**space.point_from_settings(ctx.original), **advice.start})})
         return True
 
     evaluations = cfg.offline.evaluations
@@ -158,22 +158,12 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
     definition = session_definition(ctx, state, label2, narrowed,
                                     ctx.budget.offline_constraints(ctx.measurer.in_force),
                                     cfg.offline.strategy, options, start,
-                                    metadata=_probes_metadata(state), references=references,
+                                    metadata=state.bme_metadata(), references=references,
                                     evaluations=evaluations)
     session = open_session(ctx, state, definition, "offline")
     run_session(ctx, state, session, narrowed, evaluations, label2, references=references,
                 seconds=cfg.offline.seconds)
     return _put_best_in_force(ctx, state, label, space, first)
-
-
-def _probes_metadata(state: RunState) -> JSONObject | None:
-    """The BME fit and every probe decision so far, for a session's metadata (the report)."""
-    meta: JSONObject = {}
-    if state.bme is not None:
-        meta["bme"] = state.bme
-    if state.probe_decisions:
-        meta["bme_probes"] = state.probe_decisions
-    return meta or None
 
 
 def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: KnobSpace,
@@ -221,11 +211,8 @@ def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:
     meta = bme_fit.metadata()
     if meta is None or bme_fit.fit is None:
         return
-    probed = state.bme if state.bme is not None and state.bme.get("source") == "probes" \
-        else None
     # the prior now comes from throughput points; the probes' decision stays beside it
-    state.bme = {**meta, "source": "throughput",
-                 **({"probe_decision": probed} if probed is not None else {})}
+    state.note_bme_fit(meta)
     try:
         ctx.metrics.record_bme_fit(bme_fit.fit.params, r2=float(bme_fit.fit.r2),
                                    sizes=bme_fit.size_range)

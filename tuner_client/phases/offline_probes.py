@@ -103,7 +103,7 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
                  f"{format_bytes(lo)}..{format_bytes(hi)}, leaving "
                  f"{format_bytes(max(0, high - hi))} of the shared_buffers cap to the online "
                  f"knobs and the OS cache")
-    state.recommended = {**ctx.original, "shared_buffers": format_bytes(start)}
+    state.recommend({**ctx.original, "shared_buffers": format_bytes(start)})
     return ProbeAdvice(decision, int(knob.session_value(start)),
                        (int(knob.session_value(lo)), int(knob.session_value(hi))),
                        search_radius(start, lo, hi, step, log=param.log))
@@ -183,10 +183,7 @@ def _record(ctx: RunContext, state: RunState, label: str, decision: ProbeDecisio
     meta: JSONObject = decision.to_dict()
     meta.update({"source": "probes", "pass": label, "probe_cost_s": cost,
                  "failures": failures, "window": list(window) if window else None})
-    state.probe_decisions.append(meta)
-    # a flat curve decides "no knee" without a fit: the summary carries the decision all the
-    # same (issue 31: it was null although the probes had decided)
-    state.bme = meta
+    state.note_probe_decision(meta)
     if decision.fit is None:
         return
     try:

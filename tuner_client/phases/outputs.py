@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harmony_base.errors import HarmonyError
+from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import dump
+from tuner_client.api.client import Session
 from tuner_client.api.prior_export import session_prior
-from tuner_client.measurer import objective_unit
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.measurer import PointRecord
 from tuner_client.phases.report_inputs import report_inputs
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
@@ -32,9 +35,33 @@ from tuner_client.phases.writers import (
     RecommendedKnob,
     writers_for,
 )
-from tuner_client.plan.managed import operator_values
+from tuner_client.plan.managed import ManagedRun, operator_values
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OutputInputs:
+    """What the outputs read of the run (:meth:`of`): its records and sessions, the BME
+    fit and probe decisions the offline sessions' exports carry, the objective's unit, the
+    restart-time knobs, the server's catalog and a managed run's facts."""
+
+    records: Sequence[PointRecord]
+    #: (session, kind) of every session the run opened
+    sessions: Sequence[tuple[Session, str]]
+    #: :meth:`RunState.bme_metadata`
+    bme: JSONObject | None
+    unit: str
+    restart_knobs: frozenset[str]
+    catalog: KnobCatalog
+    managed: ManagedRun | None
+
+    @classmethod
+    def of(cls, ctx: RunContext, state: RunState) -> OutputInputs:
+        """The run's, once its final rounds are decided."""
+        return cls(tuple(state.records), tuple(state.sessions), state.bme_metadata(),
+                   ctx.unit, frozenset(ctx.offline_space.names),
+                   ctx.target.catalog, ctx.managed)
 
 
 def alter_system_sql(settings: Mapping[str, str], offline: set[str]) -> str:
@@ -55,7 +82,7 @@ def _plain(settings: Mapping[str, str], offline: set[str]) -> Recommendation:
                                                 else "user") for n, v in settings.items()))
 
 
-def recommendation(ctx: RunContext, result: TuneResult) -> Recommendation:
+def recommendation(run: OutputInputs, result: TuneResult) -> Recommendation:
     """The run's recommendation (the knobs that changed, or all when none did), read against
     the server's catalog, with the database and role of a managed run."""
     settings = result.best.changed or result.best.settings
@@ -63,40 +90,38 @@ def recommendation(ctx: RunContext, result: TuneResult) -> Recommendation:
     evidence = (f"measured: {1 + result.improvement:.3f}x the original"
                 + (f" (95 % interval {1 + ci[0]:.3f}-{1 + ci[1]:.3f})" if ci else "")
                 if result.improvement is not None else "")
-    if ctx.managed is None:
-        offline = set(ctx.offline_space.names)
-        return replace(_plain(settings, offline), evidence=evidence)
-    rights = ctx.managed.server.rights
-    return Recommendation.of(settings, ctx.target.catalog, database=rights.database,
+    if run.managed is None:
+        return replace(_plain(settings, set(run.restart_knobs)), evidence=evidence)
+    rights = run.managed.server.rights
+    return Recommendation.of(settings, run.catalog, database=rights.database,
                              role=rights.role, evidence=evidence,
-                             operator=operator_values(ctx.managed))
+                             operator=operator_values(run.managed))
 
 
-def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Path) -> None:
+def write_outputs(run: OutputInputs, result: TuneResult, out: Path) -> None:
     """Write the run's files into ``out``: the recommendation in every format of the mode
     (:func:`~tuner_client.phases.writers.writers_for`), the records, the summary."""
     out.mkdir(parents=True, exist_ok=True)
-    rec = recommendation(ctx, result)
+    rec = recommendation(run, result)
     written = []
-    for writer in writers_for(MANAGED if ctx.managed is not None else SERVER):
+    for writer in writers_for(MANAGED if run.managed is not None else SERVER):
         (out / writer.file_name).write_text(writer.render(rec))
         written.append(writer.file_name)
     with (out / "trials.jsonl").open("w") as fh:
-        for record in state.records:
+        for record in run.records:
             fh.write(json.dumps(record.to_dict(), default=str) + "\n")
     # the report's inputs (the race round by round, every paired ratio) beside the result
     decision, trace = result.intervals.decision, result.intervals.trace
     summary = {**result.to_dict(), **report_inputs(
-        state.records, result.intervals.rounds,
-        decision.to_dict() if decision is not None else None, result.work.decisions,
-        objective_unit(ctx.config.measure.estimator, ctx.config.workload.kind),
+        run.records, result.intervals.rounds,
+        decision.to_dict() if decision is not None else None, result.work.decisions, run.unit,
         trace=trace.to_dict(winner=decision.winner, decision_level=decision.decision_level,
                             unstable=decision.unstable)
         if trace is not None and decision is not None else None)}
-    if ctx.managed is not None:
-        summary["managed"] = ctx.managed.to_dict([k.name for k in rec.knobs])
+    if run.managed is not None:
+        summary["managed"] = run.managed.to_dict([k.name for k in rec.knobs])
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    exported = export_sessions(state, out / "sessions", result)
+    exported = export_sessions(run, out / "sessions", result)
     logger.info("wrote %s", ", ".join(str(out / f) for f in (
         *written, "trials.jsonl", "summary.json")))
     if exported:
@@ -104,11 +129,11 @@ def write_outputs(ctx: RunContext, state: RunState, result: TuneResult, out: Pat
                     len(exported), out / "sessions", exported[0].stem, exported[0])
 
 
-def export_sessions(state: RunState, directory: Path, result: TuneResult) -> list[Path]:
+def export_sessions(run: OutputInputs, directory: Path, result: TuneResult) -> list[Path]:
     """Each session of the run as prior data (XML), its metadata completed with the
     comparison and (offline sessions) the BME fit, for reports and later warm starts."""
     written = []
-    for session, kind in state.sessions:
+    for session, kind in run.sessions:
         try:
             prior = session_prior(session, finished=True)
         except HarmonyError as exc:
@@ -118,10 +143,8 @@ def export_sessions(state: RunState, directory: Path, result: TuneResult) -> lis
         comparison = result.best.throughput.comparison()
         if comparison is not None:
             metadata["comparison"] = comparison
-        if kind == "offline" and state.bme is not None:
-            metadata["bme"] = state.bme
-        if kind == "offline" and state.probe_decisions:
-            metadata["bme_probes"] = state.probe_decisions
+        if kind == "offline" and run.bme is not None:
+            metadata.update(run.bme)
         prior.definition = {**prior.definition, "metadata": metadata}
         written.append(dump(prior, directory / f"{_file_name(prior.name)}.xml"))
     return written

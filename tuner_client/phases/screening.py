@@ -20,7 +20,6 @@ draws it) and the metrics.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -84,7 +83,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         return None
     finally:  # the search starts from the settings in force before the design
         ctx.apply(default_settings, check_budget=False)
-    state.screening = result
+    state.note_screening(result)
     ctx.metrics.record_screening(result.effects)
     for line in result.lines():
         state.decide(f"screening: {line}")
@@ -92,7 +91,7 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     if not cleared:
         state.decide(f"screening: no online knob's effect cleared the noise; the online search "
                      f"is skipped and {default_settings} stay as they are")
-        _narrow(ctx, [])
+        ctx.narrow_online([])
         return result
     if len(cleared) == len(space.names):
         state.decide("screening: every online knob cleared the noise; all are searched")
@@ -100,14 +99,14 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         held = {n: default_settings[n] for n in space.names if n not in cleared}
         state.decide(Decision.note(f"screening: searching {cleared}; left as they are: {held}",
                                    labels=cleared, settings={"held": held}))
-        _narrow(ctx, cleared)
+        ctx.narrow_online(cleared)
     corner = result.predicted_best(default)
     # a knob left at its default keeps the setting's own spelling, so that a prediction of
     # the original is seen as the original ("4", not "4.0")
     predicted = {n: default_settings[n] if corner[n] == default[n] else v
                  for n, v in space.settings(corner).items()}
-    state.screened = {**{n: ctx.measurer.in_force.get(n, v) for n, v in ctx.original.items()},
-                      **predicted}
+    state.predict_best({**{n: ctx.measurer.in_force.get(n, v)
+                            for n, v in ctx.original.items()}, **predicted})
     state.decide(f"screening: the design predicts the best at "
                  f"{ {n: predicted[n] for n in cleared} }: the online search starts there, "
                  f"and it races in the final rounds")
@@ -269,11 +268,3 @@ def _levels(ctx: RunContext, space: KnobSpace, default: dict[str, Value], *,
     if lowered:
         logger.info("screening: memory knobs' high ends share the online budget: %s", lowered)
     return [chosen.get(lv.name, lv) for lv in levels]
-
-
-def _narrow(ctx: RunContext, names: list[str]) -> None:
-    """Search only ``names`` online: the others are fixed at the values in force (the budget
-    counts them as fixed)."""
-    narrowed = KnobSpace(tuple(p for p in ctx.online_space.params if p.name in names))
-    ctx.online_space = narrowed
-    ctx.budget = replace(ctx.budget, online=narrowed)

@@ -288,6 +288,9 @@ def run_per_transaction_session(ctx: RunContext, state: RunState, session: Sessi
     reference = references.primary_reference if references is not None \
         else Reference(label, ctx.current(space.names))
     evals = PerTransactionEvaluations(ctx, state, label, space, reference)
+
+    def keep(record: PointRecord) -> None:
+        record_point(ctx, state, record, reference=reference.settings)
     stall = Stall(len(space.names))
     deadline = None if seconds is None else time.monotonic() + seconds
     claimed, idle = 0, 0
@@ -307,7 +310,7 @@ def run_per_transaction_session(ctx: RunContext, state: RunState, session: Sessi
                     return "paused" if status.get("paused") else "idle"
                 continue
             idle, claimed = 0, claimed + len(batch)
-            if _measure_and_report(ctx, state, session, evals, batch, after_eval):
+            if _measure_and_report(session, evals, batch, after_eval, keep):
                 return "stopped"
             for ev in batch:
                 stall.add(ev.record)
@@ -332,11 +335,13 @@ def _fetch_batch(session: Session, space: KnobSpace, label: str, most: int
     return batch
 
 
-def _measure_and_report(ctx: RunContext, state: RunState, session: Session,
-                        evals: PerTransactionEvaluations, batch: list[_Evaluation],
-                        after_eval: Callable[[PointRecord], bool] | None) -> bool:
-    """Measure ``batch`` holding its leases, report every trial, keep every record; True when
-    ``after_eval`` asks to stop."""
+def _measure_and_report(session: Session, evals: PerTransactionEvaluations,
+                        batch: list[_Evaluation],
+                        after_eval: Callable[[PointRecord], bool] | None,
+                        keep: Callable[[PointRecord], None]) -> bool:
+    """Measure ``batch`` holding its leases, report every trial, keep every record (``keep``);
+    True when ``after_eval`` asks to stop."""
+    ctx = evals.ctx
     every = max(1.0, ctx.pool.session_lease_s / 4)
     with ExitStack() as leases:
         for ev in batch:
@@ -355,7 +360,7 @@ def _measure_and_report(ctx: RunContext, state: RunState, session: Session,
             logger.info("[%s] trial %d %s: %.3f× its reference (per transaction) → %.4g %s",
                         evals.label, ev.got.trial_id, ev.settings, record.ratio or 0.0,
                         record.value, ctx.unit)
-        record_point(ctx, state, record, reference=evals.reference.settings)
+        keep(record)
         if record.value is not None and after_eval is not None and after_eval(record):
             stop = True
     return stop

@@ -19,16 +19,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from harmony_base.errors import DatabaseError, HarmonyError
 from tuner_client.api.client import Session
-from tuner_client.config import KnobSpace
+from tuner_client.config import KnobSpace, MeasureConfig
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import SessionReferences
+from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.blocks import PairedTrials, SessionReferences
+from tuner_client.phases.decisions import Decision
 from tuner_client.phases.state import RunContext, RunState, record_point
-from tuner_client.phases.trials import Measured, PairedTrials, SampledTrials, Trials
+from tuner_client.phases.trials import Measured, SampledTrials, Trials
 from tuner_client.replicas import Replica
 
 logger = logging.getLogger(__name__)
@@ -136,7 +138,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
                     shared.stop = "stopped"
 
     def work(replica: Replica) -> None:
-        trials = _trials(ctx, replica, label, references)
+        trials = _trials(replica, label, references, ctx.config.measure, ctx.metrics, ctx.unit)
         why = member_loop(pool.session_for(session, ctx.client, replica), trials, space, shared,
                           keep, name=pool.record_name(replica),
                           on_dead=lambda reason: pool.drop(replica, reason, state.decide),
@@ -150,7 +152,9 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     try:
         pool.run_each(work, stop=interrupted)
         if remote:
-            _wait_for_remote(ctx, state, session, space, label, local_ids)
+            _wait_for_remote(session, pool.lease_s)
+            adopt_remote(session, space, label, local_ids, ctx.measurer.in_force,
+                         lambda record: record_point(ctx, state, record), state.decide)
     finally:
         pool.session_done(session)
     if not pool.live:
@@ -166,16 +170,15 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
     return "budget" if shared.claimed >= evaluations else "idle"
 
 
-def _trials(ctx: RunContext, replica: Replica, label: str,
-            references: SessionReferences | None) -> Trials:
-    """How ``replica`` measures the session's trials."""
+def _trials(replica: Replica, label: str, references: SessionReferences | None,
+            cfg: MeasureConfig, metrics: TunerMetrics, unit: str) -> Trials:
+    """How ``replica`` measures the session's trials (``unit``: the objective's, as logged)."""
     if references is None:
-        cfg = ctx.config.measure
         trials: Trials = SampledTrials(replica.joined(), label, cfg.samples, cfg.aggregate)
     else:
-        trials = PairedTrials(replica.joined(), ctx.metrics, label, references.of(replica),
+        trials = PairedTrials(replica.joined(), metrics, label, references.of(replica),
                               pooled_level=references.pooled_level)
-    trials.unit = ctx.unit
+    trials.unit = unit
     return trials
 
 
@@ -187,35 +190,35 @@ def claimed_by_others(session: Session, local_ids: set[str]) -> int:
                if t["status"] in ("leased", "done", "failed") and t["client"] not in local_ids)
 
 
-def _wait_for_remote(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
-                     label: str, local_ids: set[str]) -> None:
-    """No new trial for anyone; the remote ones in flight finish (up to the lease), and their
-    reports are adopted."""
+def _wait_for_remote(session: Session, lease_s: float) -> None:
+    """No new trial for anyone; the remote ones in flight finish (up to the lease)."""
     session.pause()
-    deadline = time.monotonic() + ctx.pool.lease_s
+    deadline = time.monotonic() + lease_s
     while time.monotonic() < deadline and any(t["status"] == "leased"
                                               for t in session.trials()):
         time.sleep(0.5)
-    adopt_remote(ctx, state, session, space, label, local_ids)
 
 
-def adopt_remote(ctx: RunContext, state: RunState, session: Session, space: KnobSpace,
-                 label: str, local_ids: set[str]) -> int:
-    """Keep the evaluations replicas on other hosts reported to ``session`` as records of
-    this run (their point, normalised value and replica; the raw samples stay on that host),
-    so that the final rounds can pick among them too; returns how many."""
+def adopt_remote(session: Session, space: KnobSpace, label: str, local_ids: set[str],
+                 in_force: Mapping[str, str], keep: Callable[[PointRecord], None],
+                 decide: Callable[[Decision], None]) -> int:
+    """Keep (``keep``) the evaluations replicas on other hosts reported to ``session`` as
+    records of this run (their point, normalised value and replica; the raw samples stay on
+    that host; ``in_force``: the settings they leave out), so that the final rounds can pick
+    among them too; returns how many."""
     adopted = 0
     for trial in session.trials():
         if trial["status"] != "done" or trial["client"] in local_ids:
             continue
         settings = space.settings(trial["point"])
         record = PointRecord(session=label, point=dict(trial["point"]), settings=settings,
-                             in_force={**ctx.measurer.in_force, **settings},
+                             in_force={**in_force, **settings},
                              value=float(trial["value"]), replica=str(trial["client"]))
-        record_point(ctx, state, record)
+        keep(record)
         adopted += 1
     if adopted:
-        state.decide(f"{label}: {adopted} evaluation(s) reported by replicas on other hosts")
+        decide(Decision.note(f"{label}: {adopted} evaluation(s) reported by replicas on "
+                             f"other hosts"))
     return adopted
 
 

@@ -89,7 +89,6 @@ def open_session(ctx: RunContext, state: RunState, definition: SessionDefinition
                  kind: str) -> Session:
     """Create (or join) the session and make it the one the metrics show."""
     session = ctx.client.create_session(definition, exist_ok=True)
-    if all(s.name != session.name for s, _ in state.sessions):
-        state.sessions.append((session, kind))
+    state.open_session(session, kind)
     ctx.metrics.start_session(session.name, kind)
     return session

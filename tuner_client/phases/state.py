@@ -2,14 +2,18 @@
 
 :class:`RunContext` is established by :mod:`tuner_client.phases.prepare` and only read
 afterwards (the measurer changes the server, not the context). :class:`RunState` is the run's
-log: every measured record, the best so far, the decisions, the sessions opened.
+ledger: every measured record, the best so far, the decisions, the sessions opened. The
+phases read its fields and append to it through its methods (:func:`record_point`,
+:meth:`RunState.decide`, :meth:`RunState.open_session`, ...); no module but this one assigns
+a field (``tests/test_architecture.py`` counts the writes, with
+:func:`benchmarks.design_metrics.measure_state`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harmony_base.jsontypes import JSONObject
 from harmony_core.priordata import PriorSession
@@ -55,6 +59,13 @@ class RunContext:
     #: managed mode's facts (:mod:`tuner_client.plan.managed`); None: the tuner may change
     #: the server
     managed: ManagedRun | None = None
+
+    def narrow_online(self, names: list[str]) -> None:
+        """Search only ``names`` online (the knob screening's choice): the others are fixed at
+        the values in force (the budget counts them as fixed)."""
+        narrowed = KnobSpace(tuple(p for p in self.online_space.params if p.name in names))
+        self.online_space = narrowed
+        self.budget = replace(self.budget, online=narrowed)
 
     @property
     def unit(self) -> str:
@@ -137,6 +148,53 @@ class RunState:
         logger.info("decision: %s", text)
         if self.on_decision is not None:
             self.on_decision(text)
+
+    def start_pass(self, n: int) -> None:
+        """Pass ``n`` of the flow begins."""
+        self.passes = n
+
+    def open_session(self, session: Session, kind: str) -> None:
+        """Keep ``session`` (of ``kind``) among the run's sessions, once."""
+        if all(s.name != session.name for s, _ in self.sessions):
+            self.sessions.append((session, kind))
+
+    def note_probe_decision(self, meta: JSONObject) -> None:
+        """A BME probe decision (with its pass, cost and window): kept in order, and the
+        summary's ``bme`` until a throughput fit replaces it (a flat curve decides "no knee"
+        without a fit: the summary carries the decision all the same, issue 31)."""
+        self.probe_decisions.append(meta)
+        self.bme = meta
+
+    def note_bme_fit(self, meta: JSONObject) -> None:
+        """The BME fit of the offline measurements (``meta``): the summary's ``bme``, the
+        probes' decision before it kept beside it."""
+        probed = self.bme if self.bme is not None and self.bme.get("source") == "probes" \
+            else None
+        self.bme = {**meta, "source": "throughput",
+                    **({"probe_decision": probed} if probed is not None else {})}
+
+    def bme_metadata(self) -> JSONObject | None:
+        """The BME fit and every probe decision so far, for a session's metadata (the report,
+        the exported offline sessions); None without either."""
+        meta: JSONObject = {}
+        if self.bme is not None:
+            meta["bme"] = self.bme
+        if self.probe_decisions:
+            meta["bme_probes"] = list(self.probe_decisions)
+        return meta or None
+
+    def recommend(self, settings: dict[str, str]) -> None:
+        """The BME advice's recommended configuration."""
+        self.recommended = settings
+
+    def note_screening(self, result: Screening) -> None:
+        """The knob screening's ranking."""
+        self.screening = result
+
+    def predict_best(self, settings: dict[str, str]) -> None:
+        """The screening's predicted best configuration (every tuned knob): a final
+        candidate."""
+        self.screened = settings
 
     def best_or_current(self, ctx: RunContext, names: list[str]) -> dict[str, str]:
         """The best record's values of ``names``, or those in force before any."""

@@ -1,8 +1,8 @@
 """How one replica measures the trials of a search session it fetches (:class:`Trials`),
 one of two ways:
 
-- paired (``measure.paired``, :class:`PairedTrials`): one block beside the session's
-  reference *on that replica* (:func:`tuner_client.phases.blocks.measure_block`), reported
+- paired (``measure.paired``, :class:`tuner_client.phases.blocks.PairedTrials`, beside the
+  block it measures): one block beside the session's reference *on that replica*, reported
   as one value (on a replicated pool the ratio times the session's pooled level,
   :class:`~tuner_client.phases.blocks.SessionReferences`);
 - unpaired (a pool of one only, :class:`SampledTrials`): each fetched trial is one sample
@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from harmony_base.errors import HarmonyError
 from harmony_base.jsontypes import JSON
 from tuner_client.measurer import Measurer, PointRecord, aggregate
-from tuner_client.metrics.exporter import TunerMetrics
-from tuner_client.phases.blocks import Reference, measure_block
 
 logger = logging.getLogger(__name__)
 
@@ -54,23 +52,6 @@ class Trials(ABC):
     @abstractmethod
     def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
         """Measure one fetched trial of ``point`` (``settings``: its knob values)."""
-
-
-class PairedTrials(Trials):
-    """Each trial one block beside ``ref`` on ``measurer`` (:func:`measure_block`)."""
-
-    def __init__(self, measurer: Measurer, metrics: TunerMetrics, label: str, ref: Reference,
-                 pooled_level: float | None = None) -> None:
-        self.measurer, self.metrics, self.label, self.ref = measurer, metrics, label, ref
-        self.pooled_level = pooled_level
-
-    def measure(self, point: Mapping[str, JSON], settings: dict[str, str]) -> Measured:
-        record = measure_block(self.measurer, self.metrics, self.ref, self.label, point,
-                               settings)
-        if self.pooled_level is not None and record.ratio is not None:
-            record.value = record.ratio * self.pooled_level
-        return Measured(record.value, None if record.value is not None
-                        else record.failure or "not measured", record)
 
 
 class SampledTrials(Trials):
