@@ -111,6 +111,34 @@ def test_sql_file_statements_are_weighted_units(shop: tuple[LocalCluster, str],
     assert set(sample.per_statement) == {f"{path}, line 3", f"{path}, line 6"}
 
 
+def test_the_duet_client_runs_the_users_scripts_not_tpcb(shop: tuple[LocalCluster, str],
+                                                         tmp_path: Path) -> None:
+    """A duet's per-second client (``progress_command``) of a ``.sql`` mix on a database
+    without pgbench's tables: it runs the user's statements (the customers index's scans
+    grow), never pgbench's built-in TPC-B, and the
+    scripts are checked and written even though ``start()`` was not called."""
+    _, dsn = shop
+    path = tmp_path / "mine.sql"
+    path.write_text("-- @param c = random(1, 100)\nSELECT name FROM customers WHERE id = :c;\n")
+    workload = ScriptedWorkload(dsn, [str(path)], clients=1)
+    argv, env = workload.progress_command(dsn, 2)
+    assert "-f" in argv and "-b" not in argv
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def scans() -> int:
+            row = conn.execute("SELECT coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+                               "WHERE relname = 'customers'").fetchone()
+            assert row is not None
+            return int(row[0])
+        before = scans()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-800:]
+        time.sleep(1.2)  # the statistics of the ended backends reach the view
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        ran = scans() - before
+    assert ran > 50, (ran, done.stderr[-800:])
+    assert "progress:" in done.stderr
+
+
 # -- bad inputs: each stops before anything runs, naming file, line and statement -------------
 @pytest.mark.parametrize(("script", "line", "message"), [
     ("\\set c random(1, 10)\nSELEC name FROM customers WHERE id = :c;\n", 2, "syntax error"),

@@ -15,11 +15,12 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from harmony_base.errors import ConfigError
+from harmony_base.errors import ConfigError, WorkloadError
 from workloads.connect import connect
 from workloads.pgbench import PgbenchWorkload
 from workloads.sample import Sample
@@ -90,6 +91,8 @@ class ScriptedWorkload(PgbenchWorkload):
                                     variables=self.variables)
         self.writing = any(c.writes for c in checked)
         self._dir = Path(tempfile.mkdtemp(prefix="harmony-scripts-"))
+        # a workload only a duet's client uses is never stopped: its scripts go with it
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
         pgbench_parses(self.pgbench, self.scripts, self.variables, self._dir)
         self._files = []
         for i, script in enumerate(self.scripts):
@@ -108,7 +111,19 @@ class ScriptedWorkload(PgbenchWorkload):
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
+    def progress_command(self, dsn: str, seconds: int) -> tuple[list[str], dict[str, str] | None]:
+        """The user's scripts with a per-second report (a duet's client): the scripts are
+        checked and written first if :meth:`start` has not run, so pgbench never falls back
+        on its built-in TPC-B (a duet once ran that on a ``.sql`` mix's database)."""
+        if not self._files:
+            self.start()
+        return super().progress_command(dsn, seconds)
+
     def _script_args(self) -> list[str]:
+        if not self._files:
+            raise WorkloadError("the scripted workload's scripts are not written yet "
+                                "(start() checks and writes them): pgbench would run its "
+                                "built-in TPC-B instead")
         args = ["-M", "prepared", "-r"]
         for name, value in self.variables.items():
             args += ["-D", f"{name}={value}"]
