@@ -27,6 +27,7 @@ from tuner_client.api.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import SessionReferences
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.phases.trials import Measured, PairedTrials, SampledTrials, Trials
 from tuner_client.replicas import Replica
@@ -215,7 +216,7 @@ def adopt_remote(ctx: RunContext, state: RunState, session: Session, space: Knob
         record_point(ctx, state, record)
         adopted += 1
     if adopted:
-        state.decide(f"{label}: {adopted} evaluation(s) reported by replicas on other hosts")
+        state.decide(Decision.of(label, Kind.REPLICAS, step="adopted", count=adopted))
     return adopted
 
 
