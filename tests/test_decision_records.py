@@ -170,6 +170,15 @@ def test_decisions_render_as_the_sentences_they_were() -> None:
     assert [d.phase for d in state.decision_records] == ["screening", "offline"]
 
 
+def assert_valid_summary(summary: dict[str, Any]) -> set[str]:
+    """A real run's summary.json (tests/test_screening_flow.py, tests/test_flows.py) against
+    the published schema, its sentences the records' own; the kinds its records use."""
+    jsonschema.validate(summary, SCHEMA)
+    records = summary["decision_records"]
+    assert summary["decisions"] == [r["text"] for r in records]
+    return {r["kind"] for r in records}
+
+
 def _summary(decision: FinalDecision, trace: dict[str, Any] | None, state: RunState
              ) -> dict[str, Any]:
     """summary.json as tuner_client.phases.outputs writes it, for a race without rounds."""
@@ -268,7 +277,7 @@ def test_the_phases_decisions_render_as_the_sentences_they_were() -> None:
     held = {"work_mem": "4MB"}
     window = [90.04, 91.26, float("nan")]
     cases = {
-        f"online.knobs: auto: sorts spill -> work_mem, hash_mem_multiplier (3 temp files)":
+        "online.knobs: auto: sorts spill -> work_mem, hash_mem_multiplier (3 temp files)":
             Decision.of("online.knobs", Kind.KNOBS, step="auto",
                         labels=["work_mem", "hash_mem_multiplier"], why="sorts spill",
                         reason="3 temp files"),
@@ -382,7 +391,8 @@ def test_the_phases_decisions_render_as_the_sentences_they_were() -> None:
         jsonschema.validate(json.loads(json.dumps(dumped, allow_nan=False)),
                             SCHEMA["$defs"]["decision_record"])
     # a program reads the numbers without the sentence: the NaN of a failed vertex is left out
-    local = next(r for r in cases.values() if r.step == "local minimum").to_dict()
+    local: dict[str, Any] = json.loads(json.dumps(
+        next(r for r in cases.values() if r.step == "local minimum").to_dict()))
     assert local["series"] == [90.04, 91.26] and local["values"]["offline best"] == 140.27
     # every kind a phase uses has its sentence
     assert {r.kind for r in cases.values()} >= {
