@@ -28,7 +28,6 @@ from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
 from tuner_client.api.client import HarmonyClient, Session
 from tuner_client.config import TunerConfig
 from tuner_client.measurer import ApplyOutcome, Measurer
-from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.servers import controllers
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import EMBEDDED_DBNAME, Target, make_controller, read_catalog
@@ -165,18 +164,18 @@ class ReplicaPool:
                                other.failure)
         return outcome
 
-    def drop(self, replica: Replica, reason: str, decide: Callable[[Decision], None]) -> None:
-        """Take a replica out of the run (it died or stopped answering) and say so."""
+    def drop(self, replica: Replica, reason: str) -> list[str] | None:
+        """Take a replica out of the run (it died or stopped answering); the names of the
+        replicas left, for the caller's decision (None: it was dropped already)."""
         with self.lock:
             if replica.dropped is not None:
-                return
+                return None
             replica.dropped = reason
             left = [r.name for r in self.live]
         if replica.measurer is not None:
             with contextlib.suppress(HarmonyError, OSError, psycopg.Error):
                 replica.measurer.stop()  # its workload streams would only fail on
-        decide(Decision.of("replicas", Kind.REPLICAS, step="dropped",
-                           labels=(replica.name, *left), reason=reason))
+        return left
 
     def run_each(self, work: Callable[[Replica], None], *, members: Sequence[Replica] | None = None,
                  stop: Callable[[], None] | None = None) -> None:
