@@ -15,11 +15,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
+from test_code_shape import any_count
 from test_report_decision import run_race
 from test_stats_per_transaction import synthetic
 from test_stats_switchback import closed_loop, spans_of
 
-from benchmarks.design_metrics import BONFERRONI
+from benchmarks.design_metrics import BONFERRONI, shape
 from harmony_base.errors import ConfigError
 from harmony_report.draw import ReportFigures
 from harmony_report.inputs import summary_from_json
@@ -126,6 +127,17 @@ def test_the_level_arithmetic_is_one_function() -> None:
     written = [p for p in (ROOT / "tuner_client").rglob("*.py")
                if BONFERRONI.search(p.read_text()) and p.name != "levels.py"]
     assert written == []
+
+
+def test_no_decision_is_passed_as_a_sentence() -> None:
+    """Every ``decide()`` takes a record (benchmarks/design_metrics.py counts the same way);
+    the two modules left convert when their branches merge (issue 53)."""
+    rows = shape(ROOT)
+    left = {row.rsplit(" ", 1)[0] for row in rows["sentence decide() calls by module"]}
+    assert left <= {"tuner_client/phases/final_duet.py",
+                    "tuner_client/phases/search_per_transaction.py"}, left
+    # the shape block counts Any as tests/test_code_shape.py does
+    assert int(str(rows["Any in the product code"])) == sum(any_count().values())
 
 
 def test_decisions_render_as_the_sentences_they_were() -> None:
