@@ -40,12 +40,13 @@ Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from
 cost the caller states or from a clock function.
 
 This module is the round loop (:class:`Race`: who races, one round measured, the result);
-each concern it consults has a module of its own, in the order a round meets them: when the
-race ends (:mod:`tuner_client.stats.race_stop`: the round limit and its close call, then
-whether it is settled), what it may spend (:mod:`tuner_client.stats.race_budget`: the
-evaluations and seconds), which candidates leave (:mod:`tuner_client.stats.race_drops`), and
-what all of them judge by (:mod:`tuner_client.stats.race_intervals`: the paired intervals
-over the rounds and the levels with their Bonferroni split).
+each concern it consults has a module of its own. Before a round: the round limit and its
+close call (:mod:`tuner_client.stats.race_stop`), then what the race may still spend
+(:mod:`tuner_client.stats.race_budget`: evaluations and seconds). After it: which candidates
+leave (:mod:`tuner_client.stats.race_drops`), then whether the race is settled
+(:mod:`tuner_client.stats.race_stop`). All of them judge by
+:mod:`tuner_client.stats.race_intervals`: the paired intervals over the rounds and the levels
+with their Bonferroni split.
 """
 
 from __future__ import annotations
