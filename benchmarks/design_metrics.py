@@ -1,7 +1,9 @@
 """The shape of the tuner's decision code, counted from the source (issue 53's evidence table):
 the race classes, the places that build a ``FinalDecision``, the modules outside the
 measurement engine that compare design names, the Bonferroni level written out, and the
-import closure of one final decision (``tuner_client/phases/final.py``).
+import closure of one final decision (``tuner_client/phases/final.py``); then, a block of its
+own (:func:`shape`), the modules at 360–400 lines, ``Any`` and the decisions still written as
+sentences, by module.
 
     python -m benchmarks.design_metrics [--tree DIR]
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+from collections import Counter
 from pathlib import Path
 
 #: the design names, as constants and as literals
@@ -103,7 +106,7 @@ def _design_classes(parsed: ast.Module) -> list[str]:
             and any("Design" in ast.unparse(b) for b in node.bases)]
 
 
-def measure(tree: Path) -> dict[str, object]:
+def measure(tree: Path) -> dict[str, str | list[str]]:
     known = modules(tree)
     builds: list[str] = []
     compares: list[str] = []
@@ -243,14 +246,73 @@ def measure_state(tree: Path) -> dict[str, object]:
     }
 
 
+# -- issue 53's shape evidence: modules near the line limit, Any, sentence decisions ----------
+#: what tests/test_code_shape.py counts as product code, and its limits
+PRODUCT = ("harmony", "harmony_base", "harmony_core", "harmony_report", "harmony_server",
+           "tuner_client", "plugins", "strategies", "workloads", "bme")
+NEAR_LINES = (360, 400)
+
+
+def _product(tree: Path) -> dict[str, Path]:
+    return {p.relative_to(tree).as_posix(): p for pkg in PRODUCT
+            for p in sorted((tree / pkg).rglob("*.py"))}
+
+
+def _anys(node: ast.AST) -> int:
+    """``Any`` as tests/test_code_shape.py counts it: a name or ``typing.Any`` in an
+    expression, and inside a quoted annotation (an import binds none)."""
+    total = 0
+    for sub in ast.walk(node):
+        if getattr(sub, "id", None) == "Any" or getattr(sub, "attr", None) == "Any":
+            total += isinstance(sub, ast.Name | ast.Attribute)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "Any" in sub.value:
+            try:
+                total += _anys(ast.parse(sub.value, mode="eval"))
+            except SyntaxError:
+                pass
+    return total
+
+
+def shape(tree: Path) -> dict[str, str | list[str]]:
+    """Modules at 360–400 lines, the ``Any`` count, and the decisions still passed as
+    sentences (``decide("…")``/``decide(f"…")``) by module, beside the records kept as notes
+    (``Decision.note(…)``)."""
+    near: list[str] = []
+    anys = 0
+    prose: Counter[str] = Counter()
+    notes: Counter[str] = Counter()
+    for rel, path in _product(tree).items():
+        text = path.read_text()
+        n = len(text.splitlines())
+        if NEAR_LINES[0] <= n <= NEAR_LINES[1]:
+            near.append(f"{rel} ({n})")
+        parsed = ast.parse(text)
+        anys += _anys(parsed)
+        for node in ast.walk(parsed):
+            if _decide_call(node) == "prose":
+                prose[rel] += 1
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "note" and ast.unparse(node.func.value) == "Decision":
+                notes[rel] += 1
+    return {
+        f"modules at {NEAR_LINES[0]}–{NEAR_LINES[1]} lines": near,
+        "Any in the product code": str(anys),
+        "sentence decide() calls by module": [f"{m} {k}" for m, k in sorted(prose.items())],
+        "Decision.note(...) records (a sentence kept whole) by module":
+            [f"{m} {k}" for m, k in sorted(notes.items())],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     args = parser.parse_args()
-    for key, value in measure(args.tree).items():
-        shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
-        print(f"- {key}: {shown}")
-    print("\nthe run's state (RunContext, RunState):")
+    for block in (measure(args.tree), shape(args.tree)):
+        for key, value in block.items():
+            shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
+            print(f"- {key}: {shown}")
+        print()
+    print("the run's state (RunContext, RunState):")
     for key, value in measure_state(args.tree).items():
         shown = value if isinstance(value, str) else f"{len(value)}: {', '.join(value)}"
         print(f"- {key}: {shown}")

@@ -15,11 +15,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
+from test_code_shape import any_count
 from test_report_decision import run_race
 from test_stats_per_transaction import synthetic
 from test_stats_switchback import closed_loop, spans_of
 
-from benchmarks.design_metrics import BONFERRONI
+from benchmarks.design_metrics import BONFERRONI, shape
 from harmony_base.errors import ConfigError
 from harmony_report.draw import ReportFigures
 from harmony_report.inputs import summary_from_json
@@ -128,6 +129,17 @@ def test_the_level_arithmetic_is_one_function() -> None:
     assert written == []
 
 
+def test_no_decision_is_passed_as_a_sentence() -> None:
+    """Every ``decide()`` takes a record (benchmarks/design_metrics.py counts the same way);
+    the two modules left convert when their branches merge (issue 53)."""
+    rows = shape(ROOT)
+    left = {row.rsplit(" ", 1)[0] for row in rows["sentence decide() calls by module"]}
+    assert left <= {"tuner_client/phases/final_duet.py",
+                    "tuner_client/phases/search_per_transaction.py"}, left
+    # the shape block counts Any as tests/test_code_shape.py does
+    assert int(str(rows["Any in the product code"])) == sum(any_count().values())
+
+
 def test_decisions_render_as_the_sentences_they_were() -> None:
     cases = {
         "final: best dropped after 5 rounds: below the default": Decision.of(
@@ -164,10 +176,19 @@ def test_decisions_render_as_the_sentences_they_were() -> None:
     assert set(SCHEMA["$defs"]["decision_record"]["properties"]["kind"]["enum"]) == \
         {k.value for k in Kind}
     state = RunState()
-    state.decide("screening: held 3 knobs")
+    state.decide(Decision.note("screening: held 3 knobs"))
     state.decide(cases["offline: probes skipped"])
     assert state.decisions == ["screening: held 3 knobs", "offline: probes skipped"]
     assert [d.phase for d in state.decision_records] == ["screening", "offline"]
+
+
+def assert_valid_summary(summary: dict[str, Any]) -> set[str]:
+    """A real run's summary.json (tests/test_screening_flow.py, tests/test_flows.py) against
+    the published schema, its sentences the records' own; the kinds its records use."""
+    jsonschema.validate(summary, SCHEMA)
+    records = summary["decision_records"]
+    assert summary["decisions"] == [r["text"] for r in records]
+    return {r["kind"] for r in records}
 
 
 def _summary(decision: FinalDecision, trace: dict[str, Any] | None, state: RunState
@@ -259,3 +280,133 @@ def _drawn(summary: dict[str, Any], unit: str) -> None:
     assert figures.images["race.png"].startswith(b"\x89PNG")
     section = race_section(parsed, figures)
     assert "not traced" not in section and f"over the {unit}s so far" in section
+
+
+def test_the_phases_decisions_render_as_the_sentences_they_were() -> None:
+    """Each decision before the final race, as a record, reads as the sentence the phase
+    wrote before records (the old f-strings, with sample values), and validates."""
+    label, band, noise, margin, values = "p1-online", (101.25, 130.5), 0.031, 0.05, [110.0, 120.0]
+    held = {"work_mem": "4MB"}
+    window = [90.04, 91.26, float("nan")]
+    cases = {
+        "online.knobs: auto: sorts spill -> work_mem, hash_mem_multiplier (3 temp files)":
+            Decision.of("online.knobs", Kind.KNOBS, step="auto",
+                        labels=["work_mem", "hash_mem_multiplier"], why="sorts spill",
+                        reason="3 temp files"),
+        "pass 3: a restart was asked for, but max_passes 3 is reached": Decision.of(
+            "pass 3", Kind.SKIPPED, step="pass", count=3,
+            reason="a restart was asked for, but max_passes 3 is reached"),
+        "final: candidate 2 by the ledger of paired comparisons: 1.32× the original": Decision.of(
+            "final", Kind.RANKED, step="ledger", count=2, text="1.32× the original"),
+        f"{label}: 4 evaluation(s) reported by replicas on other hosts": Decision.of(
+            label, Kind.REPLICAS, step="adopted", count=4),
+        "replica r2 dropped: lost; the run goes on with 2 replica(s) ['r0', 'r1']": Decision.of(
+            "replicas", Kind.REPLICAS, step="dropped", labels=("r2", "r0", "r1"), reason="lost"),
+        f"{label}: warm start from prior session(s) a, b: first point {{'x': 0.5}} (init_point)":
+            Decision.of(label, Kind.START, step="warm start", labels=["a", "b"],
+                        values={"x": 0.5}, method="init_point"),
+        f"{label}: warm start: no compatible prior session has a point in range; starting "
+        f"from {{'x': 1}}": Decision.of(label, Kind.START, step="warm start", values={"x": 1}),
+        f"{label}: warm start: no compatible prior session has a point in range; starting "
+        f"as configured": Decision.of(label, Kind.START, step="warm start"),
+        "p2-offline: shared_buffers from the equation (a re-probe after a workload shift): "
+        "measuring 512MB only, no search": Decision.of(
+            "p2-offline", Kind.START, step="equation", why="a re-probe after a workload shift",
+            settings={"start": {"shared_buffers": "512MB"}}),
+        f"p1-offline: the probes replace most of the search: 2 evaluation(s) from 512MB, the "
+        f"first step {0.125:.0%} of the window": Decision.of(
+            "p1-offline", Kind.START, step="BME probes", count=2,
+            settings={"start": {"shared_buffers": "512MB"}}, values={"init_radius": 0.125}),
+        "screening: the design predicts the best at {'work_mem': '64MB'}: the online search "
+        "starts there, and it races in the final rounds": Decision.of(
+            "screening", Kind.START, step="screening",
+            settings={"start": {"work_mem": "64MB"}}),
+        "p1-offline: BME advice not used (r² 0.4); the plain search goes on": Decision.of(
+            "p1-offline", Kind.MODEL, step="BME", followed=False, reason="r² 0.4"),
+        "p1-offline: BME fitted (r² 0.99); restarting the offline search in 1..2 from "
+        "{'shared_buffers': 3}": Decision.of(
+            "p1-offline", Kind.MODEL, step="BME", followed=True, reason="r² 0.99",
+            values={"shared_buffers": 3}, text="1..2"),
+        f"p1-offline: BME probes (128MB: {0.5:.3f}, 1GB: {0.01:.3f}; {3.25:.1f} s) not used: "
+        f"flat; the plain search goes on (1 probe(s) failed: boom)": Decision.of(
+            "p1-offline", Kind.MODEL, step="BME probes", followed=False, seconds=3.25,
+            values={"128MB": 0.5, "1GB": 0.01}, reason="flat", count=1, text="boom"),
+        f"p1-offline: BME probes (128MB: {0.5:.3f}; {3.25:.1f} s): knee, fits; the offline "
+        f"search starts at 1GB in 512MB..2GB, leaving 1GB of the shared_buffers cap to the "
+        f"online knobs and the OS cache": Decision.of(
+            "p1-offline", Kind.MODEL, step="BME probes", followed=True, seconds=3.25,
+            values={"128MB": 0.5}, method="knee", reason="fits",
+            settings={"start": {"shared_buffers": "1GB"},
+                      "window": {"low": "512MB", "high": "2GB", "left": "1GB"}}),
+        f"screening: no online knob's effect cleared the noise; the online search is skipped "
+        f"and {held} stay as they are": Decision.of("screening", Kind.KNOBS, step="screening",
+                                                    settings={"held": held}),
+        "screening: every online knob cleared the noise; all are searched": Decision.of(
+            "screening", Kind.KNOBS, step="screening", labels=["work_mem"]),
+        f"screening: searching {['jit']}; left as they are: {held}": Decision.of(
+            "screening", Kind.KNOBS, step="screening", labels=["jit"], settings={"held": held}),
+        f"p1-offline: no offline point measured successfully; keeping {held}": Decision.of(
+            "p1-offline", Kind.SETTING, step="kept", settings={"kept": held},
+            reason="no offline point measured successfully"),
+        f"p1-offline: the online memory knobs in force left less than 1GB for shared_buffers "
+        f"under the memory budget; lowered to {held} before the offline search": Decision.of(
+            "p1-offline", Kind.SETTING, step="lowered", settings={"lowered": held},
+            reason="the online memory knobs in force left less than 1GB for shared_buffers "
+                   "under the memory budget"),
+        f"{label}: local minimum: the last 3 online vertices {[round(v, 1) for v in window]} "
+        f"are all worse than the offline best {140.27:.1f} by more than {100 * 0.062:.0f}% "
+        f"(threshold {100 * 0.05:.0f}%, twice the noise {100 * noise:.1f}%): back to offline":
+            Decision.of(label, Kind.SHIFT, step="local minimum", count=3, series=window,
+                        values={"offline best": 140.27, "threshold": 0.062,
+                                "configured threshold": 0.05, "noise": noise}),
+        f"{label}: converged; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] from the "
+        f"last {len(values)} vertices (widened by {100 * max(noise, margin):.0f}%: margin "
+        f"{100 * margin:.0f}%, measured noise {100 * noise:.0f}%); monitoring 4 "
+        f"measurements of the best point": Decision.of(
+            label, Kind.SHIFT, step="band", reason="converged", count=2, series=values,
+            values={"band low": band[0], "band high": band[1], "noise": noise,
+                    "margin": margin, "monitor": 4}),
+        f"{label}: statement mix shift: 2 consecutive measurements whose statements' time "
+        f"shares moved farther than {0.2:.2f} (total variation) from the mix the best point "
+        f"was tuned on {[round(d, 2) for d in (0.314, 0.25)]}: back to offline with a new "
+        f"reference for the new mix": Decision.of(
+            label, Kind.SHIFT, step="statement mix", count=2, series=(0.314, 0.25),
+            values={"distance": 0.2}),
+        f"{label}: workload shift: 2 consecutive measurements outside [{band[0]:.1f}, "
+        f"{band[1]:.1f}]: back to offline; the best so far was measured under the old "
+        f"workload and is forgotten": Decision.of(
+            label, Kind.SHIFT, step="workload", count=2, series=[90.0],
+            values={"band low": band[0], "band high": band[1]}),
+        "screening failed (no pgbench); every online knob is searched": Decision.of(
+            "screening", Kind.FAILED, step="screening", reason="no pgbench",
+            text="every online knob is searched"),
+        "final: not raced: the per-transaction race failed, and managed mode measures in no "
+        "other design; the original stays": Decision.of(
+            "final", Kind.SKIPPED, step="final race", reason="not raced: the per-transaction "
+            "race failed, and managed mode measures in no other design; the original stays"),
+        f"screening: measured per-transaction: two Plackett–Burman designs of 8 rows (each knob "
+        f"moved from its setting in force up to its high level, or down to its low one) as "
+        f"the arms of one run, {12345:,} transactions in {41.6:.0f} s (at most 60 s: it ends "
+        f"once every move's interval is within ±{100 * 0.03:g} %); a move's effect is the "
+        f"transactions of the rows that made it over those of the rows that did not "
+        f"(per-template latencies combined into the workload's count, block bootstrap over "
+        f"time slices, {100 * 0.975:.2f} %), the other knobs balanced on both sides; a knob is "
+        f"searched when a move's interval lies above 1": Decision.of(
+            "screening", Kind.MEASURED, step="screening", design="per-transaction", count=8,
+            seconds=41.6, level=0.975,
+            values={"transactions": 12345, "max seconds": 60, "settled half width": 0.03}),
+    }
+    for text, record in cases.items():
+        assert render(record) == text
+        dumped = record.to_dict()
+        assert dumped["kind"] == record.kind.value and dumped["text"] == text
+        jsonschema.validate(json.loads(json.dumps(dumped, allow_nan=False)),
+                            SCHEMA["$defs"]["decision_record"])
+    # a program reads the numbers without the sentence: the NaN of a failed vertex is left out
+    local: dict[str, Any] = json.loads(json.dumps(
+        next(r for r in cases.values() if r.step == "local minimum").to_dict()))
+    assert local["series"] == [90.04, 91.26] and local["values"]["offline best"] == 140.27
+    # every kind a phase uses has its sentence
+    assert {r.kind for r in cases.values()} >= {
+        Kind.SKIPPED, Kind.START, Kind.MODEL, Kind.KNOBS, Kind.SETTING, Kind.SHIFT,
+        Kind.RANKED, Kind.REPLICAS}

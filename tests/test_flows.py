@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from test_decision_records import assert_valid_summary
 from tune_fixtures import TpchCluster, jit_tpch_cluster, tpch_cluster  # noqa: F401  (fixture)
 
 from harmony_server.server import start_server
@@ -148,6 +149,8 @@ def test_one_pass_against_a_server(tpch_cluster: TpchCluster, tmp_path: Path) ->
         assert f"{name} = '{value}'" in (out / "postgresql.conf.fragment").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["passes"] == 1 and len(summary["ab_rounds"]) == len(rounds)
+    # every decision a record under the published schema (the final race's and the phases')
+    assert {"design", "raced", "line"} <= assert_valid_summary(summary)
     assert summary["improvement_ci"] == (list(result.intervals.improvement_ci)
                                          if result.intervals.improvement_ci else None)
     assert len((out / "trials.jsonl").read_text().splitlines()) == len(tuner.records)

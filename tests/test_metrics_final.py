@@ -49,8 +49,9 @@ def test_per_transaction_decision_exports_its_transactions() -> None:
             reference=0, candidate=1, interval=RatioInterval(1.04, low, high, 20, 0.95,
                                                              "bootstrap"),
             anytime=None, templates=(), transactions=(1500, 1490), slices=20, slice_s=3.0)
-    race = PerTransactionRace("default", {"best": comparison(1.02, 1.06)}, "best", 0.95,
-                              {"best": ()}, {"best": comparison(1.02, 1.06)}, 0.95)
+    race = PerTransactionRace(reference="default", comparisons={"best": comparison(1.02, 1.06)},
+                              plain={"best": comparison(1.02, 1.06)}, winner="best", level=0.95,
+                              plain_level=0.95, system_wide={"best": ()})
     metrics = TunerMetrics()
     metrics.record_final_comparison(race.to_final_decision().to_dict())
     got = _scrape(metrics)

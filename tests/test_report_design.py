@@ -24,8 +24,9 @@ def test_a_per_transaction_decision_is_worded_with_its_transactions() -> None:
         reference=0, candidate=1, interval=RatioInterval(1.04, 1.02, 1.06, 20, 0.95,
                                                          "bootstrap"),
         anytime=None, templates=(), transactions=(1500, 1490), slices=20, slice_s=3.0)
-    race = PerTransactionRace("default", {"best": comparison}, "best", 0.95, {"best": ()},
-                              {"best": comparison}, 0.95)
+    race = PerTransactionRace(reference="default", comparisons={"best": comparison},
+                              plain={"best": comparison}, winner="best", level=0.95,
+                              plain_level=0.95, system_wide={"best": ()})
     words = verdict_sentences(summary_from_json(_summary(race.to_final_decision(), [])), None)
     assert words[-1] == ("In words: tuned measured +4.0% (95 % CI +2.0% to +6.0%) against the "
                          "default in one per-transaction run (2,990 transactions in 20 time "

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_decision_records import assert_valid_summary
 from tune_fixtures import TpchCluster, jit_tpch_cluster  # noqa: F401  (fixture)
 
 from tuner_client.api.client import connect
@@ -165,4 +166,10 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
         assert not [r for r in tuner.records if r.session == "p1-online"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["screening"]["measured"] == "per-transaction"
+    # every decision a record under the published schema: the screening's as data
+    kinds = assert_valid_summary(summary)
+    assert {"measured", "line", "knobs"} <= kinds, kinds
+    measured = next(r for r in summary["decision_records"] if r["kind"] == "measured"
+                    and r.get("step") == "screening")
+    assert measured["count"] == 8 and measured["values"]["transactions"] > 100
     assert jit_tpch_cluster.cluster.is_running()

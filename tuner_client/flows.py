@@ -24,6 +24,7 @@ from tuner_client.config import TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key
 from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final import final_rounds
 from tuner_client.phases.offline import offline_pass
 from tuner_client.phases.online import online_pass
@@ -121,10 +122,11 @@ class Tuner:
                                              replicas=others, lease_s=cfg.replicas.lease_s,
                                              remote=cfg.replicas.remote)
                 for line in ctx.managed.lines() if ctx.managed is not None else []:
-                    state.decide(f"managed: {line}")
+                    state.decide(Decision.line("managed", line, design=None))
                 for proposal in ctx.knob_proposals:
-                    state.decide(f"online.knobs: auto: {proposal.symptom} -> "
-                                 f"{', '.join(proposal.knobs)} ({proposal.evidence})")
+                    state.decide(Decision.of("online.knobs", Kind.KNOBS, step="auto",
+                                             labels=proposal.knobs, why=proposal.symptom,
+                                             reason=proposal.evidence))
                 self._passes(ctx)
                 result = final_rounds(ctx, state)
                 if ctx.measurer.guard is not None:
@@ -178,6 +180,8 @@ class Tuner:
             if flow.kind == "one-pass" or not again:
                 return
             if n == flow.max_passes:
-                state.decide(f"pass {n}: a restart was asked for, but max_passes "
-                             f"{flow.max_passes} is reached")
+                state.decide(Decision.of(
+                    f"pass {n}", Kind.SKIPPED, step="pass", count=flow.max_passes,
+                    reason=f"a restart was asked for, but max_passes {flow.max_passes} is "
+                           f"reached"))
 

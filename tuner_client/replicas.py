@@ -164,18 +164,18 @@ class ReplicaPool:
                                other.failure)
         return outcome
 
-    def drop(self, replica: Replica, reason: str, decide: Callable[[str], None]) -> None:
-        """Take a replica out of the run (it died or stopped answering) and say so."""
+    def drop(self, replica: Replica, reason: str) -> list[str] | None:
+        """Take a replica out of the run (it died or stopped answering); the names of the
+        replicas left, for the caller's decision (None: it was dropped already)."""
         with self.lock:
             if replica.dropped is not None:
-                return
+                return None
             replica.dropped = reason
             left = [r.name for r in self.live]
         if replica.measurer is not None:
             with contextlib.suppress(HarmonyError, OSError, psycopg.Error):
                 replica.measurer.stop()  # its workload streams would only fail on
-        decide(f"replica {replica.name} dropped: {reason}; the run goes on with "
-               f"{len(left)} replica(s) {left}")
+        return left
 
     def run_each(self, work: Callable[[Replica], None], *, members: Sequence[Replica] | None = None,
                  stop: Callable[[], None] | None = None) -> None:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from harmony_base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
 from tuner_client.stats.levels import simultaneous_level
-from tuner_client.stats.paired import RatioInterval, interval_from_logs
+from tuner_client.stats.paired import Method, RatioInterval, interval_from_logs
+from tuner_client.stats.race_outcome import DesignRace
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
 
 #: the design's name in the decisions and in summary.json
@@ -118,47 +119,30 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
 
 
 @dataclass(frozen=True)
-class DuetRace:
-    """Every candidate against the reference from one duet, and the decision."""
+class DuetRace(DesignRace[DuetComparison]):
+    """Every candidate against the reference from one duet, and the decision (its
+    observations are batches)."""
 
-    reference: str
-    #: each candidate at the simultaneous (Bonferroni) level, and at the plain level
-    comparisons: Mapping[str, DuetComparison]
-    plain: Mapping[str, DuetComparison]
-    winner: str | None
-    level: float
-    plain_level: float
+    design: ClassVar[str] = DESIGN
+    design_words: ClassVar[str] = DESIGN
+    method: ClassVar[Method] = "anytime"
+    method_text: ClassVar[str] = METHOD_TEXT
+
     segment_s: float
     segments: int
     #: how the clone was made and what it cost (for the decisions)
     clone: str = ""
 
-    def verdict(self) -> str:
-        return race_verdict(self.winner, self.reference,
-                            {label: c.interval for label, c in self.comparisons.items()},
-                            DESIGN)
+    def design_line(self) -> str:
+        return (f"final race measured by {DESIGN}: {self.segments} segments of "
+                f"{self.segment_s:g} s, the server and {self.clone or 'its clone'} running "
+                f"the reference and one candidate at the same seconds, roles swapped between "
+                f"segments; the ratio counts the workload client's transactions per second; "
+                f"intervals: {METHOD} over {BATCH_S}-s batches at {100 * self.level:.4g} % "
+                f"(Bonferroni over {len(self.comparisons)} candidates)")
 
-    def decisions(self) -> list[str]:
-        lines = [self.verdict(),
-                 f"final race measured by {DESIGN}: {self.segments} segments of "
-                 f"{self.segment_s:g} s, the server and {self.clone or 'its clone'} running "
-                 f"the reference and one candidate at the same seconds, roles swapped between "
-                 f"segments; the ratio counts the workload client's transactions per second; "
-                 f"intervals: {METHOD} over {BATCH_S}-s batches at {100 * self.level:.4g} % "
-                 f"(Bonferroni over {len(self.comparisons)} candidates)"]
-        lines += [f"{label}/{self.reference}: {c.text()}"
-                  for label, c in self.comparisons.items()]
-        return lines
-
-    def to_final_decision(self) -> FinalDecision:
-        """The race as the tuner's :class:`FinalDecision` (its observations are batches)."""
-        return race_decision(
-            winner=self.winner, reference=self.reference,
-            plain={label: c.interval for label, c in self.plain.items()},
-            simultaneous={label: c.interval for label, c in self.comparisons.items()},
-            rounds={label: c.batches for label, c in self.comparisons.items()},
-            lines=self.decisions(), level=self.plain_level, decision_level=self.level,
-            method="anytime", design=DESIGN, method_text=METHOD_TEXT)
+    def observations(self, comparison: DuetComparison) -> int:
+        return comparison.batches
 
 
 def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float,

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from harmony_base.jsontypes import JSONObject
+from tuner_client.phases.decision_sentences import PHASE_SENTENCES
 from tuner_client.stats.decision import FinalDecision
 
 #: the JSON Schema of one record, published beside the docs (tests validate summary.json)
@@ -32,6 +34,23 @@ class Kind(enum.StrEnum):
     NOTE = "note"
     #: how a search session's evaluations are measured (the design and why)
     MEASURED = "measured"
+    # -- the phases' decisions before the final race (step: what the decision is about)
+    #: a step not taken (no knob to search, no probes, nothing to screen, not raced), and why
+    SKIPPED = "skipped"
+    #: where a search starts and why (a warm start, the equation, the probes, the screening)
+    START = "start"
+    #: what a fitted model (the BME curve, the probes) advises, and whether the run follows it
+    MODEL = "model"
+    #: which knobs are searched and which are held (the screening, an automatic proposal)
+    KNOBS = "knobs"
+    #: settings put in force or kept to keep a constraint (the memory budget, a failed pass)
+    SETTING = "setting"
+    #: the online pass's watch: the workload-shift band armed, a shift seen, a local minimum
+    SHIFT = "shift"
+    #: a final candidate ranked by the ledger of paired comparisons
+    RANKED = "ranked"
+    #: the replicas: evaluations adopted from other hosts, a replica dropped
+    REPLICAS = "replicas"
     #: a line of a race's own account (its design's words); a verdict carries its interval
     LINE = "line"
     #: the design chosen for a race, and why each more precise one was not
@@ -74,11 +93,19 @@ class Decision:
     why: str | None = None
     reason: str | None = None
     text: str | None = None
+    step: str | None = None
+    count: int | None = None
+    seconds: float | None = None
+    values: Mapping[str, float | str] = field(default_factory=dict)
+    series: tuple[float, ...] = ()
+    followed: bool | None = None
 
     @classmethod
     def of(cls, phase: str, kind: Kind, *, labels: Sequence[str] = (),
            **fields: object) -> Decision:
         """A record of ``kind`` (the fields by keyword)."""
+        if "series" in fields:
+            fields["series"] = tuple(cast("Iterable[float]", fields["series"]))
         return cls(phase, kind, labels=tuple(labels), **fields)  # type: ignore[arg-type]
 
     @classmethod
@@ -125,16 +152,24 @@ class Decision:
         """The record for ``summary.json`` (:data:`SCHEMA_PATH`)."""
         out: JSONObject = {"phase": self.phase, "kind": self.kind.value, "text": render(self)}
         for key in ("design", "stage", "winner", "ratio", "low", "high", "level", "counts",
-                    "rounds", "method", "why", "reason"):
+                    "rounds", "method", "why", "reason", "step", "count", "seconds", "followed"):
             value = getattr(self, key)
             # an unbounded interval's side is left out: JSON has no infinity
-            if value is not None and not (isinstance(value, float) and not math.isfinite(value)):
+            if value is not None and _finite(value):
                 out[key] = value
         if self.labels:
             out["labels"] = list(self.labels)
         if self.settings:
             out["settings"] = {k: dict(v) for k, v in self.settings.items()}
+        if self.values:
+            out["values"] = {k: v for k, v in self.values.items() if _finite(v)}
+        if self.series:
+            out["series"] = [v for v in self.series if _finite(v)]
         return out
+
+
+def _finite(value: object) -> bool:
+    return not (isinstance(value, float) and not math.isfinite(value))
 
 
 def _changes(settings: Mapping[str, str]) -> str:
@@ -148,6 +183,8 @@ def render(d: Decision) -> str:
         return d.text or ""
     if d.kind is Kind.LINE:
         return f"{d.phase}: {stage}{d.text}"
+    if d.kind is Kind.MEASURED and d.step == "screening":
+        return PHASE_SENTENCES[d.kind](d)
     if d.kind is Kind.MEASURED:
         return f"{d.phase}: {stage}evaluations measured by {d.why}"
     if d.kind is Kind.DESIGN:
@@ -156,6 +193,8 @@ def render(d: Decision) -> str:
         return f"{d.phase}: {stage}raced: " + "; ".join(
             f"{label} {_changes(d.settings[label])}" for label in d.labels
             if label in d.settings)
+    if d.kind is Kind.FAILED and d.design is None:  # a phase of its own (the screening)
+        return f"{d.phase} failed ({d.reason}); {d.text}"
     if d.kind is Kind.FAILED:
         return f"{d.phase}: {stage}the {d.design} run failed ({d.reason}); {d.text}"
     if d.kind is Kind.DROPPED:
@@ -165,6 +204,8 @@ def render(d: Decision) -> str:
                 f"{', '.join(d.labels)}; stopped: {d.reason} (intervals: {d.method})")
     if d.kind is Kind.NO_INTERVAL:
         return f"{d.phase}: {stage}fewer than 2 rounds measured: no interval{d.text}"
+    if d.kind in PHASE_SENTENCES:
+        return PHASE_SENTENCES[d.kind](d)
     raise ValueError(f"no sentence for a decision of kind {d.kind!r}")
 
 

@@ -110,14 +110,18 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
     state.decide(Decision.of("final", Kind.RACED, labels=request.candidates, settings={
         label: _differing(candidates[label], ctx.original) for label in request.candidates}))
     if ctx.managed is not None and not choice.per_transaction:
-        state.decide(f"final: not raced: managed mode measures per transaction only, and "
-                     f"{choice.text()}; the original configuration stays")
+        state.decide(Decision.of(
+            "final", Kind.SKIPPED, step="final race", design=choice.design, why=choice.text(),
+            reason=f"not raced: managed mode measures per transaction only, and "
+                   f"{choice.text()}; the original configuration stays"))
         return conclude(run, candidates, None, baselines)
     # managed mode never changes the server: no fallback on a whole-server design
     outcome = final_design(ctx, request, choice, fallback=ctx.managed is None).race(run, request)
     if outcome is None and ctx.managed is not None:
-        state.decide("final: not raced: the per-transaction race failed, and managed mode "
-                     "measures in no other design; the original stays")
+        state.decide(Decision.of(
+            "final", Kind.SKIPPED, step="final race", design=choice.design,
+            reason="not raced: the per-transaction race failed, and managed mode measures in "
+                   "no other design; the original stays"))
     return conclude(run, candidates, outcome, baselines)
 
 

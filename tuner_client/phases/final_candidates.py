@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from tuner_client.knobs.pgtune import Machine, pgtune_on_grid
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.decisions import Decision
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.ledger import Ledger
 
@@ -92,8 +92,11 @@ def ranked_candidates(ctx: RunContext, state: RunState, count: int) -> list[dict
         if standing is not None:
             # the ranking, as the decisions show it: a ratio carried through the chain of
             # paired comparisons, not a level
-            state.decide(f"final: candidate {len(out)} by the ledger of paired comparisons: "
-                         f"{standing.text()}")
+            low, high = standing.interval()
+            state.decide(Decision.of("final", Kind.RANKED, step="ledger", count=len(out),
+                                     settings={"candidate": settings}, ratio=standing.ratio,
+                                     low=low, high=high, level=0.95, rounds=standing.links,
+                                     text=standing.text()))
     return out
 
 

@@ -25,6 +25,7 @@ from strategies.simplex import SimplexStrategy
 from tuner_client.config import KnobParam, KnobSpace, format_bytes
 from tuner_client.measurer import PointRecord
 from tuner_client.measurer.prewarm import prewarm_summary
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.offline_bme_fit import OfflineBMEFit
 from tuner_client.phases.offline_probes import ProbeAdvice, probe_shared_buffers
 from tuner_client.phases.session_loop import run_session
@@ -39,8 +40,9 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     space, measurer = ctx.offline_space, ctx.measurer
     label = f"p{n}-offline"
     if not space.names:
-        state.decide(f"{label}: no restart-time knob to search (offline.knobs is empty, e.g. "
-                     f"live mode outside a maintenance window)")
+        state.decide(Decision.of(label, Kind.SKIPPED, step="offline search", reason=(
+            "no restart-time knob to search (offline.knobs is empty, e.g. live mode outside "
+            "a maintenance window)")))
         return None
     start = space.point_from_settings(state.best_or_current(ctx, space.names))
     make_room_for_shared_buffers(ctx, state, label, space, start)
@@ -51,7 +53,8 @@ def offline_pass(ctx: RunContext, state: RunState, n: int) -> float | None:
     finally:
         said = prewarm_summary(measurer.applier.prewarms[warm_from:])
         if said is not None:
-            state.decide(f"{label}: warm restarts (measure.prewarm): {said}")
+            state.decide(Decision.line(label, f"warm restarts (measure.prewarm): {said}",
+                                       design=None))
 
 
 def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, space: KnobSpace,
@@ -84,11 +87,12 @@ def _offline_sessions(ctx: RunContext, state: RunState, n: int, label: str, spac
             return False
         note_bme(ctx, state, bme_fit)
         if not advice.usable:
-            state.decide(f"{label}: BME advice not used ({advice.reason}); the plain "
-                         f"search goes on")
+            state.decide(Decision.of(label, Kind.MODEL, step="BME", followed=False,
+                                     reason=advice.reason))
             return False
-        state.decide(f"{label}: BME fitted ({advice.reason}); restarting the offline "
-                     f"search in {advice.range_text} from {advice.start}")
+        state.decide(Decision.of(label, Kind.MODEL, step="BME", followed=True,
+                                 reason=advice.reason, values=advice.start,
+                                 text=advice.range_text))
         state.recommend({**ctx.original, **space.settings(
             {**space.point_from_settings(ctx.original), **advice.start})})
         return True
@@ -140,17 +144,18 @@ def _probed_search(ctx: RunContext, state: RunState, n: int, label: str, space: 
         evaluations = 1
         why = ("a re-probe after a workload shift" if n > 1 else
                f"the target miss probability {cfg.bme.target_miss:g}")
-        state.decide(f"{label}: shared_buffers from the equation ({why}): measuring "
-                     f"{probed.start}{unit} only, no search")
+        state.decide(Decision.of(label, Kind.START, step="equation", why=why, count=1,
+                                 settings={"start": {"shared_buffers": f"{probed.start}{unit}"}}))
     elif alone:
         evaluations = min(cfg.bme.evaluations, cfg.offline.evaluations)
         if issubclass(Strategy.registry.get_class(cfg.offline.strategy), SimplexStrategy):
             # the probes place the knee to within about RADIUS of the start: a first step
             # sized by the whole window would jump over it
             options.setdefault("init_radius", probed.radius)
-        state.decide(f"{label}: the probes replace most of the search: {evaluations} "
-                     f"evaluation(s) from {probed.start}{unit}, the first step "
-                     f"{options.get('init_radius', probed.radius):.0%} of the window")
+        state.decide(Decision.of(
+            label, Kind.START, step="BME probes", count=evaluations,
+            settings={"start": {"shared_buffers": f"{probed.start}{unit}"}},
+            values={"init_radius": float(options.get("init_radius", probed.radius))}))
     else:
         evaluations = cfg.offline.evaluations
     label2 = f"{label}-bme"
@@ -171,8 +176,9 @@ def _put_best_in_force(ctx: RunContext, state: RunState, label: str, space: Knob
     """Put the pass's best offline point in force for the online session; its value."""
     best = state.best_among(state.records[first:])
     if best is None:
-        state.decide(f"{label}: no offline point measured successfully; keeping "
-                     f"{ctx.current(space.names)}")
+        state.decide(Decision.of(label, Kind.SETTING, step="kept",
+                                 reason="no offline point measured successfully",
+                                 settings={"kept": ctx.current(space.names)}))
         return None
     # put the offline best in force for the online session
     outcome = ctx.apply({k: best.in_force[k] for k in space.names})
@@ -201,9 +207,10 @@ def make_room_for_shared_buffers(ctx: RunContext, state: RunState, label: str,
     if outcome.failure is not None:
         raise ConstraintError(f"{label}: could not lower the online memory knobs to {lowered} "
                               f"to make room for shared_buffers: {outcome.failure}")
-    state.decide(f"{label}: the online memory knobs in force left less than "
-                 f"{format_bytes(wanted)} for shared_buffers under the memory budget; "
-                 f"lowered to {lowered} before the offline search")
+    state.decide(Decision.of(
+        label, Kind.SETTING, step="lowered", settings={"lowered": lowered},
+        reason=f"the online memory knobs in force left less than {format_bytes(wanted)} for "
+               f"shared_buffers under the memory budget"))
 
 
 def note_bme(ctx: RunContext, state: RunState, bme_fit: OfflineBMEFit) -> None:

@@ -23,6 +23,7 @@ from harmony_base.errors import HarmonyError
 from harmony_base.jsontypes import JSONObject
 from harmony_base.space import IntParam
 from tuner_client.config import KnobSpace, format_bytes
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.probes.runner import (
     BufferFill,
@@ -62,15 +63,17 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     if param.upper <= param.min + 2 * param.step:
         return None  # a fixed shared_buffers (or nearly): no curve to read
     if measurer.applier.controller is None:
-        state.decide(f"{label}: no BME probes: the tuner cannot restart this server (no "
-                     f"controller), and every probe is a restart")
+        state.decide(Decision.of(label, Kind.SKIPPED, step="BME probes", reason=(
+            "no BME probes: the tuner cannot restart this server (no controller), and every "
+            "probe is a restart")))
         return None
     low = int(knob.canonical(param.min))
     high = min(int(knob.canonical(param.upper)), ctx.budget.shared_buffers_cap(measurer.in_force))
     step = int(knob.canonical(param.min + param.step)) - low
     if high <= low + 2 * step:
-        state.decide(f"{label}: no BME probes: the memory budget leaves shared_buffers only "
-                     f"{format_bytes(low)}..{format_bytes(max(low, high))}")
+        state.decide(Decision.of(label, Kind.SKIPPED, step="BME probes", reason=(
+            f"no BME probes: the memory budget leaves shared_buffers only "
+            f"{format_bytes(low)}..{format_bytes(max(low, high))}")))
         return None
     before = measurer.in_force["shared_buffers"]  # tracked always (the budget reads it)
     sizes = probe_sizes(low, high, cfg.probes, step)
@@ -90,19 +93,19 @@ def probe_shared_buffers(ctx: RunContext, state: RunState, label: str,
     cost = sum(p.cost_s for p in probes)
     window = search_window(decision, low, high, step)
     _record(ctx, state, label, decision, cost, failures, window)
-    shown = ", ".join(f"{format_bytes(p.size)}: {p.miss:.3f}" for p in probes if p.accesses)
+    misses = {format_bytes(p.size): p.miss for p in probes if p.accesses}
     if window is None:
-        state.decide(f"{label}: BME probes ({shown}; {cost:.1f} s) not used: "
-                     f"{decision.reason}; the plain search goes on"
-                     + (f" ({len(failures)} probe(s) failed: {failures[0]})" if failures
-                        else ""))
+        state.decide(Decision.of(label, Kind.MODEL, step="BME probes", followed=False,
+                                 values=misses, seconds=cost, reason=decision.reason,
+                                 count=len(failures), text=failures[0] if failures else None))
         return None
     start, lo, hi = window
-    state.decide(f"{label}: BME probes ({shown}; {cost:.1f} s): {decision.kind}, "
-                 f"{decision.reason}; the offline search starts at {format_bytes(start)} in "
-                 f"{format_bytes(lo)}..{format_bytes(hi)}, leaving "
-                 f"{format_bytes(max(0, high - hi))} of the shared_buffers cap to the online "
-                 f"knobs and the OS cache")
+    state.decide(Decision.of(
+        label, Kind.MODEL, step="BME probes", followed=True, values=misses, seconds=cost,
+        method=decision.kind, reason=decision.reason,
+        settings={"start": {"shared_buffers": format_bytes(start)},
+                  "window": {"low": format_bytes(lo), "high": format_bytes(hi),
+                             "left": format_bytes(max(0, high - hi))}}))
     state.recommend({**ctx.original, "shared_buffers": format_bytes(start)})
     return ProbeAdvice(decision, int(knob.session_value(start)),
                        (int(knob.session_value(lo)), int(knob.session_value(hi))),

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Mapping
 
 from tuner_client.measurer import PointRecord
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.detectors import (
     LocalMinimumDetector,
     MixShiftDetector,
@@ -32,7 +33,8 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
     cfg, space = ctx.config, ctx.online_space
     label = f"p{n}-online"
     if not space.names:
-        state.decide(f"{label}: no online knob to search (screening held them all)")
+        state.decide(Decision.of(label, Kind.SKIPPED, step="online search",
+                                 reason="no online knob to search (screening held them all)"))
         return False
     constraints = ctx.budget.online_constraints(ctx.measurer.in_force)
     if n > 1:
@@ -71,12 +73,13 @@ def online_pass(ctx: RunContext, state: RunState, n: int, offline_best: float | 
         if local_min.check(window, offline_best):
             stuck = True
             ctx.metrics.record_local_minimum()
-            state.decide(f"{label}: local minimum: the last {vertices} online vertices "
-                         f"{[round(v, 1) for v in window]} are all worse than the offline "
-                         f"best {offline_best:.1f} by more than "
-                         f"{100 * local_min.threshold:.0f}% (threshold "
-                         f"{100 * cfg.flow.local_minimum_threshold:.0f}%, twice the noise "
-                         f"{100 * (noise or 0.0):.1f}%): back to offline")
+            state.decide(Decision.of(label, Kind.SHIFT, step="local minimum", count=vertices,
+                                     series=window, values={
+                                         "offline best": offline_best,
+                                         "threshold": local_min.threshold,
+                                         "configured threshold":
+                                             cfg.flow.local_minimum_threshold,
+                                         "noise": noise or 0.0}))
             return True
         return False
 
@@ -114,11 +117,10 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
             mix.arm(tuned_on)
     noise = max(sample_spread(last), 2.0 * (noise or 0.0))
     band = shift.arm(values, noise)
-    state.decide(f"{label}: {reason}; workload-shift band [{band[0]:.1f}, {band[1]:.1f}] "
-                 f"from the last {len(values)} vertices (widened by "
-                 f"{100 * max(noise, cfg.flow.shift_margin):.0f}%: margin "
-                 f"{100 * cfg.flow.shift_margin:.0f}%, measured noise {100 * noise:.0f}%); "
-                 f"monitoring {cfg.flow.monitor} measurements of the best point")
+    state.decide(Decision.of(label, Kind.SHIFT, step="band", reason=reason, count=len(values),
+                             series=values, values={
+                                 "band low": band[0], "band high": band[1], "noise": noise,
+                                 "margin": cfg.flow.shift_margin, "monitor": cfg.flow.monitor}))
     for i in range(cfg.flow.monitor):
         record = ctx.measurer.measure(f"{label}-monitor", best.point,
                                       {k: best.in_force[k] for k in space.names})
@@ -128,21 +130,18 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
                     ctx.unit)
         if mix is not None and mix.observe(pooled_shares([record], costs)):
             ctx.metrics.record_workload_shift()
-            state.decide(f"{label}: statement mix shift: {cfg.flow.shift_outside} consecutive "
-                         f"measurements whose statements' time shares moved farther than "
-                         f"{observe.shift_distance if observe else 0:.2f} (total variation) "
-                         f"from the mix the best point was tuned on "
-                         f"{[round(d, 2) for d in mix.evidence]}: back to "
-                         f"offline with a new reference for the new mix")
+            state.decide(Decision.of(
+                label, Kind.SHIFT, step="statement mix", count=cfg.flow.shift_outside,
+                series=mix.evidence,
+                values={"distance": observe.shift_distance if observe else 0.0}))
             state.forget_best()
             ctx.measurer.forget_reference()
             return True
         if shift.observe(value):
             ctx.metrics.record_workload_shift()
-            state.decide(f"{label}: workload shift: {cfg.flow.shift_outside} consecutive "
-                         f"measurements outside [{band[0]:.1f}, {band[1]:.1f}]: back to "
-                         f"offline; the best so far was measured under the old workload "
-                         f"and is forgotten")
+            state.decide(Decision.of(label, Kind.SHIFT, step="workload",
+                                     count=cfg.flow.shift_outside, series=[value],
+                                     values={"band low": band[0], "band high": band[1]}))
             state.forget_best()
             return True
     return False

@@ -36,7 +36,7 @@ from tuner_client.engine.designs import (
     VALIDITY,
     universal_requested,
 )
-from tuner_client.phases.decisions import Decision
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
@@ -61,7 +61,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
     space = ctx.online_space
     if not cfg.enabled or len(space.names) < 2:
         if cfg.enabled:
-            state.decide("screening: fewer than two online knobs; nothing to screen")
+            state.decide(Decision.of("screening", Kind.SKIPPED, step="screening",
+                                     reason="fewer than two online knobs; nothing to screen"))
         return None
     ctx.metrics.set_phase("screening")
     default_settings = ctx.current(space.names)
@@ -79,26 +80,27 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
                   if reason is not None
                   else _screen_per_transaction(ctx, state, space, levels, start))
     except HarmonyError as exc:
-        state.decide(f"screening failed ({exc}); every online knob is searched")
+        state.decide(Decision.of("screening", Kind.FAILED, step="screening", reason=str(exc),
+                                 text="every online knob is searched"))
         return None
     finally:  # the search starts from the settings in force before the design
         ctx.apply(default_settings, check_budget=False)
     state.note_screening(result)
     ctx.metrics.record_screening(result.effects)
     for line in result.lines():
-        state.decide(f"screening: {line}")
+        state.decide(Decision.line("screening", line, design=None))
     cleared = result.cleared
     if not cleared:
-        state.decide(f"screening: no online knob's effect cleared the noise; the online search "
-                     f"is skipped and {default_settings} stay as they are")
+        state.decide(Decision.of("screening", Kind.KNOBS, step="screening",
+                                 settings={"held": default_settings}))
         ctx.narrow_online([])
         return result
     if len(cleared) == len(space.names):
-        state.decide("screening: every online knob cleared the noise; all are searched")
+        state.decide(Decision.of("screening", Kind.KNOBS, step="screening", labels=cleared))
     else:
         held = {n: default_settings[n] for n in space.names if n not in cleared}
-        state.decide(Decision.note(f"screening: searching {cleared}; left as they are: {held}",
-                                   labels=cleared, settings={"held": held}))
+        state.decide(Decision.of("screening", Kind.KNOBS, step="screening", labels=cleared,
+                                 settings={"held": held}))
         ctx.narrow_online(cleared)
     corner = result.predicted_best(default)
     # a knob left at its default keeps the setting's own spelling, so that a prediction of
@@ -107,9 +109,8 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
                  for n, v in space.settings(corner).items()}
     state.predict_best({**{n: ctx.measurer.in_force.get(n, v)
                             for n, v in ctx.original.items()}, **predicted})
-    state.decide(f"screening: the design predicts the best at "
-                 f"{ {n: predicted[n] for n in cleared} }: the online search starts there, "
-                 f"and it races in the final rounds")
+    state.decide(Decision.of("screening", Kind.START, step="screening",
+                             settings={"start": {n: predicted[n] for n in cleared}}))
     return result
 
 
@@ -188,22 +189,18 @@ def _screen_per_transaction(ctx: RunContext, state: RunState, space: KnobSpace,
     trace = assignment.run(seconds, settled=precise, min_s=MIN_SLICES * MIN_SLICE_S)
     result, spare = screen_from_default(trace, levels, default, matrix, z=cfg.z,
                                         seed=ctx.config.seed)
-    state.decide(
-        f"screening: measured {PER_TRANSACTION}: two Plackett–Burman designs of {len(matrix)} "
-        f"rows (each knob moved from its setting in force up to its high level, or down to "
-        f"its low one) as the arms of one run, {len(trace):,} transactions in "
-        f"{trace.seconds:.0f} s (at most {seconds} s: it ends once every move's interval is "
-        f"within ±{100 * SETTLED_HALF_WIDTH:g} %); a move's effect is the transactions of the "
-        f"rows that made it over those of the rows that did not (per-template latencies "
-        f"combined into the workload's count, block bootstrap over time slices, "
-        f"{100 * level:.2f} %), the other knobs balanced on both sides; a knob is searched "
-        f"when a move's interval lies above 1")
+    state.decide(Decision.of(
+        "screening", Kind.MEASURED, step="screening", design=PER_TRANSACTION,
+        count=len(matrix), seconds=trace.seconds, level=level,
+        values={"transactions": len(trace), "max seconds": seconds,
+                "settled half width": SETTLED_HALF_WIDTH}))
     if spare:
-        state.decide("screening: the designs' spare columns (no knob; interactions and noise "
-                     "only, an A/A check): " + ", ".join(i.text() for i in spare)
-                     + ("" if all(i.low <= 1.0 <= i.high for i in spare) else
-                        ": one excludes 1, so knobs interact or the run drifted unevenly; "
-                        "the search still starts from the main effects' best"))
+        state.decide(Decision.line(
+            "screening", "the designs' spare columns (no knob; interactions and noise only, "
+            "an A/A check): " + ", ".join(i.text() for i in spare)
+            + ("" if all(i.low <= 1.0 <= i.high for i in spare) else
+               ": one excludes 1, so knobs interact or the run drifted unevenly; the search "
+               "still starts from the main effects' best"), design=None))
     return result
 
 

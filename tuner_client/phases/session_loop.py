@@ -28,10 +28,10 @@ from tuner_client.config import KnobSpace, MeasureConfig
 from tuner_client.measurer import PointRecord
 from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.blocks import PairedTrials, SessionReferences
-from tuner_client.phases.decisions import Decision
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.phases.trials import Measured, SampledTrials, Trials
-from tuner_client.replicas import Replica
+from tuner_client.replicas import Replica, ReplicaPool
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
         trials = _trials(replica, label, references, ctx.config.measure, ctx.metrics, ctx.unit)
         why = member_loop(pool.session_for(session, ctx.client, replica), trials, space, shared,
                           keep, name=pool.record_name(replica),
-                          on_dead=lambda reason: pool.drop(replica, reason, state.decide),
+                          on_dead=lambda reason: _drop(state, pool, replica, reason),
                           alive=replica.answers, lease_s=pool.session_lease_s)
         logger.info("[%s] replica %s stops: %s", label, replica.name, why)
 
@@ -217,9 +217,16 @@ def adopt_remote(session: Session, space: KnobSpace, label: str, local_ids: set[
         keep(record)
         adopted += 1
     if adopted:
-        decide(Decision.note(f"{label}: {adopted} evaluation(s) reported by replicas on "
-                             f"other hosts"))
+        decide(Decision.of(label, Kind.REPLICAS, step="adopted", count=adopted))
     return adopted
+
+
+def _drop(state: RunState, pool: ReplicaPool, replica: Replica, reason: str) -> None:
+    """Take a dead replica out of the run and record it."""
+    left = pool.drop(replica, reason)
+    if left is not None:
+        state.decide(Decision.of("replicas", Kind.REPLICAS, step="dropped",
+                                 labels=(replica.name, *left), reason=reason))
 
 
 def member_loop(session: Session, trials: Trials, space: KnobSpace, shared: Shared,

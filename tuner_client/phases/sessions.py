@@ -18,6 +18,7 @@ from tuner_client.phases.blocks import (
     SessionReferences,
     open_references,
 )
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.state import RunContext, RunState
 
 logger = logging.getLogger(__name__)
@@ -59,13 +60,12 @@ def session_definition(ctx: RunContext, state: RunState, label: str, space: Knob
         warmed = apply_warm_start(definition, ctx.priors, host=host_metadata())
         info = warmed.metadata.get("warm_start")
         if warmed is not definition and info is not None:
-            state.decide(f"{label}: warm start from prior session(s) "
-                         f"{', '.join(info['sessions'])}: first point {info['start']} "
-                         f"({info['option']})")
+            state.decide(Decision.of(label, Kind.START, step="warm start",
+                                     labels=info["sessions"], values=info["start"],
+                                     method=info["option"]))
             return warmed
-        where = f"from {dict(init_point)}" if init_point else "as configured"
-        state.decide(f"{label}: warm start: no compatible prior session has a point in "
-                     f"range; starting {where}")
+        state.decide(Decision.of(label, Kind.START, step="warm start",
+                                 values=dict(init_point or {})))
     if init_point is not None and "init_point" not in opts:
         opts["init_point"] = sp.snap(init_point)
         opts.setdefault("init_method", "point")

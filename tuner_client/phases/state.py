@@ -138,10 +138,11 @@ class RunState:
     on_measured: Callable[[PointRecord], None] | None = None
     on_decision: Callable[[str], None] | None = None
 
-    def decide(self, decision: Decision | str) -> None:
-        """Record a decision of the run (shown in the summary and the log); a sentence is
-        kept as a note."""
-        record = decision if isinstance(decision, Decision) else Decision.note(decision)
+    def decide(self, record: Decision) -> None:
+        """Record a decision of the run (shown in the summary and the log, in the words
+        :func:`~tuner_client.phases.decisions.render` gives it)."""
+        if isinstance(record, str):  # until final_duet.py and search_per_transaction.py
+            record = Decision.note(record)  # give theirs as records (issue 53)
         text = render(record)
         self.decision_records.append(record)
         self.decisions.append(text)

@@ -1,25 +1,22 @@
-"""A race's budget (:class:`RaceBudget`) and its accounting (:class:`BudgetAccount`): the
-evaluations and seconds spent so far, and whether the next round still fits.
+"""What a race may spend (:class:`RaceBudget`) and what it has spent (:class:`BudgetAccount`):
+the evaluations and seconds so far, and whether the next round still fits them.
 
-Three limits, any of them: evaluations (every measurement counts, the reference's and the
-baselines' too), seconds, and rounds. A round that would not fit is not started, so neither
-the evaluations nor the seconds are ever exceeded. Seconds come from a per-sample cost the
-caller states or from a clock; with a clock alone the next round's time is estimated from the
-samples so far (the first round is measured blind). A close call (the stop rule's, see
-:mod:`tuner_client.stats.race_stop`) may run on past ``max_rounds`` up to
-``close_call_rounds``.
+Two resources, either or both: evaluations (every measurement counts, the reference's and the
+baselines' too) and seconds. A round that would not fit is not started, so neither is ever
+exceeded. Seconds come from a per-sample cost the caller states or from a clock; with a clock
+alone the next round's time is estimated from the samples so far (the first round is measured
+blind). :class:`RaceBudget` also carries the race's round limit (``max_rounds``, and
+``close_call_rounds`` for a close call), which the stop rules apply
+(:mod:`tuner_client.stats.race_stop`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
-
-logger = logging.getLogger(__name__)
 
 #: seconds one measurement of a label takes, as the caller knows it
 Cost = float | Callable[[str], float]
@@ -64,16 +61,13 @@ class RaceBudget:
 
 class BudgetAccount:
     """What a race has spent of its :class:`RaceBudget`: :meth:`measure` counts every
-    measurement; :meth:`why_full` says why the next round would not fit. ``reference`` and
-    ``level`` only word the end of a close call."""
+    measurement; :meth:`why_full` says why the next round would not fit."""
 
-    def __init__(self, budget: RaceBudget, *, reference: str, level: float) -> None:
+    def __init__(self, budget: RaceBudget) -> None:
         if budget.seconds is not None and budget.cost is None and budget.clock is None:
             raise ConfigError("a race with a budget in seconds needs the cost of a sample "
                               "(cost=) or a clock (clock=) to count them")
         self.budget = budget
-        self.reference = reference
-        self.level = level
         self.evaluations = 0
         self._spent_cost = 0.0
         self._started: float | None = budget.clock() if budget.clock is not None else None
@@ -109,22 +103,10 @@ class BudgetAccount:
             return self._durations[label]
         return max(self._durations.values()) if self._durations else None
 
-    def why_full(self, labels: Sequence[str], done: int,
-                 close_call: Callable[[], str | None]) -> str | None:
-        """Why the next round (``labels``, after ``done`` rounds) would break the budget, or
-        None if it fits. ``close_call()``: the leader's lead worth more rounds, if any."""
+    def why_full(self, labels: Sequence[str]) -> str | None:
+        """Why the next round (``labels``) would spend more evaluations or seconds than the
+        budget holds, or None if it fits."""
         b = self.budget
-        if b.max_rounds is not None and done >= b.max_rounds:
-            close = close_call()
-            if close is not None and done >= (b.close_call_rounds or 0):
-                return f"the close-call limit ({b.close_call_rounds}) was reached: {close}"
-            if close is None:
-                return (f"the round limit ({b.max_rounds}) was reached" if done ==
-                        b.max_rounds else f"the close call ended after {done} rounds: no "
-                        f"candidate above {self.reference} at {100 * self.level:g} % any more")
-            if done == b.max_rounds:
-                logger.info("race: close call after %d rounds (%s), up to %d rounds",
-                            done, close, b.close_call_rounds)
         if b.evaluations is not None and self.evaluations + len(labels) > b.evaluations:
             return (f"the budget of {b.evaluations} evaluations is spent "
                     f"({self.evaluations} used; a round takes {len(labels)})")

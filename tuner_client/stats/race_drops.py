@@ -1,29 +1,27 @@
 """A race's drop rules (:class:`Drops`): which candidates leave the race, after how many
-rounds and why.
+rounds and why (judged by the intervals and levels of
+:mod:`tuner_client.stats.race_intervals`).
 
 After every round, in this order: a candidate whose measurement failed :data:`MAX_FAILURES`
 times leaves; then, among the candidates with ``min_samples`` rounds, one whose interval
 against the reference lies below ``1 + min_gain``; then, between the candidates both ready,
 one whose interval against another still racing lies below 1 (Maron and Moore's racing, with
 intervals on paired log-ratios instead of Hoeffding bounds). The levels are
-:class:`~tuner_client.stats.race_rules.RaceRules`'s Bonferroni-adjusted ones, so a candidate
+:class:`~tuner_client.stats.race_intervals.RaceRules`'s Bonferroni-adjusted ones, so a candidate
 is dropped as worse when it is not with probability at most ``1 − level``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from tuner_client.stats.paired import RatioInterval
-from tuner_client.stats.race_rules import RaceRules
+from tuner_client.stats.race_intervals import PairInterval, RaceRules
 
 logger = logging.getLogger(__name__)
 
 #: a candidate whose measurement failed this many times leaves the race
 MAX_FAILURES = 2
-#: ``interval(label, other, level)``: ``label``/``other`` over the rounds measuring both
-PairInterval = Callable[[str, str, float], RatioInterval | None]
 
 
 class Drops:

@@ -39,11 +39,14 @@ afterwards by :func:`~tuner_client.stats.decision.decide` with the same confiden
 Pure: driven by a ``measure(label) -> float | None`` callback; seconds come from a per-sample
 cost the caller states or from a clock function.
 
-:class:`Race` is a short facade over three parts, which act in this order each round: the
-budget's accounting (:mod:`tuner_client.stats.race_budget`: does the round fit, what did it
-spend), the drop rules (:mod:`tuner_client.stats.race_drops`), then the decision and stop
-rule (:mod:`tuner_client.stats.race_stop`); the levels both rules judge at come from
-:class:`~tuner_client.stats.race_rules.RaceRules`.
+This module is the round loop (:class:`Race`: who races, one round measured, the result);
+each concern it consults has a module of its own. Before a round: the round limit and its
+close call (:mod:`tuner_client.stats.race_stop`), then what the race may still spend
+(:mod:`tuner_client.stats.race_budget`: evaluations and seconds). After it: which candidates
+leave (:mod:`tuner_client.stats.race_drops`), then whether the race is settled
+(:mod:`tuner_client.stats.race_stop`). All of them judge by
+:mod:`tuner_client.stats.race_intervals`: the paired intervals over the rounds and the levels
+with their Bonferroni split.
 """
 
 from __future__ import annotations
@@ -54,11 +57,11 @@ from dataclasses import dataclass, field
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import round_order
-from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
+from tuner_client.stats.paired import Method, RatioInterval
 from tuner_client.stats.race_budget import BudgetAccount, Cost, Measure, RaceBudget
 from tuner_client.stats.race_drops import MAX_FAILURES, Drops
-from tuner_client.stats.race_rules import RaceRules
-from tuner_client.stats.race_stop import Claim, Round, StopRule
+from tuner_client.stats.race_intervals import RaceRules, Round, RoundIntervals
+from tuner_client.stats.race_stop import Claim, StopRule
 
 __all__ = ["MAX_FAILURES", "Claim", "Cost", "Measure", "Race", "RaceBudget", "RaceResult",
            "RaceRules", "Round"]
@@ -127,10 +130,12 @@ class Race:
         self.reference = reference
         self.baselines = tuple(baselines)
         self.rotation = rotation
-        self.account = BudgetAccount(self.budget, reference=reference, level=self.rules.level)
+        self.account = BudgetAccount(self.budget)
         self.drops = Drops(self.rules, reference)
-        self.stop = StopRule(self.rules, reference, claim)
+        self.stop = StopRule(self.rules, reference, claim, max_rounds=self.budget.max_rounds,
+                             close_call_rounds=self.budget.close_call_rounds)
         self.rounds: list[Round] = []
+        self.intervals = RoundIntervals(self.rounds, reference, self.rules)
         self.samples: dict[str, int] = {}
         self.stopped: str | None = None
         self.winner: str | None = None
@@ -180,31 +185,16 @@ class Race:
                  ) -> RatioInterval | None:
         """``label``/``other`` (default: the reference) over the rounds measuring both, by the
         race's method unless ``method`` is given."""
-        other = other or self.reference
-        return paired_ratio_interval([r.get(label) for r in self.rounds],
-                                     [r.get(other) for r in self.rounds],
-                                     level=self.rules.level if level is None else level,
-                                     method=method or self.rules.method)
-
-    def _against_reference(self, label: str, level: float | None, method: Method | None
-                           ) -> RatioInterval | None:
-        return self.interval(label, level=level, method=method)
-
-    def _between(self, label: str, other: str, level: float) -> RatioInterval | None:
-        return self.interval(label, other, level=level)
+        return self.intervals.interval(label, other, level=level, method=method)
 
     def close_call(self) -> str | None:
         """The leader's lead worth more rounds (:meth:`StopRule.close_call`), else None."""
-        return self.stop.close_call(self.leader(), self.winner, self._against_reference)
+        return self.stop.close_call(self.leader(), self.winner,
+                                    self.intervals.against_reference)
 
     def leader(self) -> str | None:
         """The racing candidate with the highest ratio to the reference (with an interval)."""
-        best, best_ratio = None, -math.inf
-        for c in self.racing:
-            iv = self.interval(c)
-            if iv is not None and iv.ratio > best_ratio:
-                best, best_ratio = c, iv.ratio
-        return best
+        return self.intervals.leader(self.racing)
 
     # -- the race ------------------------------------------------------------------------
 
@@ -214,7 +204,8 @@ class Race:
         if self.stopped is not None:
             return False
         labels = [self.reference, *self.racing, *self.baselines]
-        why = self.account.why_full(labels, len(self.rounds), self.close_call)
+        why = (self.stop.round_limit(len(self.rounds), self.close_call)
+               or self.account.why_full(labels))
         if why is not None:
             self.stopped = why
             return False
@@ -230,10 +221,11 @@ class Race:
             if kept is None and label in self._candidates:
                 self.drops.failed(label)
         self.rounds.append({label: row[label] for label in labels})
-        self.drops.apply(self._candidates, self.samples, len(self.rounds), self._between)
+        self.drops.apply(self._candidates, self.samples, len(self.rounds),
+                         self.intervals.between)
         self.stopped, winner = self.stop.settled(self.racing, len(self._candidates),
                                                  self.samples, self.rounds,
-                                                 self._against_reference)
+                                                 self.intervals.against_reference)
         if winner is not None:
             self.winner = winner
         return self.stopped is None

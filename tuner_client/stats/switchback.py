@@ -52,16 +52,17 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from harmony_base.errors import ConfigError
-from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
 from tuner_client.stats.levels import simultaneous_level
-from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.paired import Method, RatioInterval
+from tuner_client.stats.race_outcome import DesignRace
 from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
-from tuner_client.stats.trace import RaceTrace, running_sequence
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "switchback"
@@ -263,16 +264,16 @@ def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
 
 
 @dataclass(frozen=True)
-class SwitchbackRace:
-    """Every candidate against the reference from one switchback run, and the decision."""
+class SwitchbackRace(DesignRace[SwitchbackComparison]):
+    """Every candidate against the reference from one switchback run, and the decision: its
+    observations are blocks (``rounds`` and each interval's ``n``)."""
 
-    reference: str
-    #: each candidate at the simultaneous (Bonferroni) level, and at the plain level
-    comparisons: Mapping[str, SwitchbackComparison]
-    plain: Mapping[str, SwitchbackComparison]
-    winner: str | None
-    level: float
-    plain_level: float
+    design: ClassVar[str] = DESIGN
+    design_words: ClassVar[str] = "switchback"
+    method: ClassVar[Method] = "anytime"
+    method_text: ClassVar[str] = METHOD_TEXT
+    unit: ClassVar[str | None] = "block"
+
     slice_s: float
     settle_s: float
     slices: int
@@ -288,68 +289,46 @@ class SwitchbackRace:
     #: what the ratios count (:data:`tuner_client.stats.estimand.COUNTS`)
     counts: str = COUNTS[DRAWS]
 
-    def verdict(self) -> str:
-        """The decision in one line."""
-        return race_verdict(self.winner, self.reference,
-                            {label: c.interval for label, c in self.comparisons.items()},
-                            "switchback")
-
-    def decisions(self) -> list[str]:
-        """The decision's lines: the verdict, the design and its drops, each interval."""
+    def design_line(self) -> str:
         dropped = ", ".join(f"{n} {why}" for why, n in self.dropped.items() if n) or "none"
         carried = (f"; {self.carried} carried past a switch, kept in the slice they started in"
                    if self.carried else "")
-        lines = [self.verdict(),
-                 f"final race measured by {DESIGN}: {self.slices} slices of {self.slice_s:g} s "
-                 f"(ALTER SYSTEM + reload between them), one per configuration per block in a "
-                 f"random order; the ratio counts {self.counts}; {self.source} attributed to "
-                 f"the slice they started in, the "
-                 f"first {self.settle_s:g} s of each slice left out; dropped: {dropped}"
-                 f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
-                 f"(Bonferroni over {len(self.comparisons)} candidates)"]
-        lines += [f"{label}/{self.reference}: {r.text()}" for label, r in self.comparisons.items()]
-        if self.carried and (self.carried > CARRIED_WARNING * self.kept
-                             or self.longest_s > self.settle_s):
-            # kept, so no sample bias; but their work runs on into the next slice, beside the
-            # next configuration's first transactions, which compresses the ratios
-            lines.append(f"{self.carried} of {self.kept} transactions ran past a switch (kept "
-                         f"in the slice they started in) and the longest statement takes "
-                         f"{self.longest_s:.2g} s on average, against a settle margin of "
-                         f"{self.settle_s:g} s: their work spills into the next slice; slices "
-                         f"of {SLICE_PER_LONGEST * self.longest_s:.2g} s or more "
-                         f"(measure.slice_s) keep that under a tenth of a slice")
-        return lines
+        return (f"final race measured by {DESIGN}: {self.slices} slices of {self.slice_s:g} s "
+                f"(ALTER SYSTEM + reload between them), one per configuration per block in a "
+                f"random order; the ratio counts {self.counts}; {self.source} attributed to "
+                f"the slice they started in, the "
+                f"first {self.settle_s:g} s of each slice left out; dropped: {dropped}"
+                f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
+                f"(Bonferroni over {len(self.comparisons)} candidates)")
 
-    def to_final_decision(self) -> FinalDecision:
-        """The race as the tuner's :class:`FinalDecision` (summary.json, the report): its
-        observations are blocks (``rounds`` and each interval's ``n``)."""
-        return race_decision(
-            winner=self.winner, reference=self.reference,
-            plain={label: r.interval for label, r in self.plain.items()},
-            simultaneous={label: r.interval for label, r in self.comparisons.items()},
-            rounds={label: r.blocks for label, r in self.comparisons.items()},
-            lines=self.decisions(), level=self.plain_level, decision_level=self.level,
-            method="anytime", design=DESIGN, method_text=METHOD_TEXT)
+    def notes(self) -> list[str]:
+        if not (self.carried and (self.carried > CARRIED_WARNING * self.kept
+                                  or self.longest_s > self.settle_s)):
+            return []
+        # kept, so no sample bias; but their work runs on into the next slice, beside the
+        # next configuration's first transactions, which compresses the ratios
+        return [f"{self.carried} of {self.kept} transactions ran past a switch (kept "
+                f"in the slice they started in) and the longest statement takes "
+                f"{self.longest_s:.2g} s on average, against a settle margin of "
+                f"{self.settle_s:g} s: their work spills into the next slice; slices "
+                f"of {SLICE_PER_LONGEST * self.longest_s:.2g} s or more "
+                f"(measure.slice_s) keep that under a tenth of a slice"]
 
-    def trace(self) -> RaceTrace:
-        """The race block by block: each candidate's confidence sequence at the plain level
-        after every block (its last step is the decision's plain interval)."""
-        return RaceTrace(DESIGN, "block", self.reference, self.plain_level, "anytime",
-                         {label: running_sequence(r.block_logs, self.plain_level)
-                          for label, r in self.plain.items()})
+    def observations(self, comparison: SwitchbackComparison) -> int:
+        return comparison.blocks
 
-    def summary(self) -> dict[str, object]:
-        """What summary.json may record: the design, its observations and each interval."""
-        return {"design": DESIGN, "reference": self.reference, "winner": self.winner,
-                "level": self.level, "slice_s": self.slice_s, "settle_s": self.settle_s,
-                "slices": self.slices, "dropped": dict(self.dropped), "carried": self.carried,
-                "longest_s": self.longest_s,
-                "source": self.source,
-                "comparisons": {
-                    label: {"ratio": r.interval.ratio, "low": r.interval.low,
-                            "high": r.interval.high if math.isfinite(r.interval.high) else None,
-                            "blocks": r.blocks, "observations": list(r.observations)}
-                    for label, r in self.comparisons.items()}}
+    def running_logs(self, comparison: SwitchbackComparison) -> Sequence[float]:
+        """The blocks' log speedups (the trace's last step is the decision's plain
+        interval)."""
+        return comparison.block_logs
+
+    def summary_fields(self) -> JSONObject:
+        return {"slice_s": self.slice_s, "settle_s": self.settle_s, "slices": self.slices,
+                "dropped": dict(self.dropped), "carried": self.carried,
+                "longest_s": self.longest_s, "source": self.source}
+
+    def comparison_fields(self, label: str, comparison: SwitchbackComparison) -> JSONObject:
+        return {"blocks": comparison.blocks, "observations": list(comparison.observations)}
 
 
 def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s: float,

@@ -1,8 +1,13 @@
-"""What a race judges by (:class:`RaceRules`): how many rounds a candidate gets before it is
-judged, the gain it must be able to show, and the confidence levels with their Bonferroni
-split. The drop rules (:mod:`tuner_client.stats.race_drops`) and the stop rule
-(:mod:`tuner_client.stats.race_stop`) both read the levels from here, so a drop and a win are
-judged at the same adjusted level.
+"""What a race judges by: the intervals on its rounds and the levels they are judged at.
+
+The rounds (:data:`Round`: label → value, one measurement of each label per round) pair every
+label with the reference and with each other by round; :class:`RoundIntervals` gives the
+paired interval of any two labels over the rounds measuring both, and the leader (the racing
+candidate with the highest ratio to the reference). :class:`RaceRules` says how many rounds a
+candidate gets before it is judged, the gain it must be able to show, and the confidence
+levels with their Bonferroni split. The drop rules (:mod:`tuner_client.stats.race_drops`) and
+the stop rules (:mod:`tuner_client.stats.race_stop`) both judge with these intervals at these
+levels, so a drop and a win are judged at the same adjusted level.
 
 The error ``1 − level`` is split by Bonferroni: over the candidates for their intervals
 against the reference (which drop, and which declare a winner), and over the pairs of
@@ -13,12 +18,22 @@ at ``win_level``, adjusted over the candidates.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import EARLY_LEVEL
 from tuner_client.stats.levels import simultaneous_level
-from tuner_client.stats.paired import Method
+from tuner_client.stats.paired import Method, RatioInterval, paired_ratio_interval
+
+#: one round: each label's value (None: its measurement failed; a dropped candidate's later
+#: rounds lack its label)
+Round = dict[str, float | None]
+#: ``interval(label, other, level)``: ``label``/``other`` over the rounds measuring both
+PairInterval = Callable[[str, str, float], RatioInterval | None]
+#: ``interval(label, level, method)``: ``label`` against the reference
+ReferenceInterval = Callable[[str, float | None, Method | None], RatioInterval | None]
 
 
 @dataclass(frozen=True)
@@ -76,3 +91,42 @@ class RaceRules:
         if self.method == "t":
             return simultaneous_level(self.win_level, candidates + self.also_compared)
         return self.reference_level(candidates)
+
+
+class RoundIntervals:
+    """The paired intervals over a race's ``rounds`` (the list the race appends to), at
+    ``rules``' level and by its method unless told otherwise."""
+
+    def __init__(self, rounds: Sequence[Round], reference: str, rules: RaceRules) -> None:
+        self.rounds = rounds
+        self.reference = reference
+        self.rules = rules
+
+    def interval(self, label: str, other: str | None = None, *,
+                 level: float | None = None, method: Method | None = None
+                 ) -> RatioInterval | None:
+        """``label``/``other`` (default: the reference) over the rounds measuring both."""
+        other = other or self.reference
+        return paired_ratio_interval([r.get(label) for r in self.rounds],
+                                     [r.get(other) for r in self.rounds],
+                                     level=self.rules.level if level is None else level,
+                                     method=method or self.rules.method)
+
+    def against_reference(self, label: str, level: float | None, method: Method | None
+                          ) -> RatioInterval | None:
+        """A :data:`ReferenceInterval`: ``label`` against the reference."""
+        return self.interval(label, level=level, method=method)
+
+    def between(self, label: str, other: str, level: float) -> RatioInterval | None:
+        """A :data:`PairInterval`: ``label`` against ``other``."""
+        return self.interval(label, other, level=level)
+
+    def leader(self, racing: Sequence[str]) -> str | None:
+        """The candidate of ``racing`` with the highest ratio to the reference (with an
+        interval)."""
+        best, best_ratio = None, -math.inf
+        for c in racing:
+            iv = self.interval(c)
+            if iv is not None and iv.ratio > best_ratio:
+                best, best_ratio = c, iv.ratio
+        return best
