@@ -141,7 +141,7 @@ def run_session(ctx: RunContext, state: RunState, session: Session, space: KnobS
         trials = _trials(replica, label, references, ctx.config.measure, ctx.metrics, ctx.unit)
         why = member_loop(pool.session_for(session, ctx.client, replica), trials, space, shared,
                           keep, name=pool.record_name(replica),
-                          on_dead=lambda reason: _drop(state, pool, replica, reason),
+                          on_dead=lambda reason: _drop(state.decide, pool, replica, reason),
                           alive=replica.answers, lease_s=pool.session_lease_s)
         logger.info("[%s] replica %s stops: %s", label, replica.name, why)
 
@@ -221,11 +221,12 @@ def adopt_remote(session: Session, space: KnobSpace, label: str, local_ids: set[
     return adopted
 
 
-def _drop(state: RunState, pool: ReplicaPool, replica: Replica, reason: str) -> None:
-    """Take a dead replica out of the run and record it."""
+def _drop(decide: Callable[[Decision], None], pool: ReplicaPool, replica: Replica,
+          reason: str) -> None:
+    """Take a dead replica out of the run and record it (``decide``)."""
     left = pool.drop(replica, reason)
     if left is not None:
-        state.decide(Decision.of("replicas", Kind.REPLICAS, step="dropped",
+        decide(Decision.of("replicas", Kind.REPLICAS, step="dropped",
                                  labels=(replica.name, *left), reason=reason))
 
 
