@@ -22,7 +22,7 @@ from typing import Protocol
 from tuner_client.api.client import Fetched, Session
 from tuner_client.config import KnobSpace
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import Reference, measure_reference
+from tuner_client.phases.blocks import Reference, SessionReferences, measure_reference
 from tuner_client.phases.decisions import Decision
 from tuner_client.phases.search_stops import Stall
 from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES
@@ -93,6 +93,24 @@ class BatchEvaluations(Protocol):
 
     def summary(self) -> Decision:
         """The session's design in one decision."""
+
+
+class SessionEvaluations:
+    """What every :class:`BatchEvaluations` holds: the run, the session's label and space,
+    its reference, and the runs made so far."""
+
+    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                 reference: Reference) -> None:
+        self.ctx, self.state, self.label, self.space = ctx, state, label, space
+        self.reference = reference
+        self.runs = 0
+
+
+def session_reference(ctx: RunContext, label: str, space: KnobSpace,
+                      references: SessionReferences | None) -> Reference:
+    """The session's reference: the primary one of ``references``, else what is in force."""
+    return references.primary_reference if references is not None \
+        else Reference(label, ctx.current(space.names))
 
 
 def run_batched_session(ctx: RunContext, state: RunState, session: Session,

@@ -75,10 +75,12 @@ from tuner_client.phases.search_batches import (
     LEVEL,
     MAX_BATCH,
     Evaluation,
+    SessionEvaluations,
     feasible,
     reference_level,
     run_batched_session,
     run_seconds,
+    session_reference,
 )
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
@@ -109,16 +111,14 @@ __all__ = ["LEVEL", "MAX_BATCH", "PerTransactionEvaluations", "run_per_transacti
 WideKey = tuple[tuple[str, str], ...]
 
 
-class PerTransactionEvaluations:
+class PerTransactionEvaluations(SessionEvaluations):
     """Measures batches of a session's candidates beside ``reference`` per transaction."""
 
     design = PER_TRANSACTION
 
     def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                  reference: Reference) -> None:
-        self.ctx, self.state, self.label, self.space = ctx, state, label, space
-        self.reference = reference
-        self.runs = 0
+        super().__init__(ctx, state, label, space, reference)
         self.transactions = 0
         #: what the runs' ratios count (the workload's client model)
         self.counts = COUNTS[DRAWS]
@@ -306,8 +306,7 @@ def run_per_transaction_session(ctx: RunContext, state: RunState, session: Sessi
     ``seconds`` are spent, ``after_eval`` returns True, or it stays idle; returns why it
     stopped (as :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds
     several trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
-    reference = references.primary_reference if references is not None \
-        else Reference(label, ctx.current(space.names))
+    reference = session_reference(ctx, label, space, references)
     evals = PerTransactionEvaluations(ctx, state, label, space, reference)
     return run_batched_session(ctx, state, session, space, evaluations, label, evals,
                                after_eval, seconds)

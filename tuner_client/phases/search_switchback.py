@@ -50,10 +50,12 @@ from tuner_client.phases.search_batches import (
     LEVEL,
     MAX_BATCH,
     Evaluation,
+    SessionEvaluations,
     feasible,
     reference_level,
     run_batched_session,
     run_seconds,
+    session_reference,
 )
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
@@ -112,16 +114,14 @@ def interval_text(iv: RatioInterval, comparison: SwitchbackComparison) -> str:
             f"{sum(comparison.observations):,} observations kept")
 
 
-class SwitchbackEvaluations:
+class SwitchbackEvaluations(SessionEvaluations):
     """Measures batches of a session's candidates beside ``reference`` by switchback."""
 
     design = SWITCHBACK
 
     def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
                  reference: Reference) -> None:
-        self.ctx, self.state, self.label, self.space = ctx, state, label, space
-        self.reference = reference
-        self.runs = 0
+        super().__init__(ctx, state, label, space, reference)
         self.slices = 0
         self.seconds = 0.0
         self.source = ""
@@ -236,8 +236,7 @@ def run_switchback_session(ctx: RunContext, state: RunState, session: Session,
     """Measure ``session`` by switchback until it converges, the evaluations or ``seconds``
     are spent, ``after_eval`` returns True, it stays idle or it stalls; returns why it
     stopped (as :func:`tuner_client.phases.session_loop.run_session`)."""
-    reference = references.primary_reference if references is not None \
-        else Reference(label, ctx.current(space.names))
+    reference = session_reference(ctx, label, space, references)
     evals = SwitchbackEvaluations(ctx, state, label, space, reference)
     return run_batched_session(ctx, state, session, space, evaluations, label, evals,
                                after_eval, seconds)
