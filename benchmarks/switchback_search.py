@@ -135,7 +135,7 @@ def _row(run: dict[str, Any]) -> str:
             f"{ratio(r['min'])}–{ratio(r['max'])} (median {ratio(r['median'])}) | "
             f"{pct(h['median'])} | {pct(hl['median'])} | {run['final_design']} "
             f"{pct(min(final) if final else None)}–{pct(max(final) if final else None)} | "
-            f"{run['winner']} | {run['guardrail_trips']} | {run['restored']} | "
+            f"{run['winner'] or 'the original'} | {run['guardrail_trips']} | {run['restored']} | "
             f"{run['seconds']:.0f} s |")
 
 
