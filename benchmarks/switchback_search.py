@@ -13,8 +13,9 @@ spread) and half-widths (switchback: each evaluation's own anytime-valid 95 % in
 windows: a paired block has none, the ledger's variance from the reference's repeats stands
 in), the final race's design and half-width, guardrail trips and the original restored.
 
-Run: ``flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search``; writes
-``benchmarks/results/switchback_search.{json,md}``.
+Run: ``flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search`` (``--tag default
+--per-transaction-s 30 --final-seconds 120``: the product's run lengths); writes
+``benchmarks/results/switchback_search[.tag].{json,md}``.
 """
 
 from __future__ import annotations
@@ -46,16 +47,18 @@ WEIGHTS = {"lookup": 10, "order": 3, "report": 1}
 COMMAND = "flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search"
 
 
-def tuner_dict(dsn: str, data_dir: Path, design: str, evaluations: int) -> dict[str, Any]:
+def tuner_dict(dsn: str, data_dir: Path, design: str, evaluations: int,
+               per_transaction_s: float = 20.0, final_s: float = 60.0) -> dict[str, Any]:
     """The live config of :mod:`benchmarks.evidence.live` (not quick), ``measure.design``
-    ``design``, the search capped at ``evaluations``, the final race at 60 s."""
+    ``design``, the search capped at ``evaluations``, a run of one candidate
+    ``per_transaction_s`` long, the final race at ``final_s``."""
     return {
         "name": f"switchback-search-{design}", "seed": 7,
         "database": {"dsn": dsn, "controller": {"kind": "pg_ctl",
                                                 "options": {"data_dir": str(data_dir)}}},
         "workload": {"observe": {"min_calls": 20, "poll_s": 0.5}},
         "measure": {"warmup_s": 2.0, "samples": 2, "seconds": 3.0, "design": design,
-                    "per_transaction_s": 20},
+                    "per_transaction_s": per_transaction_s},
         "budget": {"ram": "2GB", "os_reserved": "512MB", "connections": 20},
         "online": {"knobs": {
             "work_mem": {"min": "1MB", "max": "64MB", "step": "1MB"},
@@ -63,7 +66,7 @@ def tuner_dict(dsn: str, data_dir: Path, design: str, evaluations: int) -> dict[
             "effective_cache_size": {"min": "64MB", "max": "1GB", "step": "64MB"},
             "jit": {"values": ["off", "on"]}},
             "evaluations": evaluations},
-        "final": {"candidates": 2, "baselines": ["pgtune"], "max_seconds": 60},
+        "final": {"candidates": 2, "baselines": ["pgtune"], "max_seconds": final_s},
     }
 
 
@@ -74,7 +77,7 @@ def half_width(low: float | None, high: float | None) -> float | None:
     return 0.5 * (math.log(high) - math.log(low))
 
 
-def run_once(cluster: LocalCluster, dsn: str, design: str, evaluations: int
+def run_once(cluster: LocalCluster, dsn: str, design: str, args: argparse.Namespace
              ) -> dict[str, Any]:
     """One live tuning run; what the search and the final race measured."""
     auto_conf = cluster.data_dir / "postgresql.auto.conf"
@@ -83,8 +86,9 @@ def run_once(cluster: LocalCluster, dsn: str, design: str, evaluations: int
         catalog = KnobCatalog.from_connection(conn)
     target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster),
                     cluster=None, ram_bytes=None)
-    config = tuner_config_from_dict(tuner_dict(dsn, cluster.data_dir, design, evaluations),
-                                    source="benchmarks/switchback_search.py")
+    config = tuner_config_from_dict(
+        tuner_dict(dsn, cluster.data_dir, design, args.evaluations, args.per_transaction_s,
+                   args.final_seconds), source="benchmarks/switchback_search.py")
     started = time.monotonic()
     tuner = Tuner(config, client=connect(None), target=target, run_id=f"sbs-{design}")
     result = tuner.run()
@@ -142,6 +146,11 @@ def _row(run: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.switchback_search")
     parser.add_argument("--evaluations", type=int, default=8)
+    parser.add_argument("--per-transaction-s", type=float, default=20.0,
+                        help="measure.per_transaction_s (the product's default: 30)")
+    parser.add_argument("--final-seconds", type=float, default=60.0,
+                        help="final.max_seconds (the product's default: 120)")
+    parser.add_argument("--tag", default="", help="results/switchback_search.<tag>.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     mach = machine()
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         traffic = Traffic(dsn, WEIGHTS, seconds=3600, clients=2, rows=ROWS).start()
         time.sleep(3.0)
         for design in ("windows", "auto"):
-            runs.append(run_once(cluster, dsn, design, args.evaluations))
+            runs.append(run_once(cluster, dsn, design, args))
         pgbench = traffic.stop()
     finally:
         if traffic is not None:
@@ -174,9 +183,16 @@ def main(argv: list[str] | None = None) -> int:
               if "ERROR" in line or "aborted" in line or "FATAL" in line]
     data = {"machine": mach, "load_before": load_before, "load_after": load_after,
             "rows": ROWS, "weights": WEIGHTS, "evaluations": args.evaluations,
-            "config": tuner_dict("<dsn>", Path("<data_dir>"), "<design>", args.evaluations),
+            "config": tuner_dict("<dsn>", Path("<data_dir>"), "<design>", args.evaluations,
+                                 args.per_transaction_s, args.final_seconds),
             "runs": runs, "pgbench_errors": errors}
-    lines = [header("Live mode's search: whole-server windows vs switchback", COMMAND, mach,
+    command = COMMAND + "".join(
+        f" {flag} {value}" for flag, value, default in (
+            ("--evaluations", args.evaluations, 8),
+            ("--per-transaction-s", args.per_transaction_s, 20.0),
+            ("--final-seconds", args.final_seconds, 60.0), ("--tag", args.tag, ""))
+        if value != default)
+    lines = [header("Live mode's search: whole-server windows vs switchback", command, mach,
                     f"Load average before {load_before}, after {load_after} (other helpers' "
                     f"tests ran beside it). Traffic: pgbench, 2 clients, closed loop, "
                     f"scripts {WEIGHTS} on {ROWS} items (Zipf 1.1 keys), from its own process, "
@@ -199,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                        if s["interval"] else "")
                     + (f" failed: {s['failure']}" if s["failure"] else "")
                     for s in run["search"]], ""]
-    write_results("switchback_search", data, "\n".join(lines))
+    write_results("switchback_search" + (f".{args.tag}" if args.tag else ""), data,
+                  "\n".join(lines))
     return 0
 
 

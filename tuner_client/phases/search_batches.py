@@ -146,7 +146,8 @@ def run_batched_session(ctx: RunContext, state: RunState, session: Session,
             for ev in batch:
                 stall.add(ev.record)
             if stall.stalled:
-                state.decide(f"{label}: {stall.text()}")
+                state.decide(Decision.note(f"{label}: {stall.text()}", design=evals.design,
+                                           reason="stalled"))
                 return "stalled"
     finally:
         if evals.runs:
