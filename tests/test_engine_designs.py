@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harmony_base.errors import ConfigError
+from tuner_client.engine.comparison import SEARCH_DESIGNS
 from tuner_client.engine.designs import (
     AUTO,
     DUET,
@@ -92,8 +93,11 @@ def test_a_request_is_where_the_choice_starts_never_an_invalid_design() -> None:
     assert choice.design == DUET and choice.requested == PER_TRANSACTION
     choice = choose(Comparison(contexts=RESTART.contexts, clone=NO_CLONE), PER_TRANSACTION)
     assert choice.design == WINDOWS
-    # a search runs per transaction or in windows: switchback is not among its designs
+    # the designs given bound the choice: without switchback among them, windows
     assert choose(PARALLEL, AUTO, (PER_TRANSACTION, WINDOWS)).design == WINDOWS
+    # a search's designs hold switchback (issue 51, item 3), never duet
+    assert choose(PARALLEL, AUTO, SEARCH_DESIGNS).design == SWITCHBACK
+    assert choose(RESTART, AUTO, SEARCH_DESIGNS).design == WINDOWS
     with pytest.raises(ConfigError, match="measure.design must be one of auto, "
                                           "per-transaction, switchback, duet, windows.*'fast'"):
         choose(SESSION_ONLY, "fast")

@@ -16,7 +16,8 @@ from tuner_client.config import parse_tuner_config
 from tuner_client.config.defaults import DEFAULT_SLICE_S
 
 CONFIG = tune_yaml(
-    "switchback", 3, mix="2Q6,1Q13", measure="design: per-transaction, slice_s: 1",
+    "switchback", 3, mix="2Q6,1Q13",
+    measure="design: per-transaction, slice_s: 1, per_transaction_s: 10",
     online="{knobs: {wal_writer_delay: {min: 10ms, max: 2000ms, step: 10ms}}, "
            "strategy: {name: nelder-mead, options: {simplex_size: 3}}, evaluations: 3}",
     final="{rounds: 1, candidates: 2, max_seconds: 30, baselines: []}")

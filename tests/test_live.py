@@ -351,7 +351,7 @@ workload:
   # the guardrail is kept out of this test's way: a trip while the new mix is monitored
   # leaves that window without statements for the mix detector
   observe: {{min_calls: 10, poll_s: 0.25, shift_distance: 0.25, guard: {{latency_margin: 20}}}}
-measure: {{warmup_s: 0.3, samples: 1, seconds: 1.0}}
+measure: {{warmup_s: 0.3, samples: 1, seconds: 1.0, slice_s: 1, per_transaction_s: 10}}
 budget: {{ram: 2GB, connections: 20}}
 online:
   knobs:

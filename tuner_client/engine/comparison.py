@@ -10,12 +10,21 @@ from collections.abc import Sequence
 from psycopg.conninfo import conninfo_to_dict
 
 from tuner_client.config import TunerConfig
-from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS, WINDOWS, Comparison
+from tuner_client.engine.designs import (
+    PER_TRANSACTION,
+    SWITCHBACK,
+    SYSTEM_WIDE_KNOBS,
+    WINDOWS,
+    Comparison,
+)
 from tuner_client.knobs.catalog import KnobCatalog
 from workloads.per_transaction.from_config import unsupported_reason
 
-#: the designs a search session can run (a switchback search is not built)
-SEARCH_DESIGNS = (PER_TRANSACTION, WINDOWS)
+#: the designs a search session can run: per transaction, by switchback (reload-time knobs
+#: without memory, live traffic: :mod:`tuner_client.phases.search_switchback`), in windows
+#: (restart-time knobs and knobs with memory: no duet in a search, whose every batch would
+#: need the clone beside it)
+SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
 
 
 def live_traffic(config: TunerConfig) -> bool:
@@ -51,9 +60,10 @@ def comparison(config: TunerConfig, catalog: KnobCatalog, differing: Sequence[st
     """The :class:`Comparison` in which the knobs ``differing`` differ.
 
     ``replicated``: the comparison spans several databases. ``search``: a search session's
-    comparison, whose knobs with a system-wide side are measured in window blocks beside the
+    comparison, whose knobs with a system-wide side are measured by switchback beside the
     per-transaction runs (:mod:`tuner_client.phases.search_per_transaction`), so they do not
-    count against it; an unpaired session or replicas on other hosts keep it in windows."""
+    count against it (a switchback search switches them with the rest); an unpaired session
+    or replicas on other hosts keep it in windows."""
     contexts = {n: catalog[n].context if n in catalog else "unknown" for n in differing
                 if not (search and n in SYSTEM_WIDE_KNOBS)}
     driver = unsupported_reason(config.workload)

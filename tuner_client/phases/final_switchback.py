@@ -17,11 +17,12 @@ intervals all exclude 1 (they are confidence sequences). The server's
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import psycopg
 from psycopg.rows import TupleRow
 
-from harmony_base.errors import HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK
 from tuner_client.engine.protocol import RaceRequest
@@ -73,9 +74,9 @@ class Switchback(FinalDesign, name=SWITCHBACK):
             switched = [{n: c[n] for n in differing if n in c} for c in configs]
             with connect(ctx.target.dsn) as conn:
                 outcome = (
-                    _live(ctx, conn, switched, labels, blocks, request.level)
+                    live_race(ctx, conn, switched, labels, blocks, request.level)
                     if live_traffic(ctx.config)
-                    else _driven(ctx, conn, switched, labels, blocks, request.level))
+                    else driven_race(ctx, conn, switched, labels, blocks, request.level))
         except HarmonyError as exc:
             run.state.decide(Decision.of("final", Kind.FAILED, design=self.name,
                                          stage=request.stage, reason=str(exc),
@@ -87,15 +88,18 @@ class Switchback(FinalDesign, name=SWITCHBACK):
         return outcome
 
 
-def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
-            labels: list[str], blocks: int, level: float) -> SwitchbackRace:
-    """The tuner's own workload beside the switching, every transaction timed."""
+def driven_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
+                configs: list[dict[str, str]], labels: list[str], blocks: int, level: float,
+                *, seed: int | None = None) -> SwitchbackRace:
+    """The tuner's own workload beside the switching, every transaction timed (``seed``:
+    the driver's and the slices' order's, default ``seed`` of the config)."""
     cfg = ctx.config
+    seed = cfg.seed if seed is None else seed
     # planned at every execution: a prepared statement's plan would not follow a reload
-    driver = make_assignment(cfg.workload, ctx.target.dsn, [{}], seed=cfg.seed,
+    driver = make_assignment(cfg.workload, ctx.target.dsn, [{}], seed=seed,
                              query_mode="extended")
     run = run_driven(conn, ctx.budget.catalog, configs, driver, blocks=blocks,
-                     slice_s=cfg.measure.slice_s, seed=cfg.seed)
+                     slice_s=cfg.measure.slice_s, seed=seed)
     trace = run.trace
     settle_s = settle_margin(cfg.measure.slice_s)
     totals = totals_from_transactions(list(run.spans), trace.template,
@@ -105,11 +109,16 @@ def _driven(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[d
                 level=level, estimand=estimand_of(trace))
 
 
-def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dict[str, str]],
-          labels: list[str], blocks: int, level: float) -> SwitchbackRace:
+def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
+              configs: list[dict[str, str]], labels: list[str], blocks: int, level: float,
+              *, seed: int | None = None,
+              harmed: Callable[[SwitchbackRace], bool] | None = None) -> SwitchbackRace:
     """The application's traffic, read from counters at each slice's edges; stops after the
-    first block at which every candidate's interval excludes 1."""
+    first block at which every candidate's interval excludes 1, or at which ``harmed`` (from
+    the second block on) says a candidate hurts the application (``seed``: the slices'
+    order's, default ``seed`` of the config)."""
     cfg = ctx.config
+    seed = cfg.seed if seed is None else seed
     read, source, settle_s = counters_reader(conn)
     settle_s = settle_margin(cfg.measure.slice_s, settle_s)
 
@@ -119,12 +128,19 @@ def _live(ctx: RunContext, conn: psycopg.Connection[TupleRow], configs: list[dic
                     source=source)
 
     def decided(run: SliceRun) -> bool:
-        if len({s.block for s in run.spans}) < MIN_BLOCKS:
+        blocks = len({s.block for s in run.spans})
+        if harmed is not None and blocks >= 2:
+            try:
+                if harmed(analyse(run)):
+                    return True
+            except ConfigError:  # a candidate without observations in 2 blocks yet
+                pass
+        if blocks < MIN_BLOCKS:
             return False
         return all(r.interval.excludes_one for r in analyse(run).comparisons.values())
 
     with ConfigurationSwitch(conn, ctx.budget.catalog, configs) as switch:
-        run = run_slices(switch, balanced_order(len(configs), blocks, cfg.seed),
+        run = run_slices(switch, balanced_order(len(configs), blocks, seed),
                          cfg.measure.slice_s, settle_s=settle_s, counters=read,
                          after_block=decided)
     logger.info("switchback: %s after %d slices", run.stopped, len(run.spans))

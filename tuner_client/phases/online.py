@@ -112,7 +112,10 @@ def _watch_for_shift(ctx: RunContext, state: RunState, label: str, reason: str,
     mix = MixShiftDetector(cfg.flow.shift_outside, observe.shift_distance) if observe else None
     if mix is not None:
         costs = ctx.measurer.mix_reference.costs if ctx.measurer.mix_reference else None
-        tuned_on = pooled_shares(last, costs)
+        # a switchback search keeps no windows of its candidates: the mix they ran on is the
+        # reference's, learnt in its window
+        tuned_on = pooled_shares(last, costs) or (
+            dict(ctx.measurer.mix_reference.shares) if ctx.measurer.mix_reference else {})
         if tuned_on:
             mix.arm(tuned_on)
     noise = max(sample_spread(last), 2.0 * (noise or 0.0))

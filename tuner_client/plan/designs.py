@@ -30,8 +30,8 @@ def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
     if not choice.per_transaction or not wide:
         return choice.text()
-    return (f"{choice.text()}; {', '.join(wide)} (a system-wide side) in a paired "
-            f"whole-server window block per value beside the runs")
+    return (f"{choice.text()}; {', '.join(wide)} (a system-wide side) measured by "
+            f"switchback beside the runs (the values a batch needs in one run)")
 
 
 #: a base backup's speed assumed by the plan (bytes/s), and a clone's start (s)

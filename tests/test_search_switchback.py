@@ -1,0 +1,240 @@
+"""The search measured by switchback (issue 51, item 3) on a real PostgreSQL: which design a
+search session takes (per transaction where SET LOCAL carries every knob, switchback for
+reload-time knobs without memory and for live traffic, windows for restart-time knobs and
+knobs with memory), a short real switchback search whose records carry paired ratios with
+intervals into the ledger and to the strategy, a known effect ranked as measured (hash joins
+off on a hash-join mix), ``postgresql.auto.conf`` unchanged after every run and after a
+failed one, and live mode on traffic the tuner does not drive, where a candidate that halves
+the application's speed is stopped by the guardrail's line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
+
+from benchmarks.live_traffic import Traffic, create_shop
+from harmony_base.errors import HarmonyError
+from tuner_client.api.client import connect
+from tuner_client.config import parse_tuner_config
+from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
+from tuner_client.engine.designs import MEMORY_SWITCHBACK, Choice, choose
+from tuner_client.flows import Tuner
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.search_design import RUNNERS, search_choice
+from tuner_client.phases.search_switchback import run_switchback_session, switchback_race
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
+
+# Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop.
+# wal_writer_delay (sighup, no memory) keeps SET LOCAL out: the search runs by switchback
+CONFIG = tune_yaml(
+    "switchback-search", 6, mix="2Q3,2Q9,1Q13",
+    measure="slice_s: 1, per_transaction_s: 16",
+    online="{knobs: {enable_hashjoin: {values: ['on', 'off']}, "
+           "wal_writer_delay: {values: ['200ms', '1000ms']}}, "
+           "strategy: {name: exhaustive}, evaluations: 4}",
+    final="{rounds: 0, max_seconds: 10, baselines: []}")
+
+LIVE = """\
+name: live-switchback-search
+seed: 3
+database:
+  dsn: "{dsn}"
+  controller: {{kind: pg_ctl, options: {{data_dir: {data_dir}}}}}
+workload:
+  observe: {{min_calls: 10, poll_s: 0.25}}
+measure: {{warmup_s: 0.3, samples: 1, seconds: 1.5, slice_s: 1, per_transaction_s: 10}}
+budget: {{ram: 2GB, connections: 20}}
+online:
+  knobs:
+    enable_indexscan: {{values: ['on', 'off']}}
+    enable_bitmapscan: {{values: ['on', 'off']}}
+  strategy: {{name: exhaustive}}
+  evaluations: 4
+final: {{rounds: 0, max_seconds: 10, baselines: []}}
+"""
+ROWS = 50_000
+
+
+def _choice(config_text: str, catalog: KnobCatalog, names: list[str]) -> Choice:
+    config = parse_tuner_config(config_text, source="choice.yaml")
+    return choose(comparison(config, catalog, names, replicated=False, search=True),
+                  config.measure.design, SEARCH_DESIGNS)
+
+
+def test_the_search_chooses_switchback_where_it_is_valid(
+        tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    with psycopg.connect(tpch_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    # the contexts on this server (PostgreSQL 18 by default) that the rules depend on
+    assert catalog["wal_writer_delay"].context == "sighup"
+    assert catalog["checkpoint_timeout"].context == "sighup"
+    assert catalog["work_mem"].context == "user"
+    assert catalog["shared_buffers"].context == "postmaster"
+    driven = CONFIG
+    # a reload-time knob without memory: switchback, and why not per transaction
+    choice = _choice(driven, catalog, ["work_mem", "wal_writer_delay"])
+    assert choice.design == "switchback", choice.text()
+    assert "not per-transaction: wal_writer_delay ('sighup') differs: SET LOCAL needs" \
+        in choice.text(), choice.text()
+    # session knobs, parallel workers among them: per transaction (the workers' side by
+    # switchback beside the runs)
+    assert _choice(driven, catalog, ["work_mem", "max_parallel_workers_per_gather"]
+                   ).design == "per-transaction"
+    # a knob with memory, a restart-time knob: windows, saying why switchback cannot
+    memory = _choice(driven, catalog, ["checkpoint_timeout"])
+    assert memory.design == "windows" and MEMORY_SWITCHBACK in memory.text(), memory.text()
+    restart = _choice(driven, catalog, ["shared_buffers", "work_mem"])
+    assert restart.design == "windows", restart.text()
+    assert "not switchback: shared_buffers ('postmaster') differs: a switchback switches by " \
+           "reload" in restart.text(), restart.text()
+    # measure.design: windows asks for the old route
+    assert _choice(driven.replace("slice_s: 1,", "design: windows, slice_s: 1,"), catalog,
+                   ["wal_writer_delay"]).design == "windows"
+    # live traffic: every knob is switched by reload, session knobs too
+    live = LIVE.format(dsn=tpch_cluster.dsn, data_dir="/nonexistent")
+    choice = _choice(live, catalog, ["work_mem", "random_page_cost"])
+    assert choice.design == "switchback", choice.text()
+    assert "not per-transaction: live traffic is the application's" in choice.text()
+    assert _choice(live, catalog, ["checkpoint_timeout"]).design == "windows"
+    assert RUNNERS["switchback"] is run_switchback_session
+
+
+def _auto_conf(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT pg_read_file(current_setting('data_directory') || "
+                           "'/postgresql.auto.conf')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _online(records: list[PointRecord], label: str) -> dict[tuple[str, ...], PointRecord]:
+    return {tuple(sorted(r.settings.values())): r for r in records if r.session == label}
+
+
+def test_a_switchback_search_ranks_a_known_effect_by_paired_ratios(
+        tpch_cluster: TpchCluster, tmp_path: Path) -> None:  # noqa: F811
+    before = _auto_conf(tpch_cluster.dsn)
+    tuner = tune(tpch_cluster, CONFIG, source="switchback-search.yaml", run_id="sb1",
+                 output_dir=tmp_path)
+    result = tuner.run()
+    decisions = "\n".join(result.work.decisions)
+    assert "p1-online: evaluations measured by switchback, the most precise design valid " \
+           "here; not per-transaction: wal_writer_delay ('sighup') differs" in decisions, \
+        decisions
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert len(online) == 4, [(r.session, r.settings) for r in tuner.records]
+    # one switchback run over the reference and the four candidates (the reference's own
+    # point among them)
+    assert "p1-online: evaluations measured switchback: 1 run(s)" in decisions, \
+        [(r.settings, r.failure) for r in online]
+    ledger = tuner.state.ledger
+    assert ledger is not None
+    for record in online:
+        assert record.design == "switchback" and record.failure is None, record.failure
+        assert record.interval is not None and record.ratio is not None
+        low, high = record.interval
+        assert 0 < low <= record.ratio <= high < math.inf
+        # the ratio is paired, the value keeps the strategy's scale: ratio × the level
+        assert record.reference and record.value == pytest.approx(
+            record.ratio * record.reference[0])
+        # entered the ledger (the session's reference is the original): ranked by it
+        assert ledger.standing(record.in_force) is not None, record.settings
+    on = [r for r in online if r.settings["enable_hashjoin"] == "on"]
+    off = [r for r in online if r.settings["enable_hashjoin"] == "off"]
+    # hash joins off on a hash-join mix: clearly slower, each whole interval below 1, and
+    # below the original in the ledger
+    for r in off:
+        assert r.ratio is not None and r.interval is not None
+        assert r.ratio < 0.9 and r.interval[1] < 1.0, (r.settings, r.ratio, r.interval)
+        standing = ledger.standing(r.in_force)
+        assert standing is not None and standing.log_ratio < math.log(0.9), standing
+    # hash joins on (wal_writer_delay has no effect on a read-only mix): about 1
+    for r in on:
+        assert r.ratio is not None and 0.85 < r.ratio < 1.15, (r.settings, r.ratio, r.interval)
+    # the ranking follows the paired ratios, and the strategy was told ratio × level
+    best = tuner.state.best_among(online)
+    assert best is not None and best.settings["enable_hashjoin"] == "on"
+    session = next(s for s, _ in tuner.state.sessions if s.name.endswith("p1-online"))
+    told = sorted(t["value"] for t in session.trials() if t["value"] is not None)
+    assert told == pytest.approx(sorted(r.value for r in online if r.value is not None))
+    # the server's configuration file is as it was, after the search and the whole run
+    assert _auto_conf(tpch_cluster.dsn) == before
+    # a run that fails in the middle (a value the server refuses, applied in a later
+    # slice) restores the file too
+    ctx = tuner.context
+    assert ctx is not None
+    reference = {"wal_writer_delay": "200ms"}
+    with pytest.raises(HarmonyError):
+        switchback_race(ctx, [reference, {"wal_writer_delay": "1000ms"},
+                              {"wal_writer_delay": "a while"}],
+                        ["reference", "good", "bad"], 3.0, seed=1)
+    assert _auto_conf(tpch_cluster.dsn) == before
+
+
+@pytest.fixture(scope="module")
+def shop_cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyped-def]
+    """A private cluster with pg_stat_statements preloaded and a shop database."""
+    cluster = cluster_factory("sbsearch")
+    conf = cluster.data_dir / "postgresql.conf"
+    conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
+    cluster.restart()
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE shop")
+    create_shop(cluster.dsn_for("shop"), rows=ROWS)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(mode="immediate")  # a throwaway cluster: no shutdown checkpoint
+        cluster.destroy()
+
+
+def test_live_search_by_switchback_stops_a_harmful_candidate(
+        shop_cluster: LocalCluster) -> None:
+    dsn = shop_cluster.dsn_for("shop")
+    before = _auto_conf(dsn)
+    with psycopg.connect(dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(shop_cluster),
+                    cluster=None, ram_bytes=None)
+    config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=shop_cluster.data_dir),
+                                source="live-sb.yaml")
+    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=120, rows=ROWS).start()
+    try:
+        tuner = Tuner(config, client=connect(None), target=target, run_id="live-sb")
+        result = tuner.run()
+    finally:
+        outcome = traffic.stop()
+    decisions = "\n".join(result.work.decisions)
+    ctx = tuner.context
+    assert ctx is not None and search_choice(ctx, ctx.online_space).design == "switchback"
+    online = {(r.settings["enable_indexscan"], r.settings["enable_bitmapscan"]): r
+              for r in tuner.records if r.session == "p1-online"}
+    assert len(online) == 4, decisions
+    # every lookup a sequential scan of 50k rows: tens of times slower; the guardrail's line
+    # (half the reference's speed) ends its run after the second block, the others run on
+    harmful = online[("off", "off")]
+    assert harmful.failure is not None and harmful.failure.startswith("guardrail: "), \
+        harmful.failure
+    assert float(harmful.failure.split("guardrail: ")[1].split("×")[0]) < 0.5
+    assert "below 0.50" in harmful.failure
+    for key in (("on", "on"), ("on", "off"), ("off", "on")):
+        record = online[key]
+        assert record.failure is None and record.design == "switchback", (key, record.failure)
+        assert record.interval is not None and record.ratio is not None
+        assert record.interval[0] <= record.ratio <= record.interval[1]
+        assert 0.5 < record.ratio < 2.0, (key, record.ratio)
+    # the reference's own point reads about 1 (live counters of 30-µs statements on a loaded
+    # 2-core machine: a sanity bound, not a precision claim)
+    same = online[("on", "on")]
+    assert same.ratio is not None and 0.7 < same.ratio < 1.4, same.interval
+    assert "evaluations measured switchback: 2 run(s)" in decisions, decisions
+    assert _auto_conf(dsn) == before
+    assert outcome is not None

@@ -1,0 +1,207 @@
+"""The loop of a search session measured in batches: every fetch that finds several trials
+ready measures them together beside the session's reference, in one run of a paired design
+(per transaction, :mod:`tuner_client.phases.search_per_transaction`; by switchback,
+:mod:`tuner_client.phases.search_switchback`), then reports each trial to the strategy and
+keeps each record with its paired ratio to the reference (:func:`record_point`, so that the
+ledger ranks it by that ratio, never by an absolute level).
+
+The design is an argument (:class:`BatchEvaluations`): the loop, its stops (the budget, the
+time, convergence, an idle or paused session, a stall) and the reporting are one code for
+both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Protocol
+
+from tuner_client.api.client import Fetched, Session
+from tuner_client.budget import BudgetView
+from tuner_client.config import KnobSpace
+from tuner_client.measurer import Measurer, PointRecord
+from tuner_client.metrics.exporter import TunerMetrics
+from tuner_client.phases.blocks import Reference, SessionReferences, measure_reference
+from tuner_client.phases.decisions import Decision
+from tuner_client.phases.search_stops import Stall
+from tuner_client.phases.session_loop import FETCH_WAIT_S, IDLE_FETCHES
+from tuner_client.phases.state import RunContext, RunState, record_point
+
+logger = logging.getLogger(__name__)
+
+#: most candidates measured in one run beside the reference (a 6-knob simplex's first batch
+#: has 7 vertices; more arms thin every comparison's share of the transactions or slices)
+MAX_BATCH = 6
+#: the interval level of each evaluation (the search ranks; only the final race claims)
+LEVEL = 0.95
+
+
+def run_seconds(base_s: float, candidates: int) -> float:
+    """How long a run of ``candidates`` beside the reference lasts: ``base_s`` for one, and
+    (k + 1) / 2 times that for k, so each arm keeps the transactions (or slices) of a
+    one-candidate run."""
+    return base_s * (candidates + 1) / 2.0
+
+
+def feasible(budget: BudgetView, in_force: Mapping[str, str], batch: list[Evaluation]
+             ) -> list[Evaluation]:
+    """The evaluations of ``batch`` whose settings, over ``in_force``, keep the memory
+    budget's inequalities they enter; the others' records fail as infeasible (never
+    applied). The inequalities they leave alone are the user's own (the original may break a
+    budget tighter than what it runs today)."""
+    runnable = []
+    for ev in batch:
+        wanted = {**in_force, **ev.settings}
+        reason = budget.violation(wanted, ev.settings)
+        if reason is not None:
+            ev.record.failure = f"infeasible: {reason}"
+        else:
+            runnable.append(ev)
+    return runnable
+
+
+def reference_level(measurer: Measurer, metrics: TunerMetrics, reference: Reference
+                    ) -> float | None:
+    """The reference's window level (measured once, when the session first needs it): the
+    scale the strategy's values keep (a candidate's value is its paired ratio times it)."""
+    if reference.level.level is None:
+        reference.level.add(measure_reference(measurer, metrics, reference))
+    return reference.level.level
+
+
+@dataclass
+class Evaluation:
+    """One fetched trial of the batch and its settings."""
+
+    got: Fetched
+    settings: dict[str, str]
+    record: PointRecord
+
+
+class BatchEvaluations(Protocol):
+    """A design measuring batches of a session's candidates beside its reference."""
+
+    label: str
+    reference: Reference
+    #: the design's name (each record's ``design``)
+    design: str
+    #: runs made so far
+    runs: int
+
+    def measure(self, batch: list[Evaluation]) -> None:
+        """Fill each record of ``batch``: its value, ratio, interval and design, or its
+        failure."""
+
+    def summary(self) -> Decision:
+        """The session's design in one decision."""
+
+
+class SessionEvaluations:
+    """What every :class:`BatchEvaluations` holds: the run, the session's label and space,
+    its reference, and the runs made so far."""
+
+    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                 reference: Reference) -> None:
+        self.ctx, self.state, self.label, self.space = ctx, state, label, space
+        self.reference = reference
+        self.runs = 0
+
+
+def session_reference(in_force: Mapping[str, str], label: str, space: KnobSpace,
+                      references: SessionReferences | None) -> Reference:
+    """The session's reference: the primary one of ``references``, else ``in_force``'s
+    values of the space's knobs."""
+    return references.primary_reference if references is not None \
+        else Reference(label, {n: in_force[n] for n in space.names})
+
+
+def run_batched_session(ctx: RunContext, state: RunState, session: Session,
+                        space: KnobSpace, evaluations: int, label: str,
+                        evals: BatchEvaluations,
+                        after_eval: Callable[[PointRecord], bool] | None = None,
+                        seconds: float | None = None) -> str:
+    """Measure ``session`` with ``evals`` until it converges, the evaluations or ``seconds``
+    are spent, ``after_eval`` returns True, it stays idle or it stalls; returns why it
+    stopped (as :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds
+    several trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
+    def keep(record: PointRecord) -> None:
+        record_point(ctx, state, record, reference=evals.reference.settings)
+    stall = Stall(len(space.names))
+    deadline = None if seconds is None else time.monotonic() + seconds
+    claimed, idle = 0, 0
+    try:
+        while True:
+            if claimed >= evaluations:
+                return "budget"
+            if deadline is not None and time.monotonic() >= deadline:
+                return "time"
+            batch = fetch_batch(session, space, label, min(MAX_BATCH, evaluations - claimed))
+            if not batch:
+                status = session.status()
+                if status.get("converged") and not status.get("paused"):
+                    return "converged"
+                idle += 1
+                if status.get("paused") or idle >= IDLE_FETCHES:
+                    return "paused" if status.get("paused") else "idle"
+                continue
+            idle, claimed = 0, claimed + len(batch)
+            if _measure_and_report(session, evals, batch, after_eval, keep,
+                                   measurer=ctx.measurer, lease_s=ctx.pool.session_lease_s,
+                                   unit=ctx.unit):
+                return "stopped"
+            for ev in batch:
+                stall.add(ev.record)
+            if stall.stalled:
+                state.decide(Decision.note(f"{label}: {stall.text()}", design=evals.design,
+                                           reason="stalled"))
+                return "stalled"
+    finally:
+        if evals.runs:
+            state.decide(evals.summary())
+
+
+def fetch_batch(session: Session, space: KnobSpace, label: str, most: int
+                ) -> list[Evaluation]:
+    """The trials ready now (waiting for the first), at most ``most``."""
+    batch: list[Evaluation] = []
+    got = session.fetch(timeout=FETCH_WAIT_S)
+    while got is not None:
+        settings = space.settings(got.point)
+        batch.append(Evaluation(got, settings, PointRecord(session=label, point=dict(got.point),
+                                                           settings=settings)))
+        got = session.fetch(timeout=0.0) if len(batch) < most else None
+    return batch
+
+
+def _measure_and_report(session: Session, evals: BatchEvaluations, batch: list[Evaluation],
+                        after_eval: Callable[[PointRecord], bool] | None,
+                        keep: Callable[[PointRecord], None], *, measurer: Measurer,
+                        lease_s: float, unit: str) -> bool:
+    """Measure ``batch`` holding its leases (renewed every quarter of ``lease_s``), report
+    every trial, keep every record (``keep``; its settings in force over ``measurer``'s);
+    True when ``after_eval`` asks to stop."""
+    every = max(1.0, lease_s / 4)
+    with ExitStack() as leases:
+        for ev in batch:
+            leases.enter_context(session.keep_lease(ev.got.trial_id, every=every))
+        evals.measure(batch)
+    stop = False
+    for ev in batch:
+        record = ev.record
+        record.in_force = {**measurer.in_force, **ev.settings}
+        if record.value is None:
+            session.report_failure(ev.got.trial_id, record.failure or "not measured")
+            logger.info("[%s] trial %d %s: failed: %s", evals.label, ev.got.trial_id,
+                        ev.settings, record.failure)
+        else:
+            session.report(ev.got.trial_id, record.value)
+            logger.info("[%s] trial %d %s: %.3f× its reference (%s) → %.4g %s",
+                        evals.label, ev.got.trial_id, ev.settings, record.ratio or 0.0,
+                        evals.design, record.value, unit)
+        keep(record)
+        if record.value is not None and after_eval is not None and after_eval(record):
+            stop = True
+    return stop

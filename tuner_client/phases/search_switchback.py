@@ -1,0 +1,250 @@
+"""A search session's evaluations measured by switchback (issue 51, item 3), where the engine
+chooses it (:func:`tuner_client.phases.search_design.search_choice`): a reload-time knob
+without memory is searched (SET LOCAL cannot carry it), or the traffic is live (every knob is
+switched by reload, the sessions being the application's), and the run measures one
+database. Before, any such session went to whole-server windows, whose ratios read at
+noise level (issue 51: 25 window evaluations of a write-heavy search spread 0.68–1.18×; 11 in
+live mode 0.78–1.17×).
+
+Each fetch of the strategy's ready trials (up to :data:`MAX_BATCH`, as per transaction) is
+ONE switchback run over the session's reference and the batch's feasible candidates
+(:func:`switchback_race`): the whole server alternates them in slices of ``measure.slice_s``
+with ``ALTER SYSTEM`` + reload (:class:`tuner_client.switchback.ConfigurationSwitch`, which
+puts ``postgresql.auto.conf`` back as it was on every exit), one slice per configuration per
+block in a random order (:func:`tuner_client.stats.switchback.balanced_order`), for about
+:func:`run_seconds` of the per-transaction search (``measure.per_transaction_s`` × (k + 1)/2
+for k candidates), at least :data:`MIN_BLOCKS` blocks. With a workload the tuner drives
+every transaction is timed and attributed to the slice it started in
+(:func:`tuner_client.phases.final_switchback.driven_race`); in live mode the application's
+counters are read at each slice's settled start and end
+(:func:`~tuner_client.phases.final_switchback.live_race`), which may end the run after any
+block whose intervals all exclude 1.
+
+Each candidate's ratio is its paired ratio to the reference over the blocks, with a Student t
+95 % interval of its block log-ratios (:func:`search_interval`; not Bonferroni-split: the
+search ranks, only the final race claims, with anytime-valid intervals). The strategy is told
+that ratio times the reference's window level (measured once per session, as per
+transaction), and the record carries the ratio and
+its reference into the ledger (:func:`tuner_client.phases.state.record_point`), which ranks
+it by paired ratio, never by an absolute level. A candidate that breaks the memory budget is
+never switched to: it is reported infeasible.
+
+Measured (``benchmarks/results/switchback_search*.md``, live shop traffic from pgbench, 2
+cores at load 11–15): the live switchback search's evaluations read ±41–47 % (median
+half-width, 4–5 blocks of 3-s slices) where the windows route's ledger gave ±35–57 %, and
+the final race by switchback ±31–53 % against windows' ±36–65 %: on live counters a block's
+log-ratio still moves by about 0.3, so the design is valid there but not yet more precise.
+Driven (TPC-H, 1-s slices, 5 blocks, load ~12) hash joins off read 0.73× and 0.78× beside
+the reference's own point at about 1 (``tests/test_search_switchback.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from harmony_base.errors import HarmonyError
+from tuner_client.api.client import Session
+from tuner_client.config import KnobSpace, ObserveConfig, TunerConfig
+from tuner_client.engine.comparison import live_traffic
+from tuner_client.engine.designs import SWITCHBACK, differing_knobs
+from tuner_client.measurer import PointRecord
+from tuner_client.phases.blocks import Reference, SessionReferences
+from tuner_client.phases.decisions import Decision
+from tuner_client.phases.final_switchback import MIN_BLOCKS, driven_race, live_race
+from tuner_client.phases.search_batches import (
+    LEVEL,
+    MAX_BATCH,
+    Evaluation,
+    SessionEvaluations,
+    feasible,
+    reference_level,
+    run_batched_session,
+    run_seconds,
+    session_reference,
+)
+from tuner_client.phases.state import RunContext, RunState
+from tuner_client.stats.paired import RatioInterval, interval_from_logs
+from tuner_client.stats.switchback import SwitchbackComparison, SwitchbackRace
+from workloads.connect import connect
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MAX_BATCH", "SwitchbackEvaluations", "run_switchback_session", "switchback_race"]
+
+#: the reference's label in a search's switchback run
+REFERENCE = "reference"
+
+
+def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], labels: list[str],
+                    seconds: float, *, seed: int,
+                    harmed: Callable[[SwitchbackRace], bool] | None = None) -> SwitchbackRace:
+    """One switchback run over ``configs`` (the first the reference; ``labels`` theirs) for
+    about ``seconds``, in blocks of one ``measure.slice_s`` slice per configuration (at least
+    :data:`MIN_BLOCKS`); driven by the tuner's workload, or read from the counters of live
+    traffic (which ``harmed`` may stop after any block from the second on). Only the knobs
+    that differ are switched; ``postgresql.auto.conf`` is restored before this returns or
+    raises. Raises :class:`HarmonyError` when the run fails."""
+    slice_s = ctx.config.measure.slice_s
+    blocks = max(MIN_BLOCKS, int(seconds // (len(configs) * slice_s)))
+    names = differing_knobs(configs) or sorted(configs[0])
+    switched = [{n: c[n] for n in names} for c in configs]
+    ctx.measurer.stop()  # the windows' workload must not run beside this one
+    with connect(ctx.target.dsn) as conn:
+        if live_traffic(ctx.config):
+            return live_race(ctx, conn, switched, labels, blocks, LEVEL, seed=seed,
+                             harmed=harmed)
+        return driven_race(ctx, conn, switched, labels, blocks, LEVEL, seed=seed)
+
+
+def harm_margin(config: TunerConfig) -> float:
+    """Live mode's guardrail margin on latency (``workload.observe.guard.latency_margin``;
+    without live traffic, the default's)."""
+    observe = config.workload.observe
+    return (observe or ObserveConfig()).guard.latency_margin
+
+
+def search_interval(comparison: SwitchbackComparison) -> RatioInterval | None:
+    """``comparison``'s ratio with a Student t interval at :data:`LEVEL` over its blocks'
+    log-ratios (None below 2 blocks): the search ranks, as the per-transaction search does
+    with its nominal intervals; the final race claims with the anytime-valid confidence
+    sequence, which over the 4–6 blocks of a search's run is about twice as wide (one run
+    on TPC-H read 0.73× (0.53–1.00) anytime-valid for hash joins off)."""
+    iv = interval_from_logs(comparison.block_logs, level=LEVEL, method="t")
+    return iv if iv is not None and iv.low > 0 and math.isfinite(iv.high) else None
+
+
+def interval_text(iv: RatioInterval, comparison: SwitchbackComparison) -> str:
+    """``0.73× (95 % CI 0.62–0.86), switchback: 5 blocks, 906 observations kept``."""
+    return (f"{iv.text()}, switchback: {comparison.blocks} blocks, "
+            f"{sum(comparison.observations):,} observations kept")
+
+
+class SwitchbackEvaluations(SessionEvaluations):
+    """Measures batches of a session's candidates beside ``reference`` by switchback."""
+
+    design = SWITCHBACK
+
+    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
+                 reference: Reference) -> None:
+        super().__init__(ctx, state, label, space, reference)
+        self.slices = 0
+        self.seconds = 0.0
+        self.source = ""
+        self.counts = ""
+
+    def measure(self, batch: list[Evaluation]) -> None:
+        """Run the batch's candidates that keep the memory budget beside the reference in
+        one switchback; fill each record (its value, ratio, interval and design, or its
+        failure)."""
+        ctx = self.ctx
+        runnable = feasible(ctx.budget, ctx.measurer.in_force, batch)
+        if not runnable:
+            return
+        level = reference_level(ctx.measurer, ctx.metrics, self.reference)
+        if level is None:
+            for ev in runnable:
+                ev.record.failure = "the reference could not be measured in a window"
+            return
+        self._run(runnable, level)
+
+    def _run(self, runnable: list[Evaluation], level: float) -> None:
+        """One switchback run of ``runnable`` beside the reference. In live mode a candidate
+        whose ratio so far reads below the guardrail's line (1 / (1 + ``latency_margin``),
+        half the reference's speed by default) ends the run after the block that shows it:
+        it fails as harmful, and the others run again without it."""
+        ctx, names = self.ctx, self.space.names
+        labels = [REFERENCE, *(f"candidate-{k}" for k in range(1, len(runnable) + 1))]
+        configs = [{n: self.reference.settings[n] for n in names},
+                   *({n: ev.settings[n] for n in names} for ev in runnable)]
+        seconds = run_seconds(ctx.config.measure.per_transaction_s, len(runnable))
+        line = 1.0 / (1.0 + harm_margin(ctx.config))
+        harmful: dict[str, float] = {}
+
+        def harmed(race: SwitchbackRace) -> bool:
+            harmful.update({label: c.interval.ratio for label, c in race.plain.items()
+                            if c.interval.ratio < line})
+            return bool(harmful)
+
+        logger.info("[%s] switchback run %d: the reference and %d candidate(s) for about "
+                    "%.0f s", self.label, self.runs + 1, len(runnable), seconds)
+        started = time.monotonic()
+        try:
+            race = switchback_race(ctx, configs, labels, seconds,
+                                   seed=ctx.config.seed + 1000 * self.runs, harmed=harmed)
+        except HarmonyError as exc:
+            for ev in runnable:
+                ev.record.failure = f"switchback run failed: {exc}"
+            return
+        finally:
+            self.runs += 1
+            self.seconds += time.monotonic() - started
+        self.slices += race.slices
+        self.source, self.counts = race.source, race.counts
+        if harmful:
+            rest = [ev for label, ev in zip(labels[1:], runnable, strict=True)
+                    if label not in harmful]
+            for label, ev in zip(labels[1:], runnable, strict=True):
+                if label in harmful:
+                    ev.record.design = SWITCHBACK
+                    ev.record.failure = (
+                        f"guardrail: {harmful[label]:.2f}× the reference by switchback over "
+                        f"the first {race.plain[label].blocks} blocks, below "
+                        f"{line:.2f} (1 / (1 + workload.observe.guard.latency_margin)): "
+                        f"left out of the run")
+            if rest:
+                self._run(rest, level)
+            return
+        for label, ev in zip(labels[1:], runnable, strict=True):
+            self._fill(ev.record, race.plain[label], level)
+
+    def _fill(self, record: PointRecord, comparison: SwitchbackComparison,
+              level: float) -> None:
+        """``record``'s ratio to the reference, its interval and value."""
+        record.design = SWITCHBACK
+        iv = search_interval(comparison)
+        if iv is None:
+            record.failure = (f"no switchback interval: {comparison.blocks} block(s) held "
+                              f"both configurations with observations")
+            return
+        record.ratio = iv.ratio
+        record.interval = (iv.low, iv.high)
+        record.transactions = comparison.observations
+        record.reference = [level]
+        record.value = iv.ratio * level
+        self.state.decide(Decision.note(
+            f"{self.label}: {record.settings}: {interval_text(iv, comparison)} over the "
+            f"reference",
+            design=SWITCHBACK, settings={"candidate": dict(record.settings)},
+            ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
+            counts=self.counts or None, rounds=comparison.blocks))
+
+    def summary(self) -> Decision:
+        """The session's design in one decision."""
+        return Decision.note(
+            f"{self.label}: evaluations measured {SWITCHBACK}: {self.runs} run(s), "
+            f"{self.slices} slices of {self.ctx.config.measure.slice_s:g} s in "
+            f"{self.seconds:.0f} s, each batch's candidates beside the reference "
+            f"{self.reference.settings} in one run (ALTER SYSTEM + reload between slices, one "
+            f"slice per configuration per block in a random order; {self.source or 'nothing'} "
+            f"attributed to the slice they started in; the ratio counts "
+            f"{self.counts or 'nothing'}; Student t intervals over blocks at {100 * LEVEL:.0f} "
+            f"%, not split over the candidates: the search only ranks, the final race claims "
+            f"with anytime-valid ones)",
+            design=SWITCHBACK)
+
+
+def run_switchback_session(ctx: RunContext, state: RunState, session: Session,
+                           space: KnobSpace, evaluations: int, label: str,
+                           after_eval: Callable[[PointRecord], bool] | None = None,
+                           references: SessionReferences | None = None,
+                           seconds: float | None = None) -> str:
+    """Measure ``session`` by switchback until it converges, the evaluations or ``seconds``
+    are spent, ``after_eval`` returns True, it stays idle or it stalls; returns why it
+    stopped (as :func:`tuner_client.phases.session_loop.run_session`)."""
+    reference = session_reference(ctx.measurer.in_force, label, space, references)
+    evals = SwitchbackEvaluations(ctx, state, label, space, reference)
+    return run_batched_session(ctx, state, session, space, evaluations, label, evals,
+                               after_eval, seconds)
