@@ -33,6 +33,7 @@ from tuner_client.config.model import (
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
+    TwinConfig,
     WarmStartConfig,
     WorkloadConfig,
     default_estimator,
@@ -103,6 +104,34 @@ def _locator(source: str, lines: Mapping[tuple[object, ...], int]) -> Where:
     return where
 
 
+def _twin(db: Mapping[str, Any], where: Where) -> TwinConfig | None:
+    """``database.twin``: a server holding the same data, for the duet (a DSN other than the
+    server's; a controller of kind pg_ctl, docker or command when it must restart)."""
+    raw = db.get("twin")
+    if raw is None:
+        return None
+    if db.get("dsn") is None:
+        raise ConfigError(f"{where('database', 'twin')}: database.twin names a server beside "
+                          f"one given by database.dsn; the embedded cluster's twin is a copy "
+                          f"the tuner makes itself (leave database.twin out)")
+    if (db.get("controller") or {}).get("kind", MANAGED) == MANAGED:
+        raise ConfigError(f"{where('database', 'twin')}: database.twin is for a duet, which "
+                          f"changes the server's configuration by ALTER SYSTEM; a DSN without "
+                          f"database.controller is managed mode, where the tuner never does: "
+                          f"give database.controller too, or leave database.twin out")
+    if raw["dsn"] == db["dsn"]:
+        raise ConfigError(f"{where('database', 'twin', 'dsn')}: database.twin.dsn must name "
+                          f"another server than database.dsn (a twin holding the same data), "
+                          f"but both are {raw['dsn']!r}")
+    ctl = raw.get("controller")
+    if ctl is not None and ctl["kind"] == "local":
+        raise ConfigError(f"{where('database', 'twin', 'controller')}: controller kind "
+                          f"'local' is the embedded cluster; the twin's is pg_ctl, docker or "
+                          f"command")
+    return TwinConfig(raw["dsn"], ControllerConfig(ctl["kind"], dict(ctl.get("options") or {}))
+                      if ctl is not None else None)
+
+
 def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
     """The ``database:`` section: a DSN with a controller, a DSN alone (managed mode: the
     tuner never restarts the server nor runs ``ALTER SYSTEM``), or none for the embedded
@@ -131,6 +160,7 @@ def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
         restart_timeout_s=float(db.get("restart_timeout_s", DatabaseConfig.restart_timeout_s)),
         allow_restarts=bool(db.get("allow_restarts", DatabaseConfig.allow_restarts)),
         bin_dir=db.get("bin_dir"),
+        twin=_twin(db, where),
     )
     if database.bin_dir is not None and not database.embedded:
         raise ConfigError(f"{where('database', 'bin_dir')}: bin_dir names the embedded "
