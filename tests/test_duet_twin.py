@@ -13,16 +13,19 @@ import pytest
 from conftest import ClusterFactory
 
 from harmony_base.errors import ConfigError
-from tuner_client.config import tuner_config_from_dict
+from tuner_client.api.client import connect
+from tuner_client.config import parse_tuner_config, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.config.model import ControllerConfig, TwinConfig
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.twin import check_twin, open_twin
 from tuner_client.engine.comparison import clone_reason
+from tuner_client.flows import Tuner
 from tuner_client.plan.designs import final_design
+from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.servers.target import read_catalog
+from tuner_client.servers.target import Target, read_catalog
 from workloads.pgbench import PgbenchWorkload
 
 
@@ -160,3 +163,51 @@ def test_the_twin_in_the_config_checked_and_used_by_the_engine_and_the_plan(
         tuner_config_from_dict(_config(remote, {"controller": {"kind": "docker"}}),
                                source="twin.yaml")
 
+
+
+TUNE = """name: duet-twin
+seed: 3
+database:
+  dsn: "{dsn}"
+  controller: {{kind: pg_ctl, options: {{data_dir: "{data_dir}"}}}}
+  twin:
+    dsn: "{twin_dsn}"
+    controller: {{kind: pg_ctl, options: {{data_dir: "{twin_dir}", log_path: "{twin_log}"}}}}
+workload: {{pgbench: {{scale: 1, clients: 2}}}}
+measure: {{warmup_s: 0.3, samples: 1, seconds: 1}}
+offline: {{knobs: {{shared_buffers: {{min: 128MB, max: 128MB}}}}, evaluations: 1}}
+online: {{knobs: {{max_wal_size: {{values: [32MB, 1GB]}}}}, strategy: {{name: exhaustive}},
+         evaluations: 2}}
+flow: {{kind: one-pass}}
+final: {{rounds: 1, candidates: 1, max_seconds: 20, baselines: []}}
+"""
+
+
+def test_a_tuning_run_races_by_duet_on_the_twin(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory) -> None:
+    """A whole run whose config names a twin: the final race (max_wal_size, a knob with
+    memory) runs by duet on it with no clone made; both servers' settings are as before."""
+    dsn = _load(own_cluster, 1)
+    other = cluster_factory("twin-run")
+    try:
+        twin_dsn = _load(other, 1)
+        before = {c: (c.data_dir / "postgresql.auto.conf").read_text()
+                  for c in (own_cluster, other)}
+        wal = _shown(twin_dsn, "max_wal_size")
+        config = parse_tuner_config(TUNE.format(
+            dsn=dsn, data_dir=own_cluster.data_dir, twin_dsn=twin_dsn, twin_dir=other.data_dir,
+            twin_log=other.log_path), source="twin.yaml")
+        target = Target(dsn=dsn, catalog=read_catalog(dsn),
+                        controller=LocalController(own_cluster), cluster=None, ram_bytes=None)
+        result = Tuner(config, client=connect(None), target=target, run_id="duet-twin").run()
+        decisions = "\n".join(result.work.decisions)
+        decision = result.intervals.decision
+        assert decision is not None and decision.design == "duet", decisions
+        assert "final: duet on the twin 127.0.0.1:" in decisions
+        assert "no copy made" in decisions and "duet clone of" not in decisions
+        assert "named in database.twin" in decisions
+        for cluster in (own_cluster, other):
+            assert (cluster.data_dir / "postgresql.auto.conf").read_text() == before[cluster]
+        assert _shown(twin_dsn, "max_wal_size") == wal
+    finally:
+        other.destroy()
