@@ -5,9 +5,11 @@ not; and the statistic itself, on recorded-style series, holds its false-alarm r
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import psycopg
 import pytest
@@ -17,7 +19,7 @@ from tuner_client.duet.clone import make_clone
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import DuetRace
-from tuner_client.phases.decisions import Kind, drift_record, render
+from tuner_client.phases.decisions import SCHEMA_PATH, Kind, drift_record, render
 from tuner_client.phases.final_duet import HOLDS
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.stats.drift import LEVEL, reference_drift
@@ -79,7 +81,11 @@ def test_a_reference_slowed_by_a_growing_table_reads_as_drift_and_is_said(
     assert said.startswith("final: the reference default's own level moved beyond its "
                            "noise during the duet race: ")
     assert "× over the race's" in said and "per minute" in said and HOLDS in said
-    assert record.to_dict()["kind"] == "drift"
+    # the record as summary.json keeps it, in the published schema
+    schema = json.loads((Path(__file__).resolve().parent.parent / SCHEMA_PATH).read_text())
+    jsonschema.validate(json.loads(json.dumps(record.to_dict(), allow_nan=False)),
+                        schema["$defs"]["decision_record"])
+    assert record.to_dict()["kind"] == "drift" and record.to_dict()["reason"] == "moved"
 
 
 def test_a_steady_reference_reads_as_no_drift(
