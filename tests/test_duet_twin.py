@@ -17,6 +17,8 @@ from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.config.model import ControllerConfig, TwinConfig
+from tuner_client.crashsafe.guard import MARK_VARIABLE
+from tuner_client.crashsafe.journal import find_journals, journal_dir
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.twin import check_twin, open_twin
@@ -51,8 +53,10 @@ def _shown(dsn: str, name: str) -> str:
 
 
 def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
-        own_cluster: LocalCluster, cluster_factory: ClusterFactory) -> None:
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     server_dsn = _load(own_cluster, 1)
+    monkeypatch.setenv(MARK_VARIABLE, "twin-test")  # as inside a run: the twin is journaled
     other = cluster_factory("twin")
     try:
         twin_dsn = _load(other, 1)
@@ -64,6 +68,8 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
         buffers = _shown(twin_dsn, "shared_buffers")
         twin = open_twin(server_dsn, _twin_config(other, twin_dsn), restart_timeout_s=60)
         assert twin.auto_conf == auto_conf and twin.auto_lines["work_mem"] == "3MB"
+        assert twin.journal is not None and twin.journal.mark == "twin-test"
+        assert twin.journal.path.exists() and not twin.journal.changes
         workload = PgbenchWorkload(server_dsn, clients=1, scale=1, builtin="select-only")
         try:
             with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
@@ -81,6 +87,9 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
                     ["default", "small"], client_runner(workload.progress_command),
                     max_seconds=10, segment_s=5, warmup_s=1, min_blocks=2)
             assert twin.restarted  # shared_buffers 24MB was put in force on the twin
+            # every change recorded in the journal (the guard's) before it was made
+            assert {"work_mem": "4MB", "shared_buffers": "24MB"} in [
+                c["values"] for c in twin.journal.changes]
         finally:
             twin.remove()
         assert outcome is not None and outcome.plain["small"].batches >= 2
@@ -89,6 +98,7 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
         assert _shown(twin_dsn, "shared_buffers") == buffers
         assert _shown(twin_dsn, "work_mem") == "3MB"
         assert not twin.restarted
+        assert not twin.journal.path.exists()  # completed once the twin was put back
     finally:
         other.destroy()
 
@@ -209,5 +219,7 @@ def test_a_tuning_run_races_by_duet_on_the_twin(
         for cluster in (own_cluster, other):
             assert (cluster.data_dir / "postgresql.auto.conf").read_text() == before[cluster]
         assert _shown(twin_dsn, "max_wal_size") == wal
+        # the twin's restore journal (the guard's, had the run died) completed and removed
+        assert not [j for j in find_journals(journal_dir()) if j.config == "database.twin"]
     finally:
         other.destroy()

@@ -6,7 +6,9 @@ At the start :func:`open_twin` checks that the twin holds the same data as the s
 same major version, the same user relations, each of a size within :data:`SIZE_TOLERANCE`,
 and the same row estimates where both have them) and refuses it with what differs
 otherwise; it then keeps the twin's ``postgresql.auto.conf`` (by its controller, else the
-lines ``pg_file_settings`` reads from it) and the values in force of what the race will set.
+lines ``pg_file_settings`` reads from it) and the values in force of what the race will set;
+inside a run it writes the twin a restore journal with the run's mark, each change recorded
+before it is made, so the run's guard puts the twin back if the tuner dies mid-race.
 :meth:`Twin.restore` puts the file back exactly and undoes any restart (a restart again, so
 that the restart-time values in force are the twin's own), then checks every value.
 """
@@ -14,6 +16,7 @@ that the restart-time values in force are the twin's own), then checks every val
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +26,15 @@ from psycopg import sql
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.config.model import TwinConfig
+from tuner_client.crashsafe.guard import MARK_VARIABLE
+from tuner_client.crashsafe.journal import (
+    Journal,
+    ProcessId,
+    journal_dir,
+    journal_path,
+    server_key,
+)
+from tuner_client.crashsafe.server_state import read_identity, read_original
 from tuner_client.duet.clone import RELOAD_WAIT_S
 from tuner_client.servers.controllers import Controller, make_controller
 
@@ -87,6 +99,31 @@ def data_differences(server: Relations, twin: Relations) -> list[str]:
     return out
 
 
+def journal_twin(dsn: str, controller: Controller | None, auto_conf: str | None
+                 ) -> Journal | None:
+    """A restore journal of the twin, with the run's mark, so that the run's guard (or the
+    next run, or ``harmony restore``) puts it back if the tuner dies mid-race, as it does the
+    server (None outside a run: no mark, no guard to read it)."""
+    mark = os.environ.get(MARK_VARIABLE)
+    if not mark:
+        return None
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            identity = read_identity(conn, dsn)
+            original = read_original(conn, auto_conf)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot read the configuration of the duet's twin "
+                            f"({_describe(dsn)}) to journal it: {exc}") from exc
+    key = server_key(dsn)
+    journal = Journal(path=journal_path(journal_dir(), key), key=key,
+                      run_id=f"duet-twin-{mark}", config="database.twin",
+                      owner=ProcessId.of(os.getpid()), server=identity, original=original,
+                      controller=controller.recipe() if controller is not None else None,
+                      mark=mark)
+    journal.save()
+    return journal
+
+
 @dataclass
 class Twin:
     """The user's twin server in a duet (see the module): the interface of a
@@ -106,6 +143,8 @@ class Twin:
     in_force: dict[str, str] = field(default_factory=dict)
     size_bytes: int = 0
     setup_s: float = 0.0
+    #: its restore journal while the race may change it (None outside a run)
+    journal: Journal | None = None
 
     def dsn_like(self, dsn: str) -> str:
         """The twin's own DSN (the user named it whole)."""
@@ -120,6 +159,8 @@ class Twin:
                     if name not in self.in_force:
                         row = conn.execute("SELECT current_setting(%s)", [name]).fetchone()
                         self.in_force[name] = str(row[0]) if row else ""
+                if self.journal is not None:  # durable before the change is made
+                    self.journal.record_change(dict(settings))
                 for name, value in settings.items():
                     conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(
                         sql.Identifier(name), sql.Literal(value)))
@@ -169,6 +210,8 @@ class Twin:
         if moved:
             raise DatabaseError(f"the duet's twin {self.source} did not come back to its "
                                 f"settings: {moved} (before, now)")
+        if self.journal is not None:
+            self.journal.complete()
         logger.info("duet: the twin %s restored (%d settings)", self.source, len(self.touched))
 
 
@@ -208,7 +251,8 @@ def open_twin(server_dsn: str, twin: TwinConfig, *, restart_timeout_s: float = 6
     auto_conf = controller.read_auto_conf() if controller is not None else None
     return Twin(twin.dsn, controller, source, auto_conf, {str(n): str(v) for n, v in lines},
                 restart_timeout_s, size_bytes=int(size[0]) if size else 0,
-                setup_s=time.monotonic() - started)
+                setup_s=time.monotonic() - started,
+                journal=journal_twin(twin.dsn, controller, auto_conf))
 
 
 def _reload(conn: psycopg.Connection[tuple[object, ...]], names: Iterable[str]) -> bool:
