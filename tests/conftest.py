@@ -64,6 +64,7 @@ SLOW_FILES = frozenset({
     "test_workloads_tpch.py", "test_controllers.py", "test_api_fuzz.py", "test_flows.py",
     "test_flows_wiring.py", "test_replicas.py", "test_report_browser.py", "test_crashsafe.py",
     "test_managed.py",  # a managed-mode run: its per-transaction final race is 30 s at least
+    "test_duet_twin.py",  # two clusters loaded, a duet and a whole run on the twin: ~150 s
 })
 
 

@@ -130,12 +130,10 @@ def test_the_level_arithmetic_is_one_function() -> None:
 
 
 def test_no_decision_is_passed_as_a_sentence() -> None:
-    """Every ``decide()`` takes a record (benchmarks/design_metrics.py counts the same way);
-    the two modules left convert when their branches merge (issue 53)."""
+    """Every ``decide()`` takes a record (benchmarks/design_metrics.py counts the same way;
+    39 took a sentence at b783da1)."""
     rows = shape(ROOT)
-    left = {row.rsplit(" ", 1)[0] for row in rows["sentence decide() calls by module"]}
-    assert left <= {"tuner_client/phases/final_duet.py",
-                    "tuner_client/phases/search_per_transaction.py"}, left
+    assert rows["sentence decide() calls by module"] == []
     # the shape block counts Any as tests/test_code_shape.py does
     assert int(str(rows["Any in the product code"])) == sum(any_count().values())
 

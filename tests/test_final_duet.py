@@ -61,6 +61,9 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in decisions
     assert "final: duet clone of 127.0.0.1:" in decisions
     assert "clone/server asymmetry" in decisions
+    # the reference's own level over the race, said as a typed record (issue 51, item 5)
+    assert "the reference default's own level " in decisions and " during the duet race: " \
+        in decisions
     assert "the server and its client pinned to CPUs 0, the clone and its client to 1" \
         in decisions
     summary = decision.to_dict()

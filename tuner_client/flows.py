@@ -22,6 +22,7 @@ from tuner_client.api.client import HarmonyClient, connect
 from tuner_client.budget import BudgetView
 from tuner_client.config import TunerConfig
 from tuner_client.crashsafe.run import RunSafety, config_key
+from tuner_client.duet.twin import check_twin
 from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics.exporter import TunerMetrics
 from tuner_client.phases.decisions import Decision, Kind
@@ -102,6 +103,8 @@ class Tuner:
         # a server an earlier run died on is put back before anything else touches it
         safety.recover_leftovers(config_key(cfg, self.state_dir))
         target = self._target or open_target(cfg, self.state_dir)
+        if cfg.database.twin is not None:
+            check_twin(target.dsn, cfg.database.twin)  # the duet's twin: the same data
         client = self._client or connect(self.server)
         result: TuneResult | None = None
         others: list[Replica] = []

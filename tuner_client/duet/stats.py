@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harmony_base.errors import ConfigError
+from tuner_client.stats.drift import Drift, reference_drift
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval, interval_from_logs
 from tuner_client.stats.race_outcome import DesignRace
@@ -55,11 +56,33 @@ class Segment:
     candidate: int
     on_clone: bool
     logs: tuple[float, ...]
+    #: the reference's own count at each paired second, and those seconds (epoch): its drift
+    reference: tuple[float, ...] = ()
+    seconds: tuple[float, ...] = ()
 
     def batches(self, batch_s: int = BATCH_S) -> list[float]:
         """The segment's whole batches' means (a tail shorter than a batch left out)."""
         n = len(self.logs) // batch_s
         return [statistics.fmean(self.logs[k * batch_s:(k + 1) * batch_s]) for k in range(n)]
+
+    def reference_batches(self, batch_s: int = BATCH_S) -> list[tuple[float, float]]:
+        """(mid second, the reference's mean count) of each whole batch of the segment."""
+        n = min(len(self.reference), len(self.seconds)) // batch_s
+        return [(statistics.fmean(self.seconds[k * batch_s:(k + 1) * batch_s]),
+                 statistics.fmean(self.reference[k * batch_s:(k + 1) * batch_s]))
+                for k in range(n)]
+
+
+def reference_drift_of(segments: Sequence[Segment], batch_s: int = BATCH_S) -> Drift | None:
+    """The reference's drift over the duet's batches (:mod:`tuner_client.stats.drift`), one
+    intercept for each cluster it ran on (the clone's asymmetry is not a drift), its noise
+    from the successive batches of each segment."""
+    rows = [(t, v, s.on_clone, k) for k, s in enumerate(segments)
+            for t, v in s.reference_batches(batch_s)]
+    # the reference runs on the server while the candidate is on the clone
+    return reference_drift([r[0] for r in rows], [r[1] for r in rows],
+                           groups=["server" if r[2] else "clone" for r in rows],
+                           runs=[r[3] for r in rows], unit="batches")
 
 
 @dataclass(frozen=True)
@@ -132,6 +155,8 @@ class DuetRace(DesignRace[DuetComparison]):
     segments: int
     #: how the clone was made and what it cost (for the decisions)
     clone: str = ""
+    #: the reference's own level over the race (None: too few batches)
+    drift: Drift | None = None
 
     def design_line(self) -> str:
         return (f"final race measured by {DESIGN}: {self.segments} segments of "
@@ -164,4 +189,4 @@ def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float
     clear = [label for label, c in comparisons.items() if c.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return DuetRace(labels[0], comparisons, plain, winner, simultaneous, level, segment_s,
-                    len(segments), clone)
+                    len(segments), clone, reference_drift_of(segments))

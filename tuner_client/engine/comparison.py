@@ -38,14 +38,17 @@ LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
 
 
 def clone_reason(config: TunerConfig, replicated: bool) -> str | None:
-    """Why no clone of the server can run a duet beside it (None: one can)."""
+    """Why no clone of the server can run a duet beside it (None: one can, or the user named
+    a twin, ``database.twin``, which runs wherever it is)."""
     if live_traffic(config):
         return ("the traffic is live: the application talks to one server, and a clone would "
                 "see none of it")
-    if not config.measure.clone:
-        return "measure.clone is off (no scratch copy of the server beside it)"
     if replicated:
         return "the race runs over several replicas"
+    if config.database.twin is not None:
+        return None  # the user's twin holds the same data: no copy is made
+    if not config.measure.clone:
+        return "measure.clone is off (no scratch copy of the server beside it)"
     if not config.database.embedded:
         host = str(conninfo_to_dict(config.database.dsn or "").get("host") or "")
         if host not in LOCAL_HOSTS and not host.startswith("/"):

@@ -24,6 +24,8 @@ class Decision(Protocol):
     @property
     def design(self) -> str | None: ...
     @property
+    def stage(self) -> str | None: ...
+    @property
     def step(self) -> str | None: ...
     @property
     def labels(self) -> tuple[str, ...]: ...
@@ -56,7 +58,8 @@ def _dict(settings: Mapping[str, object]) -> str:
 
 
 def _skipped(d: Decision) -> str:
-    return f"{d.phase}: {d.reason}"
+    stage = f"{d.stage}: " if d.stage else ""
+    return f"{d.phase}: {stage}{d.reason}"
 
 
 def _start(d: Decision) -> str:

@@ -22,6 +22,8 @@ from typing import cast
 from harmony_base.jsontypes import JSONObject
 from tuner_client.phases.decision_sentences import PHASE_SENTENCES
 from tuner_client.stats.decision import FinalDecision
+from tuner_client.stats.drift import METHOD_TEXT as DRIFT_METHOD
+from tuner_client.stats.drift import Drift
 
 #: the JSON Schema of one record, published beside the docs (tests validate summary.json)
 SCHEMA_PATH = "docs/schemas/summary.schema.json"
@@ -65,6 +67,9 @@ class Kind(enum.StrEnum):
     STOPPED = "stopped"
     #: too few rounds for an interval
     NO_INTERVAL = "no-interval"
+    #: the reference's own level over a race (issue 51): ``ratio``/``low``/``high`` over the
+    #: race, ``reason`` ``moved`` or ``steady``, ``text`` what the race's interval holds for
+    DRIFT = "drift"
 
 
 @dataclass(frozen=True)
@@ -204,9 +209,25 @@ def render(d: Decision) -> str:
                 f"{', '.join(d.labels)}; stopped: {d.reason} (intervals: {d.method})")
     if d.kind is Kind.NO_INTERVAL:
         return f"{d.phase}: {stage}fewer than 2 rounds measured: no interval{d.text}"
+    if d.kind is Kind.DRIFT:
+        how = ("moved beyond its noise" if d.reason == "moved"
+               else "did not move beyond its noise")
+        return (f"{d.phase}: {stage}the reference {d.labels[0]}'s own level {how} during "
+                f"the {d.design} race: {d.text}")
     if d.kind in PHASE_SENTENCES:
         return PHASE_SENTENCES[d.kind](d)
     raise ValueError(f"no sentence for a decision of kind {d.kind!r}")
+
+
+def drift_record(drift: Drift, *, reference: str, design: str, holds: str,
+                 stage: str | None = None) -> Decision:
+    """The reference's ``drift`` over a race in ``design`` as a :attr:`Kind.DRIFT` record;
+    ``holds``: what the race's interval holds for in that design (said when it moved)."""
+    said = f"{drift.text()}; {holds}" if drift.moved else drift.text()
+    return Decision.of("final", Kind.DRIFT, labels=(reference,), design=design, stage=stage,
+                       ratio=drift.over, low=drift.over_low, high=drift.over_high,
+                       level=drift.level, rounds=drift.n, method=DRIFT_METHOD,
+                       reason="moved" if drift.moved else "steady", text=said)
 
 
 def race_records(decision: FinalDecision, *, stage: str | None = None,

@@ -13,21 +13,25 @@ server keeps the configuration the run puts back at its end.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from harmony_base.errors import ConfigError, HarmonyError
+from tuner_client.config import DatabaseConfig
 from tuner_client.config.units import parse_bytes
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
-from tuner_client.duet.clone import check_memory, make_clone
+from tuner_client.duet.clone import Clone, check_memory, make_clone
 from tuner_client.duet.driver import Runner, client_runner, counted_runner, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
+from tuner_client.duet.twin import Twin, open_twin
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import DUET
 from tuner_client.engine.protocol import RaceRequest
+from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
@@ -50,16 +54,30 @@ def duet_runner(ctx: RunContext) -> Runner | None:
     return counted_runner(lambda dsn: make_workload(cfg.workload, dsn, seed=cfg.seed))
 
 
-#: the shortest segment a race runs (s): two 5-s batches
-MIN_SEGMENT_S = 10
-
+#: what a duet's interval holds for when its reference drifted (issue 51, item 5)
+HOLDS = ("both clusters ran at the same seconds, so the drift the two arms share cancels in "
+         "each pair: the interval holds for the average of the states the race saw, not for "
+         "the reference's level at its start or at its end")
 
 def segment_seconds(seconds: float, candidates: int) -> int:
-    """A segment's length for a race of ``seconds`` over ``candidates`` candidates: the
-    :data:`~tuner_client.duet.race.MIN_BLOCKS` blocks fit (each a segment per candidate),
-    between :data:`MIN_SEGMENT_S` and :data:`~tuner_client.duet.race.SEGMENT_S`."""
+    """A segment's length for a race of ``seconds`` over ``candidates`` candidates:
+    :data:`~tuner_client.duet.race.SEGMENT_S` (four 5-s batches, so that the two blocks the
+    time limit waits for give each candidate 8 batches, both orientations twice as many as
+    one), longer where :data:`~tuner_client.duet.race.MIN_BLOCKS` blocks of longer ones fit
+    (fewer swaps for the same batches), up to twice that. Shorter segments spend a larger
+    share on their warm-ups and restarts and leave the demo's restart part unbounded: 40-s
+    races cut into 10-s segments ended with 4 batches a candidate, "unbounded yet"
+    (``benchmarks/results/demo_versions.s52.md``); 15-s ones with 6, ±12–16 % at 98.8 %."""
     fit = int(seconds / (MIN_BLOCKS * max(1, candidates))) - WARMUP_S - 2
-    return max(MIN_SEGMENT_S, min(SEGMENT_S, fit))
+    return max(SEGMENT_S, min(2 * SEGMENT_S, fit))
+
+
+def warmup_seconds(warmup_s: float) -> int:
+    """The seconds left out at each segment's start: the run's ``measure.warmup_s`` rounded
+    up, at least 1 (the first report is a second in) and at most
+    :data:`~tuner_client.duet.race.WARMUP_S` (a segment starts warm: its clusters ran the
+    workload the segment before)."""
+    return max(1, min(WARMUP_S, math.ceil(warmup_s)))
 
 
 def _largest_shared_buffers(ctx: RunContext, configs: list[dict[str, str]]) -> int:
@@ -96,57 +114,98 @@ class Duet(FinalDesign, name=DUET):
 
     def race(self, run: FinalRun, request: RaceRequest) -> DuetRace | None:
         return race_duet_run(run.ctx, run.state, request.configurations, list(request.labels),
-                             level=request.level)
+                             level=request.level, stage=request.stage)
+
+
+def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: int,
+                    decide: Callable[[Decision], None]) -> Clone | Twin | None:
+    """The duet's second cluster beside the server at ``dsn``: the user's twin
+    (``database.twin``, checked to hold the same data) or a clone made now, with memory for
+    ``largest_shared_buffers`` bytes (None, said why, when neither can run)."""
+    twin = database.twin
+    try:
+        if twin is not None:
+            second: Clone | Twin = open_twin(dsn, twin,
+                                             restart_timeout_s=database.restart_timeout_s)
+        else:
+            check_memory(largest_shared_buffers, dsn)
+            mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
+            second = make_clone(dsn, journals=journal_dir(), mark=mark)
+    except HarmonyError as exc:
+        what = "the twin could not be used" if twin is not None else \
+            "the clone could not be made"
+        decide(Decision.of("final", Kind.SKIPPED, step="duet", design=DUET,
+                                 reason=f"no duet: {what} ({exc})"))
+        return None
+    if isinstance(second, Twin):
+        decide(Decision.line(
+            "final", f"duet on the twin {second.source} (database.twin): the same data as the "
+                     f"server, {second.size_bytes / 2 ** 20:,.0f} MiB; no copy made",
+            design=DUET))
+    else:
+        decide(Decision.line(
+            "final", f"duet clone of {second.source}: {second.size_bytes / 2 ** 20:,.0f} MiB "
+                     f"copied in {second.setup_s:.1f} s to {second.record.scratch}",
+            design=DUET))
+    return second
 
 
 def race_duet_run(ctx: RunContext, state: RunState,
                   candidates: Mapping[str, Mapping[str, str]],
-                  labels: list[str], *, level: float | None = None) -> DuetRace | None:
+                  labels: list[str], *, level: float | None = None,
+                  stage: str | None = None) -> DuetRace | None:
     """Race ``labels`` (the first the reference) by duet for ``final.max_seconds`` at
     ``level`` (``final.level`` when None; a split's stage lowers it); None, said why, when it
     could not run (the race then runs in the next design)."""
     runner = duet_runner(ctx)
     if runner is None:
-        state.decide("final: no duet: the traffic is live (the application talks to one "
-                     "server)")
+        state.decide(Decision.of("final", Kind.SKIPPED, step="duet", design=DUET, stage=stage,
+                                 reason="no duet: the traffic is live (the application talks "
+                                        "to one server)"))
         return None
     configs = [dict(candidates[label]) for label in labels]
     ctx.measurer.stop()  # the windows' workload must not run beside this one
-    mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
-    try:
-        check_memory(_largest_shared_buffers(ctx, configs), ctx.target.dsn)
-        clone = make_clone(ctx.target.dsn, journals=journal_dir(), mark=mark)
-    except HarmonyError as exc:
-        state.decide(f"final: no duet: the clone could not be made ({exc})")
+    second = _second_cluster(ctx.target.dsn, ctx.config.database,
+                             _largest_shared_buffers(ctx, configs), state.decide)
+    if second is None:
         return None
-    state.decide(f"final: duet clone of {clone.source}: {clone.size_bytes / 2 ** 20:,.0f} MiB "
-                 f"copied in {clone.setup_s:.1f} s to {clone.record.scratch}")
-    cpus = pinning(ctx)
+    cpus = pinning(ctx) if isinstance(second, Clone) else None
     try:
         server = Arm("server", ctx.target.dsn,
                      lambda s: ctx.apply(s, check_budget=False, warm_up=False),
                      cpus=cpus[0] if cpus else None,
                      data_dir=ctx.target.cluster.data_dir if ctx.target.cluster else None)
-        twin = Arm("clone", clone.dsn_like(ctx.target.dsn), lambda s: clone.apply(dict(s)),
-                   cpus=cpus[1] if cpus else None, data_dir=clone.cluster.data_dir)
+        other = Arm("clone", second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
+                    cpus=cpus[1] if cpus else None,
+                    data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
         seconds = race_seconds(ctx)
         pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
                   f"client to {cpus[1]}" if cpus else "")
-        outcome = run_duet(server, twin, configs, labels, runner, max_seconds=seconds,
+        size = f"{second.size_bytes / 2 ** 20:,.0f} MiB"
+        outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),
+                           warmup_s=warmup_seconds(ctx.config.measure.warmup_s),
                            level=ctx.config.final.level if level is None else level,
-                           clone_text=f"its clone ({clone.size_bytes / 2 ** 20:,.0f} MiB, made "
-                                      f"in {clone.setup_s:.1f} s, removed after{pinned})")
+                           clone_text=(f"its clone ({size}, made in {second.setup_s:.1f} s, "
+                                       f"removed after{pinned})" if isinstance(second, Clone)
+                                       else f"the twin {second.source} named in "
+                                            f"database.twin ({size}, its configuration "
+                                            f"restored after)"))
     except HarmonyError as exc:
-        state.decide(f"final: the duet failed ({exc}); measured in another design")
+        state.decide(Decision.of("final", Kind.FAILED, design=DUET, stage=stage,
+                                 reason=str(exc), text="measured in another design"))
         return None
     finally:
-        clone.remove()
+        second.remove()
         if cpus and ctx.target.cluster is not None:
             pin_postmaster(ctx.target.cluster.data_dir, cpus[2])  # every CPU again
     if outcome is None:
-        state.decide("final: the duet measured too little for an interval")
+        state.decide(Decision.of("final", Kind.SKIPPED, step="duet", design=DUET, stage=stage,
+                                 reason="the duet measured too little for an interval"))
         return None
-    for line in outcome.decisions():
-        state.decide(f"final: {line}")
+    for record in race_records(outcome.to_final_decision(), stage=stage):
+        state.decide(record)
+    if outcome.drift is not None:
+        state.decide(drift_record(outcome.drift, reference=labels[0], design=DUET, stage=stage,
+                                  holds=HOLDS))
     return outcome

@@ -26,7 +26,7 @@ from harmony_base.errors import ConfigError, HarmonyError
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK
 from tuner_client.engine.protocol import RaceRequest
-from tuner_client.phases.decisions import Decision, Kind, race_records
+from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext
@@ -50,6 +50,11 @@ from workloads.connect import connect
 from workloads.per_transaction.from_config import make_assignment
 
 logger = logging.getLogger(__name__)
+
+#: what a switchback's interval holds for when its reference drifted (issue 51, item 5)
+HOLDS = ("each block compares slices a few seconds apart, so a drift slower than a block "
+         "cancels in each pair: the interval holds for the average of the states the race "
+         "saw, not for the reference's level at its start or at its end")
 
 #: fewest blocks a switchback race runs (the 95 % confidence sequence is unbounded below 4)
 MIN_BLOCKS = 4
@@ -85,6 +90,9 @@ class Switchback(FinalDesign, name=SWITCHBACK):
         for record in race_records(outcome.to_final_decision(), stage=request.stage,
                                    counts=outcome.counts):
             run.state.decide(record)
+        if outcome.drift is not None:
+            run.state.decide(drift_record(outcome.drift, reference=labels[0], design=self.name,
+                                          stage=request.stage, holds=HOLDS))
         return outcome
 
 

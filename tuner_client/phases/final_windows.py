@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from tuner_client.engine.designs import WINDOWS
 from tuner_client.engine.protocol import RaceRequest
-from tuner_client.phases.decisions import Decision, Kind, race_records
+from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.decision import METHOD_NAMES, FinalDecision, decide
+from tuner_client.stats.drift import reference_drift
 from tuner_client.stats.paired import Method, paired_ratio_interval
 from tuner_client.stats.racing import Race, RaceBudget, RaceResult, RaceRules
 from tuner_client.stats.trace import RaceTrace, TraceStep
@@ -40,6 +41,12 @@ NAMES = {"default": "default", "pgtune": "PGTune rules", "best": "tuned",
 #: the race looks after every round and may stop on any rule: its intervals, and the
 #: decision's, are confidence sequences, valid at every round at once
 INTERVAL_METHOD: Method = "anytime"
+
+#: what a windows race's interval holds for when its reference drifted (issue 51, item 5)
+HOLDS = ("the windows measured the reference and the candidates minutes apart, so the "
+         "drift between one's window and the other's enters each ratio (the alternating "
+         "order cancels a steady drift only on average): it biases the comparison and adds to "
+         "the rounds' noise")
 
 #: baselines the decision may recommend like a searched candidate (the BME recommendation is
 #: only reported)
@@ -97,7 +104,8 @@ class Windows(FinalDesign, name=WINDOWS):
 
     def race(self, run: FinalRun, request: RaceRequest) -> WindowsOutcome:
         ctx, state = run.ctx, run.state
-        result = _race(ctx, state, request)
+        seen: list[tuple[float, float | None]] = []
+        result = _race(ctx, state, request, seen)
         rounds = [dict(row) for row in result.rounds]
         dropped = {label: (result.dropped_after[label], why)
                    for label, why in result.dropped.items()}
@@ -112,6 +120,10 @@ class Windows(FinalDesign, name=WINDOWS):
             state, request.configurations, list(request.searched), self.name))
         for record in race_records(decision, stage=request.stage):
             state.decide(record)
+        drift = reference_drift([t for t, _ in seen], [v for _, v in seen], unit="rounds")
+        if drift is not None:
+            state.decide(drift_record(drift, reference=request.reference, design=self.name,
+                                      stage=request.stage, holds=HOLDS))
         return WindowsOutcome(rounds, decision, result, request.level, dropped)
 
 
@@ -123,15 +135,20 @@ def baseline_round(run: FinalRun, labels: list[str],
                             for label in labels}], None)
 
 
-def _race(ctx: RunContext, state: RunState, request: RaceRequest) -> RaceResult:
+def _race(ctx: RunContext, state: RunState, request: RaceRequest,
+          seen: list[tuple[float, float | None]]) -> RaceResult:
     """Race the request's candidates beside its reference and the reported labels
-    (:class:`tuner_client.stats.racing.Race`)."""
+    (:class:`tuner_client.stats.racing.Race`); ``seen`` gets the reference's every window
+    (the time it ended, its value), for its drift."""
     cfg = ctx.config.final
     race: Race | None = None
 
     def measure(label: str) -> float | None:
-        return _measure(ctx, state, request.configurations, label,
-                        len(race.rounds) if race is not None else 0)
+        value = _measure(ctx, state, request.configurations, label,
+                         len(race.rounds) if race is not None else 0)
+        if label == request.reference:
+            seen.append((time.time(), value))
+        return value
 
     min_rounds = max(2, cfg.rounds)
     max_rounds = max(min_rounds, cfg.max_rounds)

@@ -141,8 +141,6 @@ class RunState:
     def decide(self, record: Decision) -> None:
         """Record a decision of the run (shown in the summary and the log, in the words
         :func:`~tuner_client.phases.decisions.render` gives it)."""
-        if isinstance(record, str):  # until final_duet.py and search_per_transaction.py
-            record = Decision.note(record)  # give theirs as records (issue 53)
         text = render(record)
         self.decision_records.append(record)
         self.decisions.append(text)

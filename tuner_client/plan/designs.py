@@ -11,6 +11,8 @@ comparison actually measured.
 
 from __future__ import annotations
 
+from psycopg.conninfo import conninfo_to_dict
+
 from tuner_client.config import KnobSpace, TunerConfig
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import (
@@ -53,6 +55,20 @@ def clone_text(data_bytes: int | None, shared_buffers: str | None) -> str:
             f"removed after the race")
 
 
+def twin_text(config: TunerConfig) -> str:
+    """The user's twin a duet runs on (``database.twin``), in words."""
+    twin = config.database.twin
+    assert twin is not None
+    params = conninfo_to_dict(twin.dsn)
+    where = (f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/"
+             f"{params.get('dbname') or ''}")
+    restarts = (f"restarted by its {twin.controller.kind} controller for a restart-time knob"
+                if twin.controller is not None
+                else "no controller: reload-time knobs only")
+    return (f"the twin {where} named in database.twin beside it (no copy made; checked to hold "
+            f"the same data first; {restarts}; its configuration restored after the race)")
+
+
 def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
                  online: KnobSpace, *, data_bytes: int | None = None,
                  shared_buffers: str | None = None) -> str:
@@ -65,7 +81,8 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
 
     choice = chosen(online.names)
     text = f"when the candidates differ in the online knobs: {choice.text()}"
-    clone = clone_text(data_bytes, shared_buffers)
+    clone = (twin_text(config) if config.database.twin is not None
+             else clone_text(data_bytes, shared_buffers))
     if choice.clones:
         text += f" ({clone})"
     if not offline.names:

@@ -58,6 +58,7 @@ import numpy as np
 
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
+from tuner_client.stats.drift import Drift, reference_drift
 from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval
@@ -288,6 +289,8 @@ class SwitchbackRace(DesignRace[SwitchbackComparison]):
     longest_s: float = 0.0
     #: what the ratios count (:data:`tuner_client.stats.estimand.COUNTS`)
     counts: str = COUNTS[DRAWS]
+    #: the reference's own level over its slices (None: too few slices)
+    drift: Drift | None = None
 
     def design_line(self) -> str:
         dropped = ", ".join(f"{n} {why}" for why, n in self.dropped.items() if n) or "none"
@@ -352,4 +355,15 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
                           settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept,
                           totals.carried,
                           totals.longest_mean_s if source == "transactions" else 0.0,
-                          counts=estimand.text())
+                          counts=estimand.text(), drift=reference_drift_of(totals, settle_s))
+
+
+def reference_drift_of(totals: SliceTotals, settle_s: float, reference: int = 0
+                       ) -> Drift | None:
+    """The reference's drift over its slices (:mod:`tuner_client.stats.drift`): each
+    slice's kept observations per second of its settled span, at the span's middle."""
+    rows = [(0.5 * (span.begin + span.end), float(totals.counts[row].sum())
+             / (span.end - span.begin - settle_s))
+            for row, span in enumerate(totals.spans)
+            if span.config == reference and span.end - span.begin > settle_s]
+    return reference_drift([t for t, _ in rows], [v for _, v in rows], unit="slices")

@@ -1,0 +1,225 @@
+"""The duet on a twin the user names (``database.twin``, :mod:`tuner_client.duet.twin`): a
+second real cluster, initdb'd on its own and loaded with the same data, races beside the
+server with no copy made; afterwards the twin's postgresql.auto.conf is byte for byte what
+it was and its restart-time setting in force again its own; a twin holding other data is
+refused with what differs; the config is checked; the engine and the plan use the twin."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psycopg
+import pytest
+from conftest import ClusterFactory
+
+from harmony_base.errors import ConfigError
+from tuner_client.api.client import connect
+from tuner_client.config import parse_tuner_config, tuner_config_from_dict
+from tuner_client.config.knobspace import resolve_knob_space
+from tuner_client.config.model import ControllerConfig, TwinConfig
+from tuner_client.crashsafe.guard import MARK_VARIABLE
+from tuner_client.crashsafe.journal import find_journals, journal_dir
+from tuner_client.duet.driver import client_runner
+from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.twin import check_twin, open_twin
+from tuner_client.engine.comparison import clone_reason
+from tuner_client.flows import Tuner
+from tuner_client.plan.designs import final_design
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target, read_catalog
+from workloads.pgbench import PgbenchWorkload
+
+
+def _load(cluster: LocalCluster, scale: int) -> str:
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn_for("bench")
+    subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", str(scale), dsn],
+                   check=True, capture_output=True)
+    return dsn
+
+
+def _twin_config(cluster: LocalCluster, dsn: str) -> TwinConfig:
+    return TwinConfig(dsn, ControllerConfig("pg_ctl", {"data_dir": str(cluster.data_dir),
+                                                       "log_path": str(cluster.log_path)}))
+
+
+def _shown(dsn: str, name: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SHOW {name}").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    server_dsn = _load(own_cluster, 1)
+    monkeypatch.setenv(MARK_VARIABLE, "twin-test")  # as inside a run: the twin is journaled
+    other = cluster_factory("twin")
+    try:
+        twin_dsn = _load(other, 1)
+        # the twin's own configuration: a line of its auto.conf the race also sets
+        with psycopg.connect(other.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET work_mem = '3MB'")
+            conn.execute("SELECT pg_reload_conf()")
+        auto_conf = (other.data_dir / "postgresql.auto.conf").read_text()
+        buffers = _shown(twin_dsn, "shared_buffers")
+        twin = open_twin(server_dsn, _twin_config(other, twin_dsn), restart_timeout_s=60)
+        assert twin.auto_conf == auto_conf and twin.auto_lines["work_mem"] == "3MB"
+        assert twin.journal is not None and twin.journal.mark == "twin-test"
+        assert twin.journal.path.exists() and not twin.journal.changes
+        workload = PgbenchWorkload(server_dsn, clients=1, scale=1, builtin="select-only")
+        try:
+            with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+                def alter(settings: object) -> None:
+                    assert isinstance(settings, dict)
+                    for name, value in settings.items():
+                        conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                            psycopg.sql.Identifier(name), psycopg.sql.Literal(value)))
+                    conn.execute("SELECT pg_reload_conf()")
+                # the candidate differs in shared_buffers: the twin restarts for it
+                outcome = run_duet(
+                    Arm("server", server_dsn, alter),
+                    Arm("clone", twin.dsn_like(server_dsn), lambda s: twin.apply(dict(s))),
+                    [{"work_mem": "4MB"}, {"work_mem": "4MB", "shared_buffers": "24MB"}],
+                    ["default", "small"], client_runner(workload.progress_command),
+                    max_seconds=10, segment_s=5, warmup_s=1, min_blocks=2)
+            assert twin.restarted  # shared_buffers 24MB was put in force on the twin
+            # every change recorded in the journal (the guard's) before it was made
+            assert {"work_mem": "4MB", "shared_buffers": "24MB"} in [
+                c["values"] for c in twin.journal.changes]
+        finally:
+            twin.remove()
+        assert outcome is not None and outcome.plain["small"].batches >= 2
+        # the twin as it was: the file byte for byte, the restart undone
+        assert (other.data_dir / "postgresql.auto.conf").read_text() == auto_conf
+        assert _shown(twin_dsn, "shared_buffers") == buffers
+        assert _shown(twin_dsn, "work_mem") == "3MB"
+        assert not twin.restarted
+        assert not twin.journal.path.exists()  # completed once the twin was put back
+    finally:
+        other.destroy()
+
+
+def test_a_twin_with_other_data_is_refused_saying_what_differs(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory) -> None:
+    server_dsn = _load(own_cluster, 1)
+    other = cluster_factory("twin-other")
+    try:
+        twin_dsn = _load(other, 3)  # three times the accounts
+        with pytest.raises(ConfigError, match=r"database.twin \(127.0.0.1:\d+/bench\) must "
+                                              r"hold the same data as the server .* but "
+                                              r"public.pgbench_accounts takes .* MiB on the "
+                                              r"server and .* MiB on the twin"):
+            check_twin(server_dsn, _twin_config(other, twin_dsn))
+        with psycopg.connect(twin_dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE extra (x int)")
+        with pytest.raises(ConfigError, match=r"the twin has public.extra, which the server "
+                                              r"has not"):
+            open_twin(server_dsn, _twin_config(other, twin_dsn))
+    finally:
+        other.destroy()
+
+
+def _config(dsn: str, twin: object = None, **db: object) -> dict[str, object]:
+    database: dict[str, object] = {
+        "dsn": dsn, "allow_restarts": True,
+        "controller": {"kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}, **db}
+    if twin is not None:
+        database["twin"] = twin
+    return {"name": "twin", "database": database, "workload": {"pgbench": {"clients": 2}},
+            "online": {"knobs": {"max_wal_size": {"min": "32MB", "max": "1GB"}}}}
+
+
+def test_the_twin_in_the_config_checked_and_used_by_the_engine_and_the_plan(
+        pg_cluster: LocalCluster) -> None:
+    remote = "host=10.1.2.3 port=5432 dbname=bench"
+    twin = {"dsn": "host=10.1.2.4 port=5433 dbname=bench",
+            "controller": {"kind": "docker", "options": {"container": "pg-twin"}}}
+    config = tuner_config_from_dict(_config(remote, twin), source="twin.yaml")
+    assert config.database.twin == TwinConfig(twin["dsn"], ControllerConfig(  # type: ignore[index]
+        "docker", {"container": "pg-twin"}))
+    # a server on another host cannot be cloned here, but its twin runs where it is
+    assert clone_reason(tuner_config_from_dict(_config(remote), source="t.yaml"), False) \
+        .startswith("the server is on 10.1.2.3")  # type: ignore[union-attr]
+    assert clone_reason(config, False) is None
+    assert clone_reason(config, True) == "the race runs over several replicas"
+    catalog = read_catalog(pg_cluster.dsn)
+    online = resolve_knob_space(config.online.knobs, catalog, kind="online")
+    offline = resolve_knob_space(config.offline.knobs, catalog, kind="offline")
+    text = final_design(config, catalog, offline, online)
+    assert "duet, the most precise design valid here" in text, text
+    assert ("the twin 10.1.2.4:5433/bench named in database.twin beside it (no copy made; "
+            "checked to hold the same data first; restarted by its docker controller") in text
+    assert "pg_basebackup" not in text
+    # what must hold, named with the file and the key
+    with pytest.raises(ConfigError, match=r"twin.yaml.*database.twin.dsn must name another "
+                                          r"server than database.dsn"):
+        tuner_config_from_dict(_config(remote, {"dsn": remote}), source="twin.yaml")
+    with pytest.raises(ConfigError, match=r"twin.yaml.*database.twin names a server beside one "
+                                          r"given by database.dsn"):
+        tuner_config_from_dict({"name": "t", "database": {"twin": twin}}, source="twin.yaml")
+    with pytest.raises(ConfigError, match=r"twin.yaml.*a DSN without database.controller is "
+                                          r"managed mode"):
+        tuner_config_from_dict({"name": "t", "database": {"dsn": remote, "twin": twin}},
+                               source="twin.yaml")
+    with pytest.raises(ConfigError, match=r"controller kind 'local' is the embedded cluster; "
+                                          r"the twin's is pg_ctl, docker or command"):
+        tuner_config_from_dict(_config(remote, {"dsn": twin["dsn"], "controller": {
+            "kind": "local"}}), source="twin.yaml")
+    with pytest.raises(ConfigError, match=r"twin"):
+        tuner_config_from_dict(_config(remote, {"controller": {"kind": "docker"}}),
+                               source="twin.yaml")
+
+
+
+TUNE = """name: duet-twin
+seed: 3
+database:
+  dsn: "{dsn}"
+  controller: {{kind: pg_ctl, options: {{data_dir: "{data_dir}"}}}}
+  twin:
+    dsn: "{twin_dsn}"
+    controller: {{kind: pg_ctl, options: {{data_dir: "{twin_dir}", log_path: "{twin_log}"}}}}
+workload: {{pgbench: {{scale: 1, clients: 2}}}}
+measure: {{warmup_s: 0.3, samples: 1, seconds: 1}}
+offline: {{knobs: {{shared_buffers: {{min: 128MB, max: 128MB}}}}, evaluations: 1}}
+online: {{knobs: {{max_wal_size: {{values: [32MB, 1GB]}}}}, strategy: {{name: exhaustive}},
+         evaluations: 2}}
+flow: {{kind: one-pass}}
+final: {{rounds: 1, candidates: 1, max_seconds: 20, baselines: []}}
+"""
+
+
+def test_a_tuning_run_races_by_duet_on_the_twin(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory) -> None:
+    """A whole run whose config names a twin: the final race (max_wal_size, a knob with
+    memory) runs by duet on it with no clone made; both servers' settings are as before."""
+    dsn = _load(own_cluster, 1)
+    other = cluster_factory("twin-run")
+    try:
+        twin_dsn = _load(other, 1)
+        before = {c: (c.data_dir / "postgresql.auto.conf").read_text()
+                  for c in (own_cluster, other)}
+        wal = _shown(twin_dsn, "max_wal_size")
+        config = parse_tuner_config(TUNE.format(
+            dsn=dsn, data_dir=own_cluster.data_dir, twin_dsn=twin_dsn, twin_dir=other.data_dir,
+            twin_log=other.log_path), source="twin.yaml")
+        target = Target(dsn=dsn, catalog=read_catalog(dsn),
+                        controller=LocalController(own_cluster), cluster=None, ram_bytes=None)
+        result = Tuner(config, client=connect(None), target=target, run_id="duet-twin").run()
+        decisions = "\n".join(result.work.decisions)
+        decision = result.intervals.decision
+        assert decision is not None and decision.design == "duet", decisions
+        assert "final: duet on the twin 127.0.0.1:" in decisions
+        assert "no copy made" in decisions and "duet clone of" not in decisions
+        assert "named in database.twin" in decisions
+        for cluster in (own_cluster, other):
+            assert (cluster.data_dir / "postgresql.auto.conf").read_text() == before[cluster]
+        assert _shown(twin_dsn, "max_wal_size") == wal
+        # the twin's restore journal (the guard's, had the run died) completed and removed
+        assert not [j for j in find_journals(journal_dir()) if j.config == "database.twin"]
+    finally:
+        other.destroy()
