@@ -115,7 +115,11 @@ def race_duet_run(ctx: RunContext, state: RunState,
     mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
     try:
         check_memory(_largest_shared_buffers(ctx, configs), ctx.target.dsn)
-        clone = make_clone(ctx.target.dsn, journals=journal_dir(), mark=mark)
+        # the embedded cluster's memory limit holds for its clone too (its own cgroup): a
+        # clone beside the page cache of the whole machine would measure another machine
+        limit = ctx.target.cluster.memory_limit_bytes if ctx.target.cluster else None
+        clone = make_clone(ctx.target.dsn, journals=journal_dir(), mark=mark,
+                           memory_limit_bytes=limit)
     except HarmonyError as exc:
         state.decide(f"final: no duet: the clone could not be made ({exc})")
         return None

@@ -298,10 +298,17 @@ class LocalCluster:
             cgroup=True,
         )
 
-    def stop(self, timeout_s: float | None = None, mode: str = "fast") -> None:
-        """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running."""
+    def stop(self, timeout_s: float | None = None, mode: str = "fast", *,
+             keep_cgroup: bool = False) -> None:
+        """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running. With
+        ``keep_cgroup`` (a restart) its cgroups stay for the next start: the page cache the
+        server filled stays charged to its memory cgroup, within the limit. A cgroup removed
+        and made afresh would leave that cache charged to the removed one, outside any limit,
+        where the restarted server still finds it (a restart escaping the limit: a scan
+        after one read 0 bytes from storage while the new cgroup held 39 of 351 MB)."""
         if not self.is_running():
-            self._remove_cgroup()
+            if not keep_cgroup:
+                self._remove_cgroup()
             return
         t = int(timeout_s if timeout_s is not None else self.timeout_s)
         proc = self.run(
@@ -312,18 +319,20 @@ class LocalCluster:
         if proc.returncode != 0 and self.is_running():
             if mode != "immediate":
                 logger.warning("pg_ctl stop -m %s failed; stopping with -m immediate", mode)
-                self.stop(timeout_s, mode="immediate")
+                self.stop(timeout_s, mode="immediate", keep_cgroup=keep_cgroup)
                 return
             raise DatabaseError(
                 f"PostgreSQL in {self.data_dir} did not stop: "
                 f"{(proc.stderr or proc.stdout).strip()[-500:]}"
             )
-        self._remove_cgroup()
+        if not keep_cgroup:
+            self._remove_cgroup()
         logger.info("PostgreSQL stopped (%s)", self.data_dir)
 
     def restart(self, timeout_s: float | None = None) -> None:
-        """Stop then start (never ``pg_ctl restart -o``, see the module docstring)."""
-        self.stop(timeout_s)
+        """Stop then start in the same cgroups (never ``pg_ctl restart -o``, see the module
+        docstring)."""
+        self.stop(timeout_s, keep_cgroup=True)
         self.start(timeout_s)
 
     def destroy(self) -> None:
@@ -368,6 +377,12 @@ class LocalCluster:
     def cgroup_path(self) -> Path | None:
         """The memory cgroup directory the server is started in (None when unlimited)."""
         return self._cgroup_dir
+
+    def enter_cgroups(self) -> None:
+        """Make the cluster's cgroups now (a start does it too), so that a command run with
+        ``run(..., cgroup=True)`` before the first start (a clone's copy) is charged to them."""
+        self._setup_cgroup()
+        self._setup_cpu_cgroup()
 
     def _setup_cgroup(self) -> None:
         if self.memory_limit_bytes is None or self._cgroup_dir is not None:
