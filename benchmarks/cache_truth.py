@@ -50,7 +50,8 @@ logger = logging.getLogger(__name__)
 
 
 class PgbenchSelect:
-    """pgbench's own select-only client (``-S``, prepared, fresh connections per round)."""
+    """pgbench's own select-only client (``-S``, fresh connections per round; the simple
+    query protocol, as the tuner's pgbench workload runs it)."""
 
     def __init__(self, dsn: str, clients: int) -> None:
         self.dsn, self.clients = dsn, clients
@@ -58,7 +59,7 @@ class PgbenchSelect:
     def tps(self, seconds: int) -> tuple[float, list[float | None]]:
         """The run's tps and its mean latency (ms)."""
         done = subprocess.run(
-            [str(find_pgbench()), "-n", "-S", "-M", "prepared", "-c", str(self.clients),
+            [str(find_pgbench()), "-n", "-S", "-c", str(self.clients),
              "-j", "2", "-T", str(seconds), self.dsn],
             capture_output=True, text=True, check=False)
         found = _TPS.search(done.stdout)

@@ -133,6 +133,8 @@ class WorkloadConfig:
     #: the directory of the config file: relative script paths are also looked up there
     base_dir: str | None = None
     observe: ObserveConfig | None = None  # observe only
+    #: pgbench: its built-in script (``tpcb-like``, ``simple-update``, ``select-only``)
+    builtin: str = "tpcb-like"
     #: pgbench's scale factor when none is given
     PGBENCH_SCALE: ClassVar[int] = 1
 
