@@ -31,7 +31,7 @@ from types import TracebackType
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.servers import pg_binaries
-from tuner_client.servers.cgroups import cpu_cgroup, memory_cgroup, remove_cgroup
+from tuner_client.servers.cgroups import ServerCgroups
 from tuner_client.servers.cluster_files import prepare_state_dir, write_hba, write_local_conf
 
 logger = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ class LocalCluster:
             raise ConfigError(f"cpu_limit must be a number of CPUs between 0.01 and 1024, "
                               f"got {cpu_limit}")
         self.cpu_limit = cpu_limit
-        self._cgroup_procs: Path | None = None
-        self._cgroup_dir: Path | None = None
-        self._cpu_cgroup_dir: Path | None = None
-        self._cgroup_checked = False
+        self._cgroups = ServerCgroups(memory_limit_bytes, cpu_limit)
         if os.geteuid() == 0:
             self.os_user: str | None = os_user or pg_binaries.DEFAULT_OS_USER
             self._pw: pwd.struct_passwd | None = pg_binaries.ensure_os_user(self.os_user)
@@ -133,7 +130,7 @@ class LocalCluster:
     ) -> subprocess.CompletedProcess[str]:
         """Run a server-side command as the cluster's OS user; returns the completed process."""
         full = self.command_prefix() + argv
-        procs = [p for p in (self._cgroup_procs, self._cpu_procs()) if p is not None]
+        procs = self._cgroups.procs()
         if cgroup and procs:
             # a root shell joins the cgroups first, so pg_ctl and the postmaster it forks
             # are born inside them; then it drops to the unprivileged user
@@ -245,8 +242,7 @@ class LocalCluster:
         # the port this object connects to goes into the config on every start: an
         # existing cluster may have been written with another port by an earlier object
         self._write_conf()
-        self._setup_cgroup()
-        self._setup_cpu_cgroup()
+        self.enter_cgroups()
         attempts = 1 if self._port_given else 3
         for attempt in range(attempts):
             proc = self._pg_ctl_start(timeout_s)
@@ -301,11 +297,8 @@ class LocalCluster:
     def stop(self, timeout_s: float | None = None, mode: str = "fast", *,
              keep_cgroup: bool = False) -> None:
         """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running. With
-        ``keep_cgroup`` (a restart) its cgroups stay for the next start: the page cache the
-        server filled stays charged to its memory cgroup, within the limit. A cgroup removed
-        and made afresh would leave that cache charged to the removed one, outside any limit,
-        where the restarted server still finds it (a restart escaping the limit: a scan
-        after one read 0 bytes from storage while the new cgroup held 39 of 351 MB)."""
+        ``keep_cgroup`` (a restart) its cgroups stay for the next start, and with them the
+        page cache it filled within its memory limit (:class:`ServerCgroups`)."""
         if not self.is_running():
             if not keep_cgroup:
                 self._remove_cgroup()
@@ -376,38 +369,16 @@ class LocalCluster:
 
     def cgroup_path(self) -> Path | None:
         """The memory cgroup directory the server is started in (None when unlimited)."""
-        return self._cgroup_dir
+        return self._cgroups.memory
+
+    def cpu_cgroup_path(self) -> Path | None:
+        """The CPU cgroup directory the server is started in (None without ``cpu_limit``)."""
+        return self._cgroups.cpu
 
     def enter_cgroups(self) -> None:
         """Make the cluster's cgroups now (a start does it too), so that a command run with
         ``run(..., cgroup=True)`` before the first start (a clone's copy) is charged to them."""
-        self._setup_cgroup()
-        self._setup_cpu_cgroup()
-
-    def _setup_cgroup(self) -> None:
-        if self.memory_limit_bytes is None or self._cgroup_dir is not None:
-            return
-        cg = memory_cgroup(f"harmony-pg-{self._port}-{os.getpid()}", self.memory_limit_bytes)
-        if cg is not None:
-            self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
-
-    def _cpu_procs(self) -> Path | None:
-        return self._cpu_cgroup_dir / "cgroup.procs" if self._cpu_cgroup_dir else None
-
-    def _setup_cpu_cgroup(self) -> None:
-        """A CPU cgroup capping the server at ``cpu_limit`` CPUs (v1 cfs quota or v2 cpu.max)."""
-        if self.cpu_limit is None or self._cpu_cgroup_dir is not None:
-            return
-        self._cpu_cgroup_dir = cpu_cgroup(f"harmony-pg-cpu-{self._port}-{os.getpid()}",
-                                          self.cpu_limit)
+        self._cgroups.make(f"{self._port}-{os.getpid()}")
 
     def _remove_cgroup(self) -> None:
-        cpu = self._cpu_cgroup_dir
-        if cpu is not None:
-            self._cpu_cgroup_dir = None
-            remove_cgroup(cpu)
-        cg = self._cgroup_dir
-        if cg is None:
-            return
-        remove_cgroup(cg)
-        self._cgroup_dir = self._cgroup_procs = None
+        self._cgroups.remove()
