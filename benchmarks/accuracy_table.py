@@ -270,16 +270,16 @@ def run_cache(args: argparse.Namespace, data: dict[str, Any]) -> None:
                                            f"{CACHE_LIMIT}, a restart before each arm")
     cluster = None
     try:
+        # one hold for the tune and the truth: the truth measures the cluster the tune left
         with bench_lock():
             data["uptime_start"] = uptime()
             data["wall_s"], data["rc"], summary, data["stderr_tail"] = _tune(
                 config, state / "out", "--state-dir", str(state / "harmony"))
-        if summary is None:
-            return
-        found = sorted((state / "harmony").glob("**/cluster/data/PG_VERSION"))
-        cluster = LocalCluster(found[0].parent.parent, memory_limit_bytes=parse_bytes(
-            CACHE_LIMIT, what="CACHE_LIMIT"))
-        with bench_lock():
+            if summary is None:
+                return
+            found = sorted((state / "harmony").glob("**/cluster/data/PG_VERSION"))
+            cluster = LocalCluster(found[0].parent.parent, memory_limit_bytes=parse_bytes(
+                CACHE_LIMIT, what="CACHE_LIMIT"))
             cluster.start()
             dsn = cluster.dsn_for(EMBEDDED_DBNAME)
             shown_settings = _shown(data, summary, dsn)
@@ -297,8 +297,8 @@ def run_cache(args: argparse.Namespace, data: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def bench_lock() -> Iterator[None]:
-    """``/tmp/harmony-bench.lock`` held for one step (the tune, the truth): each hold stays
-    short, and others' benchmarks run between them."""
+    """``/tmp/harmony-bench.lock`` held (the ``cache`` row takes it itself: run it without
+    an outer ``flock``)."""
     with open(BENCH_LOCK, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
