@@ -220,6 +220,9 @@ class BudgetConfig:
 
     ram_bytes: int | None = None
     os_reserved_bytes: int = 512 * 1024**2
+    #: ``budget.os_reserved`` not given: under ``database.memory_limit`` the reserve is then
+    #: at most :data:`LIMITED_OS_RESERVE` of the limit (:func:`tuner_client.budget.view.os_reserve`)
+    os_reserved_auto: bool = True
     connections: int | None = None
     shared_buffers_fraction: float = 0.5
     online_limit_bytes: int | None = None  # fixed online budget (overrides RAM - S - O - n·P)
