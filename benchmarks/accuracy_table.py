@@ -64,8 +64,8 @@ from typing import Any
 import psycopg
 import yaml
 
-from benchmarks.accuracy import _LATENCY, _TPS, Pgbench, _text, truth
-from benchmarks.cache_truth import PgbenchSelect, restart_truth
+from benchmarks.accuracy import Pgbench, _text, truth
+from benchmarks.cache_truth import PgbenchClient, load_pgbench, pgbench_select, restart_truth
 from benchmarks.evidence.common import machine, write_results
 from benchmarks.evidence.restart import uptime
 from tuner_client.config import tuner_config_from_dict
@@ -74,7 +74,6 @@ from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import EMBEDDED_DBNAME
 from workloads.apps import setup_app
 from workloads.driver import WorkloadDriver
-from workloads.pgbench import find_pgbench
 from workloads.tpch.load import load_tpch
 
 logger = logging.getLogger(__name__)
@@ -130,29 +129,7 @@ WAL_SCALE, WAL_CLIENTS = 20, 4
 
 
 def _load_pgbench(dsn: str, _: Path) -> None:
-    subprocess.run([str(find_pgbench()), "-i", "-q", "-s", str(WAL_SCALE), dsn], check=True,
-                   capture_output=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        conn.execute("CHECKPOINT")
-
-
-class PgbenchTpcb:
-    """pgbench's own TPC-B client (fresh connections per round), for the ``wal`` truth."""
-
-    def __init__(self, dsn: str, clients: int) -> None:
-        self.dsn, self.clients = dsn, clients
-
-    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
-        """The run's tps and its mean latency (ms)."""
-        done = subprocess.run(
-            [str(find_pgbench()), "-n", "-M", "prepared", "-c", str(self.clients), "-j", "2",
-             "-T", str(seconds), self.dsn], capture_output=True, text=True, check=False)
-        found = _TPS.search(done.stdout)
-        if done.returncode != 0 or found is None:
-            raise RuntimeError(f"pgbench failed: {done.stderr[-2000:]}")
-        latency = _LATENCY.search(done.stdout)
-        return float(found.group(1)), [float(latency.group(1)) if latency else None]
+    load_pgbench(dsn, WAL_SCALE)
 
 
 def _load_tpch(dsn: str, state: Path) -> None:
@@ -239,7 +216,7 @@ WORKLOADS: dict[str, Workload] = {
          "checkpoint_timeout": {"min": "30s", "max": "30min"},
          "checkpoint_completion_target": {"min": 0.5, "max": 0.9},
          "wal_compression": {"values": ["off", "on"]}},
-        lambda dsn, cfg, state: PgbenchTpcb(dsn, WAL_CLIENTS),
+        lambda dsn, cfg, state: PgbenchClient(dsn, WAL_CLIENTS, ["-M", "prepared"]),
         f"pgbench's own TPC-B tps, scale {WAL_SCALE}, {WAL_CLIENTS} clients"),
 }
 
@@ -285,7 +262,7 @@ def run_cache(args: argparse.Namespace, data: dict[str, Any]) -> None:
             shown_settings = _shown(data, summary, dsn)
             if shown_settings is not None:
                 data["truth"] = restart_truth(
-                    cluster, dsn, PgbenchSelect(dsn, CACHE_CLIENTS),
+                    cluster, dsn, pgbench_select(dsn, CACHE_CLIENTS),
                     [data["original_settings"], shown_settings], rounds=args.rounds,
                     round_s=args.round_s, warmup_s=args.warmup_s)
             data["uptime_end"] = uptime()

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,24 +49,30 @@ from workloads.pgbench import find_pgbench
 logger = logging.getLogger(__name__)
 
 
-class PgbenchSelect:
-    """pgbench's own select-only client (``-S``, fresh connections per round; the simple
-    query protocol, as the tuner's pgbench workload runs it)."""
+class PgbenchClient:
+    """pgbench's own client on one of its built-in scripts (``options``: ``-S`` select-only,
+    ``-M prepared`` TPC-B, ...), fresh connections per round."""
 
-    def __init__(self, dsn: str, clients: int) -> None:
-        self.dsn, self.clients = dsn, clients
+    def __init__(self, dsn: str, clients: int, options: Sequence[str]) -> None:
+        self.dsn, self.clients, self.options = dsn, clients, list(options)
 
     def tps(self, seconds: int) -> tuple[float, list[float | None]]:
         """The run's tps and its mean latency (ms)."""
         done = subprocess.run(
-            [str(find_pgbench()), "-n", "-S", "-c", str(self.clients),
-             "-j", "2", "-T", str(seconds), self.dsn],
-            capture_output=True, text=True, check=False)
+            [str(find_pgbench()), "-n", *self.options, "-c", str(self.clients), "-j", "2",
+             "-T", str(seconds), self.dsn], capture_output=True, text=True, check=False)
         found = _TPS.search(done.stdout)
         if done.returncode != 0 or found is None:
-            raise RuntimeError(f"pgbench -S failed: {done.stderr[-2000:]}")
+            raise RuntimeError(f"pgbench {' '.join(self.options)} failed: "
+                               f"{done.stderr[-2000:]}")
         latency = _LATENCY.search(done.stdout)
         return float(found.group(1)), [float(latency.group(1)) if latency else None]
+
+
+def pgbench_select(dsn: str, clients: int) -> PgbenchClient:
+    """pgbench's select-only client (``-S``; the simple query protocol, as the tuner's
+    pgbench workload runs it)."""
+    return PgbenchClient(dsn, clients, ["-S"])
 
 
 def load_pgbench(dsn: str, scale: int) -> None:
@@ -175,10 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         data["database_bytes"] = int(row[0]) if row else None
         configs = [{"shared_buffers": args.small}, {"shared_buffers": args.large}]
-        data["truth"] = restart_truth(cluster, cluster.dsn, PgbenchSelect(cluster.dsn,
-                                                                          args.clients),
-                                      configs, rounds=args.rounds, round_s=args.round_s,
-                                      warmup_s=args.warmup_s)
+        client = pgbench_select(cluster.dsn, args.clients)
+        data["truth"] = restart_truth(cluster, cluster.dsn, client, configs, rounds=args.rounds,
+                                      round_s=args.round_s, warmup_s=args.warmup_s)
     finally:
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
