@@ -123,8 +123,10 @@ def race_duet_run(ctx: RunContext, state: RunState,
     except HarmonyError as exc:
         state.decide(f"final: no duet: the clone could not be made ({exc})")
         return None
+    limited = (f", in a memory cgroup of {limit / 2 ** 20:,.0f} MiB as the server's"
+               if limit is not None else "")
     state.decide(f"final: duet clone of {clone.source}: {clone.size_bytes / 2 ** 20:,.0f} MiB "
-                 f"copied in {clone.setup_s:.1f} s to {clone.record.scratch}")
+                 f"copied in {clone.setup_s:.1f} s to {clone.record.scratch}{limited}")
     cpus = pinning(ctx)
     try:
         server = Arm("server", ctx.target.dsn,
