@@ -28,6 +28,13 @@ log ratios:
   checkpoint_timeout, checkpoint_completion_target (reload-time knobs with memory) and
   wal_compression. Truth: pgbench's own TPC-B, same clients; rounds of 60 s or more, since a
   checkpoint started under one setting writes on into the next round.
+- ``cache`` (issue 51: the restart knob shared_buffers): the user's config is the embedded
+  cluster under ``database.memory_limit`` (a memory cgroup: the host's page cache cannot hide
+  buffer misses) and pgbench's select-only workload, nothing else: the tuner adds
+  shared_buffers itself. The setting is where ``benchmarks/cache_truth.py`` found
+  shared_buffers to matter. Truth: pgbench -S on the tuner's own embedded cluster, in the
+  same cgroup limit, ALTER SYSTEM and a restart before each arm of each round
+  (``cache_truth.restart_truth``), ``--warmup-s`` uncounted seconds after each restart.
 
     flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.accuracy_table \
         --workload long --tag T
@@ -39,6 +46,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -47,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,14 +64,16 @@ from typing import Any
 import psycopg
 import yaml
 
-from benchmarks.accuracy import _LATENCY, _TPS, Pgbench, _text, truth
+from benchmarks.accuracy import Pgbench, _text, truth
+from benchmarks.cache_truth import PgbenchClient, load_pgbench, pgbench_select, restart_truth
 from benchmarks.evidence.common import machine, write_results
 from benchmarks.evidence.restart import uptime
 from tuner_client.config import tuner_config_from_dict
+from tuner_client.config.units import parse_bytes
 from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import EMBEDDED_DBNAME
 from workloads.apps import setup_app
 from workloads.driver import WorkloadDriver
-from workloads.pgbench import find_pgbench
 from workloads.tpch.load import load_tpch
 
 logger = logging.getLogger(__name__)
@@ -90,6 +101,7 @@ SHOP_READ_FILES = ["workloads/apps/shop/lookup.pgbench@6", "workloads/apps/shop/
 TPCH_MIX = "1Q3,1Q5,1Q10,1Q12"
 TPCH_SCALE = 0.1
 ROOT = Path(__file__).resolve().parent.parent
+BENCH_LOCK = "/tmp/harmony-bench.lock"
 
 
 def _load_sales(dsn: str, _: Path) -> None:
@@ -117,29 +129,7 @@ WAL_SCALE, WAL_CLIENTS = 20, 4
 
 
 def _load_pgbench(dsn: str, _: Path) -> None:
-    subprocess.run([str(find_pgbench()), "-i", "-q", "-s", str(WAL_SCALE), dsn], check=True,
-                   capture_output=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        conn.execute("CHECKPOINT")
-
-
-class PgbenchTpcb:
-    """pgbench's own TPC-B client (fresh connections per round), for the ``wal`` truth."""
-
-    def __init__(self, dsn: str, clients: int) -> None:
-        self.dsn, self.clients = dsn, clients
-
-    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
-        """The run's tps and its mean latency (ms)."""
-        done = subprocess.run(
-            [str(find_pgbench()), "-n", "-M", "prepared", "-c", str(self.clients), "-j", "2",
-             "-T", str(seconds), self.dsn], capture_output=True, text=True, check=False)
-        found = _TPS.search(done.stdout)
-        if done.returncode != 0 or found is None:
-            raise RuntimeError(f"pgbench failed: {done.stderr[-2000:]}")
-        latency = _LATENCY.search(done.stdout)
-        return float(found.group(1)), [float(latency.group(1)) if latency else None]
+    load_pgbench(dsn, WAL_SCALE)
 
 
 def _load_tpch(dsn: str, state: Path) -> None:
@@ -226,9 +216,102 @@ WORKLOADS: dict[str, Workload] = {
          "checkpoint_timeout": {"min": "30s", "max": "30min"},
          "checkpoint_completion_target": {"min": 0.5, "max": 0.9},
          "wal_compression": {"values": ["off", "on"]}},
-        lambda dsn, cfg, state: PgbenchTpcb(dsn, WAL_CLIENTS),
+        lambda dsn, cfg, state: PgbenchClient(dsn, WAL_CLIENTS, ["-M", "prepared"]),
         f"pgbench's own TPC-B tps, scale {WAL_SCALE}, {WAL_CLIENTS} clients"),
 }
+
+
+#: the ``cache`` row: the embedded cluster's memory limit, pgbench's scale and clients
+CACHE_LIMIT, CACHE_SCALE, CACHE_CLIENTS = "1GB", 40, 4
+
+
+def cache_config() -> dict[str, Any]:
+    """The ``cache`` row's config as a user writes it: the embedded cluster under a memory
+    limit, pgbench's select-only workload, every other choice the tuner's default."""
+    return {"name": "my-app", "seed": 1, "database": {"memory_limit": CACHE_LIMIT},
+            "workload": {"pgbench": {"scale": CACHE_SCALE, "clients": CACHE_CLIENTS,
+                                     "builtin": "select-only"}}}
+
+
+def run_cache(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """The ``cache`` row: ``harmony tune`` makes and fills its own embedded cluster (under
+    ``--state-dir``); the truth then restarts that cluster, in a memory cgroup of the same
+    limit, between its arms."""
+    state = Path(tempfile.mkdtemp(prefix="harmony-bench-accuracy-cache-", dir="/var/tmp"))
+    state.chmod(0o755)  # the cluster's unprivileged OS user must reach it
+    raw = cache_config()
+    config = state / "my-app.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    data["config"], data["counts"] = raw, (f"pgbench -S's own tps, scale {CACHE_SCALE}, "
+                                           f"{CACHE_CLIENTS} clients, in a memory cgroup of "
+                                           f"{CACHE_LIMIT}, a restart before each arm")
+    cluster = None
+    try:
+        # one hold for the tune and the truth: the truth measures the cluster the tune left
+        with bench_lock():
+            data["uptime_start"] = uptime()
+            data["wall_s"], data["rc"], summary, data["stderr_tail"] = _tune(
+                config, state / "out", "--state-dir", str(state / "harmony"))
+            if summary is None:
+                return
+            found = sorted((state / "harmony").glob("**/cluster/data/PG_VERSION"))
+            cluster = LocalCluster(found[0].parent.parent, memory_limit_bytes=parse_bytes(
+                CACHE_LIMIT, what="CACHE_LIMIT"))
+            cluster.start()
+            dsn = cluster.dsn_for(EMBEDDED_DBNAME)
+            shown_settings = _shown(data, summary, dsn)
+            if shown_settings is not None:
+                data["truth"] = restart_truth(
+                    cluster, dsn, pgbench_select(dsn, CACHE_CLIENTS),
+                    [data["original_settings"], shown_settings], rounds=args.rounds,
+                    round_s=args.round_s, warmup_s=args.warmup_s)
+            data["uptime_end"] = uptime()
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def bench_lock() -> Iterator[None]:
+    """``/tmp/harmony-bench.lock`` held (the ``cache`` row takes it itself: run it without
+    an outer ``flock``)."""
+    with open(BENCH_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _shown(data: dict[str, Any], summary: dict[str, Any], dsn: str,
+           knobs_given: Iterable[str] | None = None) -> dict[str, str] | None:
+    """The decision, and the settings of the configuration it shows (its recommendation,
+    or the best it kept the original against) with the original's beside them in
+    ``data``, over ``knobs_given`` (None: the knobs it changes, and shared_buffers); None
+    when it shows none."""
+    decision = summary.get("decision") or {}
+    shown = decision.get("winner") or decision.get("best")
+    data["decision"] = {k: decision.get(k) for k in ("winner", "best", "design", "intervals",
+                                                     "text")}
+    data["decisions"] = [d for d in summary["decisions"]
+                         if "design" in d or "recommend" in d or "measured" in d]
+    data["decision_records"] = [r for r in summary.get("decision_records", [])
+                                if r.get("phase") == "final"]
+    data["best_settings"] = summary["best_settings"]
+    data["shown"] = shown
+    if shown is None:
+        return None
+    differing = (summary["best_settings"] if decision.get("winner") is not None
+                 else _raced(summary).get(shown))
+    if differing is None:
+        return None
+    knobs = sorted(knobs_given if knobs_given is not None
+                   else set(differing) | {"shared_buffers"})
+    original = {n: str(v) for n, v in _settings(dsn, knobs).items()}
+    data["original_settings"] = original
+    data["shown_settings"] = {n: str(differing.get(n, original[n])) for n in knobs}
+    return dict(data["shown_settings"])
 
 
 def user_config(cluster: LocalCluster, dsn: str, spec: Workload, state: Path
@@ -242,11 +325,14 @@ def user_config(cluster: LocalCluster, dsn: str, spec: Workload, state: Path
             "online": {"knobs": spec.knobs, "evaluations": 10}}
 
 
-def _tune(config: Path, out: Path) -> tuple[float, int, dict[str, Any] | None, str]:
-    harmony = Path(sys.executable).with_name("harmony")
+def _tune(config: Path, out: Path, *extra: str
+          ) -> tuple[float, int, dict[str, Any] | None, str]:
     started = time.monotonic()
-    run = subprocess.run([str(harmony), "tune", str(config), "--output", str(out), "--json"],
-                         capture_output=True, text=True, check=False)
+    # ``python -m harmony`` from the checkout: the code under test (the venv's ``harmony``
+    # script imports the installed tree, which may be another checkout)
+    run = subprocess.run([sys.executable, "-m", "harmony", "tune", str(config), "--output",
+                          str(out), "--json", *extra], capture_output=True, text=True,
+                         check=False, cwd=ROOT)
     wall = round(time.monotonic() - started, 1)
     summary = json.loads(run.stdout) if run.returncode == 0 else None
     return wall, run.returncode, summary, run.stderr[-3000:]
@@ -254,17 +340,24 @@ def _tune(config: Path, out: Path) -> tuple[float, int, dict[str, Any] | None, s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy_table")
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    parser.add_argument("--workload", choices=sorted([*WORKLOADS, "cache"]), required=True)
     parser.add_argument("--tag", default="run")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-s", type=int, default=20)
+    parser.add_argument("--warmup-s", type=int, default=20,
+                        help="cache: uncounted seconds after each restart of the truth")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    data: dict[str, Any] = {"machine": machine(), "args": vars(args)}
+    if args.workload == "cache":
+        # run without an outer flock: the tune and the truth each take the lock
+        data["original"] = "PostgreSQL's defaults (the embedded cluster as the tuner made it)"
+        run_cache(args, data)
+        return _write(args, data, argv)
     spec = WORKLOADS[args.workload]
     state = Path(tempfile.mkdtemp(prefix=f"harmony-bench-accuracy-{args.workload}-", dir="/tmp"))
     cluster = LocalCluster(state / "cluster", sync_initdb=False)
-    data: dict[str, Any] = {"machine": machine(), "args": vars(args), "original": spec.original,
-                            "counts": spec.counts}
+    data.update(original=spec.original, counts=spec.counts)
     try:
         cluster.start()
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
@@ -287,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
+    return _write(args, data, argv)
+
+
+def _write(args: argparse.Namespace, data: dict[str, Any], argv: list[str] | None) -> int:
     command = "python -m benchmarks.accuracy_table " + " ".join(
         argv if argv is not None else sys.argv[1:])
     jpath, mpath = write_results(f"accuracy_table.{args.workload}.{args.tag}", data,
@@ -299,30 +396,12 @@ def _record(data: dict[str, Any], summary: dict[str, Any], spec: Workload, cfg: 
             state: Path, args: argparse.Namespace) -> None:
     """The decision, and the truth of the configuration it shows (its recommendation, or
     the best it kept the original against) over the original."""
-    decision = summary.get("decision") or {}
-    shown = decision.get("winner") or decision.get("best")
-    data["decision"] = {k: decision.get(k) for k in ("winner", "best", "design", "intervals",
-                                                     "text")}
-    data["decisions"] = [d for d in summary["decisions"]
-                         if "design" in d or "recommend" in d or "measured" in d]
-    data["best_settings"] = summary["best_settings"]
+    shown = _shown(data, summary, dsn, set(spec.knobs) | set(spec.original))
     if shown is None:
         return
-    knobs = sorted(set(spec.knobs) | set(spec.original))
-    original = {n: str(v) for n, v in _settings(dsn, knobs).items()}
-    if decision.get("winner") is not None:
-        differing = summary["best_settings"]
-    else:  # kept: the shown candidate as the decisions name it ("final: raced: best {...}")
-        differing = _raced(summary).get(shown)
-        if differing is None:
-            data["shown"] = shown
-            return
-    shown_settings = {n: str(differing.get(n, original[n])) for n in knobs}
-    data["shown"], data["original_settings"], data["shown_settings"] = (
-        shown, original, shown_settings)
     client = spec.client(dsn, cfg, state)
-    data["truth"] = truth(dsn, client, [original, shown_settings], rounds=args.rounds,
-                          round_s=args.round_s)
+    data["truth"] = truth(dsn, client, [data["original_settings"], shown],
+                          rounds=args.rounds, round_s=args.round_s)
 
 
 def _raced(summary: dict[str, Any]) -> dict[str, dict[str, str]]:

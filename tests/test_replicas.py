@@ -109,7 +109,7 @@ def _raw(record: PointRecord) -> float:
 def test_two_replicas_one_slowed_tuned_in_one_session(clusters: list[LocalCluster],
                                                       tmp_path: Path) -> None:
     primary, _, slow = clusters
-    assert slow.cpu_limit == SLOW_CPUS and (slow._cpu_cgroup_dir / "cgroup.procs").exists()  # type: ignore[operator]
+    assert slow.cpu_limit == SLOW_CPUS and (slow.cpu_cgroup_path() / "cgroup.procs").exists()  # type: ignore[operator]
     config = parse_tuner_config(CONFIG, source="reptest.yaml")
     with start_server(port=0, state_dir=tmp_path / "server") as server, \
             connect(server.url, client_id="coord") as client:

@@ -36,6 +36,8 @@ class WorkloadSpec(UserWorkloadSpec, Protocol):
     def schedule(self) -> ScheduleSpec | None: ...
     @property
     def observe(self) -> ObserveSpec | None: ...
+    @property
+    def builtin(self) -> str: ...
 
 
 def make_workload(wl: WorkloadSpec, dsn: str, *, seed: int = 0) -> Workload:
@@ -46,7 +48,7 @@ def make_workload(wl: WorkloadSpec, dsn: str, *, seed: int = 0) -> Workload:
     if wl.kind in ("scripts", "replay"):
         return make_user_workload(wl, dsn, seed=seed)
     if wl.kind == "pgbench":
-        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale))
+        return PgbenchWorkload(dsn, clients=wl.clients, scale=int(wl.scale), builtin=wl.builtin)
     if wl.schedule is not None:
         return ScheduledDriver(dsn, wl.schedule, seed=seed,
                                statement_timeout_s=wl.statement_timeout_s)

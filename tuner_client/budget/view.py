@@ -207,6 +207,25 @@ def worker_processes(catalog: KnobCatalog, streams: int) -> int:
     return streams + max(0, min(cap, streams * per_gather))
 
 
+#: the OS reserve's share of an embedded cluster's memory limit when ``budget.os_reserved`` is
+#: not given
+LIMITED_OS_RESERVE = 0.1
+
+
+def os_reserve(config: TunerConfig, ram: int) -> int:
+    """The OS reserve O: ``budget.os_reserved`` (default 512MB); but when the RAM is the
+    embedded cluster's ``database.memory_limit`` and no reserve is given, at most
+    :data:`LIMITED_OS_RESERVE` of it. The limit bounds a memory cgroup that holds PostgreSQL
+    and its page cache alone, the OS and other programs outside it: 512MB of a 1GB limit
+    capped shared_buffers at 296MB where its working set (606MB at pgbench scale 40) read
+    1.38× faster held whole in 600MB in a round of ``benchmarks/cache_truth.py``."""
+    b = config.budget
+    limit = config.database.memory_limit_bytes
+    if b.os_reserved_auto and b.ram_bytes is None and limit is not None and ram == limit:
+        return min(b.os_reserved_bytes, int(ram * LIMITED_OS_RESERVE) // 2 ** 20 * 2 ** 20)
+    return b.os_reserved_bytes
+
+
 def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
                      online: KnobSpace, *, known_ram_bytes: int | None = None) -> BudgetView:
     """The run's budget: RAM given, or the local cluster's cgroup limit, or detected; m is
@@ -222,7 +241,8 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
              if p.unit in ("MB", "kB") and p.name in (*ONLINE_MEMORY_KNOBS, "shared_buffers")}
     hash_mult = float(catalog["hash_mem_multiplier"].current() or 1.0) \
         if "hash_mem_multiplier" in catalog else 1.0
-    budget = MemoryBudget(ram_bytes=ram, os_reserved_bytes=b.os_reserved_bytes,
+    reserve = os_reserve(config, ram)
+    budget = MemoryBudget(ram_bytes=ram, os_reserved_bytes=reserve,
                           connections=connections, hash_mem_multiplier=max(1.0, hash_mult),
                           process_memory_bytes=b.process_memory_bytes, operations=b.operations,
                           shared_buffers_fraction=b.shared_buffers_fraction, unit="MB",
@@ -230,7 +250,7 @@ def make_budget_view(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpa
                           work_mem_held=b.work_mem_held)
     logger.info("memory budget: RAM %s, OS reserve %s, %d connections x (%s + %d operations x "
                 "%s %.2f x work_mem), shared_buffers <= %s%s",
-                format_bytes(ram), format_bytes(b.os_reserved_bytes), connections,
+                format_bytes(ram), format_bytes(reserve), connections,
                 format_bytes(b.process_memory_bytes), b.operations,
                 "hash_mem_multiplier" if b.work_mem_held is None else "work_mem_held",
                 hash_mult if b.work_mem_held is None else b.work_mem_held,

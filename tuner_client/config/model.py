@@ -145,6 +145,8 @@ class WorkloadConfig:
     #: the directory of the config file: relative script paths are also looked up there
     base_dir: str | None = None
     observe: ObserveConfig | None = None  # observe only
+    #: pgbench: its built-in script (``tpcb-like``, ``simple-update``, ``select-only``)
+    builtin: str = "tpcb-like"
     #: pgbench's scale factor when none is given
     PGBENCH_SCALE: ClassVar[int] = 1
 
@@ -230,6 +232,9 @@ class BudgetConfig:
 
     ram_bytes: int | None = None
     os_reserved_bytes: int = 512 * 1024**2
+    #: ``budget.os_reserved`` not given: under ``database.memory_limit`` the reserve is then
+    #: at most :data:`LIMITED_OS_RESERVE` of the limit (:func:`tuner_client.budget.view.os_reserve`)
+    os_reserved_auto: bool = True
     connections: int | None = None
     shared_buffers_fraction: float = 0.5
     online_limit_bytes: int | None = None  # fixed online budget (overrides RAM - S - O - n·P)

@@ -223,6 +223,7 @@ def _budget_config(bd: Mapping[str, Any], where: Where) -> BudgetConfig:
                                                                    f"budget.ram"),
         os_reserved_bytes=parse_bytes(bd.get("os_reserved", BudgetConfig.os_reserved_bytes),
                                       what=f"{where('budget', 'os_reserved')}: budget.os_reserved"),
+        os_reserved_auto="os_reserved" not in bd,
         connections=None if connections == "auto" else int(connections),
         shared_buffers_fraction=float(bd.get("shared_buffers_fraction",
                                              BudgetConfig.shared_buffers_fraction)),

@@ -104,7 +104,9 @@ TUNER_SCHEMA: dict[str, Any] = {
                 "pgbench": {
                     "type": "object", "additionalProperties": False,
                     "properties": {"scale": {"type": "integer", "minimum": 1},
-                                   "clients": {"type": "integer", "minimum": 1}},
+                                   "clients": {"type": "integer", "minimum": 1},
+                                   "builtin": {"enum": ["tpcb-like", "simple-update",
+                                                        "select-only"]}},
                 },
                 "scripts": {  # the user's SQL (workloads.scripted)
                     "type": "object", "additionalProperties": False, "required": ["files"],

@@ -52,6 +52,7 @@ def workload_config(data: Mapping[str, Any], database: DatabaseConfig, source: s
         return WorkloadConfig(kind="pgbench",
                               scale=float(pg.get("scale", WorkloadConfig.PGBENCH_SCALE)),
                               mix=None, clients=int(pg.get("clients", WorkloadConfig.clients)),
+                              builtin=str(pg.get("builtin", WorkloadConfig.builtin)),
                               statement_timeout_s=timeout)
     tp = wl.get("tpch") or {}
     if "mix" in tp and "schedule" in tp:

@@ -150,17 +150,23 @@ class Clone:
 
     def remove(self) -> None:
         """Stop the clone and delete it (and its record)."""
-        if not remove_clone(self.record):
+        removed = remove_clone(self.record)
+        self.cluster.stop()  # stopped and deleted already: only its cgroups are removed
+        if not removed:
             raise DatabaseError(f"the {self.record.describe()} could not be removed; its "
                                 f"record {self.record.path} stays for the guard or "
                                 f"`harmony restore`")
 
 
 def make_clone(source_dsn: str, *, journals: Path, mark: str,
-               parent: Path | None = None, os_user: str | None = None) -> Clone:
+               parent: Path | None = None, os_user: str | None = None,
+               memory_limit_bytes: int | None = None) -> Clone:
     """Copy the server at ``source_dsn`` (its role may replicate) into a scratch directory
     under ``parent``, after checking the disk, and start it; its record goes into
-    ``journals`` (with the run's ``mark``) before anything is copied."""
+    ``journals`` (with the run's ``mark``) before anything is copied. With
+    ``memory_limit_bytes`` (the embedded cluster's ``database.memory_limit``) the clone runs
+    in a memory cgroup of its own with that limit, the copy made inside it too (its page
+    cache charged there, not to the tuner): the clone measures the server's machine."""
     started = time.monotonic()
     parent = parent or default_clone_parent()
     parent.mkdir(parents=True, exist_ok=True)
@@ -169,13 +175,16 @@ def make_clone(source_dsn: str, *, journals: Path, mark: str,
     scratch = Path(tempfile.mkdtemp(prefix="harmony-clone-", dir=parent))
     record = new_record(journals, scratch, scratch / "data", _describe(source_dsn), mark)
     record.save()
+    cluster: LocalCluster | None = None
     try:
-        cluster = LocalCluster(scratch, os_user=os_user, timeout_s=120.0)
+        cluster = LocalCluster(scratch, os_user=os_user, timeout_s=120.0,
+                               memory_limit_bytes=memory_limit_bytes)
         pw = pwd.getpwnam(cluster.os_user) if cluster.os_user else None
         prepare_state_dir(cluster.state_dir, cluster.socket_dir, cluster.log_path, pw)
+        cluster.enter_cgroups()
         done = cluster.run([str(cluster.bin_dir / "pg_basebackup"), "-D", str(cluster.data_dir),
                             "-d", source_dsn, "-X", "stream", "-c", "fast", "--no-sync"],
-                           timeout_s=3600)
+                           timeout_s=3600, cgroup=True)
         if done.returncode != 0:
             raise DatabaseError(
                 f"pg_basebackup of {_describe(source_dsn)} failed (exit {done.returncode}): "
@@ -187,6 +196,8 @@ def make_clone(source_dsn: str, *, journals: Path, mark: str,
     except BaseException:
         with contextlib.suppress(Exception):
             remove_clone(record)
+            if cluster is not None:
+                cluster.stop()
         raise
     clone = Clone(cluster, record, _describe(source_dsn), size, time.monotonic() - started)
     logger.info("duet: cloned %s (%s) into %s in %.1f s, on port %d", clone.source,

@@ -118,10 +118,12 @@ class Duet(FinalDesign, name=DUET):
 
 
 def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: int,
-                    decide: Callable[[Decision], None]) -> Clone | Twin | None:
+                    decide: Callable[[Decision], None], *,
+                    memory_limit_bytes: int | None = None) -> Clone | Twin | None:
     """The duet's second cluster beside the server at ``dsn``: the user's twin
     (``database.twin``, checked to hold the same data) or a clone made now, with memory for
-    ``largest_shared_buffers`` bytes (None, said why, when neither can run)."""
+    ``largest_shared_buffers`` bytes, in a memory cgroup of ``memory_limit_bytes`` when the
+    server runs in one (None, said why, when neither can run)."""
     twin = database.twin
     try:
         if twin is not None:
@@ -130,7 +132,8 @@ def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: 
         else:
             check_memory(largest_shared_buffers, dsn)
             mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
-            second = make_clone(dsn, journals=journal_dir(), mark=mark)
+            second = make_clone(dsn, journals=journal_dir(), mark=mark,
+                                memory_limit_bytes=memory_limit_bytes)
     except HarmonyError as exc:
         what = "the twin could not be used" if twin is not None else \
             "the clone could not be made"
@@ -143,9 +146,11 @@ def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: 
                      f"server, {second.size_bytes / 2 ** 20:,.0f} MiB; no copy made",
             design=DUET))
     else:
+        limited = (f", in a memory cgroup of {memory_limit_bytes / 2 ** 20:,.0f} MiB as the "
+                   f"server's" if memory_limit_bytes is not None else "")
         decide(Decision.line(
             "final", f"duet clone of {second.source}: {second.size_bytes / 2 ** 20:,.0f} MiB "
-                     f"copied in {second.setup_s:.1f} s to {second.record.scratch}",
+                     f"copied in {second.setup_s:.1f} s to {second.record.scratch}{limited}",
             design=DUET))
     return second
 
@@ -165,8 +170,12 @@ def race_duet_run(ctx: RunContext, state: RunState,
         return None
     configs = [dict(candidates[label]) for label in labels]
     ctx.measurer.stop()  # the windows' workload must not run beside this one
+    # the embedded cluster's memory limit holds for its clone too (its own cgroup): a clone
+    # beside the page cache of the whole machine would measure another machine
+    limit = ctx.target.cluster.memory_limit_bytes if ctx.target.cluster else None
     second = _second_cluster(ctx.target.dsn, ctx.config.database,
-                             _largest_shared_buffers(ctx, configs), state.decide)
+                             _largest_shared_buffers(ctx, configs), state.decide,
+                             memory_limit_bytes=limit)
     if second is None:
         return None
     cpus = pinning(ctx) if isinstance(second, Clone) else None

@@ -2,7 +2,7 @@
 ``memory.limit_in_bytes``, swap capped too) so that the OS page cache cannot hide buffer
 misses, and a CPU cgroup (v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) capping it at a number
 of CPUs. The caller starts the postmaster inside them (their ``cgroup.procs``) and removes
-them once it has stopped.
+them once it has stopped for good (:class:`ServerCgroups`: kept across restarts).
 """
 
 from __future__ import annotations
@@ -102,7 +102,14 @@ def cpu_cgroup(name: str, cpu_limit: float) -> Path:
 
 
 def remove_cgroup(cg: Path) -> None:
-    """Remove an emptied cgroup, waiting briefly while its last processes exit."""
+    """Remove an emptied cgroup, waiting briefly while its last processes exit. A memory
+    cgroup's page cache is dropped first (v1 ``memory.force_empty``, v2 ``memory.reclaim``):
+    left charged to the removed cgroup, it would stay cached outside any limit, and a server
+    started later on the same files (in a new cgroup) would read it without a miss."""
+    for name, value in (("memory.force_empty", "0"), ("memory.reclaim", str(2 ** 40))):
+        if (cg / name).exists():
+            with contextlib.suppress(OSError):  # best effort: tasks may still be leaving
+                (cg / name).write_text(value)
     for _ in range(20):
         try:
             cg.rmdir()
@@ -112,3 +119,36 @@ def remove_cgroup(cg: Path) -> None:
                 logger.warning("could not remove cgroup %s: %s", cg, exc)
                 break
             time.sleep(0.05)
+
+
+class ServerCgroups:
+    """The memory and CPU cgroups one server runs in (each only when its limit is given):
+    made before its first start, kept across its restarts, removed once it has stopped for
+    good. Kept, the page cache the server filled stays charged to its memory cgroup, within
+    the limit; removed and made afresh at a restart, that cache would stay charged to the
+    removed cgroup, outside any limit, where the restarted server still finds it (seen: after
+    a restart the new cgroup held 12 kB of 88 MB of the server's file cache, and a scan read
+    0 bytes from storage)."""
+
+    def __init__(self, memory_limit_bytes: int | None, cpu_limit: float | None) -> None:
+        self.memory_limit_bytes, self.cpu_limit = memory_limit_bytes, cpu_limit
+        self.memory: Path | None = None
+        self.cpu: Path | None = None
+
+    def make(self, suffix: str) -> None:
+        """Make the cgroups not made yet, named ``harmony-pg-[cpu-]<suffix>``."""
+        if self.memory_limit_bytes is not None and self.memory is None:
+            self.memory = memory_cgroup(f"harmony-pg-{suffix}", self.memory_limit_bytes)
+        if self.cpu_limit is not None and self.cpu is None:
+            self.cpu = cpu_cgroup(f"harmony-pg-cpu-{suffix}", self.cpu_limit)
+
+    def procs(self) -> list[Path]:
+        """The ``cgroup.procs`` files a process joins to run inside them."""
+        return [cg / "cgroup.procs" for cg in (self.memory, self.cpu) if cg is not None]
+
+    def remove(self) -> None:
+        """Remove them (their processes gone)."""
+        for cg in (self.cpu, self.memory):
+            if cg is not None:
+                remove_cgroup(cg)
+        self.memory = self.cpu = None

@@ -31,7 +31,7 @@ from types import TracebackType
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.servers import pg_binaries
-from tuner_client.servers.cgroups import cpu_cgroup, memory_cgroup, remove_cgroup
+from tuner_client.servers.cgroups import ServerCgroups
 from tuner_client.servers.cluster_files import prepare_state_dir, write_hba, write_local_conf
 
 logger = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ class LocalCluster:
             raise ConfigError(f"cpu_limit must be a number of CPUs between 0.01 and 1024, "
                               f"got {cpu_limit}")
         self.cpu_limit = cpu_limit
-        self._cgroup_procs: Path | None = None
-        self._cgroup_dir: Path | None = None
-        self._cpu_cgroup_dir: Path | None = None
-        self._cgroup_checked = False
+        self._cgroups = ServerCgroups(memory_limit_bytes, cpu_limit)
         if os.geteuid() == 0:
             self.os_user: str | None = os_user or pg_binaries.DEFAULT_OS_USER
             self._pw: pwd.struct_passwd | None = pg_binaries.ensure_os_user(self.os_user)
@@ -133,7 +130,7 @@ class LocalCluster:
     ) -> subprocess.CompletedProcess[str]:
         """Run a server-side command as the cluster's OS user; returns the completed process."""
         full = self.command_prefix() + argv
-        procs = [p for p in (self._cgroup_procs, self._cpu_procs()) if p is not None]
+        procs = self._cgroups.procs()
         if cgroup and procs:
             # a root shell joins the cgroups first, so pg_ctl and the postmaster it forks
             # are born inside them; then it drops to the unprivileged user
@@ -245,8 +242,7 @@ class LocalCluster:
         # the port this object connects to goes into the config on every start: an
         # existing cluster may have been written with another port by an earlier object
         self._write_conf()
-        self._setup_cgroup()
-        self._setup_cpu_cgroup()
+        self.enter_cgroups()
         attempts = 1 if self._port_given else 3
         for attempt in range(attempts):
             proc = self._pg_ctl_start(timeout_s)
@@ -298,10 +294,14 @@ class LocalCluster:
             cgroup=True,
         )
 
-    def stop(self, timeout_s: float | None = None, mode: str = "fast") -> None:
-        """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running."""
+    def stop(self, timeout_s: float | None = None, mode: str = "fast", *,
+             keep_cgroup: bool = False) -> None:
+        """Stop the server (``pg_ctl stop -m fast -w``); no-op when it is not running. With
+        ``keep_cgroup`` (a restart) its cgroups stay for the next start, and with them the
+        page cache it filled within its memory limit (:class:`ServerCgroups`)."""
         if not self.is_running():
-            self._remove_cgroup()
+            if not keep_cgroup:
+                self._remove_cgroup()
             return
         t = int(timeout_s if timeout_s is not None else self.timeout_s)
         proc = self.run(
@@ -312,18 +312,20 @@ class LocalCluster:
         if proc.returncode != 0 and self.is_running():
             if mode != "immediate":
                 logger.warning("pg_ctl stop -m %s failed; stopping with -m immediate", mode)
-                self.stop(timeout_s, mode="immediate")
+                self.stop(timeout_s, mode="immediate", keep_cgroup=keep_cgroup)
                 return
             raise DatabaseError(
                 f"PostgreSQL in {self.data_dir} did not stop: "
                 f"{(proc.stderr or proc.stdout).strip()[-500:]}"
             )
-        self._remove_cgroup()
+        if not keep_cgroup:
+            self._remove_cgroup()
         logger.info("PostgreSQL stopped (%s)", self.data_dir)
 
     def restart(self, timeout_s: float | None = None) -> None:
-        """Stop then start (never ``pg_ctl restart -o``, see the module docstring)."""
-        self.stop(timeout_s)
+        """Stop then start in the same cgroups (never ``pg_ctl restart -o``, see the module
+        docstring)."""
+        self.stop(timeout_s, keep_cgroup=True)
         self.start(timeout_s)
 
     def destroy(self) -> None:
@@ -367,32 +369,16 @@ class LocalCluster:
 
     def cgroup_path(self) -> Path | None:
         """The memory cgroup directory the server is started in (None when unlimited)."""
-        return self._cgroup_dir
+        return self._cgroups.memory
 
-    def _setup_cgroup(self) -> None:
-        if self.memory_limit_bytes is None or self._cgroup_dir is not None:
-            return
-        cg = memory_cgroup(f"harmony-pg-{self._port}-{os.getpid()}", self.memory_limit_bytes)
-        if cg is not None:
-            self._cgroup_dir, self._cgroup_procs = cg, cg / "cgroup.procs"
+    def cpu_cgroup_path(self) -> Path | None:
+        """The CPU cgroup directory the server is started in (None without ``cpu_limit``)."""
+        return self._cgroups.cpu
 
-    def _cpu_procs(self) -> Path | None:
-        return self._cpu_cgroup_dir / "cgroup.procs" if self._cpu_cgroup_dir else None
-
-    def _setup_cpu_cgroup(self) -> None:
-        """A CPU cgroup capping the server at ``cpu_limit`` CPUs (v1 cfs quota or v2 cpu.max)."""
-        if self.cpu_limit is None or self._cpu_cgroup_dir is not None:
-            return
-        self._cpu_cgroup_dir = cpu_cgroup(f"harmony-pg-cpu-{self._port}-{os.getpid()}",
-                                          self.cpu_limit)
+    def enter_cgroups(self) -> None:
+        """Make the cluster's cgroups now (a start does it too), so that a command run with
+        ``run(..., cgroup=True)`` before the first start (a clone's copy) is charged to them."""
+        self._cgroups.make(f"{self._port}-{os.getpid()}")
 
     def _remove_cgroup(self) -> None:
-        cpu = self._cpu_cgroup_dir
-        if cpu is not None:
-            self._cpu_cgroup_dir = None
-            remove_cgroup(cpu)
-        cg = self._cgroup_dir
-        if cg is None:
-            return
-        remove_cgroup(cg)
-        self._cgroup_dir = self._cgroup_procs = None
+        self._cgroups.remove()

@@ -77,7 +77,7 @@ def make_assignment(wl: Any, dsn: str, configurations: Sequence[Configuration], 
         return StreamAssignment(with_options(dsn, options), configurations,
                                 replay_draws(replay, wl.clients or replay.clients), seed=seed)
     if wl.kind == "pgbench":
-        return PgbenchAssignment(dsn, configurations, [builtin_template("tpcb-like")],
+        return PgbenchAssignment(dsn, configurations, [builtin_template(wl.builtin)],
                                  clients=wl.clients, variables={"scale": int(wl.scale)},
                                  seed=seed, query_mode=query_mode)
     scripts = load_scripts(wl.files, Path(wl.base_dir) if wl.base_dir else None)

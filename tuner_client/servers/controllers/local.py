@@ -22,7 +22,9 @@ class LocalController(PgCtlController, kind="local"):
         return self.cluster.is_running()
 
     def stop_server(self, timeout_s: float) -> None:
-        self.cluster.stop(timeout_s)
+        # stopped to be started again (a restart, a restore): the same memory cgroup, so the
+        # page cache the server filled stays within its limit (LocalCluster.stop)
+        self.cluster.stop(timeout_s, keep_cgroup=True)
 
     def start_server(self, timeout_s: float) -> None:
         self.cluster.start(timeout_s)
