@@ -77,8 +77,12 @@ def read_relations(dsn: str, what: str) -> Relations:
                                                                   else -1)) for r in rows})
 
 
-def data_differences(server: Relations, twin: Relations) -> list[str]:
-    """What differs between the server's data and the twin's (empty: the same data)."""
+def data_differences(server: Relations, twin: Relations, *,
+                     server_may_grow: bool = False) -> list[str]:
+    """What differs between the server's data and the twin's (empty: the same data).
+    ``server_may_grow``: a relation larger on the server is not a difference (before the
+    race: the run's own workload wrote to the server since the run's start, which compared
+    them strictly; the twin, which nothing of the run writes to, must not have grown)."""
     out = []
     if server.major != twin.major:
         out.append(f"the server runs PostgreSQL {server.major}, the twin {twin.major}")
@@ -90,6 +94,8 @@ def data_differences(server: Relations, twin: Relations) -> list[str]:
         out.append(f"the twin has {_few(extra)}, which the server has not")
     for name in sorted(set(server.sizes) & set(twin.sizes)):
         (a, ra), (b, rb) = server.sizes[name], twin.sizes[name]
+        if server_may_grow:
+            a, ra = min(a, b), min(ra, rb) if ra >= 0 else ra
         if abs(a - b) > max(SIZE_TOLERANCE * max(a, b), SIZE_SLACK_BYTES):
             out.append(f"{name} takes {_mib(a)} on the server and {_mib(b)} on the twin "
                        f"(more than {100 * SIZE_TOLERANCE:.0f} % apart)")
@@ -215,12 +221,14 @@ class Twin:
         logger.info("duet: the twin %s restored (%d settings)", self.source, len(self.touched))
 
 
-def check_twin(server_dsn: str, twin: TwinConfig) -> None:
+def check_twin(server_dsn: str, twin: TwinConfig, *, server_may_grow: bool = False) -> None:
     """ConfigError naming ``database.twin`` and what differs when the twin does not hold the
     same data as the server at ``server_dsn`` (:func:`data_differences`); the run checks it
-    before it starts, and the duet again before it races."""
+    before it starts, and the duet again before it races (``server_may_grow``: by then the
+    run's workload may have written to the server)."""
     differences = data_differences(read_relations(server_dsn, "the server"),
-                                   read_relations(twin.dsn, "the twin"))
+                                   read_relations(twin.dsn, "the twin"),
+                                   server_may_grow=server_may_grow)
     if differences:
         raise ConfigError(f"database.twin ({_describe(twin.dsn)}) must hold the same data as "
                           f"the server ({_describe(server_dsn)}) for a duet, but "
@@ -235,7 +243,7 @@ def open_twin(server_dsn: str, twin: TwinConfig, *, restart_timeout_s: float = 6
     kept for :meth:`Twin.remove`."""
     started = time.monotonic()
     source = _describe(twin.dsn)
-    check_twin(server_dsn, twin)
+    check_twin(server_dsn, twin, server_may_grow=True)
     controller = (make_controller(twin.controller.kind, dsn=twin.dsn,
                                   **dict(twin.controller.options))
                   if twin.controller is not None else None)
