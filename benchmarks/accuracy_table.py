@@ -421,11 +421,12 @@ def _raced(summary: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def _settings(dsn: str, names: list[str]) -> dict[str, str]:
+    """The values in force of ``names`` with their units, as SHOW gives them ('5min',
+    '32MB': a bare '300' for checkpoint_timeout is refused as ambiguous)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)",
-                            (names,)).fetchall()
-    return {name: (f"{setting}{unit}" if unit in ("kB", "MB") else setting)
-            for name, setting, unit in rows}
+        rows = conn.execute("SELECT name, current_setting(name) FROM pg_settings "
+                            "WHERE name = ANY(%s)", (names,)).fetchall()
+    return {str(name): str(value) for name, value in rows}
 
 
 def markdown(data: dict[str, Any], command: str) -> str:
