@@ -100,9 +100,14 @@ def test_the_search_chooses_switchback_where_it_is_valid(
                    ["wal_writer_delay"]).design == "windows"
     # live traffic: every knob is switched by reload, session knobs too
     live = LIVE.format(dsn=tpch_cluster.dsn, data_dir="/nonexistent")
+    # by default a live search stays in windows (no precision gained on live counters);
+    # measure.design: switchback asks for it
+    kept = _choice(live, catalog, ["work_mem", "random_page_cost"])
+    assert kept.design == "windows" and "not switchback: on live counters" in kept.text()
+    assert "not per-transaction: live traffic is the application's" in kept.text()
+    live = live.replace("measure: {", "measure: {design: switchback, ")
     choice = _choice(live, catalog, ["work_mem", "random_page_cost"])
     assert choice.design == "switchback", choice.text()
-    assert "not per-transaction: live traffic is the application's" in choice.text()
     assert _choice(live, catalog, ["checkpoint_timeout"]).design == "windows"
     assert RUNNERS["switchback"] is run_switchback_session
 
@@ -204,7 +209,8 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
         catalog = KnobCatalog.from_connection(conn)
     target = Target(dsn=dsn, catalog=catalog, controller=LocalController(shop_cluster),
                     cluster=None, ram_bytes=None)
-    config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=shop_cluster.data_dir),
+    config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=shop_cluster.data_dir)
+                                .replace("measure: {", "measure: {design: switchback, "),
                                 source="live-sb.yaml")
     traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=120, rows=ROWS).start()
     try:
