@@ -10,14 +10,14 @@ the application's speed is stopped by the guardrail's line."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from test_live import ROWS, live_cluster  # noqa: F401  (fixture: a shop with pg_stat_statements)
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
-from benchmarks.live_traffic import Traffic, create_shop
+from benchmarks.live_traffic import Traffic
 from harmony_base.errors import HarmonyError
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
@@ -60,7 +60,6 @@ online:
   evaluations: 4
 final: {{rounds: 0, max_seconds: 10, baselines: []}}
 """
-ROWS = 50_000
 
 
 def _choice(config_text: str, catalog: KnobCatalog, names: list[str]) -> Choice:
@@ -184,32 +183,15 @@ def test_a_switchback_search_ranks_a_known_effect_by_paired_ratios(
     assert _auto_conf(tpch_cluster.dsn) == before
 
 
-@pytest.fixture(scope="module")
-def shop_cluster(cluster_factory) -> Iterator[LocalCluster]:  # type: ignore[no-untyped-def]
-    """A private cluster with pg_stat_statements preloaded and a shop database."""
-    cluster = cluster_factory("sbsearch")
-    conf = cluster.data_dir / "postgresql.conf"
-    conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
-    cluster.restart()
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE shop")
-    create_shop(cluster.dsn_for("shop"), rows=ROWS)
-    try:
-        yield cluster
-    finally:
-        cluster.stop(mode="immediate")  # a throwaway cluster: no shutdown checkpoint
-        cluster.destroy()
-
-
 def test_live_search_by_switchback_stops_a_harmful_candidate(
-        shop_cluster: LocalCluster) -> None:
-    dsn = shop_cluster.dsn_for("shop")
+        live_cluster: LocalCluster) -> None:  # noqa: F811
+    dsn = live_cluster.dsn_for("shop")
     before = _auto_conf(dsn)
     with psycopg.connect(dsn) as conn:
         catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(shop_cluster),
+    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(live_cluster),
                     cluster=None, ram_bytes=None)
-    config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=shop_cluster.data_dir)
+    config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=live_cluster.data_dir)
                                 .replace("measure: {", "measure: {design: switchback, "),
                                 source="live-sb.yaml")
     traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=120, rows=ROWS).start()
