@@ -67,10 +67,15 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert "the server and its client pinned to CPUs 0, the clone and its client to 1" \
         in decisions
     summary = decision.to_dict()
-    assert summary["method"].startswith("anytime-valid confidence sequence")
+    # work_mem and the WAL knobs do not matter to pgbench -S at this scale: the race runs to
+    # its limit and reads the end's t interval (stats/horizon), else it stopped early on the
+    # sequence
+    method = "t" if summary["method"].startswith("Student t read once at the race's time") \
+        else "anytime"
+    assert method == "t" or summary["method"].startswith("anytime-valid confidence sequence")
     assert summary["observations"] >= 4
     for label, iv in decision.intervals.items():
-        assert iv is not None and iv.method == "anytime" and 0 < iv.low <= iv.ratio, label
+        assert iv is not None and iv.method == method and 0 < iv.low <= iv.ratio, label
     # nothing of the clone left, the server as it was
     assert not list(clone_parent.glob("harmony-clone-*"))
     assert not clone_paths(journal_dir())

@@ -1,7 +1,7 @@
 """The duet race: blocks of segments, in each block every candidate beside the reference
 once, the roles (which cluster runs the reference) alternating from block to block, until
 every candidate's interval excludes 1 (anytime-valid: looked at after every block) or the
-time is spent.
+time is spent (then the end's t interval: :mod:`tuner_client.stats.horizon`).
 
 Each cluster is an :class:`Arm`: how to put a configuration in force on it (a reload, or a
 restart when a postmaster knob differs) and the DSN its workload client connects to. The
@@ -101,5 +101,7 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
         if spent + per_segment * (len(configs) - 1) > max_seconds and block >= 2 and (
                 enough or spent > 2 * max_seconds):
             logger.info("duet: %.0f s of %.0f spent after %d blocks", spent, max_seconds, block)
-            break
+            # the limit was fixed before the race: its end reads the t interval
+            return race(segments, labels, segment_s=segment_s, level=level, clone=clone_text,
+                        ended=True)
     return outcome

@@ -14,11 +14,14 @@ clone and subtracts when it runs on the server, so with both orientations measur
 taken with its orientation's share of ``a`` removed, and the interval is computed on those.
 ``a`` is reported (``asymmetry``, as clone/server).
 
-**Interval.** The t-mixture confidence sequence (:mod:`tuner_client.stats.sequential`) over the
-adjusted batches, valid at every look, so the race may stop after any swap pair; Bonferroni
-splits alpha over the candidates. Batches of one segment share the segment's start (a
-restart, a reload), which the sequence treats as independent: ``segment_half_width``, the
-t interval over the segments' adjusted means, is reported beside it as the cross-check.
+**Interval.** Over the adjusted batches, :func:`tuner_client.stats.horizon.race_interval`:
+before the race's time limit the t-mixture confidence sequence
+(:mod:`tuner_client.stats.sequential`) with a fifth of the error rate, valid at every look, so
+the race may stop after any block where every interval clears; at the limit a Student t
+interval with the rest, read once. Bonferroni splits alpha over the candidates. Batches of
+one segment share the segment's start (a restart, a reload), which both treat as
+independent: ``segment_half_width``, the t interval over the segments' adjusted means, is
+reported beside it as the cross-check.
 
 Pure: plain Python; the caller passes the per-second log-ratios.
 """
@@ -33,10 +36,11 @@ from typing import ClassVar
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.drift import Drift, reference_drift
-from tuner_client.stats.levels import simultaneous_level
-from tuner_client.stats.paired import Method, RatioInterval, interval_from_logs
+from tuner_client.stats.horizon import method_words, race_interval
+from tuner_client.stats.levels import end_level, simultaneous_level
+from tuner_client.stats.paired import Method, RatioInterval, interval_from_logs, t_quantile
 from tuner_client.stats.race_outcome import DesignRace
-from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+from tuner_client.stats.sequential import CITATION, METHOD
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "duet"
@@ -105,8 +109,9 @@ class DuetComparison:
 
 
 def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
-            batch_s: int = BATCH_S) -> DuetComparison | None:
-    """``candidate`` against the reference (None until both orientations gave batches)."""
+            batch_s: int = BATCH_S, ended: bool = False) -> DuetComparison | None:
+    """``candidate`` against the reference (None until both orientations gave batches);
+    ``ended``: the race reached its time limit (the end's t interval, not the sequence)."""
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
     mine = [s for s in segments if s.candidate == candidate]
@@ -121,16 +126,18 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
         return None
     asym = 0.5 * (statistics.fmean(by_side[True]) - statistics.fmean(by_side[False]))
     adjusted = [v - asym for v in by_side[True]] + [v + asym for v in by_side[False]]
-    cs = confidence_sequence(adjusted, alpha=1.0 - level)
-    if cs is None:
-        return None
-    mean, low, high = cs
-    # the point: the two orientations weigh alike, however many batches each gave
+    # the point: the two orientations weigh alike, however many batches each gave, and the
+    # interval moves with it
     theta = 0.5 * (statistics.fmean(by_side[True]) + statistics.fmean(by_side[False]))
-    low, high = low + (theta - mean), high + (theta - mean)
-    interval = RatioInterval(math.exp(theta), math.exp(low) if math.isfinite(low) else 0.0,
-                             math.exp(high) if math.isfinite(high) else math.inf,
-                             len(adjusted), level, "anytime")
+    if ended:
+        interval = _end_interval(by_side[True], by_side[False], theta, level)
+    else:
+        found = race_interval(adjusted, level=level, ended=False)
+        if found is None:
+            return None
+        shift = math.exp(theta - statistics.fmean(adjusted))
+        interval = RatioInterval(math.exp(theta), found.low * shift, found.high * shift,
+                                 len(adjusted), level, found.method)
     # by segment only with two of each orientation: one of each gives two equal means
     sides = [side for side, _ in seg_means]
     by_segment = interval_from_logs([m - asym if side else m + asym for side, m in seg_means],
@@ -139,6 +146,21 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
     half = (0.5 * math.log(by_segment.high / by_segment.low)
             if by_segment is not None and by_segment.low > 0 else None)
     return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half)
+
+
+def _end_interval(on_clone: list[float], on_server: list[float], theta: float,
+                  level: float) -> RatioInterval:
+    """The end's t interval of ``theta``, the mean of the two orientations' batch means: the
+    asymmetry estimated from the same batches costs a degree of freedom, so the variance is
+    pooled within each orientation (n − 2 degrees of freedom; unbounded below 3 batches)."""
+    n = len(on_clone) + len(on_server)
+    if n < 3:
+        return RatioInterval(math.exp(theta), 0.0, math.inf, n, level, "t")
+    ss = sum((v - statistics.fmean(side)) ** 2 for side in (on_clone, on_server) for v in side)
+    se = 0.5 * math.sqrt(ss / (n - 2) * (1 / len(on_clone) + 1 / len(on_server)))
+    half = t_quantile(0.5 + end_level(level) / 2, n - 2) * se
+    return RatioInterval(math.exp(theta), math.exp(theta - half), math.exp(theta + half), n,
+                         level, "t")
 
 
 @dataclass(frozen=True)
@@ -157,36 +179,48 @@ class DuetRace(DesignRace[DuetComparison]):
     clone: str = ""
     #: the reference's own level over the race (None: too few batches)
     drift: Drift | None = None
+    #: the race ran to its time limit: its intervals are the end's t intervals
+    ended: bool = False
+
+    def interval_method(self) -> Method:
+        return "t" if self.ended else "anytime"
+
+    def interval_method_text(self) -> str:
+        return (f"{method_words(self.ended)}, over {BATCH_S}-s batch means of paired "
+                f"per-second log-ratios, two clusters at the same seconds, the clone's "
+                f"asymmetry cancelled by role swaps")
 
     def design_line(self) -> str:
         return (f"final race measured by {DESIGN}: {self.segments} segments of "
                 f"{self.segment_s:g} s, the server and {self.clone or 'its clone'} running "
                 f"the reference and one candidate at the same seconds, roles swapped between "
                 f"segments; the ratio counts the workload client's transactions per second; "
-                f"intervals: {METHOD} over {BATCH_S}-s batches at {100 * self.level:.4g} % "
-                f"(Bonferroni over {len(self.comparisons)} candidates)")
+                f"intervals at {100 * self.level:.4g} % (Bonferroni over "
+                f"{len(self.comparisons)} candidates) over {BATCH_S}-s batches: "
+                f"{method_words(self.ended)}")
 
     def observations(self, comparison: DuetComparison) -> int:
         return comparison.batches
 
 
 def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float,
-         level: float = 0.95, clone: str = "") -> DuetRace | None:
+         level: float = 0.95, clone: str = "", ended: bool = False) -> DuetRace | None:
     """``labels[0]`` the reference, every other one a candidate; the winner is the best
     candidate whose simultaneous interval lies above 1. None until every candidate has
-    segments of both orientations."""
+    segments of both orientations. ``ended``: the race reached its time limit, fixed in
+    advance (:mod:`tuner_client.stats.horizon`)."""
     if len(labels) < 2:
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
     simultaneous = simultaneous_level(level, len(labels) - 1)
     comparisons, plain = {}, {}
     for k in range(1, len(labels)):
-        strict = compare(segments, k, level=simultaneous)
-        loose = compare(segments, k, level=level)
+        strict = compare(segments, k, level=simultaneous, ended=ended)
+        loose = compare(segments, k, level=level, ended=ended)
         if strict is None or loose is None:
             return None
         comparisons[labels[k]], plain[labels[k]] = strict, loose
     clear = [label for label, c in comparisons.items() if c.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return DuetRace(labels[0], comparisons, plain, winner, simultaneous, level, segment_s,
-                    len(segments), clone, reference_drift_of(segments))
+                    len(segments), clone, reference_drift_of(segments), ended)

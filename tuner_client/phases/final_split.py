@@ -38,7 +38,7 @@ from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.decision import FinalDecision, split_decision
 from tuner_client.stats.levels import simultaneous_level
-from tuner_client.stats.paired import RatioInterval
+from tuner_client.stats.paired import Method, RatioInterval
 from tuner_client.stats.trace import RaceTrace
 
 #: the design summary.json names for a split race
@@ -213,7 +213,10 @@ def product(parts: list[RatioInterval | None], level: float) -> RatioInterval | 
     ratio = low = high = 1.0
     for p in claimed:
         ratio, low, high = ratio * p.ratio, low * p.low, high * p.high
-    return RatioInterval(ratio, low, high, sum(p.n for p in claimed), level, "anytime")
+    # "anytime" only when every part is a confidence sequence; a part read at its race's
+    # time limit is a fixed-horizon interval, and so is the product
+    method: Method = "anytime" if all(p.method == "anytime" for p in claimed) else "t"
+    return RatioInterval(ratio, low, high, sum(p.n for p in claimed), level, method)
 
 
 def _outcome(ctx: RunContext, run: FinalRun, options: Mapping[str, dict[str, str]],

@@ -71,6 +71,15 @@ class DesignRace(abc.ABC, Generic[C]):
     def observations(self, comparison: C) -> int:
         """The observations behind ``comparison``'s interval (slices, blocks, batches)."""
 
+    def interval_method(self) -> Method:
+        """The intervals' method key (a race read at its time limit may differ from the
+        class's: :mod:`tuner_client.stats.horizon`)."""
+        return self.method
+
+    def interval_method_text(self) -> str:
+        """The intervals' method in words (as :meth:`interval_method`)."""
+        return self.method_text
+
     def comparison_lines(self, label: str, comparison: C) -> list[str]:
         """``label``'s lines of the decision: its interval (and a design's caveat)."""
         return [f"{label}/{self.reference}: {comparison.text()}"]
@@ -118,8 +127,8 @@ class DesignRace(abc.ABC, Generic[C]):
             simultaneous={label: c.interval for label, c in self.comparisons.items()},
             rounds={label: self.observations(c) for label, c in self.comparisons.items()},
             transactions=self.transactions(), lines=self.decisions(), level=self.plain_level,
-            decision_level=self.level, method=self.method, design=self.design,
-            method_text=self.method_text)
+            decision_level=self.level, method=self.interval_method(), design=self.design,
+            method_text=self.interval_method_text())
 
     def trace(self) -> RaceTrace | None:
         """The race step by step: each candidate's confidence sequence at the plain level
