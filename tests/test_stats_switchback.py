@@ -101,21 +101,29 @@ def test_compare_recovers_the_speedup(true: float) -> None:
     assert result.blocks == 20 and result.interval.method == "anytime"
     assert result.interval.low < true < result.interval.high
     assert abs(math.log(result.interval.ratio / true)) < 0.03
-    assert result.half_width < 0.06
+    assert result.half_width < 0.07
+    # every planned block ran: the end's t interval, on the same blocks, ~0.6 as wide
+    ended = compare(totals, 0, 1, ended=True)
+    assert ended.interval.method == "t" and ended.interval.ratio == result.interval.ratio
+    assert ended.interval.low < true < ended.interval.high
+    assert ended.half_width < 0.7 * result.half_width
     # every switch but the last ends while 4 clients are in a transaction: carried, kept
     assert 4 * 39 <= totals.carried <= 4 * 40 and "straddling" not in totals.dropped
 
 
 def test_aa_coverage_over_synthetic_runs() -> None:
-    misses = 0
+    misses = ended_misses = 0
     for seed in range(40):
         spans = spans_of(balanced_order(2, 10, seed=seed), 1.0)
         template, start, latency, ok = closed_loop(spans, {0: 1.0, 1: 1.0}, seed=seed,
                                                    streams=2, drift_sd=0.05)
-        interval = compare(totals_from_transactions(spans, template, start, latency, ok,
-                                                    settle_s=0.05)).interval
+        totals = totals_from_transactions(spans, template, start, latency, ok, settle_s=0.05)
+        interval = compare(totals).interval
         misses += not interval.low < 1.0 < interval.high
-    assert misses <= 2  # nominal 5 %; the confidence sequence is conservative at fixed n
+        ended = compare(totals, ended=True).interval
+        ended_misses += not ended.low < 1.0 < ended.high
+    assert misses <= 2  # nominal 1 %; the confidence sequence is conservative at fixed n
+    assert ended_misses <= 4  # nominal 4 %: the end's t interval, 1.6 of 40 expected
 
 
 def test_race_picks_the_faster_candidate_and_says_how() -> None:

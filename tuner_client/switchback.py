@@ -197,13 +197,17 @@ def counter_delta(before: Counters, after: Counters) -> Delta:
     return {COMMITS: (window.xact_commit, window.seconds)} if window.xact_commit else {}
 
 
+#: :attr:`SliceRun.stopped` when every planned slice ran
+ALL_BLOCKS = "all blocks run"
+
+
 @dataclass
 class SliceRun:
     """What :func:`run_slices` observed: the spans and, with counters, one delta per span."""
 
     spans: list[SliceSpan] = field(default_factory=list)
     deltas: list[Delta] = field(default_factory=list)
-    stopped: str = "all blocks run"
+    stopped: str = ALL_BLOCKS
 
 
 def _sleep_until(deadline: float, stop: threading.Event | None) -> None:

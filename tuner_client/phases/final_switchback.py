@@ -39,6 +39,7 @@ from tuner_client.stats.switchback import (
     totals_from_transactions,
 )
 from tuner_client.switchback import (
+    ALL_BLOCKS,
     ConfigurationSwitch,
     SliceRun,
     counters_reader,
@@ -113,8 +114,9 @@ def driven_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
     totals = totals_from_transactions(list(run.spans), trace.template,
                                       trace.origin + trace.start, trace.latency, trace.ok,
                                       settle_s=settle_s)
+    # every planned block runs (no early stop): the end's interval (stats/horizon)
     return race(totals, labels, slice_s=cfg.measure.slice_s, settle_s=settle_s,
-                level=level, estimand=estimand_of(trace))
+                level=level, estimand=estimand_of(trace), ended=True)
 
 
 def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
@@ -130,10 +132,10 @@ def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
     read, source, settle_s = counters_reader(conn)
     settle_s = settle_margin(cfg.measure.slice_s, settle_s)
 
-    def analyse(run: SliceRun) -> SwitchbackRace:
+    def analyse(run: SliceRun, ended: bool = False) -> SwitchbackRace:
         return race(totals_from_deltas(run.spans, run.deltas), labels,
                     slice_s=cfg.measure.slice_s, settle_s=settle_s, level=level,
-                    source=source)
+                    source=source, ended=ended)
 
     def decided(run: SliceRun) -> bool:
         blocks = len({s.block for s in run.spans})
@@ -152,4 +154,6 @@ def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
                          cfg.measure.slice_s, settle_s=settle_s, counters=read,
                          after_block=decided)
     logger.info("switchback: %s after %d slices", run.stopped, len(run.spans))
-    return analyse(run)
+    # every planned block ran (not stopped by the intervals, the guardrail or the caller):
+    # the end's interval (stats/horizon)
+    return analyse(run, ended=run.stopped == ALL_BLOCKS)

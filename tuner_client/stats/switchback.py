@@ -36,9 +36,10 @@ For draws, per block, the reference's slice and the candidate's slice give each 
 relative to what the reference's per-template costs predict for the same work (per template
 t the reference's mean latency over the run, ``c_t``; an arm's value ``Σ latency / Σ c_t``),
 so a slice that happened to draw a cheaper mix is not credited with a gain; for loops, each
-block's pseudo-value of the completion-weighted ratio. The block's value goes to the t-mixture
-confidence sequence (:mod:`tuner_client.stats.sequential`), valid at every number of blocks
-at once, so a live race may stop after any block. Blocks are the independent units; the
+block's pseudo-value of the completion-weighted ratio. The block's value goes to
+:func:`tuner_client.stats.horizon.race_interval`: the t-mixture confidence sequence, valid at
+every number of blocks at once, so a live race may stop after any block; once every planned
+block has run, the end's Student t interval. Blocks are the independent units; the
 transactions inside a slice share its machine state and are not counted as independent.
 Bonferroni splits alpha over the candidates.
 
@@ -60,10 +61,11 @@ from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.drift import Drift, reference_drift
 from tuner_client.stats.estimand import COUNTS, DRAWN, DRAWS, Estimand
+from tuner_client.stats.horizon import method_words, race_interval
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval
 from tuner_client.stats.race_outcome import DesignRace
-from tuner_client.stats.sequential import CITATION, METHOD, confidence_sequence
+from tuner_client.stats.sequential import CITATION, METHOD
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "switchback"
@@ -241,21 +243,20 @@ class SwitchbackComparison:
 
 
 def compare(totals: SliceTotals, reference: int = 0, candidate: int = 1, *,
-            level: float = 0.95, estimand: Estimand = DRAWN) -> SwitchbackComparison:
-    """The candidate's work-weighted speedup over the reference with the confidence sequence
-    over blocks at ``level`` (bounds 0/inf while it is still unbounded)."""
+            level: float = 0.95, estimand: Estimand = DRAWN, ended: bool = False
+            ) -> SwitchbackComparison:
+    """The candidate's work-weighted speedup over the reference with its interval over
+    blocks at ``level`` (:func:`tuner_client.stats.horizon.race_interval`: the confidence
+    sequence, bounds 0/inf while it is still unbounded; ``ended``: the race ran every block
+    it planned, and the end's t interval)."""
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
     logs = block_log_speedups(totals, reference, candidate, estimand)
-    cs = confidence_sequence(logs.tolist(), alpha=1.0 - level)
-    if cs is None:
+    interval = race_interval(logs.tolist(), level=level, ended=ended)
+    if interval is None:
         raise ConfigError(f"a switchback comparison needs at least 2 blocks holding both "
                           f"configurations {reference} and {candidate} with observations, "
                           f"but got {logs.size}; run more blocks")
-    mean, low, high = cs
-    interval = RatioInterval(math.exp(mean), math.exp(low) if math.isfinite(low) else 0.0,
-                             math.exp(high) if math.isfinite(high) else math.inf,
-                             int(logs.size), level, "anytime")
     configs = np.array([s.config for s in totals.spans])
     kept = totals.counts.sum(axis=1)
     return SwitchbackComparison(reference, candidate, interval, int(logs.size),
@@ -291,6 +292,14 @@ class SwitchbackRace(DesignRace[SwitchbackComparison]):
     counts: str = COUNTS[DRAWS]
     #: the reference's own level over its slices (None: too few slices)
     drift: Drift | None = None
+    #: the race ran every block it planned: its intervals are the end's t intervals
+    ended: bool = False
+
+    def interval_method(self) -> Method:
+        return "t" if self.ended else "anytime"
+
+    def interval_method_text(self) -> str:
+        return f"{method_words(self.ended)}, over blocks of paired slices"
 
     def design_line(self) -> str:
         dropped = ", ".join(f"{n} {why}" for why, n in self.dropped.items() if n) or "none"
@@ -301,8 +310,8 @@ class SwitchbackRace(DesignRace[SwitchbackComparison]):
                 f"random order; the ratio counts {self.counts}; {self.source} attributed to "
                 f"the slice they started in, the "
                 f"first {self.settle_s:g} s of each slice left out; dropped: {dropped}"
-                f"{carried}; intervals: {METHOD} over blocks at {100 * self.level:.4g} % "
-                f"(Bonferroni over {len(self.comparisons)} candidates)")
+                f"{carried}; intervals at {100 * self.level:.4g} % (Bonferroni over "
+                f"{len(self.comparisons)} candidates) over blocks: {method_words(self.ended)}")
 
     def notes(self) -> list[str]:
         if not (self.carried and (self.carried > CARRIED_WARNING * self.kept
@@ -335,19 +344,21 @@ class SwitchbackRace(DesignRace[SwitchbackComparison]):
 
 
 def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s: float,
-         level: float = 0.95, source: str = "transactions", estimand: Estimand = DRAWN
-         ) -> SwitchbackRace:
+         level: float = 0.95, source: str = "transactions", estimand: Estimand = DRAWN,
+         ended: bool = False) -> SwitchbackRace:
     """Configuration 0 (``labels[0]``) is the reference, every other one a candidate; the
     winner is the best candidate whose simultaneous interval lies above 1 (else none);
-    ``estimand``: what the ratios count (the workload's client model)."""
+    ``estimand``: what the ratios count (the workload's client model); ``ended``: every
+    planned block ran (:mod:`tuner_client.stats.horizon`)."""
     if len(labels) < 2:
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
     m = len(labels) - 1
     simultaneous = simultaneous_level(level, m)
-    comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous, estimand=estimand)
+    comparisons = {labels[k]: compare(totals, 0, k, level=simultaneous, estimand=estimand,
+                                      ended=ended)
                    for k in range(1, len(labels))}
-    plain = {labels[k]: compare(totals, 0, k, level=level, estimand=estimand)
+    plain = {labels[k]: compare(totals, 0, k, level=level, estimand=estimand, ended=ended)
              for k in range(1, len(labels))}
     clear = [label for label, r in comparisons.items() if r.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
@@ -355,7 +366,8 @@ def race(totals: SliceTotals, labels: Sequence[str], *, slice_s: float, settle_s
                           settle_s, len(totals.spans), dict(totals.dropped), source, totals.kept,
                           totals.carried,
                           totals.longest_mean_s if source == "transactions" else 0.0,
-                          counts=estimand.text(), drift=reference_drift_of(totals, settle_s))
+                          counts=estimand.text(), drift=reference_drift_of(totals, settle_s),
+                          ended=ended)
 
 
 def reference_drift_of(totals: SliceTotals, settle_s: float, reference: int = 0
