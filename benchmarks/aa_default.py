@@ -115,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                            half_width=_half_width(iv))
                 summary = state / f"out-{r}" / "summary.json"
                 if summary.exists():  # why the final race ran in its design
-                    row["final_decisions"] = [
-                        d["text"] for d in json.loads(summary.read_text()).get(
-                            "decision_records", []) if d.get("phase") == "final"][:12]
+                    records = json.loads(summary.read_text()).get("decision_records", [])
+                    row["final_decisions"] = [d["text"] for d in records
+                                              if d.get("phase") == "final"][:12]
+                    row["decisions"] = [d["text"] for d in records]
             else:
                 row["stderr_tail"] = run.stderr[-2000:]
                 if run.returncode == 2:  # the config was refused: every run would be

@@ -72,6 +72,23 @@ def segment_seconds(seconds: float, candidates: int) -> int:
     return max(SEGMENT_S, min(2 * SEGMENT_S, fit))
 
 
+#: the duet's time budget when ``final.max_seconds`` is not given. The per-transaction
+#: default (120 s) gave an A/A of server-wide knobs 2 blocks, 8 batches a candidate, and
+#: ±15-20 % at the end (``benchmarks/results/aa_default.s27-probe.md``, load 6-8); the end's t
+#: interval narrows as 1/sqrt(batches), and ±5 % needs ~16 a candidate at the 8 % per batch
+#: of a pinned duet (``duet_race.pinned.md``): 4 blocks of two candidates, ~200 s of segments
+DEFAULT_DUET_SECONDS = 240
+
+
+def duet_seconds(ctx: RunContext) -> int:
+    """The duet race's time budget: ``final.max_seconds`` as the other designs read it
+    (:func:`~tuner_client.phases.final_per_transaction.race_seconds`), else
+    :data:`DEFAULT_DUET_SECONDS`."""
+    if ctx.config.final.max_seconds is not None:
+        return race_seconds(ctx)
+    return DEFAULT_DUET_SECONDS
+
+
 def warmup_seconds(warmup_s: float) -> int:
     """The seconds left out at each segment's start: the run's ``measure.warmup_s`` rounded
     up, at least 1 (the first report is a second in) and at most
@@ -187,7 +204,7 @@ def race_duet_run(ctx: RunContext, state: RunState,
         other = Arm("clone", second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
                     cpus=cpus[1] if cpus else None,
                     data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
-        seconds = race_seconds(ctx)
+        seconds = duet_seconds(ctx)
         pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
                   f"client to {cpus[1]}" if cpus else "")
         size = f"{second.size_bytes / 2 ** 20:,.0f} MiB"
