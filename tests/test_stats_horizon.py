@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from tuner_client.duet.driver import PairedSeconds
+from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.stats.horizon import race_interval
 from tuner_client.stats.levels import EARLY_SHARE, early_level, end_level
@@ -80,3 +82,28 @@ def test_a_duet_read_at_its_limit_is_a_t_interval_and_narrower() -> None:
     assert decision.method == "t"
     assert any("Student t read once at the race's time limit" in line
                for line in decision.lines)
+
+
+def test_a_duet_stops_at_its_limit_after_an_even_number_of_blocks() -> None:
+    """The race loop itself (a synthetic runner, a clock that moves 35 s a segment): with a
+    130-s limit it stops after 4 blocks (140 s), each candidate twice on each cluster, and the
+    end's interval read; 3 blocks would leave one orientation with twice the other's segments."""
+    rng = np.random.default_rng(5)
+    now = [0.0]
+
+    def runner(dsns: tuple[str, str], seconds: int, skip_s: float,
+               cpus: tuple[str | None, str | None]) -> PairedSeconds:
+        now[0] += 35.0
+        server = tuple(float(v) for v in rng.poisson(200, seconds - 1))
+        clone = tuple(float(v) for v in rng.poisson(180, seconds - 1))  # a slower clone
+        return PairedSeconds(tuple(float(t) for t in range(seconds - 1)), (server, clone), 0.0)
+
+    outcome = run_duet(Arm("server", "s", lambda s: None), Arm("clone", "c", lambda s: None),
+                       [{"work_mem": "4MB"}, {"work_mem": "8MB"}], ["default", "best"],
+                       runner, max_seconds=130, segment_s=20, warmup_s=1,
+                       clock=lambda: now[0])
+    assert outcome is not None and outcome.ended and outcome.segments == 4
+    best = outcome.plain["best"]
+    assert best.interval.method == "t" and best.batches == 16
+    assert best.asymmetry == pytest.approx(0.9, rel=0.03)
+    assert best.interval.low < 1.0 < best.interval.high and outcome.winner is None

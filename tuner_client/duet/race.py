@@ -58,9 +58,10 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
              level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
              min_blocks: int = MIN_BLOCKS, clone_text: str = "",
              clock: Callable[[], float] = time.monotonic) -> DuetRace | None:
-    """Race ``labels`` (``configs[0]`` the reference) by duet for ``max_seconds`` (longer,
-    up to twice that, until every candidate has the batches of two whole blocks); None when
-    too little was measured for an interval."""
+    """Race ``labels`` (``configs[0]`` the reference) by duet for ``max_seconds`` (ending
+    after an even number of blocks, so by a block more at most; longer, up to twice that,
+    until every candidate has the batches of two whole blocks; three times it at most);
+    None when too little was measured for an interval."""
     if len(configs) != len(labels) or len(labels) < 2:
         raise ConfigError(f"a duet race needs a reference and a candidate, one configuration "
                           f"per label, but got {len(configs)} configurations for "
@@ -98,8 +99,14 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
         # report on either side): the time limit waits for the batches two whole blocks give
         enough = outcome is not None and all(
             c.batches >= 2 * (segment_s // BATCH_S) for c in outcome.comparisons.values())
-        if spent + per_segment * (len(configs) - 1) > max_seconds and block >= 2 and (
-                enough or spent > 2 * max_seconds):
+        # the limit is looked at after an even number of blocks, where each candidate ran
+        # as often on the clone as on the server (the asymmetry cancels exactly), and stops
+        # once another block, at the pace so far, would not fit (the pair it starts may
+        # overrun the limit by a block): an A/A at the 240-s default ran 3 blocks, 2
+        # segments of a candidate on the clone against 1 on the server
+        pace = max(spent / block, per_segment * (len(configs) - 1))
+        if block >= 2 and block % 2 == 0 and spent + pace > max_seconds and (
+                enough or spent > 2 * max_seconds) or spent > 3 * max_seconds:
             logger.info("duet: %.0f s of %.0f spent after %d blocks", spent, max_seconds, block)
             # the limit was fixed before the race: its end reads the t interval
             return race(segments, labels, segment_s=segment_s, level=level, clone=clone_text,
