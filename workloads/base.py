@@ -23,6 +23,11 @@ class Workload(ABC):
     Used as a context manager, it is started on entry and stopped on exit.
     """
 
+    #: the shortest fixed-work window the tuner's measurer keeps for this workload: one
+    #: shorter is taken again as a time window this long, and so are the run's later ones
+    #: (0: fixed work as asked; see :class:`workloads.pgbench.PgbenchWorkload`)
+    MIN_WINDOW_S: float = 0.0
+
     @abstractmethod
     def start(self) -> None:
         """Start the load (threads, connections or a subprocess)."""

@@ -121,6 +121,13 @@ class PgbenchWorkload(Workload):
                 )
         self._running = True
 
+    #: every sample is a fresh pgbench run, so 20 transactions of a user's ``.sql`` mix whose
+    #: heaviest statement has 3 % of the draws took 0.03-0.3 s, and a window read 1,900 or
+    #: 47,000 transactions a minute as it drew that statement or not (the A/A of server-wide
+    #: knobs, session 27: window ratios of 0.18-5.5x between identical configurations); 2 s
+    #: of 4 clients draw it ~40 times
+    MIN_WINDOW_S = 2.0
+
     def sample(
         self,
         seconds: float | None = None,

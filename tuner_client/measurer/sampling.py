@@ -75,6 +75,9 @@ class Sampler:
         self.point_start: StatsSnapshot | None = None
         #: the seconds of the latest warm-up (``measure.restart_warmup_s`` after a restart)
         self.last_warmup_s: float | None = None
+        #: a fixed-work sample took less than the workload's MIN_WINDOW_S: the run's samples
+        #: are time windows that long from then on
+        self.short_work_s: float | None = None
 
     def warm_up(self, seconds: float | None = None) -> None:
         """Let caches settle under the workload (a discarded time window of ``seconds``,
@@ -117,12 +120,7 @@ class Sampler:
         taken: list[Sample] = []
         observed = []
         for _ in range(samples or self.config.samples):
-            if self.config.queries is not None:
-                taken.append(workload.sample(queries=self.config.queries,
-                                             timeout_s=self.sample_timeout_s,
-                                             every_query=True))
-            else:
-                taken.append(workload.sample(seconds=self.config.seconds))
+            taken.append(self._window(every_query=True))
             observed.append(getattr(workload, "last_window", None))
         self.point_start = None
         return taken, observed
@@ -147,14 +145,27 @@ class Sampler:
         return _Opened(before, self.parts.server.read_cpu(), time.monotonic())
 
     def _take(self) -> Sample:
-        workload = self.parts.traffic.workload
         latency = self.config.estimator == "concurrency"
         # the latency estimate counts only queries started under this configuration
         since = self.parts.in_force.applied_at if latency else None
-        if self.config.queries is not None:
-            return workload.sample(queries=self.config.queries, timeout_s=self.sample_timeout_s,
-                                   since=since, every_query=latency)
-        return workload.sample(seconds=self.config.seconds, since=since)
+        return self._window(since=since, every_query=latency)
+
+    def _window(self, *, since: float | None = None, every_query: bool = False) -> Sample:
+        """One sample: ``measure.queries`` completions (a time window of the workload's
+        ``MIN_WINDOW_S`` once such a sample took less), else ``measure.seconds``."""
+        workload = self.parts.traffic.workload
+        if self.config.queries is None:
+            return workload.sample(seconds=self.config.seconds, since=since)
+        if self.short_work_s is None:
+            got = workload.sample(queries=self.config.queries, timeout_s=self.sample_timeout_s,
+                                  since=since, every_query=every_query)
+            least = workload.MIN_WINDOW_S
+            if got.seconds >= least:
+                return got
+            self.short_work_s = least
+            logger.info("%d queries took %.2f s, under the workload's %g s: this run's "
+                        "samples are %g-s windows", got.completed, got.seconds, least, least)
+        return workload.sample(seconds=self.short_work_s, since=since)
 
     def _record(self, opened: _Opened, got: Sample) -> SampleRecord:
         parts = self.parts
