@@ -4,6 +4,8 @@ A small shop schema (``items`` looked up by a Zipf-skewed key, ``orders`` append
 pgbench custom scripts run as an independent ``pgbench`` process: the tuner only observes it,
 as it would observe a real application. The shop example of ``workloads/apps/shop/`` (issue
 17, scripted part) is richer; this one is self-contained so live mode can be tested alone.
+:func:`shop_with_traffic` is the live benchmarks' set-up: a private cluster that preloads
+pg_stat_statements, the shop in it and the traffic running.
 """
 
 from __future__ import annotations
@@ -11,11 +13,18 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.servers.controllers import LocalController
+from tuner_client.servers.local_cluster import LocalCluster
+from tuner_client.servers.target import Target
 from workloads.pgbench import find_pgbench
 
 SCRIPTS = {
@@ -26,6 +35,11 @@ SCRIPTS = {
     "report": "SELECT val % 50 AS bucket, count(*), sum(val) FROM items "
               "WHERE id <= {report_rows} GROUP BY 1 ORDER BY 3 DESC LIMIT 5;\n",
 }
+
+
+#: the live benchmarks' shop (items) and traffic (scripts and their weights)
+BENCH_ROWS = 200_000
+BENCH_WEIGHTS = {"lookup": 10, "order": 3, "report": 1}
 
 
 def create_shop(dsn: str, rows: int = 100_000) -> None:
@@ -110,3 +124,59 @@ class Traffic:
             out, _ = self._proc.communicate(timeout=10)  # reaps it and closes the pipe
         self._dir.cleanup()
         return out or ""
+
+
+@dataclass
+class Shop:
+    """A private cluster holding the shop in its database ``shop`` (``dsn``), and the
+    traffic running on it."""
+
+    cluster: LocalCluster
+    dsn: str
+    traffic: Traffic
+
+    def target(self) -> Target:
+        """The tuner's target: the shop's database, its catalog read from the server,
+        restarts through the local controller."""
+        with psycopg.connect(self.dsn) as conn:
+            catalog = KnobCatalog.from_connection(conn)
+        return Target(dsn=self.dsn, catalog=catalog, controller=LocalController(self.cluster),
+                      cluster=None, ram_bytes=None)
+
+
+@contextmanager
+def shop_with_traffic(prefix: str, *, rows: int = BENCH_ROWS,
+                      weights: dict[str, int] | None = None, clients: int = 2,
+                      seconds: int = 3600) -> Iterator[Shop]:
+    """A private cluster (its directory under /tmp named from ``prefix``) that preloads
+    pg_stat_statements, the shop of ``rows`` items in its database ``shop``, and
+    :class:`Traffic` of ``weights`` (default :data:`BENCH_WEIGHTS`) from ``clients`` for up
+    to ``seconds``, 3 s in when this yields; on the way out the traffic is stopped and the
+    cluster stopped and removed."""
+    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")),
+                           sync_initdb=False)
+    traffic: Traffic | None = None
+    try:
+        cluster.init()
+        conf = cluster.data_dir / "postgresql.conf"
+        conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
+        cluster.start()
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE shop")
+        dsn = cluster.dsn_for("shop")
+        create_shop(dsn, rows=rows)
+        traffic = Traffic(dsn, weights or BENCH_WEIGHTS, seconds=seconds, clients=clients,
+                          rows=rows).start()
+        time.sleep(3.0)
+        yield Shop(cluster, dsn, traffic)
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        cluster.stop(mode="fast")
+        cluster.destroy()
+
+
+def error_lines(output: str) -> list[str]:
+    """pgbench's lines of ``output`` that report an error or an aborted client."""
+    return [line for line in output.splitlines()
+            if "ERROR" in line or "aborted" in line or "FATAL" in line]

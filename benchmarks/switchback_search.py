@@ -23,27 +23,26 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from benchmarks.evidence.common import header, load_average, machine, ratio, spread, write_results
-from benchmarks.live_traffic import Traffic, create_shop
+from benchmarks.evidence.live import tuner_dict as live_dict
+from benchmarks.live_traffic import (
+    BENCH_ROWS,
+    BENCH_WEIGHTS,
+    Shop,
+    error_lines,
+    shop_with_traffic,
+)
 from tuner_client.api.client import connect
 from tuner_client.config import tuner_config_from_dict
 from tuner_client.flows import Tuner
-from tuner_client.knobs.catalog import KnobCatalog
-from tuner_client.servers.controllers import LocalController
-from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.servers.target import Target
 
 logger = logging.getLogger(__name__)
 
-ROWS = 200_000
-WEIGHTS = {"lookup": 10, "order": 3, "report": 1}
+ROWS, WEIGHTS = BENCH_ROWS, BENCH_WEIGHTS
 COMMAND = "flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search"
 
 
@@ -52,22 +51,12 @@ def tuner_dict(dsn: str, data_dir: Path, design: str, evaluations: int,
     """The live config of :mod:`benchmarks.evidence.live` (not quick), ``measure.design``
     ``design``, the search capped at ``evaluations``, a run of one candidate
     ``per_transaction_s`` long, the final race at ``final_s``."""
-    return {
-        "name": f"switchback-search-{design}", "seed": 7,
-        "database": {"dsn": dsn, "controller": {"kind": "pg_ctl",
-                                                "options": {"data_dir": str(data_dir)}}},
-        "workload": {"observe": {"min_calls": 20, "poll_s": 0.5}},
-        "measure": {"warmup_s": 2.0, "samples": 2, "seconds": 3.0, "design": design,
-                    "per_transaction_s": per_transaction_s},
-        "budget": {"ram": "2GB", "os_reserved": "512MB", "connections": 20},
-        "online": {"knobs": {
-            "work_mem": {"min": "1MB", "max": "64MB", "step": "1MB"},
-            "random_page_cost": {"min": 1.0, "max": 8.0, "step": 0.5},
-            "effective_cache_size": {"min": "64MB", "max": "1GB", "step": "64MB"},
-            "jit": {"values": ["off", "on"]}},
-            "evaluations": evaluations},
-        "final": {"candidates": 2, "baselines": ["pgtune"], "max_seconds": final_s},
-    }
+    live = live_dict(dsn, data_dir, quick=False)
+    return {**live, "name": f"switchback-search-{design}",
+            "measure": {**live["measure"], "design": design,
+                        "per_transaction_s": per_transaction_s},
+            "online": {**live["online"], "evaluations": evaluations},
+            "final": {"candidates": 2, "baselines": ["pgtune"], "max_seconds": final_s}}
 
 
 def half_width(low: float | None, high: float | None) -> float | None:
@@ -77,18 +66,15 @@ def half_width(low: float | None, high: float | None) -> float | None:
     return 0.5 * (math.log(high) - math.log(low))
 
 
-def run_once(cluster: LocalCluster, dsn: str, design: str, args: argparse.Namespace
-             ) -> dict[str, Any]:
-    """One live tuning run; what the search and the final race measured."""
-    auto_conf = cluster.data_dir / "postgresql.auto.conf"
+def run_once(shop: Shop, design: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One live tuning run on ``shop``; what the search and the final race measured."""
+    auto_conf = shop.cluster.data_dir / "postgresql.auto.conf"
     before = auto_conf.read_text()
-    with psycopg.connect(dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster),
-                    cluster=None, ram_bytes=None)
+    target = shop.target()
     config = tuner_config_from_dict(
-        tuner_dict(dsn, cluster.data_dir, design, args.evaluations, args.per_transaction_s,
-                   args.final_seconds), source="benchmarks/switchback_search.py")
+        tuner_dict(shop.dsn, shop.cluster.data_dir, design, args.evaluations,
+                   args.per_transaction_s, args.final_seconds),
+        source="benchmarks/switchback_search.py")
     started = time.monotonic()
     tuner = Tuner(config, client=connect(None), target=target, run_id=f"sbs-{design}")
     result = tuner.run()
@@ -155,32 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     mach = machine()
     load_before = load_average()
-    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="harmony-bench-sbs-", dir="/tmp")),
-                           sync_initdb=False)
-    traffic: Traffic | None = None
     runs = []
-    try:
-        cluster.init()
-        conf = cluster.data_dir / "postgresql.conf"
-        conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
-        cluster.start()
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE shop")
-        dsn = cluster.dsn_for("shop")
-        create_shop(dsn, rows=ROWS)
-        traffic = Traffic(dsn, WEIGHTS, seconds=3600, clients=2, rows=ROWS).start()
-        time.sleep(3.0)
+    with shop_with_traffic("harmony-bench-sbs-", rows=ROWS, weights=WEIGHTS) as shop:
         for design in ("windows", "auto"):
-            runs.append(run_once(cluster, dsn, design, args))
-        pgbench = traffic.stop()
-    finally:
-        if traffic is not None:
-            traffic.stop()
-        cluster.stop(mode="fast")
-        cluster.destroy()
+            runs.append(run_once(shop, design, args))
+        pgbench = shop.traffic.stop()
     load_after = load_average()
-    errors = [line for line in pgbench.splitlines()
-              if "ERROR" in line or "aborted" in line or "FATAL" in line]
+    errors = error_lines(pgbench)
     data = {"machine": mach, "load_before": load_before, "load_after": load_after,
             "rows": ROWS, "weights": WEIGHTS, "evaluations": args.evaluations,
             "config": tuner_dict("<dsn>", Path("<data_dir>"), "<design>", args.evaluations,

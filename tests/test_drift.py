@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import jsonschema
@@ -22,7 +23,7 @@ from tuner_client.duet.stats import DuetRace
 from tuner_client.phases.decisions import SCHEMA_PATH, Kind, drift_record, render
 from tuner_client.phases.final_duet import HOLDS
 from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.stats.drift import LEVEL, reference_drift
+from tuner_client.stats.drift import LEVEL, Drift, reference_drift
 
 #: each transaction adds 2,000 rows and counts the table: the level falls as the table grows
 GROWING = """INSERT INTO grow SELECT g FROM generate_series(1, 2000) g;
@@ -95,20 +96,31 @@ def test_a_steady_reference_reads_as_no_drift(
     single-client pgbench) as a drift too, by design (the states the race measured in moved),
     so a second A/A duet is run when the first saw one; a detector that always alarms fails
     both (a CI run beside a benchmark read 2.25× over 44 s once)."""
-    seen = []
-    for attempt in range(2):
-        journals = tmp_path / str(attempt)
+    def attempt(k: int) -> Drift | None:
+        journals = tmp_path / str(k)
         journals.mkdir()
-        outcome = _duet(own_cluster, journals, clone_parent, STEADY)
-        drift = outcome.drift
-        assert drift is not None and drift.n >= 8
+        return _duet(own_cluster, journals, clone_parent, STEADY).drift
+
+    drift = steady_drift(attempt, least=8)
+    record = drift_record(drift, reference="default", design="duet", holds=HOLDS)
+    assert record.reason == "steady" and HOLDS not in render(record)
+
+
+def steady_drift(attempt: Callable[[int], Drift | None], *, least: int) -> Drift:
+    """The drift a steady race reads: ``attempt(k)`` runs race k and returns its reference's
+    drift (of at least ``least`` observations); a second race runs when the first read a
+    drift (the machine's load changed), and the second must read none, its interval holding
+    no change."""
+    seen = []
+    for k in range(2):
+        drift = attempt(k)
+        assert drift is not None and drift.n >= least
         seen.append(drift.text())
         if not drift.moved:
             break
     assert not drift.moved, seen
     assert drift.over_low < 1.0 < drift.over_high
-    record = drift_record(drift, reference="default", design="duet", holds=HOLDS)
-    assert record.reason == "steady" and HOLDS not in render(record)
+    return drift
 
 
 def test_the_false_alarm_rate_holds_and_a_steady_fall_is_found() -> None:

@@ -1,12 +1,14 @@
 """The final race measured per transaction in a real tuning run (PostgreSQL + TPC-H SF 0.01,
 standalone): ``measure.design: per-transaction`` races the candidates in one run and the
-result names the design, its transactions and its interval."""
+result names the design, its transactions and its interval, and the reference's drift over
+the run's slices is a record of its own."""
 
 from __future__ import annotations
 
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
 from tuner_client.engine.designs import differing_knobs
+from tuner_client.phases.decisions import Kind
 
 CONFIG = tune_yaml(
     "pertx", 2, mix="2Q6,1Q13", measure="design: per-transaction, per_transaction_s: 10",
@@ -33,3 +35,8 @@ def test_final_race_per_transaction(tpch_cluster: TpchCluster) -> None:  # noqa:
     assert "final: final race measured per-transaction" in decisions
     for label, iv in decision.intervals.items():
         assert iv is not None and 0 < iv.low <= iv.ratio <= iv.high, label
+    # the reference's own level over the run's slices, said after the race (issue 51, item 5)
+    drift = [r for r in tuner.state.decision_records
+             if r.kind is Kind.DRIFT and r.design == "per-transaction"]
+    assert len(drift) == 1 and drift[0].labels == (decision.reference,), decisions
+    assert drift[0].reason in ("moved", "steady") and 15 <= (drift[0].rounds or 0) <= 20

@@ -27,7 +27,6 @@ import argparse
 import logging
 import math
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,22 +35,18 @@ import psycopg
 from scipy import stats as scistats
 
 from benchmarks.evidence.common import fmt, header, load_average, machine, ratio, write_results
-from benchmarks.live_traffic import Traffic, create_shop
+from benchmarks.live_traffic import BENCH_ROWS, BENCH_WEIGHTS, error_lines, shop_with_traffic
 from tuner_client.api.client import connect
 from tuner_client.config import GuardConfig, MeasureConfig, tuner_config_from_dict
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import LiveWatch, Measurer, ServerAccess
 from tuner_client.measurer.guardrails import Guardrail
-from tuner_client.servers.controllers import LocalController
-from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.servers.target import Target
 from workloads.observe import ObservedWorkload
 
 logger = logging.getLogger(__name__)
 
-ROWS = 200_000
-WEIGHTS = {"lookup": 10, "order": 3, "report": 1}
+ROWS, WEIGHTS = BENCH_ROWS, BENCH_WEIGHTS
 SLOW = {"enable_indexscan": "off", "enable_bitmapscan": "off"}
 
 
@@ -126,48 +121,24 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     load_before = load_average()
     started = time.monotonic()
-    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="harmony-bench-live-", dir="/tmp")),
-                           sync_initdb=False)
-    traffic: Traffic | None = None
-    pgbench_output = ""
-    try:
-        cluster.init()
-        conf = cluster.data_dir / "postgresql.conf"
-        conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
-        cluster.start()
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE shop")
-        dsn = cluster.dsn_for("shop")
-        create_shop(dsn, rows=ROWS)
-        traffic = Traffic(dsn, WEIGHTS, seconds=3600, clients=2, rows=ROWS).start()
-        time.sleep(3.0)
-        with psycopg.connect(dsn) as conn:
-            catalog = KnobCatalog.from_connection(conn)
-        target = Target(dsn=dsn, catalog=catalog, controller=LocalController(cluster),
-                        cluster=None, ram_bytes=None)
-        config = tuner_config_from_dict(tuner_dict(dsn, cluster.data_dir, quick),
+    with shop_with_traffic("harmony-bench-live-", rows=ROWS, weights=WEIGHTS) as shop:
+        config = tuner_config_from_dict(tuner_dict(shop.dsn, shop.cluster.data_dir, quick),
                                         source="benchmarks/evidence/live.py")
-        tuner = Tuner(config, client=connect(None), target=target, run_id="bench")
+        tuner = Tuner(config, client=connect(None), target=shop.target(), run_id="bench")
         result = tuner.run()
         summary = result.to_dict()
         tuning_s = time.monotonic() - started
-        revert = guardrail_trips(dsn, trips)
-        pgbench_output = traffic.stop()
-        with psycopg.connect(dsn) as conn:
+        revert = guardrail_trips(shop.dsn, trips)
+        pgbench_output = shop.traffic.stop()
+        with psycopg.connect(shop.dsn) as conn:
             row = conn.execute("SELECT count(*) FROM orders").fetchone()
         orders = int(row[0]) if row else 0
-    finally:
-        if traffic is not None:
-            traffic.stop()
-        cluster.stop(mode="fast")
-        cluster.destroy()
     load_after = load_average()
     decision = summary["decision"] or {}
     intervals = decision.get("intervals") or {}
     times = [r["detected_after_s"] + r["revert_s"] for r in revert if r["tripped"]]
     reverts = [r["revert_s"] for r in revert if r["tripped"]]
-    errors = [line for line in pgbench_output.splitlines()
-              if "ERROR" in line or "aborted" in line or "FATAL" in line]
+    errors = error_lines(pgbench_output)
     mean, low, high = t_interval(times) if times else (math.nan, math.nan, math.nan)
     data = {"machine": mach, "load_before": load_before, "load_after": load_after,
             "quick": quick, "rows": ROWS, "weights": WEIGHTS,

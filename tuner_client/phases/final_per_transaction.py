@@ -4,7 +4,9 @@ each transaction drawing one of them at random and running under ``SET LOCAL`` (
 The engine chooses it where it is valid (:mod:`tuner_client.engine.designs`: every differing
 knob session-settable, none with a system-wide side, no memory pressure, a per-transaction
 driver, one server). The knobs the candidates share are put in force on the server first
-(the original's values), so ``SET LOCAL`` carries exactly the differences.
+(the original's values), so ``SET LOCAL`` carries exactly the differences. The reference's
+own level over the run's slices is its drift (:data:`HOLDS`: what the interval then holds
+for).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from collections.abc import Mapping
 from harmony_base.errors import HarmonyError
 from tuner_client.engine.designs import PER_TRANSACTION
 from tuner_client.engine.protocol import RaceRequest
-from tuner_client.phases.decisions import Decision, Kind, race_records
+from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
-from tuner_client.phases.state import RunContext
+from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.per_transaction import MIN_SLICES
 from tuner_client.stats.per_transaction_race import PerTransactionRace, race_per_transaction
 from workloads.per_transaction.from_config import make_assignment
@@ -28,6 +30,13 @@ logger = logging.getLogger(__name__)
 #: the run's length when ``final.max_seconds`` sets none, and its bounds (s)
 DEFAULT_SECONDS = 120
 MIN_SECONDS, MAX_SECONDS = 30, 600
+
+#: what a per-transaction race's interval holds for when its reference drifted (issue 51,
+#: item 5)
+HOLDS = ("every transaction drew its configuration at random, so the reference and the "
+         "candidates ran interleaved at the same moments of every slice and a drift they "
+         "share cancels within each slice: the interval holds for the average of the states "
+         "the race saw, not for the reference's level at its start or at its end")
 
 
 class PerTransaction(FinalDesign, name=PER_TRANSACTION):
@@ -43,10 +52,19 @@ class PerTransaction(FinalDesign, name=PER_TRANSACTION):
                                          stage=request.stage, reason=str(exc),
                                          text="measured in windows"))
             return None
-        for record in race_records(race.to_final_decision(), stage=request.stage,
-                                   counts=race.counts()):
-            run.state.decide(record)
+        decide_race(run.state, race, stage=request.stage)
         return race
+
+
+def decide_race(state: RunState, race: PerTransactionRace, *, stage: str | None = None
+                ) -> None:
+    """The race's records: its verdict and account, then its reference's drift (none when
+    the run had too few slices for one)."""
+    for record in race_records(race.to_final_decision(), stage=stage, counts=race.counts()):
+        state.decide(record)
+    if race.drift is not None:
+        state.decide(drift_record(race.drift, reference=race.reference, design=PER_TRANSACTION,
+                                  stage=stage, holds=HOLDS))
 
 
 def race_seconds(ctx: RunContext) -> int:

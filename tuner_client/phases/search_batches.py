@@ -5,19 +5,20 @@ ready measures them together beside the session's reference, in one run of a pai
 keeps each record with its paired ratio to the reference (:func:`record_point`, so that the
 ledger ranks it by that ratio, never by an absolute level).
 
-The design is an argument (:class:`BatchEvaluations`): the loop, its stops (the budget, the
+The design is an argument (:class:`SessionEvaluations`): the loop, its stops (the budget, the
 time, convergence, an idle or paused session, a stall) and the reporting are one code for
 both.
 """
 
 from __future__ import annotations
 
+import abc
 import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar
 
 from tuner_client.api.client import Fetched, Session
 from tuner_client.budget import BudgetView
@@ -81,33 +82,67 @@ class Evaluation:
     record: PointRecord
 
 
-class BatchEvaluations(Protocol):
-    """A design measuring batches of a session's candidates beside its reference."""
+@dataclass(eq=False)
+class SessionEvaluations(abc.ABC):
+    """A design measuring batches of a session's candidates beside its reference: the run,
+    the session's label and space, its reference, the runs made so far and their seconds;
+    what every design does first with a batch (:meth:`measure`), and how its session runs
+    (:meth:`run_session`). A design is a dataclass subclass: its name, its own counters as
+    fields with defaults, :meth:`measure_feasible` and :meth:`summary`."""
 
-    label: str
-    reference: Reference
     #: the design's name (each record's ``design``)
-    design: str
-    #: runs made so far
-    runs: int
+    design: ClassVar[str]
+
+    ctx: RunContext
+    state: RunState
+    label: str
+    space: KnobSpace
+    reference: Reference
+    #: runs made so far, and their seconds
+    runs: int = 0
+    seconds: float = 0.0
+    #: what the runs' ratios count (the workload's client model; empty before a run)
+    counts: str = ""
 
     def measure(self, batch: list[Evaluation]) -> None:
-        """Fill each record of ``batch``: its value, ratio, interval and design, or its
-        failure."""
+        """Run the candidates of ``batch`` that keep the memory budget beside the reference
+        (:meth:`measure_feasible`; the others fail as infeasible); fill each record (its
+        value, ratio, interval and design, or its failure)."""
+        ctx = self.ctx
+        runnable = feasible(ctx.budget, ctx.measurer.in_force, batch)
+        if not runnable:
+            return
+        level = reference_level(ctx.measurer, ctx.metrics, self.reference)
+        if level is None:
+            for ev in runnable:
+                ev.record.failure = "the reference could not be measured in a window"
+            return
+        self.measure_feasible(runnable, level)
 
+    @abc.abstractmethod
+    def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
+        """Measure ``runnable`` (they keep the budget) beside the reference, whose window
+        level is ``level``; fill each record."""
+
+    @abc.abstractmethod
     def summary(self) -> Decision:
         """The session's design in one decision."""
 
-
-class SessionEvaluations:
-    """What every :class:`BatchEvaluations` holds: the run, the session's label and space,
-    its reference, and the runs made so far."""
-
-    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
-                 reference: Reference) -> None:
-        self.ctx, self.state, self.label, self.space = ctx, state, label, space
-        self.reference = reference
-        self.runs = 0
+    @classmethod
+    def run_session(cls, ctx: RunContext, state: RunState, session: Session,
+                    space: KnobSpace, evaluations: int, label: str,
+                    after_eval: Callable[[PointRecord], bool] | None = None,
+                    references: SessionReferences | None = None,
+                    seconds: float | None = None) -> str:
+        """Measure ``session`` in this design until it converges, the evaluations or
+        ``seconds`` are spent, ``after_eval`` returns True, it stays idle or it stalls;
+        returns why it stopped (as :func:`tuner_client.phases.session_loop.run_session`).
+        Every fetch that finds several trials ready measures them in one run (up to
+        :data:`MAX_BATCH`), beside the session's reference (:func:`session_reference`)."""
+        reference = session_reference(ctx.measurer.in_force, label, space, references)
+        return run_batched_session(ctx, state, session, space, evaluations, label,
+                                   cls(ctx, state, label, space, reference), after_eval,
+                                   seconds)
 
 
 def session_reference(in_force: Mapping[str, str], label: str, space: KnobSpace,
@@ -120,7 +155,7 @@ def session_reference(in_force: Mapping[str, str], label: str, space: KnobSpace,
 
 def run_batched_session(ctx: RunContext, state: RunState, session: Session,
                         space: KnobSpace, evaluations: int, label: str,
-                        evals: BatchEvaluations,
+                        evals: SessionEvaluations,
                         after_eval: Callable[[PointRecord], bool] | None = None,
                         seconds: float | None = None) -> str:
     """Measure ``session`` with ``evals`` until it converges, the evaluations or ``seconds``
@@ -176,7 +211,7 @@ def fetch_batch(session: Session, space: KnobSpace, label: str, most: int
     return batch
 
 
-def _measure_and_report(session: Session, evals: BatchEvaluations, batch: list[Evaluation],
+def _measure_and_report(session: Session, evals: SessionEvaluations, batch: list[Evaluation],
                         after_eval: Callable[[PointRecord], bool] | None,
                         keep: Callable[[PointRecord], None], *, measurer: Measurer,
                         lease_s: float, unit: str) -> bool:

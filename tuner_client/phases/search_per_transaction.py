@@ -62,25 +62,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from harmony_base.errors import HarmonyError
-from tuner_client.api.client import Session
-from tuner_client.config import KnobSpace
 from tuner_client.engine.designs import PER_TRANSACTION, SWITCHBACK, SYSTEM_WIDE_KNOBS
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import Reference, SessionReferences
 from tuner_client.phases.decisions import Decision
 from tuner_client.phases.search_batches import (
     LEVEL,
     MAX_BATCH,
     Evaluation,
     SessionEvaluations,
-    feasible,
-    reference_level,
-    run_batched_session,
     run_seconds,
-    session_reference,
 )
 from tuner_client.phases.search_stops import (
     RANK_LEVEL,
@@ -95,7 +89,6 @@ from tuner_client.phases.search_switchback import (
     search_interval,
     switchback_race,
 )
-from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.estimand import COUNTS, DRAWS
 from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
@@ -111,40 +104,31 @@ __all__ = ["LEVEL", "MAX_BATCH", "PerTransactionEvaluations", "run_per_transacti
 WideKey = tuple[tuple[str, str], ...]
 
 
+@dataclass(eq=False)
 class PerTransactionEvaluations(SessionEvaluations):
     """Measures batches of a session's candidates beside ``reference`` per transaction."""
 
-    design = PER_TRANSACTION
+    design: ClassVar[str] = PER_TRANSACTION
 
-    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
-                 reference: Reference) -> None:
-        super().__init__(ctx, state, label, space, reference)
-        self.transactions = 0
-        #: what the runs' ratios count (the workload's client model)
-        self.counts = COUNTS[DRAWS]
-        #: the runs' seconds, and what they would have lasted had none settled early
-        self.seconds = 0.0
-        self.most_seconds = 0
-        #: the searched knobs with a system-wide side, measured by switchback
-        self.wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
-        #: per value of those knobs: the reference with it over the reference, by switchback
-        #: (its paired ratio and interval; None: the run failed)
-        self.wide_factors: dict[WideKey, RatioInterval | None] = {}
-        #: the switchback runs that measured them
-        self.wide_runs = 0
+    transactions: int = 0
+    #: what the runs' ratios count (the workload's client model)
+    counts: str = COUNTS[DRAWS]
+    #: what the runs would have lasted had none settled early (s)
+    most_seconds: int = 0
+    #: per value of the system-wide knobs: the reference with it over the reference, by
+    #: switchback (its paired ratio and interval; None: the run failed)
+    wide_factors: dict[WideKey, RatioInterval | None] = field(default_factory=dict)
+    #: the switchback runs that measured them
+    wide_runs: int = 0
 
-    def measure(self, batch: list[Evaluation]) -> None:
-        """Run the feasible candidates of ``batch`` beside the reference; fill each record
-        (its value, ratio, interval and design, or its failure)."""
-        ctx = self.ctx
-        runnable = feasible(ctx.budget, ctx.measurer.in_force, batch)
-        if not runnable:
-            return
-        level = reference_level(ctx.measurer, ctx.metrics, self.reference)
-        if level is None:
-            for ev in runnable:
-                ev.record.failure = "the reference could not be measured in a window"
-            return
+    @property
+    def wide(self) -> list[str]:
+        """The searched knobs with a system-wide side, measured by switchback."""
+        return [n for n in self.space.names if n in SYSTEM_WIDE_KNOBS]
+
+    def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
+        """Run ``runnable`` beside the reference, one run per group of system-wide values
+        (each group's factor measured first by switchback, where none is yet)."""
         groups: dict[WideKey, list[Evaluation]] = {}
         for ev in runnable:
             groups.setdefault(self._wide_key(ev.settings), []).append(ev)
@@ -297,16 +281,5 @@ def combined(part: RatioInterval, factor: RatioInterval | None
     return ratio, (ratio * math.exp(-down), ratio * math.exp(up))
 
 
-def run_per_transaction_session(ctx: RunContext, state: RunState, session: Session,
-                                space: KnobSpace, evaluations: int, label: str,
-                                after_eval: Callable[[PointRecord], bool] | None = None,
-                                references: SessionReferences | None = None,
-                                seconds: float | None = None) -> str:
-    """Measure ``session`` per transaction until it converges, the evaluations or
-    ``seconds`` are spent, ``after_eval`` returns True, or it stays idle; returns why it
-    stopped (as :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds
-    several trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
-    reference = session_reference(ctx.measurer.in_force, label, space, references)
-    evals = PerTransactionEvaluations(ctx, state, label, space, reference)
-    return run_batched_session(ctx, state, session, space, evaluations, label, evals,
-                               after_eval, seconds)
+#: measure a session per transaction (:meth:`SessionEvaluations.run_session`)
+run_per_transaction_session = PerTransactionEvaluations.run_session

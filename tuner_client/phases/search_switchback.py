@@ -44,14 +44,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 from harmony_base.errors import HarmonyError
-from tuner_client.api.client import Session
-from tuner_client.config import KnobSpace, ObserveConfig, TunerConfig
+from tuner_client.config import ObserveConfig, TunerConfig
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK, differing_knobs
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.blocks import Reference, SessionReferences
 from tuner_client.phases.decisions import Decision
 from tuner_client.phases.final_switchback import MIN_BLOCKS, driven_race, live_race
 from tuner_client.phases.search_batches import (
@@ -59,13 +59,9 @@ from tuner_client.phases.search_batches import (
     MAX_BATCH,
     Evaluation,
     SessionEvaluations,
-    feasible,
-    reference_level,
-    run_batched_session,
     run_seconds,
-    session_reference,
 )
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.state import RunContext
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
 from tuner_client.stats.switchback import SwitchbackComparison, SwitchbackRace
 from workloads.connect import connect
@@ -122,35 +118,17 @@ def interval_text(iv: RatioInterval, comparison: SwitchbackComparison) -> str:
             f"{sum(comparison.observations):,} observations kept")
 
 
+@dataclass(eq=False)
 class SwitchbackEvaluations(SessionEvaluations):
     """Measures batches of a session's candidates beside ``reference`` by switchback."""
 
-    design = SWITCHBACK
+    design: ClassVar[str] = SWITCHBACK
 
-    def __init__(self, ctx: RunContext, state: RunState, label: str, space: KnobSpace,
-                 reference: Reference) -> None:
-        super().__init__(ctx, state, label, space, reference)
-        self.slices = 0
-        self.seconds = 0.0
-        self.source = ""
-        self.counts = ""
+    slices: int = 0
+    #: what the runs counted (transactions, or a counters' description)
+    source: str = ""
 
-    def measure(self, batch: list[Evaluation]) -> None:
-        """Run the batch's candidates that keep the memory budget beside the reference in
-        one switchback; fill each record (its value, ratio, interval and design, or its
-        failure)."""
-        ctx = self.ctx
-        runnable = feasible(ctx.budget, ctx.measurer.in_force, batch)
-        if not runnable:
-            return
-        level = reference_level(ctx.measurer, ctx.metrics, self.reference)
-        if level is None:
-            for ev in runnable:
-                ev.record.failure = "the reference could not be measured in a window"
-            return
-        self._run(runnable, level)
-
-    def _run(self, runnable: list[Evaluation], level: float) -> None:
+    def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
         """One switchback run of ``runnable`` beside the reference. In live mode a candidate
         whose ratio so far reads below the guardrail's line (1 / (1 + ``latency_margin``),
         half the reference's speed by default) ends the run after the block that shows it:
@@ -195,7 +173,7 @@ class SwitchbackEvaluations(SessionEvaluations):
                         f"{line:.2f} (1 / (1 + workload.observe.guard.latency_margin)): "
                         f"left out of the run")
             if rest:
-                self._run(rest, level)
+                self.measure_feasible(rest, level)
             return
         for label, ev in zip(labels[1:], runnable, strict=True):
             self._fill(ev.record, race.plain[label], level)
@@ -236,15 +214,5 @@ class SwitchbackEvaluations(SessionEvaluations):
             design=SWITCHBACK)
 
 
-def run_switchback_session(ctx: RunContext, state: RunState, session: Session,
-                           space: KnobSpace, evaluations: int, label: str,
-                           after_eval: Callable[[PointRecord], bool] | None = None,
-                           references: SessionReferences | None = None,
-                           seconds: float | None = None) -> str:
-    """Measure ``session`` by switchback until it converges, the evaluations or ``seconds``
-    are spent, ``after_eval`` returns True, it stays idle or it stalls; returns why it
-    stopped (as :func:`tuner_client.phases.session_loop.run_session`)."""
-    reference = session_reference(ctx.measurer.in_force, label, space, references)
-    evals = SwitchbackEvaluations(ctx, state, label, space, reference)
-    return run_batched_session(ctx, state, session, space, evaluations, label, evals,
-                               after_eval, seconds)
+#: measure a session by switchback (:meth:`SessionEvaluations.run_session`)
+run_switchback_session = SwitchbackEvaluations.run_session

@@ -178,9 +178,10 @@ class PerTransactionComparison:
                 f"{self.slice_s:.3g} s{wrapper}")
 
 
-def _slice_sums(obs: Observations, arms: tuple[int, int], slice_s: float
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Per slice, template and arm (0: reference, 1: candidate): latency sums and counts."""
+def _slice_sums(obs: Observations, arms: tuple[int, int], slice_s: float, *,
+                wrapper: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per slice, template and arm (0: reference, 1: candidate): latency sums and counts;
+    ``wrapper``: keep the run's wrapper in the latencies (else subtracted where measured)."""
     keep = obs.ok & np.isin(obs.config, arms) & (obs.latency > 0)
     arm = (obs.config[keep] == arms[1]).astype(int)
     template = obs.template[keep].astype(int)
@@ -189,7 +190,7 @@ def _slice_sums(obs: Observations, arms: tuple[int, int], slice_s: float
     sums, counts = np.zeros(shape), np.zeros(shape)
     np.add.at(sums, (slice_no, template, arm), obs.latency[keep])
     np.add.at(counts, (slice_no, template, arm), 1)
-    overhead = getattr(obs, "overhead", None)
+    overhead = None if wrapper else getattr(obs, "overhead", None)
     if overhead is not None:
         # the run's wrapper (BEGIN; SET LOCAL ...; END), measured in the run, is not the
         # workload's: its round trips diluted every ratio toward 1 (the shop's read mix read

@@ -12,6 +12,10 @@ Per-transaction latency sees a knob's direct effect only. Knobs that trade one q
 against the others' resources (parallel workers take cores from the other queries) are
 flagged: the decision says so and asks for a window-level confirmation
 (``benchmarks/results/evidence_pertx*.md`` measures the agreement per knob class).
+
+The reference's own level over the run's time slices (:func:`reference_drift_of`) is its
+drift (issue 51, item 5; :mod:`tuner_client.stats.drift`): the quantity the ratio is computed
+on, the reference's mix at each slice's per-template mean latencies against its whole run's.
 """
 
 from __future__ import annotations
@@ -20,17 +24,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSONObject
 from tuner_client.knobs.sides import SYSTEM_WIDE_KNOBS
-from tuner_client.stats.estimand import COUNTS
+from tuner_client.stats.drift import Drift, reference_drift
+from tuner_client.stats.estimand import COUNTS, Estimand
 from tuner_client.stats.levels import simultaneous_level
 from tuner_client.stats.paired import Method
 from tuner_client.stats.per_transaction import (
     DESIGN,
     Observations,
     PerTransactionComparison,
+    _slice_sums,
     compare,
+    estimand_of,
 )
 from tuner_client.stats.race_outcome import DesignRace
 
@@ -55,6 +64,8 @@ class PerTransactionRace(DesignRace[PerTransactionComparison]):
 
     #: per candidate: the knobs whose system-wide side this design does not see
     system_wide: Mapping[str, tuple[str, ...]]
+    #: the reference's own level over the run's time slices (None: too few slices)
+    drift: Drift | None = None
 
     def design_line(self) -> str:
         return (f"final race measured {DESIGN}: every transaction drew one of "
@@ -117,6 +128,37 @@ def race_per_transaction(obs: Observations, labels: Sequence[str],
         for k in range(1, len(labels))}
     clear = [label for label, r in comparisons.items() if r.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
+    slice_s = next(iter(plain.values())).slice_s
     return PerTransactionRace(reference=labels[0], comparisons=comparisons, plain=plain,
                               winner=winner, level=simultaneous, plain_level=level,
-                              system_wide=system_wide)
+                              system_wide=system_wide, drift=reference_drift_of(obs, slice_s))
+
+
+def reference_drift_of(obs: Observations, slice_s: float, reference: int = 0,
+                       estimand: Estimand | None = None) -> Drift | None:
+    """The reference's drift over the run's slices of ``slice_s`` (the comparisons' own;
+    :mod:`tuner_client.stats.drift`, its noise from successive slices). Its level in a slice
+    is what the ratio is computed on with that slice's transactions of the reference in the
+    candidate's place: the reference's mix at the slice's per-template mean latencies, as
+    the workload's client counts it (``estimand``, default the trace's), relative to the
+    whole run's; so a slice that drew more of a slow template is not a slower slice. At
+    the slice's middle; a slice without a reference transaction is left out.
+
+    The run's wrapper (``BEGIN; SET LOCAL ...; END``), which the ratio subtracts as one cost
+    measured over the whole run, stays in: it slows and speeds with the machine as the body
+    does, and one fixed cost taken from every slice magnifies the slices' changes (a
+    read-only lookup of 0.1 ms under a wrapper of 0.08 ms, beside other work on 2 cores, read
+    151× over 20 s with it subtracted and 9.9× without)."""
+    estimand = estimand if estimand is not None else estimand_of(obs)
+    # the slices are cut from the run's first transaction, whatever the other arm is
+    sums, counts = _slice_sums(obs, (reference, 1 if reference == 0 else 0), slice_s,
+                               wrapper=True)
+    own_s, own_n = sums[..., 0], counts[..., 0]
+    whole_s = np.broadcast_to(own_s.sum(axis=0), own_s.shape)
+    whole_n = np.broadcast_to(own_n.sum(axis=0), own_n.shape)
+    latency = estimand.latency_ratio(np.stack([whole_s, own_s], axis=-1),
+                                     np.stack([whole_n, own_n], axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speed = np.where(latency > 0, 1.0 / latency, np.nan)
+    middles = float(obs.start.min()) + (np.arange(speed.size) + 0.5) * slice_s
+    return reference_drift(middles.tolist(), speed.tolist(), unit="slices")
