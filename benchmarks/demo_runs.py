@@ -68,7 +68,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
              f"Commit: {meta['commit']}; started {meta['started']}", "",
              "| # | config | wall (s) | load at start | recommendation | design | shown "
-             "over the original (95 %) |", "|---|---|---:|---|---|---|---|"]
+             "over the original (95 %) | restart part ± |", "|---|---|---:|---|---|---|---|---:|"]
     for i, row in enumerate(rows, 1):
         iv = row.get("interval") or {}
         shown = (f"{row.get('shown')}: {iv['ratio']:.2f}× ({iv['low']:.2f}–"
@@ -76,17 +76,26 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                  if iv.get("ratio") else "–")
         lines.append(f"| {i} | {row['config']} | {row['wall_s']:.0f} | "
                      f"{row['load_start'][0]:.1f} | {row.get('recommendation', 'failed')} | "
-                     f"{row.get('design') or '–'} | {shown} |")
+                     f"{row.get('design') or '–'} | {shown} | {_restart_width(row)} |")
     for kind in ("demo", "twin"):
         mine = [r for r in rows if r["config"] == kind]
         if not mine:
             continue
         walls = sorted(r["wall_s"] for r in mine)
+        bounded = [r for r in mine if (r.get("restart_part") or {}).get("half_width")]
         lines += ["", f"**{kind}**: {sum(claimed_above_one(r) for r in mine)} of {len(mine)} "
                   f"recommended with the interval above 1; wall-clock median "
                   f"{walls[len(walls) // 2]:.0f} s, max {walls[-1]:.0f} s; "
-                  f"{sum(r['wall_s'] <= 180 for r in mine)} within 3 minutes"]
+                  f"{sum(r['wall_s'] <= 180 for r in mine)} within 3 minutes; restart part "
+                  f"within ±10 % in {sum(r['restart_part']['half_width'] <= 0.10 for r in bounded)}"
+                  f" of {len(bounded)} split races"]
     return "\n".join(lines) + "\n"
+
+
+def _restart_width(row: dict[str, Any]) -> str:
+    """The widest half-width of the restart part's intervals (– when not split)."""
+    width = (row.get("restart_part") or {}).get("half_width")
+    return "–" if width is None else f"±{100 * width:.1f} %"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -127,8 +128,19 @@ def outcome(summary: dict[str, Any] | None, wall: float, load_start: list[float]
                 "best_settings": summary["best_settings"],
                 "shown": shown, "interval": interval, "design": decision.get("design"),
                 "observations": decision.get("observations"),
-                "search_design": evaluations, "evaluations": summary.get("evaluations")})
+                "search_design": evaluations, "evaluations": summary.get("evaluations"),
+                "restart_part": restart_part(decision)})
     return row
+
+
+def restart_part(decision: dict[str, Any]) -> dict[str, Any]:
+    """A split race's restart-part intervals (at the plain level) and the widest half-width
+    among them (log scale); empty when the race was not split."""
+    parts = {label: iv for label, iv in (decision.get("intervals") or {}).items()
+             if label.endswith("(restart part)") and iv}
+    widths = [0.5 * math.log(iv["high"] / iv["low"]) for iv in parts.values()
+              if iv.get("low") and iv.get("high")]
+    return {"intervals": parts, "half_width": max(widths) if widths else None} if parts else {}
 
 
 def _interval_text(row: dict[str, Any]) -> str:

@@ -37,6 +37,9 @@ class TimedWindow:
     workload: str
     #: one restart of the throw-away cluster, timed after the window
     restart_s: float
+    #: the workload's shortest window (``Workload.MIN_WINDOW_S``): a shorter fixed-work one
+    #: is measured as a time window this long
+    least_s: float = 0.0
 
 
 def needs_timing(config: TunerConfig) -> bool:
@@ -76,7 +79,7 @@ def timed_window(config: TunerConfig, cluster: LocalCluster, workdir: Path
                 "with loading)", m.queries, what, sample.seconds, restart_s,
                 time.monotonic() - started)
     return TimedWindow(queries=m.queries, seconds=sample.seconds, workload=what,
-                       restart_s=restart_s)
+                       restart_s=restart_s, least_s=driver.MIN_WINDOW_S)
 
 
 def with_restarts(seconds: float | None, restarts: int, timed: TimedWindow | None
@@ -96,6 +99,11 @@ def window_seconds(config: TunerConfig, stats: WorkloadStats | None,
         if config.workload.observe is not None:
             basis += " of the live traffic"
         return m.seconds, basis
+    if timed is not None and timed.seconds < timed.least_s:
+        return timed.least_s, (f"{timed.queries} queries of {timed.workload} took "
+                               f"{timed.seconds:.2f} s on the plan's throw-away cluster, under "
+                               f"the workload's {timed.least_s:g} s: windows of "
+                               f"{timed.least_s:g} s instead")
     if timed is not None:
         return timed.seconds, (f"{timed.queries} queries a window; one window of {timed.workload} "
                                f"timed at the default configuration on the plan's throw-away "
