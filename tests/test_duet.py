@@ -26,13 +26,13 @@ from tuner_client.config import TunerConfig, parse_tuner_config, tuner_config_fr
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
 from tuner_client.duet.clone import check_disk, check_memory, make_clone
-from tuner_client.duet.driver import client_runner, counted_runner
+from tuner_client.duet.counted import counted_runner
+from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.plan.designs import final_design
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import read_catalog
-from workloads.factory import make_workload
 from workloads.pgbench import PgbenchWorkload
 
 
@@ -293,9 +293,10 @@ def test_a_driver_without_a_per_second_report_is_counted_on_both_servers(
     clone = make_clone(tpch_cluster.dsn, journals=tmp_path / "journals", mark="counted",
                        parent=clone_parent)
     try:
-        runner = counted_runner(lambda dsn: make_workload(config.workload, dsn))
+        runner = counted_runner(config.workload, config.seed)
+        # each driver in its own process, pinned to a CPU of its own as the duet pins them
         paired = runner((tpch_cluster.dsn, clone.dsn_like(tpch_cluster.dsn)), 7, 2,
-                        (None, None))
+                        ("0", str((os.cpu_count() or 1) - 1)))
     finally:
         clone.remove()
     assert 4 <= len(paired.seconds) <= 5

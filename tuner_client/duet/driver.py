@@ -13,15 +13,11 @@ import logging
 import math
 import re
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
-
 from harmony_base.errors import DatabaseError
-from workloads.base import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -92,61 +88,6 @@ def client_runner(command: Command) -> Runner:
             cpus: tuple[str | None, str | None]) -> PairedSeconds:
         return run_together(command, dsns, seconds, skip_s=skip_s, cpus=cpus)
     return run
-
-
-def counted_runner(make: Callable[[str], Workload]) -> Runner:
-    """A :data:`Runner` of a workload driver without a per-second report (TPC-H streams, a
-    replay): one driver per server, both started together, and each server's committed
-    transactions read every second from ``pg_stat_database`` (each stream's query commits on
-    its own, so this is the streams' completions; the reading itself adds one a second to
-    each side alike). The drivers run in this process, so their CPUs are not pinned."""
-    def run(dsns: tuple[str, str], seconds: int, skip_s: float,
-            cpus: tuple[str | None, str | None]) -> PairedSeconds:
-        return run_counted(make, dsns, seconds, skip_s=skip_s)
-    return run
-
-
-def run_counted(make: Callable[[str], Workload], dsns: tuple[str, str], seconds: int, *,
-                skip_s: float = 0.0) -> PairedSeconds:
-    """Both drivers on ``dsns`` for ``seconds``, their servers' commits per second paired
-    by the second they were read in (the first ``skip_s`` seconds left out)."""
-    drivers = [make(dsn) for dsn in dsns]
-    conns: list[psycopg.Connection[tuple[object, ...]]] = []
-    read = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-    try:
-        for dsn in dsns:
-            conns.append(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
-        for driver in drivers:
-            driver.start()
-        started = time.time()
-        last = [_count(c, read) for c in conns]
-        stamps: list[float] = []
-        counts: tuple[list[float], list[float]] = ([], [])
-        tick = started
-        while tick - started < seconds:
-            tick += 1.0
-            time.sleep(max(0.0, tick - time.time()))
-            now = [_count(c, read) for c in conns]
-            if tick - started > skip_s:
-                stamps.append(tick)
-                for side in (0, 1):
-                    counts[side].append(now[side] - last[side])
-            last = now
-    except psycopg.Error as exc:
-        raise DatabaseError(f"the duet could not read its servers' commits: {exc}") from exc
-    finally:
-        for driver in drivers:
-            driver.stop()
-        for conn in conns:
-            conn.close()
-    return PairedSeconds(tuple(stamps), (tuple(counts[0]), tuple(counts[1])), 0.0)
-
-
-def _count(conn: psycopg.Connection[tuple[object, ...]], query: str) -> float:
-    """The server's committed transactions so far (its backends' counters flushed now)."""
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute(query).fetchone()
-    return float(str(row[0])) if row and row[0] is not None else 0.0
 
 
 def run_together(command: Command, dsns: tuple[str, str], seconds: int, *,

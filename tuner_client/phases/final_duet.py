@@ -24,7 +24,8 @@ from tuner_client.config.units import parse_bytes
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import journal_dir
 from tuner_client.duet.clone import Clone, check_memory, make_clone
-from tuner_client.duet.driver import Runner, client_runner, counted_runner, pin_postmaster
+from tuner_client.duet.counted import counted_runner
+from tuner_client.duet.driver import Runner, client_runner, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import DuetRace
 from tuner_client.duet.twin import Twin, open_twin
@@ -51,7 +52,7 @@ def duet_runner(ctx: RunContext) -> Runner | None:
     workload = make_workload(cfg.workload, ctx.target.dsn, seed=cfg.seed)
     if isinstance(workload, PgbenchWorkload):
         return client_runner(workload.progress_command)
-    return counted_runner(lambda dsn: make_workload(cfg.workload, dsn, seed=cfg.seed))
+    return counted_runner(cfg.workload, cfg.seed)
 
 
 #: what a duet's interval holds for when its reference drifted (issue 51, item 5)
