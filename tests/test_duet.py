@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-from duet_fixtures import clone_parent  # noqa: F401  (fixture)
+from duet_fixtures import clone_parent, gone, pgbench_pids  # noqa: F401  (fixture)
 from tune_fixtures import TpchCluster, tpch_cluster, tune_yaml  # noqa: F401  (fixture)
 
 from harmony.cli import main
@@ -184,42 +184,26 @@ def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
     assert proc.stdout is not None
     scratch, clone_data = proc.stdout.readline().split()
     deadline = time.monotonic() + 30  # until both clients of the segment run
-    while time.monotonic() < deadline and len(_pgbench()) < 2:
+    while time.monotonic() < deadline and len(pgbench_pids()) < 2:
         time.sleep(0.1)
-    assert len(_pgbench()) >= 2, "the duet segment did not start"
+    assert len(pgbench_pids()) >= 2, "the duet segment did not start"
     clone_pid = postmaster_pid(clone_data)
     assert clone_pid is not None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
     deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and (Path(scratch).exists() or _pgbench()
+    while time.monotonic() < deadline and (Path(scratch).exists() or pgbench_pids()
                                            or list(journals.glob("*.json"))):
         time.sleep(0.2)
     assert not Path(scratch).exists()
-    assert not _pgbench()
+    assert not pgbench_pids()
     assert not list(journals.glob("*.json"))
-    assert _gone(clone_pid)
+    assert gone(clone_pid)
     assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SHOW work_mem").fetchone()
     assert row is not None and row[0] == "4MB"
-
-
-def _gone(pid: int) -> bool:
-    """The process has ended (gone, or a zombie its parent, here maybe a container's init that
-    reaps nothing, has not collected)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2:].startswith("Z")
-
-
-def _pgbench() -> list[str]:
-    found = subprocess.run(["pgrep", "-f", "pgbench .*--progress-timestamp"],
-                           capture_output=True, text=True)
-    return found.stdout.split()
 
 
 def _plan_config(dsn: str, **extra: object) -> TunerConfig:

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
-from tuner_client.crashsafe.journal import Journal
+from tuner_client.crashsafe.journal import Journal, journal_path, load_journal
 from tuner_client.crashsafe.server_state import (
     auto_conf_entries,
     parse_auto_conf,
@@ -334,3 +334,22 @@ def owner_alive_error(journal: Journal) -> ConfigError:
     """The error for a server whose journal's run is still alive."""
     return ConfigError(f"another harmony run is tuning this server: {journal.describe()}; "
                        "wait for it to end, or end it (its guard then restores the server)")
+
+
+def restore_leftover(directory: Path, key: str, *, timeout_s: float = 60.0) -> None:
+    """Put the server with ``key`` back from the journal a dead run left in ``directory``
+    (nothing when there is none), before anything else touches it or writes its journal
+    anew (a new journal would take the dead run's candidate for the original); ConfigError
+    while that run still lives, HarmonyError when the restore fails."""
+    path = journal_path(directory, key)
+    if not path.exists():
+        return
+    journal = load_journal(path)
+    if journal.owner.alive():
+        raise owner_alive_error(journal)
+    logger.warning("found %s: the run died before putting the server back; restoring its "
+                   "original configuration first", journal.describe())
+    report = recover(journal, timeout_s=timeout_s)
+    if not report.ok:
+        raise HarmonyError(f"a leftover restore journal was not applied, so this run does "
+                           f"not start:\n{report.text()}")
