@@ -6,10 +6,7 @@ stopped and deleted, and no process of it."""
 from __future__ import annotations
 
 import math
-import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-from duet_fixtures import clone_parent, gone, pgbench_pids  # noqa: F401  (fixture)
+from duet_fixtures import (  # noqa: F401  (fixture)
+    clone_parent,
+    gone,
+    kill_owner,
+    pgbench_pids,
+    start_owner,
+    wait_for_segment,
+)
 from tune_fixtures import TpchCluster, tpch_cluster, tune_yaml  # noqa: F401  (fixture)
 
 from harmony.cli import main
@@ -174,24 +178,13 @@ def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
     dsn = _pgbench_db(own_cluster)
     auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
     journals = tmp_path / "journals"
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED)
-    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([sys.executable, str(script), dsn, str(own_cluster.data_dir),
-                             str(clone_parent)], env=env, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    assert proc.stdout is not None
-    scratch, clone_data = proc.stdout.readline().split()
-    deadline = time.monotonic() + 30  # until both clients of the segment run
-    while time.monotonic() < deadline and len(pgbench_pids()) < 2:
-        time.sleep(0.1)
-    assert len(pgbench_pids()) >= 2, "the duet segment did not start"
+    proc, (scratch, clone_data) = start_owner(
+        tmp_path / "killed.py", KILLED, [dsn, str(own_cluster.data_dir), str(clone_parent)],
+        journals)
+    wait_for_segment()
     clone_pid = postmaster_pid(clone_data)
     assert clone_pid is not None
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
+    kill_owner(proc)
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline and (Path(scratch).exists() or pgbench_pids()
                                            or list(journals.glob("*.json"))):

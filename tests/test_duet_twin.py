@@ -10,10 +10,7 @@ it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import ClusterFactory
-from duet_fixtures import gone, pgbench_pids
+from duet_fixtures import gone, kill_owner, pgbench_pids, start_owner, wait_for_segment
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.api.client import connect
@@ -169,27 +166,16 @@ def test_a_tuner_killed_during_a_duet_on_the_twin_leaves_both_servers_restored(
         buffers = _shown(twin_dsn, "shared_buffers")
         assert buffers != "24MB" and _shown(twin_dsn, "work_mem") == "3MB"
         journals = tmp_path / "journals"
-        script = tmp_path / "killed.py"
-        script.write_text(KILLED)
-        env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
-               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        proc = subprocess.Popen(
-            [sys.executable, str(script), server_dsn, str(own_cluster.data_dir), twin_dsn,
-             str(other.data_dir), str(other.log_path)],
-            env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-        assert proc.stdout is not None
-        guard, twin_journal = proc.stdout.readline().split()
-        deadline = time.monotonic() + 30  # until both clients of the segment run
-        while time.monotonic() < deadline and len(pgbench_pids()) < 2:
-            time.sleep(0.1)
-        assert len(pgbench_pids()) >= 2, "the duet segment did not start"
+        proc, (guard, twin_journal) = start_owner(
+            tmp_path / "killed.py", KILLED, [server_dsn, str(own_cluster.data_dir), twin_dsn,
+                                             str(other.data_dir), str(other.log_path)],
+            journals)
+        wait_for_segment()
         # mid-race: the twin runs the candidate, its journal holds the change
         assert _shown(twin_dsn, "shared_buffers") == "24MB"
         assert _shown(twin_dsn, "work_mem") == "8MB"
         assert '"shared_buffers": "24MB"' in Path(twin_journal).read_text()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
+        kill_owner(proc)
         deadline = time.monotonic() + 60  # the guard restarts the twin: its own buffers
         while time.monotonic() < deadline and (pgbench_pids() or not gone(int(guard))
                                                or list(journals.glob("*.json"))):

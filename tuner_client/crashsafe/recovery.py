@@ -32,6 +32,7 @@ from tuner_client.crashsafe.server_state import (
     settings_in_force,
 )
 from tuner_client.knobs.apply import reload_and_wait
+from tuner_client.servers.cgroups import remove_cgroups
 from tuner_client.servers.controllers import Controller, make_controller
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,7 @@ class _Recovery:
             self._do("stop the embedded cluster (the run's own, stopped as a finished run "
                      "does)")
             self.ctl.stop_server(self.timeout_s)
+            self._remove_cgroups()
         report.ok = True
         self.journal.complete()
 
@@ -222,12 +224,21 @@ class _Recovery:
             ctl.write_auto_conf(self.journal.original.auto_conf)
         if self.journal.stop_after:
             if not self.dry_run:
+                self._remove_cgroups()
                 report.outcome, report.ok = "restored", True
                 self.journal.complete()
             return False
         if self._do("start the server"):
             ctl.start_server(self.timeout_s)
         return not self.dry_run
+
+    def _remove_cgroups(self) -> None:
+        """The stopped embedded cluster's cgroups (empty directories otherwise left behind:
+        the next run makes its own); one still busy is reported, the restore stands."""
+        if self.journal.cgroups and self._do(f"remove the cgroups {self.journal.cgroups}"):
+            left = remove_cgroups(self.journal.cgroups)
+            if left:
+                self.report.problems.append(f"the cgroups {left} could not be removed")
 
     def _entries(self, conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
         try:

@@ -109,7 +109,9 @@ class RunSafety:
                           run_id=self.run_id, config=str(self.config.source),
                           owner=ProcessId.of(os.getpid()), server=identity, original=original,
                           controller=target.controller.recipe(),
-                          stop_after=target.cluster is not None, mark=self.mark)
+                          stop_after=target.cluster is not None, mark=self.mark,
+                          cgroups=[str(cg) for cg in target.cluster.cgroup_paths()]
+                          if target.cluster is not None else [])
         journal.save()
         activate(journal)
         self.journals.append(journal)

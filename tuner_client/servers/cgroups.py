@@ -11,6 +11,7 @@ import contextlib
 import errno
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from harmony_base.errors import DatabaseError
@@ -114,11 +115,26 @@ def remove_cgroup(cg: Path) -> None:
         try:
             cg.rmdir()
             break
+        except FileNotFoundError:
+            break  # removed already (a clone's, by its record, before its cluster's stop)
         except OSError as exc:
             if exc.errno != errno.EBUSY:
                 logger.warning("could not remove cgroup %s: %s", cg, exc)
                 break
             time.sleep(0.05)
+
+
+def remove_cgroups(paths: Iterable[str | Path]) -> list[str]:
+    """Remove the cgroups at ``paths`` that still exist (their processes gone: a stopped
+    server's, named in a clone record or a restore journal after the run died); those left
+    (still busy, or not ours to remove)."""
+    left = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            remove_cgroup(path)
+            if path.is_dir():
+                left.append(str(path))
+    return left
 
 
 class ServerCgroups:
@@ -142,9 +158,13 @@ class ServerCgroups:
         if self.cpu_limit is not None and self.cpu is None:
             self.cpu = cpu_cgroup(f"harmony-pg-cpu-{suffix}", self.cpu_limit)
 
+    def paths(self) -> list[Path]:
+        """The cgroup directories made (memory, CPU), for a record that outlives the tuner."""
+        return [cg for cg in (self.memory, self.cpu) if cg is not None]
+
     def procs(self) -> list[Path]:
         """The ``cgroup.procs`` files a process joins to run inside them."""
-        return [cg / "cgroup.procs" for cg in (self.memory, self.cpu) if cg is not None]
+        return [cg / "cgroup.procs" for cg in self.paths()]
 
     def remove(self) -> None:
         """Remove them (their processes gone)."""

@@ -375,6 +375,11 @@ class LocalCluster:
         """The CPU cgroup directory the server is started in (None without ``cpu_limit``)."""
         return self._cgroups.cpu
 
+    def cgroup_paths(self) -> list[Path]:
+        """Every cgroup directory the server runs in (memory, CPU), for a record that outlives
+        the tuner: a clone's, a restore journal's."""
+        return self._cgroups.paths()
+
     def enter_cgroups(self) -> None:
         """Make the cluster's cgroups now (a start does it too), so that a command run with
         ``run(..., cgroup=True)`` before the first start (a clone's copy) is charged to them."""
