@@ -70,7 +70,18 @@ def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
     assert outcome is not None and outcome.winner == "best"
     decision = outcome.to_final_decision()
     assert decision.design == "duet" and decision.winner == "best"
-    assert any("asymmetry 1.1" in line for line in decision.lines)
+    assert any("clone/server asymmetry 1.1" in line for line in decision.lines)
+    assert decision.to_dict()["second"] == "clone"
+    # on the user's twin the words name it, and the summary records it
+    twin = race(segments, ["default", "best"], segment_s=20, second="twin")
+    assert twin is not None
+    words = "\n".join(twin.to_final_decision().lines)
+    assert "twin/server asymmetry 1.1" in words and "the server and the twin" in words
+    assert "clone" not in words
+    assert twin.to_final_decision().to_dict()["second"] == "twin"
+    with pytest.raises(ConfigError, match=r"a duet's second cluster is one of clone, twin, "
+                                          r"but got 'replica'"):
+        race(segments, ["default", "best"], segment_s=20, second="replica")
     # one orientation only: no interval yet
     assert compare(segments[::2], 1) is None
 

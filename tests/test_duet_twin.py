@@ -21,6 +21,8 @@ from conftest import ClusterFactory
 from duet_fixtures import gone, kill_owner, pgbench_pids, start_owner, wait_for_segment
 
 from harmony_base.errors import ConfigError, DatabaseError
+from harmony_report.inputs import RunSummary
+from harmony_report.verdict import measured_by
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
@@ -91,7 +93,7 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
                 # the candidate differs in shared_buffers: the twin restarts for it
                 outcome = run_duet(
                     Arm("server", server_dsn, alter),
-                    Arm("clone", twin.dsn_like(server_dsn), lambda s: twin.apply(dict(s))),
+                    Arm("twin", twin.dsn_like(server_dsn), lambda s: twin.apply(dict(s))),
                     [{"work_mem": "4MB"}, {"work_mem": "4MB", "shared_buffers": "24MB"}],
                     ["default", "small"], client_runner(workload.progress_command),
                     max_seconds=10, segment_s=5, warmup_s=1, min_blocks=2)
@@ -102,6 +104,10 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
         finally:
             twin.remove()
         assert outcome is not None and outcome.plain["small"].batches >= 2
+        # the second cluster named as what it is: the twin, never "the clone"
+        lines = "\n".join(outcome.decisions())
+        assert "twin/server asymmetry" in lines and "clone" not in lines, lines
+        assert "the server and the twin running" in lines
         # the twin as it was: the file byte for byte, the restart undone
         assert (other.data_dir / "postgresql.auto.conf").read_text() == auto_conf
         assert _shown(twin_dsn, "shared_buffers") == buffers
@@ -349,6 +355,12 @@ def test_a_tuning_run_races_by_duet_on_the_twin(
         assert "final: duet on the twin 127.0.0.1:" in decisions
         assert "no copy made" in decisions and "duet clone of" not in decisions
         assert "named in database.twin" in decisions
+        # the race's words name the twin (issue 51 leftovers): no "clone/server asymmetry"
+        assert "twin/server asymmetry" in decisions and "clone" not in decisions, decisions
+        summary = decision.to_dict()
+        assert summary["second"] == "twin" and "the twin's asymmetry" in summary["method"]
+        assert "(the server and the twin named in database.twin running" in measured_by(
+            RunSummary(decision=summary))
         for cluster in (own_cluster, other):
             assert (cluster.data_dir / "postgresql.auto.conf").read_text() == before[cluster]
         assert _shown(twin_dsn, "max_wal_size") == wal
