@@ -176,3 +176,39 @@ def test_the_guard_of_a_killed_run_removes_the_embedded_clusters_cgroup(
     with LocalCluster(state_dir) as cluster, psycopg.connect(cluster.dsn) as conn:
         row = conn.execute("SHOW work_mem").fetchone()
     assert row == ("4MB",)
+
+
+#: a run killed while it loads the embedded cluster: started under a memory limit, nothing
+#: journaled yet (no guard)
+STARTED_ONLY = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from tuner_client.servers.local_cluster import LocalCluster
+    cluster = LocalCluster(Path(sys.argv[1]), memory_limit_bytes=int(sys.argv[3]),
+                           template_data_dir=Path(sys.argv[2]), sync_initdb=False)
+    cluster.start()
+    print(*[str(cg) for cg in cluster.cgroup_paths()], flush=True)
+    time.sleep(120)
+""")
+
+
+def test_the_next_run_that_stops_a_dead_runs_cluster_removes_its_cgroup(
+        writable_memory_cgroup: None, _pg_template: Path, state_dir: Path,
+        tmp_path: Path) -> None:
+    """Killed before its journal: the next run stops the leftover server (as
+    ``open_target`` does) and removes the cgroup its postmaster ran in, found from
+    ``/proc/PID/cgroup``; its own cgroups (none here: no limit) are not involved."""
+    proc, printed = start_owner(tmp_path / "load.py", STARTED_ONLY,
+                                [str(state_dir), str(_pg_template), str(LIMIT)],
+                                tmp_path / "journals")
+    try:
+        [cgroup] = [Path(p) for p in printed]
+        pid = postmaster_pid(state_dir / "data")
+        assert pid is not None
+        assert pid in {int(p) for p in (cgroup / "cgroup.procs").read_text().split()}
+    finally:
+        kill_owner(proc)
+    assert cgroup.is_dir()  # the server outlives its run, in the dead run's cgroup
+    LocalCluster(state_dir).stop()
+    assert gone(pid)
+    assert not cgroup.exists()

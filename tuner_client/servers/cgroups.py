@@ -137,6 +137,32 @@ def remove_cgroups(paths: Iterable[str | Path]) -> list[str]:
     return left
 
 
+#: the names of the cgroups a server of the tuner's runs in (:meth:`ServerCgroups.make`)
+PREFIX = "harmony-pg-"
+
+
+def foreign_cgroups(data_dir: Path, ours: Iterable[Path]) -> list[Path]:
+    """The tuner's cgroups (``harmony-pg-*``) the postmaster of ``data_dir`` runs in other
+    than ``ours``: those of a run that started it and died before any record named them
+    (killed while it loaded the embedded cluster); whoever stops that server removes them
+    once it has (empty directories otherwise left behind)."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except (OSError, ValueError, IndexError):
+        return []
+    mine, found = set(ours), []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if not Path(path).name.startswith(PREFIX):
+            continue
+        roots = ([CGROUP_ROOT / c for c in controllers.split(",")] if controllers
+                 else [CGROUP_ROOT, CGROUP_ROOT / "unified"])
+        found += [cg for cg in (root / path.lstrip("/") for root in roots)
+                  if cg.is_dir() and cg not in mine and cg not in found]
+    return found
+
+
 class ServerCgroups:
     """The memory and CPU cgroups one server runs in (each only when its limit is given):
     made before its first start, kept across its restarts, removed once it has stopped for
@@ -154,9 +180,9 @@ class ServerCgroups:
     def make(self, suffix: str) -> None:
         """Make the cgroups not made yet, named ``harmony-pg-[cpu-]<suffix>``."""
         if self.memory_limit_bytes is not None and self.memory is None:
-            self.memory = memory_cgroup(f"harmony-pg-{suffix}", self.memory_limit_bytes)
+            self.memory = memory_cgroup(f"{PREFIX}{suffix}", self.memory_limit_bytes)
         if self.cpu_limit is not None and self.cpu is None:
-            self.cpu = cpu_cgroup(f"harmony-pg-cpu-{suffix}", self.cpu_limit)
+            self.cpu = cpu_cgroup(f"{PREFIX}cpu-{suffix}", self.cpu_limit)
 
     def paths(self) -> list[Path]:
         """The cgroup directories made (memory, CPU), for a record that outlives the tuner."""
