@@ -77,7 +77,11 @@ def _switchback(summary: RunSummary) -> str:
 
 def _duet(summary: RunSummary) -> str:
     decision = summary.decision or {}
-    return (f"by duet over {decision.get('rounds')} batches (the server and a clone of it "
+    # the second cluster: a clone the run made, or the user's twin (summaries before
+    # ``second`` was recorded raced on a clone)
+    second = ("the twin named in database.twin" if decision.get("second") == "twin"
+              else "a clone of it")
+    return (f"by duet over {decision.get('rounds')} batches (the server and {second} "
             f"running the two configurations at the same seconds, roles swapped between "
             f"segments)")
 

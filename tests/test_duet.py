@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-from duet_fixtures import clone_parent  # noqa: F401  (fixture)
+from duet_fixtures import (  # noqa: F401  (fixture)
+    clone_parent,
+    gone,
+    kill_owner,
+    pgbench_pids,
+    start_owner,
+    wait_for_segment,
+)
 from tune_fixtures import TpchCluster, tpch_cluster, tune_yaml  # noqa: F401  (fixture)
 
 from harmony.cli import main
@@ -66,7 +71,18 @@ def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
     assert outcome is not None and outcome.winner == "best"
     decision = outcome.to_final_decision()
     assert decision.design == "duet" and decision.winner == "best"
-    assert any("asymmetry 1.1" in line for line in decision.lines)
+    assert any("clone/server asymmetry 1.1" in line for line in decision.lines)
+    assert decision.to_dict()["second"] == "clone"
+    # on the user's twin the words name it, and the summary records it
+    twin = race(segments, ["default", "best"], segment_s=20, second="twin")
+    assert twin is not None
+    words = "\n".join(twin.to_final_decision().lines)
+    assert "twin/server asymmetry 1.1" in words and "the server and the twin" in words
+    assert "clone" not in words
+    assert twin.to_final_decision().to_dict()["second"] == "twin"
+    with pytest.raises(ConfigError, match=r"a duet's second cluster is one of clone, twin, "
+                                          r"but got 'replica'"):
+        race(segments, ["default", "best"], segment_s=20, second="replica")
     # one orientation only: no interval yet
     assert compare(segments[::2], 1) is None
 
@@ -174,52 +190,25 @@ def test_a_tuner_killed_during_a_duet_leaves_the_server_restored_and_no_clone(
     dsn = _pgbench_db(own_cluster)
     auto_conf = (own_cluster.data_dir / "postgresql.auto.conf").read_text()
     journals = tmp_path / "journals"
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED)
-    env = {**os.environ, "HARMONY_JOURNAL_DIR": str(journals),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([sys.executable, str(script), dsn, str(own_cluster.data_dir),
-                             str(clone_parent)], env=env, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    assert proc.stdout is not None
-    scratch, clone_data = proc.stdout.readline().split()
-    deadline = time.monotonic() + 30  # until both clients of the segment run
-    while time.monotonic() < deadline and len(_pgbench()) < 2:
-        time.sleep(0.1)
-    assert len(_pgbench()) >= 2, "the duet segment did not start"
+    proc, (scratch, clone_data) = start_owner(
+        tmp_path / "killed.py", KILLED, [dsn, str(own_cluster.data_dir), str(clone_parent)],
+        journals)
+    wait_for_segment()
     clone_pid = postmaster_pid(clone_data)
     assert clone_pid is not None
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
+    kill_owner(proc)
     deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and (Path(scratch).exists() or _pgbench()
+    while time.monotonic() < deadline and (Path(scratch).exists() or pgbench_pids()
                                            or list(journals.glob("*.json"))):
         time.sleep(0.2)
     assert not Path(scratch).exists()
-    assert not _pgbench()
+    assert not pgbench_pids()
     assert not list(journals.glob("*.json"))
-    assert _gone(clone_pid)
+    assert gone(clone_pid)
     assert (own_cluster.data_dir / "postgresql.auto.conf").read_text() == auto_conf
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SHOW work_mem").fetchone()
     assert row is not None and row[0] == "4MB"
-
-
-def _gone(pid: int) -> bool:
-    """The process has ended (gone, or a zombie its parent, here maybe a container's init that
-    reaps nothing, has not collected)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2:].startswith("Z")
-
-
-def _pgbench() -> list[str]:
-    found = subprocess.run(["pgrep", "-f", "pgbench .*--progress-timestamp"],
-                           capture_output=True, text=True)
-    return found.stdout.split()
 
 
 def _plan_config(dsn: str, **extra: object) -> TunerConfig:

@@ -2,23 +2,34 @@
 second real cluster, initdb'd on its own and loaded with the same data, races beside the
 server with no copy made; afterwards the twin's postgresql.auto.conf is byte for byte what
 it was and its restart-time setting in force again its own; a twin holding other data is
-refused with what differs; the config is checked; the engine and the plan use the twin."""
+refused with what differs; the config is checked; the engine and the plan use the twin; a
+tuner killed with SIGKILL mid-segment leaves both servers with their own configuration (the
+guard restores the twin from its journal, restart-time setting included) and no process of
+it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import textwrap
+import time
+from pathlib import Path
 
 import psycopg
 import pytest
 from conftest import ClusterFactory
+from duet_fixtures import gone, kill_owner, pgbench_pids, start_owner, wait_for_segment
 
-from harmony_base.errors import ConfigError
+from harmony_base.errors import ConfigError, DatabaseError
+from harmony_report.inputs import RunSummary
+from harmony_report.verdict import measured_by
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config, tuner_config_from_dict
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.config.model import ControllerConfig, TwinConfig
 from tuner_client.crashsafe.guard import MARK_VARIABLE
 from tuner_client.crashsafe.journal import find_journals, journal_dir
+from tuner_client.crashsafe.run import config_keys
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.twin import Relations, check_twin, data_differences, open_twin
@@ -82,7 +93,7 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
                 # the candidate differs in shared_buffers: the twin restarts for it
                 outcome = run_duet(
                     Arm("server", server_dsn, alter),
-                    Arm("clone", twin.dsn_like(server_dsn), lambda s: twin.apply(dict(s))),
+                    Arm("twin", twin.dsn_like(server_dsn), lambda s: twin.apply(dict(s))),
                     [{"work_mem": "4MB"}, {"work_mem": "4MB", "shared_buffers": "24MB"}],
                     ["default", "small"], client_runner(workload.progress_command),
                     max_seconds=10, segment_s=5, warmup_s=1, min_blocks=2)
@@ -93,12 +104,138 @@ def test_a_duet_on_the_users_twin_leaves_it_as_it_was(
         finally:
             twin.remove()
         assert outcome is not None and outcome.plain["small"].batches >= 2
+        # the second cluster named as what it is: the twin, never "the clone"
+        lines = "\n".join(outcome.decisions())
+        assert "twin/server asymmetry" in lines and "clone" not in lines, lines
+        assert "the server and the twin running" in lines
         # the twin as it was: the file byte for byte, the restart undone
         assert (other.data_dir / "postgresql.auto.conf").read_text() == auto_conf
         assert _shown(twin_dsn, "shared_buffers") == buffers
         assert _shown(twin_dsn, "work_mem") == "3MB"
         assert not twin.restarted
         assert not twin.journal.path.exists()  # completed once the twin was put back
+    finally:
+        other.destroy()
+
+
+#: a tuner stand-in: journals the server (which starts the guard), changes a knob on it, opens
+#: the twin (journaled with the run's mark), puts a candidate with a restart-time knob in force
+#: on it (a restart) and runs a duet segment on both; killed with SIGKILL once the segment runs
+KILLED = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import psycopg
+    from tuner_client.config.model import ControllerConfig, TwinConfig
+    from tuner_client.crashsafe.run import RunSafety
+    from tuner_client.duet.driver import run_together
+    from tuner_client.duet.twin import open_twin
+    from tuner_client.knobs.apply import apply_online_knobs
+    from tuner_client.knobs.catalog import KnobCatalog
+    from tuner_client.servers.controllers import PgCtlController
+    from tuner_client.servers.target import Target
+    from workloads.pgbench import PgbenchWorkload
+
+    class Config:
+        source = "twin-kill.yaml"
+        class database:
+            restart_timeout_s = 60.0
+
+    dsn, data_dir, twin_dsn, twin_dir, twin_log = sys.argv[1:6]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    target = Target(dsn=dsn, catalog=catalog, cluster=None, ram_bytes=None,
+                    controller=PgCtlController(Path(data_dir), dsn))
+    safety = RunSafety(Config, "twin-kill")
+    safety.protect(target)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply_online_knobs(conn, catalog, {"work_mem": "8MB"})
+    twin = open_twin(dsn, TwinConfig(twin_dsn, ControllerConfig(
+        "pg_ctl", {"data_dir": twin_dir, "log_path": twin_log})))
+    assert twin.apply({"work_mem": "8MB", "shared_buffers": "24MB"})  # a restart
+    print(safety.guard, twin.journal.path, flush=True)
+    workload = PgbenchWorkload(dsn, clients=1, scale=1, builtin="select-only")
+    run_together(workload.progress_command, (dsn, twin.dsn), 60)
+""")
+
+
+def test_a_tuner_killed_during_a_duet_on_the_twin_leaves_both_servers_restored(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    server_dsn = _load(own_cluster, 1)
+    other = cluster_factory("twin-kill")
+    try:
+        twin_dsn = _load(other, 1)
+        with psycopg.connect(other.dsn, autocommit=True) as conn:  # the twin's own setting
+            conn.execute("ALTER SYSTEM SET work_mem = '3MB'")
+            conn.execute("SELECT pg_reload_conf()")
+        autos = {c: (c.data_dir / "postgresql.auto.conf").read_text()
+                 for c in (own_cluster, other)}
+        buffers = _shown(twin_dsn, "shared_buffers")
+        assert buffers != "24MB" and _shown(twin_dsn, "work_mem") == "3MB"
+        journals = tmp_path / "journals"
+        proc, (guard, twin_journal) = start_owner(
+            tmp_path / "killed.py", KILLED, [server_dsn, str(own_cluster.data_dir), twin_dsn,
+                                             str(other.data_dir), str(other.log_path)],
+            journals)
+        wait_for_segment()
+        # mid-race: the twin runs the candidate, its journal holds the change
+        assert _shown(twin_dsn, "shared_buffers") == "24MB"
+        assert _shown(twin_dsn, "work_mem") == "8MB"
+        assert '"shared_buffers": "24MB"' in Path(twin_journal).read_text()
+        kill_owner(proc)
+        deadline = time.monotonic() + 60  # the guard restarts the twin: its own buffers
+        while time.monotonic() < deadline and (pgbench_pids() or not gone(int(guard))
+                                               or list(journals.glob("*.json"))):
+            time.sleep(0.2)
+        assert not pgbench_pids()
+        assert gone(int(guard))  # no process of the tuner's left, its guard done too
+        assert not list(journals.glob("*.json")), (journals / "guard.log")
+        log = "".join(p.read_text() for p in journals.glob("guard-*.log"))
+        assert "restoring 2 server(s)" in log, log
+        for cluster in (own_cluster, other):
+            assert (cluster.data_dir / "postgresql.auto.conf").read_text() == autos[cluster]
+        assert _shown(server_dsn, "work_mem") == "4MB"
+        assert _shown(twin_dsn, "work_mem") == "3MB"
+        assert _shown(twin_dsn, "shared_buffers") == buffers  # the guard restarted it
+        with psycopg.connect(twin_dsn) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart"
+                               ).fetchone()
+        assert row == (0,)
+    finally:
+        other.destroy()
+
+
+def test_a_twin_left_changed_is_put_back_before_it_is_journaled_again(
+        own_cluster: LocalCluster, cluster_factory: ClusterFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A twin journal already there is never written over (the twin's configuration then is
+    a race's candidate, which would pass for the original): this run's own refuses the twin,
+    a dead run's is restored first, and the twin opened afterwards keeps the true original."""
+    server_dsn = _load(own_cluster, 1)
+    monkeypatch.setenv(MARK_VARIABLE, "twin-leftover")
+    other = cluster_factory("twin-leftover")
+    try:
+        twin_dsn = _load(other, 1)
+        auto_conf = (other.data_dir / "postgresql.auto.conf").read_text()
+        wal = _shown(twin_dsn, "max_wal_size")
+        twin = open_twin(server_dsn, _twin_config(other, twin_dsn))
+        assert twin.journal is not None
+        twin.apply({"max_wal_size": "777MB"})  # and the race's restore never runs
+        assert _shown(twin_dsn, "max_wal_size") == "777MB"
+        with pytest.raises(DatabaseError, match=r"the duet's twin 127.0.0.1:\d+/bench was not "
+                                                r"put back after an earlier race of this run"):
+            open_twin(server_dsn, _twin_config(other, twin_dsn))
+        assert twin.journal.path.exists()
+        # the same journal as a run that died left it (its owner a process that has ended)
+        data = json.loads(twin.journal.path.read_text())
+        data["owner"]["pid"], data["owner"]["start_ticks"] = 2 ** 22 + 1, None  # > pid_max
+        twin.journal.path.write_text(json.dumps(data))
+        again = open_twin(server_dsn, _twin_config(other, twin_dsn))
+        assert again.auto_conf == auto_conf  # the original, not the dead race's candidate
+        assert "max_wal_size" not in again.auto_lines
+        assert _shown(twin_dsn, "max_wal_size") == wal
+        assert again.journal is not None and not again.journal.changes
+        again.remove()
+        assert not again.journal.path.exists()
     finally:
         other.destroy()
 
@@ -141,6 +278,8 @@ def test_the_twin_in_the_config_checked_and_used_by_the_engine_and_the_plan(
     config = tuner_config_from_dict(_config(remote, twin), source="twin.yaml")
     assert config.database.twin == TwinConfig(twin["dsn"], ControllerConfig(  # type: ignore[index]
         "docker", {"container": "pg-twin"}))
+    # the next run and `harmony restore CONFIG` look for the twin's journal too
+    assert config_keys(config, None) == ["server:10.1.2.3:5432", "server:10.1.2.4:5433"]
     # a server on another host cannot be cloned here, but its twin runs where it is
     assert clone_reason(tuner_config_from_dict(_config(remote), source="t.yaml"), False) \
         .startswith("the server is on 10.1.2.3")  # type: ignore[union-attr]
@@ -216,6 +355,12 @@ def test_a_tuning_run_races_by_duet_on_the_twin(
         assert "final: duet on the twin 127.0.0.1:" in decisions
         assert "no copy made" in decisions and "duet clone of" not in decisions
         assert "named in database.twin" in decisions
+        # the race's words name the twin (issue 51 leftovers): no "clone/server asymmetry"
+        assert "twin/server asymmetry" in decisions and "clone" not in decisions, decisions
+        summary = decision.to_dict()
+        assert summary["second"] == "twin" and "the twin's asymmetry" in summary["method"]
+        assert "(the server and the twin named in database.twin running" in measured_by(
+            RunSummary(decision=summary))
         for cluster in (own_cluster, other):
             assert (cluster.data_dir / "postgresql.auto.conf").read_text() == before[cluster]
         assert _shown(twin_dsn, "max_wal_size") == wal

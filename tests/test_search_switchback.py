@@ -4,12 +4,16 @@ reload-time knobs without memory and for live traffic, windows for restart-time 
 knobs with memory), a short real switchback search whose records carry paired ratios with
 intervals into the ledger and to the strategy, a known effect ranked as measured (hash joins
 off on a hash-join mix), ``postgresql.auto.conf`` unchanged after every run and after a
-failed one, and live mode on traffic the tuner does not drive, where a candidate that halves
-the application's speed is stopped by the guardrail's line."""
+failed one, and live mode on traffic the tuner does not drive, where a candidate that slows
+the application's statements tens of times trips the live guardrail in its own slice: the
+trip is attributed to that slice's configuration (its settled window judged; the reference's
+slices never), reverted at once, the candidate failed and dropped, and a decision says so."""
 
 from __future__ import annotations
 
 import math
+import re
+import time
 from pathlib import Path
 
 import psycopg
@@ -21,16 +25,25 @@ from benchmarks.live_traffic import Traffic
 from harmony_base.errors import HarmonyError
 from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
+from tuner_client.config.model import GuardConfig
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import MEMORY_SWITCHBACK, Choice, choose
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import PointRecord
+from tuner_client.measurer.guardrails import Guardrail
 from tuner_client.phases.search_design import RUNNERS, search_choice
-from tuner_client.phases.search_switchback import run_switchback_session, switchback_race
+from tuner_client.phases.search_switchback import (
+    run_switchback_session,
+    slice_trip,
+    switchback_race,
+)
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
+from tuner_client.stats.mix import MixReference
+from tuner_client.stats.switchback import SliceSpan
+from workloads.observe import ObservedWindow
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop.
 # wal_writer_delay (sighup, no memory) keeps SET LOCAL out: the search runs by switchback
@@ -206,13 +219,27 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     online = {(r.settings["enable_indexscan"], r.settings["enable_bitmapscan"]): r
               for r in tuner.records if r.session == "p1-online"}
     assert len(online) == 4, decisions
-    # every lookup a sequential scan of 50k rows: tens of times slower; the guardrail's line
-    # (half the reference's speed) ends its run after the second block, the others run on
+    # every lookup a sequential scan of 50k rows: tens of times slower; the latency
+    # guardrail trips in its first slice (its settled window judged), the switch puts the
+    # reference back, the candidate fails and leaves the search, the others run on
     harmful = online[("off", "off")]
-    assert harmful.failure is not None and harmful.failure.startswith("guardrail: "), \
-        harmful.failure
-    assert float(harmful.failure.split("guardrail: ")[1].split("×")[0]) < 0.5
-    assert "below 0.50" in harmful.failure
+    assert harmful.failure is not None, decisions
+    got = re.fullmatch(r"guardrail: the statements' weighted latency is ([\d.]+)x the "
+                       r"reference's costs, above ([\d.]+)x .*, in its switchback slice "
+                       r"\(block (\d+), [\d.]+ s after its switch\): reverted in ([\d.]+) s, "
+                       r"left out of the run", harmful.failure)
+    assert got is not None, harmful.failure
+    # above the limit: the original's latest level (about 1) times 1 + latency_margin (1.0)
+    assert float(got[1]) > max(5.0, float(got[2])) and 1.5 < float(got[2]) < 3.0
+    assert float(got[4]) < 1.0
+    trips = ctx.measurer.trips.guard.trips if ctx.measurer.trips.guard else []
+    assert [(t.kind, t.settings) for t in trips] == [
+        ("latency", {"enable_indexscan": "off", "enable_bitmapscan": "off"})], trips
+    assert trips[0].restored == {"enable_indexscan": "on", "enable_bitmapscan": "on"}
+    dropped = [d for d in result.work.decisions if " dropped after " in d]
+    assert len(dropped) == 1 and dropped[0].startswith("p1-online: trial "), decisions
+    assert (f"dropped after {got[3]} rounds: latency guardrail tripped in its slice of the "
+            f"switchback search") in dropped[0]
     for key in (("on", "on"), ("on", "off"), ("off", "on")):
         record = online[key]
         assert record.failure is None and record.design == "switchback", (key, record.failure)
@@ -226,3 +253,28 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     assert "evaluations measured switchback: 2 run(s)" in decisions, decisions
     assert _auto_conf(dsn) == before
     assert outcome is not None
+
+
+def _window(seconds: float, **mean_s: float) -> ObservedWindow:
+    return ObservedWindow(seconds, {q: (200, m) for q, m in mean_s.items()}, 100, 0, 0, 0)
+
+
+def test_a_trip_is_the_slice_configurations_and_never_the_references() -> None:
+    """:func:`slice_trip` on the shapes a live switchback reads (a slice's span, its settled
+    window of pg_stat_statements): statements 3x their reference cost in a candidate's slice
+    trip the latency guardrail (limit 2x) as that slice's configuration's; the same window in
+    the reference's slice is not judged; 1.5x trips nothing."""
+    guard = Guardrail(GuardConfig(latency_margin=1.0, min_calls=20))
+    guard.reference = MixReference({"lookup": 0.001, "order": 0.004},
+                                   {"lookup": 0.5, "order": 0.5}, min_calls=20)
+    configs = [{"work_mem": "4MB"}, {"work_mem": "64kB"}, {"work_mem": "1MB"}]
+    begin = time.time() - 1.0
+    slow = _window(0.25, lookup=0.003, order=0.012)
+    trip = slice_trip(guard, SliceSpan(0, 1, begin, begin + 1.0), slow, configs)
+    assert trip is not None and trip.kind == "latency"
+    assert trip.settings == {"work_mem": "64kB"} and trip.restored == {"work_mem": "4MB"}
+    assert "weighted latency is 3.00x" in trip.reason
+    assert trip.detected_after_s is not None and 1.0 <= trip.detected_after_s < 5.0
+    assert slice_trip(guard, SliceSpan(0, 0, begin, begin + 1.0), slow, configs) is None
+    mild = _window(0.25, lookup=0.0015, order=0.006)
+    assert slice_trip(guard, SliceSpan(1, 2, begin, begin + 1.0), mild, configs) is None

@@ -21,7 +21,7 @@ from harmony_base.errors import ConfigError
 from tuner_client.api.client import HarmonyClient, connect
 from tuner_client.budget import BudgetView
 from tuner_client.config import TunerConfig
-from tuner_client.crashsafe.run import RunSafety, config_key
+from tuner_client.crashsafe.run import RunSafety, config_keys
 from tuner_client.duet.twin import check_twin
 from tuner_client.measurer import PointRecord, Workload
 from tuner_client.metrics.exporter import TunerMetrics
@@ -100,8 +100,10 @@ class Tuner:
         priors = load_priors(cfg.warm_start, source=cfg.source) if cfg.warm_start.enabled \
             else []
         safety = RunSafety(cfg, self.run_id)
-        # a server an earlier run died on is put back before anything else touches it
-        safety.recover_leftovers(config_key(cfg, self.state_dir))
+        # a server (or the duet's twin) an earlier run died on is put back before anything
+        # else touches it
+        for key in config_keys(cfg, self.state_dir):
+            safety.recover_leftovers(key)
         target = self._target or open_target(cfg, self.state_dir)
         if cfg.database.twin is not None:
             check_twin(target.dsn, cfg.database.twin)  # the duet's twin: the same data

@@ -33,7 +33,7 @@ from tuner_client.engine.designs import RELOAD_CONTEXTS
 from tuner_client.knobs.apply import alter_system, apply_online_knobs, reload_and_wait
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.stats.switchback import SliceSpan, balanced_order
-from workloads.observe import Counters, read_counters, window_between
+from workloads.observe import Counters, ObservedWindow, read_counters, window_between
 from workloads.per_transaction.trace import Trace
 
 logger = logging.getLogger(__name__)
@@ -219,15 +219,22 @@ def _sleep_until(deadline: float, stop: threading.Event | None) -> None:
             time.sleep(remaining)
 
 
+#: :attr:`SliceRun.stopped` when a slice's ``judge`` stopped the run (live mode's guardrails)
+TRIPPED = "a guardrail tripped"
+
+
 def run_slices(switch: ConfigurationSwitch, order: Sequence[tuple[int, int]], slice_s: float,
                *, settle_s: float | None = None,
                counters: Callable[[], Counters] | None = None,
                after_block: Callable[[SliceRun], bool] | None = None,
-               stop: threading.Event | None = None) -> SliceRun:
+               stop: threading.Event | None = None,
+               judge: Callable[[SliceSpan, ObservedWindow], bool] | None = None) -> SliceRun:
     """Walk ``order`` (``(block, configuration)`` per slice), ``slice_s`` seconds each; with
     ``counters``, read them ``settle_s`` (default :func:`settle_margin`) after each switch and
     at the slice's end. After every complete block ``after_block`` may end the run early
-    (True: stop)."""
+    (True: stop). With counters, ``judge`` sees each slice with its settled window (what the
+    traffic did from ``settle_s`` after its switch to its end) and may end the run at once
+    (True: :data:`TRIPPED`; the switch's exit then puts the configuration back)."""
     settle_s = settle_margin(slice_s) if settle_s is None else settle_s
     if not slice_s > settle_s >= 0:
         raise ConfigError(f"a slice must outlast its settle margin, but got slice_s={slice_s} "
@@ -243,9 +250,14 @@ def run_slices(switch: ConfigurationSwitch, order: Sequence[tuple[int, int]], sl
             _sleep_until(begin + settle_s, stop)
             before = counters()
         _sleep_until(begin + slice_s, stop)
-        if before is not None and counters is not None:
-            run.deltas.append(counter_delta(before, counters()))
+        after = counters() if before is not None and counters is not None else None
+        if before is not None and after is not None:
+            run.deltas.append(counter_delta(before, after))
         run.spans.append(SliceSpan(block, k, begin, time.time()))
+        if judge is not None and before is not None and after is not None \
+                and judge(run.spans[-1], window_between(before, after)):
+            run.stopped = TRIPPED
+            break
         last_of_block = i + 1 == len(order) or order[i + 1][0] != block
         if last_of_block and after_block is not None and after_block(run):
             run.stopped = "the intervals cleared"

@@ -69,7 +69,9 @@ def run_restore(args: argparse.Namespace) -> int:
     else:
         config = tuner_config.load_tuner_config(args.config)
         state_dir = Path(args.state_dir) / config.name if args.state_dir else None
-        journals = journal.find_journals(directory, run.config_key(config, state_dir))
+        # the server's journal, and the duet's twin's when the config names one
+        journals = [j for key in run.config_keys(config, state_dir)
+                    for j in journal.find_journals(directory, key)]
     if not journals:
         print(f"nothing to restore: no restore journal in {directory}"
               + ("" if args.all else f" for {args.config}"))

@@ -6,10 +6,12 @@ partial directory the record still names), holds the scratch directory, the data
 and the run's mark and owner, and goes once the clone is removed. :func:`remove_clone` is what
 the guard (:mod:`.guard`), a later run and a normal end all call: the postmaster named in the
 data directory's ``postmaster.pid`` is shut down (``SIGQUIT``: immediate, its children with
-it; ``SIGKILL`` after a timeout), then the scratch directory is deleted. Nothing in a clone is
-the user's: it is a copy, and removing it loses nothing.
+it; ``SIGKILL`` after a timeout), then the scratch directory is deleted, and the cgroups the
+clone ran in (under a memory limit) once their processes are gone. Nothing in a clone is the
+user's: it is a copy, and removing it loses nothing.
 
-Standard library only: the guard imports this when it must act.
+The standard library and :mod:`tuner_client.servers.cgroups` only: the guard imports this
+when it must act.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tuner_client.crashsafe.journal import boot_id, fsync_dir, is_zombie, start_ticks
+from tuner_client.servers.cgroups import remove_cgroups
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +57,10 @@ class CloneRecord:
     #: process even after the pid is reused
     owner_ticks: int | None = None
     boot_id: str | None = None
+    #: the cgroup directories the clone runs in (memory, CPU; made under
+    #: ``database.memory_limit``), removed with it; a record written before they existed
+    #: (or by an older version) names none
+    cgroups: list[str] = field(default_factory=list)
 
     def owner_alive(self) -> bool:
         """Whether the run that made the clone still runs (a record of another host: taken
@@ -178,8 +185,8 @@ def _children(pid: int) -> list[int]:
 
 
 def remove_clone(record: CloneRecord) -> bool:
-    """Stop the clone's postmaster, delete its scratch directory, then the record; True when
-    all three are done (the record stays otherwise, for the next attempt)."""
+    """Stop the clone's postmaster, delete its scratch directory and its cgroups, then the
+    record; True when all are done (the record stays otherwise, for the next attempt)."""
     stopped = stop_postmaster(record.data_dir)
     if not stopped:
         logger.error("the postmaster of %s did not stop; its record stays", record.describe())
@@ -187,6 +194,11 @@ def remove_clone(record: CloneRecord) -> bool:
     shutil.rmtree(record.scratch, ignore_errors=True)
     if Path(record.scratch).exists():
         logger.error("could not delete %s; its record stays", record.scratch)
+        return False
+    left = remove_cgroups(record.cgroups)
+    if left:
+        logger.error("could not remove the cgroups %s of %s; its record stays", left,
+                     record.describe())
         return False
     with contextlib.suppress(FileNotFoundError):
         record.path.unlink()

@@ -138,6 +138,9 @@ class Journal:
     changes: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     format: int = FORMAT
+    #: the cgroup directories the embedded cluster runs in (``database.memory_limit``),
+    #: removed once a recovery has stopped it (none in a journal of an older version)
+    cgroups: list[str] = field(default_factory=list)
 
     def written(self) -> dict[str, set[str | None]]:
         """Every value this run wrote, per knob (lower case; None: reset)."""
@@ -225,7 +228,8 @@ def load_journal(path: Path) -> Journal:
                        original=OriginalConfig(**data["original"]),
                        controller=data.get("controller"), stop_after=data["stop_after"],
                        mark=data.get("mark", ""),
-                       changes=list(data["changes"]), started=data["started"])
+                       changes=list(data["changes"]), started=data["started"],
+                       cgroups=[str(c) for c in data.get("cgroups", [])])
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"restore journal {path}: missing or malformed field "
                           f"({exc})") from exc

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 
 from harmony_base.errors import ConfigError, DatabaseError, HarmonyError
-from tuner_client.crashsafe.journal import Journal
+from tuner_client.crashsafe.journal import Journal, journal_path, load_journal
 from tuner_client.crashsafe.server_state import (
     auto_conf_entries,
     parse_auto_conf,
@@ -32,6 +32,7 @@ from tuner_client.crashsafe.server_state import (
     settings_in_force,
 )
 from tuner_client.knobs.apply import reload_and_wait
+from tuner_client.servers.cgroups import remove_cgroups
 from tuner_client.servers.controllers import Controller, make_controller
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,7 @@ class _Recovery:
             self._do("stop the embedded cluster (the run's own, stopped as a finished run "
                      "does)")
             self.ctl.stop_server(self.timeout_s)
+            self._remove_cgroups()
         report.ok = True
         self.journal.complete()
 
@@ -222,12 +224,21 @@ class _Recovery:
             ctl.write_auto_conf(self.journal.original.auto_conf)
         if self.journal.stop_after:
             if not self.dry_run:
+                self._remove_cgroups()
                 report.outcome, report.ok = "restored", True
                 self.journal.complete()
             return False
         if self._do("start the server"):
             ctl.start_server(self.timeout_s)
         return not self.dry_run
+
+    def _remove_cgroups(self) -> None:
+        """The stopped embedded cluster's cgroups (empty directories otherwise left behind:
+        the next run makes its own); one still busy is reported, the restore stands."""
+        if self.journal.cgroups and self._do(f"remove the cgroups {self.journal.cgroups}"):
+            left = remove_cgroups(self.journal.cgroups)
+            if left:
+                self.report.problems.append(f"the cgroups {left} could not be removed")
 
     def _entries(self, conn: psycopg.Connection[TupleRow]) -> dict[str, str]:
         try:
@@ -334,3 +345,22 @@ def owner_alive_error(journal: Journal) -> ConfigError:
     """The error for a server whose journal's run is still alive."""
     return ConfigError(f"another harmony run is tuning this server: {journal.describe()}; "
                        "wait for it to end, or end it (its guard then restores the server)")
+
+
+def restore_leftover(directory: Path, key: str, *, timeout_s: float = 60.0) -> None:
+    """Put the server with ``key`` back from the journal a dead run left in ``directory``
+    (nothing when there is none), before anything else touches it or writes its journal
+    anew (a new journal would take the dead run's candidate for the original); ConfigError
+    while that run still lives, HarmonyError when the restore fails."""
+    path = journal_path(directory, key)
+    if not path.exists():
+        return
+    journal = load_journal(path)
+    if journal.owner.alive():
+        raise owner_alive_error(journal)
+    logger.warning("found %s: the run died before putting the server back; restoring its "
+                   "original configuration first", journal.describe())
+    report = recover(journal, timeout_s=timeout_s)
+    if not report.ok:
+        raise HarmonyError(f"a leftover restore journal was not applied, so this run does "
+                           f"not start:\n{report.text()}")

@@ -27,12 +27,11 @@ from tuner_client.crashsafe.hook import activate, deactivate
 from tuner_client.crashsafe.journal import (
     Journal,
     ProcessId,
-    find_journals,
     journal_dir,
     journal_path,
     server_key,
 )
-from tuner_client.crashsafe.recovery import owner_alive_error, recover
+from tuner_client.crashsafe.recovery import recover, restore_leftover
 from tuner_client.crashsafe.server_state import read_identity, read_original
 from tuner_client.servers.target import default_state_dir
 
@@ -52,6 +51,13 @@ def config_key(config: TunerConfig, state_dir: Path | None) -> str:
     if config.database.embedded:
         return server_key("", (state_dir or default_state_dir(config.name)) / "cluster" / "data")
     return server_key(config.database.dsn or "")
+
+
+def config_keys(config: TunerConfig, state_dir: Path | None) -> list[str]:
+    """The journal keys of every server a config names whose configuration a run changes:
+    the server's and, when ``database.twin`` names one, the duet's twin's."""
+    twin = config.database.twin
+    return [config_key(config, state_dir), *([server_key(twin.dsn)] if twin else [])]
 
 
 def target_key(target: Target) -> str:
@@ -75,15 +81,8 @@ class RunSafety:
         anything else touches it; HarmonyError when that is refused or fails. A scratch clone
         a dead run left (its guard died too) is stopped and deleted first."""
         remove_clones(self.directory, dead_only=True)
-        for journal in find_journals(self.directory, key):
-            if journal.owner.alive():
-                raise owner_alive_error(journal)
-            logger.warning("found %s: the run died before putting the server back; "
-                           "restoring its original configuration first", journal.describe())
-            report = recover(journal, timeout_s=self.config.database.restart_timeout_s)
-            if not report.ok:
-                raise HarmonyError(f"a leftover restore journal was not applied, so this run "
-                                   f"does not start:\n{report.text()}")
+        restore_leftover(self.directory, key,
+                         timeout_s=self.config.database.restart_timeout_s)
 
     def protect(self, target: Target) -> Journal | None:
         """Recover ``target`` if a dead run left it changed, then write its journal and make
@@ -110,7 +109,9 @@ class RunSafety:
                           run_id=self.run_id, config=str(self.config.source),
                           owner=ProcessId.of(os.getpid()), server=identity, original=original,
                           controller=target.controller.recipe(),
-                          stop_after=target.cluster is not None, mark=self.mark)
+                          stop_after=target.cluster is not None, mark=self.mark,
+                          cgroups=[str(cg) for cg in target.cluster.cgroup_paths()]
+                          if target.cluster is not None else [])
         journal.save()
         activate(journal)
         self.journals.append(journal)

@@ -182,6 +182,9 @@ def make_clone(source_dsn: str, *, journals: Path, mark: str,
         pw = pwd.getpwnam(cluster.os_user) if cluster.os_user else None
         prepare_state_dir(cluster.state_dir, cluster.socket_dir, cluster.log_path, pw)
         cluster.enter_cgroups()
+        record.cgroups = [str(cg) for cg in cluster.cgroup_paths()]
+        if record.cgroups:  # durable before anything runs in them
+            record.save()
         done = cluster.run([str(cluster.bin_dir / "pg_basebackup"), "-D", str(cluster.data_dir),
                             "-d", source_dsn, "-X", "stream", "-c", "fast", "--no-sync"],
                            timeout_s=3600, cgroup=True)

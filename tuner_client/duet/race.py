@@ -5,8 +5,9 @@ time is spent (then the end's t interval: :mod:`tuner_client.stats.horizon`).
 
 Each cluster is an :class:`Arm`: how to put a configuration in force on it (a reload, or a
 restart when a postmaster knob differs) and the DSN its workload client connects to. The
-server's arm is the run's own apply (journaled, crash-safe); the clone's is
-:meth:`tuner_client.duet.clone.Clone.apply`.
+server's arm is the run's own apply (journaled, crash-safe); the second's is
+:meth:`tuner_client.duet.clone.Clone.apply` or :meth:`tuner_client.duet.twin.Twin.apply`, its
+name (``clone`` or ``twin``) what the log lines and the decisions call it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ MIN_BLOCKS = 4
 
 @dataclass
 class Arm:
-    """One cluster of the duet: its DSN for the workload and how to configure it."""
+    """One cluster of the duet: its name (``server``; the second's, ``clone`` or ``twin``,
+    names it in the decisions), its DSN for the workload and how to configure it."""
 
     name: str
     dsn: str
@@ -61,7 +63,8 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
     """Race ``labels`` (``configs[0]`` the reference) by duet for ``max_seconds`` (ending
     after an even number of blocks, so by a block more at most; longer, up to twice that,
     until every candidate has the batches of two whole blocks; three times it at most);
-    None when too little was measured for an interval."""
+    None when too little was measured for an interval. ``clone`` is the second cluster's
+    arm, a clone or the twin: its name is what the decisions call it."""
     if len(configs) != len(labels) or len(labels) < 2:
         raise ConfigError(f"a duet race needs a reference and a candidate, one configuration "
                           f"per label, but got {len(configs)} configurations for "
@@ -72,7 +75,7 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
     block = 0
     per_segment = segment_s + warmup_s + 2
     while True:
-        on_clone = block % 2 == 0  # the candidate on the clone in even blocks
+        on_clone = block % 2 == 0  # the candidate on the second cluster in even blocks
         for k in range(1, len(configs)):
             cand, ref = configs[k], configs[0]
             server.put(ref if on_clone else cand)
@@ -81,15 +84,17 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             # second may fail to pair; the batches then fill the segment
             paired = runner((server.dsn, clone.dsn), segment_s + warmup_s + 1, warmup_s,
                             (server.cpus, clone.cpus))
-            # cluster 0 is the server: log(candidate/reference) is clone/server when the
-            # candidate runs on the clone
+            # cluster 0 is the server: log(candidate/reference) is second/server when the
+            # candidate runs on the second cluster
             logs = paired.log_ratios(1 if on_clone else 0)
             segments.append(Segment(k, on_clone, tuple(logs),
                                     paired.counts[0 if on_clone else 1], paired.seconds))
             logger.info("duet block %d: %s on the %s, %d paired seconds, skew %.2f s", block,
-                        labels[k], "clone" if on_clone else "server", len(logs), paired.skew_s)
+                        labels[k], clone.name if on_clone else server.name, len(logs),
+                        paired.skew_s)
         block += 1
-        outcome = race(segments, labels, segment_s=segment_s, level=level, clone=clone_text)
+        outcome = race(segments, labels, segment_s=segment_s, level=level, clone=clone_text,
+                       second=clone.name)
         spent = clock() - started
         if outcome is not None and block >= min_blocks and all(
                 c.interval.excludes_one for c in outcome.comparisons.values()):
@@ -110,5 +115,5 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             logger.info("duet: %.0f s of %.0f spent after %d blocks", spent, max_seconds, block)
             # the limit was fixed before the race: its end reads the t interval
             return race(segments, labels, segment_s=segment_s, level=level, clone=clone_text,
-                        ended=True)
+                        second=clone.name, ended=True)
     return outcome

@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from harmony_base.errors import ConfigError
+from tuner_client.stats.decision import FinalDecision
 from tuner_client.stats.drift import Drift, reference_drift
 from tuner_client.stats.horizon import method_words, race_interval
 from tuner_client.stats.levels import end_level, simultaneous_level
@@ -46,9 +47,19 @@ from tuner_client.stats.sequential import CITATION, METHOD
 DESIGN = "duet"
 #: seconds per batch mean
 BATCH_S = 5
-METHOD_TEXT = (f"{METHOD} ({CITATION}) over {BATCH_S}-s batch means of paired per-second "
-               f"log-ratios, two clusters at the same seconds, the clone's asymmetry "
-               f"cancelled by role swaps")
+#: what the duet's second cluster is: a scratch clone the run makes, or the user's twin
+#: (``database.twin``); the decisions and the report name it so
+SECOND_CLUSTERS = ("clone", "twin")
+
+
+def method_text(second: str = "clone") -> str:
+    """The intervals' method in words, naming the ``second`` cluster (clone or twin)."""
+    return (f"{METHOD} ({CITATION}) over {BATCH_S}-s batch means of paired per-second "
+            f"log-ratios, two clusters at the same seconds, the {second}'s asymmetry "
+            f"cancelled by role swaps")
+
+
+METHOD_TEXT = method_text()
 
 
 @dataclass(frozen=True)
@@ -96,22 +107,27 @@ class DuetComparison:
     interval: RatioInterval
     batches: int
     segments: int
-    #: the clone's fixed asymmetry, clone/server
+    #: the second cluster's fixed asymmetry, second/server
     asymmetry: float
     #: half-width (log scale) of the t interval over segment means, the cross-check
     segment_half_width: float | None
+    #: what the second cluster is (:data:`SECOND_CLUSTERS`)
+    second: str = "clone"
 
     def text(self) -> str:
         seg = ("" if self.segment_half_width is None
                else f", ±{100 * self.segment_half_width:.1f} % by segment")
         return (f"{self.interval.text()}, duet: {self.segments} segments, {self.batches} "
-                f"batches; clone/server asymmetry {self.asymmetry:.3f} cancelled{seg}")
+                f"batches; {self.second}/server asymmetry {self.asymmetry:.3f} "
+                f"cancelled{seg}")
 
 
 def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
-            batch_s: int = BATCH_S, ended: bool = False) -> DuetComparison | None:
+            batch_s: int = BATCH_S, ended: bool = False, second: str = "clone"
+            ) -> DuetComparison | None:
     """``candidate`` against the reference (None until both orientations gave batches);
-    ``ended``: the race reached its time limit (the end's t interval, not the sequence)."""
+    ``ended``: the race reached its time limit (the end's t interval, not the sequence);
+    ``second`` names the second cluster in its words (clone or twin)."""
     if not 0.0 < level < 1.0:
         raise ConfigError(f"the confidence level must be between 0 and 1, but got {level}")
     mine = [s for s in segments if s.candidate == candidate]
@@ -145,7 +161,8 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
         if min(sides.count(True), sides.count(False)) >= 2 else None
     half = (0.5 * math.log(by_segment.high / by_segment.low)
             if by_segment is not None and by_segment.low > 0 else None)
-    return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half)
+    return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half,
+                          second)
 
 
 def _end_interval(on_clone: list[float], on_server: list[float], theta: float,
@@ -175,52 +192,69 @@ class DuetRace(DesignRace[DuetComparison]):
 
     segment_s: float
     segments: int
-    #: how the clone was made and what it cost (for the decisions)
+    #: how the second cluster was made (or named) and what it cost (for the decisions)
     clone: str = ""
     #: the reference's own level over the race (None: too few batches)
     drift: Drift | None = None
     #: the race ran to its time limit: its intervals are the end's t intervals
     ended: bool = False
+    #: what the second cluster is (:data:`SECOND_CLUSTERS`): a clone, or the user's twin
+    second: str = "clone"
 
     def interval_method(self) -> Method:
         return "t" if self.ended else "anytime"
 
     def interval_method_text(self) -> str:
         return (f"{method_words(self.ended)}, over {BATCH_S}-s batch means of paired "
-                f"per-second log-ratios, two clusters at the same seconds, the clone's "
+                f"per-second log-ratios, two clusters at the same seconds, the {self.second}'s "
                 f"asymmetry cancelled by role swaps")
 
     def design_line(self) -> str:
         return (f"final race measured by {DESIGN}: {self.segments} segments of "
-                f"{self.segment_s:g} s, the server and {self.clone or 'its clone'} running "
-                f"the reference and one candidate at the same seconds, roles swapped between "
-                f"segments; the ratio counts the workload client's transactions per second; "
-                f"intervals at {100 * self.level:.4g} % (Bonferroni over "
+                f"{self.segment_s:g} s, the server and {self.clone or self._second_words()} "
+                f"running the reference and one candidate at the same seconds, roles swapped "
+                f"between segments; the ratio counts the workload client's transactions per "
+                f"second; intervals at {100 * self.level:.4g} % (Bonferroni over "
                 f"{len(self.comparisons)} candidates) over {BATCH_S}-s batches: "
                 f"{method_words(self.ended)}")
+
+    def _second_words(self) -> str:
+        return "its clone" if self.second == "clone" else "the twin"
 
     def observations(self, comparison: DuetComparison) -> int:
         return comparison.batches
 
+    def to_final_decision(self) -> FinalDecision:
+        """The race's decision, its method and ``second`` naming the second cluster (the
+        report says "a clone of it" or "the twin")."""
+        return replace(super().to_final_decision(), method_text=method_text(self.second),
+                       second=self.second)
+
 
 def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float,
-         level: float = 0.95, clone: str = "", ended: bool = False) -> DuetRace | None:
+         level: float = 0.95, clone: str = "", ended: bool = False,
+         second: str = "clone") -> DuetRace | None:
     """``labels[0]`` the reference, every other one a candidate; the winner is the best
     candidate whose simultaneous interval lies above 1. None until every candidate has
     segments of both orientations. ``ended``: the race reached its time limit, fixed in
-    advance (:mod:`tuner_client.stats.horizon`)."""
+    advance (:mod:`tuner_client.stats.horizon`); ``second``: what the second cluster is, in
+    the decisions' words (:data:`SECOND_CLUSTERS`)."""
     if len(labels) < 2:
         raise ConfigError(f"a race needs a reference and at least one candidate, but got "
                           f"{len(labels)} labels")
+    if second not in SECOND_CLUSTERS:
+        raise ConfigError(f"a duet's second cluster is one of {', '.join(SECOND_CLUSTERS)}, "
+                          f"but got {second!r}")
     simultaneous = simultaneous_level(level, len(labels) - 1)
     comparisons, plain = {}, {}
     for k in range(1, len(labels)):
-        strict = compare(segments, k, level=simultaneous, ended=ended)
-        loose = compare(segments, k, level=level, ended=ended)
+        strict = compare(segments, k, level=simultaneous, ended=ended, second=second)
+        loose = compare(segments, k, level=level, ended=ended, second=second)
         if strict is None or loose is None:
             return None
         comparisons[labels[k]], plain[labels[k]] = strict, loose
     clear = [label for label, c in comparisons.items() if c.interval.above_one]
     winner = max(clear, key=lambda label: comparisons[label].interval.ratio, default=None)
     return DuetRace(labels[0], comparisons, plain, winner, simultaneous, level, segment_s,
-                    len(segments), clone, reference_drift_of(segments), ended)
+                    len(segments), clone, reference_drift_of(segments), ended=ended,
+                    second=second)

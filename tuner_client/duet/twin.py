@@ -32,8 +32,10 @@ from tuner_client.crashsafe.journal import (
     ProcessId,
     journal_dir,
     journal_path,
+    load_journal,
     server_key,
 )
+from tuner_client.crashsafe.recovery import restore_leftover
 from tuner_client.crashsafe.server_state import read_identity, read_original
 from tuner_client.duet.clone import RELOAD_WAIT_S
 from tuner_client.servers.controllers import Controller, make_controller
@@ -105,14 +107,30 @@ def data_differences(server: Relations, twin: Relations, *,
     return out
 
 
+def restore_leftover_twin(dsn: str, *, timeout_s: float = 60.0) -> None:
+    """Before the twin's configuration is read: a restore journal of it already there is a
+    race that did not put it back, and what the twin holds now would be that race's candidate
+    taken for the original. A dead run's is restored first (ConfigError while its run still
+    lives: two tuners on one twin); this run's own (an earlier race's restore failed) refuses
+    the twin, the journal left for the run's end and its guard."""
+    path = journal_path(journal_dir(), server_key(dsn))
+    if path.exists() and load_journal(path).owner.pid == os.getpid():
+        raise DatabaseError(f"the duet's twin {_describe(dsn)} was not put back after an "
+                            f"earlier race of this run; its restore journal {path} stays for "
+                            f"the run's end and its guard, and no race runs on it again")
+    restore_leftover(journal_dir(), server_key(dsn), timeout_s=timeout_s)
+
+
 def journal_twin(dsn: str, controller: Controller | None, auto_conf: str | None
                  ) -> Journal | None:
     """A restore journal of the twin, with the run's mark, so that the run's guard (or the
     next run, or ``harmony restore``) puts it back if the tuner dies mid-race, as it does the
-    server (None outside a run: no mark, no guard to read it)."""
+    server (None outside a run: no mark, no guard to read it); :func:`restore_leftover_twin`
+    has run first, so no journal of the twin is there to be written over."""
     mark = os.environ.get(MARK_VARIABLE)
     if not mark:
         return None
+    key = server_key(dsn)
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
             identity = read_identity(conn, dsn)
@@ -120,7 +138,6 @@ def journal_twin(dsn: str, controller: Controller | None, auto_conf: str | None
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot read the configuration of the duet's twin "
                             f"({_describe(dsn)}) to journal it: {exc}") from exc
-    key = server_key(dsn)
     journal = Journal(path=journal_path(journal_dir(), key), key=key,
                       run_id=f"duet-twin-{mark}", config="database.twin",
                       owner=ProcessId.of(os.getpid()), server=identity, original=original,
@@ -238,11 +255,13 @@ def check_twin(server_dsn: str, twin: TwinConfig, *, server_may_grow: bool = Fal
 
 
 def open_twin(server_dsn: str, twin: TwinConfig, *, restart_timeout_s: float = 60.0) -> Twin:
-    """The user's twin of the server at ``server_dsn``, checked to hold the same data
-    (ConfigError naming ``database.twin`` and what differs otherwise), its configuration
-    kept for :meth:`Twin.remove`."""
+    """The user's twin of the server at ``server_dsn``, put back first where a dead run left
+    it changed (:func:`restore_leftover_twin`), checked to hold the same data (ConfigError
+    naming ``database.twin`` and what differs otherwise), its configuration kept for
+    :meth:`Twin.remove`."""
     started = time.monotonic()
     source = _describe(twin.dsn)
+    restore_leftover_twin(twin.dsn, timeout_s=restart_timeout_s)
     check_twin(server_dsn, twin, server_may_grow=True)
     controller = (make_controller(twin.controller.kind, dsn=twin.dsn,
                                   **dict(twin.controller.options))

@@ -31,8 +31,8 @@ SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
 #: why a live search stays in windows unless ``measure.design: switchback`` asks for it
 LIVE_SEARCH = ("on live counters a switchback search is valid but not more precise than "
                "windows (shop traffic: ±41 % against ±35 %, benchmarks/results/"
-               "switchback_search.default.md), and the live guardrail's trips are accounted "
-               "per window: set measure.design: switchback to search by switchback")
+               "switchback_search.default.md): set measure.design: switchback to search by "
+               "switchback")
 
 
 def live_traffic(config: TunerConfig) -> bool:

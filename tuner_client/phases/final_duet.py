@@ -202,7 +202,8 @@ def race_duet_run(ctx: RunContext, state: RunState,
                      lambda s: ctx.apply(s, check_budget=False, warm_up=False),
                      cpus=cpus[0] if cpus else None,
                      data_dir=ctx.target.cluster.data_dir if ctx.target.cluster else None)
-        other = Arm("clone", second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
+        other = Arm("clone" if isinstance(second, Clone) else "twin",
+                    second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
                     cpus=cpus[1] if cpus else None,
                     data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
         seconds = duet_seconds(ctx)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg.rows import TupleRow
 
-from harmony_base.errors import ConfigError, HarmonyError
+from harmony_base.errors import ConfigError, HarmonyError, WorkloadError
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK
 from tuner_client.engine.protocol import RaceRequest
@@ -32,6 +32,7 @@ from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.per_transaction import estimand_of
 from tuner_client.stats.switchback import (
+    SliceSpan,
     SwitchbackRace,
     balanced_order,
     race,
@@ -40,6 +41,7 @@ from tuner_client.stats.switchback import (
 )
 from tuner_client.switchback import (
     ALL_BLOCKS,
+    TRIPPED,
     ConfigurationSwitch,
     SliceRun,
     counters_reader,
@@ -48,6 +50,7 @@ from tuner_client.switchback import (
     settle_margin,
 )
 from workloads.connect import connect
+from workloads.observe import ObservedWindow
 from workloads.per_transaction.from_config import make_assignment
 
 logger = logging.getLogger(__name__)
@@ -122,11 +125,15 @@ def driven_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
 def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
               configs: list[dict[str, str]], labels: list[str], blocks: int, level: float,
               *, seed: int | None = None,
-              harmed: Callable[[SwitchbackRace], bool] | None = None) -> SwitchbackRace:
+              harmed: Callable[[SwitchbackRace], bool] | None = None,
+              judge: Callable[[SliceSpan, ObservedWindow], bool] | None = None
+              ) -> SwitchbackRace:
     """The application's traffic, read from counters at each slice's edges; stops after the
     first block at which every candidate's interval excludes 1, or at which ``harmed`` (from
     the second block on) says a candidate hurts the application (``seed``: the slices'
-    order's, default ``seed`` of the config)."""
+    order's, default ``seed`` of the config). ``judge`` (live mode's guardrails) sees every
+    slice's settled window and may stop the run at once: :class:`WorkloadError` is raised
+    then, once the configuration is back (the judge knows what tripped)."""
     cfg = ctx.config
     seed = cfg.seed if seed is None else seed
     read, source, settle_s = counters_reader(conn)
@@ -152,8 +159,12 @@ def live_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],
     with ConfigurationSwitch(conn, ctx.budget.catalog, configs) as switch:
         run = run_slices(switch, balanced_order(len(configs), blocks, seed),
                          cfg.measure.slice_s, settle_s=settle_s, counters=read,
-                         after_block=decided)
+                         after_block=decided, judge=judge)
     logger.info("switchback: %s after %d slices", run.stopped, len(run.spans))
+    if run.stopped == TRIPPED:
+        last = run.spans[-1]
+        raise WorkloadError(f"the switchback run stopped: a guardrail tripped in the slice "
+                            f"of {labels[last.config]} (block {last.block + 1})")
     # every planned block ran (not stopped by the intervals, the guardrail or the caller):
     # the end's interval (stats/horizon)
     return analyse(run, ended=run.stopped == ALL_BLOCKS)

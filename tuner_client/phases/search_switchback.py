@@ -47,12 +47,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from harmony_base.errors import HarmonyError
+from harmony_base.errors import GuardrailTrip, HarmonyError
 from tuner_client.config import ObserveConfig, TunerConfig
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK, differing_knobs
 from tuner_client.measurer import PointRecord
-from tuner_client.phases.decisions import Decision
+from tuner_client.measurer.guardrails import Guardrail, Trip
+from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_switchback import MIN_BLOCKS, driven_race, live_race
 from tuner_client.phases.search_batches import (
     LEVEL,
@@ -63,8 +64,9 @@ from tuner_client.phases.search_batches import (
 )
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
-from tuner_client.stats.switchback import SwitchbackComparison, SwitchbackRace
+from tuner_client.stats.switchback import SliceSpan, SwitchbackComparison, SwitchbackRace
 from workloads.connect import connect
+from workloads.observe import ObservedWindow
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +78,16 @@ REFERENCE = "reference"
 
 def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], labels: list[str],
                     seconds: float, *, seed: int,
-                    harmed: Callable[[SwitchbackRace], bool] | None = None) -> SwitchbackRace:
+                    harmed: Callable[[SwitchbackRace], bool] | None = None,
+                    judge: Callable[[SliceSpan, ObservedWindow], bool] | None = None
+                    ) -> SwitchbackRace:
     """One switchback run over ``configs`` (the first the reference; ``labels`` theirs) for
     about ``seconds``, in blocks of one ``measure.slice_s`` slice per configuration (at least
     :data:`MIN_BLOCKS`); driven by the tuner's workload, or read from the counters of live
-    traffic (which ``harmed`` may stop after any block from the second on). Only the knobs
-    that differ are switched; ``postgresql.auto.conf`` is restored before this returns or
-    raises. Raises :class:`HarmonyError` when the run fails."""
+    traffic (which ``harmed`` may stop after any block from the second on, and ``judge``, the
+    guardrails, after any slice). Only the knobs that differ are switched;
+    ``postgresql.auto.conf`` is restored before this returns or raises. Raises
+    :class:`HarmonyError` when the run fails."""
     slice_s = ctx.config.measure.slice_s
     blocks = max(MIN_BLOCKS, int(seconds // (len(configs) * slice_s)))
     names = differing_knobs(configs) or sorted(configs[0])
@@ -91,8 +96,31 @@ def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], label
     with connect(ctx.target.dsn) as conn:
         if live_traffic(ctx.config):
             return live_race(ctx, conn, switched, labels, blocks, LEVEL, seed=seed,
-                             harmed=harmed)
+                             harmed=harmed, judge=judge)
         return driven_race(ctx, conn, switched, labels, blocks, LEVEL, seed=seed)
+
+
+def slice_trip(guard: Guardrail, span: SliceSpan, window: ObservedWindow,
+               configs: Sequence[Mapping[str, str]]) -> Trip | None:
+    """Live mode's guardrails on one slice of a switchback run: the trip (its ``revert_s``
+    left 0 until the configuration is back), or None.
+
+    **Attribution.** A trip is the slice's own configuration's: the window judged is what
+    the traffic did from the slice's settle margin after its switch to its end (the window
+    the race counts), so a statement of the slice before that ends late is left out of it,
+    and no rule for "the first seconds of a slice" is needed. The reference's slices
+    (``config`` 0: the session's reference, the configuration the server returns to between
+    candidates and after the run) are not judged, as windows never judge the original:
+    reverting it would have nowhere to go."""
+    if span.config == 0:
+        return None
+    try:
+        guard.check(window)
+    except GuardrailTrip as trip:
+        return Trip(kind=trip.kind, reason=trip.reason, settings=dict(configs[span.config]),
+                    restored=dict(configs[0]), detected_after_s=time.time() - span.begin,
+                    revert_s=0.0)
+    return None
 
 
 def harm_margin(config: TunerConfig) -> float:
@@ -140,43 +168,79 @@ class SwitchbackEvaluations(SessionEvaluations):
         seconds = run_seconds(ctx.config.measure.per_transaction_s, len(runnable))
         line = 1.0 / (1.0 + harm_margin(ctx.config))
         harmful: dict[str, float] = {}
+        trips: dict[str, tuple[Trip, SliceSpan, float]] = {}
+        guard = ctx.measurer.trips.guard
 
         def harmed(race: SwitchbackRace) -> bool:
             harmful.update({label: c.interval.ratio for label, c in race.plain.items()
                             if c.interval.ratio < line})
             return bool(harmful)
 
+        def judge(span: SliceSpan, window: ObservedWindow) -> bool:
+            trip = slice_trip(guard, span, window, configs) if guard is not None else None
+            if trip is not None:
+                trips[labels[span.config]] = (trip, span, time.monotonic())
+            return trip is not None
+
         logger.info("[%s] switchback run %d: the reference and %d candidate(s) for about "
                     "%.0f s", self.label, self.runs + 1, len(runnable), seconds)
         started = time.monotonic()
+        race: SwitchbackRace | None = None
         try:
             race = switchback_race(ctx, configs, labels, seconds,
-                                   seed=ctx.config.seed + 1000 * self.runs, harmed=harmed)
+                                   seed=ctx.config.seed + 1000 * self.runs, harmed=harmed,
+                                   judge=judge)
         except HarmonyError as exc:
-            for ev in runnable:
-                ev.record.failure = f"switchback run failed: {exc}"
-            return
+            if not trips:
+                for ev in runnable:
+                    ev.record.failure = f"switchback run failed: {exc}"
+                return
         finally:
             self.runs += 1
             self.seconds += time.monotonic() - started
-        self.slices += race.slices
-        self.source, self.counts = race.source, race.counts
-        if harmful:
-            rest = [ev for label, ev in zip(labels[1:], runnable, strict=True)
-                    if label not in harmful]
-            for label, ev in zip(labels[1:], runnable, strict=True):
-                if label in harmful:
-                    ev.record.design = SWITCHBACK
-                    ev.record.failure = (
-                        f"guardrail: {harmful[label]:.2f}× the reference by switchback over "
-                        f"the first {race.plain[label].blocks} blocks, below "
-                        f"{line:.2f} (1 / (1 + workload.observe.guard.latency_margin)): "
-                        f"left out of the run")
+        if race is not None:
+            self.slices += race.slices
+            self.source, self.counts = race.source, race.counts
+        if trips or harmful:
+            evs = dict(zip(labels[1:], runnable, strict=True))
+            for label, (trip, span, detected) in trips.items():
+                self._tripped(evs[label], trip, span, detected)
+            for label, ratio in harmful.items():
+                blocks = race.plain[label].blocks if race is not None else 0
+                evs[label].record.design = SWITCHBACK
+                evs[label].record.failure = (
+                    f"guardrail: {ratio:.2f}× the reference by switchback over the first "
+                    f"{blocks} blocks, below {line:.2f} (1 / (1 + "
+                    f"workload.observe.guard.latency_margin)): left out of the run")
+            rest = [ev for label, ev in evs.items() if label not in trips and label not in harmful]
             if rest:
                 self.measure_feasible(rest, level)
             return
+        assert race is not None  # no trip: the run returned its race or failed above
         for label, ev in zip(labels[1:], runnable, strict=True):
             self._fill(ev.record, race.plain[label], level)
+
+    def _tripped(self, ev: Evaluation, trip: Trip, span: SliceSpan, detected: float) -> None:
+        """A guardrail tripped in ``ev``'s slice: the trip recorded as the measurer's are
+        (the run's summary, the metrics; reverted once the run's switch put the
+        configuration back), the candidate failed and dropped from the search, and a
+        decision says so."""
+        trip.revert_s = time.monotonic() - detected
+        handler = self.ctx.measurer.trips
+        if handler.guard is not None:
+            handler.guard.trips.append(trip)
+        if handler.on_trip is not None:
+            handler.on_trip(trip)
+        ev.record.design = SWITCHBACK
+        ev.record.failure = (f"{trip.reason}, in its switchback slice (block {span.block + 1},"
+                             f" {trip.detected_after_s or 0.0:.1f} s after its switch): "
+                             f"reverted in {trip.revert_s:.2f} s, left out of the run")
+        self.state.decide(Decision.of(
+            self.label, Kind.DROPPED, design=SWITCHBACK, labels=(f"trial {ev.got.trial_id}",),
+            settings={f"trial {ev.got.trial_id}": dict(ev.settings)}, rounds=span.block + 1,
+            reason=f"{trip.kind} guardrail tripped in its slice of the switchback search "
+                   f"({trip.reason}); the trip is the slice's configuration's (its settled "
+                   f"window judged); failed to the strategy and left out of the run"))
 
     def _fill(self, record: PointRecord, comparison: SwitchbackComparison,
               level: float) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from harmony_base.errors import DatabaseError
@@ -114,11 +115,52 @@ def remove_cgroup(cg: Path) -> None:
         try:
             cg.rmdir()
             break
+        except FileNotFoundError:
+            break  # removed already (a clone's, by its record, before its cluster's stop)
         except OSError as exc:
             if exc.errno != errno.EBUSY:
                 logger.warning("could not remove cgroup %s: %s", cg, exc)
                 break
             time.sleep(0.05)
+
+
+def remove_cgroups(paths: Iterable[str | Path]) -> list[str]:
+    """Remove the cgroups at ``paths`` that still exist (their processes gone: a stopped
+    server's, named in a clone record or a restore journal after the run died); those left
+    (still busy, or not ours to remove)."""
+    left = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            remove_cgroup(path)
+            if path.is_dir():
+                left.append(str(path))
+    return left
+
+
+#: the names of the cgroups a server of the tuner's runs in (:meth:`ServerCgroups.make`)
+PREFIX = "harmony-pg-"
+
+
+def foreign_cgroups(data_dir: Path, ours: Iterable[Path]) -> list[Path]:
+    """The tuner's cgroups (``harmony-pg-*``) the postmaster of ``data_dir`` runs in other
+    than ``ours``: those of a run that started it and died before any record named them
+    (killed while it loaded the embedded cluster); whoever stops that server removes them
+    once it has (empty directories otherwise left behind)."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except (OSError, ValueError, IndexError):
+        return []
+    mine, found = set(ours), []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if not Path(path).name.startswith(PREFIX):
+            continue
+        roots = ([CGROUP_ROOT / c for c in controllers.split(",")] if controllers
+                 else [CGROUP_ROOT, CGROUP_ROOT / "unified"])
+        found += [cg for cg in (root / path.lstrip("/") for root in roots)
+                  if cg.is_dir() and cg not in mine and cg not in found]
+    return found
 
 
 class ServerCgroups:
@@ -138,13 +180,17 @@ class ServerCgroups:
     def make(self, suffix: str) -> None:
         """Make the cgroups not made yet, named ``harmony-pg-[cpu-]<suffix>``."""
         if self.memory_limit_bytes is not None and self.memory is None:
-            self.memory = memory_cgroup(f"harmony-pg-{suffix}", self.memory_limit_bytes)
+            self.memory = memory_cgroup(f"{PREFIX}{suffix}", self.memory_limit_bytes)
         if self.cpu_limit is not None and self.cpu is None:
-            self.cpu = cpu_cgroup(f"harmony-pg-cpu-{suffix}", self.cpu_limit)
+            self.cpu = cpu_cgroup(f"{PREFIX}cpu-{suffix}", self.cpu_limit)
+
+    def paths(self) -> list[Path]:
+        """The cgroup directories made (memory, CPU), for a record that outlives the tuner."""
+        return [cg for cg in (self.memory, self.cpu) if cg is not None]
 
     def procs(self) -> list[Path]:
         """The ``cgroup.procs`` files a process joins to run inside them."""
-        return [cg / "cgroup.procs" for cg in (self.memory, self.cpu) if cg is not None]
+        return [cg / "cgroup.procs" for cg in self.paths()]
 
     def remove(self) -> None:
         """Remove them (their processes gone)."""

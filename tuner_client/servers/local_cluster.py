@@ -31,7 +31,7 @@ from types import TracebackType
 
 from harmony_base.errors import ConfigError, DatabaseError
 from tuner_client.servers import pg_binaries
-from tuner_client.servers.cgroups import ServerCgroups
+from tuner_client.servers.cgroups import ServerCgroups, foreign_cgroups, remove_cgroups
 from tuner_client.servers.cluster_files import prepare_state_dir, write_hba, write_local_conf
 
 logger = logging.getLogger(__name__)
@@ -304,6 +304,7 @@ class LocalCluster:
                 self._remove_cgroup()
             return
         t = int(timeout_s if timeout_s is not None else self.timeout_s)
+        foreign = foreign_cgroups(self.data_dir, self._cgroups.paths())  # a dead run's
         proc = self.run(
             [self._pg("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "-t",
              str(max(1, t)), "stop"],
@@ -320,6 +321,7 @@ class LocalCluster:
             )
         if not keep_cgroup:
             self._remove_cgroup()
+        remove_cgroups(foreign)
         logger.info("PostgreSQL stopped (%s)", self.data_dir)
 
     def restart(self, timeout_s: float | None = None) -> None:
@@ -374,6 +376,11 @@ class LocalCluster:
     def cpu_cgroup_path(self) -> Path | None:
         """The CPU cgroup directory the server is started in (None without ``cpu_limit``)."""
         return self._cgroups.cpu
+
+    def cgroup_paths(self) -> list[Path]:
+        """Every cgroup directory the server runs in (memory, CPU), for a record that outlives
+        the tuner: a clone's, a restore journal's."""
+        return self._cgroups.paths()
 
     def enter_cgroups(self) -> None:
         """Make the cluster's cgroups now (a start does it too), so that a command run with

@@ -85,6 +85,9 @@ class FinalDecision:
     transactions: tuple[int, int] | None = None
     #: the interval method's name when the design names its own (else ``METHOD_NAMES``)
     method_text: str | None = None
+    #: duet: what its second cluster was, ``clone`` (made by the run) or ``twin``
+    #: (``database.twin``); None for the other designs
+    second: str | None = None
 
     @property
     def text(self) -> str:
@@ -112,7 +115,8 @@ class FinalDecision:
                                    "high": v.high if math.isfinite(v.high) else None,
                                    "n": v.n, "method": v.method})
                               for k, v in self.intervals.items()},
-                "unstable": dict(self.unstable), "text": list(self.lines)}
+                "unstable": dict(self.unstable), "text": list(self.lines),
+                **({"second": self.second} if self.second is not None else {})}
 
 
 def race_verdict(winner: str | None, reference: str,
