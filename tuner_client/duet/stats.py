@@ -41,7 +41,6 @@ from tuner_client.stats.horizon import method_words, race_interval
 from tuner_client.stats.levels import end_level, simultaneous_level
 from tuner_client.stats.paired import Method, RatioInterval, interval_from_logs, t_quantile
 from tuner_client.stats.race_outcome import DesignRace
-from tuner_client.stats.sequential import CITATION, METHOD
 
 #: the design's name in the decisions and in summary.json
 DESIGN = "duet"
@@ -52,9 +51,10 @@ BATCH_S = 5
 SECOND_CLUSTERS = ("clone", "twin")
 
 
-def method_text(second: str = "clone") -> str:
-    """The intervals' method in words, naming the ``second`` cluster (clone or twin)."""
-    return (f"{METHOD} ({CITATION}) over {BATCH_S}-s batch means of paired per-second "
+def method_text(second: str = "clone", ended: bool = False) -> str:
+    """The intervals' method in words (``ended``: the race ran to its time limit), naming
+    the ``second`` cluster (clone or twin)."""
+    return (f"{method_words(ended)}, over {BATCH_S}-s batch means of paired per-second "
             f"log-ratios, two clusters at the same seconds, the {second}'s asymmetry "
             f"cancelled by role swaps")
 
@@ -205,9 +205,7 @@ class DuetRace(DesignRace[DuetComparison]):
         return "t" if self.ended else "anytime"
 
     def interval_method_text(self) -> str:
-        return (f"{method_words(self.ended)}, over {BATCH_S}-s batch means of paired "
-                f"per-second log-ratios, two clusters at the same seconds, the {self.second}'s "
-                f"asymmetry cancelled by role swaps")
+        return method_text(self.second, self.ended)
 
     def design_line(self) -> str:
         return (f"final race measured by {DESIGN}: {self.segments} segments of "
@@ -227,8 +225,7 @@ class DuetRace(DesignRace[DuetComparison]):
     def to_final_decision(self) -> FinalDecision:
         """The race's decision, its method and ``second`` naming the second cluster (the
         report says "a clone of it" or "the twin")."""
-        return replace(super().to_final_decision(), method_text=method_text(self.second),
-                       second=self.second)
+        return replace(super().to_final_decision(), second=self.second)
 
 
 def race(segments: Sequence[Segment], labels: Sequence[str], *, segment_s: float,

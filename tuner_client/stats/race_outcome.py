@@ -18,8 +18,9 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 from harmony_base.jsontypes import JSONObject
 from tuner_client.stats.decision import FinalDecision, race_decision, race_verdict
+from tuner_client.stats.levels import early_level
 from tuner_client.stats.paired import Method, RatioInterval
-from tuner_client.stats.trace import RaceTrace, running_sequence
+from tuner_client.stats.trace import RaceTrace, TraceStep, running_sequence
 
 
 class Compared(Protocol):
@@ -52,6 +53,9 @@ class DesignRace(abc.ABC, Generic[C]):
     unit: ClassVar[str | None] = None
     #: how to read the running interval beside the decision's
     trace_note: ClassVar[str | None] = None
+    #: the race splits its error rate between its looks and its planned end
+    #: (:mod:`tuner_client.stats.horizon`): its running sequence is at the early level
+    horizon: ClassVar[bool] = False
 
     reference: str
     #: each candidate at the simultaneous (Bonferroni) level, and at the plain level
@@ -136,9 +140,13 @@ class DesignRace(abc.ABC, Generic[C]):
         logs = {label: self.running_logs(c) for label, c in self.plain.items()}
         if self.unit is None or any(v is None for v in logs.values()):
             return None
+        level = early_level(self.plain_level) if self.horizon else self.plain_level
+        steps = {label: running_sequence(v or (), level) for label, v in logs.items()}
+        if self.interval_method() != "anytime":  # read at its end: the last step is the end's
+            steps = {label: [*s[:-1], TraceStep(s[-1].at, self.plain[label].interval)]
+                     if s else s for label, s in steps.items()}
         return RaceTrace(self.design, self.unit, self.reference, self.plain_level, "anytime",
-                         {label: running_sequence(v or (), self.plain_level)
-                          for label, v in logs.items()}, note=self.trace_note)
+                         steps, note=self.trace_note)
 
     def summary(self) -> JSONObject:
         """What summary.json may record: the design, its observations and each interval."""

@@ -275,6 +275,7 @@ class SwitchbackRace(DesignRace[SwitchbackComparison]):
     method: ClassVar[Method] = "anytime"
     method_text: ClassVar[str] = METHOD_TEXT
     unit: ClassVar[str | None] = "block"
+    horizon: ClassVar[bool] = True
 
     slice_s: float
     settle_s: float
