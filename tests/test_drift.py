@@ -127,8 +127,10 @@ def test_the_false_alarm_rate_holds_and_a_steady_fall_is_found() -> None:
     """Batch means of a steady level with independent 5 % noise, in runs of 4 (a duet's
     segments) alternating between two clusters 10 % apart: at the 99 % level about 1 % of
     runs read as drift. A level falling 1 % a minute over the 20 minutes is found in nearly
-    every run; so is one whose own noise wanders slowly (AR(1), ρ 0.5), more often than 1 %:
-    a level that moves over minutes is a drift of the states the race measured in."""
+    every run. One whose own noise wanders slowly (AR(1), ρ 0.5) reads as drift more often
+    than a steady one but rarely (10 of 400 runs): a drift is said only when the level moved
+    by more than 5 % over the race (stats/drift.MATERIAL), which a wander of ±6 % a batch
+    seldom does."""
     rng = np.random.default_rng(5)
     n, runs = 40, 400
     times = np.arange(n) * 30.0  # a batch every 30 s: 20 minutes
@@ -153,7 +155,7 @@ def test_the_false_alarm_rate_holds_and_a_steady_fall_is_found() -> None:
         wandered += wander.moved
     assert alarms / runs <= 0.025, alarms
     assert found / runs >= 0.95, found
-    assert 0.05 < wandered / runs < 0.5, wandered
+    assert alarms < wandered < 0.1 * runs, (alarms, wandered)
     # the over-race ratio is the per-minute one to the power of the minutes spanned
     assert falling.over == pytest.approx(falling.per_minute ** falling.minutes)
     assert math.isclose(falling.minutes, times[-1] / 60)

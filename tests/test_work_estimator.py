@@ -73,8 +73,9 @@ def test_measurer_work_estimator_on_tpch(tpch_cluster: TpchCluster) -> None:  # 
         # the count stays in the record, and agrees with the per-query completions
         assert s.count_qpm == pytest.approx(60.0 * sum(n for n, _ in s.per_query.values())
                                             / s.seconds)
-        # 3 closed-loop streams, each busy with about one reference-second per second
-        assert 0.5 < s.work_per_s < 6.0, s.work_per_s
+        # 3 closed-loop streams, each busy with about one reference-second per second (a
+        # window of a dozen completions in 24 ms read 6.1 on a loaded machine)
+        assert 0.5 < s.work_per_s < 10.0, s.work_per_s
         assert s.server_cpu is not None and s.server_cpu > 0 and s.cpu_source == "proc"
         assert s.work_per_cpu == pytest.approx(s.work_per_s / s.server_cpu)
     assert record.value == pytest.approx(sorted(s.qpm for s in record.samples)[1])

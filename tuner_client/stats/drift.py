@@ -25,7 +25,10 @@ a duet), so the seconds' own autocorrelation stays inside a batch.
 
 **Level.** :data:`LEVEL` (99 %): a run holds several races and each says its drift, so a
 steady reference should almost never read as moving. The reference *moved* when the
-interval of the slope excludes 0.
+interval of its change over the race excludes every change smaller than :data:`MATERIAL`
+(5 %): a steady lookup read 0.957× (0.939–0.975) and 0.977× (0.956–0.999) over 19 s of a
+per-transaction race on a machine whose load moved, beyond its noise and of no consequence
+to the race's interval; a table growing under the race read 0.31×.
 
 **What the race's interval then holds for.** Where the reference and the candidate run at
 the same moments (a duet's clusters, a switchback's block of adjacent slices), a drift both
@@ -52,6 +55,8 @@ from harmony_base.errors import ConfigError
 LEVEL = 0.99
 #: fewest observations of the reference for a drift
 MIN_OBSERVATIONS = 6
+#: the least change of the reference's level over a race that is said as a drift
+MATERIAL = 0.05
 METHOD_TEXT = ("least-squares slope of the reference's log level on time against its "
                "short-term noise (mean squared successive difference)")
 
@@ -75,8 +80,9 @@ class Drift:
 
     @property
     def moved(self) -> bool:
-        """The level moved beyond its noise: the interval excludes no drift."""
-        return self.per_minute_low > 1.0 or self.per_minute_high < 1.0
+        """The level moved beyond its noise and by more than :data:`MATERIAL` over the race:
+        the interval of its change excludes every smaller change."""
+        return self.over_low > 1.0 + MATERIAL or self.over_high < 1.0 / (1.0 + MATERIAL)
 
     def text(self) -> str:
         """``1.31× over the race's 3.9 min (99 % CI 1.18–1.45), 1.07× per minute, from 40
