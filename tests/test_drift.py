@@ -119,10 +119,12 @@ def steady_drift(attempt: Callable[[int], Drift | None], *, least: int) -> Drift
         if not drift.moved:
             break
     assert not drift.moved, seen
-    # steady: the change over the race is within stats/drift.MATERIAL (5 %), point and reach
-    # (a steady lookup read 1.018x (1.006-1.031) over 19 s: beyond its noise, not material)
-    assert 1 / 1.05 < drift.over < 1.05 and drift.over_low < 1.05 \
-        and drift.over_high > 1 / 1.05, seen
+    # steady: the interval of the change over the race reaches a change within
+    # stats/drift.MATERIAL (5 %) (a steady lookup read 1.018x (1.006-1.031) over 19 s: beyond
+    # its noise, not material). The point alone is not asserted: a 1-min duet beside a CI run
+    # read 0.832x (0.546-1.27), a point that noise that wide puts anywhere in its interval
+    assert drift.over_low < 1.05 and drift.over_high > 1 / 1.05, seen
+    assert drift.over_low <= drift.over <= drift.over_high, seen
     return drift
 
 
