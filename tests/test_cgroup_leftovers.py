@@ -83,6 +83,26 @@ def test_a_dead_runs_clone_is_removed_with_its_memory_cgroup(
     assert not Path(data_dir).exists() and not clone_paths(journals)
 
 
+def test_a_clones_cgroups_are_named_before_they_are_made(
+        writable_memory_cgroup: None, tmp_path: Path) -> None:
+    """The clone's record names every directory its cluster's cgroups may take before any
+    is made (a kill between the mkdir and the save leaves none unnamed); the one made is
+    among them, and nothing is planned without a limit."""
+    cluster = LocalCluster(tmp_path / "c", memory_limit_bytes=LIMIT)
+    planned = cluster.planned_cgroups()
+    assert len(planned) == 3 and all(cg.name.startswith("harmony-pg-") for cg in planned)
+    assert not any(cg.exists() for cg in planned)
+    try:
+        cluster.enter_cgroups()
+        made = cluster.cgroup_paths()
+        assert len(made) == 1 and made[0] in planned and made[0].is_dir()
+        assert cluster.planned_cgroups() == []  # made: nothing left to plan
+    finally:
+        for cg in cluster.cgroup_paths():
+            remove_cgroup(cg)
+    assert LocalCluster(tmp_path / "d").planned_cgroups() == []
+
+
 def test_a_clone_record_and_a_journal_of_an_older_version_load_without_cgroups(
         tmp_path: Path) -> None:
     record = {"path": "x", "scratch": "/nonexistent/s", "data_dir": "/nonexistent/s/data",

@@ -5,10 +5,16 @@ and the recommendation's interval the product of the claimed parts' (issue 27)."
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import psycopg
 import pytest
 from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F401  (fixture)
 
-from tuner_client.phases.final_split import product
+from tuner_client.config.knobspace import resolve_knob_space
+from tuner_client.config.model import KnobSpec
+from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.phases.final_split import _outside_range, product
 from tuner_client.stats.paired import RatioInterval
 
 # the offline pass measures only 64MB (the original is 128MB), the online one both values of
@@ -55,6 +61,9 @@ def test_a_split_race_claims_each_part_on_its_own_interval(
     restart = {k: v for k, v in decision.intervals.items() if k.endswith("(restart part)")}
     assert restart and all(k.split()[0].endswith("-restart") for k in restart), said
     assert "final: stage 2: the restart part (shared_buffers) in windows" in said
+    # PGTune (when its rules fit the budget) has its shared_buffers outside the 64MB the
+    # config searches: never raced on top of another's session part
+    assert "pgtune-restart" not in {k.split()[0] for k in restart}, said
     assert len(result.intervals.rounds) == 0  # the rounds are in the stages' own records
     # the race as data for the report: the restart part's windows, round by round
     trace = result.intervals.trace
@@ -69,3 +78,24 @@ def test_a_split_race_claims_each_part_on_its_own_interval(
         whole = decision.intervals["tuned"]
         assert whole is not None and whole.low > 1.0 and \
             decision.improvement_ci == pytest.approx((whole.low - 1.0, whole.high - 1.0))
+
+
+def test_a_restart_value_outside_the_searched_range_is_named(
+        tpch_cluster: TpchCluster) -> None:  # noqa: F811
+    """The rule that keeps a rule of thumb's restart value out of the restart part (when it
+    is not the session part's winner's own): the values outside ``offline.knobs``' range
+    are named with the range, those inside (its ends included) are not, and a knob the
+    search does not tune has no range to leave."""
+    with psycopg.connect(tpch_cluster.dsn) as conn:
+        catalog = KnobCatalog.from_connection(conn)
+    space = resolve_knob_space((KnobSpec("shared_buffers", "16MB", "256MB", "8MB"),),
+                               catalog, kind="offline")
+    ctx = SimpleNamespace(offline_space=space)
+    knobs = ["shared_buffers", "max_connections"]
+    assert _outside_range(ctx, {"shared_buffers": "6170936kB"}, knobs) == [  # type: ignore[arg-type]
+        "shared_buffers 6170936kB lies outside 16MB–256MB"]
+    assert _outside_range(ctx, {"shared_buffers": "8MB"}, knobs) == [  # type: ignore[arg-type]
+        "shared_buffers 8MB lies outside 16MB–256MB"]
+    for inside in ("16MB", "100MB", "256MB", "262144kB"):
+        assert _outside_range(ctx, {"shared_buffers": inside,  # type: ignore[arg-type]
+                                    "max_connections": "5000"}, knobs) == [], inside

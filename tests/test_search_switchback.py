@@ -28,21 +28,22 @@ from tuner_client.config import parse_tuner_config
 from tuner_client.config.model import GuardConfig
 from tuner_client.engine.comparison import SEARCH_DESIGNS, comparison
 from tuner_client.engine.designs import MEMORY_SWITCHBACK, Choice, choose
+from tuner_client.engine.protocol import RaceOutcome, RaceRequest
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.measurer import PointRecord
 from tuner_client.measurer.guardrails import Guardrail
+from tuner_client.phases.final_design import Fallback, FinalRun
+from tuner_client.phases.final_switchback import Switchback
+from tuner_client.phases.final_windows import Windows
 from tuner_client.phases.search_design import RUNNERS, search_choice
-from tuner_client.phases.search_switchback import (
-    run_switchback_session,
-    slice_trip,
-    switchback_race,
-)
+from tuner_client.phases.search_switchback import run_switchback_session, switchback_race
+from tuner_client.phases.slice_watch import slice_trip
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
 from tuner_client.stats.mix import MixReference
-from tuner_client.stats.switchback import SliceSpan
+from tuner_client.stats.switchback import SliceSpan, SwitchbackRace
 from workloads.observe import ObservedWindow
 
 # Q3, Q9 and Q13 join by hashing at this scale; with hash joins off they merge or loop.
@@ -209,10 +210,13 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=live_cluster.data_dir)
                                 .replace("measure: {", "measure: {design: switchback, "),
                                 source="live-sb.yaml")
-    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=120, rows=ROWS).start()
+    traffic = Traffic(dsn, {"lookup": 10, "order": 3}, seconds=180, rows=ROWS).start()
     try:
         tuner = Tuner(config, client=connect(None), target=target, run_id="live-sb")
         result = tuner.run()
+        assert tuner.context is not None and tuner.context.measurer.trips.guard is not None
+        searched = list(tuner.context.measurer.trips.guard.trips)
+        final, raced = _final_race_with_a_harmful_candidate(tuner)
     finally:
         outcome = traffic.stop()
     decisions = "\n".join(result.work.decisions)
@@ -234,9 +238,9 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     # above the limit: the original's latest level (about 1) times 1 + latency_margin (1.0)
     assert float(got[1]) > max(5.0, float(got[2])) and 1.5 < float(got[2]) < 3.0
     assert float(got[4]) < 1.0
+    assert [(t.kind, t.settings) for t in searched] == [
+        ("latency", {"enable_indexscan": "off", "enable_bitmapscan": "off"})], searched
     trips = ctx.measurer.trips.guard.trips if ctx.measurer.trips.guard else []
-    assert [(t.kind, t.settings) for t in trips] == [
-        ("latency", {"enable_indexscan": "off", "enable_bitmapscan": "off"})], trips
     assert trips[0].restored == {"enable_indexscan": "on", "enable_bitmapscan": "on"}
     dropped = [d for d in result.work.decisions if " dropped after " in d]
     assert len(dropped) == 1 and dropped[0].startswith("p1-online: trial "), decisions
@@ -253,8 +257,34 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     same = online[("on", "on")]
     assert same.ratio is not None and 0.7 < same.ratio < 1.4, same.interval
     assert "evaluations measured switchback: 2 run(s)" in decisions, decisions
+    # the final race on live traffic is watched slice by slice as the search is: the harmful
+    # candidate trips in its slice, is dropped and said, the race runs on without it, and
+    # no later design races it again
+    said = "\n".join(final.state.decisions)
+    assert final.dropped == {"harmful"}, said
+    assert len(trips) == 2 and trips[1].settings == {"enable_indexscan": "off",
+                                                     "enable_bitmapscan": "off"}, trips
+    assert trips[1].revert_s < 1.0, trips[1]
+    assert re.search(r"final: harmful dropped after \d+ rounds: latency guardrail tripped in "
+                     r"its slice of the final race \(.*reverted in 0\.\d\d s\)", said), said
+    assert isinstance(raced, SwitchbackRace) and set(raced.comparisons) == {"bitmap off"}, said
+    assert raced.comparisons["bitmap off"].blocks >= 4
     assert _auto_conf(dsn) == before
     assert outcome is not None
+
+
+def _final_race_with_a_harmful_candidate(tuner: Tuner) -> tuple[FinalRun, RaceOutcome | None]:
+    """The final race by switchback, on the run's live traffic, of the original, the
+    harmful candidate and a benign one."""
+    ctx = tuner.context
+    assert ctx is not None
+    run = FinalRun(ctx, tuner.state)
+    both = {"enable_indexscan": "on", "enable_bitmapscan": "on"}
+    request = RaceRequest({"default": both,
+                           "harmful": {"enable_indexscan": "off", "enable_bitmapscan": "off"},
+                           "bitmap off": {**both, "enable_bitmapscan": "off"}},
+                          ("default", "harmful", "bitmap off"), 0.95)
+    return run, Fallback(Switchback(), Windows()).race(run, request)
 
 
 def _window(seconds: float, **mean_s: float) -> ObservedWindow:

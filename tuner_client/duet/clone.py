@@ -181,9 +181,15 @@ def make_clone(source_dsn: str, *, journals: Path, mark: str,
                                memory_limit_bytes=memory_limit_bytes)
         pw = pwd.getpwnam(cluster.os_user) if cluster.os_user else None
         prepare_state_dir(cluster.state_dir, cluster.socket_dir, cluster.log_path, pw)
+        # every directory the next step may make is named durably before it does (a kill
+        # in between leaves nothing no record names), then only those it made
+        planned = [str(cg) for cg in cluster.planned_cgroups()]
+        if planned:
+            record.cgroups = planned
+            record.save()
         cluster.enter_cgroups()
         record.cgroups = [str(cg) for cg in cluster.cgroup_paths()]
-        if record.cgroups:  # durable before anything runs in them
+        if planned:  # durable before anything runs in them
             record.save()
         done = cluster.run([str(cluster.bin_dir / "pg_basebackup"), "-D", str(cluster.data_dir),
                             "-d", source_dsn, "-X", "stream", "-c", "fast", "--no-sync"],

@@ -22,7 +22,7 @@ Nothing that runs a race changes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from tuner_client.engine.designs import differing_knobs
@@ -33,10 +33,13 @@ from tuner_client.phases.state import RunContext, RunState
 @dataclass(frozen=True)
 class FinalRun:
     """What a final design reads and writes: the run's context (the config, the server, its
-    measurer and budget) and the run's ledger (records and decisions)."""
+    measurer and budget) and the run's ledger (records and decisions); ``dropped``: the
+    labels a design dropped as harmful to live traffic (a guardrail tripped in their slice),
+    which no later design races again."""
 
     ctx: RunContext
     state: RunState
+    dropped: set[str] = field(default_factory=set)
 
 
 class FinalDesign(Design[FinalRun]):
@@ -68,7 +71,14 @@ class Fallback(FinalDesign, name="fallback"):
 
     def race(self, run: FinalRun, request: RaceRequest) -> RaceOutcome | None:
         outcome = self.first.race(run, request)
-        return outcome if outcome is not None else self.then.race(run, request)
+        if outcome is not None:
+            return outcome
+        # what ``first`` dropped as harmful is never raced again
+        labels = tuple(label for label in request.labels if label not in run.dropped)
+        if len(labels) < 2:
+            return None
+        return self.then.race(run, replace(request, labels=labels, reported=tuple(
+            label for label in request.reported if label not in run.dropped)))
 
 
 def shared_in_force(ctx: RunContext, configs: Sequence[Mapping[str, str]]) -> list[str]:

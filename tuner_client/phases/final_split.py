@@ -17,7 +17,9 @@ and each part is claimed on its own interval:
 2. **The restart part**: the candidates' distinct restart-time values, each on top of that
    base, raced beside the base itself by duet where a clone of the server can run beside it
    (:mod:`tuner_client.duet`), else in whole-server windows around restarts
-   (:class:`~tuner_client.phases.final_windows.Windows`, anytime-valid). It measures the
+   (:class:`~tuner_client.phases.final_windows.Windows`, anytime-valid). A restart value
+   that is not the stage 1 winner's own (the search's best's, PGTune's) is raced only inside
+   the range ``offline.knobs`` searches: the user said where the knob may go. It measures the
    restart part *given* the session part chosen, so the product of the two ratios is the
    ratio of the recommended configuration to the original: no interaction is assumed away.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from harmony_base.params import IntParam, RealParam
 from tuner_client.engine.designs import RESTART, Choice, differing_knobs, knob_class
 from tuner_client.engine.protocol import RaceRequest, Traced
 from tuner_client.phases.decisions import Decision, Kind
@@ -150,6 +153,19 @@ class Split(FinalDesign, name=SPLIT):
                    for label in sources}
         option_labels = _distinct(options, list(options), base)
         for label in list(option_labels):
+            # a rule of thumb's restart value on top of another's session part is raced only
+            # inside the range the config searches (the winner's own is raced wherever it
+            # lies: it is the configuration that won)
+            outside = [] if winner is not None and label == f"{winner}-restart" \
+                else _outside_range(ctx, options[label], restart)
+            if outside:
+                state.decide(Decision.note(
+                    f"final: stage 2: {label} is not raced: {'; '.join(outside)}, outside "
+                    f"the range offline.knobs searches, and it is not the session part's "
+                    f"winner's own", design=SPLIT, stage="restart part", labels=(label,),
+                    reason="outside the searched range"))
+                option_labels.remove(label)
+                continue
             # only what the restart part changes is checked: the base may be the user's own
             # original, which a budget tighter than what they run today may refuse
             reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
@@ -180,6 +196,27 @@ class Split(FinalDesign, name=SPLIT):
                     "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
                     text="; the restart-time knobs stay the original's"))
         return _outcome(ctx, run, options, base, first, second, request.level, traced)
+
+
+def _outside_range(ctx: RunContext, settings: Mapping[str, str],
+                   knobs: list[str]) -> list[str]:
+    """Which of ``knobs`` in ``settings`` lie outside the offline search's range, in words
+    (a knob the search does not tune has no range to leave)."""
+    space = ctx.offline_space
+    out = []
+    for name in knobs:
+        if name not in space.names or name not in settings:
+            continue
+        param = space[name]
+        if not isinstance(param.param, IntParam | RealParam):
+            continue
+        value = param.session_value(param.knob.parse(settings[name]), snap=False)
+        if not isinstance(value, int | float):
+            continue
+        if not param.param.min <= value <= param.param.max:
+            out.append(f"{name} {settings[name]} lies outside "
+                       f"{param.setting(param.param.min)}–{param.setting(param.param.max)}")
+    return out
 
 
 def _distinct(configs: Mapping[str, dict[str, str]], labels: list[str],

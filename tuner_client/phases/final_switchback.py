@@ -17,7 +17,8 @@ intervals all exclude 1 (they are confidence sequences). The server's
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -29,6 +30,7 @@ from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun, shared_in_force
 from tuner_client.phases.final_per_transaction import race_seconds
+from tuner_client.phases.slice_watch import SliceWatch
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.per_transaction import estimand_of
 from tuner_client.stats.switchback import (
@@ -72,24 +74,26 @@ class Switchback(FinalDesign, name=SWITCHBACK):
     def race(self, run: FinalRun, request: RaceRequest) -> SwitchbackRace | None:
         ctx, labels = run.ctx, list(request.labels)
         configs = request.settings()
-        slice_s = ctx.config.measure.slice_s
         seconds = race_seconds(ctx)
-        blocks = max(MIN_BLOCKS, int(seconds // (len(labels) * slice_s)))
-        logger.info("=== final race by switchback: %s, %d blocks of %g-s slices ===",
-                    " vs ".join(labels), blocks, slice_s)
+        logger.info("=== final race by switchback: %s, %g-s slices for about %d s ===",
+                    " vs ".join(labels), ctx.config.measure.slice_s, seconds)
         try:
             # the switches then write only the differences
             differing = shared_in_force(ctx, configs)
             switched = [{n: c[n] for n in differing if n in c} for c in configs]
             with connect(ctx.target.dsn) as conn:
-                outcome = (
-                    live_race(ctx, conn, switched, labels, blocks, request.level)
-                    if live_traffic(ctx.config)
-                    else driven_race(ctx, conn, switched, labels, blocks, request.level))
+                if not live_traffic(ctx.config):
+                    outcome: SwitchbackRace | None = driven_race(
+                        ctx, conn, switched, labels, _blocks(ctx, labels, seconds),
+                        request.level)
+                else:
+                    outcome = self._live(run, request, conn, switched, seconds)
         except HarmonyError as exc:
             run.state.decide(Decision.of("final", Kind.FAILED, design=self.name,
                                          stage=request.stage, reason=str(exc),
                                          text="measured in windows"))
+            return None
+        if outcome is None:
             return None
         for record in race_records(outcome.to_final_decision(), stage=request.stage,
                                    counts=outcome.counts):
@@ -98,6 +102,68 @@ class Switchback(FinalDesign, name=SWITCHBACK):
             run.state.decide(drift_record(outcome.drift, reference=labels[0], design=self.name,
                                           stage=request.stage, holds=HOLDS))
         return outcome
+
+    def _live(self, run: FinalRun, request: RaceRequest, conn: psycopg.Connection[TupleRow],
+              configs: list[dict[str, str]], seconds: float) -> SwitchbackRace | None:
+        """The race on live traffic, watched slice by slice (:mod:`slice_watch`): a candidate
+        that trips a guardrail in its slice, or reads below the harm line after a block, is
+        dropped, said why, and the race runs again without it for the time left (at least
+        :data:`MIN_BLOCKS` blocks); None when every candidate was dropped (the original
+        stays, and no later design races them)."""
+        ctx, labels = run.ctx, list(request.labels)
+        deadline = time.monotonic() + seconds
+        while True:
+            watch = SliceWatch.of(ctx.measurer.trips, ctx.config, labels, configs)
+            left_s = max(0.0, deadline - time.monotonic())
+            outcome: SwitchbackRace | None = None
+            try:
+                outcome = live_race(ctx, conn, configs, labels, _blocks(ctx, labels, left_s),
+                                    request.level, harmed=watch.harmed, judge=watch.judge)
+            except WorkloadError:
+                if not watch.trips:
+                    raise
+            if not watch.stopped():
+                return outcome
+            self._drop(run, request, watch, outcome)
+            keep = watch.left()
+            labels, configs = [labels[k] for k in keep], [configs[k] for k in keep]
+            if len(labels) < 2:
+                run.state.decide(Decision.of(
+                    "final", Kind.SKIPPED, step="final race", design=self.name,
+                    stage=request.stage,
+                    reason="not raced further: every candidate was dropped as harmful to "
+                           "the live traffic; the original configuration stays"))
+                return None
+
+    def _drop(self, run: FinalRun, request: RaceRequest, watch: SliceWatch,
+              outcome: SwitchbackRace | None) -> None:
+        """The decisions for what ``watch`` saw trip or harm; each such label is recorded as
+        dropped on ``run``."""
+        for label in watch.trips:
+            trip, span = watch.record(label)
+            run.state.decide(Decision.of(
+                "final", Kind.DROPPED, design=self.name, stage=request.stage,
+                labels=(label,), rounds=span.block + 1,
+                reason=f"{trip.kind} guardrail tripped in its slice of the final race "
+                       f"({trip.reason}; {trip.detected_after_s or 0.0:.1f} s after its "
+                       f"switch, reverted in {trip.revert_s:.2f} s); the trip is the slice's "
+                       f"configuration's (its settled window judged)"))
+            run.dropped.add(label)
+        for label, ratio in watch.harmful.items():
+            blocks = outcome.plain[label].blocks if outcome is not None else 0
+            run.state.decide(Decision.of(
+                "final", Kind.DROPPED, design=self.name, stage=request.stage,
+                labels=(label,), rounds=blocks,
+                reason=f"{ratio:.2f}× the original by switchback, below {watch.line:.2f} "
+                       f"(1 / (1 + workload.observe.guard.latency_margin)): harmful to the "
+                       f"live traffic"))
+            run.dropped.add(label)
+
+
+def _blocks(ctx: RunContext, labels: Sequence[str], seconds: float) -> int:
+    """The blocks of one slice per label that fit in ``seconds`` (at least
+    :data:`MIN_BLOCKS`)."""
+    return max(MIN_BLOCKS, int(seconds // (len(labels) * ctx.config.measure.slice_s)))
 
 
 def driven_race(ctx: RunContext, conn: psycopg.Connection[TupleRow],

@@ -47,12 +47,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from harmony_base.errors import GuardrailTrip, HarmonyError
-from tuner_client.config import ObserveConfig, TunerConfig
+from harmony_base.errors import HarmonyError
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import SWITCHBACK, differing_knobs
 from tuner_client.measurer import PointRecord
-from tuner_client.measurer.guardrails import Guardrail, Trip
+from tuner_client.measurer.guardrails import Trip
 from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_switchback import MIN_BLOCKS, driven_race, live_race
 from tuner_client.phases.search_batches import (
@@ -62,6 +61,7 @@ from tuner_client.phases.search_batches import (
     SessionEvaluations,
     run_seconds,
 )
+from tuner_client.phases.slice_watch import SliceWatch
 from tuner_client.phases.state import RunContext
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
 from tuner_client.stats.switchback import SliceSpan, SwitchbackComparison, SwitchbackRace
@@ -100,36 +100,6 @@ def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], label
         return driven_race(ctx, conn, switched, labels, blocks, LEVEL, seed=seed)
 
 
-def slice_trip(guard: Guardrail, span: SliceSpan, window: ObservedWindow,
-               configs: Sequence[Mapping[str, str]]) -> Trip | None:
-    """Live mode's guardrails on one slice of a switchback run: the trip (its ``revert_s``
-    left 0 until the configuration is back), or None.
-
-    **Attribution.** A trip is the slice's own configuration's: the window judged is what
-    the traffic did from the slice's settle margin after its switch to its end (the window
-    the race counts), so a statement of the slice before that ends late is left out of it,
-    and no rule for "the first seconds of a slice" is needed. The reference's slices
-    (``config`` 0: the session's reference, the configuration the server returns to between
-    candidates and after the run) are not judged, as windows never judge the original:
-    reverting it would have nowhere to go."""
-    if span.config == 0:
-        return None
-    try:
-        guard.check(window)
-    except GuardrailTrip as trip:
-        return Trip(kind=trip.kind, reason=trip.reason, settings=dict(configs[span.config]),
-                    restored=dict(configs[0]), detected_after_s=time.time() - span.begin,
-                    revert_s=0.0)
-    return None
-
-
-def harm_margin(config: TunerConfig) -> float:
-    """Live mode's guardrail margin on latency (``workload.observe.guard.latency_margin``;
-    without live traffic, the default's)."""
-    observe = config.workload.observe
-    return (observe or ObserveConfig()).guard.latency_margin
-
-
 def search_interval(comparison: SwitchbackComparison) -> RatioInterval | None:
     """``comparison``'s ratio with a Student t interval at :data:`LEVEL` over its blocks'
     log-ratios (None below 2 blocks): the search ranks, as the per-transaction search does
@@ -166,32 +136,17 @@ class SwitchbackEvaluations(SessionEvaluations):
         configs = [{n: self.reference.settings[n] for n in names},
                    *({n: ev.settings[n] for n in names} for ev in runnable)]
         seconds = run_seconds(ctx.config.measure.per_transaction_s, len(runnable))
-        line = 1.0 / (1.0 + harm_margin(ctx.config))
-        harmful: dict[str, float] = {}
-        trips: dict[str, tuple[Trip, SliceSpan, float]] = {}
-        guard = ctx.measurer.trips.guard
-
-        def harmed(race: SwitchbackRace) -> bool:
-            harmful.update({label: c.interval.ratio for label, c in race.plain.items()
-                            if c.interval.ratio < line})
-            return bool(harmful)
-
-        def judge(span: SliceSpan, window: ObservedWindow) -> bool:
-            trip = slice_trip(guard, span, window, configs) if guard is not None else None
-            if trip is not None:
-                trips[labels[span.config]] = (trip, span, time.monotonic())
-            return trip is not None
-
+        watch = SliceWatch.of(ctx.measurer.trips, ctx.config, labels, configs)
         logger.info("[%s] switchback run %d: the reference and %d candidate(s) for about "
                     "%.0f s", self.label, self.runs + 1, len(runnable), seconds)
         started = time.monotonic()
         race: SwitchbackRace | None = None
         try:
             race = switchback_race(ctx, configs, labels, seconds,
-                                   seed=ctx.config.seed + 1000 * self.runs, harmed=harmed,
-                                   judge=judge)
+                                   seed=ctx.config.seed + 1000 * self.runs,
+                                   harmed=watch.harmed, judge=watch.judge)
         except HarmonyError as exc:
-            if not trips:
+            if not watch.trips:
                 for ev in runnable:
                     ev.record.failure = f"switchback run failed: {exc}"
                 return
@@ -201,18 +156,18 @@ class SwitchbackEvaluations(SessionEvaluations):
         if race is not None:
             self.slices += race.slices
             self.source, self.counts = race.source, race.counts
-        if trips or harmful:
+        if watch.stopped():
             evs = dict(zip(labels[1:], runnable, strict=True))
-            for label, (trip, span, detected) in trips.items():
-                self._tripped(evs[label], trip, span, detected)
-            for label, ratio in harmful.items():
+            for label in watch.trips:
+                self._tripped(evs[label], *watch.record(label))
+            for label, ratio in watch.harmful.items():
                 blocks = race.plain[label].blocks if race is not None else 0
                 evs[label].record.design = SWITCHBACK
                 evs[label].record.failure = (
                     f"guardrail: {ratio:.2f}× the reference by switchback over the first "
-                    f"{blocks} blocks, below {line:.2f} (1 / (1 + "
+                    f"{blocks} blocks, below {watch.line:.2f} (1 / (1 + "
                     f"workload.observe.guard.latency_margin)): left out of the run")
-            rest = [ev for label, ev in evs.items() if label not in trips and label not in harmful]
+            rest = [runnable[k - 1] for k in watch.left()[1:]]
             if rest:
                 self.measure_feasible(rest, level)
             return
@@ -220,17 +175,9 @@ class SwitchbackEvaluations(SessionEvaluations):
         for label, ev in zip(labels[1:], runnable, strict=True):
             self._fill(ev.record, race.plain[label], level)
 
-    def _tripped(self, ev: Evaluation, trip: Trip, span: SliceSpan, detected: float) -> None:
-        """A guardrail tripped in ``ev``'s slice: the trip recorded as the measurer's are
-        (the run's summary, the metrics; reverted once the run's switch put the
-        configuration back), the candidate failed and dropped from the search, and a
-        decision says so."""
-        trip.revert_s = time.monotonic() - detected
-        handler = self.ctx.measurer.trips
-        if handler.guard is not None:
-            handler.guard.trips.append(trip)
-        if handler.on_trip is not None:
-            handler.on_trip(trip)
+    def _tripped(self, ev: Evaluation, trip: Trip, span: SliceSpan) -> None:
+        """A guardrail tripped in ``ev``'s slice (recorded by the watch): the candidate
+        failed and dropped from the search, and a decision says so."""
         ev.record.design = SWITCHBACK
         ev.record.failure = (f"{trip.reason}, in its switchback slice (block {span.block + 1},"
                              f" {trip.detected_after_s or 0.0:.1f} s after its switch): "

@@ -184,6 +184,19 @@ class ServerCgroups:
         if self.cpu_limit is not None and self.cpu is None:
             self.cpu = cpu_cgroup(f"{PREFIX}cpu-{suffix}", self.cpu_limit)
 
+    def possible(self, suffix: str) -> list[Path]:
+        """Every directory :meth:`make` with ``suffix`` may create (v2 or v1, whichever is
+        writable), for a record saved before it runs: a run killed between a ``mkdir`` and
+        its record's save then leaves no cgroup that no record names (removing the ones never
+        made is a no-op)."""
+        out = []
+        if self.memory_limit_bytes is not None and self.memory is None:
+            out += [root / f"{PREFIX}{suffix}"
+                    for root in (CGROUP_ROOT, CGROUP_ROOT / "unified", CGROUP_ROOT / "memory")]
+        if self.cpu_limit is not None and self.cpu is None:
+            out += [root / f"{PREFIX}cpu-{suffix}" for root in (CGROUP_ROOT / "cpu", CGROUP_ROOT)]
+        return out
+
     def paths(self) -> list[Path]:
         """The cgroup directories made (memory, CPU), for a record that outlives the tuner."""
         return [cg for cg in (self.memory, self.cpu) if cg is not None]

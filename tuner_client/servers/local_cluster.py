@@ -382,10 +382,18 @@ class LocalCluster:
         the tuner: a clone's, a restore journal's."""
         return self._cgroups.paths()
 
+    def planned_cgroups(self) -> list[Path]:
+        """Every cgroup directory :meth:`enter_cgroups` may make (see
+        :meth:`ServerCgroups.possible`), for a record saved before they exist."""
+        return self._cgroups.possible(self._cgroup_suffix())
+
+    def _cgroup_suffix(self) -> str:
+        return f"{self._port}-{os.getpid()}"
+
     def enter_cgroups(self) -> None:
         """Make the cluster's cgroups now (a start does it too), so that a command run with
         ``run(..., cgroup=True)`` before the first start (a clone's copy) is charged to them."""
-        self._cgroups.make(f"{self._port}-{os.getpid()}")
+        self._cgroups.make(self._cgroup_suffix())
 
     def _remove_cgroup(self) -> None:
         self._cgroups.remove()
