@@ -10,6 +10,7 @@ import os
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.plan.designs import final_design
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import read_catalog
-from workloads.pgbench import PgbenchWorkload
+from workloads.pgbench import PgbenchWorkload, find_pgbench
 
 
 def _pgbench_db(cluster: LocalCluster) -> str:
@@ -162,7 +163,7 @@ KILLED = textwrap.dedent("""
     from tuner_client.servers.target import Target
     from tuner_client.duet.clone import make_clone
     from tuner_client.duet.driver import run_together
-    from workloads.pgbench import PgbenchWorkload
+    from workloads.pgbench import PgbenchWorkload, find_pgbench
 
     class Config:
         source = "duet-kill.yaml"
@@ -292,3 +293,41 @@ def test_a_driver_without_a_per_second_report_is_counted_on_both_servers(
     server, twin = (sum(c) for c in paired.counts)
     assert server > 10 and twin > 10, paired
     assert 0.5 < twin / server < 2.0, paired
+
+
+def test_a_common_seed_draws_the_same_statements_on_both_clusters(
+        own_cluster: LocalCluster, tmp_path: Path) -> None:
+    """Common random numbers: with a seed the two clients of a segment draw the same
+    parameters in the same order (each logs its draws under its own application name), and
+    the next segment draws others; without one each client seeds from the clock."""
+    script = tmp_path / "draw.pgbench"
+    script.write_text("\\set x random(1, 1000000000)\n"
+                      "INSERT INTO duet_draws VALUES (current_setting('application_name'), "
+                      ":x, clock_timestamp());\n")
+    with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS duet_draws")
+        conn.execute("CREATE TABLE duet_draws (who text, x bigint, at timestamptz)")
+    pgbench = find_pgbench()
+
+    def command(dsn: str, seconds: int) -> tuple[list[str], dict[str, str] | None]:
+        return [str(pgbench), "-n", "-f", str(script), "-c", "1", "-T", str(seconds), "-P",
+                "1", "--progress-timestamp", dsn], None
+
+    def draws(run: Callable[[tuple[str, str]], object]) -> tuple[list[int], list[int]]:
+        with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE duet_draws")
+        run((f"{own_cluster.dsn} application_name=a", f"{own_cluster.dsn} application_name=b"))
+        with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT who, x FROM duet_draws ORDER BY at").fetchall()
+        return [x for w, x in rows if w == "a"], [x for w, x in rows if w == "b"]
+
+    runner = client_runner(command, seed=11)
+    first = draws(lambda dsns: runner(dsns, 2, 0.0, (None, None)))
+    n = min(map(len, first))
+    assert n >= 20 and first[0][:n] == first[1][:n]  # the same draws, in the same order
+    second = draws(lambda dsns: runner(dsns, 2, 0.0, (None, None)))
+    m = min(map(len, second))
+    assert m >= 20 and second[0][:m] == second[1][:m]
+    assert second[0][:20] != first[0][:20]  # the next segment's seed draws others
+    own = draws(lambda dsns: client_runner(command)(dsns, 2, 0.0, (None, None)))
+    assert min(map(len, own)) >= 20 and own[0][:20] != own[1][:20]

@@ -9,6 +9,7 @@ tuner's), so the guard ends them if the tuner dies mid-segment.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
@@ -82,23 +83,37 @@ def pin_postmaster(data_dir: Path | str, cpus: str) -> bool:
     return ok
 
 
-def client_runner(command: Command) -> Runner:
-    """A :data:`Runner` of the workload's own client reporting per second (pgbench)."""
+def client_runner(command: Command, seed: int | None = None) -> Runner:
+    """A :data:`Runner` of the workload's own client reporting per second (pgbench); with
+    ``seed``, both clients of a segment share one random seed, ``seed`` + the segment's
+    number (common random numbers: see :func:`run_together`)."""
+    segments = itertools.count()
+
     def run(dsns: tuple[str, str], seconds: int, skip_s: float,
             cpus: tuple[str | None, str | None]) -> PairedSeconds:
-        return run_together(command, dsns, seconds, skip_s=skip_s, cpus=cpus)
+        k = next(segments)
+        return run_together(command, dsns, seconds, skip_s=skip_s, cpus=cpus,
+                            seed=None if seed is None else seed + k)
     return run
 
 
 def run_together(command: Command, dsns: tuple[str, str], seconds: int, *,
-                 skip_s: float = 0.0, cpus: tuple[str | None, str | None] = (None, None)
-                 ) -> PairedSeconds:
+                 skip_s: float = 0.0, cpus: tuple[str | None, str | None] = (None, None),
+                 seed: int | None = None) -> PairedSeconds:
     """The workload's client on both ``dsns`` at once for ``seconds``; their per-second
     counts paired (the first ``skip_s`` seconds left out); ``cpus``: each client pinned to
-    those CPUs (``taskset -c``), where given."""
+    those CPUs (``taskset -c``), where given.
+
+    ``seed`` (pgbench's ``--random-seed``) is given to both clients: each of their clients
+    then draws the same statements with the same parameters in the same order on both
+    clusters, so a second or a batch that drew more of a mix's heavy statement drew them on
+    both, and the draws cancel in the ratio (common random numbers). Without it pgbench
+    seeds from the clock, and each cluster's count carries its own draws."""
     procs = []
     for dsn, cpu in zip(dsns, cpus, strict=True):
         argv, env = command(dsn, seconds)
+        if seed is not None:
+            argv = [argv[0], f"--random-seed={seed}", *argv[1:]]
         if cpu is not None:
             argv = ["taskset", "-c", cpu, *argv]
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -51,7 +51,8 @@ def duet_runner(ctx: RunContext) -> Runner | None:
     cfg = ctx.config
     workload = make_workload(cfg.workload, ctx.target.dsn, seed=cfg.seed)
     if isinstance(workload, PgbenchWorkload):
-        return client_runner(workload.progress_command)
+        # one seed per segment for both clients (common random numbers)
+        return client_runner(workload.progress_command, seed=cfg.seed)
     return counted_runner(cfg.workload, cfg.seed)
 
 
