@@ -15,7 +15,8 @@ in), the final race's design and half-width, guardrail trips and the original re
 
 Run: ``flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search`` (``--tag default
 --per-transaction-s 30 --final-seconds 120``: the product's run lengths); writes
-``benchmarks/results/switchback_search[.tag].{json,md}``.
+``benchmarks/results/switchback_search[.tag].{json,md}``. ``--traffic lookup`` sends the
+shop's lookups alone (one statement), ``--designs auto`` runs only the default route.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from tuner_client.flows import Tuner
 logger = logging.getLogger(__name__)
 
 ROWS, WEIGHTS = BENCH_ROWS, BENCH_WEIGHTS
+#: ``--traffic``: the shop's scripts and weights
+TRAFFIC = {"shop": WEIGHTS, "lookup": {"lookup": 1}}
 COMMAND = "flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search"
 
 
@@ -137,19 +140,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--final-seconds", type=float, default=60.0,
                         help="final.max_seconds (the product's default: 120)")
     parser.add_argument("--tag", default="", help="results/switchback_search.<tag>.md")
+    parser.add_argument("--traffic", choices=sorted(TRAFFIC), default="shop",
+                        help="the shop's three scripts, or its lookups alone (one statement: "
+                             "what a live race reads when the traffic's mix does not move)")
+    parser.add_argument("--designs", default="windows,auto",
+                        help="the search designs to run, in order (comma-separated)")
     args = parser.parse_args(argv)
+    weights = TRAFFIC[args.traffic]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     mach = machine()
     load_before = load_average()
     runs = []
-    with shop_with_traffic("harmony-bench-sbs-", rows=ROWS, weights=WEIGHTS) as shop:
-        for design in ("windows", "auto"):
+    with shop_with_traffic("harmony-bench-sbs-", rows=ROWS, weights=weights) as shop:
+        for design in args.designs.split(","):
             runs.append(run_once(shop, design, args))
         pgbench = shop.traffic.stop()
     load_after = load_average()
     errors = error_lines(pgbench)
     data = {"machine": mach, "load_before": load_before, "load_after": load_after,
-            "rows": ROWS, "weights": WEIGHTS, "evaluations": args.evaluations,
+            "rows": ROWS, "weights": weights, "evaluations": args.evaluations,
             "config": tuner_dict("<dsn>", Path("<data_dir>"), "<design>", args.evaluations,
                                  args.per_transaction_s, args.final_seconds),
             "runs": runs, "pgbench_errors": errors}
@@ -157,12 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         f" {flag} {value}" for flag, value, default in (
             ("--evaluations", args.evaluations, 8),
             ("--per-transaction-s", args.per_transaction_s, 20.0),
-            ("--final-seconds", args.final_seconds, 60.0), ("--tag", args.tag, ""))
+            ("--final-seconds", args.final_seconds, 60.0), ("--tag", args.tag, ""),
+            ("--traffic", args.traffic, "shop"), ("--designs", args.designs, "windows,auto"))
         if value != default)
     lines = [header("Live mode's search: whole-server windows vs switchback", command, mach,
                     f"Load average before {load_before}, after {load_after} (other helpers' "
                     f"tests ran beside it). Traffic: pgbench, 2 clients, closed loop, "
-                    f"scripts {WEIGHTS} on {ROWS} items (Zipf 1.1 keys), from its own process, "
+                    f"scripts {weights} on {ROWS} items (Zipf 1.1 keys), from its own process, "
                     f"for both runs; the tuner only observes it. PostgreSQL "
                     f"{mach.get('postgres', '')}."),
              "| search design | evaluations | ratio to reference: spread | median half-width "
