@@ -34,12 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 from benchmarks.accuracy import CANDIDATE, CLIENTS, LONG, MIX_SQL, ORIGINAL, _load
 from benchmarks.evidence.common import machine, write_results
 from benchmarks.evidence.restart import uptime
+from benchmarks.memory_knobs import alter_system
 from tuner_client.duet.clone import make_clone
 from tuner_client.duet.driver import run_together
 from tuner_client.duet.stats import BATCH_S
@@ -51,14 +49,6 @@ logger = logging.getLogger(__name__)
 #: (mode, the candidate's settings, whether the segment's clients share one seed)
 MODES = [("A/A, own seeds", ORIGINAL, False), ("A/A, common seed", ORIGINAL, True),
          ("effect, own seeds", CANDIDATE, False), ("effect, common seed", CANDIDATE, True)]
-
-
-def _set(dsn: str, settings: dict[str, str]) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name, value in settings.items():
-            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name),
-                                                                    sql.Literal(value)))
-        conn.execute("SELECT pg_reload_conf()")
 
 
 def batches(logs: list[float]) -> list[float]:
@@ -84,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         dsn = _load(cluster)
-        _set(dsn, ORIGINAL)
+        alter_system(dsn, ORIGINAL)
         mix = state / "mix.sql"
         mix.write_text(MIX_SQL.format(long=LONG["range"]))
         clone = make_clone(dsn, journals=state / "journals", mark="duet-seeds",
@@ -95,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.segments * len(MODES)):
             mode, candidate, common = MODES[k % len(MODES)]
             on_clone = (k // len(MODES)) % 2 == 0
-            _set(clone_dsn if on_clone else dsn, candidate)
-            _set(dsn if on_clone else clone_dsn, ORIGINAL)
+            alter_system(clone_dsn if on_clone else dsn, candidate)
+            alter_system(dsn if on_clone else clone_dsn, ORIGINAL)
             seed = 1000 + k
 
             def command(target: str, seconds: int, seed: int = seed, common: bool = common

@@ -60,7 +60,8 @@ SLICE_S = 3.0
 CARRY_BEFORE_S, CARRY_AFTER_S = 30, 45
 
 
-def _alter(dsn: str, settings: dict[str, str]) -> None:
+def alter_system(dsn: str, settings: dict[str, str]) -> None:
+    """``settings`` by ALTER SYSTEM on ``dsn``, then a reload."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, value in settings.items():
             conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name),
@@ -88,7 +89,7 @@ def long_rounds(dsn: str, workload: PgbenchWorkload, pairs: int, window_s: int
     for p in range(pairs):
         got = {}
         for label, config in ((("A", A), ("B", B)) if p % 2 == 0 else (("B", B), ("A", A))):
-            _alter(dsn, config)
+            alter_system(dsn, config)
             rows = _pgbench(workload, dsn, window_s + SKIP_S)
             got[label] = statistics.fmean(t for _, t in rows[SKIP_S:])
         logs.append(math.log(got["B"] / got["A"]))
@@ -110,7 +111,7 @@ def switchback(dsn: str, workload: PgbenchWorkload, blocks: int, slice_s: float,
     time.sleep(2)
     spans = []
     for block, config in order:
-        _alter(dsn, (A, B)[config])
+        alter_system(dsn, (A, B)[config])
         begin = time.time()
         time.sleep(slice_s)
         spans.append((block, config, begin, time.time()))
@@ -130,7 +131,7 @@ def duet(dsn: str, workload: PgbenchWorkload, journals: Path, parent: Path,
          max_seconds: float, segment_s: int) -> dict[str, Any]:
     clone = make_clone(dsn, journals=journals, mark="bench-memory-knobs", parent=parent)
     try:
-        outcome = run_duet(Arm("server", dsn, lambda s: _alter(dsn, dict(s))),
+        outcome = run_duet(Arm("server", dsn, lambda s: alter_system(dsn, dict(s))),
                            Arm("clone", clone.dsn_like(dsn), lambda s: clone.apply(dict(s))),
                            [A, B], ["A", "B"], client_runner(workload.progress_command),
                            max_seconds=max_seconds, segment_s=segment_s)
@@ -151,7 +152,7 @@ def carry_over(dsn: str, workload: PgbenchWorkload, before_s: int, after_s: int
     again for ``after_s`` s; per second the WAL bytes per committed transaction (full-page
     images after each checkpoint raise it) and the checkpoints begun. How long after a switch
     the WAL per transaction takes to reach the new setting's level is the knob's memory."""
-    _alter(dsn, A)
+    alter_system(dsn, A)
     seconds = before_s + 2 * after_s + 2
     thread = threading.Thread(target=_pgbench, args=(workload, dsn, seconds))
     thread.start()
@@ -170,10 +171,10 @@ def carry_over(dsn: str, workload: PgbenchWorkload, before_s: int, after_s: int
         while time.time() - started < seconds - 1:
             now = time.time() - started
             if "B" not in switches and now >= before_s:
-                _alter(dsn, B)
+                alter_system(dsn, B)
                 switches["B"] = now
             if "A" not in switches and now >= before_s + after_s:
-                _alter(dsn, A)
+                alter_system(dsn, A)
                 switches["A"] = now
             conn.execute("SELECT pg_stat_force_next_flush()")
             rows.append(sample())
