@@ -88,6 +88,35 @@ def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
     assert compare(segments[::2], 1) is None
 
 
+def test_segments_that_spread_wider_than_their_batches_widen_the_interval() -> None:
+    """Each segment starts from its own restart: a level that moves from one segment to the
+    next (±8 % here) while its seconds move little (1 %) makes batches that agree within a
+    segment and disagree across them. The interval then takes the segments' width, not the
+    batches' (which would claim ±1 %); segments that agree leave the batches' interval."""
+    rng = np.random.default_rng(5)
+    offsets = [0.08, -0.07, -0.09, 0.06, 0.02, -0.03, 0.07, -0.05]
+
+    def segments(spread: float) -> list[Segment]:
+        return [Segment(1, k % 2 == 0,
+                        tuple(math.log(1.05) + spread * offsets[k]
+                              + 0.01 * rng.standard_normal(20))) for k in range(8)]
+
+    wide = compare(segments(1.0), 1, ended=True)
+    assert wide is not None and wide.by_segment and wide.segment_half_width is not None
+    half = 0.5 * math.log(wide.interval.high / wide.interval.low)
+    assert half == pytest.approx(wide.segment_half_width) and half > 0.04
+    assert wide.interval.low < 1.0 < wide.interval.high  # 1.05x is not shown by 4 restarts
+    assert "by segment (the interval's: its batches said less)" in wide.text()
+    calm = compare(segments(0.0), 1, ended=True)
+    assert calm is not None and not calm.by_segment and calm.interval.low > 1.03
+    assert 0.5 * math.log(calm.interval.high / calm.interval.low) < 0.01
+    # segments of independent seconds: the F test widens about 5 % of them, no more
+    widened = sum(bool(c is not None and c.by_segment) for c in (
+        compare([Segment(1, k % 2 == 0, tuple(0.04 * rng.standard_normal(20)))
+                 for k in range(4)], 1, ended=True) for _ in range(1000)))
+    assert 20 <= widened <= 80, widened
+
+
 def test_a_clone_needs_the_disk_and_the_memory_and_says_how_much() -> None:
     with pytest.raises(ConfigError, match=r"needs .* MiB free in /tmp .* × 1.2.* is free"):
         check_disk(Path("/tmp"), 10 ** 15, "127.0.0.1:5432")

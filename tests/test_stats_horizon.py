@@ -67,12 +67,16 @@ def test_an_aa_race_that_looks_every_block_claims_at_most_its_level() -> None:
 
 
 def test_a_duet_read_at_its_limit_is_a_t_interval_and_narrower() -> None:
-    rng = np.random.default_rng(7)
+    # seconds of independent noise: no segment spreads beyond its batches (the F test of
+    # duet.stats.segments_differ says so in 95 % of such draws; seed 7 was one of the 5 %,
+    # whose interval takes the segments' width: tests/test_duet.py covers that)
+    rng = np.random.default_rng(8)
     segments = [Segment(1, block % 2 == 0, tuple(0.04 * rng.standard_normal(20)))
                 for block in range(4)]
     looked = compare(segments, 1, level=0.975)
     ended = compare(segments, 1, level=0.975, ended=True)
     assert looked is not None and ended is not None
+    assert not looked.by_segment and not ended.by_segment
     assert (looked.interval.method, ended.interval.method) == ("anytime", "t")
     assert ended.interval.ratio == looked.interval.ratio
     assert _half(ended.interval) < 0.7 * _half(looked.interval)

@@ -20,10 +20,11 @@ before the race's time limit the t-mixture confidence sequence
 the race may stop after any block where every interval clears; at the limit a Student t
 interval with the rest, read once. Bonferroni splits alpha over the candidates. Batches of
 one segment share the segment's start (a restart, a reload), which both treat as
-independent: ``segment_half_width``, the t interval over the segments' adjusted means, is
-reported beside it as the cross-check.
+independent: ``segment_half_width``, the t interval over the segments' adjusted means (two
+segments of each orientation or more), is reported beside it, and where it is the wider the
+interval takes its width (``by_segment``): restart-to-restart spread the batches cannot see.
 
-Pure: plain Python; the caller passes the per-second log-ratios.
+Pure: plain Python and scipy's F distribution; the caller passes the per-second log-ratios.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
+
+from scipy.stats import f as f_dist
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.decision import FinalDecision
@@ -113,10 +116,13 @@ class DuetComparison:
     segment_half_width: float | None
     #: what the second cluster is (:data:`SECOND_CLUSTERS`)
     second: str = "clone"
+    #: whether the interval is the segments' width (wider than its batches said)
+    by_segment: bool = False
 
     def text(self) -> str:
         seg = ("" if self.segment_half_width is None
-               else f", ±{100 * self.segment_half_width:.1f} % by segment")
+               else f", ±{100 * self.segment_half_width:.1f} % by segment"
+               + (" (the interval's: its batches said less)" if self.by_segment else ""))
         return (f"{self.interval.text()}, duet: {self.segments} segments, {self.batches} "
                 f"batches; {self.second}/server asymmetry {self.asymmetry:.3f} "
                 f"cancelled{seg}")
@@ -133,11 +139,13 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
     mine = [s for s in segments if s.candidate == candidate]
     by_side: dict[bool, list[float]] = {True: [], False: []}
     seg_means: list[tuple[bool, float]] = []
+    seg_batches: list[list[float]] = []
     for seg in mine:
         batches = seg.batches(batch_s)
         if batches:
             by_side[seg.on_clone] += batches
             seg_means.append((seg.on_clone, statistics.fmean(batches)))
+            seg_batches.append(batches)
     if not by_side[True] or not by_side[False]:
         return None
     asym = 0.5 * (statistics.fmean(by_side[True]) - statistics.fmean(by_side[False]))
@@ -157,12 +165,49 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
     # by segment only with two of each orientation: one of each gives two equal means
     sides = [side for side, _ in seg_means]
     by_segment = interval_from_logs([m - asym if side else m + asym for side, m in seg_means],
-                                    level=level, method="t") \
+                                    level=end_level(level) if ended else level, method="t") \
         if min(sides.count(True), sides.count(False)) >= 2 else None
     half = (0.5 * math.log(by_segment.high / by_segment.low)
             if by_segment is not None and by_segment.low > 0 else None)
+    widened = half is not None and interval.low > 0 and math.isfinite(interval.high) \
+        and half > 0.5 * math.log(interval.high / interval.low) \
+        and segments_differ(seg_means, seg_batches)
+    if widened and half is not None:
+        # the batches of a segment share its start (a restart, a reload, the caches it
+        # left): where the segments' means spread beyond what their batches explain, the
+        # segments' width is the one that holds (s28: shared_buffers in a memory cgroup
+        # read ±0.5 % by batches and ±2.5 % by segment, while pgbench's own
+        # restart-to-restart rounds read 0.70-1.06x)
+        interval = RatioInterval(interval.ratio, interval.ratio * math.exp(-half),
+                                 interval.ratio * math.exp(half), interval.n, interval.level,
+                                 interval.method)
     return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half,
-                          second)
+                          second, widened)
+
+
+#: the F test's level at which the segments' means are said to spread beyond their batches
+SEGMENT_EFFECT_P = 0.05
+
+
+def segments_differ(seg_means: Sequence[tuple[bool, float]],
+                    seg_batches: Sequence[Sequence[float]]) -> bool:
+    """Whether the segments' means (each orientation's mean removed: the asymmetry) spread
+    beyond what the batches within them explain: a one-sided F test of their variance
+    against the pooled within-segment variance over the batches per segment, at
+    :data:`SEGMENT_EFFECT_P`. Without it a segment interval of a few segments (3 degrees of
+    freedom from 4) would replace a valid batch interval about twice as wide as needed."""
+    k, n = len(seg_means), sum(len(b) for b in seg_batches)
+    if k < 4 or n - k < 2:
+        return False
+    side_mean = {side: statistics.fmean([m for s, m in seg_means if s == side])
+                 for side in (True, False)}
+    between = sum((m - side_mean[s]) ** 2 for s, m in seg_means) / (k - 2)
+    within = sum((v - statistics.fmean(b)) ** 2 for b in seg_batches for v in b) / (n - k)
+    per_segment = n / k
+    if within <= 0:
+        return between > 0
+    f = between / (within / per_segment)
+    return float(f_dist.sf(f, k - 2, n - k)) < SEGMENT_EFFECT_P
 
 
 def _end_interval(on_clone: list[float], on_server: list[float], theta: float,
