@@ -144,38 +144,7 @@ class Split(FinalDesign, name=SPLIT):
             state.decide(Decision.note("final: stage 1: no candidate differs from the "
                                        "original in a session-settable knob", design=SPLIT,
                                        stage="session part"))
-        # the restart values of the session part's winner (none without one: a runner-up
-        # whose session part is the original's adds nothing), the search's best and PGTune's
-        sources = [label for label in dict.fromkeys([winner, "best", "pgtune"])
-                   if label in labels]
-        options = {f"{label}-restart": {**base, **{n: request.configurations[label][n]
-                                                   for n in restart}}
-                   for label in sources}
-        option_labels = _distinct(options, list(options), base)
-        for label in list(option_labels):
-            # a rule of thumb's restart value on top of another's session part is raced only
-            # inside the range the config searches (the winner's own is raced wherever it
-            # lies: it is the configuration that won)
-            outside = [] if winner is not None and label == f"{winner}-restart" \
-                else _outside_range(ctx, options[label], restart)
-            if outside:
-                state.decide(Decision.note(
-                    f"final: stage 2: {label} is not raced: {'; '.join(outside)}, outside "
-                    f"the range offline.knobs searches, and it is not the session part's "
-                    f"winner's own", design=SPLIT, stage="restart part", labels=(label,),
-                    reason="outside the searched range"))
-                option_labels.remove(label)
-                continue
-            # only what the restart part changes is checked: the base may be the user's own
-            # original, which a budget tighter than what they run today may refuse
-            reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
-                                          {n: options[label][n] for n in restart})
-            if reason is not None:
-                state.decide(Decision.note(
-                    f"final: stage 2: {label} {options[label]} breaks the memory budget "
-                    f"({reason}); not raced", design=SPLIT, stage="restart part",
-                    labels=(label,), reason=reason))
-                option_labels.remove(label)
+        options, option_labels = restart_options(run, request, winner, base, restart)
         second = None
         if option_labels:
             state.decide(Decision.note(
@@ -196,6 +165,49 @@ class Split(FinalDesign, name=SPLIT):
                     "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
                     text="; the restart-time knobs stay the original's"))
         return _outcome(ctx, run, options, base, first, second, request.level, traced)
+
+
+def restart_options(run: FinalRun, request: RaceRequest, winner: str | None,
+                    base: Mapping[str, str], restart: list[str]
+                    ) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Stage 2's options (each restart value on top of ``base``, the session part chosen)
+    and the labels that race, each left out said why: the same as the base or an earlier
+    one, outside the searched range (a value not the stage 1 ``winner``'s own), or beyond
+    the memory budget."""
+    ctx, state, labels = run.ctx, run.state, list(request.labels)
+    # the restart values of the session part's winner (none without one: a runner-up
+    # whose session part is the original's adds nothing), the search's best and PGTune's
+    sources = [label for label in dict.fromkeys([winner, "best", "pgtune"])
+               if label in labels]
+    options = {f"{label}-restart": {**base, **{n: request.configurations[label][n]
+                                               for n in restart}}
+               for label in sources}
+    option_labels = _distinct(options, list(options), base)
+    for label in list(option_labels):
+        # a rule of thumb's restart value on top of another's session part is raced only
+        # inside the range the config searches (the winner's own is raced wherever it
+        # lies: it is the configuration that won)
+        outside = [] if winner is not None and label == f"{winner}-restart" \
+            else _outside_range(ctx, options[label], restart)
+        if outside:
+            state.decide(Decision.note(
+                f"final: stage 2: {label} is not raced: {'; '.join(outside)}, outside "
+                f"the range offline.knobs searches, and it is not the session part's "
+                f"winner's own", design=SPLIT, stage="restart part", labels=(label,),
+                reason="outside the searched range"))
+            option_labels.remove(label)
+            continue
+        # only what the restart part changes is checked: the base may be the user's own
+        # original, which a budget tighter than what they run today may refuse
+        reason = ctx.budget.violation({**ctx.measurer.in_force, **options[label]},
+                                      {n: options[label][n] for n in restart})
+        if reason is not None:
+            state.decide(Decision.note(
+                f"final: stage 2: {label} {options[label]} breaks the memory budget "
+                f"({reason}); not raced", design=SPLIT, stage="restart part",
+                labels=(label,), reason=reason))
+            option_labels.remove(label)
+    return options, option_labels
 
 
 def _outside_range(ctx: RunContext, settings: Mapping[str, str],
