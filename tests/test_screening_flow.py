@@ -5,6 +5,7 @@ online session stops on its time budget."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -151,12 +152,14 @@ def test_a_per_transaction_screening_holds_knobs_no_move_improves(
     effects = {e["knob"]: e for e in screening["effects"]}
     assert set(effects) == {"jit_above_cost", "temp_buffers", "work_mem"}
     jit = effects["jit_above_cost"]
-    # its move down to 0 reads far below 1 (a loss), so its best move is to 50000, and no
-    # interval of that move lies above 1
+    # its move down to 0 reads far below 1 (a loss), so its best move is to 50000
     down = float(re.search(r"down to 0(?:\.0)? ([\d.]+)×", jit["reason"]).group(1))  # type: ignore[union-attr]
     assert down < 0.5, jit
     assert re.match(r"from 100000(\.0)? down to 50000(\.0)? ", jit["reason"]), jit
-    assert not jit["cleared"] and float(jit["high"]) == 50000, jit
+    # 50000 changes no plan on SF 0.01, so that move reads 1 within its noise. Whether its
+    # interval clears 1 is a coin with 2.3 % on it (z = 2, one side): a CI run read 1.067×
+    # (se 2.9 %) and cleared, so the bound is on the ratio (about 7 se of 3 %), not on the verdict
+    assert float(jit["high"]) == 50000 and abs(math.log(jit["ratio"])) < 0.2, jit
     decisions = result.work.decisions
     assert any("screening: measured per-transaction: two Plackett–Burman designs of 8 rows"
                in d for d in decisions), decisions
