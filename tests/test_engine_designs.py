@@ -95,9 +95,12 @@ def test_a_request_is_where_the_choice_starts_never_an_invalid_design() -> None:
     assert choice.design == WINDOWS
     # the designs given bound the choice: without switchback among them, windows
     assert choose(PARALLEL, AUTO, (PER_TRANSACTION, WINDOWS)).design == WINDOWS
-    # a search's designs hold switchback (issue 51, item 3), never duet
+    # a search's designs hold switchback (issue 51, item 3) and duet (item 1): a restart-time
+    # knob is searched on a clone where one can run, in windows where none can
     assert choose(PARALLEL, AUTO, SEARCH_DESIGNS).design == SWITCHBACK
-    assert choose(RESTART, AUTO, SEARCH_DESIGNS).design == WINDOWS
+    assert choose(RESTART, AUTO, SEARCH_DESIGNS).design == DUET
+    assert choose(Comparison(contexts=RESTART.contexts, clone=NO_CLONE), AUTO,
+                  SEARCH_DESIGNS).design == WINDOWS
     with pytest.raises(ConfigError, match="measure.design must be one of auto, "
                                           "per-transaction, switchback, duet, windows.*'fast'"):
         choose(SESSION_ONLY, "fast")

@@ -1,8 +1,9 @@
-"""The final race by duet in a real tuning run (pgbench TPC-B on a private cluster): the
-candidates differ in max_wal_size, a knob with memory that switchback refuses, so the engine
-races them on the server and a scratch clone of it at the same seconds; the decision names
-the design, its batches and the clone's asymmetry, the clone is gone afterwards and the server
-is back on its original configuration."""
+"""The search and the final race by duet in a real tuning run (pgbench TPC-B on a private
+cluster): the candidates differ in max_wal_size, a knob with memory that switchback refuses,
+so the engine measures the search's evaluation and races the candidates on the server and a
+scratch clone of it at the same seconds; the decisions name the design, its batches and the
+clone's asymmetry, every clone is gone afterwards and the server is back on its original
+configuration."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ workload: {pgbench: {scale: 1, clients: 2}}
 measure: {warmup_s: 0.3, samples: 1, seconds: 1}
 offline: {knobs: {shared_buffers: {min: 128MB, max: 128MB}}, evaluations: 1}
 online: {knobs: {max_wal_size: {values: [32MB, 1GB]}}, strategy: {name: exhaustive},
-         evaluations: 2}
+         evaluations: 1}
 flow: {kind: one-pass}
 final: {rounds: 1, candidates: 1, max_seconds: 30, baselines: []}
 """
@@ -55,6 +56,20 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     finally:
         del os.environ["HARMONY_CLONE_DIR"]
     decisions = "\n".join(result.work.decisions)
+    # the search's evaluation by duet on a clone of its own (issue 51, item 1): its paired
+    # ratio to the reference (max_wal_size 1GB, the default in force), both orientations once
+    assert "p1-online: evaluations measured by duet, the most precise design valid here" \
+        in decisions, decisions
+    assert "p1-online: duet clone of 127.0.0.1:" in decisions
+    assert "p1-online: evaluations measured by duet: 1 run(s), 2 segments of 10 s" \
+        in decisions, decisions
+    online = [r for r in tuner.records if r.session == "p1-online"]
+    assert len(online) == 1 and online[0].design == "duet", online
+    searched = online[0]
+    assert searched.settings == {"max_wal_size": "32MB"} and searched.ratio is not None
+    assert searched.interval is not None
+    assert 0 < searched.interval[0] <= searched.ratio <= searched.interval[1] < 10
+    assert searched.value == searched.ratio * searched.reference[0]
     decision = result.intervals.decision
     assert decision is not None and decision.design == "duet", decisions
     assert "by duet, the most precise design valid here; not per-transaction: " in decisions

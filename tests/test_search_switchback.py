@@ -37,6 +37,7 @@ from tuner_client.phases.final_design import Fallback, FinalRun
 from tuner_client.phases.final_switchback import Switchback
 from tuner_client.phases.final_windows import Windows
 from tuner_client.phases.search_design import RUNNERS, search_choice
+from tuner_client.phases.search_duet import run_duet_session
 from tuner_client.phases.search_switchback import run_switchback_session, switchback_race
 from tuner_client.phases.slice_watch import slice_trip
 from tuner_client.servers.controllers import LocalController
@@ -101,11 +102,11 @@ def test_the_search_chooses_switchback_where_it_is_valid(
     # switchback beside the runs)
     assert _choice(driven, catalog, ["work_mem", "max_parallel_workers_per_gather"]
                    ).design == "per-transaction"
-    # a knob with memory, a restart-time knob: windows, saying why switchback cannot
+    # a knob with memory, a restart-time knob: duet on a clone, saying why switchback cannot
     memory = _choice(driven, catalog, ["checkpoint_timeout"])
-    assert memory.design == "windows" and MEMORY_SWITCHBACK in memory.text(), memory.text()
+    assert memory.design == "duet" and MEMORY_SWITCHBACK in memory.text(), memory.text()
     restart = _choice(driven, catalog, ["shared_buffers", "work_mem"])
-    assert restart.design == "windows", restart.text()
+    assert restart.design == "duet", restart.text()
     assert "not switchback: shared_buffers ('postmaster') differs: a switchback switches by " \
            "reload" in restart.text(), restart.text()
     # measure.design: windows asks for the old route
@@ -121,8 +122,16 @@ def test_the_search_chooses_switchback_where_it_is_valid(
     live = live.replace("measure: {", "measure: {design: switchback, ")
     choice = _choice(live, catalog, ["work_mem", "random_page_cost"])
     assert choice.design == "switchback", choice.text()
-    assert _choice(live, catalog, ["checkpoint_timeout"]).design == "windows"
+    # no clone for live traffic: windows, said why
+    kept = _choice(live, catalog, ["checkpoint_timeout"])
+    assert kept.design == "windows" and "not duet: the traffic is live" in kept.text(), \
+        kept.text()
+    # measure.clone: false keeps a knob with memory in windows
+    unclone = _choice(driven.replace("slice_s: 1,", "clone: false, slice_s: 1,"), catalog,
+                      ["checkpoint_timeout"])
+    assert unclone.design == "windows" and "not duet: measure.clone is off" in unclone.text()
     assert RUNNERS["switchback"] is run_switchback_session
+    assert RUNNERS["duet"] is run_duet_session
 
 
 def _auto_conf(dsn: str) -> str:

@@ -178,9 +178,8 @@ def compare(segments: Sequence[Segment], candidate: int, *, level: float = 0.95,
         # segments' width is the one that holds (s28: shared_buffers in a memory cgroup
         # read ±0.5 % by batches and ±2.5 % by segment, while pgbench's own
         # restart-to-restart rounds read 0.70-1.06x)
-        interval = RatioInterval(interval.ratio, interval.ratio * math.exp(-half),
-                                 interval.ratio * math.exp(half), interval.n, interval.level,
-                                 interval.method)
+        interval = replace(interval, low=interval.ratio * math.exp(-half),
+                           high=interval.ratio * math.exp(half))
     return DuetComparison(interval, len(adjusted), len(seg_means), math.exp(asym), half,
                           second, widened)
 

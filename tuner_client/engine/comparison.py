@@ -12,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict
 from tuner_client.config import TunerConfig
 from tuner_client.engine.designs import (
     AUTO,
+    DUET,
     PER_TRANSACTION,
     SWITCHBACK,
     SYSTEM_WIDE_KNOBS,
@@ -22,10 +23,11 @@ from tuner_client.knobs.catalog import KnobCatalog
 from workloads.per_transaction.from_config import unsupported_reason
 
 #: the designs a search session can run: per transaction, by switchback (reload-time knobs
-#: without memory, live traffic: :mod:`tuner_client.phases.search_switchback`), in windows
-#: (restart-time knobs and knobs with memory: no duet in a search, whose every batch would
-#: need the clone beside it)
-SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
+#: without memory, live traffic: :mod:`tuner_client.phases.search_switchback`), by duet
+#: (knobs with memory and restart-time knobs where a clone of the server can run beside it,
+#: one clone for the session: :mod:`tuner_client.phases.search_duet`), in windows (where
+#: none of them can)
+SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, DUET, WINDOWS)
 
 
 #: why a live search stays in windows unless ``measure.design: switchback`` asks for it

@@ -99,7 +99,7 @@ def warmup_seconds(warmup_s: float) -> int:
     return max(1, min(WARMUP_S, math.ceil(warmup_s)))
 
 
-def _largest_shared_buffers(ctx: RunContext, configs: list[dict[str, str]]) -> int:
+def largest_shared_buffers(ctx: RunContext, configs: list[dict[str, str]]) -> int:
     """The largest shared_buffers among ``configs`` (those without one: what is in force),
     in bytes; 128MB, PostgreSQL's default, where a value does not read as a size."""
     in_force = ctx.measurer.in_force.get("shared_buffers", "128MB")
@@ -128,6 +128,18 @@ def pinning(ctx: RunContext) -> tuple[str, str, str] | None:
     return first, second, f"0-{count - 1}"
 
 
+def second_text(second: Clone | Twin, cpus: tuple[str, str, str] | None) -> str:
+    """The second cluster in the decisions' words: ``its clone (150 MiB, made in 2.0 s,
+    removed after, …pinned…)``, or the twin named in ``database.twin``."""
+    size = f"{second.size_bytes / 2 ** 20:,.0f} MiB"
+    if isinstance(second, Twin):
+        return (f"the twin {second.source} named in database.twin ({size}, its configuration "
+                f"restored after)")
+    pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
+              f"client to {cpus[1]}" if cpus else "")
+    return f"its clone ({size}, made in {second.setup_s:.1f} s, removed after{pinned})"
+
+
 class Duet(FinalDesign, name=DUET):
     """The final race by duet (the module)."""
 
@@ -136,13 +148,15 @@ class Duet(FinalDesign, name=DUET):
                              level=request.level, stage=request.stage)
 
 
-def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: int,
-                    decide: Callable[[Decision], None], *,
-                    memory_limit_bytes: int | None = None) -> Clone | Twin | None:
+def second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: int,
+                   decide: Callable[[Decision], None], *,
+                   memory_limit_bytes: int | None = None, phase: str = "final"
+                   ) -> Clone | Twin | None:
     """The duet's second cluster beside the server at ``dsn``: the user's twin
     (``database.twin``, checked to hold the same data) or a clone made now, with memory for
     ``largest_shared_buffers`` bytes, in a memory cgroup of ``memory_limit_bytes`` when the
-    server runs in one (None, said why, when neither can run)."""
+    server runs in one (None, said why, when neither can run); ``phase`` labels the
+    decisions (the final race's, or a search session's)."""
     twin = database.twin
     try:
         if twin is not None:
@@ -156,19 +170,19 @@ def _second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: 
     except HarmonyError as exc:
         what = "the twin could not be used" if twin is not None else \
             "the clone could not be made"
-        decide(Decision.of("final", Kind.SKIPPED, step="duet", design=DUET,
-                                 reason=f"no duet: {what} ({exc})"))
+        decide(Decision.of(phase, Kind.SKIPPED, step="duet", design=DUET,
+                           reason=f"no duet: {what} ({exc})"))
         return None
     if isinstance(second, Twin):
         decide(Decision.line(
-            "final", f"duet on the twin {second.source} (database.twin): the same data as the "
+            phase, f"duet on the twin {second.source} (database.twin): the same data as the "
                      f"server, {second.size_bytes / 2 ** 20:,.0f} MiB; no copy made",
             design=DUET))
     else:
         limited = (f", in a memory cgroup of {memory_limit_bytes / 2 ** 20:,.0f} MiB as the "
                    f"server's" if memory_limit_bytes is not None else "")
         decide(Decision.line(
-            "final", f"duet clone of {second.source}: {second.size_bytes / 2 ** 20:,.0f} MiB "
+            phase, f"duet clone of {second.source}: {second.size_bytes / 2 ** 20:,.0f} MiB "
                      f"copied in {second.setup_s:.1f} s to {second.record.scratch}{limited}",
             design=DUET))
     return second
@@ -192,8 +206,8 @@ def race_duet_run(ctx: RunContext, state: RunState,
     # the embedded cluster's memory limit holds for its clone too (its own cgroup): a clone
     # beside the page cache of the whole machine would measure another machine
     limit = ctx.target.cluster.memory_limit_bytes if ctx.target.cluster else None
-    second = _second_cluster(ctx.target.dsn, ctx.config.database,
-                             _largest_shared_buffers(ctx, configs), state.decide,
+    second = second_cluster(ctx.target.dsn, ctx.config.database,
+                             largest_shared_buffers(ctx, configs), state.decide,
                              memory_limit_bytes=limit)
     if second is None:
         return None
@@ -208,18 +222,11 @@ def race_duet_run(ctx: RunContext, state: RunState,
                     cpus=cpus[1] if cpus else None,
                     data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
         seconds = duet_seconds(ctx)
-        pinned = (f", the server and its client pinned to CPUs {cpus[0]}, the clone and its "
-                  f"client to {cpus[1]}" if cpus else "")
-        size = f"{second.size_bytes / 2 ** 20:,.0f} MiB"
         outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),
                            warmup_s=warmup_seconds(ctx.config.measure.warmup_s),
                            level=ctx.config.final.level if level is None else level,
-                           clone_text=(f"its clone ({size}, made in {second.setup_s:.1f} s, "
-                                       f"removed after{pinned})" if isinstance(second, Clone)
-                                       else f"the twin {second.source} named in "
-                                            f"database.twin ({size}, its configuration "
-                                            f"restored after)"))
+                           clone_text=second_text(second, cpus))
     except HarmonyError as exc:
         state.decide(Decision.of("final", Kind.FAILED, design=DUET, stage=stage,
                                  reason=str(exc), text="measured in another design"))

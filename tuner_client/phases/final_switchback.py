@@ -150,6 +150,8 @@ class Switchback(FinalDesign, name=SWITCHBACK):
                        f"configuration's (its settled window judged)"))
             run.dropped.add(label)
         for label, ratio in watch.harmful.items():
+            if label in watch.trips:
+                continue  # its trip is the reason already said
             blocks = outcome.plain[label].blocks if outcome is not None else 0
             run.state.decide(Decision.of(
                 "final", Kind.DROPPED, design=self.name, stage=request.stage,
