@@ -36,7 +36,8 @@ from tuner_client.duet.counted import counted_runner
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
 from tuner_client.duet.stats import Segment, compare, race
-from tuner_client.plan.designs import final_design
+from tuner_client.engine.comparison import OFFLINE_SEARCH_DESIGNS
+from tuner_client.plan.designs import final_design, search_design
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import read_catalog
 from workloads.pgbench import PgbenchWorkload, find_pgbench
@@ -268,6 +269,14 @@ def test_the_plan_names_duet_and_its_clone_or_why_not(pg_cluster: LocalCluster) 
     assert "600 MiB of disk (the data × 1.2), about 128MB more memory" in text
     assert "set-up about 10 s" in text  # 5 s + 500 MiB at 100 MiB/s
     assert "shared_buffers differs too (a restart): the whole race by duet" in text
+    # the online search by duet on a clone of its own (issue 51, item 1), the offline one in
+    # windows with its warm restarts
+    searched = search_design(config, catalog, online, data_bytes=500 * 2 ** 20,
+                             shared_buffers="128MB")
+    assert searched.startswith("duet, the most precise design valid here"), searched
+    assert "600 MiB of disk" in searched and "removed after the session" in searched
+    offline_text = search_design(config, catalog, offline, designs=OFFLINE_SEARCH_DESIGNS)
+    assert offline_text.startswith("windows"), offline_text
     live = _plan_config(pg_cluster.dsn, workload={"observe": {"poll_s": 1}},
                         database={"dsn": pg_cluster.dsn, "controller": {
                             "kind": "pg_ctl", "options": {"data_dir": "/nonexistent"}}})

@@ -28,6 +28,10 @@ from workloads.per_transaction.from_config import unsupported_reason
 #: one clone for the session: :mod:`tuner_client.phases.search_duet`), in windows (where
 #: none of them can)
 SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, DUET, WINDOWS)
+#: the offline search's (restart-time knobs, after the buffer miss probes): its few
+#: evaluations restart the server in windows with warm restarts (:mod:`tuner_client.phases.
+#: offline`); its best meets the clone in the final race
+OFFLINE_SEARCH_DESIGNS = (PER_TRANSACTION, SWITCHBACK, WINDOWS)
 
 
 #: why a live search stays in windows unless ``measure.design: switchback`` asks for it

@@ -24,11 +24,18 @@ from tuner_client.engine.designs import (
 from tuner_client.knobs.catalog import KnobCatalog
 
 
-def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace) -> str:
-    """The design of a search session over ``space``, in one line."""
+def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace, *,
+                  designs: tuple[str, ...] = SEARCH_DESIGNS, data_bytes: int | None = None,
+                  shared_buffers: str | None = None) -> str:
+    """The design of a search session over ``space`` among ``designs``, in one line (a
+    duet's clone with its disk, memory and set-up time)."""
     choice = choose(comparison(config, catalog, space.names,
                                replicated=config.replicas.enabled, search=True),
-                    config.measure.design, SEARCH_DESIGNS)
+                    config.measure.design, designs)
+    if choice.clones:
+        clone = (twin_text(config, after="the session") if config.database.twin is not None
+                 else clone_text(data_bytes, shared_buffers, after="the session"))
+        return f"{choice.text()} ({clone})"
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
     if not choice.per_transaction or not wide:
         return choice.text()
@@ -41,7 +48,8 @@ CLONE_COPY_BPS = 100 * 2 ** 20
 CLONE_START_S = 5.0
 
 
-def clone_text(data_bytes: int | None, shared_buffers: str | None) -> str:
+def clone_text(data_bytes: int | None, shared_buffers: str | None, *,
+               after: str = "the race") -> str:
     """What a duet's clone costs: disk, memory and set-up time (estimates before the run)."""
     if data_bytes is None:
         disk, setup = "the server's data × 1.2 of disk", "its copy at ~100 MB/s plus a start"
@@ -52,10 +60,10 @@ def clone_text(data_bytes: int | None, shared_buffers: str | None) -> str:
               else "its shared_buffers more memory")
     return (f"a clone of the server beside it (pg_basebackup into HARMONY_CLONE_DIR, default "
             f"/var/tmp): {disk}, {memory} plus its clients' work memory, set-up {setup}; "
-            f"removed after the race")
+            f"removed after {after}")
 
 
-def twin_text(config: TunerConfig) -> str:
+def twin_text(config: TunerConfig, *, after: str = "the race") -> str:
     """The user's twin a duet runs on (``database.twin``), in words."""
     twin = config.database.twin
     assert twin is not None
@@ -66,7 +74,7 @@ def twin_text(config: TunerConfig) -> str:
                 if twin.controller is not None
                 else "no controller: reload-time knobs only")
     return (f"the twin {where} named in database.twin beside it (no copy made; checked to hold "
-            f"the same data first; {restarts}; its configuration restored after the race)")
+            f"the same data first; {restarts}; its configuration restored after {after})")
 
 
 def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,

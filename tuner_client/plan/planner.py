@@ -29,6 +29,7 @@ from tuner_client.budget import BUDGET_KNOBS, BudgetView, make_budget_view
 from tuner_client.config import KnobSpace, TunerConfig, resolve_knob_space
 from tuner_client.crashsafe.journal import find_journals
 from tuner_client.crashsafe.run import config_key
+from tuner_client.engine.comparison import OFFLINE_SEARCH_DESIGNS
 from tuner_client.engine.managed import ManagedSplit
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.plan.designs import final_design, search_design
@@ -162,12 +163,14 @@ def make_plan(config: TunerConfig, *, time_window: bool = False) -> Plan:
                  + _knob_plans(online, "online", budget.online_constraints(online_force),
                                in_force))
         window_s, basis = window_seconds(config, stats, timed)
-        designs = {"offline": search_design(config, catalog, offline),
-                   "online": search_design(config, catalog, online),
-                   "final": final_design(
-                       config, catalog, offline, online,
-                       data_bytes=stats.database_bytes if stats is not None else None,
-                       shared_buffers=in_force.get("shared_buffers"))}
+        data_bytes = stats.database_bytes if stats is not None else None
+        designs = {"offline": search_design(config, catalog, offline,
+                                            designs=OFFLINE_SEARCH_DESIGNS),
+                   "online": search_design(config, catalog, online, data_bytes=data_bytes,
+                                           shared_buffers=in_force.get("shared_buffers")),
+                   "final": final_design(config, catalog, offline, online,
+                                         data_bytes=data_bytes,
+                                         shared_buffers=in_force.get("shared_buffers"))}
         phases = [replace(p, seconds=with_restarts(p.seconds, p.restarts, timed),
                           design=designs.get(p.name, ""))
                   for p in phase_plans(config, offline, online, window_s)]
