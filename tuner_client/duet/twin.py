@@ -80,11 +80,14 @@ def read_relations(dsn: str, what: str) -> Relations:
 
 
 def data_differences(server: Relations, twin: Relations, *,
-                     server_may_grow: bool = False) -> list[str]:
+                     server_may_grow: bool = False, both_grew: bool = False) -> list[str]:
     """What differs between the server's data and the twin's (empty: the same data).
     ``server_may_grow``: a relation larger on the server is not a difference (before the
     race: the run's own workload wrote to the server since the run's start, which compared
-    them strictly; the twin, which nothing of the run writes to, must not have grown)."""
+    them strictly; the twin, which nothing of the run writes to, must not have grown).
+    ``both_grew``: a duet of this run (a search's) wrote the workload to both since the
+    checks before it, so only the version and the relations are compared (their sizes and
+    row estimates move with writes and with when autovacuum last analysed each)."""
     out = []
     if server.major != twin.major:
         out.append(f"the server runs PostgreSQL {server.major}, the twin {twin.major}")
@@ -94,7 +97,7 @@ def data_differences(server: Relations, twin: Relations, *,
         out.append(f"the twin lacks {_few(missing)}")
     if extra:
         out.append(f"the twin has {_few(extra)}, which the server has not")
-    for name in sorted(set(server.sizes) & set(twin.sizes)):
+    for name in sorted(set(server.sizes) & set(twin.sizes)) if not both_grew else ():
         (a, ra), (b, rb) = server.sizes[name], twin.sizes[name]
         if server_may_grow:
             a, ra = min(a, b), min(ra, rb) if ra >= 0 else ra
@@ -238,14 +241,16 @@ class Twin:
         logger.info("duet: the twin %s restored (%d settings)", self.source, len(self.touched))
 
 
-def check_twin(server_dsn: str, twin: TwinConfig, *, server_may_grow: bool = False) -> None:
+def check_twin(server_dsn: str, twin: TwinConfig, *, server_may_grow: bool = False,
+               both_grew: bool = False) -> None:
     """ConfigError naming ``database.twin`` and what differs when the twin does not hold the
     same data as the server at ``server_dsn`` (:func:`data_differences`); the run checks it
     before it starts, and the duet again before it races (``server_may_grow``: by then the
-    run's workload may have written to the server)."""
+    run's workload may have written to the server; ``both_grew``: an earlier duet of the run
+    wrote to both)."""
     differences = data_differences(read_relations(server_dsn, "the server"),
                                    read_relations(twin.dsn, "the twin"),
-                                   server_may_grow=server_may_grow)
+                                   server_may_grow=server_may_grow, both_grew=both_grew)
     if differences:
         raise ConfigError(f"database.twin ({_describe(twin.dsn)}) must hold the same data as "
                           f"the server ({_describe(server_dsn)}) for a duet, but "
@@ -254,15 +259,17 @@ def check_twin(server_dsn: str, twin: TwinConfig, *, server_may_grow: bool = Fal
                              else ""))
 
 
-def open_twin(server_dsn: str, twin: TwinConfig, *, restart_timeout_s: float = 60.0) -> Twin:
+def open_twin(server_dsn: str, twin: TwinConfig, *, restart_timeout_s: float = 60.0,
+              written: bool = False) -> Twin:
     """The user's twin of the server at ``server_dsn``, put back first where a dead run left
     it changed (:func:`restore_leftover_twin`), checked to hold the same data (ConfigError
-    naming ``database.twin`` and what differs otherwise), its configuration kept for
+    naming ``database.twin`` and what differs otherwise; ``written``: an earlier duet of this
+    run wrote to it, so only the relations are compared), its configuration kept for
     :meth:`Twin.remove`."""
     started = time.monotonic()
     source = _describe(twin.dsn)
     restore_leftover_twin(twin.dsn, timeout_s=restart_timeout_s)
-    check_twin(server_dsn, twin, server_may_grow=True)
+    check_twin(server_dsn, twin, server_may_grow=True, both_grew=written)
     controller = (make_controller(twin.controller.kind, dsn=twin.dsn,
                                   **dict(twin.controller.options))
                   if twin.controller is not None else None)

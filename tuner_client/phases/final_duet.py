@@ -150,18 +150,20 @@ class Duet(FinalDesign, name=DUET):
 
 def second_cluster(dsn: str, database: DatabaseConfig, largest_shared_buffers: int,
                    decide: Callable[[Decision], None], *,
-                   memory_limit_bytes: int | None = None, phase: str = "final"
-                   ) -> Clone | Twin | None:
+                   memory_limit_bytes: int | None = None, phase: str = "final",
+                   twin_written: bool = False) -> Clone | Twin | None:
     """The duet's second cluster beside the server at ``dsn``: the user's twin
     (``database.twin``, checked to hold the same data) or a clone made now, with memory for
     ``largest_shared_buffers`` bytes, in a memory cgroup of ``memory_limit_bytes`` when the
     server runs in one (None, said why, when neither can run); ``phase`` labels the
-    decisions (the final race's, or a search session's)."""
+    decisions (the final race's, or a search session's); ``twin_written``: an earlier duet
+    of the run wrote to the twin (:func:`~tuner_client.duet.twin.open_twin`)."""
     twin = database.twin
     try:
         if twin is not None:
             second: Clone | Twin = open_twin(dsn, twin,
-                                             restart_timeout_s=database.restart_timeout_s)
+                                             restart_timeout_s=database.restart_timeout_s,
+                                             written=twin_written)
         else:
             check_memory(largest_shared_buffers, dsn)
             mark = os.environ.get(MARK_VARIABLE) or secrets.token_hex(8)
@@ -207,8 +209,8 @@ def race_duet_run(ctx: RunContext, state: RunState,
     # beside the page cache of the whole machine would measure another machine
     limit = ctx.target.cluster.memory_limit_bytes if ctx.target.cluster else None
     second = second_cluster(ctx.target.dsn, ctx.config.database,
-                             largest_shared_buffers(ctx, configs), state.decide,
-                             memory_limit_bytes=limit)
+                            largest_shared_buffers(ctx, configs), state.decide,
+                            memory_limit_bytes=limit, twin_written=state.twin_written)
     if second is None:
         return None
     cpus = pinning(ctx) if isinstance(second, Clone) else None

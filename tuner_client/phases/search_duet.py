@@ -179,6 +179,8 @@ class DuetEvaluations(SessionEvaluations):
                                warm_up=False)
         finally:
             if self.second is not None:
+                # the workload ran on the twin too: a later duet compares only relations
+                self.state.twin_written |= isinstance(self.second, Twin) and self.runs > 0
                 self.second.remove()
             cluster = self.ctx.target.cluster
             if self.cpus is not None and cluster is not None:
@@ -212,7 +214,8 @@ class DuetEvaluations(SessionEvaluations):
             limit = ctx.target.cluster.memory_limit_bytes if ctx.target.cluster else None
             second = second_cluster(ctx.target.dsn, ctx.config.database,
                                     largest_shared_buffers(ctx, [dict(ctx.measurer.in_force)]),
-                                    state.decide, memory_limit_bytes=limit, phase=label)
+                                    state.decide, memory_limit_bytes=limit, phase=label,
+                                    twin_written=state.twin_written)
         if runner is None or second is None:
             state.decide(Decision(label, Kind.MEASURED, design=WINDOWS,
                                   why="no second cluster for a duet search (said above): "

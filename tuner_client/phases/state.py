@@ -131,6 +131,9 @@ class RunState:
     #: the screening's predicted best configuration (every tuned knob), a final candidate
     screened: dict[str, str] | None = None
     passes: int = 0
+    #: a duet of this run (a search's) wrote the workload to the user's twin: both servers
+    #: have grown since the run's start, so a later duet compares only their relations
+    twin_written: bool = False
     #: every paired measurement's ratio carried to the original (:mod:`tuner_client.stats.ledger`)
     ledger: Ledger | None = None
     on_record: Callable[[PointRecord], None] | None = None
