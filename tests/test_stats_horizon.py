@@ -111,3 +111,34 @@ def test_a_duet_stops_at_its_limit_after_an_even_number_of_blocks() -> None:
     assert best.interval.method == "t" and best.batches == 16
     assert best.asymmetry == pytest.approx(0.9, rel=0.03)
     assert best.interval.low < 1.0 < best.interval.high and outcome.winner is None
+
+
+def test_a_search_duet_ends_after_its_two_blocks_one_batch_short() -> None:
+    """The search's duet (``short_by=1``, :mod:`tuner_client.phases.search_duet`): on a loaded
+    machine a segment pairs fewer seconds than it ran. Here the second segment pairs 9, one
+    5-s batch where two were planned: the race ends after its two blocks with 3 batches, where
+    the final race's rule (all four) runs two more blocks."""
+    def race(short_by: int) -> tuple[int, int]:
+        rng = np.random.default_rng(11)
+        now, calls = [0.0], [0]
+
+        def runner(dsns: tuple[str, str], seconds: int, skip_s: float,
+                   cpus: tuple[str | None, str | None]) -> PairedSeconds:
+            now[0] += 15.0
+            calls[0] += 1
+            n = seconds - 1 if calls[0] != 2 else 9
+            server = tuple(float(v) for v in rng.poisson(200, n))
+            clone = tuple(float(v) for v in rng.poisson(190, n))
+            return PairedSeconds(tuple(float(t) for t in range(n)), (server, clone), 0.0)
+
+        outcome = run_duet(Arm("server", "s", lambda s: None), Arm("clone", "c", lambda s: None),
+                           [{"work_mem": "4MB"}, {"work_mem": "8MB"}], ["reference", "c-1"],
+                           runner, max_seconds=30, segment_s=10, warmup_s=1, min_blocks=2,
+                           short_by=short_by, clock=lambda: now[0])
+        assert outcome is not None and outcome.ended
+        best = outcome.plain["c-1"]
+        assert 0 < best.interval.low < best.interval.high < math.inf
+        return outcome.segments, best.batches
+
+    assert race(1) == (2, 3)
+    assert race(0) == (4, 7)

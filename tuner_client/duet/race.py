@@ -58,13 +58,14 @@ class Arm:
 def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
              labels: Sequence[str], runner: Runner, *, max_seconds: float,
              level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
-             min_blocks: int = MIN_BLOCKS, clone_text: str = "",
+             min_blocks: int = MIN_BLOCKS, clone_text: str = "", short_by: int = 0,
              clock: Callable[[], float] = time.monotonic) -> DuetRace | None:
     """Race ``labels`` (``configs[0]`` the reference) by duet for ``max_seconds`` (ending
     after an even number of blocks, so by a block more at most; longer, up to twice that,
-    until every candidate has the batches of two whole blocks; three times it at most);
-    None when too little was measured for an interval. ``clone`` is the second cluster's
-    arm, a clone or the twin: its name is what the decisions call it."""
+    until every candidate has the batches of two whole blocks, or all but ``short_by`` of
+    them; three times it at most); None when too little was measured for an interval.
+    ``clone`` is the second cluster's arm, a clone or the twin: its name is what the
+    decisions call it."""
     if len(configs) != len(labels) or len(labels) < 2:
         raise ConfigError(f"a duet race needs a reference and a candidate, one configuration "
                           f"per label, but got {len(configs)} configurations for "
@@ -103,7 +104,8 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
         # on a loaded machine a segment pairs fewer seconds than it ran (a second without a
         # report on either side): the time limit waits for the batches two whole blocks give
         enough = outcome is not None and all(
-            c.batches >= 2 * (segment_s // BATCH_S) for c in outcome.comparisons.values())
+            c.batches >= 2 * (segment_s // BATCH_S) - short_by
+            for c in outcome.comparisons.values())
         # the limit is looked at after an even number of blocks, where each candidate ran
         # as often on the clone as on the server (the asymmetry cancels exactly), and stops
         # once another block, at the pace so far, would not fit (the pair it starts may

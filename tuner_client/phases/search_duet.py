@@ -16,8 +16,8 @@ feasible candidates: in every block each candidate runs beside the reference onc
 same seconds under the workload's own client (one ``--random-seed`` for both clients), the
 reference on the clone in even blocks and on the server in odd ones, for
 :data:`SEARCH_BLOCKS` blocks of :data:`SEARCH_SEGMENT_S`-s segments (more where the machine
-paired too few seconds). A candidate's ratio is its batches' paired log-ratios with the
-clone's fixed asymmetry cancelled, and a Student t interval at
+paired too few seconds: :data:`SHORT_BY`). A candidate's ratio is its batches' paired
+log-ratios with the clone's fixed asymmetry cancelled, and a Student t interval at
 :data:`~tuner_client.phases.search_batches.LEVEL`, not split over the candidates (the search
 ranks; the final race claims); the segments' width where they spread beyond their batches
 (:func:`tuner_client.duet.stats.segments_differ`). The strategy is told that ratio times the
@@ -76,6 +76,11 @@ __all__ = ["DuetEvaluations", "run_duet_session"]
 SEARCH_SEGMENT_S = 10
 #: blocks per run: each candidate once on either cluster, so the asymmetry cancels exactly
 SEARCH_BLOCKS = 2
+#: batches a candidate may lack of its two blocks' four before the run ends anyway: on a
+#: loaded machine a segment pairs a second or two fewer than it ran, and an A/A search's first
+#: batch of six then ran four blocks where two were planned (456 s for 10 evaluations, load
+#: 8); three batches still hold both orientations and a t interval
+SHORT_BY = 1
 #: seconds a segment costs beyond those it measures (connections, a reload)
 SEGMENT_OVERHEAD_S = 2
 #: the reference's label in a search's duet run
@@ -136,6 +141,7 @@ class DuetEvaluations(SessionEvaluations):
             outcome = run_duet(server, other, configs, labels, self.runner,
                                max_seconds=seconds, level=LEVEL, segment_s=SEARCH_SEGMENT_S,
                                warmup_s=warmup, min_blocks=SEARCH_BLOCKS,
+                               short_by=SHORT_BY,
                                clone_text=second_text(self.second, self.cpus))
         except HarmonyError as exc:
             for ev in runnable:
