@@ -8,6 +8,7 @@ configuration."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,7 +33,7 @@ offline: {knobs: {shared_buffers: {min: 128MB, max: 128MB}}, evaluations: 1}
 online: {knobs: {max_wal_size: {values: [32MB, 1GB]}}, strategy: {name: exhaustive},
          evaluations: 1}
 flow: {kind: one-pass}
-final: {rounds: 1, candidates: 1, max_seconds: 30, baselines: []}
+final: {rounds: 1, candidates: 1, max_seconds: 30, baselines: [pgtune]}
 """
 
 
@@ -72,6 +73,13 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert searched.value == searched.ratio * searched.reference[0]
     decision = result.intervals.decision
     assert decision is not None and decision.design == "duet", decisions
+    # PGTune's shared_buffers (a quarter of the RAM) lies outside the 128MB the config
+    # searches: a race that carries the restart whole does not race it (as a split's restart
+    # part does not), and says so
+    assert re.search(r"final: pgtune is not raced: shared_buffers \d+kB lies outside "
+                     r"128MB–128MB, outside the range offline.knobs searches", decisions), \
+        decisions
+    assert set(decision.intervals) == {"best"}, decision.intervals
     assert "by duet, the most precise design valid here; not per-transaction: " in decisions
     assert "max_wal_size ('sighup') differs: its effect plays out over a cycle" in decisions
     assert "final: duet clone of 127.0.0.1:" in decisions

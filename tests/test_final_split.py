@@ -14,7 +14,7 @@ from tune_fixtures import TpchCluster, tpch_cluster, tune, tune_yaml  # noqa: F4
 from tuner_client.config.knobspace import resolve_knob_space
 from tuner_client.config.model import KnobSpec
 from tuner_client.knobs.catalog import KnobCatalog
-from tuner_client.phases.final_split import _outside_range, product
+from tuner_client.phases.final_split import outside_range, product
 from tuner_client.stats.paired import RatioInterval
 
 # the offline pass measures only 64MB (the original is 128MB), the online one both values of
@@ -92,10 +92,10 @@ def test_a_restart_value_outside_the_searched_range_is_named(
                                catalog, kind="offline")
     ctx = SimpleNamespace(offline_space=space)
     knobs = ["shared_buffers", "max_connections"]
-    assert _outside_range(ctx, {"shared_buffers": "6170936kB"}, knobs) == [  # type: ignore[arg-type]
+    assert outside_range(ctx, {"shared_buffers": "6170936kB"}, knobs) == [  # type: ignore[arg-type]
         "shared_buffers 6170936kB lies outside 16MB–256MB"]
-    assert _outside_range(ctx, {"shared_buffers": "8MB"}, knobs) == [  # type: ignore[arg-type]
+    assert outside_range(ctx, {"shared_buffers": "8MB"}, knobs) == [  # type: ignore[arg-type]
         "shared_buffers 8MB lies outside 16MB–256MB"]
     for inside in ("16MB", "100MB", "256MB", "262144kB"):
-        assert _outside_range(ctx, {"shared_buffers": inside,  # type: ignore[arg-type]
+        assert outside_range(ctx, {"shared_buffers": inside,  # type: ignore[arg-type]
                                     "max_connections": "5000"}, knobs) == [], inside

@@ -53,11 +53,12 @@ def comparison_of(ctx: RunContext, configs: Sequence[Mapping[str, str]], *,
                       replicated=ctx.pool.replicated, search=search, memory_pressure=pressure)
 
 
-def choose_for(ctx: RunContext, configs: Sequence[Mapping[str, str]], *, search: bool = False
-               ) -> Choice:
-    """The engine's design for ``configs`` in this run, from ``measure.design`` down."""
+def choose_for(ctx: RunContext, configs: Sequence[Mapping[str, str]], *, search: bool = False,
+               designs: tuple[str, ...] | None = None) -> Choice:
+    """The engine's design for ``configs`` in this run, from ``measure.design`` down, among
+    ``designs`` (None: a search's, or every one)."""
     return choose(comparison_of(ctx, configs, search=search), ctx.config.measure.design,
-                  SEARCH_DESIGNS if search else PRECISION)
+                  designs or (SEARCH_DESIGNS if search else PRECISION))
 
 
 def final_design_of(name: str) -> FinalDesign:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind
@@ -35,6 +35,7 @@ from tuner_client.phases.final_candidates import (
 )
 from tuner_client.phases.final_design import FinalRun
 from tuner_client.phases.final_result import conclude
+from tuner_client.phases.final_split import outside_range, restart_knobs, split_choice
 from tuner_client.phases.final_windows import NAMES, baseline_round, decision_labels
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
@@ -102,7 +103,7 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         measured = baseline_round(run, ["default", *baselines], candidates) \
             if state.best is not None and ctx.config.final.rounds > 0 else None
         return conclude(run, candidates, measured, baselines)
-    request = inputs.request(ctx.config.final.level)
+    request = in_range(ctx, state, inputs.request(ctx.config.final.level))
     choice = choose_for(ctx, request.settings())
     state.decide(Decision.of("final", Kind.DESIGN, labels=request.labels, design=choice.design,
                              why=choice.text()))
@@ -123,6 +124,33 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
             reason="not raced: the per-transaction race failed, and managed mode measures in "
                    "no other design; the original stays"))
     return conclude(run, candidates, outcome, baselines)
+
+
+def in_range(ctx: RunContext, state: RunState, request: RaceRequest) -> RaceRequest:
+    """``request`` without the rules of thumb whose restart-time values lie outside the range
+    ``offline.knobs`` searches, where the race carries the restart-time difference whole (not
+    split: a split's restart part applies the same rule, :func:`~tuner_client.phases.
+    final_split.restart_options`, and its session part races them all). Each is said. An A/A
+    of server-wide knobs (shared_buffers searched in 256MB-1GB) raced PGTune's 6 GB beside
+    the best by duet: half the race's segments, Bonferroni over two, and the best's interval
+    ±6.3 % where one candidate has them all."""
+    choice = choose_for(ctx, request.settings())
+    if not choice.carries_restart or \
+            split_choice(ctx, lambda configs: choose_for(ctx, configs), request) is not None:
+        return request
+    restart = restart_knobs(ctx, request.settings())
+    keep = [request.reference]
+    for label in request.candidates:
+        outside = [] if label in request.searched else \
+            outside_range(ctx, request.configurations[label], restart)
+        if not outside:
+            keep.append(label)
+            continue
+        state.decide(Decision.note(
+            f"final: {label} is not raced: {'; '.join(outside)}, outside the range "
+            f"offline.knobs searches (a restart-time value the search was held from)",
+            labels=(label,), reason="outside the searched range"))
+    return replace(request, labels=tuple(keep)) if len(keep) >= 2 else request
 
 
 def _differing(settings: Mapping[str, str], original: Mapping[str, str]) -> dict[str, str]:

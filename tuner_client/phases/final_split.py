@@ -188,7 +188,7 @@ def restart_options(run: FinalRun, request: RaceRequest, winner: str | None,
         # inside the range the config searches (the winner's own is raced wherever it
         # lies: it is the configuration that won)
         outside = [] if winner is not None and label == f"{winner}-restart" \
-            else _outside_range(ctx, options[label], restart)
+            else outside_range(ctx, options[label], restart)
         if outside:
             state.decide(Decision.note(
                 f"final: stage 2: {label} is not raced: {'; '.join(outside)}, outside "
@@ -210,7 +210,7 @@ def restart_options(run: FinalRun, request: RaceRequest, winner: str | None,
     return options, option_labels
 
 
-def _outside_range(ctx: RunContext, settings: Mapping[str, str],
+def outside_range(ctx: RunContext, settings: Mapping[str, str],
                    knobs: list[str]) -> list[str]:
     """Which of ``knobs`` in ``settings`` lie outside the offline search's range, in words
     (a knob the search does not tune has no range to leave)."""

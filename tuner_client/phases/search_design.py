@@ -39,7 +39,9 @@ def session_runner(ctx: RunContext, state: RunState, label: str, space: KnobSpac
     return RUNNERS.get(choice.design, run_session)
 
 
-def search_choice(ctx: RunContext, space: KnobSpace) -> Choice:
-    """The engine's design for a session over ``space``: every searched knob may differ
-    from the reference (against {} each one counts)."""
-    return choose_for(ctx, [ctx.current(space.names), {}], search=True)
+def search_choice(ctx: RunContext, space: KnobSpace, designs: tuple[str, ...] | None = None
+                  ) -> Choice:
+    """The engine's design for a session over ``space`` among ``designs`` (None: the online
+    search's, :data:`~tuner_client.engine.comparison.SEARCH_DESIGNS`): every searched knob
+    may differ from the reference (against {} each one counts)."""
+    return choose_for(ctx, [ctx.current(space.names), {}], search=True, designs=designs)

@@ -185,8 +185,8 @@ class DuetEvaluations(SessionEvaluations):
                                warm_up=False)
         finally:
             if self.second is not None:
-                # the workload ran on the twin too: a later duet compares only relations
-                self.state.twin_written |= isinstance(self.second, Twin) and self.runs > 0
+                if isinstance(self.second, Twin) and self.runs:
+                    self.state.wrote_twin()  # a later duet compares only their relations
                 self.second.remove()
             cluster = self.ctx.target.cluster
             if self.cpus is not None and cluster is not None:

@@ -141,6 +141,10 @@ class RunState:
     on_measured: Callable[[PointRecord], None] | None = None
     on_decision: Callable[[str], None] | None = None
 
+    def wrote_twin(self) -> None:
+        """A duet of this run wrote the workload to the user's twin (:attr:`twin_written`)."""
+        self.twin_written = True
+
     def decide(self, record: Decision) -> None:
         """Record a decision of the run (shown in the summary and the log, in the words
         :func:`~tuner_client.phases.decisions.render` gives it)."""
