@@ -19,8 +19,10 @@ from tuner_client.api.client import connect
 from tuner_client.config import parse_tuner_config
 from tuner_client.crashsafe.clones import clone_paths
 from tuner_client.crashsafe.journal import journal_dir
+from tuner_client.duet.race import SEGMENT_S, WARMUP_S
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
+from tuner_client.phases.final_duet import segment_seconds
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
@@ -106,3 +108,16 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     # the server's affinity is every CPU again
     pid = int((own_cluster.data_dir / "postmaster.pid").read_text().split()[0])
     assert os.sched_getaffinity(pid) == set(range(os.cpu_count() or 1))
+
+
+def test_the_segments_fill_the_budget_in_an_even_number_of_blocks() -> None:
+    """The race stops only after an even number of blocks: one candidate's 240 s cut into
+    40-s segments (45 s a block with the warm-up and the switch) ran six blocks, 270 s. Cut
+    into 35-s ones, six blocks take the 240 s. Short budgets keep the 20-s floor, two
+    candidates their 25 s, and a long one never passes 40."""
+    assert segment_seconds(240, 1) == 35 and 6 * (35 + WARMUP_S + 2) == 240
+    assert segment_seconds(240, 2) == 25
+    assert segment_seconds(60, 1) == segment_seconds(40, 1) == SEGMENT_S
+    assert segment_seconds(180, 1) == 40
+    assert all(SEGMENT_S <= segment_seconds(s, k) <= 2 * SEGMENT_S
+               for s in range(10, 1200, 7) for k in (1, 2, 3, 5))
