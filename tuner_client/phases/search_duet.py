@@ -223,9 +223,10 @@ class DuetEvaluations(SessionEvaluations):
                                     state.decide, memory_limit_bytes=limit, phase=label,
                                     twin_written=state.twin_written)
         if runner is None or second is None:
+            why = ("no second cluster for a duet search (said above)" if runner is not None
+                   else "the tuner does not drive the traffic, so no duet")
             state.decide(Decision(label, Kind.MEASURED, design=WINDOWS,
-                                  why="no second cluster for a duet search (said above): "
-                                      "measured in windows"))
+                                  why=f"{why}: measured in windows"))
             return run_windows_session(ctx, state, session, space, evaluations, label,
                                        after_eval, references, seconds)
         reference = session_reference(ctx.measurer.in_force, label, space, references)
