@@ -36,6 +36,7 @@ from tuner_client.phases.decisions import Decision, Kind, drift_record, race_rec
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.final_per_transaction import race_seconds
 from tuner_client.phases.state import RunContext, RunState
+from tuner_client.servers.target import Target
 from workloads.factory import make_workload
 from workloads.pgbench import PgbenchWorkload
 
@@ -148,6 +149,23 @@ def second_text(second: Clone | Twin, cpus: tuple[str, str, str] | None) -> str:
     return f"its clone ({size}, made in {second.setup_s:.1f} s, removed after{pinned})"
 
 
+def duet_arms(target: Target, apply: Callable[..., object], second: Clone | Twin,
+              cpus: tuple[str, str, str] | None) -> tuple[Arm, Arm]:
+    """The duet's two arms: the server of ``target``, configured by the run's own
+    (journaled) ``apply`` without the budget check or a warm-up, and ``second``, each pinned
+    to its half of ``cpus`` where given (:func:`pinning`)."""
+    cluster = target.cluster
+    server = Arm("server", target.dsn,
+                 lambda s: apply(s, check_budget=False, warm_up=False),
+                 cpus=cpus[0] if cpus else None,
+                 data_dir=cluster.data_dir if cluster is not None else None)
+    other = Arm("clone" if isinstance(second, Clone) else "twin",
+                second.dsn_like(target.dsn), lambda s: second.apply(dict(s)),
+                cpus=cpus[1] if cpus else None,
+                data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
+    return server, other
+
+
 class Duet(FinalDesign, name=DUET):
     """The final race by duet (the module)."""
 
@@ -223,14 +241,7 @@ def race_duet_run(ctx: RunContext, state: RunState,
         return None
     cpus = pinning(ctx) if isinstance(second, Clone) else None
     try:
-        server = Arm("server", ctx.target.dsn,
-                     lambda s: ctx.apply(s, check_budget=False, warm_up=False),
-                     cpus=cpus[0] if cpus else None,
-                     data_dir=ctx.target.cluster.data_dir if ctx.target.cluster else None)
-        other = Arm("clone" if isinstance(second, Clone) else "twin",
-                    second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
-                    cpus=cpus[1] if cpus else None,
-                    data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
+        server, other = duet_arms(ctx.target, ctx.apply, second, cpus)
         seconds = duet_seconds(ctx)
         outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),

@@ -41,7 +41,7 @@ from tuner_client.api.client import Session
 from tuner_client.config import KnobSpace
 from tuner_client.duet.clone import Clone
 from tuner_client.duet.driver import Runner, pin_postmaster
-from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.race import run_duet
 from tuner_client.duet.stats import DuetComparison
 from tuner_client.duet.twin import Twin
 from tuner_client.engine.designs import DUET, WINDOWS
@@ -49,6 +49,7 @@ from tuner_client.measurer import PointRecord
 from tuner_client.phases.blocks import SessionReferences
 from tuner_client.phases.decisions import Decision, Kind
 from tuner_client.phases.final_duet import (
+    duet_arms,
     duet_runner,
     largest_shared_buffers,
     pinning,
@@ -108,20 +109,6 @@ class DuetEvaluations(SessionEvaluations):
     cpus: tuple[str, str, str] | None = None
     segments: int = 0
 
-    def _arms(self) -> tuple[Arm, Arm]:
-        ctx, second, cpus = self.ctx, self.second, self.cpus
-        assert second is not None
-        cluster = ctx.target.cluster
-        server = Arm("server", ctx.target.dsn,
-                     lambda s: ctx.apply(s, check_budget=False, warm_up=False),
-                     cpus=cpus[0] if cpus else None,
-                     data_dir=cluster.data_dir if cluster is not None else None)
-        other = Arm("clone" if isinstance(second, Clone) else "twin",
-                    second.dsn_like(ctx.target.dsn), lambda s: second.apply(dict(s)),
-                    cpus=cpus[1] if cpus else None,
-                    data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
-        return server, other
-
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
         """One duet run of ``runnable`` beside the reference; each record gets its paired
         ratio (or its failure when the run failed or measured too little)."""
@@ -136,7 +123,7 @@ class DuetEvaluations(SessionEvaluations):
                     self.label, self.runs + 1, len(runnable), seconds)
         ctx.measurer.stop()  # the windows' workload must not run beside this one
         started = time.monotonic()
-        server, other = self._arms()
+        server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus)
         try:
             outcome = run_duet(server, other, configs, labels, self.runner,
                                max_seconds=seconds, level=LEVEL, segment_s=SEARCH_SEGMENT_S,

@@ -33,9 +33,8 @@ def search_design(config: TunerConfig, catalog: KnobCatalog, space: KnobSpace, *
                                replicated=config.replicas.enabled, search=True),
                     config.measure.design, designs)
     if choice.clones:
-        clone = (twin_text(config, after="the session") if config.database.twin is not None
-                 else clone_text(data_bytes, shared_buffers, after="the session"))
-        return f"{choice.text()} ({clone})"
+        return (f"{choice.text()} "
+                f"({second_text(config, data_bytes, shared_buffers, after='the session')})")
     wide = [n for n in space.names if n in SYSTEM_WIDE_KNOBS]
     if not choice.per_transaction or not wide:
         return choice.text()
@@ -61,6 +60,15 @@ def clone_text(data_bytes: int | None, shared_buffers: str | None, *,
     return (f"a clone of the server beside it (pg_basebackup into HARMONY_CLONE_DIR, default "
             f"/var/tmp): {disk}, {memory} plus its clients' work memory, set-up {setup}; "
             f"removed after {after}")
+
+
+def second_text(config: TunerConfig, data_bytes: int | None, shared_buffers: str | None, *,
+                after: str = "the race") -> str:
+    """The duet's second cluster for the plan: the user's twin where ``database.twin`` names
+    one, else the clone the tuner would make (:func:`clone_text`)."""
+    if config.database.twin is not None:
+        return twin_text(config, after=after)
+    return clone_text(data_bytes, shared_buffers, after=after)
 
 
 def twin_text(config: TunerConfig, *, after: str = "the race") -> str:
@@ -89,8 +97,7 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
 
     choice = chosen(online.names)
     text = f"when the candidates differ in the online knobs: {choice.text()}"
-    clone = (twin_text(config) if config.database.twin is not None
-             else clone_text(data_bytes, shared_buffers))
+    clone = second_text(config, data_bytes, shared_buffers)
     if choice.clones:
         text += f" ({clone})"
     if not offline.names:
