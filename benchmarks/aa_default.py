@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--tag", default="run")
     parser.add_argument("--space", choices=sorted(SPACES), default="session")
+    # runs continuing an earlier set take the seeds after it (each run its own search)
+    parser.add_argument("--first-seed", type=int, default=1)
     args = parser.parse_args(argv)
     knobs = SPACES[args.space]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -85,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {"machine": machine(), "args": vars(args), "knobs": knobs,
                             "runs": []}
     harmony = Path(sys.executable).with_name("harmony")
+    command = "python -m benchmarks.aa_default " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    jpath = mpath = Path()
     try:
         cluster.start()
         dsn = _load(cluster)
@@ -96,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         mix.write_text(MIX_SQL.format(long=LONG["range"]))
         for r in range(args.runs):
             config = state / f"aa-{r}.yaml"
-            config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix, r + 1, knobs),
+            config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix,
+                                                         args.first_seed + r, knobs),
                                              sort_keys=False))
             load = uptime()
             started = time.monotonic()
@@ -104,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                   str(state / f"out-{r}"), "--json"], capture_output=True,
                                  text=True, check=False)
             wall = round(time.monotonic() - started, 1)
-            row: dict[str, Any] = {"run": r, "wall_s": wall, "rc": run.returncode,
-                                   "uptime": load}
+            row: dict[str, Any] = {"run": r, "seed": args.first_seed + r, "wall_s": wall,
+                                   "rc": run.returncode, "uptime": load}
             if run.returncode == 0:
                 decision = json.loads(run.stdout).get("decision") or {}
                 shown = decision.get("winner") or decision.get("best")
@@ -121,17 +127,16 @@ def main(argv: list[str] | None = None) -> int:
                     row["decisions"] = [d["text"] for d in records]
             else:
                 row["stderr_tail"] = run.stderr[-2000:]
-                if run.returncode == 2:  # the config was refused: every run would be
-                    data["runs"].append(row)
-                    break
             logging.info("A/A run %d: %s", r, row)
             data["runs"].append(row)
+            # after every run, so that a long set cut short keeps the runs it made
+            jpath, mpath = write_results(f"aa_default.{args.tag}", data,
+                                         markdown(data, command))
+            if run.returncode == 2:  # the config was refused: every run would be
+                break
     finally:
         cluster.stop()
         shutil.rmtree(state, ignore_errors=True)
-    command = "python -m benchmarks.aa_default " + " ".join(
-        argv if argv is not None else sys.argv[1:])
-    jpath, mpath = write_results(f"aa_default.{args.tag}", data, markdown(data, command))
     print(f"wrote {jpath} and {mpath}")
     return 0
 
