@@ -15,8 +15,8 @@ from __future__ import annotations
 import abc
 import logging
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 6
 #: the interval level of each evaluation (the search ranks; only the final race claims)
 LEVEL = 0.95
+#: the reference's label in a search's run
+REFERENCE = "reference"
 
 
 def run_seconds(base_s: float, candidates: int) -> float:
@@ -118,6 +120,26 @@ class SessionEvaluations(abc.ABC):
                 ev.record.failure = "the reference could not be measured in a window"
             return
         self.measure_feasible(runnable, level)
+
+    def arms(self, runnable: list[Evaluation]) -> tuple[list[str], list[dict[str, str]]]:
+        """The labels and settings (the session's knobs) of one run: the reference, then
+        ``runnable`` as ``candidate-1`` ... in order."""
+        names = self.space.names
+        labels = [REFERENCE, *(f"candidate-{k}" for k in range(1, len(runnable) + 1))]
+        configs = [{n: self.reference.settings[n] for n in names},
+                   *({n: ev.settings[n] for n in names} for ev in runnable)]
+        return labels, configs
+
+    @contextmanager
+    def counted(self) -> Iterator[None]:
+        """One run of the design: counted in :attr:`runs` and its wall-clock in
+        :attr:`seconds` however it ends."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.runs += 1
+            self.seconds += time.monotonic() - started
 
     @abc.abstractmethod
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:

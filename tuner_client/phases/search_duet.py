@@ -31,7 +31,6 @@ whose data differs), the session is measured in windows and a decision says why.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -84,8 +83,6 @@ SEARCH_BLOCKS = 2
 SHORT_BY = 1
 #: seconds a segment costs beyond those it measures (connections, a reload)
 SEGMENT_OVERHEAD_S = 2
-#: the reference's label in a search's duet run
-REFERENCE = "reference"
 
 
 def run_seconds(candidates: int, warmup_s: int) -> float:
@@ -112,31 +109,26 @@ class DuetEvaluations(SessionEvaluations):
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
         """One duet run of ``runnable`` beside the reference; each record gets its paired
         ratio (or its failure when the run failed or measured too little)."""
-        ctx, names = self.ctx, self.space.names
+        ctx = self.ctx
         assert self.runner is not None and self.second is not None
-        labels = [REFERENCE, *(f"candidate-{k}" for k in range(1, len(runnable) + 1))]
-        configs = [{n: self.reference.settings[n] for n in names},
-                   *({n: ev.settings[n] for n in names} for ev in runnable)]
+        labels, configs = self.arms(runnable)
         warmup = warmup_seconds(ctx.config.measure.warmup_s)
         seconds = run_seconds(len(runnable), warmup)
         logger.info("[%s] duet run %d: the reference and %d candidate(s) for about %.0f s",
                     self.label, self.runs + 1, len(runnable), seconds)
         ctx.measurer.stop()  # the windows' workload must not run beside this one
-        started = time.monotonic()
         server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus)
         try:
-            outcome = run_duet(server, other, configs, labels, self.runner,
-                               max_seconds=seconds, level=LEVEL, segment_s=SEARCH_SEGMENT_S,
-                               warmup_s=warmup, min_blocks=SEARCH_BLOCKS,
-                               short_by=SHORT_BY,
-                               clone_text=second_text(self.second, self.cpus))
+            with self.counted():
+                outcome = run_duet(server, other, configs, labels, self.runner,
+                                   max_seconds=seconds, level=LEVEL,
+                                   segment_s=SEARCH_SEGMENT_S, warmup_s=warmup,
+                                   min_blocks=SEARCH_BLOCKS, short_by=SHORT_BY,
+                                   clone_text=second_text(self.second, self.cpus))
         except HarmonyError as exc:
             for ev in runnable:
                 ev.record.failure = f"duet run failed: {exc}"
             return
-        finally:
-            self.runs += 1
-            self.seconds += time.monotonic() - started
         if outcome is None:
             for ev in runnable:
                 ev.record.failure = "the duet run measured too little for an interval"

@@ -72,6 +72,7 @@ from tuner_client.phases.decisions import Decision
 from tuner_client.phases.search_batches import (
     LEVEL,
     MAX_BATCH,
+    REFERENCE,
     Evaluation,
     SessionEvaluations,
     run_seconds,
@@ -84,7 +85,6 @@ from tuner_client.phases.search_stops import (
     ranked,
 )
 from tuner_client.phases.search_switchback import (
-    REFERENCE,
     interval_text,
     search_interval,
     switchback_race,

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -72,8 +71,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MAX_BATCH", "SwitchbackEvaluations", "run_switchback_session", "switchback_race"]
 
-#: the reference's label in a search's switchback run
-REFERENCE = "reference"
 
 
 def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], labels: list[str],
@@ -131,28 +128,23 @@ class SwitchbackEvaluations(SessionEvaluations):
         whose ratio so far reads below the guardrail's line (1 / (1 + ``latency_margin``),
         half the reference's speed by default) ends the run after the block that shows it:
         it fails as harmful, and the others run again without it."""
-        ctx, names = self.ctx, self.space.names
-        labels = [REFERENCE, *(f"candidate-{k}" for k in range(1, len(runnable) + 1))]
-        configs = [{n: self.reference.settings[n] for n in names},
-                   *({n: ev.settings[n] for n in names} for ev in runnable)]
+        ctx = self.ctx
+        labels, configs = self.arms(runnable)
         seconds = run_seconds(ctx.config.measure.per_transaction_s, len(runnable))
         watch = SliceWatch.of(ctx.measurer.trips, ctx.config, labels, configs)
         logger.info("[%s] switchback run %d: the reference and %d candidate(s) for about "
                     "%.0f s", self.label, self.runs + 1, len(runnable), seconds)
-        started = time.monotonic()
         race: SwitchbackRace | None = None
         try:
-            race = switchback_race(ctx, configs, labels, seconds,
-                                   seed=ctx.config.seed + 1000 * self.runs,
-                                   harmed=watch.harmed, judge=watch.judge)
+            with self.counted():
+                race = switchback_race(ctx, configs, labels, seconds,
+                                       seed=ctx.config.seed + 1000 * self.runs,
+                                       harmed=watch.harmed, judge=watch.judge)
         except HarmonyError as exc:
             if not watch.trips:
                 for ev in runnable:
                     ev.record.failure = f"switchback run failed: {exc}"
                 return
-        finally:
-            self.runs += 1
-            self.seconds += time.monotonic() - started
         if race is not None:
             self.slices += race.slices
             self.source, self.counts = race.source, race.counts
