@@ -39,7 +39,7 @@ from tuner_client.phases.final_windows import Windows
 from tuner_client.phases.search_design import RUNNERS, search_choice
 from tuner_client.phases.search_duet import run_duet_session
 from tuner_client.phases.search_switchback import run_switchback_session, switchback_race
-from tuner_client.phases.slice_watch import slice_trip
+from tuner_client.phases.slice_watch import POOLED_S, slice_trip
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
@@ -219,6 +219,7 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
     # the guard's margin 3 (4x the reference's latency): each slice's settled window is under
     # a second of 30-µs statements, and at the default 1 (2x) a CI run tripped on the
     # reference's own settings (2.06x, limit 2.03x) beside the harmful one's tens of times
+    # (before a candidate's slices were pooled: slice_watch.POOLED_S)
     config = parse_tuner_config(LIVE.format(dsn=dsn, data_dir=live_cluster.data_dir)
                                 .replace("measure: {", "measure: {design: switchback, ")
                                 .replace("poll_s: 0.25}",
@@ -251,8 +252,11 @@ def test_live_search_by_switchback_stops_a_harmful_candidate(
                        r"\(block (\d+), [\d.]+ s after its switch\): reverted in ([\d.]+) s, "
                        r"left out of the run", harmful.failure)
     assert got is not None, harmful.failure
-    # above the limit: the original's latest level (about 1) times 1 + latency_margin (3.0)
-    assert float(got[1]) > max(5.0, float(got[2])) and 2.5 < float(got[2]) < 6.0
+    # above the limit: the original's latest level (about 1) times 1 + latency_margin (3.0),
+    # squared while the candidate's slices hold under POOLED_S seconds (its first slice)
+    early = "the limit for" in harmful.failure
+    assert float(got[1]) > max(5.0, float(got[2]))
+    assert (10.0 < float(got[2]) < 24.0) if early else (2.5 < float(got[2]) < 6.0), got[2]
     assert float(got[4]) < 1.0
     assert [(t.kind, t.settings) for t in searched] == [
         ("latency", {"enable_indexscan": "off", "enable_bitmapscan": "off"})], searched
@@ -309,20 +313,44 @@ def _window(seconds: float, **mean_s: float) -> ObservedWindow:
 
 def test_a_trip_is_the_slice_configurations_and_never_the_references() -> None:
     """:func:`slice_trip` on the shapes a live switchback reads (a slice's span, its settled
-    window of pg_stat_statements): statements 3x their reference cost in a candidate's slice
-    trip the latency guardrail (limit 2x) as that slice's configuration's; the same window in
-    the reference's slice is not judged; 1.5x trips nothing."""
+    window of pg_stat_statements, added to its configuration's earlier ones): statements 3x
+    their reference cost trip the latency guardrail (limit 2x) as that configuration's once its
+    slices hold :data:`POOLED_S` seconds, and not in one sub-second slice (limit 4x there: a
+    harmless candidate's 0.75 s once read 2.06x); 5x trips in one; the reference's slices are
+    never judged; 1.5x trips nothing."""
     guard = Guardrail(GuardConfig(latency_margin=1.0, min_calls=20))
     guard.reference = MixReference({"lookup": 0.001, "order": 0.004},
                                    {"lookup": 0.5, "order": 0.5}, min_calls=20)
     configs = [{"work_mem": "4MB"}, {"work_mem": "64kB"}, {"work_mem": "1MB"}]
     begin = time.time() - 1.0
     slow = _window(0.25, lookup=0.003, order=0.012)
-    trip = slice_trip(guard, SliceSpan(0, 1, begin, begin + 1.0), slow, configs)
+    assert slice_trip(guard, SliceSpan(0, 1, begin, begin + 1.0), slow, configs) is None
+    pooled = slow
+    for _ in range(int(POOLED_S / 0.25) - 1):
+        pooled = pooled.plus(slow)
+    assert pooled.seconds == pytest.approx(POOLED_S) and pooled.calls == 8 * 400
+    trip = slice_trip(guard, SliceSpan(0, 1, begin, begin + 1.0), pooled, configs)
     assert trip is not None and trip.kind == "latency"
     assert trip.settings == {"work_mem": "64kB"} and trip.restored == {"work_mem": "4MB"}
-    assert "weighted latency is 3.00x" in trip.reason
+    assert "weighted latency is 3.00x" in trip.reason and "above 2.00x" in trip.reason
     assert trip.detected_after_s is not None and 1.0 <= trip.detected_after_s < 5.0
-    assert slice_trip(guard, SliceSpan(0, 0, begin, begin + 1.0), slow, configs) is None
-    mild = _window(0.25, lookup=0.0015, order=0.006)
+    harmful = _window(0.25, lookup=0.005, order=0.02)
+    trip = slice_trip(guard, SliceSpan(0, 1, begin, begin + 1.0), harmful, configs)
+    assert trip is not None and "5.00x" in trip.reason and "above 4.00x" in trip.reason
+    assert "the limit for 0.2 s of a candidate's slices" in trip.reason
+    assert slice_trip(guard, SliceSpan(0, 0, begin, begin + 1.0), harmful, configs) is None
+    mild = _window(2.5, lookup=0.0015, order=0.006)
     assert slice_trip(guard, SliceSpan(1, 2, begin, begin + 1.0), mild, configs) is None
+
+
+def test_windows_add_up_with_each_statements_mean_weighted_by_its_calls() -> None:
+    """:meth:`ObservedWindow.plus`: seconds and counts added, a statement's mean weighted by
+    its calls, a statement of one window only kept as it was."""
+    a = ObservedWindow(0.5, {"q": (100, 0.002), "r": (10, 0.1)}, 50, 1, 0, 2)
+    b = ObservedWindow(1.0, {"q": (300, 0.006)}, 150, 3, 1, 0)
+    both = a.plus(b)
+    assert both.seconds == 1.5 and both.statements["r"] == (10, 0.1)
+    assert both.statements["q"][0] == 400
+    assert both.statements["q"][1] == pytest.approx((100 * 0.002 + 300 * 0.006) / 400)
+    assert (both.xact_commit, both.xact_rollback, both.deadlocks, both.temp_files) == \
+        (200, 4, 1, 2)

@@ -84,6 +84,21 @@ class ObservedWindow:
         finished = self.xact_commit + self.xact_rollback
         return (self.xact_rollback + self.deadlocks) / finished if finished else None
 
+    def plus(self, other: ObservedWindow) -> ObservedWindow:
+        """This window and ``other`` as one: their seconds and counts added, each statement's
+        calls added and its mean weighted by them."""
+        statements = dict(self.statements)
+        for key, (calls, mean) in other.statements.items():
+            had, had_mean = statements.get(key, (0, 0.0))
+            total = had + calls
+            statements[key] = (total, (had * had_mean + calls * mean) / total if total else 0.0)
+        return ObservedWindow(
+            seconds=self.seconds + other.seconds, statements=statements,
+            xact_commit=self.xact_commit + other.xact_commit,
+            xact_rollback=self.xact_rollback + other.xact_rollback,
+            deadlocks=self.deadlocks + other.deadlocks,
+            temp_files=self.temp_files + other.temp_files)
+
 
 def check_pg_stat_statements(conn: psycopg.Connection[TupleRow], where: str) -> None:
     """Raise :class:`WorkloadError` saying how to enable pg_stat_statements when the library

@@ -105,9 +105,11 @@ class Guardrail:
         self.trips: list[Trip] = []
         self._memory_warned = False
 
-    def check(self, window: ObservedWindow) -> None:
-        """Raise :class:`GuardrailTrip` when the window breaks a guardrail."""
+    def check(self, window: ObservedWindow, *, latency_margin: float | None = None) -> None:
+        """Raise :class:`GuardrailTrip` when the window breaks a guardrail (the latency one at
+        ``latency_margin``, by default the config's)."""
         cfg = self.config
+        margin = cfg.latency_margin if latency_margin is None else latency_margin
         if self.reference is not None:
             score = self.reference.score(window.statements, min_calls=cfg.min_calls,
                                          min_coverage=cfg.min_coverage)
@@ -117,12 +119,16 @@ class Guardrail:
                 # reference's time had 20 calls in 3 s while lookups ran 100x slower)
                 score = self.reference.score(window.statements, min_calls=1,
                                              min_coverage=cfg.min_coverage)
-            limit = self.level * (1.0 + cfg.latency_margin)
+            limit = self.level * (1.0 + margin)
             if score is not None and score.ratio > limit:
+                how = "1 + workload.observe.guard.latency_margin" \
+                    if margin == cfg.latency_margin else \
+                    f"{1 + margin:.2f}, the limit for {window.seconds:.1f} s of a candidate's " \
+                    f"slices"
                 raise GuardrailTrip(
                     f"guardrail: the statements' weighted latency is {score.ratio:.2f}x the "
                     f"reference's costs, above {limit:.2f}x (the original configuration's "
-                    f"latest {self.level:.2f}x times 1 + workload.observe.guard.latency_margin)"
+                    f"latest {self.level:.2f}x times {how})"
                     f" over {score.calls} calls in {window.seconds:.1f} s", kind="latency")
         rate = window.error_rate
         errors = window.xact_rollback + window.deadlocks

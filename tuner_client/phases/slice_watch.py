@@ -5,6 +5,15 @@ block from the second on (a candidate reading below 1 / (1 + ``latency_margin``)
 reference ends the run after the block that shows it). Whoever ran the slices then drops what
 tripped or harmed, and runs the others again without it.
 
+**Pooled slices.** A candidate's slices are judged together: each slice's settled window is
+added to the candidate's earlier ones in the run, and the guardrail reads the sum. Until the
+sum holds :data:`POOLED_S` seconds the latency limit is the guardrail's squared
+(``(1 + latency_margin)²``: 4x by default): a harmless candidate's sub-second slice once read
+2.06x against a 2.03x limit and tripped (a CI run of ``tests/test_search_switchback.py``),
+while a harmful one trips at once (lookups by sequential scan read 62x in their first slice).
+Slices of 3 s (live mode's) hold more than :data:`POOLED_S` settled seconds each: they are
+judged at the guardrail's own limit from the first.
+
 **Attribution.** A trip is the slice's own configuration's: the window judged is what the
 traffic did from the slice's settle margin after its switch to its end (the window the race
 counts), so a statement of the slice before that ends late is left out of it, and no rule for
@@ -27,16 +36,22 @@ from tuner_client.measurer.trips import TripHandler
 from tuner_client.stats.switchback import SliceSpan, SwitchbackRace
 from workloads.observe import ObservedWindow
 
+#: settled seconds of a candidate's slices before its latency is judged at the guardrail's own
+#: limit (see the module)
+POOLED_S = 2.0
+
 
 def slice_trip(guard: Guardrail, span: SliceSpan, window: ObservedWindow,
                configs: Sequence[Mapping[str, str]]) -> Trip | None:
-    """Live mode's guardrails on one slice of a switchback run: the trip (its ``revert_s``
-    left 0 until the configuration is back), or None (the reference's slices are never
-    judged: see the module)."""
+    """Live mode's guardrails on ``window``, the settled slices of ``span``'s configuration so
+    far (the module's pooling): the trip (its ``revert_s`` left 0 until the configuration is
+    back), or None (the reference's slices are never judged: see the module)."""
     if span.config == 0:
         return None
+    margin = guard.config.latency_margin
     try:
-        guard.check(window)
+        guard.check(window, latency_margin=None if window.seconds >= POOLED_S
+                    else (1.0 + margin) ** 2 - 1.0)
     except GuardrailTrip as trip:
         return Trip(kind=trip.kind, reason=trip.reason, settings=dict(configs[span.config]),
                     restored=dict(configs[0]), detected_after_s=time.time() - span.begin,
@@ -65,6 +80,8 @@ class SliceWatch:
     trips: dict[str, tuple[Trip, SliceSpan, float]] = field(default_factory=dict)
     #: by label: the ratio read below :attr:`line`
     harmful: dict[str, float] = field(default_factory=dict)
+    #: by configuration: its slices' settled windows so far, added up
+    pooled: dict[int, ObservedWindow] = field(default_factory=dict)
 
     @classmethod
     def of(cls, handler: TripHandler, config: TunerConfig, labels: Sequence[str],
@@ -72,9 +89,14 @@ class SliceWatch:
         return cls(handler, labels, configs, 1.0 / (1.0 + harm_margin(config)))
 
     def judge(self, span: SliceSpan, window: ObservedWindow) -> bool:
-        """The guardrails on ``span``'s settled window: True (stop now) on a trip."""
+        """The guardrails on ``span``'s settled window added to its configuration's earlier
+        ones: True (stop now) on a trip."""
         guard = self.handler.guard
-        trip = slice_trip(guard, span, window, self.configs) if guard is not None else None
+        if guard is None or span.config == 0:
+            return False
+        earlier = self.pooled.get(span.config)
+        pooled = self.pooled[span.config] = window if earlier is None else earlier.plus(window)
+        trip = slice_trip(guard, span, pooled, self.configs)
         if trip is not None:
             self.trips[self.labels[span.config]] = (trip, span, time.monotonic())
         return trip is not None
