@@ -34,7 +34,7 @@ from tuner_client.crashsafe.clones import clone_paths, postmaster_pid
 from tuner_client.duet.clone import check_disk, check_memory, make_clone
 from tuner_client.duet.counted import counted_runner
 from tuner_client.duet.driver import client_runner
-from tuner_client.duet.race import Arm, run_duet
+from tuner_client.duet.race import Arm, candidate_on_clone, run_duet
 from tuner_client.duet.stats import Segment, compare, race
 from tuner_client.engine.comparison import OFFLINE_SEARCH_DESIGNS
 from tuner_client.plan.designs import final_design, search_design
@@ -87,6 +87,35 @@ def test_the_asymmetry_cancels_and_the_interval_covers_the_truth() -> None:
         race(segments, ["default", "best"], segment_s=20, second="replica")
     # one orientation only: no interval yet
     assert compare(segments[::2], 1) is None
+
+
+def test_the_abba_order_cancels_an_asymmetry_that_drifts() -> None:
+    """The clusters' asymmetry drifting linearly over the race (the clone 10 % faster at the
+    start, 10 % slower after eight blocks: its caches, a neighbour's load), no noise, an A/A
+    (truth 1): the ABBA order (:func:`candidate_on_clone`) reads exactly 1 after every four
+    blocks and a third of ABAB's error after six, where alternating read half a block's drift
+    in every ratio."""
+    assert [candidate_on_clone(b) for b in range(8)] == [True, False, False, True] * 2
+
+    def ratio(order: Callable[[int], bool], blocks: int) -> float:
+        segments = []
+        for block in range(blocks):
+            on_clone = order(block)
+            # the asymmetry at the block's seconds, second/server: +10 % -> -10 % over 8
+            asym = math.log(1.10) - (block + 0.5) / 8 * math.log(1.10 ** 2)
+            mean = asym if on_clone else -asym
+            segments.append(Segment(1, on_clone, tuple(mean + 1e-4 * ((t % 2) - 0.5)
+                                                       for t in range(20))))
+        got = compare(segments, 1, ended=True)
+        assert got is not None
+        return math.log(got.interval.ratio)
+
+    step = math.log(1.10 ** 2) / 8  # the asymmetry's drift per block
+    for blocks in (4, 8):
+        assert abs(ratio(candidate_on_clone, blocks)) < 1e-6
+        assert ratio(lambda b: b % 2 == 0, blocks) == pytest.approx(step / 2, rel=1e-3)
+    assert ratio(candidate_on_clone, 6) == pytest.approx(step / 6, rel=1e-3)
+    assert ratio(lambda b: b % 2 == 0, 6) == pytest.approx(step / 2, rel=1e-3)
 
 
 def test_segments_that_spread_wider_than_their_batches_widen_the_interval() -> None:

@@ -185,7 +185,9 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     assert f"ALTER DATABASE \"shop\" SET work_mem = '{recommended}';" in alter
     assert "-- work_mem: replaces the operator's 64kB (ALTER DATABASE)" in alter
     ratios = []
-    for _ in range(2):  # ABBA rounds: a drift of the machine's load cancels within each
+    # three ABBA rounds of 3-s runs: two of 2-s runs read 0.95x and 1.01x in a CI run at load
+    # 10-12 (two benchmarks beside it) where they read above 1.1 alone
+    for _ in range(3):  # ABBA rounds: a drift of the machine's load cancels within each
         original = _tps(managed, ORIGINAL)
         tuned = _tps(managed, alter) + _tps(managed, alter)
         original += _tps(managed, ORIGINAL)
@@ -193,7 +195,7 @@ def test_managed_run_recommends_and_alter_database_reproduces_the_gain(
     measured = statistics.median(ratios)
     # the tuner's per-transaction ratio against pgbench's whole-database one: the same gain
     # within a factor a few-second check can hold (both well above 1)
-    assert measured > 1.1, ratios
+    assert measured > 1.1, (ratios, iv)
     assert 0.6 < measured / iv.ratio < 1.6, (ratios, iv)
 
 
@@ -203,14 +205,14 @@ def _log(cluster: LocalCluster) -> str:
 
 def _tps(m: Managed, statements: str) -> float:
     """Apply ``statements`` as the role (new sessions take them), then pgbench's tps over
-    2 s."""
+    3 s."""
     with psycopg.connect(m.dsn, autocommit=True) as conn:
         for line in statements.splitlines():
             if line.strip() and not line.startswith("--"):
                 conn.execute(line)  # the tuner's own file
     params = psycopg.conninfo.conninfo_to_dict(m.dsn)
     proc = subprocess.run(
-        [str(find_pgbench()), "-n", "-c", "2", "-T", "2", "-f", str(m.script),
+        [str(find_pgbench()), "-n", "-c", "2", "-T", "3", "-f", str(m.script),
          "-h", str(params["host"]), "-p", str(params["port"]), "-U", ROLE, "shop"],
         capture_output=True, text=True, check=True)
     match = re.search(r"tps = ([\d.]+)", proc.stdout)

@@ -1,5 +1,6 @@
 """The duet race: blocks of segments, in each block every candidate beside the reference
-once, the roles (which cluster runs the reference) alternating from block to block, until
+once, the roles (which cluster runs the reference) swapped in the order ABBA, ABBA, ...
+(:func:`candidate_on_clone`), until
 every candidate's interval excludes 1 (anytime-valid: looked at after every block) or the
 time is spent (then the end's t interval: :mod:`tuner_client.stats.horizon`).
 
@@ -55,6 +56,18 @@ class Arm:
             pin_postmaster(self.data_dir, self.cpus)  # a restart forks a new postmaster
 
 
+def candidate_on_clone(block: int) -> bool:
+    """Whether the candidates run on the second cluster in ``block``: in blocks 0 and 3 of
+    every four (ABBA). The asymmetry between the clusters is taken out as half the difference
+    of the two orientations' means; where it drifts (a clone's caches filling, a neighbour's
+    load on one cluster's CPU), alternating ABAB put those means a block apart in time and left
+    half a block's drift in every ratio. ABBA cancels a linear drift every four blocks, and
+    leaves a third of ABAB's after six (the race ends after an even number). Ten A/A runs of
+    server-wide knobs by duet read 8 of 10 ratios above 1, a mean of +1.6 % (se 0.7 %), under
+    ABAB (``benchmarks/results/aa_default.s30-sw.md``)."""
+    return block % 4 in (0, 3)
+
+
 def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
              labels: Sequence[str], runner: Runner, *, max_seconds: float,
              level: float = 0.95, segment_s: int = SEGMENT_S, warmup_s: int = WARMUP_S,
@@ -76,7 +89,7 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
     block = 0
     per_segment = segment_s + warmup_s + 2
     while True:
-        on_clone = block % 2 == 0  # the candidate on the second cluster in even blocks
+        on_clone = candidate_on_clone(block)
         for k in range(1, len(configs)):
             cand, ref = configs[k], configs[0]
             server.put(ref if on_clone else cand)
