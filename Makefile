@@ -88,7 +88,7 @@ demo: $(DEMO_STAMP)
 # Two workers (pytest-xdist): 1,010 tests in 565-587 s against ~1,040 s in one process on the
 # 2-core machine; every cluster a test starts is its own (a free port, a temp dir), and the
 # session-scoped ones are started once per worker. The 25 slowest are listed at the end (1,188
-# tests took 1,114 s on a quiet machine in session 29, 1,591 s beside two benchmarks): where
+# tests took 1,114 s in a CI check of session 29, 1,591 s beside two benchmarks): where
 # to look when the suite outgrows its 15 minutes.
 test: $(STAMP) test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=25
