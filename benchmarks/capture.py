@@ -15,11 +15,14 @@ max_parallel_workers_per_gather 0-2, 10 evaluations, no design).
    original, ``--grid-rounds`` rounds of ``--grid-s`` seconds, every class once a round in a
    random order, each a fresh pgbench of the mix with the same weights (``-M prepared``).
 2. **The default runs.** ``--runs`` runs of ``harmony tune`` (seeds 1, 2, ...), each timed.
-3. **The truth.** The original, the grid's best class and every distinct recommendation, in
-   ``--rounds`` rounds of ``--round-s`` seconds (every configuration once a round, a random
-   order); per configuration the mean log-ratio to the round's original, a 95 % t interval.
-   A run's capture is its recommendation's log-ratio over the grid best's (a run that kept the
-   original captures 0); the issue asks ≥ 90 % in at least 4 of 5 runs.
+3. **The truth.** The original, the grid's ``--top`` best classes and every distinct
+   recommendation, in ``--rounds`` rounds of ``--round-s`` seconds (every configuration once a
+   round, a random order); per configuration the mean log-ratio to the round's original, a
+   95 % t interval. The space's best is the top class that reads best here: the grid's own
+   ranking is only a shortlist (in s30, at load 9-12, its first read 1.34x over 3 rounds of
+   10 s and 0.98x in the truth). A run's capture is its recommendation's log-ratio over that
+   best's (a run that kept the original captures 0); the issue asks ≥ 90 % in at least 4 of
+   5 runs.
 
     flock /tmp/harmony-bench.lock .venv/bin/python -m benchmarks.capture --tag T
 
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid-s", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-s", type=int, default=15)
+    parser.add_argument("--top", type=int, default=3, help="grid classes carried to the truth")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     command = "python -m benchmarks.capture " + " ".join(
@@ -209,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def grid_best(data: dict[str, Any], dsn: str, bench: Pgbench, args: argparse.Namespace
               ) -> None:
-    """The grid's plan classes, each measured beside the original; the best kept in
-    ``data["best"]``."""
+    """The grid's plan classes, each measured beside the original, ranked (best first) in
+    ``data["classes"]``."""
     started = time.monotonic()
     classes = plan_classes(dsn)
     logger.info("%d grid points in %d plan classes (%.0f s)",
@@ -222,22 +226,26 @@ def grid_best(data: dict[str, Any], dsn: str, bench: Pgbench, args: argparse.Nam
         cls.update(ratios(table, k))
     data["classes"] = sorted(classes, key=lambda c: -c["log"])
     data["grid_tps"] = table
-    data["best"] = data["classes"][0]["settings"]
 
 
 def final_truth(data: dict[str, Any], dsn: str, bench: Pgbench, args: argparse.Namespace
                 ) -> None:
-    """The original, the grid's best and every distinct recommendation in the same rounds;
-    each run's capture (its log-ratio over the best's)."""
-    configs: list[dict[str, str]] = [dict(SLOW), dict(data["best"])]
+    """The original, the grid's top classes and every distinct recommendation in the same
+    rounds; the space's best (the top class that reads best there, ``data["best"]``) and each
+    run's capture (its log-ratio over the best's)."""
+    top = [dict(c["settings"]) for c in data["classes"][:args.top]]
+    configs: list[dict[str, str]] = [dict(SLOW), *top]
     for run in data["runs"]:
         rec = run.get("recommended")
         if rec is not None and rec not in configs:
             configs.append(rec)
     table = rounds(dsn, bench, configs, count=args.rounds, seconds=args.round_s, seed=2)
     measured = [ratios(table, k) for k in range(len(configs))]
-    data["truth"] = {"configs": configs, "tps": table, "ratios": measured}
-    best = measured[1]["log"]
+    winner = max(range(1, len(top) + 1), key=lambda k: measured[k]["log"])
+    data["best"] = configs[winner]
+    data["truth"] = {"configs": configs, "tps": table, "ratios": measured, "best": winner,
+                     "top": len(top)}
+    best = measured[winner]["log"]
     for run in data["runs"]:
         rec = run.get("recommended")
         if rec is None:
@@ -266,11 +274,15 @@ def markdown(data: dict[str, Any], command: str) -> str:
                   for i, c in enumerate(classes, 1)]
         lines.append("")
     truth = data.get("truth")
-    if truth:
+    if truth:  # s30 carried the grid's first class only (no "top", no "best")
+        best, top = truth.get("best", 1), truth.get("top", 1)
+        shortlist = "; ".join(f"{truth['configs'][k]} {_text(truth['ratios'][k]['interval'])}"
+                              for k in range(1, top + 1))
         lines += [f"**The truth** ({data['args']['rounds']} rounds of "
                   f"{data['args']['round_s']} s, every configuration once a round): the "
-                  f"grid's best {truth['configs'][1]} "
-                  f"{_text(truth['ratios'][1]['interval'])} over the original.", ""]
+                  f"space's best {truth['configs'][best]} "
+                  f"{_text(truth['ratios'][best]['interval'])} over the original (the grid's "
+                  f"top {top} there: {shortlist}).", ""]
     lines += ["| seed | wall (s) | load at start | design | recommendation | tuner: shown over "
               "the original | pgbench: over the original | capture |",
               "|---:|---:|---|---|---|---|---|---:|"]
