@@ -72,7 +72,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["MAX_BATCH", "SwitchbackEvaluations", "run_switchback_session", "switchback_race"]
 
 
-
 def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], labels: list[str],
                     seconds: float, *, seed: int,
                     harmed: Callable[[SwitchbackRace], bool] | None = None,
