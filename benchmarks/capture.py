@@ -50,8 +50,8 @@ from typing import Any
 import psycopg
 import yaml
 
-from benchmarks.accuracy import LONG, MIX_SQL, Pgbench, _iv, _load, _text
-from benchmarks.default_path import SLOW, user_config
+from benchmarks.accuracy import LONG, Pgbench, _iv, _text
+from benchmarks.default_path import SLOW, slow_server, user_config
 from benchmarks.evidence.common import header, machine, write_results
 from benchmarks.evidence.restart import uptime
 from tuner_client.config import tuner_config_from_dict
@@ -187,14 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     data: dict[str, Any] = {"machine": machine(), "args": vars(args), "original": SLOW,
                             "grid": GRID, "runs": [], "uptime_start": uptime()}
     try:
-        cluster.start()
-        dsn = _load(cluster)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for name, value in SLOW.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-            conn.execute("SELECT pg_reload_conf()")
-        mix = state / "mix.sql"
-        mix.write_text(MIX_SQL.format(long=LONG["range"]))
+        dsn, mix = slow_server(cluster, state)
         bench = Pgbench(dsn, tuner_config_from_dict(user_config(cluster, dsn, mix))
                         .workload.files, state)
         grid_best(data, dsn, bench, args)

@@ -56,6 +56,20 @@ def user_config(cluster: LocalCluster, dsn: str, mix: Path) -> dict[str, Any]:
                        "evaluations": 10}}
 
 
+def slow_server(cluster: LocalCluster, state: Path) -> tuple[str, Path]:
+    """Start ``cluster``, load the table, set the slow original (:data:`SLOW`) by ALTER SYSTEM
+    and write the user's ``range`` mix under ``state``: the DSN and the mix's path."""
+    cluster.start()
+    dsn = _load(cluster)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, value in SLOW.items():
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        conn.execute("SELECT pg_reload_conf()")
+    mix = state / "mix.sql"
+    mix.write_text(MIX_SQL.format(long=LONG["range"]))
+    return dsn, mix
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.default_path")
     parser.add_argument("--tag", default="run")
@@ -67,14 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(state / "cluster", sync_initdb=False)
     data: dict[str, Any] = {"machine": machine(), "args": vars(args), "original": SLOW}
     try:
-        cluster.start()
-        dsn = _load(cluster)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for name, value in SLOW.items():
-                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-            conn.execute("SELECT pg_reload_conf()")
-        mix = state / "mix.sql"
-        mix.write_text(MIX_SQL.format(long=LONG["range"]))
+        dsn, mix = slow_server(cluster, state)
         config = state / "my-app.yaml"
         config.write_text(yaml.safe_dump(user_config(cluster, dsn, mix), sort_keys=False))
         out = state / "out"
