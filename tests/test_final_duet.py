@@ -20,9 +20,10 @@ from tuner_client.config import parse_tuner_config
 from tuner_client.crashsafe.clones import clone_paths
 from tuner_client.crashsafe.journal import journal_dir
 from tuner_client.duet.race import SEGMENT_S, WARMUP_S
+from tuner_client.duet.stats import BATCH_S
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
-from tuner_client.phases.final_duet import segment_seconds
+from tuner_client.phases.final_duet import SHORT_SEGMENT_S, segment_seconds
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
@@ -119,5 +120,20 @@ def test_the_segments_fill_the_budget_in_an_even_number_of_blocks() -> None:
     assert segment_seconds(240, 2) == 25
     assert segment_seconds(60, 1) == segment_seconds(40, 1) == SEGMENT_S
     assert segment_seconds(180, 1) == 40
-    assert all(SEGMENT_S <= segment_seconds(s, k) <= 2 * SEGMENT_S
+    assert all(SHORT_SEGMENT_S <= segment_seconds(s, k) <= 2 * SEGMENT_S
+               and (segment_seconds(s, k) >= SEGMENT_S or segment_seconds(s, k) % BATCH_S == 0)
                for s in range(10, 1200, 7) for k in (1, 2, 3, 5))
+
+
+def test_a_budget_that_fits_four_short_blocks_takes_them() -> None:
+    """Where four blocks fit only with 15-19-s segments, the race takes them (the whole
+    ABBA order, 12 batches a candidate) rather than two blocks of 20 s (8 batches), or four
+    of 20 s past the budget: the demo's restart part at 80 s runs four of 15 s in 72 s (its
+    1-s warm-up and 2 s a switch), where 20-s ones ran two in 46 s and ±2.9-20.5 %. Below
+    15 s the 20-s floor holds."""
+    assert segment_seconds(80, 1) == segment_seconds(90, 1) == SHORT_SEGMENT_S
+    assert 4 * (SHORT_SEGMENT_S + 1 + 2) <= 80 < 4 * (SEGMENT_S + 1 + 2)
+    assert 4 * (SHORT_SEGMENT_S // BATCH_S) == 12 > 2 * (SEGMENT_S // BATCH_S)
+    assert segment_seconds(75, 1) == SEGMENT_S  # 13.75 s a segment: two blocks of 20
+    assert segment_seconds(160, 2) == SHORT_SEGMENT_S  # two candidates: 8 segments of 15 s
+    assert segment_seconds(100, 1) == SEGMENT_S

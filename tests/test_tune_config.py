@@ -18,6 +18,7 @@ from tuner_client.config import (
     parse_tuner_config,
     resolve_knob_space,
 )
+from tuner_client.config.model import RESTART_STAGE
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.servers.local_cluster import LocalCluster
 
@@ -216,3 +217,15 @@ def test_final_until() -> None:
     assert parse_tuner_config("name: x\nfinal: {until: winner}\n").final.until == "winner"
     msg = _error("name: x\nfinal:\n  until: forever\n")
     assert "until" in msg and "forever" in msg and "claim" in msg, msg
+
+
+def test_final_restart_seconds_is_the_restart_parts_own_budget() -> None:
+    cfg = parse_tuner_config("name: x\nfinal: {max_seconds: 30, restart_seconds: 80}\n").final
+    assert (cfg.seconds_for(None), cfg.seconds_for(RESTART_STAGE)) == (30, 80)
+    assert cfg.seconds_for("session part") == 30
+    # without it the restart part reads final.max_seconds, as every race did before
+    plain = parse_tuner_config("name: x\nfinal: {max_seconds: 45}\n").final
+    assert plain.seconds_for(RESTART_STAGE) == 45
+    assert parse_tuner_config("name: x\n").final.seconds_for(RESTART_STAGE) is None
+    msg = _error("name: x\nfinal:\n  restart_seconds: 0\n")
+    assert "configs/bad.yaml, line 3" in msg and "restart_seconds" in msg and "0" in msg, msg

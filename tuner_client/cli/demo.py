@@ -53,7 +53,7 @@ online:
   strategy: {name: nelder-mead, options: {simplex_size: 5}}
   evaluations: 8
 flow: {kind: one-pass}
-final: {rounds: 2, max_rounds: 4, max_seconds: 40}
+final: {rounds: 2, max_rounds: 4, max_seconds: 30, restart_seconds: 80}
 bme: {probe_seconds: 1}
 """
 

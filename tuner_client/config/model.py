@@ -291,6 +291,11 @@ class FlowConfig:
     MULTI_PASS_MAX_PASSES: ClassVar[int] = 3
 
 
+#: the stage of a split final race that races the restart-time knobs
+#: (:mod:`tuner_client.phases.final_split`)
+RESTART_STAGE = "restart part"
+
+
 @dataclass(frozen=True)
 class FinalConfig:
     """Default vs best re-measured interleaved (A/B) ``rounds`` times; optionally keep the best.
@@ -327,10 +332,23 @@ class FinalConfig:
     #: a time budget for the final rounds besides ``max_rounds``: a round that would not fit
     #: is not started (None: rounds only)
     max_seconds: float | None = None
+    #: a split race's restart part's own time budget (``final.restart_part: apart``), in
+    #: place of ``max_seconds`` there (None: ``max_seconds``). The restart part is the one a
+    #: restart-to-restart spread widens: the demo's ended within ±10 % in 6 of 10 runs on two
+    #: 20-s duet segments (``benchmarks/results/demo_runs.s30.md``), while its session part
+    #: read ±3-4 % on the same 40 s
+    restart_seconds: float | None = None
     #: samples per visit in a whole-server windows race (``measure.samples`` is the
     #: search's): a visit's level moves 2-2.5x more than its samples explain, so the race's
     #: seconds buy more, shorter interleaved visits (rounds) rather than longer ones
     visit_samples: int = 1
+
+    def seconds_for(self, stage: str | None) -> float | None:
+        """The time budget of a race at ``stage`` (None: a whole race): ``restart_seconds``
+        for a split race's restart part where given, else ``max_seconds``."""
+        if stage == RESTART_STAGE and self.restart_seconds is not None:
+            return self.restart_seconds
+        return self.max_seconds
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,10 @@ def _final_config(fin: Mapping[str, Any], where: Where) -> FinalConfig:
                         level=float(fin.get("level", FinalConfig.level)),
                         visit_samples=int(fin.get("visit_samples", FinalConfig.visit_samples)),
                         max_seconds=(float(fin["max_seconds"]) if fin.get("max_seconds")
-                                     is not None else FinalConfig.max_seconds))
+                                     is not None else FinalConfig.max_seconds),
+                        restart_seconds=(float(fin["restart_seconds"])
+                                         if fin.get("restart_seconds") is not None
+                                         else FinalConfig.restart_seconds))
     if final.max_rounds < final.rounds:
         raise ConfigError(f"{where('final', 'max_rounds')}: final.max_rounds must be at least "
                           f"final.rounds ({final.rounds}), but got {final.max_rounds}")

@@ -206,6 +206,7 @@ TUNER_SCHEMA: dict[str, Any] = {
                            "close_call_rounds": {"type": "integer", "minimum": 2,
                                                  "maximum": 50},
                            "max_seconds": _SECONDS_BUDGET,
+                           "restart_seconds": _SECONDS_BUDGET,
                            "visit_samples": {"type": "integer", "minimum": 1, "maximum": 10},
                            "until": {"enum": ["claim", "winner"]},
                            "restart_part": {"enum": ["apart", "together"]},

@@ -27,7 +27,7 @@ from tuner_client.duet.clone import Clone, check_memory, make_clone
 from tuner_client.duet.counted import counted_runner
 from tuner_client.duet.driver import Runner, client_runner, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
-from tuner_client.duet.stats import DuetRace
+from tuner_client.duet.stats import BATCH_S, DuetRace
 from tuner_client.duet.twin import Twin, open_twin
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import DUET
@@ -74,13 +74,27 @@ def segment_seconds(seconds: float, candidates: int) -> int:
     Where four blocks of the longest segments leave time over, the segments are cut so that
     an even number of blocks fills the budget: the race stops only after an even number,
     and one candidate's 240 s in 40-s segments (45 s a block) ran six blocks, 270 s (an A/A
-    of server-wide knobs took 610 s where its issue asks 600)."""
+    of server-wide knobs took 610 s where its issue asks 600).
+    Where four blocks fit only with segments of :data:`SHORT_SEGMENT_S` to
+    :data:`~tuner_client.duet.race.SEGMENT_S`, they are taken (whole 5-s batches): the whole
+    ABBA order, whose four blocks cancel a drifting asymmetry, and 12 batches a candidate
+    where two 20-s segments give 8: the end's t interval narrows to 0.72 of theirs (at 98 %
+    with 6 degrees of freedom t is 3.14, with 10 it is 2.76). A budget of 80 s for one
+    candidate, which two blocks of 20-s segments overran to 92 s, now runs four of 15 s in
+    72 s."""
     per_block = max(1, candidates)
     blocks = MIN_BLOCKS
     while seconds / (blocks * per_block) - WARMUP_S - 2 > 2 * SEGMENT_S:
         blocks += 2
     fit = int(seconds / (blocks * per_block)) - WARMUP_S - 2
+    if blocks == MIN_BLOCKS and SHORT_SEGMENT_S <= fit < SEGMENT_S:
+        return fit - fit % BATCH_S
     return max(SEGMENT_S, min(2 * SEGMENT_S, fit))
+
+
+#: the shortest segment a race of four blocks takes before it falls back to two blocks of
+#: :data:`~tuner_client.duet.race.SEGMENT_S`: three 5-s batches
+SHORT_SEGMENT_S = 15
 
 
 #: the duet's time budget when ``final.max_seconds`` is not given. The per-transaction
@@ -91,12 +105,14 @@ def segment_seconds(seconds: float, candidates: int) -> int:
 DEFAULT_DUET_SECONDS = 240
 
 
-def duet_seconds(ctx: RunContext) -> int:
-    """The duet race's time budget: ``final.max_seconds`` as the other designs read it
-    (:func:`~tuner_client.phases.final_per_transaction.race_seconds`), else
+def duet_seconds(ctx: RunContext, stage: str | None = None) -> int:
+    """The duet race's time budget at ``stage`` (a split race's restart part reads
+    ``final.restart_seconds`` where given): ``final.max_seconds`` as the other designs read
+    it (:func:`~tuner_client.phases.final_per_transaction.race_seconds`), else
     :data:`DEFAULT_DUET_SECONDS`."""
-    if ctx.config.final.max_seconds is not None:
-        return race_seconds(ctx)
+    wanted = ctx.config.final.seconds_for(stage)
+    if wanted is not None:
+        return race_seconds(ctx, wanted)
     return DEFAULT_DUET_SECONDS
 
 
@@ -242,7 +258,7 @@ def race_duet_run(ctx: RunContext, state: RunState,
     cpus = pinning(ctx) if isinstance(second, Clone) else None
     try:
         server, other = duet_arms(ctx.target, ctx.apply, second, cpus)
-        seconds = duet_seconds(ctx)
+        seconds = duet_seconds(ctx, stage)
         outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1),
                            warmup_s=warmup_seconds(ctx.config.measure.warmup_s),

@@ -67,10 +67,10 @@ def decide_race(state: RunState, race: PerTransactionRace, *, stage: str | None 
                                   stage=stage, holds=HOLDS))
 
 
-def race_seconds(ctx: RunContext) -> int:
-    """A per-transaction race's length: ``final.max_seconds`` (default
+def race_seconds(ctx: RunContext, wanted: float | None = None) -> int:
+    """A race's length: ``wanted`` (default ``final.max_seconds``, then
     :data:`DEFAULT_SECONDS`) within [:data:`MIN_SECONDS`, :data:`MAX_SECONDS`]."""
-    wanted = ctx.config.final.max_seconds or DEFAULT_SECONDS
+    wanted = wanted or ctx.config.final.max_seconds or DEFAULT_SECONDS
     return int(min(MAX_SECONDS, max(MIN_SECONDS, wanted)))
 
 

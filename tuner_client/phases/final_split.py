@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from harmony_base.params import IntParam, RealParam
+from tuner_client.config.model import RESTART_STAGE
 from tuner_client.engine.designs import RESTART, Choice, differing_knobs, knob_class
 from tuner_client.engine.protocol import RaceRequest, Traced
 from tuner_client.phases.decisions import Decision, Kind
@@ -151,18 +152,18 @@ class Split(FinalDesign, name=SPLIT):
                 f"final: stage 2: the restart part ({', '.join(restart)}) "
                 f"{self.restart_how.replace('whole-server ', '')}: "
                 f"{', '.join(option_labels)} beside the base {base}", design=SPLIT,
-                stage="restart part", labels=("default", *option_labels),
+                stage=RESTART_STAGE, labels=("default", *option_labels),
                 settings={"default": base, **{o: options[o] for o in option_labels}}))
             raced = self.restart.race(run, RaceRequest(
                 {"default": base, **options}, ("default", *option_labels), level,
-                stage="restart part"))
+                stage=RESTART_STAGE))
             second = raced.to_final_decision() if raced is not None else None
             if isinstance(raced, Traced) and (restart_trace := raced.trace()) is not None:
                 traced = replace(restart_trace, note="the restart part's race: each option "
                                                      "beside the session part chosen")
             if second is None:
                 state.decide(Decision.of(
-                    "final", Kind.NO_INTERVAL, design=SPLIT, stage="restart part",
+                    "final", Kind.NO_INTERVAL, design=SPLIT, stage=RESTART_STAGE,
                     text="; the restart-time knobs stay the original's"))
         return _outcome(ctx, run, options, base, first, second, request.level, traced)
 
@@ -193,7 +194,7 @@ def restart_options(run: FinalRun, request: RaceRequest, winner: str | None,
             state.decide(Decision.note(
                 f"final: stage 2: {label} is not raced: {'; '.join(outside)}, outside "
                 f"the range offline.knobs searches, and it is not the session part's "
-                f"winner's own", design=SPLIT, stage="restart part", labels=(label,),
+                f"winner's own", design=SPLIT, stage=RESTART_STAGE, labels=(label,),
                 reason="outside the searched range"))
             option_labels.remove(label)
             continue
@@ -204,7 +205,7 @@ def restart_options(run: FinalRun, request: RaceRequest, winner: str | None,
         if reason is not None:
             state.decide(Decision.note(
                 f"final: stage 2: {label} {options[label]} breaks the memory budget "
-                f"({reason}); not raced", design=SPLIT, stage="restart part",
+                f"({reason}); not raced", design=SPLIT, stage=RESTART_STAGE,
                 labels=(label,), reason=reason))
             option_labels.remove(label)
     return options, option_labels

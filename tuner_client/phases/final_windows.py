@@ -168,7 +168,8 @@ def _race(ctx: RunContext, state: RunState, request: RaceRequest,
             f"candidates near it")
 
     race = Race(measure, racing, reference=request.reference, baselines=reported,
-                budget=RaceBudget(seconds=cfg.max_seconds, max_rounds=max_rounds,
+                budget=RaceBudget(seconds=cfg.seconds_for(request.stage),
+                                  max_rounds=max_rounds,
                                   close_call_rounds=max(max_rounds, cfg.close_call_rounds),
                                   clock=time.monotonic),
                 rules=RaceRules(min_samples=min_rounds, level=request.level,
