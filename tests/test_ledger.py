@@ -120,3 +120,56 @@ def test_a_shift_forgets_the_ledger() -> None:
     assert state.standing(rec) is not None
     state.forget_best()
     assert state.standing(rec) is None and state.best is None
+
+
+def test_a_noisy_evaluation_does_not_outrank_precise_ones_on_its_luck() -> None:
+    """An A/A of server-wide knobs (s31, run 0): against the online reference, a duet
+    evaluation of 3 batches read 1.05× (0.35–3.14) and the precise ones 0.97–1.03×; ranked
+    by points the noisy one raced first. Each link shrunk toward no change by its noise
+    (τ² from the run's links, here at its 1 % floor), the precise 1.03× ranks first, the
+    noisy one below every precise one above 1; the standings' own points stay as measured."""
+    state = RunState()
+    ref = {"work_mem": "4MB"}
+    reads = {"8MB": (1.05, (0.35, 3.14)), "16MB": (1.03, (0.99, 1.07)),
+             "32MB": (1.00, (0.95, 1.06)), "64MB": (0.97, (0.91, 1.04)),
+             "2MB": (1.01, (0.96, 1.06))}
+    records = {}
+    for work_mem, (ratio, interval) in reads.items():
+        records[work_mem] = rec = _record("p1-online", 100.0 * ratio, ratio, interval=interval,
+                                          design="duet", work_mem=work_mem)
+        state.records.append(rec)
+        state.rank(rec, ref, ORIGINAL)
+    assert state.ledger is not None
+    assert state.ledger.effect_variance() == pytest.approx(0.01 ** 2)
+    assert state.best is records["16MB"]
+    ranked = [s["work_mem"] for s, _ in rank_configurations(state.records, ORIGINAL,
+                                                           state.ledger)]
+    assert ranked[0] == "16MB" and ranked.index("8MB") > ranked.index("2MB"), ranked
+    noisy = state.standing(records["8MB"])
+    assert noisy is not None and noisy.ratio == pytest.approx(1.05)  # shown as measured
+    # by the points alone the noisy link would have ranked first
+    standings = state.ledger.standings()
+    assert max(standings, key=lambda k: standings[k].log_ratio)[1] == "8MB"
+
+
+def test_precise_links_keep_their_order_and_real_spread_shrinks_little() -> None:
+    """Where the effects are real (the demo's online candidates, 1.10–1.30× at ±3 %), τ²
+    comes from them and a ±3 % link keeps nearly all its effect: the ranking is the points'.
+    A 1.35× read at ±60 % is shrunk below the precise 1.30×."""
+    ledger = Ledger.of(ORIGINAL)
+    ref = dict(ORIGINAL)
+    for work_mem, ratio in (("8MB", 1.10), ("16MB", 1.20), ("32MB", 1.30), ("64MB", 1.25)):
+        ledger.add(ref, {**ORIGINAL, "work_mem": work_mem}, ratio,
+                   interval_variance(ratio / 1.03, ratio * 1.03))
+    ledger.add(ref, {**ORIGINAL, "work_mem": "2MB"}, 1.35, interval_variance(1.35 / 1.6,
+                                                                            1.35 * 1.6))
+    tau2 = ledger.effect_variance()
+    assert 0.02 < tau2 < 0.05  # the precise links' own spread of log-ratios
+    order = [k[1] for k in ledger.rank(list(ledger.standings()))]
+    assert [k for k in order if k in ("8MB", "16MB", "32MB", "64MB")] == \
+        ["32MB", "64MB", "16MB", "8MB"], order
+    assert order.index("2MB") > order.index("64MB"), order
+    kept = ledger.score({**ORIGINAL, "work_mem": "32MB"})
+    assert kept is not None and kept == pytest.approx(math.log(1.30), rel=0.01)
+    noisy = ledger.score({**ORIGINAL, "work_mem": "2MB"})
+    assert noisy is not None and noisy < math.log(1.25)

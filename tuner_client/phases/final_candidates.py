@@ -105,8 +105,10 @@ def rank_configurations(records: list[PointRecord], original: Mapping[str, str],
                         ) -> list[tuple[dict[str, str], list[PointRecord]]]:
     """The distinct configurations of the knobs in ``original`` that the search measured,
     other than the original, best first: those the ``ledger`` reaches by their ratio to the
-    original through its chain of paired comparisons (never by absolute levels measured
-    under different designs or minutes apart), then the others by the mean of their values:
+    original through its chain of paired comparisons, each link shrunk toward no change by
+    its noise (:meth:`~tuner_client.stats.ledger.Ledger.scores`; never by absolute levels
+    measured under different designs or minutes apart), then the others by the mean of their
+    values:
     a configuration measured several times is ranked by all its measurements, not by its
     luckiest one.
 
@@ -124,13 +126,13 @@ def rank_configurations(records: list[PointRecord], original: Mapping[str, str],
         key = tuple(r.in_force.get(n, original[n]) for n in names)
         if key != tuple(original.values()):
             measured.setdefault(key, []).append(r)
-    standings = ledger.standings() if ledger is not None else {}
+    scores = ledger.scores() if ledger is not None else {}
 
     def rank(kv: tuple[tuple[str, ...], list[PointRecord]]) -> tuple[int, float]:
-        standing = standings.get(ledger.key(dict(zip(names, kv[0], strict=True)))) \
+        score = scores.get(ledger.key(dict(zip(names, kv[0], strict=True)))) \
             if ledger is not None else None
-        if standing is not None:
-            return 1, standing.log_ratio
+        if score is not None:
+            return 1, score
         return 0, statistics.fmean(r.value or 0.0 for r in kv[1])
 
     ranked = sorted(measured.items(), reverse=True, key=rank)

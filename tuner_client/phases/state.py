@@ -247,8 +247,9 @@ class RunState:
         if any(r is self.best for r in records):
             return self.best
         done = [r for r in records if r.value is not None]
-        ranked = [(st.log_ratio, i) for i, r in enumerate(done)
-                  if (st := self.standing(r)) is not None]
+        ranked = [(score, i) for i, r in enumerate(done)
+                  if self.ledger is not None
+                  and (score := self.ledger.score(r.in_force)) is not None]
         if ranked:
             return done[max(ranked)[1]]
         return best_of(records)
@@ -296,7 +297,9 @@ def outranks(record: PointRecord, against: Mapping[str, str] | None,
     not measured against one), compared on ``names`` (the tuned knobs). With a ``ledger``
     that holds both configurations, their ratios to the original through it decide: the
     demo's online best read 1.215× its reference, the offline best, yet a lower level than
-    an offline window minutes earlier, and never raced.
+    an offline window minutes earlier, and never raced. The ledger ranks by its scores: each
+    link shrunk toward no change by its noise, so that an evaluation read at ±100 % does
+    not outrank one read at ±3 % on its luck (:meth:`~tuner_client.stats.ledger.Ledger.scores`).
 
     Paired ratios decide where they share a reference: measured against ``best``'s own
     configuration, ``record.ratio`` decides alone; measured against the same reference as
@@ -310,9 +313,9 @@ def outranks(record: PointRecord, against: Mapping[str, str] | None,
     if best is None:
         return True
     if ledger is not None and best is not record:
-        mine, theirs = ledger.standing(record.in_force), ledger.standing(best.in_force)
+        mine, theirs = ledger.score(record.in_force), ledger.score(best.in_force)
         if mine is not None and theirs is not None:
-            return mine.log_ratio > theirs.log_ratio
+            return mine > theirs
 
     def same(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
         return all(a.get(n) == b.get(n) for n in names)

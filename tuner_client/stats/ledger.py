@@ -18,6 +18,18 @@ came to 7,939 queries/min, below an offline window's 8,885 queries/min measured 
 earlier; ranked by levels, the offline point raced as "best" and the 1.215× candidate never
 raced. Ranked by the ledger it is 1.215× the offline best's own standing over the original.
 
+**Ranking.** The standings' points rank no configuration fairly against another measured
+far less precisely: the search's highest point is the one its noise lifted most (the
+winner's curse), and a duet evaluation of 3 batches read 1.05× (0.35–3.14) in a run whose
+precise evaluations read 0.97–1.03×; ranked by points it raced first, at "1.20× the
+original" (``benchmarks/results/aa_default.s31-abba.md``, run 0). The ranking therefore
+shrinks each paired measurement toward no change by its own noise (an empirical-Bayes
+posterior mean, James and Stein's estimator with the effects' spread estimated from the
+run's own links: ``τ² = mean(log-ratio² − variance)``, at least :data:`MIN_EFFECT_SD`²),
+and ranks by the chains of shrunk links (:meth:`Ledger.scores`). A link known to ±3 %
+keeps nearly all of its effect; one known to ±100 % keeps nearly none. The standings' own
+points and intervals, which the decisions show, are not shrunk.
+
 Pure: plain Python; a configuration is the tuple of its tuned knobs' values.
 """
 
@@ -37,6 +49,10 @@ Key = tuple[str, ...]
 DEFAULT_WINDOW_SD = 0.10
 #: the normal quantile of a two-sided 95 % interval (a link's interval → its variance)
 Z95 = 1.959963984540054
+#: the least spread (sd of a log-ratio) of the true effects the ranking assumes: a change of
+#: configuration moving the count by about 1 % is plausible before any data. It keeps a
+#: run whose links all read as noise (an A/A) ranking by each link's evidence, not by ties
+MIN_EFFECT_SD = 0.01
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class Ledger:
     #: run's own window noise (a drift across one window is two windows' noise)
     drifts: list[float] = field(default_factory=list)
     _cache: dict[Key, Standing] | None = field(default=None, repr=False)
+    _scores: dict[Key, float] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, original: Mapping[str, str]) -> Ledger:
@@ -135,14 +152,14 @@ class Ledger:
             variance = self.window_variance() * (1.0 + 1.0 / max(1, references))
         link = Link(ref, cfg, math.log(ratio), variance, session, design)
         self.links.append(link)
-        self._cache = None
+        self._cache = self._scores = None
         return link
 
     def note_drift(self, before: float, after: float) -> None:
         """One window reference measured before and after a candidate (levels > 0)."""
         if before > 0 and after > 0:
             self.drifts.append(math.log(after / before))
-            self._cache = None
+            self._cache = self._scores = None
 
     def standing(self, settings: Mapping[str, str] | Key) -> Standing | None:
         """``settings``' standing over the original (None: no chain of paired measurements
@@ -155,33 +172,62 @@ class Ledger:
         a configuration's standing pools its links from configurations resolved before it
         (a link back to a later one, e.g. the original measured against the offline best,
         does not move an earlier standing)."""
-        if self._cache is not None:
-            return self._cache
-        resolved: dict[Key, Standing] = {self.original: Standing(0.0, 0.0, 0, 0)}
-        pending = list(self.links)
-        while True:
-            frontier: dict[Key, list[Link]] = {}
-            for link in pending:
-                if link.reference in resolved and link.config not in resolved:
-                    frontier.setdefault(link.config, []).append(link)
-            if not frontier:
-                break
-            for cfg, links in frontier.items():
-                resolved[cfg] = _pool(links, resolved)
-            pending = [lk for lk in pending if lk.config not in resolved]
-        self._cache = resolved
-        return resolved
+        if self._cache is None:
+            self._cache = _resolve(self.original, self.links)
+        return self._cache
+
+    def effect_variance(self) -> float:
+        """τ², the spread of the links' true log-ratios beyond their noise: the mean over
+        the links of ``log-ratio² − variance`` (moments), at least :data:`MIN_EFFECT_SD`²."""
+        excess = (math.fsum(lk.log_ratio ** 2 - lk.variance for lk in self.links)
+                  / len(self.links)) if self.links else 0.0
+        return max(MIN_EFFECT_SD ** 2, excess)
+
+    def scores(self) -> dict[Key, float]:
+        """Each configuration's ranking score: its log-ratio to the original through the
+        chains of its links, each pooled link shrunk toward no change by
+        ``τ² / (τ² + variance)`` (see the module's ranking)."""
+        if self._scores is None:
+            resolved = _resolve(self.original, self.links, shrink=self.effect_variance())
+            self._scores = {k: st.log_ratio for k, st in resolved.items()}
+        return self._scores
+
+    def score(self, settings: Mapping[str, str] | Key) -> float | None:
+        """``settings``' ranking score (None: no chain reaches it)."""
+        key = settings if isinstance(settings, tuple) else self.key(settings)
+        return self.scores().get(key)
 
     def rank(self, keys: Sequence[Key]) -> list[Key]:
-        """``keys`` with a standing, best first (by the ratio's point estimate)."""
-        st = self.standings()
-        return sorted((k for k in keys if k in st), key=lambda k: -st[k].log_ratio)
+        """``keys`` with a standing, best first (by :meth:`scores`)."""
+        sc = self.scores()
+        return sorted((k for k in keys if k in sc), key=lambda k: -sc[k])
 
 
-def _pool(links: Sequence[Link], resolved: Mapping[Key, Standing]) -> Standing:
+def _resolve(original: Key, links: Sequence[Link], shrink: float | None = None
+             ) -> dict[Key, Standing]:
+    """The standings of every configuration a chain from ``original`` reaches over
+    ``links``, breadth first (see :meth:`Ledger.standings`); ``shrink``: τ², each pooled
+    link shrunk toward no change by it (None: as measured)."""
+    resolved: dict[Key, Standing] = {original: Standing(0.0, 0.0, 0, 0)}
+    pending = list(links)
+    while True:
+        frontier: dict[Key, list[Link]] = {}
+        for link in pending:
+            if link.reference in resolved and link.config not in resolved:
+                frontier.setdefault(link.config, []).append(link)
+        if not frontier:
+            return resolved
+        for cfg, group in frontier.items():
+            resolved[cfg] = _pool(group, resolved, shrink)
+        pending = [lk for lk in pending if lk.config not in resolved]
+
+
+def _pool(links: Sequence[Link], resolved: Mapping[Key, Standing],
+          shrink: float | None = None) -> Standing:
     """One configuration's standing from its links to resolved references: per reference the
-    links pooled by inverse variance plus the reference's own standing, then the references
-    pooled the same way."""
+    links pooled by inverse variance (the pooled log-ratio times ``τ² / (τ² + its
+    variance)`` where ``shrink`` gives τ²) plus the reference's own standing, then the
+    references pooled the same way."""
     by_ref: dict[Key, list[Link]] = {}
     for link in links:
         by_ref.setdefault(link.reference, []).append(link)
@@ -190,6 +236,8 @@ def _pool(links: Sequence[Link], resolved: Mapping[Key, Standing]) -> Standing:
         weights = [1.0 / lk.variance for lk in group]
         total = math.fsum(weights)
         mean = math.fsum(w * lk.log_ratio for w, lk in zip(weights, group, strict=True)) / total
+        if shrink is not None:
+            mean *= shrink / (shrink + 1.0 / total)
         base = resolved[ref]
         means.append(base.log_ratio + mean)
         variances.append(base.variance + 1.0 / total)
