@@ -141,3 +141,6 @@ def test_the_demo_plan_times_a_window_of_queries() -> None:
     assert offline.restarts == 6 + 4 and offline.seconds is not None
     assert offline.seconds > offline.windows * plan.window_s + 4 * config.bme.settle_s
     assert plan.seconds == pytest.approx(sum(p.seconds or 0 for p in plan.phases))
+    # the demo's restart part (shared_buffers) races on a budget of its own
+    assert "the restart part by duet (" in phases["final"].design, phases["final"].design
+    assert "in 80 s (final.restart_seconds)" in phases["final"].design, phases["final"].design

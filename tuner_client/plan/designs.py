@@ -107,8 +107,10 @@ def final_design(config: TunerConfig, catalog: KnobCatalog, offline: KnobSpace,
     restart = (f"by duet ({clone})" if both.clones else
                f"in whole-server windows{f' (no duet: {no_duet})' if no_duet else ''}")
     if config.final.restart_part == "apart" and not choice.carries_restart:
+        budget = (f", in {config.final.restart_seconds:g} s (final.restart_seconds)"
+                  if config.final.restart_seconds is not None else "")
         return (f"{text}; when {', '.join(offline.names)} differs too (a restart): split, the "
-                f"session part as above and the restart part {restart} "
+                f"session part as above and the restart part {restart}{budget} "
                 f"(final.restart_part: apart)")
     if both.clones:
         return (f"{text}; when {', '.join(offline.names)} differs too (a restart): the whole "
