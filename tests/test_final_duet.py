@@ -67,6 +67,8 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
     assert "p1-online: duet clone of 127.0.0.1:" in decisions
     assert "p1-online: evaluations measured by duet: 1 run(s), 2 segments of 10 s" \
         in decisions, decisions
+    # the session's default time budget, so that a run with the final race holds 10 minutes
+    assert "p1-online: the duet search has 240 s (online.seconds sets none)" in decisions
     online = [r for r in tuner.records if r.session == "p1-online"]
     assert len(online) == 1 and online[0].design == "duet", online
     searched = online[0]

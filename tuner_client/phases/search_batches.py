@@ -141,6 +141,12 @@ class SessionEvaluations(abc.ABC):
             self.runs += 1
             self.seconds += time.monotonic() - started
 
+    def least_run_seconds(self) -> float:
+        """The seconds the shortest run (one candidate) is planned to take: a session with a
+        time budget starts no run that would not end within it (0: unknown, a run is
+        started while any time is left)."""
+        return 0.0
+
     @abc.abstractmethod
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
         """Measure ``runnable`` (they keep the budget) beside the reference, whose window
@@ -181,9 +187,11 @@ def run_batched_session(ctx: RunContext, state: RunState, session: Session,
                         after_eval: Callable[[PointRecord], bool] | None = None,
                         seconds: float | None = None) -> str:
     """Measure ``session`` with ``evals`` until it converges, the evaluations or ``seconds``
-    are spent, ``after_eval`` returns True, it stays idle or it stalls; returns why it
-    stopped (as :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds
-    several trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
+    are spent (no run is started that would not end within them:
+    :meth:`SessionEvaluations.least_run_seconds`), ``after_eval`` returns True, it stays
+    idle or it stalls; returns why it stopped (as
+    :func:`tuner_client.phases.session_loop.run_session`). Every fetch that finds several
+    trials ready measures them in one run (up to :data:`MAX_BATCH`)."""
     def keep(record: PointRecord) -> None:
         record_point(ctx, state, record, reference=evals.reference.settings)
     stall = Stall(len(space.names))
@@ -193,7 +201,12 @@ def run_batched_session(ctx: RunContext, state: RunState, session: Session,
         while True:
             if claimed >= evaluations:
                 return "budget"
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and \
+                    time.monotonic() + evals.least_run_seconds() > deadline:
+                state.decide(Decision.note(
+                    f"{label}: stopped after {claimed} evaluation(s): the session's "
+                    f"{seconds:g} s would not hold another run", design=evals.design,
+                    reason="time"))
                 return "time"
             batch = fetch_batch(session, space, label, min(MAX_BATCH, evaluations - claimed))
             if not batch:

@@ -83,6 +83,13 @@ SEARCH_BLOCKS = 2
 SHORT_BY = 1
 #: seconds a segment costs beyond those it measures (connections, a reload)
 SEGMENT_OVERHEAD_S = 2
+#: the session's time budget when ``online.seconds`` sets none. With the final duet's 240 s
+#: (:data:`~tuner_client.phases.final_duet.DEFAULT_DUET_SECONDS`), the offline phase's
+#: probes and set-up, a run holds 10 minutes: an A/A of checkpoint knobs whose search stalled
+#: after 8 evaluations (~250 s of duet runs) took 584 s, one that spent all 10 (297 s) took
+#: 632 s (``benchmarks/results/aa_default.s31-abba.md``, runs 0 and 1). No run is started
+#: that would not end within it: a first batch of six (~185 s) and one more candidate
+DEFAULT_SEARCH_SECONDS = 240
 
 
 def run_seconds(candidates: int, warmup_s: int) -> float:
@@ -105,6 +112,9 @@ class DuetEvaluations(SessionEvaluations):
     #: the CPUs of (the server, the clone, all) when pinned (:func:`pinning`)
     cpus: tuple[str, str, str] | None = None
     segments: int = 0
+
+    def least_run_seconds(self) -> float:
+        return run_seconds(1, warmup_seconds(self.ctx.config.measure.warmup_s))
 
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
         """One duet run of ``runnable`` beside the reference; each record gets its paired
@@ -211,6 +221,11 @@ class DuetEvaluations(SessionEvaluations):
         reference = session_reference(ctx.measurer.in_force, label, space, references)
         evals = cls(ctx, state, label, space, reference, runner=runner, second=second,
                     cpus=pinning(ctx) if isinstance(second, Clone) else None)
+        if seconds is None:
+            seconds = DEFAULT_SEARCH_SECONDS
+            state.decide(Decision.note(
+                f"{label}: the duet search has {seconds} s (online.seconds sets none), so "
+                f"that with the final race a run holds 10 minutes", design=DUET))
         try:
             return run_batched_session(ctx, state, session, space, evaluations, label, evals,
                                        after_eval, seconds)
