@@ -142,6 +142,20 @@ def _text(iv: Mapping[str, Any] | None) -> str:
     return f"{iv['ratio']:.2f}× ({iv['low']:.2f}–{high})"
 
 
+#: the first round's pgbench ``--random-seed`` in a truth: both arms of round r draw with
+#: ``TRUTH_SEED + r``, so that each client draws the same scripts and parameters in the same
+#: order under either configuration (common random numbers). On a mix with a rare long
+#: statement a round's count moves with how many of them it drew; drawn alike, that spread
+#: cancels in the round's ratio (the duet's clients share a seed the same way:
+#: ``benchmarks/results/duet_seeds.s28.md``)
+TRUTH_SEED = 7001
+
+
+def seeded(seed: int | None) -> list[str]:
+    """pgbench's ``--random-seed`` option for ``seed`` (none: pgbench's own, from the time)."""
+    return [] if seed is None else [f"--random-seed={seed}"]
+
+
 class Pgbench:
     """The user's scripts in a pgbench of their own (fresh connections), for the truth."""
 
@@ -155,10 +169,11 @@ class Pgbench:
             path.write_text(script.text)
             self.specs += ["-f", f"{path}@{script.weight}"]
 
-    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
-        """The run's tps and each script's mean latency (ms, pgbench ``-r``)."""
+    def tps(self, seconds: int, seed: int | None = None) -> tuple[float, list[float | None]]:
+        """The run's tps and each script's mean latency (ms, pgbench ``-r``); ``seed``:
+        pgbench's ``--random-seed`` (:data:`TRUTH_SEED`)."""
         done = subprocess.run(
-            [str(find_pgbench()), "-n", "-M", "prepared", "-r", *self.specs, "-c",
+            [str(find_pgbench()), "-n", "-M", "prepared", "-r", *seeded(seed), *self.specs, "-c",
              str(self.clients), "-j", "2", "-T", str(seconds), self.dsn], capture_output=True,
             text=True, check=False,
             env={**os.environ, **({} if self.writes else
@@ -175,7 +190,8 @@ class Pgbench:
 
 def truth(dsn: str, bench: Pgbench, configs: list[dict[str, str]], *, rounds: int,
           round_s: int, warmup_s: int = 10) -> dict[str, Any]:
-    """Interleaved pgbench rounds (AB, BA, ...) with ALTER SYSTEM + reload between."""
+    """Interleaved pgbench rounds (AB, BA, ...) with ALTER SYSTEM + reload between, both
+    arms of a round drawing with one seed (:data:`TRUTH_SEED`)."""
     before = uptime()
     rows: list[dict[str, Any]] = []
     with psycopg.connect(dsn, autocommit=True) as conn, \
@@ -188,7 +204,7 @@ def truth(dsn: str, bench: Pgbench, configs: list[dict[str, str]], *, rounds: in
             latency: list[list[float | None]] = [[], []]
             for k in ((0, 1) if r % 2 == 0 else (1, 0)):
                 switch.apply(k)
-                tps[k], latency[k] = bench.tps(round_s)
+                tps[k], latency[k] = bench.tps(round_s, seed=TRUTH_SEED + r)
             rows.append({"round": r, "tps_original": tps[0], "tps_candidate": tps[1],
                          "ratio": tps[1] / tps[0], "script_latency_ms": latency})
             logger.info("truth round %d: %.1f vs %.1f tps: %.3f×", r, tps[0], tps[1],

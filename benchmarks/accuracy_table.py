@@ -147,10 +147,12 @@ class TpchStreams:
     def __init__(self, dsn: str, mix: str) -> None:
         self.dsn, self.mix, self.rounds = dsn, mix, 0
 
-    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
-        """Completed queries per second over ``seconds``, and each query's mean latency (ms)."""
+    def tps(self, seconds: int, seed: int | None = None) -> tuple[float, list[float | None]]:
+        """Completed queries per second over ``seconds``, and each query's mean latency (ms);
+        the streams' ``seed`` (default: one per call)."""
         self.rounds += 1
-        with WorkloadDriver(self.dsn, self.mix, seed=self.rounds) as driver:
+        with WorkloadDriver(self.dsn, self.mix, seed=self.rounds if seed is None else seed) \
+                as driver:
             sample = driver.sample(seconds)
         if sample.errors:
             raise RuntimeError(f"the TPC-H streams failed {sample.errors} queries")

@@ -38,7 +38,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from benchmarks.accuracy import _LATENCY, _TPS, _iv, _text
+from benchmarks.accuracy import _LATENCY, _TPS, TRUTH_SEED, _iv, _text, seeded
 from benchmarks.evidence.common import machine, write_results
 from benchmarks.evidence.restart import uptime
 from tuner_client.config.units import parse_bytes
@@ -56,10 +56,11 @@ class PgbenchClient:
     def __init__(self, dsn: str, clients: int, options: Sequence[str]) -> None:
         self.dsn, self.clients, self.options = dsn, clients, list(options)
 
-    def tps(self, seconds: int) -> tuple[float, list[float | None]]:
-        """The run's tps and its mean latency (ms)."""
+    def tps(self, seconds: int, seed: int | None = None) -> tuple[float, list[float | None]]:
+        """The run's tps and its mean latency (ms); ``seed``: pgbench's ``--random-seed``."""
         done = subprocess.run(
-            [str(find_pgbench()), "-n", *self.options, "-c", str(self.clients), "-j", "2",
+            [str(find_pgbench()), "-n", *self.options, *seeded(seed), "-c", str(self.clients),
+             "-j", "2",
              "-T", str(seconds), self.dsn], capture_output=True, text=True, check=False)
         found = _TPS.search(done.stdout)
         if done.returncode != 0 or found is None:
@@ -122,7 +123,8 @@ def restart_truth(cluster: LocalCluster, dsn: str, client: Any, configs: list[di
                   restart: Callable[[], None] | None = None) -> dict[str, Any]:
     """Interleaved rounds (AB, BA, ...) of ``configs[0]`` against ``configs[1]`` by the
     workload's own ``client``: ALTER SYSTEM, a restart (``cluster.restart`` unless
-    ``restart`` is given), ``warmup_s`` uncounted seconds, then ``round_s`` counted; a 95 % t
+    ``restart`` is given), ``warmup_s`` uncounted seconds, then ``round_s`` counted (both arms
+    of a round drawing with one seed, :data:`~benchmarks.accuracy.TRUTH_SEED`); a 95 % t
     interval over the rounds' log ratios. Each arm's buffer hit fraction and the cgroup's
     memory at the round's end are recorded beside its tps."""
     before = uptime()
@@ -135,7 +137,7 @@ def restart_truth(cluster: LocalCluster, dsn: str, client: Any, configs: list[di
             if warmup_s:
                 client.tps(warmup_s)
             hit0, read0 = _blocks(dsn)
-            tps, latency = client.tps(round_s)
+            tps, latency = client.tps(round_s, seed=TRUTH_SEED + r)
             hit1, read1 = _blocks(dsn)
             hits, reads = hit1 - hit0, read1 - read0
             arms[k] = {"tps": tps, "latency_ms": latency,

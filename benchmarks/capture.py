@@ -50,7 +50,7 @@ from typing import Any
 import psycopg
 import yaml
 
-from benchmarks.accuracy import LONG, Pgbench, _iv, _text
+from benchmarks.accuracy import LONG, TRUTH_SEED, Pgbench, _iv, _text
 from benchmarks.default_path import SLOW, slow_server, user_config
 from benchmarks.evidence.common import header, machine, write_results
 from benchmarks.evidence.restart import uptime
@@ -113,8 +113,9 @@ def plan_classes(dsn: str) -> list[dict[str, Any]]:
 def rounds(dsn: str, bench: Pgbench, configs: list[dict[str, str]], *, count: int,
            seconds: int, seed: int) -> list[list[float]]:
     """``count`` rounds, each running every one of ``configs`` (the first the original) for
-    ``seconds`` in a random order, ALTER SYSTEM + reload between; each round's tps per
-    configuration."""
+    ``seconds`` in a random order, ALTER SYSTEM + reload between, every configuration of a
+    round drawing with one seed (:data:`~benchmarks.accuracy.TRUTH_SEED`); each round's tps
+    per configuration."""
     rng = random.Random(seed)
     out: list[list[float]] = []
     with psycopg.connect(dsn, autocommit=True) as conn, \
@@ -128,7 +129,7 @@ def rounds(dsn: str, bench: Pgbench, configs: list[dict[str, str]], *, count: in
             tps = [0.0] * len(configs)
             for k in order:
                 switch.apply(k)
-                tps[k] = bench.tps(seconds)[0]
+                tps[k] = bench.tps(seconds, seed=TRUTH_SEED + r)[0]
             logger.info("round %d: %s", r, [round(t) for t in tps])
             out.append(tps)
     return out
