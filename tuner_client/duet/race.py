@@ -14,6 +14,7 @@ name (``clone`` or ``twin``) what the log lines and the decisions call it.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,9 +104,10 @@ def run_duet(server: Arm, clone: Arm, configs: Sequence[Mapping[str, str]],
             logs = paired.log_ratios(1 if on_clone else 0)
             segments.append(Segment(k, on_clone, tuple(logs),
                                     paired.counts[0 if on_clone else 1], paired.seconds))
-            logger.info("duet block %d: %s on the %s, %d paired seconds, skew %.2f s", block,
-                        labels[k], clone.name if on_clone else server.name, len(logs),
-                        paired.skew_s)
+            logger.info("duet block %d: %s on the %s, %d paired seconds, skew %.2f s; its "
+                        "batches read %s", block, labels[k],
+                        clone.name if on_clone else server.name, len(logs), paired.skew_s,
+                        " ".join(f"{math.exp(b):.3f}" for b in segments[-1].batches()))
         block += 1
         outcome = race(segments, labels, segment_s=segment_s, level=level, clone=clone_text,
                        second=clone.name)
