@@ -68,30 +68,13 @@ SLOW_FILES = frozenset({
 })
 
 
-#: the files of the 25 slowest tests of a quiet CI run (``make test``'s ``--durations``, 45-90 s
-#: each: whole tuning runs, duet races): they run first, so that the two workers end on short
-#: tests. In collection (alphabetical) order test_workloads_tpch's 66 s and the switchback
-#: searches' 55-59 s came late, and one worker could finish a minute before the other
-FIRST_FILES = frozenset({
-    "test_final_duet.py", "test_duet_twin.py", "test_probe_settle_pg.py",
-    "test_memory_cgroup_restart.py", "test_drift.py", "test_managed.py",
-    "test_search_per_transaction.py", "test_final_switchback.py", "test_search_switchback.py",
-    "test_final_split.py", "test_screening_flow.py", "test_api_fuzz.py",
-    "test_final_per_transaction.py", "test_engine_default.py", "test_flows.py",
-    "test_flows_wiring.py", "test_controllers.py", "test_replicas.py",
-    "test_report_browser.py", "test_workloads_tpch.py",
-})
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark cluster tests ``postgres`` from their fixtures and the slow files ``slow``, and
-    run the :data:`FIRST_FILES` first (each file's tests kept together and in order)."""
+    """Mark cluster tests ``postgres`` from their fixtures and the slow files ``slow``."""
     for item in items:
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.path.name not in FIRST_FILES)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
