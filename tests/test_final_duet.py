@@ -3,16 +3,21 @@ cluster): the candidates differ in max_wal_size, a knob with memory that switchb
 so the engine measures the search's evaluation and races the candidates on the server and a
 scratch clone of it at the same seconds; the decisions name the design, its batches and the
 clone's asymmetry, every clone is gone afterwards and the server is back on its original
-configuration."""
+configuration. Where the cgroup v1 memory controller is writable (root), the server runs under
+``database.memory_limit``'s cgroup and the clone must run under one of its own with the same
+limit (one whole run covers both; ``test_memory_cgroup_restart`` covers the cgroups' parts)."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
+from conftest import ClusterFactory
 from duet_fixtures import clone_parent  # noqa: F401  (fixture)
 
 from tuner_client.api.client import connect
@@ -24,9 +29,14 @@ from tuner_client.duet.stats import BATCH_S
 from tuner_client.flows import Tuner
 from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.phases.final_duet import SHORT_SEGMENT_S, segment_seconds
+from tuner_client.servers.cgroups import CGROUP_ROOT
 from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
 from tuner_client.servers.target import Target
+
+#: the server's memory limit where a memory cgroup can be made (see the module's text)
+LIMIT = 512 * 2 ** 20
+LIMITED = os.geteuid() == 0 and (CGROUP_ROOT / "memory" / "memory.limit_in_bytes").exists()
 
 CONFIG = """name: duet-final
 seed: 3
@@ -40,7 +50,19 @@ final: {rounds: 1, candidates: 1, max_seconds: 30, baselines: [pgtune]}
 """
 
 
-def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> None:  # noqa: F811
+@pytest.fixture
+def limited_cluster(cluster_factory: ClusterFactory) -> Iterator[LocalCluster]:
+    """A private started cluster for one test, under :data:`LIMIT` where it can be."""
+    cluster = cluster_factory("duet-final", **({"memory_limit_bytes": LIMIT} if LIMITED else {}))
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def test_final_race_by_duet(limited_cluster: LocalCluster,
+                            clone_parent: Path) -> None:  # noqa: F811
+    own_cluster = limited_cluster
     with psycopg.connect(own_cluster.dsn, autocommit=True) as conn:
         conn.execute("CREATE DATABASE bench")
     dsn = own_cluster.dsn_for("bench")
@@ -94,6 +116,9 @@ def test_final_race_by_duet(own_cluster: LocalCluster, clone_parent: Path) -> No
         in decisions
     assert "the server and its client pinned to CPUs 0, the clone and its client to 1" \
         in decisions
+    # the clone under a limit of its own as the server's (else the page cache it fills
+    # escapes the limit the user set)
+    assert ("in a memory cgroup of 512 MiB as the server's" in decisions) == LIMITED, decisions
     summary = decision.to_dict()
     # work_mem and the WAL knobs do not matter to pgbench -S at this scale: the race runs to
     # its limit and reads the end's t interval (stats/horizon), else it stopped early on the

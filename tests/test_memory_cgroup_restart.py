@@ -1,7 +1,9 @@
 """The memory limit of the embedded cluster (``database.memory_limit``) holds across restarts
 and for the duet's clone (made and run in a cgroup of its own with the same limit, in a real
 tuning run's final race too): otherwise the page cache the server filled stays cached outside any
-limit and a restart knob's race measures a machine with the host's RAM (issue 51)."""
+limit and a restart knob's race measures a machine with the host's RAM (issue 51). A real
+tuning run's duet under the limit is ``test_final_duet``'s whole run, which runs its server in
+such a cgroup wherever this module runs."""
 
 from __future__ import annotations
 
@@ -13,17 +15,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from duet_fixtures import clone_parent  # noqa: F401  (fixture)
-from test_final_duet import CONFIG
 
-from tuner_client.api.client import connect
-from tuner_client.config import parse_tuner_config
 from tuner_client.duet.clone import make_clone
-from tuner_client.flows import Tuner
-from tuner_client.knobs.catalog import KnobCatalog
 from tuner_client.servers.cgroups import CGROUP_ROOT
-from tuner_client.servers.controllers import LocalController
 from tuner_client.servers.local_cluster import LocalCluster
-from tuner_client.servers.target import Target
 
 LIMIT = 512 * 2 ** 20
 
@@ -96,24 +91,3 @@ def test_the_clone_of_a_limited_cluster_runs_and_copies_under_the_same_limit(
     finally:
         clone.remove()
     assert not cg.exists()
-
-
-def test_the_final_duet_clones_a_limited_embedded_cluster_under_its_limit(
-        cluster_factory: Callable[..., LocalCluster], clone_parent: Path) -> None:  # noqa: F811
-    server = cluster_factory("cg-duet", memory_limit_bytes=LIMIT)
-    dsn = _fill(server)
-    with psycopg.connect(dsn) as conn:
-        catalog = KnobCatalog.from_connection(conn)
-    target = Target(dsn=dsn, catalog=catalog, controller=LocalController(server),
-                    cluster=server, ram_bytes=None)
-    os.environ["HARMONY_CLONE_DIR"] = str(clone_parent)
-    try:
-        result = Tuner(parse_tuner_config(CONFIG, source="duet.yaml"), client=connect(None),
-                       target=target, run_id="duet-limited").run()
-    finally:
-        del os.environ["HARMONY_CLONE_DIR"]
-    decisions = "\n".join(result.work.decisions)
-    assert result.intervals.decision is not None, decisions
-    assert result.intervals.decision.design == "duet", decisions
-    assert "in a memory cgroup of 512 MiB as the server's" in decisions
-    assert not list(clone_parent.glob("harmony-clone-*"))
