@@ -265,6 +265,10 @@ def run_cache(args: argparse.Namespace, data: dict[str, Any]) -> None:
             cluster.start()
             dsn = cluster.dsn_for(EMBEDDED_DBNAME)
             shown_settings = _shown(data, summary, dsn)
+            if shown_settings is None or (summary.get("decision") or {}).get("winner") is None:
+                # the row is about shared_buffers: a split race that kept the original shows
+                # its session part's best, so the truth takes the restart part's instead
+                shown_settings = _restart_shown(data, summary, dsn) or shown_settings
             if shown_settings is not None:
                 data["truth"] = restart_truth(
                     cluster, dsn, pgbench_select(dsn, CACHE_CLIENTS),
@@ -316,6 +320,32 @@ def _shown(data: dict[str, Any], summary: dict[str, Any], dsn: str,
     original = {n: str(v) for n, v in _settings(dsn, knobs).items()}
     data["original_settings"] = original
     data["shown_settings"] = {n: str(differing.get(n, original[n])) for n in knobs}
+    return dict(data["shown_settings"])
+
+
+#: the suffix a split race gives its restart part's labels ("pgtune-restart (restart part)")
+RESTART_PART = " (restart part)"
+
+
+def _restart_shown(data: dict[str, Any], summary: dict[str, Any], dsn: str
+                   ) -> dict[str, str] | None:
+    """A split race's restart part: its candidate with the highest ratio (its label and
+    interval as the decision gives them, at the stage's level), and that candidate's
+    shared_buffers on the original's other settings; None when the race had no restart
+    part."""
+    intervals = (summary.get("decision") or {}).get("intervals") or {}
+    parts = {label: iv for label, iv in intervals.items()
+             if label.endswith(RESTART_PART) and iv is not None}
+    if not parts:
+        return None
+    label = max(parts, key=lambda k: parts[k]["ratio"])
+    base = label.removesuffix(RESTART_PART).removesuffix("-restart")
+    value = (_raced(summary).get(base) or {}).get("shared_buffers")
+    if value is None:
+        return None
+    original = {n: str(v) for n, v in _settings(dsn, ["shared_buffers"]).items()}
+    data.update(shown=label, original_settings=original,
+                shown_settings={"shared_buffers": str(value)})
     return dict(data["shown_settings"])
 
 
