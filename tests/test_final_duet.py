@@ -152,6 +152,23 @@ def test_the_segments_fill_the_budget_in_an_even_number_of_blocks() -> None:
                for s in range(10, 1200, 7) for k in (1, 2, 3, 5))
 
 
+def test_a_race_that_restarts_takes_more_shorter_segments() -> None:
+    """Candidates that differ in a restart knob restart both clusters at every swap, and an
+    interval may have to count the segments: such a race takes the most blocks (up to 8)
+    whose segments keep 15 s. The cache row's 240 s for two candidates: six blocks of 15 s,
+    6 segments a candidate where four blocks of 25 s gave 4; one candidate's 240 s: eight
+    blocks of 25 s; the demo's 80 s: four of 15 s as before; where four blocks of 15 s do not
+    fit, the reload rule."""
+    assert segment_seconds(240, 2, restart=True) == SHORT_SEGMENT_S
+    assert segment_seconds(240, 2) == 25
+    assert segment_seconds(240, 1, restart=True) == 25 and 8 * (25 + WARMUP_S + 2) == 240
+    assert segment_seconds(80, 1, restart=True) == segment_seconds(80, 1) == SHORT_SEGMENT_S
+    assert segment_seconds(60, 1, restart=True) == segment_seconds(60, 1) == SEGMENT_S
+    assert all(segment_seconds(s, k, restart=True) % BATCH_S == 0
+               or segment_seconds(s, k, restart=True) >= SEGMENT_S
+               for s in range(40, 400, 7) for k in (1, 2, 3))
+
+
 def test_a_budget_that_fits_four_short_blocks_takes_them() -> None:
     """Where four blocks fit only with 15-19-s segments, the race takes them (the whole
     ABBA order, 12 batches a candidate) rather than two blocks of 20 s (8 batches), or four

@@ -35,6 +35,7 @@ from tuner_client.engine.protocol import RaceRequest
 from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.final_per_transaction import race_seconds
+from tuner_client.phases.final_split import restart_knobs
 from tuner_client.phases.state import RunContext, RunState
 from tuner_client.servers.target import Target
 from workloads.factory import make_workload
@@ -62,7 +63,7 @@ HOLDS = ("both clusters ran at the same seconds, so the drift the two arms share
          "each pair: the interval holds for the average of the states the race saw, not for "
          "the reference's level at its start or at its end")
 
-def segment_seconds(seconds: float, candidates: int) -> int:
+def segment_seconds(seconds: float, candidates: int, *, restart: bool = False) -> int:
     """A segment's length for a race of ``seconds`` over ``candidates`` candidates:
     :data:`~tuner_client.duet.race.SEGMENT_S` (four 5-s batches, so that the two blocks the
     time limit waits for give each candidate 8 batches, both orientations twice as many as
@@ -81,8 +82,26 @@ def segment_seconds(seconds: float, candidates: int) -> int:
     where two 20-s segments give 8: the end's t interval narrows to 0.72 of theirs (at 98 %
     with 6 degrees of freedom t is 3.14, with 10 it is 2.76). A budget of 80 s for one
     candidate, which two blocks of 20-s segments overran to 92 s, now runs four of 15 s in
-    72 s."""
+    72 s.
+
+    ``restart``: the candidates differ in a knob only a restart changes, so every swap
+    restarts both clusters and a segment's batches share what its restart left (the prewarmed
+    buffer, the page cache): there the segments, not the batches, are the units an interval
+    may have to count (``duet.stats.segment_half_width``, ``k - 2`` degrees of freedom from
+    ``k`` segments), and the race takes the most blocks, up to :data:`RESTART_BLOCKS`, whose
+    segments keep :data:`SHORT_SEGMENT_S` (whole batches). The cache row's restart part
+    (240 s, two candidates) ran four blocks of 25 s, two segments of each orientation a
+    candidate, and its segments spread beyond their batches (±4.4–8.2 % by segment at 98.75 %
+    with 3 degrees of freedom, 2 in truth; ``accuracy_table.cache.s32``); six blocks of 15 s
+    give each candidate 6 segments, 18 batches against 20."""
     per_block = max(1, candidates)
+    if restart:
+        most = max((b for b in range(MIN_BLOCKS, RESTART_BLOCKS + 1, 2)
+                    if seconds / (b * per_block) - WARMUP_S - 2 >= SHORT_SEGMENT_S),
+                   default=None)
+        if most is not None:
+            fit = min(2 * SEGMENT_S, int(seconds / (most * per_block)) - WARMUP_S - 2)
+            return fit - fit % BATCH_S if fit < SEGMENT_S else fit
     blocks = MIN_BLOCKS
     while seconds / (blocks * per_block) - WARMUP_S - 2 > 2 * SEGMENT_S:
         blocks += 2
@@ -95,6 +114,9 @@ def segment_seconds(seconds: float, candidates: int) -> int:
 #: the shortest segment a race of four blocks takes before it falls back to two blocks of
 #: :data:`~tuner_client.duet.race.SEGMENT_S`: three 5-s batches
 SHORT_SEGMENT_S = 15
+#: the most blocks a race that restarts between its segments is cut into (each block
+#: restarts both clusters once a candidate)
+RESTART_BLOCKS = 8
 
 
 #: the duet's time budget when ``final.max_seconds`` is not given. The per-transaction
@@ -260,7 +282,8 @@ def race_duet_run(ctx: RunContext, state: RunState,
         server, other = duet_arms(ctx.target, ctx.apply, second, cpus)
         seconds = duet_seconds(ctx, stage)
         outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
-                           segment_s=segment_seconds(seconds, len(labels) - 1),
+                           segment_s=segment_seconds(seconds, len(labels) - 1,
+                                                     restart=bool(restart_knobs(ctx, configs))),
                            warmup_s=warmup_seconds(ctx.config.measure.warmup_s),
                            level=ctx.config.final.level if level is None else level,
                            clone_text=second_text(second, cpus))
