@@ -93,7 +93,11 @@ def segment_seconds(seconds: float, candidates: int, *, restart: bool = False) -
     (240 s, two candidates) ran four blocks of 25 s, two segments of each orientation a
     candidate, and its segments spread beyond their batches (±4.4–8.2 % by segment at 98.75 %
     with 3 degrees of freedom, 2 in truth; ``accuracy_table.cache.s32``); six blocks of 15 s
-    give each candidate 6 segments, 18 batches against 20."""
+    give each candidate 6 segments, 18 batches against 20, and the same row then recommended
+    PGTune's 256MB at 1.04× (1.01–1.07, ±3.1 % by segment at 98.75 %) where pgbench's own
+    rounds read 1.00× (0.86–1.17) (``accuracy_table.cache.s32b``). Its run took 623 s
+    against 583: the swaps restart both clusters, which costs more than the 2 s a segment
+    is given here (not yet timed)."""
     per_block = max(1, candidates)
     if restart:
         most = max((b for b in range(MIN_BLOCKS, RESTART_BLOCKS + 1, 2)
