@@ -99,17 +99,22 @@ def segment_seconds(seconds: float, candidates: int, *, restart: bool = False) -
     against 583: the swaps restart both clusters, which costs more than the 2 s a segment
     is given here (not yet timed)."""
     per_block = max(1, candidates)
+
+    def room(blocks: int) -> float:
+        # a segment's seconds when ``blocks`` blocks share the budget (less its warm-up and
+        # the swap's 2 s)
+        return seconds / (blocks * per_block) - WARMUP_S - 2
+
     if restart:
         most = max((b for b in range(MIN_BLOCKS, RESTART_BLOCKS + 1, 2)
-                    if seconds / (b * per_block) - WARMUP_S - 2 >= SHORT_SEGMENT_S),
-                   default=None)
+                    if room(b) >= SHORT_SEGMENT_S), default=None)
         if most is not None:
-            fit = min(2 * SEGMENT_S, int(seconds / (most * per_block)) - WARMUP_S - 2)
+            fit = min(2 * SEGMENT_S, int(room(most)))
             return fit - fit % BATCH_S if fit < SEGMENT_S else fit
     blocks = MIN_BLOCKS
-    while seconds / (blocks * per_block) - WARMUP_S - 2 > 2 * SEGMENT_S:
+    while room(blocks) > 2 * SEGMENT_S:
         blocks += 2
-    fit = int(seconds / (blocks * per_block)) - WARMUP_S - 2
+    fit = int(room(blocks))
     if blocks == MIN_BLOCKS and SHORT_SEGMENT_S <= fit < SEGMENT_S:
         return fit - fit % BATCH_S
     return max(SEGMENT_S, min(2 * SEGMENT_S, fit))
