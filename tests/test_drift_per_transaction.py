@@ -42,6 +42,8 @@ SELECT abalance, pg_sleep(0.005) FROM accounts WHERE aid = :aid;
 CONFIGS = [{"work_mem": "4MB"}, {"work_mem": "4MB"}]
 LABELS = ["default", "best"]
 SECONDS = 20
+#: the top of the 99 % interval on the level's change over the race that a growing table reads
+FELL = 0.9
 
 
 def _race(dsn: str, script: str, seed: int = 5) -> PerTransactionRace:
@@ -66,8 +68,10 @@ def test_a_reference_slowed_by_a_growing_table_reads_as_drift_and_is_said(
     drift = race.drift
     assert drift is not None and drift.unit == "slices" and drift.n >= 15
     # count(*) over a table growing by thousands of rows a second: the level falls by half
-    # or more over the race's ~20 s, far beyond its slice-to-slice noise
-    assert drift.moved and drift.over_high < 0.8 and drift.per_minute < 1.0, drift.text()
+    # or more over the race's ~20 s, far beyond its slice-to-slice noise. The bound is on the
+    # 99 % interval's top, which under CI's load reached 0.80 with the point at 0.51 (20
+    # slices); at 0.9 it still says a fall of a tenth at least, which no steady run reads
+    assert drift.moved and drift.over_high < FELL and drift.per_minute < 1.0, drift.text()
     # both arms share the drift (they ran interleaved): the A/A ratio stays near 1
     assert 0.8 < race.plain["best"].interval.ratio < 1.25, race.plain["best"].text()
     state = RunState()
@@ -77,7 +81,7 @@ def test_a_reference_slowed_by_a_growing_table_reads_as_drift_and_is_said(
     record = records[0]
     assert record.reason == "moved" and record.design == "per-transaction"
     assert record.labels == ("default",) and record.stage == "session part"
-    assert record.high is not None and record.high < 0.8 and record.level == LEVEL
+    assert record.high is not None and record.high < FELL and record.level == LEVEL
     said = render(record)
     assert said.startswith("final: session part: the reference default's own level moved "
                            "beyond its noise during the per-transaction race: "), said
