@@ -42,7 +42,7 @@ from harmony_base.jsontypes import JSON
 from harmony_base.region import FeasibleRegion
 from harmony_base.space import Point, RealParam, Space
 from strategies.base import Strategy, Trial
-from strategies.options import check_simplex_options, is_fixed
+from strategies.options import check_simplex_options, is_fixed, option_error
 from strategies.simplex_vertices import Candidate, Key, SimplexVertices
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ class Phase(enum.Enum):
     """What the batch being measured is for."""
 
     INIT = "init"
+    COMBINE = "combine"
     REFLECT = "reflect"
     EXPAND = "expand"
     EXPAND_ONE = "expand-one"
@@ -91,6 +92,10 @@ class SimplexStrategy(SimplexVertices, Strategy):
       * ``restart_patience``: converge once this many restarts in a row found no point better
         than ``fval_tol``/``fval_atol`` allow; default ``None``: restart until the budget.
       * ``shrink``: the shrink coefficient (0.5).
+      * ``combine`` (off): after an initial axis simplex (``point``, ``random-point``), measure
+        once the point that takes every axis's better step at once, a one-factor-at-a-time
+        design's predicted best (:meth:`_main_effects_point`); it replaces the worst vertex
+        where it beats it. The tuner's online search turns it on.
 
     Subclasses implement :meth:`_step` (start the next move from the sorted simplex) and
     :meth:`_advance` (consume a finished batch).
@@ -103,8 +108,10 @@ class SimplexStrategy(SimplexVertices, Strategy):
                  reject_method: str = "penalty", fval_tol: float = 1e-4, fval_atol: float = 0.0,
                  size_tol: float = 1e-4, max_evals: int | None = None, reexpand: bool = True,
                  restart_decay: float = 0.5, restart_patience: int | None = None,
-                 shrink: float = 0.5):
+                 shrink: float = 0.5, combine: bool = False):
         super().__init__(space, seed=seed, region=region)
+        if not isinstance(combine, bool):
+            raise option_error(type(self).name, "combine", "true or false", combine)
         #: indices of the axes that can move (a parameter with one grid value cannot)
         self.active_axes = [k for k, p in enumerate(space.params) if not is_fixed(p)]
         options = check_simplex_options(
@@ -133,6 +140,9 @@ class SimplexStrategy(SimplexVertices, Strategy):
         self.shrink_coef = float(shrink)
         self._init_grid(space)
         self._init_state(space)
+        #: the initial axis simplex's main-effects point is measured once (``combine``)
+        self._combine_pending = combine and self.init_method in ("point", "random-point")
+        self._init_batch: list[Candidate] = []
         self._start_batch(Phase.INIT, self._initial_simplex())
 
     def _init_grid(self, space: Space) -> None:
@@ -295,7 +305,28 @@ class SimplexStrategy(SimplexVertices, Strategy):
                                _MAX_SILENT_STEPS)
                 self._converge("no progress")
                 return
-            self._advance()
+            self._advance_phase()
+
+    def _advance_phase(self) -> None:
+        """The subclass's :meth:`_advance`, but for ``combine``'s one extra move after the
+        initial axis simplex: the point that takes every axis's better step at once."""
+        if self.phase is Phase.INIT and self._combine_pending:
+            self._combine_pending = False
+            combined = self._main_effects_point(self._batch)
+            if combined is not None:
+                self._init_batch = list(self._batch)
+                self._start_batch(Phase.COMBINE, [combined])
+                return
+        if self.phase is Phase.COMBINE:
+            init, extra = self._init_batch, self._batch[0]
+            self._init_batch = []
+            values = [math.inf if c.value is None else float(c.value) for c in init + [extra]]
+            worst = max(range(len(init)), key=lambda i: (values[i], i))
+            if values[-1] < values[worst]:
+                init[worst] = extra  # kept as NM keeps a reflection better than the worst
+            self._accept(init)
+            return
+        self._advance()
 
     # -- the simplex ------------------------------------------------------------------------
     def _accept(self, candidates: Sequence[Candidate]) -> None:

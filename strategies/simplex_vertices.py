@@ -275,10 +275,70 @@ class SimplexVertices:
             ring = (j - 1) // n_eff
             direction = sign if ring % 2 == 0 else -sign
             step = float(radius[axis]) * (1 + ring // 2)
-            u = np.array(x0, dtype=float)
-            moved = u[axis] + direction * step
-            if moved > 1.0 or moved < 0.0:
-                moved = u[axis] - direction * step
-            u[axis] = min(max(moved, 0.0), 1.0)
-            us.append(u)
+            us.append(self._axis_vertex(us, axis, direction * step))
         return us
+
+    def _main_effects_point(self, batch: list[Candidate]) -> np.ndarray | None:
+        """After an axis simplex around ``batch[0]`` (each other vertex moved along one axis),
+        the point that takes, on every axis, the coordinate of that axis's best vertex where
+        it beat the start: a one-factor-at-a-time design's predicted best, which a simplex
+        reaches only through several moves when two knobs help only together. None where
+        fewer than two axes gained (the point would be a vertex already) or the point is
+        measured already.
+
+        On the capture benchmark's surface the lone step to work_mem 1MB read 1.07×, below
+        the random_page_cost step's 1.19×, so the simplex moved away from it, while both
+        together read 1.26×: with this point, 10 evaluations reached ≥ 90 % of that gain in 38
+        of 40 simulated searches at the per-transaction design's noise, in none without
+        (``benchmarks/results/capture_search.s33.md``)."""
+        x0, f0 = batch[0].u, batch[0].value
+        if f0 is None:
+            return None
+        combined = np.array(x0, dtype=float)
+        gained = 0
+        for axis in self.active_axes:
+            best: Candidate | None = None
+            for c in batch[1:]:
+                moved = np.flatnonzero(np.abs(c.u - x0) > 1e-12)
+                if list(moved) == [axis] and c.value is not None and c.value < f0 \
+                        and (best is None or c.value < best.value):  # type: ignore[operator]
+                    best = c
+            if best is not None:
+                combined[axis] = best.u[axis]
+                gained += 1
+        if gained < 2:
+            return None
+        key = self.space.key(self.space.from_unit(combined))
+        if key in self._memo or any(c.key == key for c in batch):
+            return None
+        return combined
+
+    def _axis_vertex(self, us: list[np.ndarray], axis: int, delta: float) -> np.ndarray:
+        """The first vertex ``us[0]`` moved along ``axis`` by ``delta``, or the other way when
+        that leaves the unit cube. Where both ways give a point the simplex already holds
+        (after snapping: a start at one end of a knob's range, whose second ring of vertices
+        stepped back onto its first), the vertex goes to the axis's far end instead, the other
+        end of the knob's range, as a screening design sets it: a repeated vertex measures
+        nothing new and flattens the simplex. On the capture benchmark's surface (work_mem
+        1MB–128MB from 128MB, where the best needs work_mem ≤ 4MB) the old simplex's ten
+        evaluations never reached that corner in 40 simulated searches; this rule alone did not
+        either (the lone step to 1MB read below the others), ``combine`` did
+        (``benchmarks/results/capture_search.s33.md``)."""
+        x0 = us[0]
+        held = {self.space.key(self.space.from_unit(u)) for u in us}
+        for moved in (x0[axis] + delta, x0[axis] - delta):
+            if 0.0 <= moved <= 1.0:
+                u = np.array(x0, dtype=float)
+                u[axis] = moved
+                if self.space.key(self.space.from_unit(u)) not in held:
+                    return u
+        u = np.array(x0, dtype=float)
+        far = 0.0 if x0[axis] >= 0.5 else 1.0
+        u[axis] = far
+        if self.space.key(self.space.from_unit(u)) in held:
+            # nothing new along this axis (a two-valued knob): the old rule's clamped step
+            moved = x0[axis] + delta
+            if moved > 1.0 or moved < 0.0:
+                moved = x0[axis] - delta
+            u[axis] = min(max(moved, 0.0), 1.0)
+        return u

@@ -45,7 +45,7 @@ def test_an_empty_config_is_every_dataclass_default() -> None:
     assert (cfg.offline.evaluations, cfg.online.evaluations) == (6, 30)
     assert (cfg.offline.prior, cfg.online.prior) == (True, False)
     assert dict(cfg.offline.strategy_options) == {"simplex_size": 2}
-    assert dict(cfg.online.strategy_options) == {"simplex_size": 6}
+    assert dict(cfg.online.strategy_options) == {"simplex_size": 6, "combine": True}
 
 
 def test_the_default_flow_is_one_the_parser_accepts() -> None:

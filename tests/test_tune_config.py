@@ -77,7 +77,7 @@ def test_defaults_are_the_study_setup() -> None:
     assert cfg.budget.shared_buffers_fraction == 0.5
     assert [k.name for k in cfg.online.knobs] == list(DEFAULT_ONLINE_KNOBS)
     assert cfg.offline.strategy_options == {"simplex_size": 2}
-    assert cfg.online.strategy_options == {"simplex_size": 6}
+    assert cfg.online.strategy_options == {"simplex_size": 6, "combine": True}
     assert cfg.flow.kind == "one-pass" and cfg.flow.max_passes == 1
     assert cfg.flow.shift_outside == 3
 
@@ -194,7 +194,8 @@ def test_a_strategy_without_options_gets_its_own_defaults() -> None:
     cfg = parse_tuner_config("name: x\nonline: {strategy: {name: cma-es}}\n")
     assert cfg.online.strategy == "cma-es" and dict(cfg.online.strategy_options) == {}
     assert dict(cfg.offline.strategy_options) == {"simplex_size": 2}
-    assert dict(parse_tuner_config("name: x\n").online.strategy_options) == {"simplex_size": 6}
+    assert dict(parse_tuner_config("name: x\n").online.strategy_options) == {"simplex_size": 6,
+                                                                             "combine": True}
     from harmony_base.space import IntParam, Space
     strategy = make_strategy(cfg.online.strategy, Space((IntParam("a", 0, 10),)), seed=1,
                              **cfg.online.strategy_options)
