@@ -167,6 +167,10 @@ def default_run(cluster: LocalCluster, dsn: str, mix: Path, state: Path, seed: i
                interval=(decision.get("intervals") or {}).get(shown) if shown else None,
                recommended=({n: str(summary["best_settings"][n]) for n in SLOW}
                             if winner is not None else None))
+    written = state / f"out-{seed}" / "summary.json"
+    if written.exists():  # what the search measured and why the race chose: s32 kept neither
+        row["decisions"] = [d["text"] for d in
+                            json.loads(written.read_text()).get("decision_records", [])]
     return row
 
 

@@ -11,7 +11,6 @@ refused. In windows (:func:`_screen_in_windows`) the runs are measured one after
 the default point (the settings in force) between them to correct the drift; with
 ``measure.design: per-transaction`` the rows are the arms of one randomized run instead
 (:func:`_screen_per_transaction`), where every row shares the drift, and each knob is moved
-from harmony_base.jsontypes import JSON, JSONObject
 from its setting in force to either end (searched when a move gains). The ranking goes to the
 run's decisions, ``summary.json`` (``screening``), the online session's metadata (the report
 draws it) and the metrics.
