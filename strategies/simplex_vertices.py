@@ -288,11 +288,13 @@ class SimplexVertices:
 
         On the capture benchmark's surface the lone step to work_mem 1MB read 1.07×, below
         the random_page_cost step's 1.19×, so the simplex moved away from it, while both
-        together read 1.26×: with this point, 10 evaluations reached ≥ 90 % of that gain in 38
-        of 40 simulated searches at the per-transaction design's noise, in none without
-        (``benchmarks/results/capture_search.s33.md``)."""
+        together read 1.26×: from the original, 10 evaluations reached ≥ 90 % of that gain in
+        100 of 100 replays with this point and 68 without (work_mem on a log scale), 92 and
+        6 on a linear one (``benchmarks/results/capture_search.s33.md``)."""
         x0, f0 = batch[0].u, batch[0].value
         if f0 is None:
+            return None
+        if not self._is_axis_simplex(batch):
             return None
         combined = np.array(x0, dtype=float)
         gained = 0
@@ -313,6 +315,11 @@ class SimplexVertices:
             return None
         return combined
 
+    @staticmethod
+    def _is_axis_simplex(batch: list[Candidate]) -> bool:
+        x0 = batch[0].u
+        return all(np.count_nonzero(np.abs(c.u - x0) > 1e-12) <= 1 for c in batch[1:])
+
     def _axis_vertex(self, us: list[np.ndarray], axis: int, delta: float) -> np.ndarray:
         """The first vertex ``us[0]`` moved along ``axis`` by ``delta``, or the other way when
         that leaves the unit cube. Where both ways give a point the simplex already holds
@@ -320,9 +327,9 @@ class SimplexVertices:
         stepped back onto its first), the vertex goes to the axis's far end instead, the other
         end of the knob's range, as a screening design sets it: a repeated vertex measures
         nothing new and flattens the simplex. On the capture benchmark's surface (work_mem
-        1MB–128MB from 128MB, where the best needs work_mem ≤ 4MB) the old simplex's ten
-        evaluations never reached that corner in 40 simulated searches; this rule alone did not
-        either (the lone step to 1MB read below the others), ``combine`` did
+        1MB–128MB on a linear scale from 128MB, where the best needs work_mem ≤ 4MB) the old
+        simplex's ten evaluations reached it in none of 100 replays, this rule alone in 6 (the
+        lone step to 1MB read below the others), with ``combine`` in 92
         (``benchmarks/results/capture_search.s33.md``)."""
         x0 = us[0]
         held = {self.space.key(self.space.from_unit(u)) for u in us}

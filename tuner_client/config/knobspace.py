@@ -63,6 +63,18 @@ class KnobParam:
             else number
 
 
+#: an online memory knob whose range spans this factor or more is searched on a log scale
+#: unless its ``log`` says otherwise: a memory size acts by its ratio to the data it holds (a
+#: sort or hash spills below its input, fits above), so a tenfold range is searched in equal
+#: ratios, as a DBA doubles work_mem, not in equal megabytes. On a linear 1MB–128MB the range
+#: mix's best (work_mem ≤ 4MB beside random_page_cost ≥ 1.5: 1.28× by pgbench) was 2 % of
+#: the axis, and the search's Latin hypercube start reached it in 40 of 100 replays; on the
+#: log scale it is 29 % of the axis and was reached in 100 of 100
+#: (``benchmarks/results/capture_search.s33.md``). The offline session's shared_buffers keeps
+#: its linear scale: the Buffer Miss Equation's probes place its search.
+LOG_SPAN = 16
+
+
 @dataclass(frozen=True)
 class KnobSpace:
     """The knobs of one session and the search space over them."""
@@ -149,6 +161,8 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
                               f"{spec.min!r}, {spec.max!r}, {spec.step!r}")
     elif knob.quantity == "time":
         unit = "ms"
+    log = spec.log if spec.log is not None else (
+        kind == "online" and knob.quantity == "memory" and 0 < lo and hi >= LOG_SPAN * lo)
     scale = Fraction(1) if unit is None else Fraction(knob.to_unit(1, unit))
     lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
     current_u: Fraction | None = None
@@ -158,11 +172,11 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
         if any(v.denominator != 1 for v in (lo_u, hi_u, step_u)):
             raise ConfigError(f"knob {knob.name!r}: min, max and step must be whole numbers of "
                               f"{unit or 'units'}")
-        param = IntParam(knob.name, int(lo_u), int(hi_u), step=max(1, int(step_u)), log=spec.log,
+        param = IntParam(knob.name, int(lo_u), int(hi_u), step=max(1, int(step_u)), log=log,
                          default=int(round(current_u)) if current_u is not None else None,
                          unit=unit)
     else:
-        param = RealParam(knob.name, float(lo_u), float(hi_u), step=float(step_u), log=spec.log,
+        param = RealParam(knob.name, float(lo_u), float(hi_u), step=float(step_u), log=log,
                           default=float(current_u) if current_u is not None else None, unit=unit)
     return KnobParam(knob, param, unit)
 

@@ -30,7 +30,9 @@ class KnobSpec:
     max: str | float | None = None
     step: str | float | None = None
     values: tuple[object, ...] | None = None
-    log: bool = False
+    #: search the range on a log scale; None (not written): an online memory knob whose range
+    #: spans :data:`tuner_client.config.knobspace.LOG_SPAN` or more, else not
+    log: bool | None = None
     where: str = ""  # "file, line N" for error messages
 
 
@@ -271,10 +273,11 @@ class SessionConfig:
 OFFLINE_SESSION = SessionConfig(knobs=(), strategy_options=MappingProxyType({"simplex_size": 2}),
                                 evaluations=6, prior=True)
 #: the online session (reloadable knobs): more, cheap evaluations; no prior. ``combine``: after
-#: the first simplex around the settings in force, one point takes every knob's better step at
-#: once (two knobs that gain only together: on the capture benchmark's measured surface, 10
-#: evaluations reached ≥ 90 % of the best gain in 38 of 40 simulated searches with it and in
-#: none without, ``benchmarks/results/capture_search.s33.md``)
+#: a first simplex around a point (a later pass's start, a screened one), one point takes every
+#: knob's better step at once, for two knobs that gain only together: on the capture
+#: benchmark's measured surface, searches from the original reached ≥ 90 % of the best gain
+#: in 10 evaluations in 100 of 100 replays with it and 68 without (log sd 0.015;
+#: ``benchmarks/results/capture_search.s33.md``)
 ONLINE_SESSION = SessionConfig(knobs=(), strategy_options=MappingProxyType(
     {"simplex_size": 6, "combine": True}), evaluations=30, prior=False)
 

@@ -172,7 +172,7 @@ def knob_specs(raw: Any, path: tuple[str, ...], where: Where) -> tuple[KnobSpec,
         out.append(KnobSpec(
             name=name, min=spec.get("min"), max=spec.get("max"), step=spec.get("step"),
             values=tuple(_yaml_bool(v) for v in values) if values is not None else None,
-            log=bool(spec.get("log", False)), where=here))
+            log=None if spec.get("log") is None else bool(spec["log"]), where=here))
     return tuple(out)
 
 
