@@ -65,7 +65,7 @@ class KnobParam:
 
 #: an online memory knob whose range spans this factor or more is searched on a log scale
 #: unless its ``log`` says otherwise: a memory size acts by its ratio to the data it holds (a
-#: sort or hash spills below its input, fits above), so a tenfold range is searched in equal
+#: sort or hash spills below its input, fits above), so a wide range is searched in equal
 #: ratios, as a DBA doubles work_mem, not in equal megabytes. On a linear 1MB–128MB the range
 #: mix's best (work_mem ≤ 4MB beside random_page_cost ≥ 1.5: 1.28× by pgbench) was 2 % of
 #: the axis, and the search's Latin hypercube start reached it in 40 of 100 replays; on the
