@@ -30,7 +30,6 @@ done; the restarts keep it going, so the search ends only when
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from abc import abstractmethod
@@ -43,6 +42,8 @@ from harmony_base.region import FeasibleRegion
 from harmony_base.space import Point, RealParam, Space
 from strategies.base import Strategy, Trial
 from strategies.options import check_simplex_options, is_fixed, option_error
+from strategies.simplex_combine import CombineStep
+from strategies.simplex_phase import Phase
 from strategies.simplex_vertices import Candidate, Key, SimplexVertices
 
 logger = logging.getLogger(__name__)
@@ -53,22 +54,7 @@ _MAX_SILENT_STEPS = 100_000
 _MAX_SILENT_RESTARTS = 60
 
 
-class Phase(enum.Enum):
-    """What the batch being measured is for."""
-
-    INIT = "init"
-    COMBINE = "combine"
-    REFLECT = "reflect"
-    EXPAND = "expand"
-    EXPAND_ONE = "expand-one"
-    EXPAND_ALL = "expand-all"
-    CONTRACT_OUTSIDE = "contract-outside"
-    CONTRACT_INSIDE = "contract-inside"
-    SHRINK = "shrink"
-    CONVERGED = "converged"
-
-
-class SimplexStrategy(SimplexVertices, Strategy):
+class SimplexStrategy(CombineStep, SimplexVertices, Strategy):
     """Base of the simplex strategies: initial simplex, candidate resolution, convergence.
 
     Options shared by the simplex strategies:
@@ -306,27 +292,6 @@ class SimplexStrategy(SimplexVertices, Strategy):
                 self._converge("no progress")
                 return
             self._advance_phase()
-
-    def _advance_phase(self) -> None:
-        """The subclass's :meth:`_advance`, but for ``combine``'s one extra move after the
-        initial axis simplex: the point that takes every axis's better step at once."""
-        if self.phase is Phase.INIT and self._combine_pending:
-            self._combine_pending = False
-            combined = self._main_effects_point(self._batch)
-            if combined is not None:
-                self._init_batch = list(self._batch)
-                self._start_batch(Phase.COMBINE, [combined])
-                return
-        if self.phase is Phase.COMBINE:
-            init, extra = self._init_batch, self._batch[0]
-            self._init_batch = []
-            values = [math.inf if c.value is None else float(c.value) for c in init + [extra]]
-            worst = max(range(len(init)), key=lambda i: (values[i], i))
-            if values[-1] < values[worst]:
-                init[worst] = extra  # kept as NM keeps a reflection better than the worst
-            self._accept(init)
-            return
-        self._advance()
 
     # -- the simplex ------------------------------------------------------------------------
     def _accept(self, candidates: Sequence[Candidate]) -> None:

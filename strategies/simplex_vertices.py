@@ -278,45 +278,6 @@ class SimplexVertices:
             us.append(self._axis_vertex(us, axis, direction * step))
         return us
 
-    def _main_effects_point(self, batch: list[Candidate]) -> np.ndarray | None:
-        """After an axis simplex around ``batch[0]`` (each other vertex moved along one axis),
-        the point that takes, on every axis, the coordinate of that axis's best vertex where
-        it beat the start: a one-factor-at-a-time design's predicted best, which a simplex
-        reaches only through several moves when two knobs help only together. None where
-        fewer than two axes gained (the point would be a vertex already) or the point is
-        measured already.
-
-        On the capture benchmark's surface the lone step to work_mem 1MB read 1.07×, below
-        the random_page_cost step's 1.19×, so the simplex moved away from it, while both
-        together read 1.26×: from the original, 10 evaluations reached ≥ 90 % of that gain in
-        100 of 100 replays with this point and 68 without (work_mem on a log scale), 92 and
-        6 on a linear one (``benchmarks/results/capture_search.s33.md``)."""
-        def value(c: Candidate) -> float:
-            return math.inf if c.value is None else float(c.value)
-
-        x0 = batch[0].u
-        if not math.isfinite(value(batch[0])) or not self._is_axis_simplex(batch):
-            return None
-        combined = np.array(x0, dtype=float)
-        gained = 0
-        for axis in self.active_axes:
-            better = [c for c in batch[1:] if value(c) < value(batch[0])
-                      and list(np.flatnonzero(np.abs(c.u - x0) > 1e-12)) == [axis]]
-            if better:
-                combined[axis] = min(better, key=value).u[axis]
-                gained += 1
-        if gained < 2:
-            return None
-        key = self.space.key(self.space.from_unit(combined))
-        if key in self._memo or any(c.key == key for c in batch):
-            return None
-        return combined
-
-    @staticmethod
-    def _is_axis_simplex(batch: list[Candidate]) -> bool:
-        x0 = batch[0].u
-        return all(np.count_nonzero(np.abs(c.u - x0) > 1e-12) <= 1 for c in batch[1:])
-
     def _axis_vertex(self, us: list[np.ndarray], axis: int, delta: float) -> np.ndarray:
         """The first vertex ``us[0]`` moved along ``axis`` by ``delta``, or the other way when
         that leaves the unit cube. Where both ways give a point the simplex already holds
