@@ -14,7 +14,7 @@ the surface plus normal noise of ``--noise`` (log sd; per-transaction evaluation
 noisy reading. Two starts, as the tuner has them: a first pass's Latin hypercube (no start
 point), and a later pass's or a screened run's axis simplex around a point (here the
 original). work_mem is searched on the scale the tuner resolves (log since s33,
-:data:`tuner_client.config.knobspace.LOG_SPAN`) or on the linear one before it.
+:func:`tuner_client.config.knobspace.log_by_default`) or on the linear one before it.
 
     python -m benchmarks.capture_search --tag T
 
@@ -35,11 +35,12 @@ import numpy as np
 from benchmarks.evidence.common import RESULTS, header, machine, write_results
 from harmony_base.space import IntParam, Point, RealParam, Space
 from strategies import make_strategy
-from tuner_client.config.knobspace import LOG_SPAN
+from tuner_client.config.knobspace import log_by_default
 from tuner_client.config.model import ONLINE_SESSION
 
 #: the user's ranges in benchmarks.default_path.user_config, as the tuner resolves them
-SPACE = Space((IntParam("work_mem", 1, 128, unit="MB", log=128 >= LOG_SPAN),
+SPACE = Space((IntParam("work_mem", 1, 128, unit="MB",
+                        log=log_by_default("online", "memory", 1, 128)),
                RealParam("random_page_cost", 1.0, 8.0, step=0.5),
                IntParam("max_parallel_workers_per_gather", 0, 2)))
 #: the same before s33: work_mem on a linear scale

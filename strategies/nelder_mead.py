@@ -20,6 +20,7 @@ from harmony_base.region import FeasibleRegion
 from harmony_base.space import Space
 from strategies.options import check_real, option_error
 from strategies.simplex import Candidate, Phase, SimplexStrategy
+from strategies.simplex_vertices import candidate_value as _value
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,3 @@ class NelderMead(SimplexStrategy, name="nelder-mead"):
         best = self.vertices[0]
         self._start_batch(Phase.SHRINK, [best + self.shrink_coef * (v - best)
                                          for v in self.vertices[1:]])
-
-
-def _value(c: Candidate | None) -> float:
-    return float(c.value) if c is not None and c.value is not None else float("inf")

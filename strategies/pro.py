@@ -20,6 +20,7 @@ from harmony_base.region import FeasibleRegion
 from harmony_base.space import Space
 from strategies.options import check_real, option_error
 from strategies.simplex import Candidate, Phase, SimplexStrategy
+from strategies.simplex_vertices import candidate_value as _value
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,3 @@ class PRO(SimplexStrategy, name="pro"):
                 self._stall("shrink moved nothing on the grid")
             else:
                 self._accept([self._vertex(0)] + batch)
-
-
-def _value(c: Candidate) -> float:
-    return float(c.value) if c.value is not None else float("inf")

@@ -46,6 +46,11 @@ class Candidate:
     handed_out: bool = False
 
 
+def candidate_value(c: Candidate | None) -> float:
+    """A candidate's value for ranking: infinite while it has none (or there is none)."""
+    return float(c.value) if c is not None and c.value is not None else math.inf
+
+
 class SimplexVertices:
     """The vertices of simplices in the unit cube of a space (see the module docstring)."""
 

@@ -14,6 +14,7 @@ from harmony_base.space import Space
 from tuner_client.cli.demo import _FALLBACK_YAML, DEMO_CONFIG_YAML
 from tuner_client.config import (
     DEFAULT_ONLINE_KNOBS,
+    KnobSpace,
     format_bytes,
     load_tuner_config,
     parse_bytes,
@@ -84,17 +85,22 @@ def test_defaults_are_the_study_setup() -> None:
     assert cfg.flow.shift_outside == 3
 
 
+def _spaces(catalog: KnobCatalog, online_knobs: str) -> tuple[KnobSpace, KnobSpace]:
+    """The offline (shared_buffers 32MB-2GB by 8MB) and online spaces of a config whose
+    online knobs are the YAML lines ``online_knobs``."""
+    cfg = parse_tuner_config("name: x\n"
+                             "offline: {knobs: {shared_buffers: {min: 32MB, max: 2GB, "
+                             "step: 8MB}}}\n"
+                             "online:\n  knobs:\n" + online_knobs)
+    return (resolve_knob_space(cfg.offline.knobs, catalog, kind="offline"),
+            resolve_knob_space(cfg.online.knobs, catalog, kind="online"))
+
+
 def test_units_resolved_exactly(catalog: KnobCatalog) -> None:
-    cfg = parse_tuner_config(
-        "name: x\n"
-        "offline: {knobs: {shared_buffers: {min: 32MB, max: 2GB, step: 8MB}}}\n"
-        "online:\n  knobs:\n"
-        "    work_mem: {min: 64kB, max: 200MB, step: 64kB}\n"
-        "    random_page_cost: {min: 0.1, max: 30, step: 0.1}\n"
-        "    jit: {values: [off, on]}\n"
-        "    max_parallel_workers_per_gather: null\n")
-    off = resolve_knob_space(cfg.offline.knobs, catalog, kind="offline")
-    on = resolve_knob_space(cfg.online.knobs, catalog, kind="online")
+    off, on = _spaces(catalog, "    work_mem: {min: 64kB, max: 200MB, step: 64kB}\n"
+                               "    random_page_cost: {min: 0.1, max: 30, step: 0.1}\n"
+                               "    jit: {values: [off, on]}\n"
+                               "    max_parallel_workers_per_gather: null\n")
     sb = off["shared_buffers"]
     assert (sb.unit, sb.param.min, sb.param.max, sb.param.step) == ("MB", 32, 2048, 8)
     wm = on["work_mem"]
@@ -112,27 +118,20 @@ def test_wide_online_memory_ranges_are_searched_on_a_log_scale(catalog: KnobCata
     """An online memory knob whose range spans 16x or more is searched in equal ratios unless
     its ``log`` says otherwise; narrower ranges, other quantities and the offline session's
     shared_buffers keep the linear scale."""
-    cfg = parse_tuner_config(
-        "name: x\n"
-        "offline: {knobs: {shared_buffers: {min: 32MB, max: 2GB, step: 8MB}}}\n"
-        "online:\n  knobs:\n"
-        "    work_mem: {min: 1MB, max: 128MB}\n"
-        "    temp_buffers: {min: 1MB, max: 128MB, log: false}\n"
-        "    maintenance_work_mem: {min: 16MB, max: 128MB}\n"
-        "    random_page_cost: {min: 0.1, max: 30}\n"
-        "    max_wal_size: {min: 1GB, max: 4GB}\n")
-    on = resolve_knob_space(cfg.online.knobs, catalog, kind="online")
-    off = resolve_knob_space(cfg.offline.knobs, catalog, kind="offline")
+    off, on = _spaces(catalog, "    work_mem: {min: 1MB, max: 128MB}\n"
+                               "    temp_buffers: {min: 1MB, max: 128MB, log: false}\n"
+                               "    maintenance_work_mem: {min: 16MB, max: 128MB}\n"
+                               "    random_page_cost: {min: 0.1, max: 30}\n"
+                               "    max_wal_size: {min: 1GB, max: 4GB}\n")
     scales = {p.name: p.param.log for p in on.params + off.params}
     assert scales == {"work_mem": True, "temp_buffers": False, "maintenance_work_mem": False,
                       "random_page_cost": False, "max_wal_size": False,
                       "shared_buffers": False}, scales
     # 4MB sits at log(4)/log(128) = 0.29 of work_mem's axis, 3/127 = 0.024 of the linear one
-    four = {p.name: p.param.min * 4 for p in on.params}
     wm, tb = (on[n].param for n in ("work_mem", "temp_buffers"))
     assert (wm.max / wm.min, tb.max / tb.min) == (128, 128)
-    assert abs(Space.to_unit_value(wm, four["work_mem"]) - math.log(4) / math.log(128)) < 1e-9
-    assert abs(Space.to_unit_value(tb, four["temp_buffers"]) - 3 / 127) < 1e-9
+    assert abs(Space.to_unit_value(wm, wm.min * 4) - math.log(4) / math.log(128)) < 1e-9
+    assert abs(Space.to_unit_value(tb, tb.min * 4) - 3 / 127) < 1e-9
 
 
 def _error(text: str, source: str = "configs/bad.yaml") -> str:

@@ -75,6 +75,13 @@ class KnobParam:
 LOG_SPAN = 16
 
 
+def log_by_default(kind: str, quantity: str | None, lo: float, hi: float) -> bool:
+    """Whether a knob of ``kind`` (``online``/``offline``) and ``quantity`` ranging over
+    ``lo``..``hi`` is searched on a log scale when its ``log`` is not written
+    (:data:`LOG_SPAN`)."""
+    return kind == "online" and quantity == "memory" and 0 < lo and hi >= LOG_SPAN * lo
+
+
 @dataclass(frozen=True)
 class KnobSpace:
     """The knobs of one session and the search space over them."""
@@ -161,8 +168,7 @@ def _resolve_one(spec: KnobSpec, catalog: KnobCatalog, kind: str) -> KnobParam:
                               f"{spec.min!r}, {spec.max!r}, {spec.step!r}")
     elif knob.quantity == "time":
         unit = "ms"
-    log = spec.log if spec.log is not None else (
-        kind == "online" and knob.quantity == "memory" and 0 < lo and hi >= LOG_SPAN * lo)
+    log = spec.log if spec.log is not None else log_by_default(kind, knob.quantity, lo, hi)
     scale = Fraction(1) if unit is None else Fraction(knob.to_unit(1, unit))
     lo_u, hi_u, step_u = (Fraction(v) * scale for v in (lo, hi, step))
     current_u: Fraction | None = None
