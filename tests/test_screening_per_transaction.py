@@ -96,7 +96,7 @@ def test_a_gaining_move_clears_a_losing_one_does_not_and_the_rest_hold_the_level
         k0 = by_knob["k0"]
         if k0.cleared:
             assert (k0.low, k0.high) == ("mid", "hi") and k0.ratio > 1
-            assert result.predicted_best(DEFAULT)["k0"] == "hi"
+            assert result.predicted_best(DEFAULT)[0]["k0"] == "hi"
         cleared_k0 += k0.cleared
         low, high = (math.exp(math.log(k0.ratio) + s * 2.0 * k0.se) for s in (-1, 1))
         covered += k0.high == "hi" and low <= true_ratio <= high

@@ -141,7 +141,8 @@ def test_predicted_best_sets_the_cleared_knobs_at_their_better_end() -> None:
         obj = NoisyObjective(truth, FIVE_PCT, seed)
         result = screen(KNOBS, DEFAULT, lambda p, o=obj: o.measure(p, 20.0), seed=seed,
                         replicates=2)
-        predicted = result.predicted_best(DEFAULT)
+        predicted, left_out = result.predicted_best(DEFAULT)
+        assert left_out == {}
         held = set(DEFAULT) - set(result.cleared)
         assert all(predicted[k] == DEFAULT[k] for k in held), (predicted, result.cleared)
         exact += predicted["k1"] == 10.0 and predicted["k4"] == 1.0
@@ -149,3 +150,26 @@ def test_predicted_best_sets_the_cleared_knobs_at_their_better_end() -> None:
         assert truth(predicted) >= truth(DEFAULT)
     assert exact / 300 >= 0.93
     assert float(np.mean(shares)) >= 0.98
+
+
+def test_a_predicted_move_that_breaks_a_constraint_is_left_out_largest_effect_first() -> None:
+    """k1 gains 1.5× high and k4 1.2× low, but a budget holds k1 + (10 - k4) ≤ 16: both
+    better ends together break it. The larger effect's move is kept, the smaller one is left
+    out with the reason, and the point it returns fits."""
+    def truth(point: Mapping[str, Any]) -> float:
+        return (100.0 * 1.5 ** ((float(point["k1"]) - 1.0) / 9.0)
+                * 1.2 ** ((10.0 - float(point["k4"])) / 9.0))
+
+    def fits(point: Mapping[str, Any]) -> str | None:
+        used = float(point["k1"]) + 10.0 - float(point["k4"])
+        return None if used <= 16.0 else f"k1 + 10 - k4 = {used:g} > 16"
+
+    obj = NoisyObjective(truth, FIVE_PCT.with_(point_cv=0.01), 1)
+    result = screen(KNOBS, DEFAULT, lambda p: obj.measure(p, 20.0), seed=1, replicates=2)
+    assert {"k1", "k4"} <= set(result.cleared), result.effects
+    unconstrained, _ = result.predicted_best(DEFAULT)
+    assert unconstrained["k1"] == 10.0 and unconstrained["k4"] == 1.0
+    predicted, left_out = result.predicted_best(DEFAULT, fits)
+    assert predicted["k1"] == 10.0 and predicted["k4"] == DEFAULT["k4"], predicted
+    assert left_out == {"k4": "k1 + 10 - k4 = 19 > 16"}
+    assert fits(predicted) is None

@@ -101,7 +101,13 @@ def screening_phase(ctx: RunContext, state: RunState) -> Screening | None:
         state.decide(Decision.of("screening", Kind.KNOBS, step="screening", labels=cleared,
                                  settings={"held": held}))
         ctx.narrow_online(cleared)
-    corner = result.predicted_best(default)
+    corner, left_out = result.predicted_best(
+        default, lambda point: ctx.budget_violation(space.settings(point)))
+    for knob, reason in left_out.items():
+        state.decide(Decision.note(
+            f"screening: {knob} at its better end breaks the memory budget beside the larger "
+            f"effects' moves ({reason}); the predicted best keeps {default_settings[knob]}",
+            labels=("screened",), reason=reason))
     # a knob left at its default keeps the setting's own spelling, so that a prediction of
     # the original is seen as the original ("4", not "4.0")
     predicted = {n: default_settings[n] if corner[n] == default[n] else v

@@ -121,12 +121,31 @@ class Screening:
         """Knobs left as they are: their effect is within the noise."""
         return [e.knob for e in self.effects if not e.cleared]
 
-    def predicted_best(self, default: Mapping[str, JSON]) -> dict[str, Any]:
+    def predicted_best(self, default: Mapping[str, JSON],
+                       fits: Callable[[dict[str, Any]], str | None] | None = None,
+                       ) -> tuple[dict[str, Any], dict[str, str]]:
         """The main-effects model's best point: each cleared knob at its better end (by the
         sign of its effect), every other knob as in ``default``. It pools all the design's
-        runs, unlike any single design point (one short, unpaired sample)."""
-        return {**default, **{e.knob: e.high if e.ratio > 1 else e.low
-                              for e in self.effects if e.cleared}}
+        runs, unlike any single design point (one short, unpaired sample).
+
+        With ``fits`` (why a point breaks a constraint, or None) the moves are taken largest
+        effect first and a move that breaks it is left out: a design's ranges share the memory
+        budget beside each other's levels, so two knobs' better ends, or one beside a held
+        knob's setting, may not fit together (a CI run's temp_buffers cleared at 8.5MB, a
+        level the design ran beside work_mem 2.5MB, and work_mem was held at 4MB). Returns
+        the point and the moves left out, each with the reason."""
+        point: dict[str, Any] = dict(default)
+        left_out: dict[str, str] = {}
+        for effect in sorted(self.effects, key=lambda e: abs(math.log(e.ratio)), reverse=True):
+            if not effect.cleared:
+                continue
+            moved = {**point, effect.knob: effect.high if effect.ratio > 1 else effect.low}
+            reason = fits(moved) if fits is not None else None
+            if reason is None:
+                point = moved
+            else:
+                left_out[effect.knob] = reason
+        return point, left_out
 
     def lines(self) -> list[str]:
         """The ranking in words, one knob a line."""
