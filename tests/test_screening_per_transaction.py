@@ -15,7 +15,8 @@ import pytest
 
 from benchmarks.simulators.per_transaction_sim import RunModel, SimTrace, Template
 from harmony_base.errors import ConfigError
-from tuner_client.stats.screening import KnobLevels, plackett_burman
+from tuner_client.stats.screening import KnobLevels
+from tuner_client.stats.screening_designs import plackett_burman
 from tuner_client.stats.screening_per_transaction import (
     design_rows,
     level_of,

@@ -12,14 +12,8 @@ import pytest
 
 from harmony_base.errors import ConfigError
 from tuner_client.stats.noise import NoiseModel, NoisyObjective
-from tuner_client.stats.screening import (
-    KnobLevels,
-    Screening,
-    oat_design,
-    pb_runs,
-    plackett_burman,
-    screen,
-)
+from tuner_client.stats.screening import KnobLevels, Screening, screen
+from tuner_client.stats.screening_designs import oat_design, pb_runs, plackett_burman
 
 SEEDS = 500
 KNOBS = [KnobLevels(f"k{i}", 1.0, 10.0) for i in range(6)]

@@ -40,7 +40,8 @@ from tuner_client.phases.design_choice import choose_for
 from tuner_client.phases.search_stops import LOOK_RESAMPLES, SETTLED_HALF_WIDTH
 from tuner_client.phases.state import RunContext, RunState, record_point
 from tuner_client.stats.per_transaction import MIN_SLICE_S, MIN_SLICES
-from tuner_client.stats.screening import KnobLevels, Screening, plackett_burman, screen
+from tuner_client.stats.screening import KnobLevels, Screening, screen
+from tuner_client.stats.screening_designs import plackett_burman
 from tuner_client.stats.screening_per_transaction import (
     column_comparison,
     design_rows,

@@ -54,6 +54,7 @@ from tuner_client.phases.final_duet import (
     pinning,
     second_cluster,
     second_text,
+    warm_restarts,
     warmup_seconds,
 )
 from tuner_client.phases.search_batches import (
@@ -127,7 +128,8 @@ class DuetEvaluations(SessionEvaluations):
         logger.info("[%s] duet run %d: the reference and %d candidate(s) for about %.0f s",
                     self.label, self.runs + 1, len(runnable), seconds)
         ctx.measurer.stop()  # the windows' workload must not run beside this one
-        server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus)
+        server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus,
+                                  warm_restarts(ctx, self.second))
         try:
             with self.counted():
                 outcome = run_duet(server, other, configs, labels, self.runner,

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from tuner_client.config import KnobSpace, TunerConfig
-from tuner_client.stats.screening import pb_runs
+from tuner_client.stats.screening_designs import pb_runs
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 from scipy import stats as sps
@@ -35,22 +35,14 @@ from scipy import stats as sps
 from harmony_base.errors import ConfigError
 from harmony_base.jsontypes import JSON, JSONObject
 from tuner_client.stats.paired import t_quantile
+from tuner_client.stats.screening_designs import Design, design_matrix
 
 logger = logging.getLogger(__name__)
 
-Design = Literal["pb", "oat"]
 #: one measurement of a point (a full configuration): its value, higher is better; None or a
 #: non-finite value is a failed measurement
 MeasurePoint = Callable[[JSONObject], float | None]
 
-#: Plackett and Burman's (1946) first rows; the other rows are cyclic shifts, then all minus
-PB_GENERATORS: dict[int, str] = {
-    8: "+++-+--",
-    12: "++-+++---+-",
-    16: "++++-+-++--+---",
-    20: "++--++++-+-+----++-",
-    24: "+++++-+-++--++--+-+----",
-}
 #: the default threshold: an effect clears the noise at |effect| ≥ 2 standard errors
 Z_DEFAULT = 2.0
 
@@ -160,38 +152,6 @@ class Screening:
                 "effects": [e.to_dict() for e in self.effects]}
 
 
-def pb_runs(n_factors: int) -> int:
-    """The runs of the smallest Plackett–Burman design for ``n_factors`` two-level factors."""
-    if n_factors < 1:
-        raise ConfigError(f"a screening design needs at least one knob, but got {n_factors}")
-    for n in sorted(PB_GENERATORS):
-        if n - 1 >= n_factors:
-            return n
-    raise ConfigError(f"Plackett–Burman designs here take at most 23 knobs, but got "
-                      f"{n_factors}; screen them in groups")
-
-
-def plackett_burman(n_factors: int) -> np.ndarray:
-    """The N × (N − 1) matrix of ±1 of the smallest PB design for ``n_factors``: the first
-    ``n_factors`` columns are the factors, the rest dummies. Columns are orthogonal and
-    balanced (XᵀX = N·I)."""
-    n = pb_runs(n_factors)
-    first = [1 if c == "+" else -1 for c in PB_GENERATORS[n]]
-    rows = [first[-i:] + first[:-i] if i else list(first) for i in range(n - 1)]
-    rows.append([-1] * (n - 1))
-    return np.array(rows, dtype=int)
-
-
-def oat_design(n_factors: int) -> np.ndarray:
-    """The 2k × k one-at-a-time design: knob j at −1 then +1, the others at 0 (default)."""
-    if n_factors < 1:
-        raise ConfigError(f"a screening design needs at least one knob, but got {n_factors}")
-    rows = np.zeros((2 * n_factors, n_factors), dtype=int)
-    for j in range(n_factors):
-        rows[2 * j, j], rows[2 * j + 1, j] = -1, 1
-    return rows
-
-
 def _usable(value: float | None) -> TypeGuard[float]:
     return value is not None and math.isfinite(value) and value > 0
 
@@ -222,7 +182,7 @@ def screen(knobs: Sequence[KnobLevels], default: Mapping[str, JSON], measure: Me
     replicates plus ⌈that / default_every⌉ + 1 defaults (PB, 6 knobs, once: 8 + 5 = 13).
     """
     _check_screen_inputs(knobs, default, replicates, default_every, z)
-    matrix = _design_matrix(design, len(knobs))
+    matrix = design_matrix(design, len(knobs))
     rng = np.random.default_rng(seed)
     order = [int(i) for _ in range(replicates) for i in rng.permutation(len(matrix))]
     runs = _run_design(knobs, default, measure, matrix, order, default_every)
@@ -254,14 +214,6 @@ def _check_screen_inputs(knobs: Sequence[KnobLevels], default: Mapping[str, JSON
     if replicates < 1 or default_every < 1 or z <= 0:
         raise ConfigError(f"screening needs replicates ≥ 1, default_every ≥ 1 and z > 0, but "
                           f"got replicates {replicates}, default_every {default_every}, z {z}")
-
-
-def _design_matrix(design: Design, k: int) -> np.ndarray:
-    if design == "pb":
-        return plackett_burman(k)
-    if design == "oat":
-        return oat_design(k)
-    raise ConfigError(f"design must be 'pb' or 'oat', but got {design!r}")
 
 
 @dataclass
