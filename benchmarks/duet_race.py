@@ -56,6 +56,20 @@ def _configurer(cluster: LocalCluster) -> Callable[[Mapping[str, str]], None]:
     return lambda settings: _configure(cluster, dict(settings))
 
 
+def pgbench_select_only(cluster: LocalCluster, scale: int, clients: int
+                        ) -> tuple[str, PgbenchWorkload]:
+    """``cluster`` started with a database ``bench`` of pgbench's tables at ``scale``; its DSN
+    and pgbench -S with ``clients`` clients on it."""
+    cluster.start()
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn_for("bench")
+    subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", str(scale), dsn],
+                   check=True, capture_output=True)
+    return dsn, PgbenchWorkload(dsn, clients=clients, scale=scale, threads=clients,
+                                builtin="select-only")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.duet_race")
     parser.add_argument("--seconds", type=float, default=120.0,
@@ -72,14 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                             "clients": CLIENTS, "pinned": args.pin, "races": []}
     cluster = LocalCluster(state / "c1", sync_initdb=False)
     try:
-        cluster.start()
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench")
-        dsn = cluster.dsn_for("bench")
-        subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", str(SCALE), dsn],
-                       check=True, capture_output=True)
-        workload = PgbenchWorkload(dsn, clients=CLIENTS, scale=SCALE, threads=CLIENTS,
-                                   builtin="select-only")
+        dsn, workload = pgbench_select_only(cluster, SCALE, CLIENTS)
         for name, ref, cand in RACES:
             clone = make_clone(dsn, journals=state / "journals", mark="bench-duet-race",
                                parent=state)

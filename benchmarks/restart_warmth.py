@@ -5,10 +5,10 @@ shared_buffers (256MB against 320MB on pgbench -S at scale 10, ~150 MB: both hol
 modes, interleaved so that the machine's drift falls on each alike:
 
 - ``asymmetric``: the server's restarts warm (its buffer recorded before, loaded back after,
-  as the run's applier does with ``measure.prewarm``), the clone's cold: the tuner before
-  session 34;
-- ``warm``: both warm (:class:`tuner_client.duet.warm.WarmRestarts` on each): the tuner now;
-- ``cold``: both cold (what the tuner does on a user's twin).
+  as the run's applier does with ``measure.prewarm``), the clone's cold: what the tuner does;
+- ``warm``: both warm (:class:`WarmRestarts` on each: the buffer recorded before a restart
+  and loaded back after it, by the run's own :class:`~tuner_client.measurer.prewarm.Prewarmer`);
+- ``cold``: both cold.
 
 Every candidate is the reference's twin: the half-width at the end is the race's precision,
 and any claim is false.
@@ -26,22 +26,23 @@ import logging
 import math
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from benchmarks.duet_race import pgbench_select_only
 from benchmarks.evidence.common import header, load_average, machine, write_results
 from tuner_client.duet.clone import make_clone
 from tuner_client.duet.driver import client_runner
 from tuner_client.duet.race import Arm, run_duet
-from tuner_client.duet.warm import WarmRestarts
+from tuner_client.measurer.prewarm import BufferRecord, Prewarmer, PrewarmResult
 from tuner_client.phases.final_duet import segment_seconds
 from tuner_client.servers.local_cluster import LocalCluster
 from workloads.pgbench import PgbenchWorkload
@@ -51,6 +52,29 @@ logger = logging.getLogger(__name__)
 SCALE, CLIENTS = 10, 2
 REFERENCE, CANDIDATE = {"shared_buffers": "256MB"}, {"shared_buffers": "320MB"}
 MODES = ("asymmetric", "warm", "cold")
+
+
+@dataclass
+class WarmRestarts:
+    """Records a cluster's buffer (through ``dsn``, the workload's database) before each
+    restart and loads it back after, as the run's applier does for the server."""
+
+    dsn: str
+    prewarmer: Prewarmer = field(default_factory=Prewarmer)
+    #: what each restart loaded back, in order
+    results: list[PrewarmResult] = field(default_factory=list)
+
+    def wrap(self, put: Callable[[Mapping[str, str]], bool]
+             ) -> Callable[[Mapping[str, str]], bool]:
+        """``put`` (which restarts) with the buffer recorded before and loaded after."""
+        def warm_put(settings: Mapping[str, str]) -> bool:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                record: BufferRecord | str = self.prewarmer.record(conn)
+            restarted = put(settings)
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                self.results.append(self.prewarmer.load(conn, record))
+            return restarted
+        return warm_put
 
 
 def _restarter(cluster: LocalCluster) -> Callable[[Mapping[str, str]], bool]:
@@ -120,14 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(state / "c1", sync_initdb=False)
     name = "restart_warmth" + f".{args.tag}" * bool(args.tag)
     try:
-        cluster.start()
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE bench")
-        dsn = cluster.dsn_for("bench")
-        subprocess.run([str(cluster.bin_dir / "pgbench"), "-i", "-q", "-s", str(SCALE), dsn],
-                       check=True, capture_output=True)
-        workload = PgbenchWorkload(dsn, clients=CLIENTS, scale=SCALE, threads=CLIENTS,
-                                   builtin="select-only")
+        dsn, workload = pgbench_select_only(cluster, SCALE, CLIENTS)
         for repeat in range(args.repeats):
             for mode in MODES:
                 row = _race(mode, cluster, dsn, state, args.seconds, workload)

@@ -148,17 +148,17 @@ class ReplicaPool:
         return live[index % len(live)] if live else self.primary
 
     def apply(self, settings: dict[str, str], *, check_budget: bool = True,
-              warm_up: bool = True, prewarm: bool = True) -> ApplyOutcome:
+              warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every member: the primary (its outcome is returned,
         for the phase to act on) and every other live replica (a failure there is logged:
         its next measurement says whether it still answers)."""
         outcome = self.primary.joined().apply(settings, check_budget=check_budget,
-                                               warm_up=warm_up, prewarm=prewarm)
+                                               warm_up=warm_up)
         for replica in self.replicas[1:]:
             if not replica.alive or replica.measurer is None:
                 continue
             other = replica.measurer.apply(settings, check_budget=check_budget,
-                                           warm_up=warm_up, prewarm=prewarm)
+                                           warm_up=warm_up)
             if other.failure is not None:
                 logger.warning("replica %s: could not apply %s: %s", replica.name, settings,
                                other.failure)

@@ -79,10 +79,14 @@ def final_inputs(ctx: RunContext, state: RunState) -> FinalInputs:
     if state.best is not None and cfg.final.rounds > 0:
         # the original is measured once per round, as "default": measured again as "best" it
         # would be compared with itself, and noise alone would decide the ratio
+        ranked = ranked_candidates(ctx, state, cfg.final.candidates)
         if {n: state.best.in_force.get(n) for n in ctx.original} == ctx.original:
+            then = ("the next best it measured races as \"best\"" if ranked
+                    else "no other configuration it measured can race")
             state.decide(Decision.note("final: the search's best is the original "
-                                       "configuration", labels=("best",)))
-        for i, settings in enumerate(ranked_candidates(ctx, state, cfg.final.candidates), 1):
+                                       f"configuration (raced as the reference, \"default\"); "
+                                       f"{then}", labels=("best",)))
+        for i, settings in enumerate(ranked, 1):
             label = "best" if i == 1 else f"candidate-{i}"
             candidates[label] = settings
             searched.append(label)

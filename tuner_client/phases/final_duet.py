@@ -29,11 +29,9 @@ from tuner_client.duet.driver import Runner, client_runner, pin_postmaster
 from tuner_client.duet.race import MIN_BLOCKS, SEGMENT_S, WARMUP_S, Arm, run_duet
 from tuner_client.duet.stats import BATCH_S, DuetRace
 from tuner_client.duet.twin import Twin, open_twin
-from tuner_client.duet.warm import WarmRestarts
 from tuner_client.engine.comparison import live_traffic
 from tuner_client.engine.designs import DUET
 from tuner_client.engine.protocol import RaceRequest
-from tuner_client.measurer.prewarm import prewarm_summary
 from tuner_client.phases.decisions import Decision, Kind, drift_record, race_records
 from tuner_client.phases.final_design import FinalDesign, FinalRun
 from tuner_client.phases.final_per_transaction import race_seconds
@@ -199,32 +197,20 @@ def second_text(second: Clone | Twin, cpus: tuple[str, str, str] | None) -> str:
 
 
 def duet_arms(target: Target, apply: Callable[..., object], second: Clone | Twin,
-              cpus: tuple[str, str, str] | None, warm: WarmRestarts | None = None
-              ) -> tuple[Arm, Arm]:
+              cpus: tuple[str, str, str] | None) -> tuple[Arm, Arm]:
     """The duet's two arms: the server of ``target``, configured by the run's own
     (journaled) ``apply`` without the budget check or a warm-up, and ``second``, each pinned
-    to its half of ``cpus`` where given (:func:`pinning`). Both restart alike: with ``warm``
-    (:func:`warm_restarts`) a clone's restarts are prewarmed as the server's are; without it
-    the server's restarts are cold as the second's are."""
+    to its half of ``cpus`` where given (:func:`pinning`)."""
     cluster = target.cluster
     server = Arm("server", target.dsn,
-                 lambda s: apply(s, check_budget=False, warm_up=False, prewarm=warm is not None),
+                 lambda s: apply(s, check_budget=False, warm_up=False),
                  cpus=cpus[0] if cpus else None,
                  data_dir=cluster.data_dir if cluster is not None else None)
-    put: Callable[[Mapping[str, str]], bool] = lambda s: second.apply(dict(s))  # noqa: E731
     other = Arm("clone" if isinstance(second, Clone) else "twin",
-                second.dsn_like(target.dsn), put if warm is None else warm.wrap(put),
+                second.dsn_like(target.dsn), lambda s: second.apply(dict(s)),
                 cpus=cpus[1] if cpus else None,
                 data_dir=second.cluster.data_dir if isinstance(second, Clone) else None)
     return server, other
-
-
-def warm_restarts(ctx: RunContext, second: Clone | Twin) -> WarmRestarts | None:
-    """The clone's warm restarts where the server's are warm (``measure.prewarm``); None for
-    a user's twin (whose extensions the tuner does not create: both then restart cold)."""
-    if not ctx.config.measure.prewarm or not isinstance(second, Clone):
-        return None
-    return WarmRestarts(second.dsn_like(ctx.target.dsn))
 
 
 class Duet(FinalDesign, name=DUET):
@@ -302,8 +288,7 @@ def race_duet_run(ctx: RunContext, state: RunState,
         return None
     cpus = pinning(ctx) if isinstance(second, Clone) else None
     try:
-        warm = warm_restarts(ctx, second)
-        server, other = duet_arms(ctx.target, ctx.apply, second, cpus, warm)
+        server, other = duet_arms(ctx.target, ctx.apply, second, cpus)
         seconds = duet_seconds(ctx, stage)
         outcome = run_duet(server, other, configs, labels, runner, max_seconds=seconds,
                            segment_s=segment_seconds(seconds, len(labels) - 1,
@@ -323,10 +308,6 @@ def race_duet_run(ctx: RunContext, state: RunState,
         state.decide(Decision.of("final", Kind.SKIPPED, step="duet", design=DUET, stage=stage,
                                  reason="the duet measured too little for an interval"))
         return None
-    said = prewarm_summary(warm.results) if warm is not None else None
-    if said is not None:
-        state.decide(Decision.line("final", f"duet: the clone's warm restarts "
-                                            f"(measure.prewarm): {said}", design=DUET))
     for record in race_records(outcome.to_final_decision(), stage=stage):
         state.decide(record)
     if outcome.drift is not None:

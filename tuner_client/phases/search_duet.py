@@ -54,7 +54,6 @@ from tuner_client.phases.final_duet import (
     pinning,
     second_cluster,
     second_text,
-    warm_restarts,
     warmup_seconds,
 )
 from tuner_client.phases.search_batches import (
@@ -128,8 +127,7 @@ class DuetEvaluations(SessionEvaluations):
         logger.info("[%s] duet run %d: the reference and %d candidate(s) for about %.0f s",
                     self.label, self.runs + 1, len(runnable), seconds)
         ctx.measurer.stop()  # the windows' workload must not run beside this one
-        server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus,
-                                  warm_restarts(ctx, self.second))
+        server, other = duet_arms(ctx.target, ctx.apply, self.second, self.cpus)
         try:
             with self.counted():
                 outcome = run_duet(server, other, configs, labels, self.runner,

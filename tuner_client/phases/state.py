@@ -84,15 +84,13 @@ class RunContext:
         return self.budget.violation(wanted, wanted)
 
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
-              warm_up: bool = True, prewarm: bool = True) -> ApplyOutcome:
+              warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
-        and export them; the outcome on the run's own database (``prewarm=False``: a restart
-        leaves the buffer cold even with ``measure.prewarm``). In managed mode nothing is
+        and export them; the outcome on the run's own database. In managed mode nothing is
         put in force server-wide (every comparison runs per transaction): unchanged."""
         if self.managed is not None:  # per transaction only: nothing is put in force
             return ApplyOutcome(changed=False)
-        outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up,
-                                  prewarm=prewarm)
+        outcome = self.pool.apply(dict(settings), check_budget=check_budget, warm_up=warm_up)
         self.in_force_changed()
         return outcome
 
