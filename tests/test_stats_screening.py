@@ -167,3 +167,5 @@ def test_a_predicted_move_that_breaks_a_constraint_is_left_out_largest_effect_fi
     assert predicted["k1"] == 10.0 and predicted["k4"] == DEFAULT["k4"], predicted
     assert left_out == {"k4": "k1 + 10 - k4 = 19 > 16"}
     assert fits(predicted) is None
+    # where the default itself breaks the constraint no move is to blame: none left out
+    assert result.predicted_best(DEFAULT, lambda p: "over") == (unconstrained, {})

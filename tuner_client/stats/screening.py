@@ -124,15 +124,18 @@ class Screening:
         effect first and a move that breaks it is left out: a design's ranges share the memory
         budget beside each other's levels, so two knobs' better ends, or one beside a held
         knob's setting, may not fit together (a CI run's temp_buffers cleared at 8.5MB, a
-        level the design ran beside work_mem 2.5MB, and work_mem was held at 4MB). Returns
-        the point and the moves left out, each with the reason."""
+        level the design ran beside work_mem 2.5MB, and work_mem was held at 4MB; the
+        prediction broke the budget and was not raced). Returns the point and the moves left
+        out, each with the reason."""
         point: dict[str, Any] = dict(default)
         left_out: dict[str, str] = {}
+        # where ``default`` itself breaks it, no move is to blame: none is left out
+        check = fits if fits is not None and fits(point) is None else None
         for effect in sorted(self.effects, key=lambda e: abs(math.log(e.ratio)), reverse=True):
             if not effect.cleared:
                 continue
             moved = {**point, effect.knob: effect.high if effect.ratio > 1 else effect.low}
-            reason = fits(moved) if fits is not None else None
+            reason = check(moved) if check is not None else None
             if reason is None:
                 point = moved
             else:
