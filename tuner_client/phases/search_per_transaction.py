@@ -31,24 +31,21 @@ loop, its stops and the reporting are :mod:`tuner_client.phases.search_batches`'
 Knobs with a system-wide side (parallel query, :data:`SYSTEM_WIDE_KNOBS`) are not compared per
 transaction: max_parallel_workers_per_gather 2→0 read 0.77× per transaction and 1.22× in
 whole-server windows, and in the demo the point that won 1.26× (1.06–1.50) in the windows
-design read 0.86× per transaction and was never kept. A batch is split by the candidates'
-values of those knobs: every arm of a group's run carries the group's values (so the whole
-server runs them), the reference arm differs from the reference only there, and the
-group's ratio to the reference is the per-transaction ratio times that of the reference
-with the group's values over the reference itself. That factor is measured once per value by
-switchback (issue 51, item 3): the values a batch needs that have none yet share one
-switchback run beside the reference (:func:`tuner_client.phases.search_switchback.switchback_race`:
-slices of ``measure.slice_s``, blocks in a balanced random order, ALTER SYSTEM + reload), so
-each factor is a paired ratio with its interval (Student t over blocks, as the switchback
-search's: :func:`~tuner_client.phases.search_switchback.search_interval`), and the record's interval
-adds the two parts' log-scale half-widths in quadrature (:func:`combined`). Before, it was
-ONE paired whole-server window block per value, a single ratio without an interval
-multiplying every per-transaction ratio that carried it: a default-path run read 4.76× and
-0.64× from such blocks (noise at a per-window sd of 7–15 %). Routing such a batch
-to the switchback search instead would lose the per-transaction precision of every knob the
-group shares; here only the system-wide part is measured by switchback.
+design read 0.86× per transaction and was never kept. A batch's candidates whose values of
+those knobs differ from the reference's are measured whole by switchback beside it (one run,
+:func:`tuner_client.phases.search_switchback.switchback_race`: slices of ``measure.slice_s``,
+blocks in a balanced random order, ALTER SYSTEM + reload; Student t over blocks), the others
+per transaction. Until session 34 such a candidate was measured per transaction with every arm
+carrying its system-wide values, times a switchback factor of the reference with those values
+over the reference. That product misread such candidates, likely through the plans their
+other knobs chose: with workers allowed, a parallel plan's latency per transaction is lower,
+while the CPU its workers take from the other sessions falls on every arm of a
+per-transaction run alike. Three capture runs ranked such a candidate first at 1.24–1.42× (parallel
+workers 1–2, work_mem 9–27MB), and the final race's switchback read it at 0.99×, 0.99× and
+1.19× (``benchmarks/results/capture.s34.md``). Measured whole, the candidate's ratio counts
+what the server does, at the switchback's precision.
 
-The two factors share one objective, the workload's count: the switchback's driver counts
+Both designs count one objective, the workload's count: the switchback's driver counts
 queries (``progress`` for TPC-H), and the per-transaction part counts them too since issue 45
 (:mod:`tuner_client.stats.estimand`: a TPC-H stream loops its query, so the ratio weighs the
 templates by completions). Before, the per-transaction part was work-weighted: on the demo's
@@ -61,18 +58,16 @@ same value in the demo, which then kept the original.
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from harmony_base.errors import HarmonyError
-from tuner_client.engine.designs import PER_TRANSACTION, SWITCHBACK, SYSTEM_WIDE_KNOBS
+from tuner_client.engine.designs import PER_TRANSACTION, SYSTEM_WIDE_KNOBS
 from tuner_client.measurer import PointRecord
 from tuner_client.phases.decisions import Decision
 from tuner_client.phases.search_batches import (
     LEVEL,
     MAX_BATCH,
-    REFERENCE,
     Evaluation,
     SessionEvaluations,
     run_seconds,
@@ -84,13 +79,8 @@ from tuner_client.phases.search_stops import (
     SETTLED_SHARE_OF_EFFECT,
     ranked,
 )
-from tuner_client.phases.search_switchback import (
-    interval_text,
-    search_interval,
-    switchback_race,
-)
+from tuner_client.phases.search_switchback import fill_by_switchback, switchback_race
 from tuner_client.stats.estimand import COUNTS, DRAWS
-from tuner_client.stats.paired import RatioInterval
 from tuner_client.stats.per_transaction import FIRST_LOOK_S, PerTransactionComparison, rank_compare
 from workloads.per_transaction.from_config import make_assignment
 from workloads.per_transaction.trace import Trace
@@ -115,10 +105,9 @@ class PerTransactionEvaluations(SessionEvaluations):
     counts: str = COUNTS[DRAWS]
     #: what the runs would have lasted had none settled early (s)
     most_seconds: int = 0
-    #: per value of the system-wide knobs: the reference with it over the reference, by
-    #: switchback (its paired ratio and interval; None: the run failed)
-    wide_factors: dict[WideKey, RatioInterval | None] = field(default_factory=dict)
-    #: the switchback runs that measured them
+    #: the candidates whose system-wide values differ from the reference's, measured whole
+    #: by switchback, and the switchback runs that measured them
+    wide_measured: int = 0
     wide_runs: int = 0
 
     @property
@@ -127,15 +116,16 @@ class PerTransactionEvaluations(SessionEvaluations):
         return [n for n in self.space.names if n in SYSTEM_WIDE_KNOBS]
 
     def measure_feasible(self, runnable: list[Evaluation], level: float) -> None:
-        """Run ``runnable`` beside the reference, one run per group of system-wide values
-        (each group's factor measured first by switchback, where none is yet)."""
-        groups: dict[WideKey, list[Evaluation]] = {}
+        """Run ``runnable`` beside the reference: those with the reference's values of the
+        system-wide knobs per transaction, the others whole by switchback (one run each)."""
+        same: list[Evaluation] = []
+        other: list[Evaluation] = []
         for ev in runnable:
-            groups.setdefault(self._wide_key(ev.settings), []).append(ev)
-        self._measure_wide([key for key in groups if not self._is_reference(key)
-                            and key not in self.wide_factors])
-        for key, group in groups.items():
-            self._measure_group(key, group, level)
+            (same if self._is_reference(self._wide_key(ev.settings)) else other).append(ev)
+        if other:
+            self._measure_whole(other, level)
+        if same:
+            self._measure_group(same, level)
 
     def _wide_key(self, settings: dict[str, str]) -> WideKey:
         """``settings``' values of the system-wide knobs."""
@@ -144,18 +134,11 @@ class PerTransactionEvaluations(SessionEvaluations):
     def _is_reference(self, key: WideKey) -> bool:
         return all(self.reference.settings.get(n) == v for n, v in key)
 
-    def _measure_group(self, key: WideKey, group: list[Evaluation],
-                       level: float) -> None:
-        """One run of ``group`` (candidates sharing the system-wide values ``key``) beside the
-        reference with those values; each ratio times that reference's switchback factor."""
-        factor = None if self._is_reference(key) else self.wide_factors.get(key)
-        if factor is None and not self._is_reference(key):
-            for ev in group:
-                ev.record.failure = (f"{dict(key)} could not be measured by switchback beside "
-                                     f"the reference")
-            return
+    def _measure_group(self, group: list[Evaluation], level: float) -> None:
+        """One run of ``group`` (candidates with the reference's system-wide values) beside
+        the reference, per transaction."""
         try:
-            trace = self._run([ev.settings for ev in group], dict(key))
+            trace = self._run([ev.settings for ev in group])
         except HarmonyError as exc:
             for ev in group:
                 ev.record.failure = f"per-transaction run failed: {exc}"
@@ -168,51 +151,35 @@ class PerTransactionEvaluations(SessionEvaluations):
             except HarmonyError as exc:
                 ev.record.failure = f"per-transaction comparison failed: {exc}"
                 continue
-            self._fill(ev.record, result, level, factor, dict(key))
+            self._fill(ev.record, result, level)
 
-    def _measure_wide(self, keys: list[WideKey]) -> None:
-        """The reference with each of the system-wide values ``keys`` over the reference
-        itself: one switchback run over the reference and all of them (its paired ratio and
-        interval per value; None where the run failed)."""
-        if not keys:
-            return
-        ctx, names = self.ctx, self.space.names
-        base = {n: self.reference.settings[n] for n in names}
-        labels = [REFERENCE, *(str(dict(key)) for key in keys)]
-        configs = [base, *({**base, **dict(key)} for key in keys)]
+    def _measure_whole(self, group: list[Evaluation], level: float) -> None:
+        """``group`` (candidates whose system-wide values differ from the reference's) beside
+        the reference in one switchback run, each whole: its ratio counts the server's
+        throughput, the CPU a parallel plan takes from the other sessions included."""
+        ctx = self.ctx
+        labels, configs = self.arms(group)
         try:
             race = switchback_race(ctx, configs, labels,
-                                   run_seconds(ctx.config.measure.per_transaction_s, len(keys)),
+                                   run_seconds(ctx.config.measure.per_transaction_s, len(group)),
                                    seed=ctx.config.seed + 1000 * self.wide_runs + 500)
         except HarmonyError as exc:
-            for key in keys:
-                self.wide_factors[key] = None
-            self.state.decide(Decision.note(
-                f"{self.label}: {', '.join(labels[1:])} ha{'s' if len(keys) == 1 else 've'} a "
-                f"system-wide side per-transaction latency does not see; the switchback beside "
-                f"the reference failed ({exc})", design=SWITCHBACK, reason=str(exc)))
+            for ev in group:
+                ev.record.failure = f"switchback run failed: {exc}"
             return
         finally:
             self.wide_runs += 1
-        for label, key in zip(labels[1:], keys, strict=True):
-            comparison = race.plain[label]
-            iv = self.wide_factors[key] = search_interval(comparison)
-            said = "failed (fewer than 2 blocks)" if iv is None else \
-                f"measured by switchback beside the reference: {interval_text(iv, comparison)}"
-            self.state.decide(Decision.note(
-                f"{self.label}: {label} has a system-wide side per-transaction latency does "
-                f"not see; {said}", design=SWITCHBACK, settings={"candidate": dict(key)},
-                ratio=comparison.interval.ratio, low=iv.low if iv else None,
-                high=iv.high if iv else None, level=LEVEL, counts=race.counts,
-                rounds=comparison.blocks))
+        self.wide_measured += len(group)
+        for label, ev in zip(labels[1:], group, strict=True):
+            fill_by_switchback(self.state, self.label, ev.record, race.plain[label], level,
+                               race.counts)
 
-    def _run(self, candidates: list[dict[str, str]], wide: dict[str, str]) -> Trace:
-        """One run of the reference (configuration 0) with the system-wide values ``wide``
-        and ``candidates`` (which share them)."""
+    def _run(self, candidates: list[dict[str, str]]) -> Trace:
+        """One run of the reference (configuration 0) and ``candidates``."""
         ctx = self.ctx
         ctx.measurer.stop()  # the windows' workload must not run beside this one
         names = self.space.names
-        configurations = [{**{n: self.reference.settings[n] for n in names}, **wide},
+        configurations = [{n: self.reference.settings[n] for n in names},
                           *({n: c[n] for n in names} for c in candidates)]
         assignment = make_assignment(ctx.config.workload, ctx.target.dsn, configurations,
                                      seed=ctx.config.seed + 1000 * self.runs)
@@ -228,23 +195,17 @@ class PerTransactionEvaluations(SessionEvaluations):
         self.most_seconds += seconds
         return trace
 
-    def _fill(self, record: PointRecord, result: PerTransactionComparison, level: float,
-              factor: RatioInterval | None, wide: dict[str, str]) -> None:
-        """``record``'s ratio: the per-transaction one times the switchback ``factor`` of its
-        system-wide values ``wide`` (None: they are the reference's), the two parts'
-        log-scale half-widths added in quadrature (independent runs)."""
+    def _fill(self, record: PointRecord, result: PerTransactionComparison,
+              level: float) -> None:
+        """``record``'s per-transaction ratio to the reference, its interval and value."""
         interval = result.interval
         record.design = PER_TRANSACTION
-        record.ratio, record.interval = combined(interval, factor)
+        record.ratio, record.interval = interval.ratio, (interval.low, interval.high)
         record.transactions = result.transactions
         record.reference = [level]
         record.value = record.ratio * level
-        scaled = "" if factor is None else (
-            f", times {factor.text()} for {wide} by switchback → {record.ratio:.3f}× "
-            f"({record.interval[0]:.3f}–{record.interval[1]:.3f}, both parts' widths)")
         self.state.decide(Decision.note(
-            f"{self.label}: {record.settings}: {result.text()} over the "
-            f"reference{' with ' + str(wide) if scaled else ''}{scaled}",
+            f"{self.label}: {record.settings}: {result.text()} over the reference",
             design=PER_TRANSACTION, settings={"candidate": dict(record.settings)},
             ratio=record.ratio, low=record.interval[0], high=record.interval[1],
             level=interval.level, counts=result.estimand, rounds=result.slices))
@@ -263,22 +224,10 @@ class PerTransactionEvaluations(SessionEvaluations):
                 f"these intervals are not claims: looking before the end makes them nominal)")
         if wide:
             text += (f"; {', '.join(wide)} has a system-wide side per-transaction latency does "
-                     f"not see: its values were measured by switchback beside the reference "
-                     f"({len(self.wide_factors)} value(s) in {self.wide_runs} run(s)) and a "
-                     f"run's arms all carried them")
+                     f"not see: the candidates with other values than the reference's were "
+                     f"measured whole by switchback beside it ({self.wide_measured} "
+                     f"candidate(s) in {self.wide_runs} run(s))")
         return Decision.note(text, design=PER_TRANSACTION)
-
-
-def combined(part: RatioInterval, factor: RatioInterval | None
-             ) -> tuple[float, tuple[float, float]]:
-    """The ratio ``part`` × ``factor`` and its interval: each side's log distance from the
-    ratio, the two parts' added in quadrature (``factor`` None: ``part`` alone)."""
-    if factor is None:
-        return part.ratio, (part.low, part.high)
-    ratio = part.ratio * factor.ratio
-    down = math.hypot(math.log(part.ratio / part.low), math.log(factor.ratio / factor.low))
-    up = math.hypot(math.log(part.high / part.ratio), math.log(factor.high / factor.ratio))
-    return ratio, (ratio * math.exp(-down), ratio * math.exp(up))
 
 
 #: measure a session per transaction (:meth:`SessionEvaluations.run_session`)

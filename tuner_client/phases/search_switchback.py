@@ -61,7 +61,7 @@ from tuner_client.phases.search_batches import (
     run_seconds,
 )
 from tuner_client.phases.slice_watch import SliceWatch
-from tuner_client.phases.state import RunContext
+from tuner_client.phases.state import RunContext, RunState
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
 from tuner_client.stats.switchback import SliceSpan, SwitchbackComparison, SwitchbackRace
 from workloads.connect import connect
@@ -69,7 +69,8 @@ from workloads.observe import ObservedWindow
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_BATCH", "SwitchbackEvaluations", "run_switchback_session", "switchback_race"]
+__all__ = ["MAX_BATCH", "SwitchbackEvaluations", "fill_by_switchback", "run_switchback_session",
+           "switchback_race"]
 
 
 def switchback_race(ctx: RunContext, configs: Sequence[Mapping[str, str]], labels: list[str],
@@ -110,6 +111,29 @@ def interval_text(iv: RatioInterval, comparison: SwitchbackComparison) -> str:
     """``0.73× (95 % CI 0.62–0.86), switchback: 5 blocks, 906 observations kept``."""
     return (f"{iv.text()}, switchback: {comparison.blocks} blocks, "
             f"{sum(comparison.observations):,} observations kept")
+
+
+def fill_by_switchback(state: RunState, label: str, record: PointRecord,
+                       comparison: SwitchbackComparison, level: float, counts: str) -> None:
+    """``record``'s ratio to the session's reference from a switchback run, its interval
+    (:func:`search_interval`) and value at the reference's ``level``, said as a decision of
+    session ``label`` (a failure where fewer than 2 blocks held both)."""
+    record.design = SWITCHBACK
+    iv = search_interval(comparison)
+    if iv is None:
+        record.failure = (f"no switchback interval: {comparison.blocks} block(s) held "
+                          f"both configurations with observations")
+        return
+    record.ratio = iv.ratio
+    record.interval = (iv.low, iv.high)
+    record.transactions = comparison.observations
+    record.reference = [level]
+    record.value = iv.ratio * level
+    state.decide(Decision.note(
+        f"{label}: {record.settings}: {interval_text(iv, comparison)} over the reference",
+        design=SWITCHBACK, settings={"candidate": dict(record.settings)},
+        ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
+        counts=counts or None, rounds=comparison.blocks))
 
 
 @dataclass(eq=False)
@@ -164,7 +188,8 @@ class SwitchbackEvaluations(SessionEvaluations):
             return
         assert race is not None  # no trip: the run returned its race or failed above
         for label, ev in zip(labels[1:], runnable, strict=True):
-            self._fill(ev.record, race.plain[label], level)
+            fill_by_switchback(self.state, self.label, ev.record, race.plain[label], level,
+                               self.counts)
 
     def _tripped(self, ev: Evaluation, trip: Trip, span: SliceSpan) -> None:
         """A guardrail tripped in ``ev``'s slice (recorded by the watch): the candidate
@@ -179,27 +204,6 @@ class SwitchbackEvaluations(SessionEvaluations):
             reason=f"{trip.kind} guardrail tripped in its slice of the switchback search "
                    f"({trip.reason}); the trip is the slice's configuration's (its settled "
                    f"window judged); failed to the strategy and left out of the run"))
-
-    def _fill(self, record: PointRecord, comparison: SwitchbackComparison,
-              level: float) -> None:
-        """``record``'s ratio to the reference, its interval and value."""
-        record.design = SWITCHBACK
-        iv = search_interval(comparison)
-        if iv is None:
-            record.failure = (f"no switchback interval: {comparison.blocks} block(s) held "
-                              f"both configurations with observations")
-            return
-        record.ratio = iv.ratio
-        record.interval = (iv.low, iv.high)
-        record.transactions = comparison.observations
-        record.reference = [level]
-        record.value = iv.ratio * level
-        self.state.decide(Decision.note(
-            f"{self.label}: {record.settings}: {interval_text(iv, comparison)} over the "
-            f"reference",
-            design=SWITCHBACK, settings={"candidate": dict(record.settings)},
-            ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
-            counts=self.counts or None, rounds=comparison.blocks))
 
     def summary(self) -> Decision:
         """The session's design in one decision."""
