@@ -171,7 +171,7 @@ class PerTransactionEvaluations(SessionEvaluations):
             self.wide_runs += 1
         self.wide_measured += len(group)
         for label, ev in zip(labels[1:], group, strict=True):
-            fill_by_switchback(self.state, self.label, ev.record, race.plain[label], level,
+            fill_by_switchback(self.state.decide, self.label, ev.record, race.plain[label], level,
                                race.counts)
 
     def _run(self, candidates: list[dict[str, str]]) -> Trace:

@@ -61,7 +61,7 @@ from tuner_client.phases.search_batches import (
     run_seconds,
 )
 from tuner_client.phases.slice_watch import SliceWatch
-from tuner_client.phases.state import RunContext, RunState
+from tuner_client.phases.state import RunContext
 from tuner_client.stats.paired import RatioInterval, interval_from_logs
 from tuner_client.stats.switchback import SliceSpan, SwitchbackComparison, SwitchbackRace
 from workloads.connect import connect
@@ -113,11 +113,11 @@ def interval_text(iv: RatioInterval, comparison: SwitchbackComparison) -> str:
             f"{sum(comparison.observations):,} observations kept")
 
 
-def fill_by_switchback(state: RunState, label: str, record: PointRecord,
+def fill_by_switchback(decide: Callable[[Decision], None], label: str, record: PointRecord,
                        comparison: SwitchbackComparison, level: float, counts: str) -> None:
     """``record``'s ratio to the session's reference from a switchback run, its interval
-    (:func:`search_interval`) and value at the reference's ``level``, said as a decision of
-    session ``label`` (a failure where fewer than 2 blocks held both)."""
+    (:func:`search_interval`) and value at the reference's ``level``, said to ``decide`` as a
+    decision of session ``label`` (a failure where fewer than 2 blocks held both)."""
     record.design = SWITCHBACK
     iv = search_interval(comparison)
     if iv is None:
@@ -129,7 +129,7 @@ def fill_by_switchback(state: RunState, label: str, record: PointRecord,
     record.transactions = comparison.observations
     record.reference = [level]
     record.value = iv.ratio * level
-    state.decide(Decision.note(
+    decide(Decision.note(
         f"{label}: {record.settings}: {interval_text(iv, comparison)} over the reference",
         design=SWITCHBACK, settings={"candidate": dict(record.settings)},
         ratio=iv.ratio, low=iv.low, high=iv.high, level=iv.level,
@@ -188,7 +188,7 @@ class SwitchbackEvaluations(SessionEvaluations):
             return
         assert race is not None  # no trip: the run returned its race or failed above
         for label, ev in zip(labels[1:], runnable, strict=True):
-            fill_by_switchback(self.state, self.label, ev.record, race.plain[label], level,
+            fill_by_switchback(self.state.decide, self.label, ev.record, race.plain[label], level,
                                self.counts)
 
     def _tripped(self, ev: Evaluation, trip: Trip, span: SliceSpan) -> None:
