@@ -244,14 +244,25 @@ def final_truth(data: dict[str, Any], dsn: str, bench: Pgbench, args: argparse.N
     data["truth"] = {"configs": configs, "tps": table, "ratios": measured, "best": winner,
                      "top": len(top)}
     best = measured[winner]["log"]
-    for run in data["runs"]:
-        rec = run.get("recommended")
-        if rec is None:
-            run["capture"] = 0.0 if run.get("rc") == 0 else None
-            continue
-        k = configs.index(rec)
-        run["truth"] = measured[k]["interval"]
-        run["capture"] = measured[k]["log"] / best if best > 0 else None
+    signatures = [c["signature"] for c in data["classes"]]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        best_class = signatures.index(signature(conn, configs[winner])) + 1
+        for run in data["runs"]:
+            rec = run.get("recommended")
+            if rec is None:
+                run["capture"] = 0.0 if run.get("rc") == 0 else None
+                continue
+            k = configs.index(rec)
+            run["truth"] = measured[k]["interval"]
+            run["capture"] = measured[k]["log"] / best if best > 0 else None
+            # the recommendation over the best in the same rounds (paired), and its plan class:
+            # a point whose statements run the best's plans runs its work, whatever the rounds
+            # read (s34: PGTune's rules 1.17x against the best's 1.21x, intervals overlapping)
+            run["over_best"] = _iv(interval_from_logs(
+                [math.log(row[k] / row[winner]) for row in table], level=0.95, method="t"))
+            sig = signature(conn, rec)
+            run["plan_class"] = signatures.index(sig) + 1 if sig in signatures else None
+    data["best_class"] = best_class
 
 
 def markdown(data: dict[str, Any], command: str) -> str:
@@ -280,20 +291,25 @@ def markdown(data: dict[str, Any], command: str) -> str:
                   f"{data['args']['round_s']} s, every configuration once a round): the "
                   f"space's best {truth['configs'][best]} "
                   f"{_text(truth['ratios'][best]['interval'])} over the original (the grid's "
-                  f"top {top} there: {shortlist}).", ""]
+                  f"top {top} there: {shortlist}). Its plan class: "
+                  f"{data.get('best_class', '–')}.", ""]
     lines += ["| seed | wall (s) | load at start | design | recommendation | tuner: shown over "
-              "the original | pgbench: over the original | capture |",
-              "|---:|---:|---|---|---|---|---|---:|"]
+              "the original | pgbench: over the original | pgbench: over the best | plan class "
+              "| capture |",
+              "|---:|---:|---|---|---|---|---|---|---:|---:|"]
     for run in data["runs"]:
         capture = run.get("capture")
         lines.append(
             f"| {run['seed']} | {run['wall_s']} | {run['uptime'].split('load average:')[-1]} "
             f"| {run.get('design')} | {run.get('recommended') or 'kept the original'} | "
             f"{run.get('shown')}: {_text(run.get('interval'))} | {_text(run.get('truth'))} | "
+            f"{_text(run.get('over_best'))} | {run.get('plan_class') or '–'} | "
             f"{'–' if capture is None else f'{100 * capture:.0f} %'} |")
     reached = sum(1 for r in data["runs"] if (r.get("capture") or 0) >= 0.9)
     lines += ["", f"**{reached} of {len(data['runs'])} runs reach ≥ 90 % of the grid's best "
-                  f"gain** (log-ratio, the same rounds)."]
+                  f"gain** (log-ratio, the same rounds); "
+                  f"{sum(1 for r in data['runs'] if r.get('plan_class') == data.get('best_class', 0))}"
+                  " run the best's plans (its plan class)."]
     return "\n".join(lines) + "\n"
 
 
