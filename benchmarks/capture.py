@@ -306,10 +306,10 @@ def markdown(data: dict[str, Any], command: str) -> str:
             f"{_text(run.get('over_best'))} | {run.get('plan_class') or '–'} | "
             f"{'–' if capture is None else f'{100 * capture:.0f} %'} |")
     reached = sum(1 for r in data["runs"] if (r.get("capture") or 0) >= 0.9)
+    same = sum(1 for r in data["runs"] if r.get("plan_class") == data.get("best_class", 0))
     lines += ["", f"**{reached} of {len(data['runs'])} runs reach ≥ 90 % of the grid's best "
-                  f"gain** (log-ratio, the same rounds); "
-                  f"{sum(1 for r in data['runs'] if r.get('plan_class') == data.get('best_class', 0))}"
-                  " run the best's plans (its plan class)."]
+                  f"gain** (log-ratio, the same rounds); {same} run the best's plans (its plan "
+                  "class)."]
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,9 @@ in), the final race's design and half-width, guardrail trips and the original re
 Run: ``flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search`` (``--tag default
 --per-transaction-s 30 --final-seconds 120``: the product's run lengths); writes
 ``benchmarks/results/switchback_search[.tag].{json,md}``. ``--traffic lookup`` sends the
-shop's lookups alone (one statement), ``--designs auto`` runs only the default route.
+shop's lookups alone (one statement), ``--traffic sysbench`` sysbench's ``oltp_read_write``
+from 4 threads instead of the shop (:mod:`benchmarks.live_sysbench`, the issue's held-out live
+traffic), ``--designs auto`` runs only the default route.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 from benchmarks.evidence.common import header, load_average, machine, ratio, spread, write_results
 from benchmarks.evidence.live import tuner_dict as live_dict
+from benchmarks.live_sysbench import sysbench_with_traffic
 from benchmarks.live_traffic import (
     BENCH_ROWS,
     BENCH_WEIGHTS,
@@ -45,7 +48,8 @@ logger = logging.getLogger(__name__)
 
 ROWS, WEIGHTS = BENCH_ROWS, BENCH_WEIGHTS
 #: ``--traffic``: the shop's scripts and weights
-TRAFFIC = {"shop": WEIGHTS, "lookup": {"lookup": 1}}
+TRAFFIC: dict[str, dict[str, int] | None] = {"shop": WEIGHTS, "lookup": {"lookup": 1},
+                                             "sysbench": None}
 COMMAND = "flock /tmp/harmony-bench.lock python -m benchmarks.switchback_search"
 
 
@@ -111,6 +115,16 @@ def run_once(shop: Shop, design: str, args: argparse.Namespace) -> dict[str, Any
             "decisions": summary["decisions"]}
 
 
+def traffic_text(weights: dict[str, int] | None) -> str:
+    """The traffic in words."""
+    if weights is None:
+        return ("sysbench oltp_read_write, 4 threads, closed loop, 4 tables of 100,000 rows "
+                "(its 18 statements a transaction: point and range selects, updates, a delete "
+                "and an insert)")
+    return (f"pgbench, 2 clients, closed loop, scripts {weights} on {ROWS} items "
+            "(Zipf 1.1 keys)")
+
+
 def pct(x: float | None) -> str:
     """A log half-width as ``±5.0 %``."""
     return "–" if x is None else f"±{100 * x:.1f} %"
@@ -151,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     load_before = load_average()
     runs = []
-    with shop_with_traffic("harmony-bench-sbs-", rows=ROWS, weights=weights) as shop:
+    held = (sysbench_with_traffic("harmony-bench-sbs-") if weights is None else
+            shop_with_traffic("harmony-bench-sbs-", rows=ROWS, weights=weights))
+    with held as shop:
         for design in args.designs.split(","):
             runs.append(run_once(shop, design, args))
         pgbench = shop.traffic.stop()
@@ -171,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         if value != default)
     lines = [header("Live mode's search: whole-server windows vs switchback", command, mach,
                     f"Load average before {load_before}, after {load_after} (other helpers' "
-                    f"tests ran beside it). Traffic: pgbench, 2 clients, closed loop, "
-                    f"scripts {weights} on {ROWS} items (Zipf 1.1 keys), from its own process, "
-                    f"for both runs; the tuner only observes it. PostgreSQL "
+                    f"tests ran beside it). Traffic: {traffic_text(weights)}, from its own "
+                    f"process, for every run; the tuner only observes it. PostgreSQL "
                     f"{mach.get('postgres', '')}."),
              "| search design | evaluations | ratio to reference: spread | median half-width "
              "(own 95 % interval) | median half-width (ledger) | final race: design, "
