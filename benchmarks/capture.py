@@ -79,13 +79,15 @@ _NUMBER = re.compile(r"\d+(\.\d+)?")
 def signature(conn: psycopg.Connection[Any], settings: Mapping[str, str]) -> str:
     """The plans the mix's statements get under ``settings`` (SET in this session), as run
     (``EXPLAIN ANALYZE``: a sort's or hash's spill shows), numbers left out except the workers
-    planned."""
+    planned; without buffer counts (PostgreSQL 18 shows them by default, and whether a page
+    was read or hit is the cache's state, not the plan: s35's truth could not find its best
+    among the grid's classes)."""
     for name, value in settings.items():
         conn.execute(f"SET {name} = '{value}'")
     plans = []
     for statement in STATEMENTS:
-        rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "
-                            f"{statement}").fetchall()
+        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, "
+                            f"BUFFERS OFF) {statement}").fetchall()
         lines = []
         for (line,) in rows:
             text = _ACTUAL.sub("", str(line)).rstrip()
@@ -243,26 +245,45 @@ def final_truth(data: dict[str, Any], dsn: str, bench: Pgbench, args: argparse.N
     data["best"] = configs[winner]
     data["truth"] = {"configs": configs, "tps": table, "ratios": measured, "best": winner,
                      "top": len(top)}
+    score(data)
+    classify(data, dsn)
+
+
+def score(data: dict[str, Any]) -> None:
+    """Each run's capture from the truth's rounds (``data["truth"]``): its recommendation's
+    log-ratio over the best's, and its ratio to the best in the same rounds (paired: s34 read
+    PGTune's rules at 1.17x against the best's 1.21x, the two intervals overlapping)."""
+    truth = data["truth"]
+    configs, table, measured, winner = (truth["configs"], truth["tps"], truth["ratios"],
+                                        truth["best"])
     best = measured[winner]["log"]
+    for run in data["runs"]:
+        rec = run.get("recommended")
+        if rec is None:
+            run["capture"] = 0.0 if run.get("rc") == 0 else None
+            continue
+        k = configs.index(rec)
+        run["truth"] = measured[k]["interval"]
+        run["capture"] = measured[k]["log"] / best if best > 0 else None
+        run["over_best"] = _iv(interval_from_logs(
+            [math.log(row[k] / row[winner]) for row in table], level=0.95, method="t"))
+
+
+def classify(data: dict[str, Any], dsn: str) -> None:
+    """The space's best's plan class and each recommendation's (None: a plan no grid point
+    gets): a point whose statements run the best's plans runs its work, whatever the rounds
+    read."""
     signatures = [c["signature"] for c in data["classes"]]
+
+    def index(conn: psycopg.Connection[Any], settings: Mapping[str, str]) -> int | None:
+        sig = signature(conn, settings)
+        return signatures.index(sig) + 1 if sig in signatures else None
+
     with psycopg.connect(dsn, autocommit=True) as conn:
-        best_class = signatures.index(signature(conn, configs[winner])) + 1
+        data["best_class"] = index(conn, data["best"])
         for run in data["runs"]:
-            rec = run.get("recommended")
-            if rec is None:
-                run["capture"] = 0.0 if run.get("rc") == 0 else None
-                continue
-            k = configs.index(rec)
-            run["truth"] = measured[k]["interval"]
-            run["capture"] = measured[k]["log"] / best if best > 0 else None
-            # the recommendation over the best in the same rounds (paired), and its plan class:
-            # a point whose statements run the best's plans runs its work, whatever the rounds
-            # read (s34: PGTune's rules 1.17x against the best's 1.21x, intervals overlapping)
-            run["over_best"] = _iv(interval_from_logs(
-                [math.log(row[k] / row[winner]) for row in table], level=0.95, method="t"))
-            sig = signature(conn, rec)
-            run["plan_class"] = signatures.index(sig) + 1 if sig in signatures else None
-    data["best_class"] = best_class
+            if run.get("recommended") is not None:
+                run["plan_class"] = index(conn, run["recommended"])
 
 
 def markdown(data: dict[str, Any], command: str) -> str:
@@ -292,7 +313,7 @@ def markdown(data: dict[str, Any], command: str) -> str:
                   f"space's best {truth['configs'][best]} "
                   f"{_text(truth['ratios'][best]['interval'])} over the original (the grid's "
                   f"top {top} there: {shortlist}). Its plan class: "
-                  f"{data.get('best_class', '–')}.", ""]
+                  f"{data.get('best_class') or '–'}.", ""]
     lines += ["| seed | wall (s) | load at start | design | recommendation | tuner: shown over "
               "the original | pgbench: over the original | pgbench: over the best | plan class "
               "| capture |",
@@ -306,7 +327,8 @@ def markdown(data: dict[str, Any], command: str) -> str:
             f"{_text(run.get('over_best'))} | {run.get('plan_class') or '–'} | "
             f"{'–' if capture is None else f'{100 * capture:.0f} %'} |")
     reached = sum(1 for r in data["runs"] if (r.get("capture") or 0) >= 0.9)
-    same = sum(1 for r in data["runs"] if r.get("plan_class") == data.get("best_class", 0))
+    same = sum(1 for r in data["runs"]
+               if r.get("plan_class") is not None and r.get("plan_class") == data.get("best_class"))
     lines += ["", f"**{reached} of {len(data['runs'])} runs reach ≥ 90 % of the grid's best "
                   f"gain** (log-ratio, the same rounds); {same} run the best's plans (its plan "
                   "class)."]
