@@ -36,6 +36,7 @@ from tuner_client.phases.final_candidates import (
 from tuner_client.phases.final_design import FinalRun
 from tuner_client.phases.final_result import conclude
 from tuner_client.phases.final_split import outside_range, restart_knobs, split_choice
+from tuner_client.phases.final_ties import lighter_on_tie
 from tuner_client.phases.final_windows import NAMES, baseline_round, decision_labels
 from tuner_client.phases.result import TuneResult
 from tuner_client.phases.state import RunContext, RunState
@@ -122,6 +123,7 @@ def final_rounds(ctx: RunContext, state: RunState) -> TuneResult:
         return conclude(run, candidates, None, baselines)
     # managed mode never changes the server: no fallback on a whole-server design
     outcome = final_design(ctx, request, choice, fallback=ctx.managed is None).race(run, request)
+    outcome = lighter_on_tie(outcome, candidates, ctx.budget_slack, state.decide)
     if outcome is None and ctx.managed is not None:
         state.decide(Decision.of(
             "final", Kind.SKIPPED, step="final race", design=choice.design,

@@ -83,6 +83,11 @@ class RunContext:
         wanted = {**self.measurer.in_force, **settings}
         return self.budget.violation(wanted, wanted)
 
+    def budget_slack(self, settings: Mapping[str, str]) -> int | None:
+        """Bytes ``settings``, applied over what is in force, leave under the tightest budget
+        inequality (None when a budget knob cannot be read)."""
+        return self.budget.slack({**self.measurer.in_force, **settings})
+
     def apply(self, settings: Mapping[str, str], *, check_budget: bool = True,
               warm_up: bool = True) -> ApplyOutcome:
         """Put ``settings`` in force on every database of the run (:meth:`ReplicaPool.apply`)
