@@ -47,7 +47,7 @@ def lighter_on_tie(outcome: RaceOutcome | None,
     if not isinstance(outcome, DesignRace):
         return outcome
     labels = tied(outcome)
-    if len(labels) < 2:
+    if len(labels) < 2 or any(label not in configurations for label in labels):
         return outcome
     slacks = {label: slack(configurations[label]) for label in labels}
     if any(s is None for s in slacks.values()):
