@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 
-from benchmarks.live_traffic import Shop
+from benchmarks.live_traffic import Shop, observed_cluster
 from tuner_client.servers.local_cluster import LocalCluster
 
 
@@ -74,29 +72,19 @@ def sysbench_with_traffic(prefix: str, *, threads: int = 4, tables: int = 4,
     """A private cluster preloading pg_stat_statements, sysbench's tables in ``sbtest`` and
     its ``oltp_read_write`` running from ``threads`` clients, 5 s in when this yields; on the
     way out the traffic is stopped and the cluster stopped and removed."""
-    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")),
-                           sync_initdb=False)
     traffic: SysbenchTraffic | None = None
-    try:
-        cluster.init()
-        conf = cluster.data_dir / "postgresql.conf"
-        conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
-        cluster.start()
-        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE sbtest")
-        dsn = cluster.dsn_for("sbtest")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        traffic = SysbenchTraffic(cluster, threads=threads, tables=tables,
-                                  table_size=table_size, seconds=seconds)
-        traffic.prepare()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
-        traffic.start()
-        time.sleep(5.0)
-        yield Shop(cluster, dsn, traffic)  # type: ignore[arg-type]  # the same stop()
-    finally:
-        if traffic is not None:
-            traffic.stop()
-        cluster.stop(mode="fast")
-        cluster.destroy()
+    with observed_cluster(prefix, "sbtest") as (cluster, dsn):
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            traffic = SysbenchTraffic(cluster, threads=threads, tables=tables,
+                                      table_size=table_size, seconds=seconds)
+            traffic.prepare()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+            traffic.start()
+            time.sleep(5.0)
+            yield Shop(cluster, dsn, traffic)  # type: ignore[arg-type]  # the same stop()
+        finally:
+            if traffic is not None:
+                traffic.stop()

@@ -145,35 +145,44 @@ class Shop:
 
 
 @contextmanager
-def shop_with_traffic(prefix: str, *, rows: int = BENCH_ROWS,
-                      weights: dict[str, int] | None = None, clients: int = 2,
-                      seconds: int = 3600) -> Iterator[Shop]:
+def observed_cluster(prefix: str, dbname: str) -> Iterator[tuple[LocalCluster, str]]:
     """A private cluster (its directory under /tmp named from ``prefix``) that preloads
-    pg_stat_statements, the shop of ``rows`` items in its database ``shop``, and
-    :class:`Traffic` of ``weights`` (default :data:`BENCH_WEIGHTS`) from ``clients`` for up
-    to ``seconds``, 3 s in when this yields; on the way out the traffic is stopped and the
-    cluster stopped and removed."""
+    pg_stat_statements (live mode reads it), with the database ``dbname``; its DSN. On the
+    way out the cluster is stopped and removed."""
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")),
                            sync_initdb=False)
-    traffic: Traffic | None = None
     try:
         cluster.init()
         conf = cluster.data_dir / "postgresql.conf"
         conf.write_text(conf.read_text() + "\nshared_preload_libraries = 'pg_stat_statements'\n")
         cluster.start()
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE shop")
-        dsn = cluster.dsn_for("shop")
-        create_shop(dsn, rows=rows)
-        traffic = Traffic(dsn, weights or BENCH_WEIGHTS, seconds=seconds, clients=clients,
-                          rows=rows).start()
-        time.sleep(3.0)
-        yield Shop(cluster, dsn, traffic)
+            conn.execute(f"CREATE DATABASE {dbname}")
+        yield cluster, cluster.dsn_for(dbname)
     finally:
-        if traffic is not None:
-            traffic.stop()
         cluster.stop(mode="fast")
         cluster.destroy()
+
+
+@contextmanager
+def shop_with_traffic(prefix: str, *, rows: int = BENCH_ROWS,
+                      weights: dict[str, int] | None = None, clients: int = 2,
+                      seconds: int = 3600) -> Iterator[Shop]:
+    """A private cluster (:func:`observed_cluster`), the shop of ``rows`` items in its
+    database ``shop``, and :class:`Traffic` of ``weights`` (default :data:`BENCH_WEIGHTS`)
+    from ``clients`` for up to ``seconds``, 3 s in when this yields; on the way out the
+    traffic is stopped, then the cluster stopped and removed."""
+    traffic: Traffic | None = None
+    with observed_cluster(prefix, "shop") as (cluster, dsn):
+        try:
+            create_shop(dsn, rows=rows)
+            traffic = Traffic(dsn, weights or BENCH_WEIGHTS, seconds=seconds, clients=clients,
+                              rows=rows).start()
+            time.sleep(3.0)
+            yield Shop(cluster, dsn, traffic)
+        finally:
+            if traffic is not None:
+                traffic.stop()
 
 
 def error_lines(output: str) -> list[str]:

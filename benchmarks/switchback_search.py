@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
              "Half-widths on the log scale (±5 %: the interval is ratio ×/÷ 1.05). A window "
              "evaluation has no interval of its own; the ledger's stands in (its variance from "
              "the reference's repeats around the blocks).", "",
-             f"pgbench printed {len(errors)} error or aborted-client lines.", ""]
+             f"The traffic printed {len(errors)} error or aborted-client lines.", ""]
     for run in runs:
         lines += [f"## {run['design_requested']}", "",
                   *[f"- {d}" for d in run["search_design"]],
