@@ -91,10 +91,11 @@ demo: $(DEMO_STAMP)
 # tests took 1,114 s in a CI check of session 29, 1,591 s beside two benchmarks): where
 # to look when the suite outgrows its 15 minutes. The tests' own durations summed to 1,979 s in
 # session 35, where two workers took 1,327 s. Work stealing (--dist worksteal) took 1,135 s
-# with two and 895 s with three, but it runs a module's tests side by side: the drift tests read
-# each other's load as drift and test_managed's gain fell to 1.03x (3 failures), and at three
-# workers the killed-replica test lost its re-handed trial. So the default scheduling stays,
-# which keeps a module's tests on one worker.
+# with two and 895 s with three, but failed: with two, both drift tests (the steady one read a
+# 2.8x rise, likely the other worker's load changing) and test_managed (its gain 1.03x against
+# 1.04); with three, the killed-replica test lost its re-handed trial. Stealing can put a
+# module's tests side by side, where the default scheduling hands them out in chunks, so the
+# default stays.
 test: $(STAMP) test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --durations=25
 
